@@ -1,0 +1,66 @@
+use super::ModelArgs;
+use crate::embed::{embed_stream, Format, Sink};
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::BufRead;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Read sentences from this file instead of stdin.
+    #[arg(long, short = 'i')]
+    input: Option<PathBuf>,
+    /// Write vectors here instead of stdout (required for npy).
+    #[arg(long, short = 'o')]
+    output: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "jsonl")]
+    format: Format,
+    #[arg(long, default_value_t = 64)]
+    batch_size: usize,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    anyhow::ensure!(args.batch_size > 0, "--batch-size must be at least 1");
+    let enc = args.model.load()?;
+    let (reader, total): (Box<dyn BufRead>, Option<u64>) = match &args.input {
+        Some(p) => {
+            let f = std::fs::File::open(p).with_context(|| format!("cannot open input {}", p.display()))?;
+            let len = f.metadata().map(|m| m.len()).ok();
+            (Box::new(std::io::BufReader::with_capacity(1 << 20, f)), len)
+        }
+        None => (Box::new(std::io::BufReader::with_capacity(1 << 20, std::io::stdin().lock())), None),
+    };
+    let mut sink = Sink::new(args.format, args.output.as_deref(), enc.dim())?;
+    let bar = match total {
+        Some(t) => ProgressBar::new(t).with_style(
+            ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {percent}% ETA {eta}").expect("valid template"),
+        ),
+        None => ProgressBar::new_spinner()
+            .with_style(ProgressStyle::with_template("{spinner} {msg} (stdin)").expect("valid template")),
+    };
+    let start = std::time::Instant::now();
+    let progress = |lines: u64, bytes: u64| {
+        bar.set_position(bytes);
+        let rate = lines as f64 / start.elapsed().as_secs_f64().max(1e-9);
+        bar.set_message(format!("{lines} lines, {rate:.0} lines/s"));
+    };
+    let window = (args.batch_size * 32).max(1024);
+    let result = embed_stream(&enc, reader, &mut sink, args.batch_size, window, &progress);
+    bar.finish_and_clear();
+    // Whatever was embedded before an error is written out (npy header included).
+    let finished = sink.finish();
+    let summary = result?;
+    finished?;
+    if summary.truncated > 0 {
+        eprintln!(
+            "xsent embed: {} of {} lines were longer than {} tokens and were truncated (first: line {})",
+            summary.truncated,
+            summary.lines,
+            enc.max_length,
+            summary.first_truncated.unwrap_or(0)
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,224 @@
+//! Streaming `xsent embed`: lines in, vectors out, in bounded memory.
+//!
+//! Lines are read in windows; each window is tokenised, sorted by length into batches (little
+//! padding), embedded, and written back in input order. An empty line embeds the empty text.
+//! Invalid UTF-8 stops the run with the line number after everything before it is written.
+
+use crate::model::SentenceEncoder;
+use anyhow::{bail, Context, Result};
+use std::io::{BufRead, Seek, SeekFrom, Write};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// One JSON array per input line.
+    Jsonl,
+    /// NumPy `.npy`, float32, shape (lines, dim); needs `-o FILE`.
+    Npy,
+    /// Raw little-endian float32 rows.
+    F32,
+}
+
+/// Where vectors go.
+pub enum Sink {
+    Jsonl(Box<dyn Write>),
+    F32(Box<dyn Write>),
+    Npy(NpyWriter),
+}
+
+impl Sink {
+    pub fn new(format: Format, output: Option<&std::path::Path>, dim: usize) -> Result<Self> {
+        let open = |p: &std::path::Path| -> Result<std::fs::File> {
+            std::fs::File::create(p).with_context(|| format!("cannot create output file {}", p.display()))
+        };
+        let boxed = |out: Option<&std::path::Path>| -> Result<Box<dyn Write>> {
+            Ok(match out {
+                Some(p) => Box::new(std::io::BufWriter::with_capacity(1 << 20, open(p)?)),
+                None => Box::new(std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock())),
+            })
+        };
+        Ok(match format {
+            Format::Jsonl => Sink::Jsonl(boxed(output)?),
+            Format::F32 => Sink::F32(boxed(output)?),
+            Format::Npy => {
+                let Some(p) = output else {
+                    bail!("--format npy needs -o FILE (the header, which holds the row count, is written last)")
+                };
+                Sink::Npy(NpyWriter::new(open(p)?, dim)?)
+            }
+        })
+    }
+
+    pub fn write_row(&mut self, row: &[f32]) -> Result<()> {
+        match self {
+            Sink::Jsonl(w) => {
+                serde_json::to_writer(&mut *w, row)?;
+                w.write_all(b"\n")?;
+            }
+            Sink::F32(w) => write_f32(w, row)?,
+            Sink::Npy(n) => n.write_row(row)?,
+        }
+        Ok(())
+    }
+
+    pub fn finish(self) -> Result<()> {
+        match self {
+            Sink::Jsonl(mut w) | Sink::F32(mut w) => w.flush()?,
+            Sink::Npy(n) => n.finish()?,
+        }
+        Ok(())
+    }
+}
+
+fn write_f32(w: &mut dyn Write, row: &[f32]) -> Result<()> {
+    let mut bytes = Vec::with_capacity(row.len() * 4);
+    for x in row {
+        bytes.extend_from_slice(&x.to_le_bytes());
+    }
+    w.write_all(&bytes)?;
+    Ok(())
+}
+
+/// A `.npy` writer for an unknown number of rows: a fixed-size header is rewritten at the end.
+pub struct NpyWriter {
+    file: std::io::BufWriter<std::fs::File>,
+    dim: usize,
+    rows: u64,
+}
+
+const NPY_HEADER_LEN: usize = 128;
+
+fn npy_header(rows: u64, dim: usize) -> Vec<u8> {
+    let dict = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {dim}), }}");
+    let mut h = Vec::with_capacity(NPY_HEADER_LEN);
+    h.extend_from_slice(b"\x93NUMPY\x01\x00");
+    h.extend_from_slice(&((NPY_HEADER_LEN - 10) as u16).to_le_bytes());
+    h.extend_from_slice(dict.as_bytes());
+    h.resize(NPY_HEADER_LEN - 1, b' ');
+    h.push(b'\n');
+    h
+}
+
+impl NpyWriter {
+    pub fn new(file: std::fs::File, dim: usize) -> Result<Self> {
+        let mut file = std::io::BufWriter::with_capacity(1 << 20, file);
+        file.write_all(&npy_header(0, dim))?;
+        Ok(Self { file, dim, rows: 0 })
+    }
+
+    pub fn write_row(&mut self, row: &[f32]) -> Result<()> {
+        debug_assert_eq!(row.len(), self.dim);
+        write_f32(&mut self.file, row)?;
+        self.rows += 1;
+        Ok(())
+    }
+
+    pub fn finish(mut self) -> Result<()> {
+        self.file.flush()?;
+        let mut f = self.file.into_inner().map_err(|e| e.into_error())?;
+        f.seek(SeekFrom::Start(0))?;
+        f.write_all(&npy_header(self.rows, self.dim))?;
+        f.flush()?;
+        Ok(())
+    }
+}
+
+/// What a run did.
+#[derive(Debug, Default, Clone)]
+pub struct Summary {
+    pub lines: u64,
+    pub truncated: u64,
+    /// 1-based line number of the first truncated line.
+    pub first_truncated: Option<u64>,
+}
+
+/// Progress callback: (lines done, bytes read).
+pub type Progress<'a> = &'a dyn Fn(u64, u64);
+
+/// Embed every line of `input` into `sink`, `window` lines at a time.
+pub fn embed_stream(
+    enc: &SentenceEncoder,
+    mut input: impl BufRead,
+    sink: &mut Sink,
+    batch_size: usize,
+    window: usize,
+    progress: Progress,
+) -> Result<Summary> {
+    let mut summary = Summary::default();
+    let mut pending: Vec<String> = Vec::with_capacity(window);
+    let mut buf = Vec::new();
+    let mut bytes = 0u64;
+    loop {
+        buf.clear();
+        let n = input.read_until(b'\n', &mut buf).context("cannot read input")?;
+        bytes += n as u64;
+        let at_end = n == 0;
+        if !at_end {
+            if buf.last() == Some(&b'\n') {
+                buf.pop();
+                if buf.last() == Some(&b'\r') {
+                    buf.pop();
+                }
+            }
+            match std::str::from_utf8(&buf) {
+                Ok(s) => pending.push(s.to_string()),
+                Err(e) => {
+                    flush_window(enc, &mut pending, sink, batch_size, &mut summary)?;
+                    bail!(
+                        "line {} is not valid UTF-8 (byte {} of the line); the {} lines before it were embedded and written",
+                        summary.lines + 1,
+                        e.valid_up_to() + 1,
+                        summary.lines
+                    );
+                }
+            }
+        }
+        if pending.len() >= window || (at_end && !pending.is_empty()) {
+            flush_window(enc, &mut pending, sink, batch_size, &mut summary)?;
+            progress(summary.lines, bytes);
+        }
+        if at_end {
+            return Ok(summary);
+        }
+    }
+}
+
+fn flush_window(
+    enc: &SentenceEncoder,
+    pending: &mut Vec<String>,
+    sink: &mut Sink,
+    batch_size: usize,
+    summary: &mut Summary,
+) -> Result<()> {
+    if pending.is_empty() {
+        return Ok(());
+    }
+    let encoded = enc.tokenize(pending)?;
+    for (i, e) in encoded.iter().enumerate() {
+        if e.truncated {
+            summary.truncated += 1;
+            summary.first_truncated.get_or_insert(summary.lines + i as u64 + 1);
+        }
+    }
+    let rows = enc.embed_encoded(&encoded, batch_size)?;
+    for row in &rows {
+        sink.write_row(row)?;
+    }
+    summary.lines += rows.len() as u64;
+    pending.clear();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn npy_header_is_aligned() {
+        let h = npy_header(12345678901, 384);
+        assert_eq!(h.len(), NPY_HEADER_LEN);
+        assert_eq!(h.len() % 64, 0);
+        assert_eq!(*h.last().unwrap(), b'\n');
+        let text = String::from_utf8_lossy(&h[10..]);
+        assert!(text.contains("'shape': (12345678901, 384)"), "{text}");
+    }
+}

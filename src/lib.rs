@@ -1,0 +1,17 @@
+//! xsent: multilingual sentence embeddings on candle.
+//!
+//! Text → tokenizer → [`model::Encoder`] → [`model::Pooling`] → embedding. The same encoder
+//! serves inference (fused kernels) and training (differentiable ops, seeded dropout);
+//! recipes add a loss, evaluators add a metric.
+
+pub mod cli;
+pub mod device;
+pub mod embed;
+pub mod model;
+pub mod parallel;
+pub mod train;
+
+pub use model::{Encoder, EncoderConfig, Pooling, SentenceEncoder};
+
+/// The version written into reports and model directories.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,130 @@
+//! `config.json` as Hugging Face writes it for BERT and XLM-R family models.
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+use std::path::Path;
+
+/// Which position-id scheme and weight-name prefix a checkpoint uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// `model_type = "bert"`: positions `0..L`, weights optionally under `bert.`.
+    Bert,
+    /// `model_type = "xlm-roberta"` (or `roberta`): positions `pad + 1 + cumsum(mask)`,
+    /// weights optionally under `roberta.`.
+    XlmRoberta,
+}
+
+fn default_act() -> String {
+    "gelu".into()
+}
+fn default_dropout() -> f64 {
+    0.1
+}
+fn default_eps() -> f64 {
+    1e-12
+}
+fn default_type_vocab() -> usize {
+    2
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct EncoderConfig {
+    pub model_type: String,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub intermediate_size: usize,
+    #[serde(default = "default_act")]
+    pub hidden_act: String,
+    #[serde(default = "default_dropout")]
+    pub hidden_dropout_prob: f64,
+    #[serde(default = "default_dropout")]
+    pub attention_probs_dropout_prob: f64,
+    pub max_position_embeddings: usize,
+    #[serde(default = "default_type_vocab")]
+    pub type_vocab_size: usize,
+    #[serde(default = "default_eps")]
+    pub layer_norm_eps: f64,
+    #[serde(default)]
+    pub pad_token_id: Option<u32>,
+    #[serde(default)]
+    pub position_embedding_type: Option<String>,
+    /// The file as read, so that a saved model keeps every key it came with.
+    #[serde(skip)]
+    pub raw: serde_json::Value,
+}
+
+impl EncoderConfig {
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read model config {}", path.display()))?;
+        Self::from_json(&text).with_context(|| format!("invalid model config {}", path.display()))
+    }
+
+    pub fn from_json(text: &str) -> Result<Self> {
+        let raw: serde_json::Value = serde_json::from_str(text)?;
+        let mut cfg: EncoderConfig = serde_json::from_value(raw.clone())?;
+        cfg.raw = raw;
+        cfg.family()?;
+        if let Some(p) = &cfg.position_embedding_type {
+            if p != "absolute" {
+                bail!("position_embedding_type = {p:?} is not supported (only \"absolute\")");
+            }
+        }
+        if cfg.hidden_size % cfg.num_attention_heads != 0 {
+            bail!(
+                "hidden_size {} is not divisible by num_attention_heads {}",
+                cfg.hidden_size,
+                cfg.num_attention_heads
+            );
+        }
+        Ok(cfg)
+    }
+
+    pub fn family(&self) -> Result<Family> {
+        match self.model_type.as_str() {
+            "bert" => Ok(Family::Bert),
+            "xlm-roberta" | "roberta" => Ok(Family::XlmRoberta),
+            other => bail!(
+                "model_type {other:?} is not supported: xsent loads the BERT family (\"bert\") and the XLM-R family (\"xlm-roberta\", \"roberta\")"
+            ),
+        }
+    }
+
+    pub fn pad_id(&self) -> u32 {
+        self.pad_token_id.unwrap_or(match self.family() {
+            Ok(Family::XlmRoberta) => 1,
+            _ => 0,
+        })
+    }
+
+    /// Longest input (in tokens, specials included) the position table allows.
+    pub fn max_positions(&self) -> usize {
+        match self.family() {
+            Ok(Family::XlmRoberta) => self.max_position_embeddings.saturating_sub(self.pad_id() as usize + 1),
+            _ => self.max_position_embeddings,
+        }
+    }
+
+    /// Keep only the first `n` layers (a smaller learner that starts from a pretrained one).
+    pub fn truncate_layers(&mut self, n: usize) -> Result<()> {
+        if n == 0 || n > self.num_hidden_layers {
+            bail!("layers = {n}: the model has {} layers; choose 1..={}", self.num_hidden_layers, self.num_hidden_layers);
+        }
+        self.num_hidden_layers = n;
+        if let Some(obj) = self.raw.as_object_mut() {
+            obj.insert("num_hidden_layers".into(), n.into());
+        }
+        Ok(())
+    }
+
+    /// The config as it should be written next to saved weights.
+    pub fn to_json(&self) -> String {
+        let mut raw = self.raw.clone();
+        if let Some(obj) = raw.as_object_mut() {
+            obj.insert("num_hidden_layers".into(), self.num_hidden_layers.into());
+        }
+        serde_json::to_string_pretty(&raw).expect("a JSON value serialises")
+    }
+}

@@ -1,0 +1,298 @@
+//! The BERT / XLM-R encoder, written once for inference and training.
+//!
+//! Weight names are Hugging Face's (`embeddings.*`, `encoder.layer.N.*`). In [`Mode::Infer`]
+//! it uses candle's fused LayerNorm and softmax kernels (no autograd); in [`Mode::Train`] it uses
+//! differentiable ops (`layer_norm_slow`, `softmax`) and draws dropout masks from a seeded RNG.
+//! Both paths are tested to agree.
+
+use super::config::{EncoderConfig, Family};
+use anyhow::{bail, Result};
+use candle_core::{DType, Device, Module, Tensor, D};
+use candle_nn::VarBuilder;
+use rand::Rng as _;
+
+/// The seeded RNG used for dropout masks and everything else random in training.
+pub type Rng = rand_chacha::ChaCha8Rng;
+
+/// How a forward pass runs.
+pub enum Mode<'a> {
+    /// Fused kernels, no dropout, no gradient tracking needed.
+    Infer,
+    /// Differentiable ops; dropout masks drawn from the RNG (probabilities from the config or
+    /// the encoder's override).
+    Train(&'a mut Rng),
+}
+
+impl Mode<'_> {
+    pub fn is_train(&self) -> bool {
+        matches!(self, Mode::Train(_))
+    }
+
+    /// Inverted dropout with a mask drawn from the seeded RNG; identity in inference.
+    pub fn dropout(&mut self, x: &Tensor, p: f64) -> Result<Tensor> {
+        match self {
+            Mode::Train(rng) if p > 0.0 => {
+                if p >= 1.0 {
+                    return Ok(x.zeros_like()?);
+                }
+                let keep = (1.0 / (1.0 - p)) as f32;
+                let p = p as f32;
+                let mask: Vec<f32> =
+                    (0..x.elem_count()).map(|_| if rng.random::<f32>() < p { 0.0 } else { keep }).collect();
+                let mask = Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?;
+                Ok(x.mul(&mask)?)
+            }
+            _ => Ok(x.clone()),
+        }
+    }
+
+    fn softmax(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(if self.is_train() { candle_nn::ops::softmax(x, D::Minus1)? } else { candle_nn::ops::softmax_last_dim(x)? })
+    }
+}
+
+/// `y = x Wᵀ + b` with Hugging Face's `[out, in]` weight layout; 3-D inputs are flattened so one
+/// GEMM covers the whole batch.
+#[derive(Clone, Debug)]
+pub struct Linear {
+    pub weight: Tensor,
+    pub bias: Tensor,
+}
+
+impl Linear {
+    pub fn load(vb: VarBuilder, in_dim: usize, out_dim: usize) -> Result<Self> {
+        Ok(Self { weight: vb.get((out_dim, in_dim), "weight")?, bias: vb.get(out_dim, "bias")? })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let dims = x.dims().to_vec();
+        let in_dim = *dims.last().expect("linear input has a last dimension");
+        let rows = x.elem_count() / in_dim;
+        let y = x.reshape((rows, in_dim))?.matmul(&self.weight.t()?)?.broadcast_add(&self.bias)?;
+        let mut out_dims = dims;
+        *out_dims.last_mut().unwrap() = self.weight.dim(0)?;
+        Ok(y.reshape(out_dims)?)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct LayerNorm {
+    pub weight: Tensor,
+    pub bias: Tensor,
+    eps: f32,
+}
+
+impl LayerNorm {
+    pub fn load(vb: VarBuilder, dim: usize, eps: f64) -> Result<Self> {
+        Ok(Self { weight: vb.get(dim, "weight")?, bias: vb.get(dim, "bias")?, eps: eps as f32 })
+    }
+
+    fn forward(&self, x: &Tensor, mode: &Mode) -> Result<Tensor> {
+        Ok(if mode.is_train() {
+            candle_nn::ops::layer_norm_slow(x, &self.weight, &self.bias, self.eps)?
+        } else {
+            candle_nn::ops::layer_norm(&x.contiguous()?, &self.weight, &self.bias, self.eps)?
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Activation {
+    GeluErf,
+    GeluTanh,
+    Relu,
+    Silu,
+}
+
+impl Activation {
+    fn parse(name: &str) -> Result<Self> {
+        Ok(match name {
+            "gelu" => Self::GeluErf,
+            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Self::GeluTanh,
+            "relu" => Self::Relu,
+            "silu" | "swish" => Self::Silu,
+            other => bail!("hidden_act {other:?} is not supported (gelu, gelu_new, gelu_pytorch_tanh, relu, silu)"),
+        })
+    }
+
+    fn apply(self, x: &Tensor, mode: &Mode) -> Result<Tensor> {
+        Ok(match self {
+            Self::GeluErf if !mode.is_train() => super::kernels::gelu_erf_infer(x)?,
+            Self::GeluErf => x.gelu_erf()?,
+            Self::GeluTanh => x.gelu()?,
+            Self::Relu => x.relu()?,
+            Self::Silu => candle_nn::Activation::Silu.forward(x)?,
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Embeddings {
+    word: Tensor,
+    position: Tensor,
+    token_type: Tensor,
+    norm: LayerNorm,
+}
+
+#[derive(Clone, Debug)]
+struct Layer {
+    query: Linear,
+    key: Linear,
+    value: Linear,
+    attn_out: Linear,
+    attn_norm: LayerNorm,
+    intermediate: Linear,
+    output: Linear,
+    out_norm: LayerNorm,
+}
+
+/// A BERT- or XLM-R-family transformer encoder returning the last hidden state.
+#[derive(Clone, Debug)]
+pub struct Encoder {
+    embeddings: Embeddings,
+    layers: Vec<Layer>,
+    family: Family,
+    pad_id: u32,
+    heads: usize,
+    act: Activation,
+    pub hidden_dropout: f64,
+    pub attention_dropout: f64,
+    hidden: usize,
+}
+
+impl Encoder {
+    /// Build from a VarBuilder whose names are the canonical Hugging Face ones (no `bert.` prefix).
+    pub fn load(vb: VarBuilder, cfg: &EncoderConfig) -> Result<Self> {
+        let h = cfg.hidden_size;
+        let eps = cfg.layer_norm_eps;
+        let e = vb.pp("embeddings");
+        let embeddings = Embeddings {
+            word: e.get((cfg.vocab_size, h), "word_embeddings.weight")?,
+            position: e.get((cfg.max_position_embeddings, h), "position_embeddings.weight")?,
+            token_type: e.get((cfg.type_vocab_size, h), "token_type_embeddings.weight")?,
+            norm: LayerNorm::load(e.pp("LayerNorm"), h, eps)?,
+        };
+        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+        for i in 0..cfg.num_hidden_layers {
+            let l = vb.pp(format!("encoder.layer.{i}"));
+            let a = l.pp("attention");
+            layers.push(Layer {
+                query: Linear::load(a.pp("self.query"), h, h)?,
+                key: Linear::load(a.pp("self.key"), h, h)?,
+                value: Linear::load(a.pp("self.value"), h, h)?,
+                attn_out: Linear::load(a.pp("output.dense"), h, h)?,
+                attn_norm: LayerNorm::load(a.pp("output.LayerNorm"), h, eps)?,
+                intermediate: Linear::load(l.pp("intermediate.dense"), h, cfg.intermediate_size)?,
+                output: Linear::load(l.pp("output.dense"), cfg.intermediate_size, h)?,
+                out_norm: LayerNorm::load(l.pp("output.LayerNorm"), h, eps)?,
+            });
+        }
+        Ok(Self {
+            embeddings,
+            layers,
+            family: cfg.family()?,
+            pad_id: cfg.pad_id(),
+            heads: cfg.num_attention_heads,
+            act: Activation::parse(&cfg.hidden_act)?,
+            hidden_dropout: cfg.hidden_dropout_prob,
+            attention_dropout: cfg.attention_probs_dropout_prob,
+            hidden: h,
+        })
+    }
+
+    pub fn hidden_size(&self) -> usize {
+        self.hidden
+    }
+
+    pub fn num_layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    pub fn device(&self) -> &Device {
+        self.embeddings.word.device()
+    }
+
+    /// The token embedding table `[vocab, hidden]` (shared with generative heads that tie to it).
+    pub fn word_embeddings(&self) -> &Tensor {
+        &self.embeddings.word
+    }
+
+    /// Position ids from the attention mask: BERT `0..L`; XLM-R `pad + 1 + cumsum(mask)` on
+    /// attended tokens and `pad` elsewhere (as Hugging Face computes them, but from the mask).
+    fn position_ids(&self, mask: &Tensor) -> Result<Tensor> {
+        let (b, l) = mask.dims2()?;
+        let rows = mask.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+        let mut pos = Vec::with_capacity(b * l);
+        for row in rows {
+            let mut count = 0u32;
+            for (i, m) in row.into_iter().enumerate() {
+                match self.family {
+                    Family::Bert => pos.push(i as u32),
+                    Family::XlmRoberta => {
+                        if m > 0.0 {
+                            count += 1;
+                            pos.push(self.pad_id + count);
+                        } else {
+                            pos.push(self.pad_id);
+                        }
+                    }
+                }
+            }
+        }
+        let max_pos = self.embeddings.position.dim(0)?;
+        if let Some(&p) = pos.iter().max() {
+            if p as usize >= max_pos {
+                bail!("input of {l} tokens needs position {p} but the model has {max_pos} position embeddings; lower --max-length");
+            }
+        }
+        Ok(Tensor::from_vec(pos, (b * l,), mask.device())?)
+    }
+
+    /// `input_ids` `[B, L]` (u32), `attention_mask` `[B, L]` (1 = token, 0 = padding; any dtype).
+    /// Returns the last hidden state `[B, L, H]`.
+    pub fn forward(&self, input_ids: &Tensor, attention_mask: &Tensor, mode: &mut Mode) -> Result<Tensor> {
+        self.forward_layers(input_ids, attention_mask, self.layers.len(), mode)
+    }
+
+    /// Like [`forward`](Self::forward) but returns the hidden state after the first `n` layers
+    /// (`n = 0`: the embedding output).
+    pub fn forward_layers(&self, input_ids: &Tensor, attention_mask: &Tensor, n: usize, mode: &mut Mode) -> Result<Tensor> {
+        if n > self.layers.len() {
+            bail!("asked for layer {n} of an encoder with {} layers", self.layers.len());
+        }
+        let (b, l) = input_ids.dims2()?;
+        let h = self.hidden;
+        let mask = attention_mask.to_dtype(DType::F32)?;
+        let pos = self.position_ids(&mask)?;
+        let e = &self.embeddings;
+        let ids = input_ids.flatten_all()?;
+        let x = e.word.embedding(&ids)?.add(&e.position.embedding(&pos)?)?;
+        let x = x.broadcast_add(&e.token_type.get(0)?)?.reshape((b, l, h))?;
+        let x = e.norm.forward(&x, mode)?;
+        let mut x = mode.dropout(&x, self.hidden_dropout)?;
+        // Additive mask bias [B, 1, 1, L]: 0 where attended, a large negative where padded.
+        let bias = ((mask.ones_like()? - &mask)? * -1e30f64)?.reshape((b, 1, 1, l))?;
+        for layer in &self.layers[..n] {
+            x = self.layer_forward(layer, &x, &bias, mode)?;
+        }
+        Ok(x)
+    }
+
+    fn layer_forward(&self, layer: &Layer, x: &Tensor, bias: &Tensor, mode: &mut Mode) -> Result<Tensor> {
+        let (b, l, h) = x.dims3()?;
+        let (nh, hd) = (self.heads, h / self.heads);
+        let split = |t: Tensor| -> Result<Tensor> { Ok(t.reshape((b, l, nh, hd))?.transpose(1, 2)?.contiguous()?) };
+        let q = split((layer.query.forward(x)? * (1.0 / (hd as f64).sqrt()))?)?;
+        let k = split(layer.key.forward(x)?)?;
+        let v = split(layer.value.forward(x)?)?;
+        let scores = q.matmul(&k.t()?)?.broadcast_add(bias)?;
+        let probs = mode.softmax(&scores)?;
+        let probs = mode.dropout(&probs, self.attention_dropout)?;
+        let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, l, h))?;
+        let a = mode.dropout(&layer.attn_out.forward(&ctx)?, self.hidden_dropout)?;
+        let x = layer.attn_norm.forward(&(a + x)?, mode)?;
+        let mid = self.act.apply(&layer.intermediate.forward(&x)?, mode)?;
+        let o = mode.dropout(&layer.output.forward(&mid)?, self.hidden_dropout)?;
+        layer.out_norm.forward(&(o + x)?, mode)
+    }
+}

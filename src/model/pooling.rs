@@ -1,0 +1,107 @@
+//! Pooling token states into one sentence vector, and L2 normalisation.
+
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Tensor, D};
+use std::path::Path;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pooling {
+    /// Mean over the attended tokens (the attention mask).
+    Mean,
+    /// The first token's state (`[CLS]` / `<s>`).
+    Cls,
+    /// Element-wise max over the attended tokens.
+    Max,
+}
+
+impl std::fmt::Display for Pooling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Pooling::Mean => "mean",
+            Pooling::Cls => "cls",
+            Pooling::Max => "max",
+        })
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct StPoolingConfig {
+    #[serde(default)]
+    pooling_mode_cls_token: bool,
+    #[serde(default)]
+    pooling_mode_mean_tokens: bool,
+    #[serde(default)]
+    pooling_mode_max_tokens: bool,
+    #[serde(default)]
+    pooling_mode_mean_sqrt_len_tokens: bool,
+    #[serde(default)]
+    pooling_mode: Option<String>,
+}
+
+impl Pooling {
+    /// Read a sentence-transformers `1_Pooling/config.json`.
+    pub fn from_st_config(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let c: StPoolingConfig =
+            serde_json::from_str(&text).with_context(|| format!("invalid pooling config {}", path.display()))?;
+        if let Some(mode) = c.pooling_mode.as_deref() {
+            return match mode {
+                "mean" => Ok(Pooling::Mean),
+                "cls" => Ok(Pooling::Cls),
+                "max" => Ok(Pooling::Max),
+                other => bail!("{}: pooling_mode {other:?} is not supported (mean, cls, max)", path.display()),
+            };
+        }
+        let modes = [c.pooling_mode_cls_token, c.pooling_mode_mean_tokens, c.pooling_mode_max_tokens];
+        if c.pooling_mode_mean_sqrt_len_tokens || modes.iter().filter(|m| **m).count() != 1 {
+            bail!(
+                "{}: xsent supports exactly one of cls, mean or max pooling; pass --pooling to choose",
+                path.display()
+            );
+        }
+        Ok(if c.pooling_mode_cls_token {
+            Pooling::Cls
+        } else if c.pooling_mode_mean_tokens {
+            Pooling::Mean
+        } else {
+            Pooling::Max
+        })
+    }
+
+    /// The sentence-transformers `1_Pooling/config.json` for this mode.
+    pub fn st_config(&self, dim: usize) -> serde_json::Value {
+        serde_json::json!({
+            "word_embedding_dimension": dim,
+            "pooling_mode_cls_token": *self == Pooling::Cls,
+            "pooling_mode_mean_tokens": *self == Pooling::Mean,
+            "pooling_mode_max_tokens": *self == Pooling::Max,
+            "pooling_mode_mean_sqrt_len_tokens": false,
+        })
+    }
+
+    /// `hidden` `[B, L, H]`, `mask` `[B, L]` → `[B, H]`. Differentiable.
+    pub fn apply(&self, hidden: &Tensor, mask: &Tensor) -> Result<Tensor> {
+        let mask = mask.to_dtype(hidden.dtype())?;
+        Ok(match self {
+            Pooling::Cls => hidden.narrow(1, 0, 1)?.squeeze(1)?,
+            Pooling::Mean => {
+                let summed = hidden.broadcast_mul(&mask.unsqueeze(D::Minus1)?)?.sum(1)?;
+                let counts = mask.sum_keepdim(1)?.clamp(1e-9, f64::INFINITY)?;
+                summed.broadcast_div(&counts)?
+            }
+            Pooling::Max => {
+                // Padded positions get -1e9 (as sentence-transformers does) before the max.
+                let penalty = ((mask - 1.0)? * 1e9)?.unsqueeze(D::Minus1)?;
+                hidden.broadcast_add(&penalty)?.max(1)?
+            }
+        })
+    }
+}
+
+/// Row-wise `x / max(‖x‖₂, 1e-12)` (as `torch.nn.functional.normalize`). Differentiable.
+pub fn l2_normalize(x: &Tensor) -> Result<Tensor> {
+    let x32 = if x.dtype() == DType::F32 { x.clone() } else { x.to_dtype(DType::F32)? };
+    let norm = x32.sqr()?.sum_keepdim(D::Minus1)?.sqrt()?.clamp(1e-12, f64::INFINITY)?;
+    Ok(x32.broadcast_div(&norm)?.to_dtype(x.dtype())?)
+}

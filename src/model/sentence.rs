@@ -1,0 +1,312 @@
+//! A sentence encoder: tokenizer + [`Encoder`] + [`Pooling`] + prefix + normalisation.
+//! Recipes and evaluators work with text through this type and never see token ids or files.
+
+use super::config::EncoderConfig;
+use super::encoder::{Encoder, Mode};
+use super::pooling::{l2_normalize, Pooling};
+use super::source::{self, ModelFiles};
+use super::weights::{self, Params};
+use anyhow::{anyhow, bail, Context, Result};
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use std::path::Path;
+use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
+
+/// How to load a model. `None` fields come from the model directory.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    pub device: Device,
+    /// Keep only the first N transformer layers.
+    pub layers: Option<usize>,
+    pub pooling: Option<Pooling>,
+    pub prefix: Option<String>,
+    pub max_length: Option<usize>,
+    pub normalize: bool,
+    /// Load the weights as trainable variables.
+    pub trainable: bool,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            device: Device::Cpu,
+            layers: None,
+            pooling: None,
+            prefix: None,
+            max_length: None,
+            normalize: true,
+            trainable: false,
+        }
+    }
+}
+
+/// Settings xsent saves beside a model it trained (`xsent.json`), applied when it is loaded.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct SavedSettings {
+    #[serde(default)]
+    pub prefix: Option<String>,
+}
+
+/// One tokenised text.
+#[derive(Debug, Clone)]
+pub struct Encoded {
+    pub ids: Vec<u32>,
+    /// It was longer than the maximum length and was cut.
+    pub truncated: bool,
+}
+
+/// A padded batch on the model's device.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    /// `[B, L]` u32, padded with the tokenizer's pad id.
+    pub input_ids: Tensor,
+    /// `[B, L]` f32, 1 on tokens and 0 on padding.
+    pub attention_mask: Tensor,
+}
+
+pub struct SentenceEncoder {
+    pub encoder: Encoder,
+    pub config: EncoderConfig,
+    pub files: ModelFiles,
+    pub pooling: Pooling,
+    pub prefix: String,
+    pub max_length: usize,
+    pub normalize: bool,
+    pub params: Option<Params>,
+    tokenizer: Tokenizer,
+    pad_id: u32,
+    device: Device,
+}
+
+impl SentenceEncoder {
+    /// Load from a `--model` spec (directory or hub id).
+    pub fn load(spec: &str, opts: &LoadOptions) -> Result<Self> {
+        let files = source::resolve(spec)?;
+        Self::from_files(files, opts)
+    }
+
+    pub fn from_files(files: ModelFiles, opts: &LoadOptions) -> Result<Self> {
+        let mut config = EncoderConfig::from_file(&files.config)?;
+        if let Some(n) = opts.layers {
+            config.truncate_layers(n)?;
+        }
+        let tensors = weights::load_encoder_tensors(&files.weights, &opts.device, config.num_hidden_layers)?;
+        let (tensors, params) = if opts.trainable {
+            let (t, p) = Params::from_tensors(tensors)?;
+            (t, Some(p))
+        } else {
+            (tensors, None)
+        };
+        let vb = VarBuilder::from_tensors(tensors, DType::F32, &opts.device);
+        let encoder = Encoder::load(vb, &config).with_context(|| format!("loading weights {}", files.weights.display()))?;
+
+        let mut tokenizer = Tokenizer::from_file(&files.tokenizer)
+            .map_err(|e| anyhow!("cannot load tokenizer {}: {e}", files.tokenizer.display()))?;
+        let pad_id = tokenizer
+            .get_padding()
+            .map(|p| p.pad_id)
+            .or_else(|| ["<pad>", "[PAD]"].iter().find_map(|t| tokenizer.token_to_id(t)))
+            .unwrap_or(config.pad_id());
+        tokenizer.with_padding(None);
+
+        let saved: SavedSettings = match &files.xsent {
+            Some(p) => serde_json::from_str(&std::fs::read_to_string(p)?).with_context(|| format!("invalid {}", p.display()))?,
+            None => SavedSettings::default(),
+        };
+        let pooling = match (opts.pooling, &files.pooling) {
+            (Some(p), _) => p,
+            (None, Some(path)) => Pooling::from_st_config(path)?,
+            (None, None) => Pooling::Mean,
+        };
+        let model_max = config.max_positions().min(512);
+        let max_length = match opts.max_length {
+            Some(n) => {
+                if n < 2 || n > config.max_positions() {
+                    bail!("--max-length {n}: this model takes 2..={} tokens", config.max_positions());
+                }
+                n
+            }
+            None => st_max_seq_length(files.st_config.as_deref())?.unwrap_or(model_max).min(config.max_positions()),
+        };
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length,
+                strategy: TruncationStrategy::LongestFirst,
+                stride: 0,
+                direction: TruncationDirection::Right,
+            }))
+            .map_err(|e| anyhow!("cannot set truncation on {}: {e}", files.tokenizer.display()))?;
+        let prefix = opts.prefix.clone().or(saved.prefix).unwrap_or_default();
+        Ok(Self {
+            encoder,
+            config,
+            files,
+            pooling,
+            prefix,
+            max_length,
+            normalize: opts.normalize,
+            params,
+            tokenizer,
+            pad_id,
+            device: opts.device.clone(),
+        })
+    }
+
+    pub fn dim(&self) -> usize {
+        self.encoder.hidden_size()
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    pub fn pad_id(&self) -> u32 {
+        self.pad_id
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// Tokenise `prefix + text` with surrounding whitespace stripped (as sentence-transformers
+    /// does), truncating to `max_length` tokens (specials included).
+    pub fn tokenize<S: AsRef<str>>(&self, texts: &[S]) -> Result<Vec<Encoded>> {
+        let inputs: Vec<String> =
+            texts.iter().map(|t| format!("{}{}", self.prefix, t.as_ref()).trim().to_string()).collect();
+        let encs = self.tokenizer.encode_batch(inputs, true).map_err(|e| anyhow!("tokenizer failed: {e}"))?;
+        Ok(encs
+            .into_iter()
+            .map(|e| Encoded { truncated: !e.get_overflowing().is_empty(), ids: e.get_ids().to_vec() })
+            .collect())
+    }
+
+    /// Pad a set of tokenised texts into one batch.
+    pub fn collate(&self, items: &[&Encoded]) -> Result<Batch> {
+        let b = items.len();
+        let l = items.iter().map(|e| e.ids.len()).max().unwrap_or(0).max(1);
+        let mut ids = vec![self.pad_id; b * l];
+        let mut mask = vec![0f32; b * l];
+        for (i, e) in items.iter().enumerate() {
+            ids[i * l..i * l + e.ids.len()].copy_from_slice(&e.ids);
+            mask[i * l..i * l + e.ids.len()].iter_mut().for_each(|m| *m = 1.0);
+        }
+        Ok(Batch {
+            input_ids: Tensor::from_vec(ids, (b, l), &self.device)?,
+            attention_mask: Tensor::from_vec(mask, (b, l), &self.device)?,
+        })
+    }
+
+    /// Token states `[B, L, H]` of a batch.
+    pub fn hidden_states(&self, batch: &Batch, mode: &mut Mode) -> Result<Tensor> {
+        self.encoder.forward(&batch.input_ids, &batch.attention_mask, mode)
+    }
+
+    /// Pooled (and, if set, normalised) sentence vectors `[B, H]` of a batch.
+    pub fn pool(&self, hidden: &Tensor, batch: &Batch) -> Result<Tensor> {
+        let pooled = self.pooling.apply(hidden, &batch.attention_mask)?;
+        if self.normalize {
+            l2_normalize(&pooled)
+        } else {
+            Ok(pooled)
+        }
+    }
+
+    /// Sentence vectors `[B, H]` for texts; differentiable in [`Mode::Train`].
+    pub fn forward<S: AsRef<str>>(&self, texts: &[S], mode: &mut Mode) -> Result<Tensor> {
+        let enc = self.tokenize(texts)?;
+        let batch = self.collate(&enc.iter().collect::<Vec<_>>())?;
+        let hidden = self.hidden_states(&batch, mode)?;
+        self.pool(&hidden, &batch)
+    }
+
+    /// Embed already-tokenised texts in batches of `batch_size`, longest first, returning rows
+    /// in the input order. On the CPU, batches are spread over [`crate::parallel::threads`] workers.
+    pub fn embed_encoded(&self, items: &[Encoded], batch_size: usize) -> Result<Vec<Vec<f32>>> {
+        let mut order: Vec<usize> = (0..items.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(items[i].ids.len()));
+        let batches: Vec<&[usize]> = order.chunks(batch_size.max(1)).collect();
+        let run = |chunk: &[usize]| -> Result<Vec<Vec<f32>>> {
+            let batch = self.collate(&chunk.iter().map(|&i| &items[i]).collect::<Vec<_>>())?;
+            let hidden = self.hidden_states(&batch, &mut Mode::Infer)?;
+            Ok(self.pool(&hidden, &batch)?.to_dtype(DType::F32)?.to_vec2::<f32>()?)
+        };
+        let workers = if self.device.is_cpu() { crate::parallel::threads().min(batches.len()) } else { 1 };
+        let mut results: Vec<Option<Result<Vec<Vec<f32>>>>> = (0..batches.len()).map(|_| None).collect();
+        if workers <= 1 {
+            for (slot, chunk) in results.iter_mut().zip(&batches) {
+                *slot = Some(run(chunk));
+            }
+        } else {
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            let done = std::sync::Mutex::new(&mut results);
+            std::thread::scope(|s| {
+                for _ in 0..workers {
+                    s.spawn(|| loop {
+                        let b = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if b >= batches.len() {
+                            break;
+                        }
+                        let r = run(batches[b]);
+                        done.lock().expect("no worker panicked")[b] = Some(r);
+                    });
+                }
+            });
+        }
+        let mut out = vec![Vec::new(); items.len()];
+        for (chunk, r) in batches.iter().zip(results) {
+            for (&i, row) in chunk.iter().zip(r.expect("every batch ran")?) {
+                out[i] = row;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Embed texts (inference), in the input order.
+    pub fn embed<S: AsRef<str>>(&self, texts: &[S], batch_size: usize) -> Result<Vec<Vec<f32>>> {
+        let enc = self.tokenize(texts)?;
+        self.embed_encoded(&enc, batch_size)
+    }
+
+    /// Save as a model directory in Hugging Face layout plus sentence-transformers files,
+    /// loadable by `xsent --model DIR` and by sentence-transformers. Weights are the trainable
+    /// parameters when the model was loaded trainable, else the loaded tensors.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        let params = self.params.as_ref().ok_or_else(|| anyhow!("only a model loaded as trainable can be saved"))?;
+        std::fs::create_dir_all(dir.join("1_Pooling")).with_context(|| format!("cannot create {}", dir.display()))?;
+        weights::save_tensors(&params.tensors(), &dir.join("model.safetensors"))?;
+        std::fs::write(dir.join("config.json"), self.config.to_json())?;
+        std::fs::copy(&self.files.tokenizer, dir.join("tokenizer.json"))
+            .with_context(|| format!("cannot copy {}", self.files.tokenizer.display()))?;
+        write_st_files(dir, self.pooling, self.dim(), self.max_length, self.normalize)?;
+        let settings = SavedSettings { prefix: Some(self.prefix.clone()).filter(|p| !p.is_empty()) };
+        std::fs::write(dir.join("xsent.json"), serde_json::to_string_pretty(&settings)?)?;
+        Ok(())
+    }
+}
+
+/// Write sentence-transformers' modules.json, 1_Pooling/config.json and sentence_bert_config.json.
+pub fn write_st_files(dir: &Path, pooling: Pooling, dim: usize, max_seq_length: usize, normalize: bool) -> Result<()> {
+    std::fs::create_dir_all(dir.join("1_Pooling"))?;
+    let mut modules = vec![
+        serde_json::json!({"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}),
+        serde_json::json!({"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}),
+    ];
+    if normalize {
+        std::fs::create_dir_all(dir.join("2_Normalize"))?;
+        modules.push(serde_json::json!({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}));
+    }
+    std::fs::write(dir.join("modules.json"), serde_json::to_string_pretty(&modules)?)?;
+    std::fs::write(dir.join("1_Pooling/config.json"), serde_json::to_string_pretty(&pooling.st_config(dim))?)?;
+    std::fs::write(
+        dir.join("sentence_bert_config.json"),
+        serde_json::to_string_pretty(&serde_json::json!({"max_seq_length": max_seq_length, "do_lower_case": false}))?,
+    )?;
+    Ok(())
+}
+
+fn st_max_seq_length(path: Option<&Path>) -> Result<Option<usize>> {
+    let Some(path) = path else { return Ok(None) };
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path)?)
+        .with_context(|| format!("invalid {}", path.display()))?;
+    Ok(v["max_seq_length"].as_u64().map(|n| n as usize))
+}

@@ -1,0 +1,183 @@
+//! Where a model's files come from: a local directory, or a hub id (`org/name[@revision]`)
+//! resolved through the `hf-hub` cache (`HF_HUB_CACHE`, else `$HF_HOME/hub`, else
+//! `~/.cache/huggingface/hub`), downloading when online and `HF_HUB_OFFLINE` is not set.
+
+use anyhow::{bail, Result};
+use std::path::{Path, PathBuf};
+
+/// The files of one model. Optional ones are sentence-transformers metadata.
+#[derive(Debug, Clone)]
+pub struct ModelFiles {
+    /// What the user passed (`models/e5` or `org/name`).
+    pub spec: String,
+    pub config: PathBuf,
+    pub weights: PathBuf,
+    pub tokenizer: PathBuf,
+    /// `1_Pooling/config.json` (or the Pooling module's path in `modules.json`).
+    pub pooling: Option<PathBuf>,
+    /// `sentence_bert_config.json` (`max_seq_length`).
+    pub st_config: Option<PathBuf>,
+    /// `xsent.json`: settings xsent itself saved with a trained model (prefix, pooling).
+    pub xsent: Option<PathBuf>,
+}
+
+const REQUIRED: [&str; 3] = ["config.json", "model.safetensors", "tokenizer.json"];
+
+fn how_to_get(file: &str) -> &'static str {
+    match file {
+        "model.safetensors" => "xsent reads weights from model.safetensors; a checkpoint with only pytorch_model.bin must be re-saved with transformers' save_pretrained(..., safe_serialization=True)",
+        "tokenizer.json" => "xsent needs the fast-tokenizer file tokenizer.json; save it with transformers' AutoTokenizer.from_pretrained(...).save_pretrained(dir)",
+        _ => "save the model with transformers' save_pretrained(dir)",
+    }
+}
+
+/// Resolve `--model`: an existing directory, else a hub id.
+pub fn resolve(spec: &str) -> Result<ModelFiles> {
+    let path = Path::new(spec);
+    if path.is_dir() {
+        return resolve_dir(path, spec);
+    }
+    let first = spec.split('/').next().unwrap_or("");
+    if looks_like_hub_id(spec) && !Path::new(first).is_dir() {
+        return resolve_hub(spec, &hub_cache_dir(), hub_offline());
+    }
+    bail!(
+        "model {spec:?} not found: it is not a directory, nor a hub id of the form org/name.\n\
+         The bundled models are made by scripts/setup.sh under models/ (e.g. --model models/multilingual-e5-small)."
+    )
+}
+
+fn looks_like_hub_id(spec: &str) -> bool {
+    let id = spec.split('@').next().unwrap_or("");
+    let parts: Vec<&str> = id.split('/').collect();
+    parts.len() == 2
+        && parts.iter().all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)))
+        && !spec.starts_with('.')
+}
+
+/// A local model directory.
+pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
+    for f in REQUIRED {
+        if !dir.join(f).is_file() {
+            bail!(
+                "model directory {} has no {f}: xsent needs config.json, model.safetensors and tokenizer.json there.\n{}.\n\
+                 For the bundled models run scripts/setup.sh.",
+                dir.display(),
+                how_to_get(f)
+            );
+        }
+    }
+    let opt = |rel: &str| Some(dir.join(rel)).filter(|p| p.is_file());
+    let pooling_rel = pooling_path(opt("modules.json").as_deref());
+    Ok(ModelFiles {
+        spec: spec.to_string(),
+        config: dir.join("config.json"),
+        weights: dir.join("model.safetensors"),
+        tokenizer: dir.join("tokenizer.json"),
+        pooling: opt(&pooling_rel),
+        st_config: opt("sentence_bert_config.json"),
+        xsent: opt("xsent.json"),
+    })
+}
+
+/// Path of the Pooling module's config, from `modules.json` when present.
+fn pooling_path(modules: Option<&Path>) -> String {
+    let default = "1_Pooling/config.json".to_string();
+    let Some(path) = modules else { return default };
+    let Ok(text) = std::fs::read_to_string(path) else { return default };
+    let Ok(serde_json::Value::Array(mods)) = serde_json::from_str::<serde_json::Value>(&text) else { return default };
+    mods.iter()
+        .find(|m| m["type"].as_str().is_some_and(|t| t.ends_with("Pooling")))
+        .and_then(|m| m["path"].as_str())
+        .map(|p| format!("{p}/config.json"))
+        .unwrap_or(default)
+}
+
+/// The hub cache directory, as `huggingface_hub` chooses it.
+pub fn hub_cache_dir() -> PathBuf {
+    if let Ok(dir) = std::env::var("HF_HUB_CACHE") {
+        return PathBuf::from(dir);
+    }
+    hf_hub::Cache::from_env().path().clone()
+}
+
+/// `HF_HUB_OFFLINE` set to a true value.
+pub fn hub_offline() -> bool {
+    std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
+}
+
+/// Resolve a hub id through the cache at `cache_dir`; download missing files unless `offline`.
+pub fn resolve_hub(spec: &str, cache_dir: &Path, offline: bool) -> Result<ModelFiles> {
+    let (id, revision) = match spec.split_once('@') {
+        Some((id, rev)) => (id.to_string(), rev.to_string()),
+        None => (spec.to_string(), "main".to_string()),
+    };
+    let repo = hf_hub::Repo::with_revision(id.clone(), hf_hub::RepoType::Model, revision.clone());
+    let cache = hf_hub::Cache::new(cache_dir.to_path_buf()).repo(repo.clone());
+    let api = if offline {
+        None
+    } else {
+        let api = hf_hub::api::sync::ApiBuilder::from_cache(hf_hub::Cache::new(cache_dir.to_path_buf()))
+            .with_progress(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+        let api = match std::env::var("HF_ENDPOINT") {
+            Ok(e) => api.with_endpoint(e),
+            Err(_) => api,
+        };
+        Some(api.build()?.repo(repo))
+    };
+    let get = |file: &str, required: bool| -> Result<Option<PathBuf>> {
+        if let Some(p) = cache.get(file) {
+            return Ok(Some(p));
+        }
+        let Some(api) = &api else {
+            if required {
+                bail!(
+                    "{file} of {id} (revision {revision}) is not in the hub cache {} and HF_HUB_OFFLINE is set.\n\
+                     Download it while online (run the same command without HF_HUB_OFFLINE, or `huggingface-cli download {id}`), \
+                     or pass a local model directory to --model.\n{}.",
+                    cache_dir.display(),
+                    how_to_get(file)
+                );
+            }
+            return Ok(None);
+        };
+        match api.get(file) {
+            Ok(p) => Ok(Some(p)),
+            Err(e) if required => bail!(
+                "cannot get {file} of {id} (revision {revision}) from the hub: {e}.\n\
+                 The cache is {} (set HF_HOME or HF_HUB_CACHE to use another); with no network, pass a local model directory to --model.\n{}.",
+                cache_dir.display(),
+                how_to_get(file)
+            ),
+            Err(_) => Ok(None),
+        }
+    };
+    let config = get("config.json", true)?.unwrap();
+    let weights = get("model.safetensors", true)?.unwrap();
+    let tokenizer = get("tokenizer.json", true)?.unwrap();
+    let modules = get("modules.json", false)?;
+    let pooling = get(&pooling_path(modules.as_deref()), false)?;
+    Ok(ModelFiles {
+        spec: spec.to_string(),
+        config,
+        weights,
+        tokenizer,
+        pooling,
+        st_config: get("sentence_bert_config.json", false)?,
+        xsent: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hub_ids() {
+        assert!(looks_like_hub_id("intfloat/multilingual-e5-small"));
+        assert!(looks_like_hub_id("org/name@v1.0"));
+        assert!(!looks_like_hub_id("models/a/b"));
+        assert!(!looks_like_hub_id("./models"));
+        assert!(!looks_like_hub_id("name"));
+    }
+}

@@ -1,0 +1,152 @@
+//! Reading and writing encoder weights under Hugging Face names.
+//!
+//! Checkpoints come with or without the `bert.` / `roberta.` prefix that masked-LM models carry,
+//! sometimes with the old `gamma`/`beta` LayerNorm names; heads (`cls.*`, `lm_head.*`,
+//! `pooler.*`) are ignored. Inside xsent every tensor has its canonical prefix-free name.
+
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Device, Tensor, Var};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Canonical name of a checkpoint tensor, or `None` when it is not part of the encoder.
+fn canonical_name(name: &str, prefix: &str) -> Option<String> {
+    let rest = if prefix.is_empty() { name } else { name.strip_prefix(prefix)? };
+    if !(rest.starts_with("embeddings.") || rest.starts_with("encoder.")) {
+        return None;
+    }
+    let rest = if let Some(s) = rest.strip_suffix(".gamma") {
+        format!("{s}.weight")
+    } else if let Some(s) = rest.strip_suffix(".beta") {
+        format!("{s}.bias")
+    } else {
+        rest.to_string()
+    };
+    Some(rest)
+}
+
+/// The prefix under which the encoder's tensors are stored in this checkpoint.
+fn detect_prefix<'a, I: IntoIterator<Item = &'a String>>(names: I) -> Result<&'static str> {
+    let names: Vec<&String> = names.into_iter().collect();
+    for prefix in ["", "bert.", "roberta.", "model."] {
+        let probe = format!("{prefix}embeddings.word_embeddings.weight");
+        if names.iter().any(|n| **n == probe) {
+            return Ok(prefix);
+        }
+    }
+    let sample: Vec<&str> = names.iter().take(5).map(|s| s.as_str()).collect();
+    bail!(
+        "no `embeddings.word_embeddings.weight` (with or without a `bert.`/`roberta.` prefix) among the tensors; \
+         is this a BERT/XLM-R checkpoint? first tensor names: {sample:?}"
+    )
+}
+
+/// Encoder tensors of a safetensors file as f32 on `device`, under canonical names.
+/// Layers at index `>= keep_layers` are dropped.
+pub fn load_encoder_tensors(path: &Path, device: &Device, keep_layers: usize) -> Result<HashMap<String, Tensor>> {
+    let raw = candle_core::safetensors::load(path, &Device::Cpu)
+        .with_context(|| format!("cannot read weights {}", path.display()))?;
+    let prefix = detect_prefix(raw.keys()).with_context(|| format!("in {}", path.display()))?;
+    let mut out = HashMap::new();
+    for (name, t) in raw {
+        let Some(canon) = canonical_name(&name, prefix) else { continue };
+        if let Some(layer) = layer_index(&canon) {
+            if layer >= keep_layers {
+                continue;
+            }
+        }
+        let t = if t.dtype() == DType::F32 { t } else { t.to_dtype(DType::F32)? };
+        out.insert(canon, t.to_device(device)?);
+    }
+    Ok(out)
+}
+
+/// `encoder.layer.7.attention...` → `Some(7)`.
+pub fn layer_index(name: &str) -> Option<usize> {
+    name.strip_prefix("encoder.layer.")?.split('.').next()?.parse().ok()
+}
+
+/// Trainable parameters: every encoder (or head) tensor as a [`Var`], by canonical name.
+#[derive(Clone, Default)]
+pub struct Params {
+    pub vars: Vec<(String, Var)>,
+}
+
+impl Params {
+    /// Turn tensors into variables; returns the map of their tensor views (which track gradients)
+    /// for building the model, and the parameter list for the optimiser.
+    pub fn from_tensors(tensors: HashMap<String, Tensor>) -> Result<(HashMap<String, Tensor>, Params)> {
+        let mut names: Vec<String> = tensors.keys().cloned().collect();
+        names.sort();
+        let mut map = HashMap::new();
+        let mut vars = Vec::new();
+        for name in names {
+            let var = Var::from_tensor(&tensors[&name])?;
+            map.insert(name.clone(), var.as_tensor().clone());
+            vars.push((name, var));
+        }
+        Ok((map, Params { vars }))
+    }
+
+    pub fn extend(&mut self, prefix: &str, other: Params) {
+        for (n, v) in other.vars {
+            self.vars.push((format!("{prefix}{n}"), v));
+        }
+    }
+
+    pub fn num_elements(&self) -> usize {
+        self.vars.iter().map(|(_, v)| v.elem_count()).sum()
+    }
+
+    pub fn tensors(&self) -> HashMap<String, Tensor> {
+        self.vars.iter().map(|(n, v)| (n.clone(), v.as_tensor().clone())).collect()
+    }
+
+    /// Write all parameters to one safetensors file (atomically: temp file + rename).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        save_tensors(&self.tensors(), path)
+    }
+}
+
+/// Write tensors to a safetensors file via a temporary file and a rename.
+pub fn save_tensors(tensors: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
+    let tmp = path.with_extension("safetensors.tmp");
+    // Detach from any autograd graph and bring to the CPU before writing.
+    let cpu: HashMap<String, Tensor> = tensors
+        .iter()
+        .map(|(k, v)| Ok((k.clone(), v.detach().to_device(&Device::Cpu)?)))
+        .collect::<Result<_>>()?;
+    candle_core::safetensors::save(&cpu, &tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot move {} into place", path.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_names() {
+        assert_eq!(canonical_name("bert.embeddings.LayerNorm.gamma", "bert.").unwrap(), "embeddings.LayerNorm.weight");
+        assert_eq!(canonical_name("bert.embeddings.LayerNorm.beta", "bert.").unwrap(), "embeddings.LayerNorm.bias");
+        assert_eq!(
+            canonical_name("roberta.encoder.layer.0.output.dense.weight", "roberta.").unwrap(),
+            "encoder.layer.0.output.dense.weight"
+        );
+        assert!(canonical_name("lm_head.dense.weight", "roberta.").is_none());
+        assert!(canonical_name("cls.predictions.bias", "bert.").is_none());
+        assert!(canonical_name("pooler.dense.weight", "").is_none());
+        assert_eq!(layer_index("encoder.layer.11.output.LayerNorm.bias"), Some(11));
+        assert_eq!(layer_index("embeddings.word_embeddings.weight"), None);
+    }
+
+    #[test]
+    fn prefix_detection() {
+        let names = vec!["lm_head.bias".to_string(), "roberta.embeddings.word_embeddings.weight".to_string()];
+        assert_eq!(detect_prefix(&names).unwrap(), "roberta.");
+        let names = vec!["embeddings.word_embeddings.weight".to_string()];
+        assert_eq!(detect_prefix(&names).unwrap(), "");
+        let err = detect_prefix(&vec!["foo.weight".to_string()]).unwrap_err().to_string();
+        assert!(err.contains("word_embeddings"), "{err}");
+    }
+}

@@ -1,0 +1,35 @@
+//! Thread use. For inference xsent runs one batch per core with single-threaded candle ops:
+//! candle 0.11's intra-op threading (a spin-barrier pool for element-wise ops, and rayon for
+//! every per-head attention GEMM) costs more than it gains at sentence lengths, measured on 2
+//! cores: 500 sentences took 9.9 s with 2 intra-op threads and 6.9 s with 1.
+
+use std::sync::OnceLock;
+
+static THREADS: OnceLock<usize> = OnceLock::new();
+
+fn from_env() -> usize {
+    ["XSENT_THREADS", "RAYON_NUM_THREADS"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok()?.parse::<usize>().ok().filter(|n| *n > 0))
+        .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
+}
+
+/// Worker threads for data-parallel work (`XSENT_THREADS`, else `RAYON_NUM_THREADS`, else all cores).
+pub fn threads() -> usize {
+    *THREADS.get_or_init(from_env)
+}
+
+/// Switch candle to single-threaded ops so that [`threads`] workers can each run their own
+/// batches. Call at process start, before any other thread exists.
+pub fn init_data_parallel() {
+    let n = threads();
+    // Safe: called from main before any thread is spawned.
+    std::env::set_var("RAYON_NUM_THREADS", "1");
+    std::env::set_var("CANDLE_NUM_THREADS", "1");
+    let _ = n;
+}
+
+/// Whether candle ops were made single-threaded by [`init_data_parallel`].
+pub fn is_data_parallel() -> bool {
+    std::env::var("CANDLE_NUM_THREADS").as_deref() == Ok("1")
+}

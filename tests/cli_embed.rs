@@ -1,0 +1,139 @@
+//! `xsent embed` end to end: formats, line alignment and every bad-input case.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Output, Stdio};
+
+fn e5() -> String {
+    common::model("multilingual-e5-small").to_str().unwrap().to_string()
+}
+
+fn embed(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = common::xsent()
+        .arg("embed")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn rows(out: &Output) -> Vec<Vec<f32>> {
+    String::from_utf8(out.stdout.clone()).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+#[test]
+fn jsonl_keeps_line_alignment_with_empty_lines_and_crlf() {
+    let out = embed(&["--model", &e5(), "--prefix", "query: "], b"Hello world\r\n\nDie Katze.\nlast line without newline");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r = rows(&out);
+    assert_eq!(r.len(), 4);
+    assert!(r.iter().all(|v| v.len() == 384));
+    // Line 2 is the empty text; line 1 without its \r equals "Hello world" alone.
+    let single = embed(&["--model", &e5(), "--prefix", "query: "], b"Hello world\n");
+    assert_eq!(rows(&single)[0], r[0]);
+    let empty = embed(&["--model", &e5(), "--prefix", "query: "], b"\n");
+    assert_eq!(rows(&empty)[0], r[1]);
+    let norm: f64 = r[2].iter().map(|x| (*x as f64).powi(2)).sum();
+    assert!((norm - 1.0).abs() < 1e-5, "not normalised: {norm}");
+}
+
+#[test]
+fn no_normalize_and_pooling_options() {
+    let out = embed(&["--model", &e5(), "--no-normalize"], b"Hello world\n");
+    let norm: f64 = rows(&out)[0].iter().map(|x| (*x as f64).powi(2)).sum();
+    assert!((norm - 1.0).abs() > 1e-3, "--no-normalize still normalised");
+    let cls = embed(&["--model", &e5(), "--pooling", "cls"], b"Hello world\n");
+    let mean = embed(&["--model", &e5()], b"Hello world\n");
+    assert_ne!(rows(&cls)[0], rows(&mean)[0]);
+}
+
+#[test]
+fn invalid_utf8_stops_with_the_line_number_and_keeps_earlier_lines() {
+    let out = embed(&["--model", &e5()], b"one\ntwo\nbad \xff byte\nfour\n");
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("line 3 is not valid UTF-8"), "{err}");
+    assert_eq!(rows(&out).len(), 2, "the lines before the bad one must be written");
+}
+
+#[test]
+fn long_lines_are_truncated_and_counted() {
+    let long = "word ".repeat(700);
+    let input = format!("short\n{long}\nshort again\n{long}\n");
+    let out = embed(&["--model", &e5(), "--max-length", "16"], input.as_bytes());
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(rows(&out).len(), 4);
+    let err = stderr(&out);
+    assert!(err.contains("2 of 4 lines were longer than 16 tokens") && err.contains("first: line 2"), "{err}");
+}
+
+#[test]
+fn npy_and_f32_outputs_hold_the_same_vectors() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "a\nb b\n\nc c c\n").unwrap();
+    let jsonl = embed(&["--model", &e5(), "--input", input.to_str().unwrap()], b"");
+    let want: Vec<f32> = rows(&jsonl).concat();
+    let npy = dir.path().join("out.npy");
+    let f32p = dir.path().join("out.f32");
+    for (fmt, p) in [("npy", &npy), ("f32", &f32p)] {
+        let out = embed(&["--model", &e5(), "--input", input.to_str().unwrap(), "--format", fmt, "-o", p.to_str().unwrap()], b"");
+        assert!(out.status.success(), "{}", stderr(&out));
+    }
+    let raw = std::fs::read(&f32p).unwrap();
+    let got: Vec<f32> = raw.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+    assert_eq!(got, want);
+    let raw = std::fs::read(&npy).unwrap();
+    assert_eq!(&raw[..6], b"\x93NUMPY");
+    let header_len = u16::from_le_bytes([raw[8], raw[9]]) as usize;
+    let header = String::from_utf8_lossy(&raw[10..10 + header_len]);
+    assert!(header.contains("'shape': (4, 384)") && header.contains("'<f4'"), "{header}");
+    let body: Vec<f32> = raw[10 + header_len..].chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+    assert_eq!(body, want);
+    // And numpy itself reads it (.ci/run provides a python with numpy as XSENT_PYTHON).
+    let python = std::env::var("XSENT_PYTHON").unwrap_or_else(|_| "python3".into());
+    let check = std::process::Command::new(&python)
+        .args(["-c", "import sys, numpy as np; a = np.load(sys.argv[1]); assert a.shape == (4, 384) and a.dtype == np.float32; print(float(a[0, 0]))"])
+        .arg(&npy)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e} (set XSENT_PYTHON to a python with numpy)"));
+    assert!(check.status.success(), "numpy could not load the file (set XSENT_PYTHON to a python with numpy): {}", String::from_utf8_lossy(&check.stderr));
+    let first: f32 = String::from_utf8_lossy(&check.stdout).trim().parse().unwrap();
+    assert_eq!(first, want[0]);
+}
+
+#[test]
+fn user_errors_are_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["--model".into(), e5(), "--format".into(), "npy".into()], "--format npy needs -o FILE"),
+        (vec!["--model".into(), e5(), "--device".into(), "cuda:0".into()], "built without CUDA"),
+        (vec!["--model".into(), e5(), "--batch-size".into(), "0".into()], "--batch-size must be at least 1"),
+        (vec!["--model".into(), e5(), "--input".into(), "/nonexistent/in.txt".into()], "cannot open input /nonexistent/in.txt"),
+        (vec!["--model".into(), e5(), "--max-length".into(), "100000".into()], "--max-length 100000"),
+        (vec!["--model".into(), "no/such/dir".into()], "not found"),
+        (vec!["--model".into(), dir.path().to_str().unwrap().into()], "has no config.json"),
+    ];
+    for (args, want) in cases {
+        let args: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        let out = embed(&args, b"x\n");
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = stderr(&out);
+        assert!(err.contains(want), "{args:?}: expected {want:?} in {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    // A model dir with config but no weights names the missing file and how to get it.
+    std::fs::copy(common::model("all-MiniLM-L6-v2").join("config.json"), dir.path().join("config.json")).unwrap();
+    let out = embed(&["--model", dir.path().to_str().unwrap()], b"x\n");
+    let err = stderr(&out);
+    assert!(err.contains("has no model.safetensors") && err.contains("safe_serialization"), "{err}");
+}
