@@ -200,10 +200,13 @@ def bench(a):
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     import numpy as np
+    import transformers
     import torch
     from sentence_transformers import SentenceTransformer
 
+    transformers.utils.logging.disable_progress_bar()
     torch.set_num_threads(a.threads)
     sents = [a.prefix + s for s in read_lines(a.input)]
     t0 = time.perf_counter()

