@@ -5,8 +5,10 @@
 //! recipes add a loss, evaluators add a metric.
 
 pub mod cli;
+pub mod data;
 pub mod device;
 pub mod embed;
+pub mod eval;
 pub mod model;
 pub mod parallel;
 pub mod train;

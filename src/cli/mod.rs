@@ -2,11 +2,12 @@
 
 mod convert;
 mod embed;
+mod eval;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "xsent", version, about = "Multilingual sentence embeddings: embed, convert (and more to come)")]
+#[command(name = "xsent", version, about = "Multilingual sentence embeddings: embed, evaluate, convert")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -16,6 +17,9 @@ struct Cli {
 enum Command {
     /// Embed sentences, one per line, from stdin or --input.
     Embed(embed::Args),
+    /// Evaluate a model on a benchmark with the papers' protocols.
+    #[command(subcommand)]
+    Eval(eval::Task),
     /// Convert foreign model formats into a Hugging Face model directory.
     #[command(subcommand)]
     Convert(convert::Convert),
@@ -70,12 +74,13 @@ impl ModelArgs {
 pub fn main() -> i32 {
     let cli = Cli::parse();
     match cli.command {
-        Command::Embed(_) => crate::parallel::init_data_parallel(),
+        Command::Embed(_) | Command::Eval(_) => crate::parallel::init_data_parallel(),
         Command::Convert(_) => {}
     }
     let result = match cli.command {
         Command::Embed(args) => embed::run(args),
         Command::Convert(c) => convert::run(c),
+        Command::Eval(t) => eval::run(t),
     };
     match result {
         Ok(()) => 0,

@@ -1,0 +1,39 @@
+//! Readers for the benchmark and corpus files. Every error names the file (and line).
+
+pub mod sts;
+
+use anyhow::{bail, Result};
+use std::path::{Path, PathBuf};
+
+/// The data directory: `--data-dir`, else `XSENT_DATA`.
+pub fn data_dir(arg: Option<&Path>) -> Result<PathBuf> {
+    let dir = match arg {
+        Some(p) => p.to_path_buf(),
+        None => match std::env::var_os("XSENT_DATA") {
+            Some(p) => PathBuf::from(p),
+            None => bail!("no data directory: pass --data-dir DIR or set XSENT_DATA (the benchmark files, e.g. ../shared/data)"),
+        },
+    };
+    if !dir.is_dir() {
+        bail!("data directory {} does not exist (from --data-dir or XSENT_DATA)", dir.display());
+    }
+    Ok(dir)
+}
+
+/// Read a UTF-8 text file into lines (`\n` or `\r\n`), with errors that name the file.
+pub fn read_lines(path: &Path) -> Result<Vec<String>> {
+    let bytes = std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    let text = match String::from_utf8(bytes) {
+        Ok(t) => t,
+        Err(e) => {
+            let at = e.utf8_error().valid_up_to();
+            let line = e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+            bail!("{}: line {line} is not valid UTF-8", path.display())
+        }
+    };
+    let lines: Vec<String> = text.lines().map(|l| l.strip_suffix('\r').unwrap_or(l).to_string()).collect();
+    if lines.is_empty() {
+        bail!("{} is empty", path.display());
+    }
+    Ok(lines)
+}

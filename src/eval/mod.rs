@@ -1,0 +1,23 @@
+//! Evaluation: one file per benchmark, plus metrics, published numbers and reports.
+
+pub mod metrics;
+pub mod published;
+pub mod report;
+pub mod sts;
+
+use crate::SentenceEncoder;
+use anyhow::Result;
+use std::collections::HashMap;
+
+/// Embed texts, each distinct text once, into a map text → vector.
+pub fn embed_unique<'a, I: IntoIterator<Item = &'a str>>(
+    enc: &SentenceEncoder,
+    texts: I,
+    batch_size: usize,
+) -> Result<HashMap<String, Vec<f32>>> {
+    let mut unique: Vec<&str> = texts.into_iter().collect();
+    unique.sort_unstable();
+    unique.dedup();
+    let vecs = enc.embed(&unique, batch_size)?;
+    Ok(unique.into_iter().map(String::from).zip(vecs).collect())
+}

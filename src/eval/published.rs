@@ -1,0 +1,50 @@
+//! Published numbers from the seed papers, printed beside ours. Each row names its table.
+
+/// A system's published scores per set (×100).
+pub struct Published {
+    pub system: &'static str,
+    /// Where the numbers are printed.
+    pub source: &'static str,
+    pub scores: &'static [(&'static str, f64)],
+}
+
+/// STS 2017 Spearman ρ×100. Seed 003 (Reimers & Gurevych 2020) Tables 1-2; seed 000 (DuEAM)
+/// Table 1. The papers' EN-ES is track 4a (`es-en`), EN-AR is track 2 (`ar-en`).
+pub const STS17_SPEARMAN: &[Published] = &[
+    Published {
+        system: "XLM-R←SBERT-paraphrases",
+        source: "seed 003 Tab. 1-2",
+        scores: &[("en-en", 88.8), ("es-es", 86.3), ("ar-ar", 79.6), ("ar-en", 82.3), ("en-de", 84.0), ("es-en", 83.1)],
+    },
+    Published {
+        system: "mUSE",
+        source: "seed 003 Tab. 1-2",
+        scores: &[("en-en", 86.4), ("es-es", 86.9), ("ar-ar", 76.4), ("ar-en", 79.3), ("en-de", 82.1), ("es-en", 79.6)],
+    },
+    Published {
+        system: "LaBSE",
+        source: "seed 003 Tab. 1-2",
+        scores: &[("en-en", 79.4), ("es-es", 80.8), ("ar-ar", 69.1), ("ar-en", 74.5), ("en-de", 73.8), ("es-en", 65.5)],
+    },
+    Published {
+        system: "XLM-R mean",
+        source: "seed 003 Tab. 1-2",
+        scores: &[("en-en", 50.7), ("es-es", 51.8), ("ar-ar", 25.7), ("ar-en", 17.4), ("en-de", 21.3), ("es-en", 10.9)],
+    },
+    Published {
+        system: "DuEAM weakly-sup.",
+        source: "seed 000 Tab. 1",
+        scores: &[("en-en", 81.9), ("es-es", 83.1), ("en-de", 69.4), ("es-en", 64.6)],
+    },
+    Published {
+        system: "DuEAM unsup.",
+        source: "seed 000 Tab. 1",
+        scores: &[("en-en", 80.2), ("es-es", 81.5), ("en-de", 64.6), ("es-en", 58.2)],
+    },
+];
+
+impl Published {
+    pub fn get(&self, set: &str) -> Option<f64> {
+        self.scores.iter().find(|(s, _)| *s == set).map(|(_, v)| *v)
+    }
+}

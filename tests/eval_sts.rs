@@ -1,0 +1,100 @@
+//! `xsent eval sts`: e5-small reproduces sentence-transformers' numbers with the same protocol,
+//! and bad data gives errors that name files and counts.
+
+mod common;
+
+use std::path::Path;
+use xsent::data::sts::read_sts2017;
+
+#[test]
+fn e5_small_reproduces_reference_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("sts.json");
+    let out = common::xsent()
+        .args(["eval", "sts", "--model", common::model("multilingual-e5-small").to_str().unwrap(), "--prefix", "query: "])
+        .arg("--data-dir")
+        .arg(common::data())
+        .arg("--report")
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("| en-en | 250 |") && table.contains("Language bias"), "{table}");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["prefix"], "query: ");
+    assert!(r["date"].as_str().unwrap().ends_with('Z') && r["seconds"].as_f64().unwrap() > 0.0);
+    // Measured with sentence-transformers and the same protocol (issue 3).
+    let want = [
+        ("en-en", 86.56),
+        ("es-es", 85.70),
+        ("ar-ar", 73.90),
+        ("es-en", 72.96),
+        ("ar-en", 57.89),
+        ("es-en-wmt", 1.51),
+        ("en-de", 76.02),
+    ];
+    let results = r["results"].as_array().unwrap();
+    assert_eq!(results.len(), want.len());
+    for (lang, score) in want {
+        let e = results.iter().find(|e| e["language"] == lang).unwrap_or_else(|| panic!("no {lang}"));
+        assert_eq!(e["task"], "sts17");
+        let got = e["main_score"].as_f64().unwrap();
+        assert!((got - score).abs() <= 0.1, "{lang}: {got} vs {score}");
+        assert_eq!(got, e["scores"]["spearman"].as_f64().unwrap());
+    }
+    let bias = &r["extra"]["language_bias"];
+    let mean: f64 = results.iter().map(|e| e["main_score"].as_f64().unwrap()).sum::<f64>() / 7.0;
+    assert!((bias["expected"].as_f64().unwrap() - mean).abs() < 1e-9);
+}
+
+fn write(p: &Path, text: &str) {
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
+#[test]
+fn reader_errors_name_files_and_counts() {
+    let d = tempfile::tempdir().unwrap();
+    let sts = d.path();
+    let input = sts.join("STS2017.eval.v1.1/STS.input.track5.en-en.txt");
+    let gold = sts.join("STS2017.gs/STS.gs.track5.en-en.txt");
+    let err = |only: &[&str]| read_sts2017(sts, &only.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap_err().to_string();
+
+    let e = err(&["en-en"]);
+    assert!(e.contains("STS.input.track5.en-en.txt is missing") && e.contains("STS.gs.trackN.xx-yy.txt"), "{e}");
+
+    write(&input, "a\tb\nc\td\n");
+    write(&gold, "1.0\n");
+    let e = err(&["en-en"]);
+    assert!(e.contains("has 2 pairs") && e.contains("has 1 scores") && e.contains("STS.gs.track5.en-en.txt"), "{e}");
+
+    write(&gold, "1.0\nhigh\n");
+    let e = err(&["en-en"]);
+    assert!(e.contains("STS.gs.track5.en-en.txt:2") && e.contains("high"), "{e}");
+
+    write(&input, "no tab here\nc\td\n");
+    write(&gold, "1.0\n2.0\n");
+    assert!(err(&["en-en"]).contains("STS.input.track5.en-en.txt:1: expected `sentence1<TAB>sentence2`"));
+
+    write(&input, "");
+    assert!(err(&["en-en"]).contains("is empty"));
+
+    assert!(err(&["tr-en"]).contains("unusable"));
+    assert!(err(&["xx-yy"]).contains("unknown STS 2017 set"));
+
+    write(&input, "a\tb\nc\td\r\n");
+    let sets = read_sts2017(sts, &["en-en".to_string()]).unwrap();
+    assert_eq!(sets[0].pairs[1], ("c".to_string(), "d".to_string()));
+    assert_eq!(sets[0].gold, vec![1.0, 2.0]);
+}
+
+#[test]
+fn missing_data_dir_is_explained() {
+    let out = common::xsent()
+        .args(["eval", "sts", "--model", "unused", "--data-dir", "/nonexistent/data"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("data directory /nonexistent/data does not exist"));
+}
