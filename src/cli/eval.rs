@@ -1,13 +1,26 @@
 use super::ModelArgs;
+use crate::eval::bucc::{self, Settings};
+use crate::eval::knn::{Margin, Retrieval};
 use crate::eval::report::{utc_now, Entry, Report};
-use anyhow::Result;
-use std::path::PathBuf;
+use anyhow::{ensure, Result};
+use clap::ValueEnum;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 #[derive(clap::Subcommand)]
 pub enum Task {
     /// STS 2017: tracks 1-5 and the extended en-de set; Spearman (main) and Pearson ×100,
     /// seed papers' numbers beside ours, and the language-bias score.
     Sts(Args),
+    /// Tatoeba: cosine nearest neighbour both ways for every tatoeba.xxx-eng.{xxx,eng} present
+    /// (or --langs deu,fra,...); accuracy xx→en, en→xx and their mean, averaged over languages.
+    Tatoeba(Args),
+    /// BUCC 2018 bitext mining: margin-scored candidates, precision/recall/F1 at the best-F1
+    /// threshold (from the train split when present, else the oracle threshold on the one split).
+    Bucc(BuccArgs),
+    /// Cross-lingual sentence retrieval: P@1 of --src lines retrieving the same line of --tgt
+    /// among all --tgt lines plus --distractors.
+    Xsr(XsrArgs),
 }
 
 #[derive(clap::Args)]
@@ -17,7 +30,7 @@ pub struct Args {
     /// Benchmark data directory (default: $XSENT_DATA).
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// Only these sets (e.g. en-en,ar-en); default all.
+    /// Only these sets / languages / pairs (comma-separated); default all present.
     #[arg(long, value_delimiter = ',')]
     langs: Vec<String>,
     /// Write a JSON report here.
@@ -27,41 +40,189 @@ pub struct Args {
     batch_size: usize,
 }
 
+#[derive(clap::Args)]
+pub struct BuccArgs {
+    #[command(flatten)]
+    common: Args,
+    #[arg(long, value_enum, default_value = "ratio")]
+    margin: Margin,
+    #[arg(long, value_enum, default_value = "max")]
+    retrieval: Retrieval,
+    /// Neighbourhood size of the margin.
+    #[arg(long, default_value_t = 4)]
+    k: usize,
+}
+
+#[derive(clap::Args)]
+pub struct XsrArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Source sentences, one per line.
+    #[arg(long)]
+    src: PathBuf,
+    /// Their translations, line-aligned with --src.
+    #[arg(long)]
+    tgt: PathBuf,
+    /// More target-side sentences to retrieve among.
+    #[arg(long, num_args = 1..)]
+    distractors: Vec<PathBuf>,
+    #[arg(long)]
+    report: Option<PathBuf>,
+    #[arg(long, default_value_t = 64)]
+    batch_size: usize,
+}
+
 pub fn run(task: Task) -> Result<()> {
     match task {
         Task::Sts(a) => sts(a),
+        Task::Tatoeba(a) => tatoeba(a),
+        Task::Bucc(a) => bucc(a),
+        Task::Xsr(a) => xsr(a),
     }
 }
 
+fn write_report(model: &ModelArgs, path: Option<&Path>, prefix: &str, start: Instant, results: Vec<Entry>, extra: Option<serde_json::Value>) -> Result<()> {
+    let Some(path) = path else { return Ok(()) };
+    Report {
+        model: model.model.clone(),
+        prefix: prefix.into(),
+        xsent_version: crate::VERSION.into(),
+        date: utc_now(),
+        seconds: start.elapsed().as_secs_f64(),
+        results,
+        extra,
+    }
+    .write(path)
+}
+
 fn sts(a: Args) -> Result<()> {
-    anyhow::ensure!(a.batch_size > 0, "--batch-size must be at least 1");
-    let start = std::time::Instant::now();
+    ensure!(a.batch_size > 0, "--batch-size must be at least 1");
+    let start = Instant::now();
     let dir = crate::data::data_dir(a.data_dir.as_deref())?;
     let sets = crate::data::sts::read_sts2017(&dir.join("sts"), &a.langs)?;
     let enc = a.model.load()?;
     let (scores, bias) = crate::eval::sts::evaluate(&enc, &sets, a.batch_size)?;
     print!("{}", crate::eval::sts::markdown(&scores, bias.as_ref()));
-    if let Some(path) = &a.report {
-        let results = scores
-            .iter()
-            .map(|s| Entry {
-                task: "sts17".into(),
-                split: "test".into(),
-                language: s.name.clone(),
-                main_score: s.spearman,
-                scores: serde_json::json!({"spearman": s.spearman, "pearson": s.pearson, "pairs": s.n}),
-            })
-            .collect();
-        Report {
-            model: a.model.model.clone(),
-            prefix: enc.prefix.clone(),
-            xsent_version: crate::VERSION.into(),
-            date: utc_now(),
-            seconds: start.elapsed().as_secs_f64(),
-            results,
-            extra: bias.map(|b| serde_json::json!({"language_bias": b})),
-        }
-        .write(path)?;
+    let results = scores
+        .iter()
+        .map(|s| Entry {
+            task: "sts17".into(),
+            split: "test".into(),
+            language: s.name.clone(),
+            main_score: s.spearman,
+            scores: serde_json::json!({"spearman": s.spearman, "pearson": s.pearson, "pairs": s.n}),
+        })
+        .collect();
+    write_report(&a.model, a.report.as_deref(), &enc.prefix, start, results, bias.map(|b| serde_json::json!({"language_bias": b})))
+}
+
+fn tatoeba(a: Args) -> Result<()> {
+    ensure!(a.batch_size > 0, "--batch-size must be at least 1");
+    let start = Instant::now();
+    let dir = crate::data::data_dir(a.data_dir.as_deref())?.join("tatoeba");
+    let langs = if a.langs.is_empty() { crate::data::tatoeba::languages(&dir)? } else { a.langs.clone() };
+    let sets = langs.iter().map(|l| crate::data::tatoeba::read(&dir, l)).collect::<Result<Vec<_>>>()?;
+    let enc = a.model.load()?;
+    let scores = crate::eval::tatoeba::evaluate(&enc, &sets, a.batch_size)?;
+    print!("{}", crate::eval::tatoeba::markdown(&scores));
+    let results: Vec<Entry> = scores
+        .iter()
+        .map(|s| Entry {
+            task: "tatoeba".into(),
+            split: "test".into(),
+            language: format!("{}-eng", s.lang),
+            main_score: s.mean,
+            scores: serde_json::json!({"xx_to_en": s.xx_to_en, "en_to_xx": s.en_to_xx, "mean": s.mean, "pairs": s.n}),
+        })
+        .collect();
+    let average = results.iter().map(|e| e.main_score).sum::<f64>() / results.len().max(1) as f64;
+    write_report(&a.model, a.report.as_deref(), &enc.prefix, start, results, Some(serde_json::json!({"average": average, "languages": scores.len()})))
+}
+
+fn bucc(b: BuccArgs) -> Result<()> {
+    let a = &b.common;
+    ensure!(a.batch_size > 0, "--batch-size must be at least 1");
+    ensure!(b.k > 0, "--k must be at least 1");
+    let start = Instant::now();
+    let dir = crate::data::data_dir(a.data_dir.as_deref())?.join("bucc");
+    let pairs = if a.langs.is_empty() { vec!["zh-en".to_string()] } else { a.langs.clone() };
+    let settings = Settings { k: b.k, margin: b.margin, retrieval: b.retrieval };
+    let enc = a.model.load()?;
+    let published = crate::eval::published::by_system(crate::eval::published_tables::BUCC_F1);
+    let mut table = String::from("| BUCC 2018 | split | threshold | P | R | F1 |");
+    for c in &published {
+        table += &format!(" {} |", c.system);
     }
-    Ok(())
+    table += &format!("\n|---|---|---|---:|---:|---:|{}\n", "---:|".repeat(published.len()));
+    let mut results = Vec::new();
+    for pair in &pairs {
+        let splits = crate::data::bucc::splits(&dir, pair)?;
+        let has = |s: &str| splits.iter().any(|x| x == s);
+        let (train, test) = if has("train") && has("test") {
+            (Some(crate::data::bucc::read(&dir, pair, "train")?), crate::data::bucc::read(&dir, pair, "test")?)
+        } else {
+            ensure!(splits.len() == 1, "BUCC {pair}: found splits {splits:?}; with more than one, xsent needs `train` and `test`");
+            (None, crate::data::bucc::read(&dir, pair, &splits[0])?)
+        };
+        let s = bucc::evaluate(&enc, train.as_ref(), &test, settings, a.batch_size)?;
+        let label = if s.threshold_from == "oracle" { format!("{:.4} (oracle threshold)", s.scores.threshold) } else { format!("{:.4} (from train)", s.scores.threshold) };
+        table += &format!("| {} | {} | {} | {:.2} | {:.2} | {:.2} |", s.pair, s.split, label, s.scores.precision, s.scores.recall, s.scores.f1);
+        for c in &published {
+            table += &c.get(pair).map(|(v, _)| format!(" {v:.1} |")).unwrap_or_else(|| " – |".into());
+        }
+        table += "\n";
+        results.push(Entry {
+            task: "bucc2018".into(),
+            split: s.split.clone(),
+            language: s.pair.clone(),
+            main_score: s.scores.f1,
+            scores: serde_json::json!({
+                "f1": s.scores.f1, "precision": s.scores.precision, "recall": s.scores.recall,
+                "threshold": s.scores.threshold, "threshold_from": s.threshold_from,
+                "oracle_threshold": s.threshold_from == "oracle",
+                "candidates": s.candidates, "gold": s.gold,
+            }),
+        });
+    }
+    print!("{table}");
+    println!(
+        "\nMining: {} margin, {} retrieval, k = {}. Published columns: F1 ×100 on the BUCC test sets as printed in the seeds (not comparable to an oracle threshold on the sample split).",
+        b.margin.to_possible_value().expect("a value").get_name(),
+        b.retrieval.to_possible_value().expect("a value").get_name(),
+        b.k
+    );
+    for c in &published {
+        println!("- {}: {}", c.system, c.sources());
+    }
+    write_report(&a.model, a.report.as_deref(), &enc.prefix, start, results, Some(serde_json::json!({"settings": settings})))
+}
+
+fn xsr(a: XsrArgs) -> Result<()> {
+    ensure!(a.batch_size > 0, "--batch-size must be at least 1");
+    let start = Instant::now();
+    let src = crate::data::read_lines(&a.src)?;
+    let tgt = crate::data::read_lines(&a.tgt)?;
+    ensure!(
+        src.len() == tgt.len(),
+        "{} has {} lines but {} has {}; they must be line-aligned",
+        a.src.display(),
+        src.len(),
+        a.tgt.display(),
+        tgt.len()
+    );
+    let mut distractors = Vec::new();
+    for d in &a.distractors {
+        distractors.extend(crate::data::read_lines(d)?);
+    }
+    let enc = a.model.load()?;
+    let (p1, candidates) = crate::eval::xsr::p_at_1(&enc, &src, &tgt, &distractors, a.batch_size)?;
+    println!("| XSR | queries | candidates | P@1 ×100 |\n|---|---:|---:|---:|\n| {} → {} | {} | {} | {:.2} |", a.src.display(), a.tgt.display(), src.len(), candidates, p1);
+    let results = vec![Entry {
+        task: "xsr".into(),
+        split: "test".into(),
+        language: format!("{} -> {}", a.src.display(), a.tgt.display()),
+        main_score: p1,
+        scores: serde_json::json!({"p_at_1": p1, "queries": src.len(), "candidates": candidates}),
+    }];
+    write_report(&a.model, a.report.as_deref(), &enc.prefix, start, results, None)
 }

@@ -3,11 +3,12 @@
 mod convert;
 mod embed;
 mod eval;
+mod mine;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "xsent", version, about = "Multilingual sentence embeddings: embed, evaluate, convert")]
+#[command(name = "xsent", version, about = "Multilingual sentence embeddings: embed, evaluate, mine, convert")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -20,6 +21,9 @@ enum Command {
     /// Evaluate a model on a benchmark with the papers' protocols.
     #[command(subcommand)]
     Eval(eval::Task),
+    /// Mine parallel sentences from two monolingual files with margin scoring (LASER's
+    /// mine_bitexts): TSV `score<TAB>src<TAB>tgt`, best first.
+    Mine(mine::Args),
     /// Convert foreign model formats into a Hugging Face model directory.
     #[command(subcommand)]
     Convert(convert::Convert),
@@ -74,13 +78,14 @@ impl ModelArgs {
 pub fn main() -> i32 {
     let cli = Cli::parse();
     match cli.command {
-        Command::Embed(_) | Command::Eval(_) => crate::parallel::init_data_parallel(),
+        Command::Embed(_) | Command::Eval(_) | Command::Mine(_) => crate::parallel::init_data_parallel(),
         Command::Convert(_) => {}
     }
     let result = match cli.command {
         Command::Embed(args) => embed::run(args),
         Command::Convert(c) => convert::run(c),
         Command::Eval(t) => eval::run(t),
+        Command::Mine(a) => mine::run(a),
     };
     match result {
         Ok(()) => 0,

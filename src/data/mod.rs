@@ -1,6 +1,8 @@
 //! Readers for the benchmark and corpus files. Every error names the file (and line).
 
+pub mod bucc;
 pub mod sts;
+pub mod tatoeba;
 
 use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};

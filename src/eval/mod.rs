@@ -1,9 +1,14 @@
 //! Evaluation: one file per benchmark, plus metrics, published numbers and reports.
 
+pub mod bucc;
+pub mod knn;
 pub mod metrics;
 pub mod published;
+pub mod published_tables;
 pub mod report;
 pub mod sts;
+pub mod tatoeba;
+pub mod xsr;
 
 use crate::SentenceEncoder;
 use anyhow::Result;

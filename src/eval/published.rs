@@ -48,3 +48,33 @@ impl Published {
         self.scores.iter().find(|(s, _)| *s == set).map(|(_, v)| *v)
     }
 }
+
+/// One system's entries across tables, in the order first met.
+pub struct SystemColumn<'a> {
+    pub system: &'static str,
+    pub entries: Vec<&'a Published>,
+}
+
+impl SystemColumn<'_> {
+    /// The value from the first table that reports `key`, with that table.
+    pub fn get(&self, key: &str) -> Option<(f64, &'static str)> {
+        self.entries.iter().find_map(|p| p.get(key).map(|v| (v, p.source)))
+    }
+
+    /// `seed 003 Tab. 9, seed 003 Tab. 10, ...`
+    pub fn sources(&self) -> String {
+        self.entries.iter().map(|p| p.source).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// Group a table's entries by system (one printed column per system).
+pub fn by_system(table: &[Published]) -> Vec<SystemColumn<'_>> {
+    let mut cols: Vec<SystemColumn> = Vec::new();
+    for p in table {
+        match cols.iter_mut().find(|c| c.system == p.system) {
+            Some(c) => c.entries.push(p),
+            None => cols.push(SystemColumn { system: p.system, entries: vec![p] }),
+        }
+    }
+    cols
+}

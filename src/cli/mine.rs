@@ -1,0 +1,55 @@
+use super::ModelArgs;
+use crate::eval::knn::{mine, Margin, Matrix, Retrieval};
+use anyhow::{ensure, Context, Result};
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Source-language sentences, one per line.
+    #[arg(long)]
+    src_file: PathBuf,
+    /// Target-language sentences, one per line.
+    #[arg(long)]
+    tgt_file: PathBuf,
+    /// Keep only pairs scoring at least this.
+    #[arg(long)]
+    threshold: Option<f64>,
+    #[arg(long, value_enum, default_value = "ratio")]
+    margin: Margin,
+    #[arg(long, value_enum, default_value = "max")]
+    retrieval: Retrieval,
+    /// Neighbourhood size of the margin.
+    #[arg(long, default_value_t = 4)]
+    k: usize,
+    /// Write the TSV here instead of stdout.
+    #[arg(long, short = 'o')]
+    output: Option<PathBuf>,
+    #[arg(long, default_value_t = 64)]
+    batch_size: usize,
+}
+
+/// `score<TAB>src<TAB>tgt` lines, best first (LASER's mine_bitexts output).
+pub fn run(a: Args) -> Result<()> {
+    ensure!(a.batch_size > 0 && a.k > 0, "--batch-size and --k must be at least 1");
+    let src = crate::data::read_lines(&a.src_file)?;
+    let tgt = crate::data::read_lines(&a.tgt_file)?;
+    let enc = a.model.load()?;
+    let x = Matrix::normalized(&enc.embed(&src, a.batch_size)?);
+    let y = Matrix::normalized(&enc.embed(&tgt, a.batch_size)?);
+    let cands = mine(&x, &y, a.k, a.margin, a.retrieval)?;
+    let mut out: Box<dyn Write> = match &a.output {
+        Some(p) => Box::new(std::io::BufWriter::new(std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?)),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    let mut kept = 0;
+    for c in cands.iter().filter(|c| a.threshold.is_none_or(|t| c.score >= t)) {
+        writeln!(out, "{:.6}\t{}\t{}", c.score, src[c.src], tgt[c.tgt])?;
+        kept += 1;
+    }
+    out.flush()?;
+    eprintln!("xsent mine: {kept} pairs written ({} candidates)", cands.len());
+    Ok(())
+}

@@ -1,0 +1,65 @@
+//! BUCC 2018 bitext mining: `{pair}.{split}.{xx|en}` with `id<TAB>sentence` lines and
+//! `{pair}.{split}.gold` with `xx-id<TAB>en-id` lines (pair like `zh-en`).
+
+use super::read_lines;
+use anyhow::{bail, Result};
+use std::collections::HashMap;
+use std::path::Path;
+
+#[derive(Debug, Clone)]
+pub struct BuccSplit {
+    pub pair: String,
+    pub split: String,
+    pub src_ids: Vec<String>,
+    pub src: Vec<String>,
+    pub tgt_ids: Vec<String>,
+    pub tgt: Vec<String>,
+    /// Gold pairs as (source index, target index).
+    pub gold: Vec<(usize, usize)>,
+}
+
+/// Splits of `pair` present in `dir` (those with a gold file), sorted.
+pub fn splits(dir: &Path, pair: &str) -> Result<Vec<String>> {
+    let mut out: Vec<String> = std::fs::read_dir(dir)
+        .map_err(|e| anyhow::anyhow!("cannot list BUCC directory {}: {e}", dir.display()))?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|n| n.strip_prefix(&format!("{pair}."))?.strip_suffix(".gold").map(String::from))
+        .collect();
+    out.sort();
+    if out.is_empty() {
+        bail!("no BUCC gold file for {pair} in {} (expected {pair}.SPLIT.gold beside {pair}.SPLIT.{{xx,en}})", dir.display());
+    }
+    Ok(out)
+}
+
+fn read_side(path: &Path) -> Result<(Vec<String>, Vec<String>)> {
+    if !path.is_file() {
+        bail!("BUCC file {} is missing (lines `id<TAB>sentence`)", path.display());
+    }
+    let mut ids = Vec::new();
+    let mut sents = Vec::new();
+    for (i, l) in read_lines(path)?.into_iter().enumerate() {
+        let Some((id, s)) = l.split_once('\t') else { bail!("{}:{}: expected `id<TAB>sentence`", path.display(), i + 1) };
+        ids.push(id.to_string());
+        sents.push(s.to_string());
+    }
+    Ok((ids, sents))
+}
+
+pub fn read(dir: &Path, pair: &str, split: &str) -> Result<BuccSplit> {
+    let Some((xx, en)) = pair.split_once('-') else { bail!("BUCC pair {pair:?}: expected xx-en, e.g. zh-en") };
+    let (src_ids, src) = read_side(&dir.join(format!("{pair}.{split}.{xx}")))?;
+    let (tgt_ids, tgt) = read_side(&dir.join(format!("{pair}.{split}.{en}")))?;
+    let index = |ids: &[String]| -> HashMap<String, usize> { ids.iter().enumerate().map(|(i, s)| (s.clone(), i)).collect() };
+    let (si, ti) = (index(&src_ids), index(&tgt_ids));
+    let gold_path = dir.join(format!("{pair}.{split}.gold"));
+    let mut gold = Vec::new();
+    for (n, l) in read_lines(&gold_path)?.into_iter().enumerate() {
+        let Some((a, b)) = l.split_once('\t') else { bail!("{}:{}: expected `{xx}-id<TAB>{en}-id`", gold_path.display(), n + 1) };
+        let (Some(&i), Some(&j)) = (si.get(a), ti.get(b)) else {
+            bail!("{}:{}: id {a:?} or {b:?} is not in the {xx}/{en} files of split {split}", gold_path.display(), n + 1)
+        };
+        gold.push((i, j));
+    }
+    Ok(BuccSplit { pair: pair.into(), split: split.into(), src_ids, src, tgt_ids, tgt, gold })
+}

@@ -1,0 +1,123 @@
+//! BUCC 2018 (seed 000 §6.2, seed 003 §4.2): margin-scored candidates (LASER's mining), a
+//! threshold for best F1 on a training split applied to the test split, or — with one split —
+//! the best-F1 threshold on that split itself, reported as an oracle threshold.
+
+use super::knn::{mine, Candidate, Margin, Matrix, Retrieval};
+use crate::data::bucc::BuccSplit;
+use crate::SentenceEncoder;
+use anyhow::Result;
+use serde::Serialize;
+use std::collections::HashSet;
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Prf {
+    pub precision: f64,
+    pub recall: f64,
+    pub f1: f64,
+    pub threshold: f64,
+}
+
+/// Precision, recall and F1 (×100) of the candidates scoring at least `threshold`.
+pub fn prf_at(cands: &[Candidate], gold: &HashSet<(usize, usize)>, threshold: f64) -> Prf {
+    let kept: Vec<&Candidate> = cands.iter().filter(|c| c.score >= threshold).collect();
+    let tp = kept.iter().filter(|c| gold.contains(&(c.src, c.tgt))).count() as f64;
+    prf(tp, kept.len() as f64, gold.len() as f64, threshold)
+}
+
+fn prf(tp: f64, predicted: f64, gold: f64, threshold: f64) -> Prf {
+    let p = if predicted > 0.0 { tp / predicted } else { 0.0 };
+    let r = if gold > 0.0 { tp / gold } else { 0.0 };
+    let f1 = if p + r > 0.0 { 2.0 * p * r / (p + r) } else { 0.0 };
+    Prf { precision: 100.0 * p, recall: 100.0 * r, f1: 100.0 * f1, threshold }
+}
+
+/// The threshold (a candidate's score) with the best F1 over candidates sorted best first.
+pub fn best_threshold(cands: &[Candidate], gold: &HashSet<(usize, usize)>) -> Prf {
+    let mut best = prf(0.0, 0.0, gold.len() as f64, f64::INFINITY);
+    let mut tp = 0.0;
+    for (i, c) in cands.iter().enumerate() {
+        if gold.contains(&(c.src, c.tgt)) {
+            tp += 1.0;
+        }
+        // Only cut between different scores: equal scores stand or fall together.
+        if cands.get(i + 1).is_some_and(|n| n.score == c.score) {
+            continue;
+        }
+        let here = prf(tp, (i + 1) as f64, gold.len() as f64, c.score);
+        if here.f1 > best.f1 {
+            best = here;
+        }
+    }
+    best
+}
+
+/// Mining settings.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Settings {
+    pub k: usize,
+    pub margin: Margin,
+    pub retrieval: Retrieval,
+}
+
+/// Candidates of one split.
+pub fn candidates(enc: &SentenceEncoder, split: &BuccSplit, s: Settings, batch_size: usize) -> Result<Vec<Candidate>> {
+    let x = Matrix::normalized(&enc.embed(&split.src, batch_size)?);
+    let y = Matrix::normalized(&enc.embed(&split.tgt, batch_size)?);
+    mine(&x, &y, s.k, s.margin, s.retrieval)
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BuccScore {
+    pub pair: String,
+    pub split: String,
+    /// `train` (threshold chosen on the training split) or `oracle` (on this split's own gold).
+    pub threshold_from: String,
+    pub scores: Prf,
+    pub candidates: usize,
+    pub gold: usize,
+}
+
+/// Evaluate `test` with the threshold chosen on `train` when given, else the oracle threshold.
+pub fn evaluate(enc: &SentenceEncoder, train: Option<&BuccSplit>, test: &BuccSplit, s: Settings, batch_size: usize) -> Result<BuccScore> {
+    let gold_set = |sp: &BuccSplit| sp.gold.iter().copied().collect::<HashSet<_>>();
+    let test_c = candidates(enc, test, s, batch_size)?;
+    let (scores, from) = match train {
+        Some(tr) => {
+            let t = best_threshold(&candidates(enc, tr, s, batch_size)?, &gold_set(tr)).threshold;
+            (prf_at(&test_c, &gold_set(test), t), "train")
+        }
+        None => (best_threshold(&test_c, &gold_set(test)), "oracle"),
+    };
+    Ok(BuccScore {
+        pair: test.pair.clone(),
+        split: test.split.clone(),
+        threshold_from: from.into(),
+        scores,
+        candidates: test_c.len(),
+        gold: test.gold.len(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn precision_recall_f1_by_hand() {
+        let c = |s: usize, t: usize, score: f64| Candidate { src: s, tgt: t, score };
+        // Sorted best first; gold = {(0,0), (1,1), (2,2), (5,5)}.
+        let cands = vec![c(0, 0, 1.3), c(1, 1, 1.2), c(3, 4, 1.1), c(2, 2, 1.0), c(4, 3, 0.9)];
+        let gold: HashSet<(usize, usize)> = [(0, 0), (1, 1), (2, 2), (5, 5)].into_iter().collect();
+        // Cut after 2: P 2/2, R 2/4 -> F1 2/3. After 4: P 3/4, R 3/4 -> F1 3/4 (best). After 5: P 3/5, R 3/4 -> F1 2/3.
+        let b = best_threshold(&cands, &gold);
+        assert!((b.f1 - 75.0).abs() < 1e-9 && (b.precision - 75.0).abs() < 1e-9 && (b.recall - 75.0).abs() < 1e-9, "{b:?}");
+        assert_eq!(b.threshold, 1.0);
+        let at = prf_at(&cands, &gold, 1.15);
+        assert!((at.precision - 100.0).abs() < 1e-9 && (at.recall - 50.0).abs() < 1e-9);
+        assert!((at.f1 - 200.0 / 3.0).abs() < 1e-9);
+        // Ties: equal scores are kept or dropped together.
+        let tied = vec![c(0, 0, 1.0), c(9, 9, 1.0)];
+        let b = best_threshold(&tied, &[(0, 0)].into_iter().collect());
+        assert!((b.precision - 50.0).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,144 @@
+//! `xsent eval bucc`, `xsent eval xsr` and `xsent mine` end to end.
+
+mod common;
+
+use std::path::Path;
+use xsent::data::bucc;
+
+fn e5() -> String {
+    common::model("multilingual-e5-small").to_str().unwrap().to_string()
+}
+
+#[test]
+fn bucc_zh_en_reproduces_reference_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("bucc.json");
+    let out = common::xsent()
+        .args(["eval", "bucc", "--model", &e5(), "--prefix", "query: ", "--data-dir"])
+        .arg(common::data())
+        .arg("--report")
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("(oracle threshold)"), "{table}");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let e = &r["results"][0];
+    assert_eq!(e["language"], "zh-en");
+    assert_eq!(e["scores"]["oracle_threshold"], true);
+    assert_eq!(e["scores"]["gold"], 257);
+    // Measured with sentence-transformers and the same protocol (issue 3).
+    for (k, want) in [("f1", 87.45), ("precision", 91.14), ("recall", 84.05)] {
+        let got = e["scores"][k].as_f64().unwrap();
+        assert!((got - want).abs() <= 0.1, "{k}: {got} vs {want}");
+    }
+}
+
+fn write(p: &Path, s: &str) {
+    std::fs::write(p, s).unwrap();
+}
+
+#[test]
+fn bucc_reader_errors_name_files() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path();
+    assert!(bucc::splits(p, "zh-en").unwrap_err().to_string().contains("zh-en.SPLIT.gold"));
+    write(&p.join("zh-en.dev.gold"), "zh-1\ten-1\n");
+    assert_eq!(bucc::splits(p, "zh-en").unwrap(), vec!["dev"]);
+    let e = bucc::read(p, "zh-en", "dev").unwrap_err().to_string();
+    assert!(e.contains("zh-en.dev.zh is missing"), "{e}");
+    write(&p.join("zh-en.dev.zh"), "zh-1\t你好\n");
+    write(&p.join("zh-en.dev.en"), "en-1 hello without tab\n");
+    let e = bucc::read(p, "zh-en", "dev").unwrap_err().to_string();
+    assert!(e.contains("zh-en.dev.en:1: expected `id<TAB>sentence`"), "{e}");
+    write(&p.join("zh-en.dev.en"), "en-2\thello\n");
+    let e = bucc::read(p, "zh-en", "dev").unwrap_err().to_string();
+    assert!(e.contains("zh-en.dev.gold:1") && e.contains("en-1"), "{e}");
+    write(&p.join("zh-en.dev.gold"), "zh-1\ten-2\n");
+    let s = bucc::read(p, "zh-en", "dev").unwrap();
+    assert_eq!(s.gold, vec![(0, 0)]);
+}
+
+/// 300 Tatoeba deu-eng pairs: src = German, tgt = English shuffled by a fixed rotation.
+fn corpus(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, Vec<String>, Vec<String>) {
+    let t = common::data().join("tatoeba");
+    let de: Vec<String> = std::fs::read_to_string(t.join("tatoeba.deu-eng.deu")).unwrap().lines().take(300).map(String::from).collect();
+    let en: Vec<String> = std::fs::read_to_string(t.join("tatoeba.deu-eng.eng")).unwrap().lines().take(300).map(String::from).collect();
+    let (s, g) = (dir.join("src.txt"), dir.join("tgt.txt"));
+    write(&s, &(de.join("\n") + "\n"));
+    write(&g, &(en.join("\n") + "\n"));
+    (s, g, de, en)
+}
+
+#[test]
+fn mine_writes_sorted_tsv_of_mostly_true_pairs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, t, de, en) = corpus(dir.path());
+    let out = common::xsent()
+        .args(["mine", "--model", &e5(), "--prefix", "query: ", "--src-file"])
+        .arg(&s)
+        .arg("--tgt-file")
+        .arg(&t)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<(f64, String, String)> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            assert_eq!(f.len(), 3, "{l}");
+            (f[0].parse().unwrap(), f[1].to_string(), f[2].to_string())
+        })
+        .collect();
+    assert!(rows.windows(2).all(|w| w[0].0 >= w[1].0), "not sorted by score");
+    // Max retrieval: each sentence at most once, so at most 300 pairs.
+    assert!(rows.len() <= 300 && rows.len() >= 280, "{}", rows.len());
+    let correct = rows.iter().filter(|(_, a, b)| de.iter().position(|x| x == a) == en.iter().position(|x| x == b)).count();
+    assert!(correct as f64 >= 0.9 * rows.len() as f64, "{correct} of {} mined pairs are true translations", rows.len());
+    // A threshold keeps exactly the pairs scoring at least it.
+    let t0 = rows[rows.len() / 2].0;
+    let out = common::xsent()
+        .args(["mine", "--model", &e5(), "--prefix", "query: ", "--threshold", &t0.to_string(), "--src-file"])
+        .arg(&s)
+        .arg("--tgt-file")
+        .arg(&t)
+        .output()
+        .unwrap();
+    let n = String::from_utf8(out.stdout).unwrap().lines().count();
+    assert_eq!(n, rows.iter().filter(|r| r.0 >= t0).count());
+}
+
+#[test]
+fn xsr_p_at_1_with_and_without_distractors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, t, _, _) = corpus(dir.path());
+    let distract = dir.path().join("more.txt");
+    let fra = std::fs::read_to_string(common::data().join("tatoeba/tatoeba.fra-eng.eng")).unwrap();
+    write(&distract, &fra.lines().take(500).collect::<Vec<_>>().join("\n"));
+    let p1 = |extra: bool| -> (f64, u64) {
+        let report = dir.path().join(format!("xsr-{extra}.json"));
+        let mut cmd = common::xsent();
+        cmd.args(["eval", "xsr", "--model", &e5(), "--prefix", "query: ", "--src"]).arg(&s).arg("--tgt").arg(&t).arg("--report").arg(&report);
+        if extra {
+            cmd.arg("--distractors").arg(&distract);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        (r["results"][0]["main_score"].as_f64().unwrap(), r["results"][0]["scores"]["candidates"].as_u64().unwrap())
+    };
+    let (plain, n0) = p1(false);
+    let (hard, n1) = p1(true);
+    assert_eq!((n0, n1), (300, 800));
+    assert!(plain >= 95.0, "P@1 {plain}");
+    assert!(hard <= plain, "distractors cannot help: {hard} > {plain}");
+
+    // Misaligned files are refused with both names and counts.
+    let short = dir.path().join("short.txt");
+    write(&short, "one\ntwo\n");
+    let out = common::xsent().args(["eval", "xsr", "--model", &e5(), "--src"]).arg(&s).arg("--tgt").arg(&short).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("has 300 lines") && err.contains("short.txt has 2"), "{err}");
+}
