@@ -142,3 +142,65 @@ fn xsr_p_at_1_with_and_without_distractors() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("has 300 lines") && err.contains("short.txt has 2"), "{err}");
 }
+
+/// `eval all` runs STS, Tatoeba and BUCC with one model load into one report. A small data dir:
+/// the real STS files, Tatoeba deu only, and a BUCC-format split made of Tatoeba fra-eng lines
+/// (150 French, 200 English, the first 100 of each translations of each other).
+#[test]
+fn eval_all_runs_every_task_into_one_report() {
+    let d = tempfile::tempdir().unwrap();
+    let data = d.path();
+    std::os::unix::fs::symlink(common::data().join("sts"), data.join("sts")).unwrap();
+    std::fs::create_dir_all(data.join("tatoeba")).unwrap();
+    for f in ["tatoeba.deu-eng.deu", "tatoeba.deu-eng.eng"] {
+        std::os::unix::fs::symlink(common::data().join("tatoeba").join(f), data.join("tatoeba").join(f)).unwrap();
+    }
+    std::fs::create_dir_all(data.join("bucc")).unwrap();
+    let t = common::data().join("tatoeba");
+    let fra: Vec<String> = std::fs::read_to_string(t.join("tatoeba.fra-eng.fra")).unwrap().lines().map(String::from).collect();
+    let eng: Vec<String> = std::fs::read_to_string(t.join("tatoeba.fra-eng.eng")).unwrap().lines().map(String::from).collect();
+    // English lines 100..200 come from the far end of the file: not translations of the French 100..150.
+    let fr: Vec<String> = (0..150).map(|i| format!("fr-{i}\t{}", fra[i])).collect();
+    let en: Vec<String> = (0..200).map(|i| format!("en-{i}\t{}", if i < 100 { &eng[i] } else { &eng[eng.len() - 1 - i] })).collect();
+    let gold: Vec<String> = (0..100).map(|i| format!("fr-{i}\ten-{i}")).collect();
+    write(&data.join("bucc/fr-en.sample.fr"), &fr.join("\n"));
+    write(&data.join("bucc/fr-en.sample.en"), &en.join("\n"));
+    write(&data.join("bucc/fr-en.sample.gold"), &gold.join("\n"));
+    // `all` evaluates the default BUCC pair zh-en, so name the file set zh-en here.
+    for ext in ["fr", "en", "gold"] {
+        let from = data.join(format!("bucc/fr-en.sample.{ext}"));
+        let to_ext = if ext == "fr" { "zh" } else { ext };
+        let text = std::fs::read_to_string(&from).unwrap().replace("fr-", "zh-");
+        write(&data.join(format!("bucc/zh-en.sample.{to_ext}")), &text);
+        std::fs::remove_file(from).unwrap();
+    }
+    let report = data.join("all.json");
+    let out = common::xsent()
+        .args(["eval", "all", "--model", &e5(), "--prefix", "query: ", "--data-dir"])
+        .arg(data)
+        .arg("--report")
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("## sts17") && table.contains("## tatoeba") && table.contains("## bucc2018"), "{table}");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let results = r["results"].as_array().unwrap();
+    let tasks: Vec<&str> = results.iter().map(|e| e["task"].as_str().unwrap()).collect();
+    assert_eq!(tasks.iter().filter(|t| **t == "sts17").count(), 7);
+    assert_eq!(tasks.iter().filter(|t| **t == "tatoeba").count(), 1);
+    let b = results.iter().find(|e| e["task"] == "bucc2018").unwrap();
+    assert_eq!(b["split"], "sample");
+    // Mining works on this small split (measured 88.2; chance is near 0).
+    assert!(b["scores"]["f1"].as_f64().unwrap() > 80.0, "{b}");
+    assert!(r["extra"]["sts17"]["language_bias"].is_object() && r["extra"]["tatoeba"]["languages"] == 1);
+    // Same numbers as the single task.
+    let en_en = results.iter().find(|e| e["language"] == "en-en").unwrap()["main_score"].as_f64().unwrap();
+    assert!((en_en - 86.56).abs() <= 0.1);
+    let deu = results.iter().find(|e| e["language"] == "deu-eng").unwrap()["main_score"].as_f64().unwrap();
+    assert!((deu - 97.10).abs() <= 0.1);
+    // --langs is refused for `all`.
+    let out = common::xsent().args(["eval", "all", "--model", &e5(), "--langs", "deu", "--data-dir"]).arg(data).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("run the tasks one by one"));
+}

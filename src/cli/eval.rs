@@ -21,6 +21,8 @@ pub enum Task {
     /// Cross-lingual sentence retrieval: P@1 of --src lines retrieving the same line of --tgt
     /// among all --tgt lines plus --distractors.
     Xsr(XsrArgs),
+    /// STS 2017, Tatoeba and BUCC in one run (one model load, one report).
+    All(BuccArgs),
 }
 
 #[derive(clap::Args)]
@@ -78,6 +80,7 @@ pub fn run(task: Task) -> Result<()> {
         Task::Tatoeba(a) => tatoeba(a),
         Task::Bucc(a) => bucc(a),
         Task::Xsr(a) => xsr(a),
+        Task::All(a) => all(a),
     }
 }
 
@@ -95,14 +98,17 @@ fn write_report(model: &ModelArgs, path: Option<&Path>, prefix: &str, start: Ins
     .write(path)
 }
 
-fn sts(a: Args) -> Result<()> {
-    ensure!(a.batch_size > 0, "--batch-size must be at least 1");
-    let start = Instant::now();
+/// What one task produced: its markdown table, report entries and extra report fields.
+struct Outcome {
+    table: String,
+    results: Vec<Entry>,
+    extra: Option<serde_json::Value>,
+}
+
+fn sts_task(enc: &crate::SentenceEncoder, a: &Args) -> Result<Outcome> {
     let dir = crate::data::data_dir(a.data_dir.as_deref())?;
     let sets = crate::data::sts::read_sts2017(&dir.join("sts"), &a.langs)?;
-    let enc = a.model.load()?;
-    let (scores, bias) = crate::eval::sts::evaluate(&enc, &sets, a.batch_size)?;
-    print!("{}", crate::eval::sts::markdown(&scores, bias.as_ref()));
+    let (scores, bias) = crate::eval::sts::evaluate(enc, &sets, a.batch_size)?;
     let results = scores
         .iter()
         .map(|s| Entry {
@@ -113,18 +119,14 @@ fn sts(a: Args) -> Result<()> {
             scores: serde_json::json!({"spearman": s.spearman, "pearson": s.pearson, "pairs": s.n}),
         })
         .collect();
-    write_report(&a.model, a.report.as_deref(), &enc.prefix, start, results, bias.map(|b| serde_json::json!({"language_bias": b})))
+    Ok(Outcome { table: crate::eval::sts::markdown(&scores, bias.as_ref()), results, extra: bias.map(|b| serde_json::json!({"language_bias": b})) })
 }
 
-fn tatoeba(a: Args) -> Result<()> {
-    ensure!(a.batch_size > 0, "--batch-size must be at least 1");
-    let start = Instant::now();
+fn tatoeba_task(enc: &crate::SentenceEncoder, a: &Args) -> Result<Outcome> {
     let dir = crate::data::data_dir(a.data_dir.as_deref())?.join("tatoeba");
     let langs = if a.langs.is_empty() { crate::data::tatoeba::languages(&dir)? } else { a.langs.clone() };
     let sets = langs.iter().map(|l| crate::data::tatoeba::read(&dir, l)).collect::<Result<Vec<_>>>()?;
-    let enc = a.model.load()?;
-    let scores = crate::eval::tatoeba::evaluate(&enc, &sets, a.batch_size)?;
-    print!("{}", crate::eval::tatoeba::markdown(&scores));
+    let scores = crate::eval::tatoeba::evaluate(enc, &sets, a.batch_size)?;
     let results: Vec<Entry> = scores
         .iter()
         .map(|s| Entry {
@@ -136,18 +138,19 @@ fn tatoeba(a: Args) -> Result<()> {
         })
         .collect();
     let average = results.iter().map(|e| e.main_score).sum::<f64>() / results.len().max(1) as f64;
-    write_report(&a.model, a.report.as_deref(), &enc.prefix, start, results, Some(serde_json::json!({"average": average, "languages": scores.len()})))
+    Ok(Outcome {
+        table: crate::eval::tatoeba::markdown(&scores),
+        results,
+        extra: Some(serde_json::json!({"average": average, "languages": scores.len()})),
+    })
 }
 
-fn bucc(b: BuccArgs) -> Result<()> {
+fn bucc_task(enc: &crate::SentenceEncoder, b: &BuccArgs) -> Result<Outcome> {
     let a = &b.common;
-    ensure!(a.batch_size > 0, "--batch-size must be at least 1");
     ensure!(b.k > 0, "--k must be at least 1");
-    let start = Instant::now();
     let dir = crate::data::data_dir(a.data_dir.as_deref())?.join("bucc");
     let pairs = if a.langs.is_empty() { vec!["zh-en".to_string()] } else { a.langs.clone() };
     let settings = Settings { k: b.k, margin: b.margin, retrieval: b.retrieval };
-    let enc = a.model.load()?;
     let published = crate::eval::published::by_system(crate::eval::published_tables::BUCC_F1);
     let mut table = String::from("| BUCC 2018 | split | threshold | P | R | F1 |");
     for c in &published {
@@ -164,7 +167,7 @@ fn bucc(b: BuccArgs) -> Result<()> {
             ensure!(splits.len() == 1, "BUCC {pair}: found splits {splits:?}; with more than one, xsent needs `train` and `test`");
             (None, crate::data::bucc::read(&dir, pair, &splits[0])?)
         };
-        let s = bucc::evaluate(&enc, train.as_ref(), &test, settings, a.batch_size)?;
+        let s = bucc::evaluate(enc, train.as_ref(), &test, settings, a.batch_size)?;
         let label = if s.threshold_from == "oracle" { format!("{:.4} (oracle threshold)", s.scores.threshold) } else { format!("{:.4} (from train)", s.scores.threshold) };
         table += &format!("| {} | {} | {} | {:.2} | {:.2} | {:.2} |", s.pair, s.split, label, s.scores.precision, s.scores.recall, s.scores.f1);
         for c in &published {
@@ -184,17 +187,54 @@ fn bucc(b: BuccArgs) -> Result<()> {
             }),
         });
     }
-    print!("{table}");
-    println!(
-        "\nMining: {} margin, {} retrieval, k = {}. Published columns: F1 ×100 on the BUCC test sets as printed in the seeds (not comparable to an oracle threshold on the sample split).",
+    table += &format!(
+        "\nMining: {} margin, {} retrieval, k = {}. Published columns: F1 ×100 on the BUCC test sets as printed in the seeds (not comparable to an oracle threshold on the sample split).\n",
         b.margin.to_possible_value().expect("a value").get_name(),
         b.retrieval.to_possible_value().expect("a value").get_name(),
         b.k
     );
     for c in &published {
-        println!("- {}: {}", c.system, c.sources());
+        table += &format!("- {}: {}\n", c.system, c.sources());
     }
-    write_report(&a.model, a.report.as_deref(), &enc.prefix, start, results, Some(serde_json::json!({"settings": settings})))
+    Ok(Outcome { table, results, extra: Some(serde_json::json!({"settings": settings})) })
+}
+
+/// Load the model, run one task, print its table and write its report.
+fn single(a: &Args, task: impl FnOnce(&crate::SentenceEncoder) -> Result<Outcome>) -> Result<()> {
+    ensure!(a.batch_size > 0, "--batch-size must be at least 1");
+    let start = Instant::now();
+    crate::data::data_dir(a.data_dir.as_deref())?;
+    let enc = a.model.load()?;
+    let o = task(&enc)?;
+    print!("{}", o.table);
+    write_report(&a.model, a.report.as_deref(), &enc.prefix, start, o.results, o.extra)
+}
+
+fn sts(a: Args) -> Result<()> {
+    single(&a, |enc| sts_task(enc, &a))
+}
+
+fn tatoeba(a: Args) -> Result<()> {
+    single(&a, |enc| tatoeba_task(enc, &a))
+}
+
+fn bucc(b: BuccArgs) -> Result<()> {
+    single(&b.common, |enc| bucc_task(enc, &b))
+}
+
+/// STS 2017, Tatoeba and BUCC with one loaded model, one report.
+fn all(b: BuccArgs) -> Result<()> {
+    ensure!(b.common.langs.is_empty(), "--langs selects sets of one task; run the tasks one by one to choose languages");
+    single(&b.common, |enc| {
+        let parts = [("sts17", sts_task(enc, &b.common)?), ("tatoeba", tatoeba_task(enc, &b.common)?), ("bucc2018", bucc_task(enc, &b)?)];
+        let mut out = Outcome { table: String::new(), results: Vec::new(), extra: Some(serde_json::json!({})) };
+        for (name, o) in parts {
+            out.table += &format!("## {name}\n\n{}\n", o.table);
+            out.results.extend(o.results);
+            out.extra.as_mut().expect("set above")[name] = o.extra.unwrap_or_default();
+        }
+        Ok(out)
+    })
 }
 
 fn xsr(a: XsrArgs) -> Result<()> {
