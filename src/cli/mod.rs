@@ -4,11 +4,12 @@ mod convert;
 mod embed;
 mod eval;
 mod mine;
+mod train;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "xsent", version, about = "Multilingual sentence embeddings: embed, evaluate, mine, convert")]
+#[command(name = "xsent", version, about = "Multilingual sentence embeddings: embed, evaluate, mine, train, convert")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -24,6 +25,8 @@ enum Command {
     /// Mine parallel sentences from two monolingual files with margin scoring (LASER's
     /// mine_bitexts): TSV `score<TAB>src<TAB>tgt`, best first.
     Mine(mine::Args),
+    /// Train a model with one of the recipes (configs/*.toml).
+    Train(train::Args),
     /// Convert foreign model formats into a Hugging Face model directory.
     #[command(subcommand)]
     Convert(convert::Convert),
@@ -79,16 +82,17 @@ pub fn main() -> i32 {
     let cli = Cli::parse();
     match cli.command {
         Command::Embed(_) | Command::Eval(_) | Command::Mine(_) => crate::parallel::init_data_parallel(),
-        Command::Convert(_) => {}
+        Command::Convert(_) | Command::Train(_) => {}
     }
     let result = match cli.command {
-        Command::Embed(args) => embed::run(args),
-        Command::Convert(c) => convert::run(c),
-        Command::Eval(t) => eval::run(t),
-        Command::Mine(a) => mine::run(a),
+        Command::Embed(args) => embed::run(args).map(|()| 0),
+        Command::Convert(c) => convert::run(c).map(|()| 0),
+        Command::Eval(t) => eval::run(t).map(|()| 0),
+        Command::Mine(a) => mine::run(a).map(|()| 0),
+        Command::Train(a) => train::run(a),
     };
     match result {
-        Ok(()) => 0,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("xsent: error: {e}");
             for cause in e.chain().skip(1) {

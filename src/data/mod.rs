@@ -1,6 +1,7 @@
 //! Readers for the benchmark and corpus files. Every error names the file (and line).
 
 pub mod bucc;
+pub mod parallel;
 pub mod sts;
 pub mod tatoeba;
 
@@ -22,9 +23,16 @@ pub fn data_dir(arg: Option<&Path>) -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// Read a UTF-8 text file into lines (`\n` or `\r\n`), with errors that name the file.
+/// Read a UTF-8 text file (gzip-compressed when its name ends in `.gz`) into lines (`\n` or
+/// `\r\n`), with errors that name the file.
 pub fn read_lines(path: &Path) -> Result<Vec<String>> {
-    let bytes = std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    let mut bytes = std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    if path.extension().is_some_and(|e| e == "gz") {
+        let mut out = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::MultiGzDecoder::new(&bytes[..]), &mut out)
+            .map_err(|e| anyhow::anyhow!("{} is not valid gzip: {e}", path.display()))?;
+        bytes = out;
+    }
     let text = match String::from_utf8(bytes) {
         Ok(t) => t,
         Err(e) => {

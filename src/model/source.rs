@@ -19,6 +19,9 @@ pub struct ModelFiles {
     pub st_config: Option<PathBuf>,
     /// `xsent.json`: settings xsent itself saved with a trained model (prefix, pooling).
     pub xsent: Option<PathBuf>,
+    /// A sentence-transformers Dense module's directory (`config.json`, `model.safetensors`)
+    /// applied after pooling, when `modules.json` lists one.
+    pub dense: Option<PathBuf>,
 }
 
 const REQUIRED: [&str; 3] = ["config.json", "model.safetensors", "tokenizer.json"];
@@ -68,7 +71,18 @@ pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
         }
     }
     let opt = |rel: &str| Some(dir.join(rel)).filter(|p| p.is_file());
-    let pooling_rel = pooling_path(opt("modules.json").as_deref());
+    let modules = opt("modules.json");
+    let pooling_rel = pooling_path(modules.as_deref());
+    let dense = match dense_path(modules.as_deref())? {
+        Some(rel) => {
+            let d = dir.join(&rel);
+            if !d.join("config.json").is_file() {
+                bail!("{} lists a Dense module at {rel}/ but {} does not exist", dir.join("modules.json").display(), d.join("config.json").display());
+            }
+            Some(d)
+        }
+        None => None,
+    };
     Ok(ModelFiles {
         spec: spec.to_string(),
         config: dir.join("config.json"),
@@ -77,7 +91,31 @@ pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
         pooling: opt(&pooling_rel),
         st_config: opt("sentence_bert_config.json"),
         xsent: opt("xsent.json"),
+        dense,
     })
+}
+
+/// The modules of a sentence-transformers `modules.json` as (type, path).
+fn st_modules(modules: Option<&Path>) -> Result<Vec<(String, String)>> {
+    let Some(path) = modules else { return Ok(Vec::new()) };
+    let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{} is not valid JSON: {e}", path.display()))?;
+    let Some(mods) = v.as_array() else { bail!("{}: expected a JSON list of modules", path.display()) };
+    Ok(mods
+        .iter()
+        .map(|m| (m["type"].as_str().unwrap_or("").to_string(), m["path"].as_str().unwrap_or("").to_string()))
+        .collect())
+}
+
+/// Path of the Dense module (relative to the model dir), if `modules.json` lists one.
+fn dense_path(modules: Option<&Path>) -> Result<Option<String>> {
+    let dense: Vec<String> =
+        st_modules(modules)?.into_iter().filter(|(t, _)| t.ends_with(".Dense")).map(|(_, p)| p).collect();
+    if dense.len() > 1 {
+        bail!("{}: xsent supports at most one Dense module, this model has {}", modules.unwrap().display(), dense.len());
+    }
+    Ok(dense.into_iter().next())
 }
 
 /// Path of the Pooling module's config, from `modules.json` when present.
@@ -157,6 +195,14 @@ pub fn resolve_hub(spec: &str, cache_dir: &Path, offline: bool) -> Result<ModelF
     let tokenizer = get("tokenizer.json", true)?.unwrap();
     let modules = get("modules.json", false)?;
     let pooling = get(&pooling_path(modules.as_deref()), false)?;
+    let dense = match dense_path(modules.as_deref())? {
+        Some(rel) => {
+            let cfg = get(&format!("{rel}/config.json"), true)?.unwrap();
+            get(&format!("{rel}/model.safetensors"), true)?;
+            cfg.parent().map(Path::to_path_buf)
+        }
+        None => None,
+    };
     Ok(ModelFiles {
         spec: spec.to_string(),
         config,
@@ -165,6 +211,7 @@ pub fn resolve_hub(spec: &str, cache_dir: &Path, offline: bool) -> Result<ModelF
         pooling,
         st_config: get("sentence_bert_config.json", false)?,
         xsent: None,
+        dense,
     })
 }
 

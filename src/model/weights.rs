@@ -61,6 +61,66 @@ pub fn load_encoder_tensors(path: &Path, device: &Device, keep_layers: usize) ->
     Ok(out)
 }
 
+/// Freshly initialised encoder tensors under canonical names, as Hugging Face's BERT
+/// `_init_weights` draws them: linear and embedding weights from N(0, 0.02²) (the padding row of
+/// the word embeddings zero), biases zero, LayerNorm weight one and bias zero. Drawn from `rng`,
+/// so the same seed gives the same model.
+pub fn random_encoder_tensors(
+    cfg: &super::EncoderConfig,
+    rng: &mut super::encoder::Rng,
+    device: &Device,
+) -> Result<HashMap<String, Tensor>> {
+    use rand_distr::{Distribution, Normal};
+    let normal = Normal::new(0f32, 0.02).expect("a valid normal distribution");
+    let h = cfg.hidden_size;
+    let mut out = HashMap::new();
+    let mut put = |name: String, shape: Vec<usize>, kind: u8, rng: &mut super::encoder::Rng| -> Result<()> {
+        let n: usize = shape.iter().product();
+        let data: Vec<f32> = match kind {
+            b'n' => (0..n).map(|_| normal.sample(rng)).collect(),
+            b'1' => vec![1.0; n],
+            _ => vec![0.0; n],
+        };
+        out.insert(name, Tensor::from_vec(data, shape, device)?);
+        Ok(())
+    };
+    // Sorted order of creation fixes what each draw is used for.
+    put("embeddings.word_embeddings.weight".into(), vec![cfg.vocab_size, h], b'n', rng)?;
+    put("embeddings.position_embeddings.weight".into(), vec![cfg.max_position_embeddings, h], b'n', rng)?;
+    put("embeddings.token_type_embeddings.weight".into(), vec![cfg.type_vocab_size, h], b'n', rng)?;
+    put("embeddings.LayerNorm.weight".into(), vec![h], b'1', rng)?;
+    put("embeddings.LayerNorm.bias".into(), vec![h], b'0', rng)?;
+    for i in 0..cfg.num_hidden_layers {
+        let p = format!("encoder.layer.{i}");
+        let linears = [
+            ("attention.self.query", h, h),
+            ("attention.self.key", h, h),
+            ("attention.self.value", h, h),
+            ("attention.output.dense", h, h),
+            ("intermediate.dense", h, cfg.intermediate_size),
+            ("output.dense", cfg.intermediate_size, h),
+        ];
+        for (name, i_dim, o_dim) in linears {
+            put(format!("{p}.{name}.weight"), vec![o_dim, i_dim], b'n', rng)?;
+            put(format!("{p}.{name}.bias"), vec![o_dim], b'0', rng)?;
+        }
+        for ln in ["attention.output.LayerNorm", "output.LayerNorm"] {
+            put(format!("{p}.{ln}.weight"), vec![h], b'1', rng)?;
+            put(format!("{p}.{ln}.bias"), vec![h], b'0', rng)?;
+        }
+    }
+    // Hugging Face zeroes the padding row of the word embeddings.
+    let pad = cfg.pad_id() as usize;
+    if pad < cfg.vocab_size {
+        let w = &out["embeddings.word_embeddings.weight"];
+        let mut rows = w.to_vec2::<f32>()?;
+        rows[pad].iter_mut().for_each(|x| *x = 0.0);
+        let rows: Vec<f32> = rows.into_iter().flatten().collect();
+        out.insert("embeddings.word_embeddings.weight".into(), Tensor::from_vec(rows, (cfg.vocab_size, h), device)?);
+    }
+    Ok(out)
+}
+
 /// `encoder.layer.7.attention...` → `Some(7)`.
 pub fn layer_index(name: &str) -> Option<usize> {
     name.strip_prefix("encoder.layer.")?.split('.').next()?.parse().ok()

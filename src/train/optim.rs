@@ -123,12 +123,13 @@ impl AdamW {
         Ok(Self { cfg, slots, step: 0 })
     }
 
-    /// Global L2 norm of the gradients of all parameters.
+    /// Global L2 norm of the gradients of all parameters (accumulated in f64; on the CPU one
+    /// pass over each gradient's memory, no temporaries).
     pub fn grad_norm(&self, grads: &GradStore) -> Result<f64> {
         let mut sq = 0f64;
         for s in &self.slots {
             if let Some(g) = grads.get(s.var.as_tensor()) {
-                sq += g.sqr()?.sum_all()?.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+                sq += sum_of_squares(g)?;
             }
         }
         Ok(sq.sqrt())
@@ -137,6 +138,11 @@ impl AdamW {
     /// One update with learning rate `lr`. Parameters without a gradient are left alone.
     pub fn step(&mut self, grads: &GradStore, lr: f64) -> Result<StepStats> {
         let grad_norm = self.grad_norm(grads)?;
+        self.step_with_norm(grads, lr, grad_norm)
+    }
+
+    /// [`step`](Self::step) with the global gradient norm already computed.
+    pub fn step_with_norm(&mut self, grads: &GradStore, lr: f64, grad_norm: f64) -> Result<StepStats> {
         let grad_scale = match self.cfg.max_grad_norm {
             Some(max) if grad_norm > max => max / (grad_norm + 1e-6),
             _ => 1.0,
@@ -202,6 +208,24 @@ impl AdamW {
         self.step = step;
         Ok(())
     }
+}
+
+/// Σx² of a tensor in f64.
+fn sum_of_squares(g: &Tensor) -> Result<f64> {
+    if g.device().is_cpu() && g.dtype() == DType::F32 {
+        let g = g.contiguous()?;
+        let (storage, layout) = g.storage_and_layout();
+        if let (candle_core::Storage::Cpu(CpuStorage::F32(v)), Some((a, b))) = (&*storage, layout.contiguous_offsets()) {
+            let v = &v[a..b];
+            // Per-chunk sums collected in order, then added: the same result on any thread count.
+            let chunk = |c: &[f32]| -> f64 {
+                // Eight f32 lanes summed in f32 per block of 64, then in f64: fast and accurate.
+                c.chunks(64).map(|b| b.iter().map(|x| x * x).sum::<f32>() as f64).sum()
+            };
+            return Ok(if v.len() > 1 << 18 { v.par_chunks(1 << 16).map(chunk).collect::<Vec<f64>>().iter().sum::<f64>() } else { chunk(v) });
+        }
+    }
+    Ok(g.sqr()?.sum_all()?.to_dtype(DType::F64)?.to_scalar::<f64>()?)
 }
 
 #[cfg(test)]

@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# One distillation step, xsent vs PyTorch (sentence-transformers), side by side.
+#
+# What one "step" is, in both engines: a full optimiser step of the distill recipe
+# (configs/distill.toml) on one batch of 32 parallel pairs (English src, German tgt):
+#   student = multilingual-e5-small ("query: " prefix, max 128 tokens): Transformer (train
+#             mode, dropout 0.1 as in its config) -> mean Pooling -> Dense 384->384 (identity
+#             activation, initialised by ridge least squares on the 32 English sentences, like
+#             xsent's distill.projection = "lstsq") -> L2 Normalize
+#   teacher = all-MiniLM-L6-v2 embeddings of the 32 English sentences, computed once before
+#             any timing (xsent: its teacher cache ~/.cache/xsent/teacher; torch: in memory)
+#   loss    = MSE(student(src), T) + MSE(student(tgt), T)  (torch.nn.MSELoss, mean)
+#   step    = tokenise + forward of 32 src + 32 tgt sentences, backward, clip the global
+#             gradient norm to 1.0, AdamW (lr 5e-5, weight decay 0.01) update of every
+#             parameter (word embeddings included), gradients cleared.
+# xsent's times come from its own metrics.jsonl (step_s, forward_s, backward_s,
+# optimizer_s); torch's are taken the same way around the same phases. Each engine runs
+# --steps steps (default 8); the reported time is the median of steps --skip+1..N (default
+# 3..8: the first two warm up allocators and caches).
+#
+# Same batch in both engines: the 32 pairs are XNLI dev premises (dev-en.tsv / dev-de.tsv,
+# same row = same text) chosen so that every one of the 64 student inputs ("query: " +
+# sentence) is exactly L e5 tokens long. No padding then exists, whatever way an engine
+# groups or pads the 64 sentences, so both compute on exactly 64 x L tokens. xsent gets a
+# TSV with exactly these 32 pairs, data.val_size = 0 and batch_size 32, so each of its steps
+# is one epoch over all 32 pairs; it stops with --stop-after N (checkpoint, no validation).
+# The torch side asserts the token lengths itself.
+#
+# usage: scripts/bench-train.sh [--steps N] [--skip K] [--rounds R]
+#
+#   --steps   optimiser steps per engine and round (default 8)
+#   --skip    leading steps left out of the median (default 2)
+#   --rounds  run xsent then torch R times; each engine's best round median counts (default 1)
+#
+# Before and after the runs a short check runs a busy loop in 2 processes at once (the
+# same one as bench-embed.sh); "cores" is how many cores' worth of CPU they got (lower of
+# the two). Below ~1.8 the machine was not giving 2 free cores and the timings are noisy.
+#
+# Environment:
+#   XSENT_BIN     xsent binary (default ${CARGO_TARGET_DIR:-<repo>/target}/release/xsent,
+#                 built with `cargo build --release` if missing)
+#   XSENT_MODELS  model dirs (default <repo>/models, made by scripts/setup.sh)
+#   XSENT_DATA    data dir holding xnli/ (default <repo>/../shared/data)
+#   XSENT_CACHE   cache dir (default ~/.cache/xsent); the torch venv is
+#                 $XSENT_CACHE/bench-venv, shared with bench-embed.sh and built the same
+#                 way (CPU torch from PyPI's CUDA wheel without the nvidia-* wheels, CUDA
+#                 stand-in libraries from bench_embed_torch.py make-cuda-stubs)
+#   BENCH_TORCH_VERSION / BENCH_ST_VERSION  pinned versions for a new venv (as bench-embed.sh)
+#   BENCH_BATCH   pairs per batch (default 32)
+set -euo pipefail
+export LC_ALL=C
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+embed_helper="$root/scripts/bench_embed_torch.py"
+helper="$root/scripts/bench_train_torch.py"
+
+steps=8
+skip=2
+rounds=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --steps) steps="${2:-}"; shift 2 ;;
+        --steps=*) steps="${1#*=}"; shift ;;
+        --skip) skip="${2:-}"; shift 2 ;;
+        --skip=*) skip="${1#*=}"; shift ;;
+        --rounds) rounds="${2:-}"; shift 2 ;;
+        --rounds=*) rounds="${1#*=}"; shift ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) echo "bench-train: unknown argument: $1 (try --help)" >&2; exit 64 ;;
+    esac
+done
+[[ "$steps" =~ ^[1-9][0-9]*$ ]] || { echo "bench-train: --steps must be a positive integer" >&2; exit 64; }
+[[ "$skip" =~ ^[0-9]+$ ]] || { echo "bench-train: --skip must be a non-negative integer" >&2; exit 64; }
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "bench-train: --rounds must be a positive integer" >&2; exit 64; }
+[ "$skip" -lt "$steps" ] || { echo "bench-train: --skip ($skip) must be below --steps ($steps)" >&2; exit 64; }
+
+say() { printf 'bench-train: %s\n' "$*" >&2; }
+die() { printf 'bench-train: error: %s\n' "$*" >&2; exit 1; }
+
+threads=2
+batch="${BENCH_BATCH:-32}"
+[[ "$batch" =~ ^[1-9][0-9]*$ ]] || die "BENCH_BATCH must be a positive integer"
+max_length=128
+prefix="query: "
+data="${XSENT_DATA:-$root/../shared/data}"
+models="${XSENT_MODELS:-$root/models}"
+cache="${XSENT_CACHE:-$HOME/.cache/xsent}"
+venv="$cache/bench-venv"
+torch_version="${BENCH_TORCH_VERSION:-2.15.0}"
+st_version="${BENCH_ST_VERSION:-6.2.0}"
+student="$models/multilingual-e5-small"
+teacher="$models/all-MiniLM-L6-v2"
+config="$root/configs/distill.toml"
+
+# Both engines get the same thread limits.
+export XSENT_THREADS=$threads RAYON_NUM_THREADS=$threads OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads
+export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+
+# ---- inputs: models, data, config, helpers ------------------------------------------
+for d in "$student" "$teacher"; do
+    for f in config.json model.safetensors tokenizer.json modules.json 1_Pooling/config.json; do
+        [ -f "$d/$f" ] || die "model $(basename "$d") is missing ($d/$f not found): run scripts/setup.sh first"
+    done
+done
+xnli="$data/xnli"
+for f in dev-en.tsv dev-de.tsv; do
+    [ -f "$xnli/$f" ] || die "XNLI file $xnli/$f not found (set XSENT_DATA)"
+done
+[ -f "$config" ] || die "$config not found (the distill recipe's config)"
+[ -f "$helper" ] || die "$helper not found"
+[ -f "$embed_helper" ] || die "$embed_helper not found (needed for the venv's CUDA stubs and the core check)"
+
+# ---- xsent ----------------------------------------------------------------------------
+if [ -n "${XSENT_BIN:-}" ]; then
+    xsent="$XSENT_BIN"
+    [ -x "$xsent" ] || die "XSENT_BIN=$xsent is not an executable"
+else
+    xsent="${CARGO_TARGET_DIR:-$root/target}/release/xsent"
+    if [ ! -x "$xsent" ]; then
+        say "building xsent (cargo build --release)"
+        (cd "$root" && cargo build --release) >&2
+        [ -x "$xsent" ] || die "no binary at $xsent after cargo build --release"
+    fi
+fi
+train_help="$("$xsent" train --help 2>&1)" || die "$xsent has no working 'train' subcommand"
+grep -q -- '--stop-after' <<<"$train_help" || die "$xsent train has no --stop-after option (needed to stop without a validation)"
+
+# ---- torch venv (the same one, built the same way, as bench-embed.sh) -------------------
+py="$venv/bin/python"
+mkdir -p "$cache"
+exec 9>"$cache/bench-venv.lock"
+flock 9 || die "cannot lock $cache/bench-venv.lock"
+if [ ! -f "$venv/.bench-ready" ]; then
+    command -v python3 >/dev/null || die "python3 is needed for the torch side"
+    command -v gcc >/dev/null || die "gcc is needed to build the CUDA stand-in libraries"
+    say "installing torch $torch_version (CPU) and sentence-transformers $st_version into $venv"
+    # Unlike bench-embed.sh an existing venv is kept (bench-mine.sh's faiss lives in it too);
+    # the resolved pins are installed over it.
+    [ -x "$py" ] || python3 -m venv "$venv" || die "python3 -m venv $venv failed"
+    "$py" -m pip install --quiet --disable-pip-version-check --dry-run --ignore-installed \
+        --report "$venv/resolve.json" "torch==$torch_version" "sentence-transformers==$st_version" numpy \
+        || die "pip could not resolve torch==$torch_version sentence-transformers==$st_version"
+    mapfile -t pins < <("$py" - "$venv/resolve.json" <<'EOF'
+import json, re, sys
+for item in json.load(open(sys.argv[1]))["install"]:
+    name, ver = item["metadata"]["name"], item["metadata"]["version"]
+    if re.match(r"(nvidia|cuda)[-_]", name, re.I) or name.lower() == "triton":
+        continue  # GPU-only: multi-GB and never used on CPU
+    print(f"{name}=={ver}")
+EOF
+    )
+    [ "${#pins[@]}" -gt 0 ] || die "pip resolved no packages (see $venv/resolve.json)"
+    say "pip install --no-deps ${pins[*]}"
+    "$py" -m pip install --quiet --disable-pip-version-check --no-deps "${pins[@]}" \
+        || die "pip install failed"
+    torch_dir="$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/torch"
+    rm -f "$torch_dir/lib/CUDA_STUBS.txt"
+    "$py" "$embed_helper" make-cuda-stubs "$torch_dir" >&2 || die "building the CUDA stand-in libraries failed"
+    "$py" - <<'EOF' || die "the venv does not work (see above); it will be rebuilt on the next run"
+import torch, sentence_transformers
+assert not torch.cuda.is_available()
+x = torch.randn(4, 8)
+assert torch.allclose(x @ x.T, (x.double() @ x.double().T).float(), atol=1e-4)
+print(f"bench-train: torch {torch.__version__} (CPU) and sentence-transformers "
+      f"{sentence_transformers.__version__} import fine", file=__import__("sys").stderr)
+EOF
+    printf 'torch==%s sentence-transformers==%s\n' "$torch_version" "$st_version" > "$venv/.bench-ready"
+fi
+"$py" -c 'import torch, sentence_transformers, tokenizers, numpy' 2>/dev/null \
+    || die "$venv is marked ready but torch/sentence-transformers do not import: remove $venv/.bench-ready to rebuild it"
+flock -u 9
+
+# ---- the batch ------------------------------------------------------------------------------
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+pairs="$work/pairs.tsv"
+pj="$("$py" "$helper" pick-pairs --xnli-dir "$xnli" --tokenizer "$student/tokenizer.json" \
+    --prefix "$prefix" --max-length "$max_length" --n "$batch" --out "$pairs" | tail -n 1)" \
+    || die "could not pick $batch XNLI pairs of equal token length"
+json_field() { "$py" -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
+seq_len="$(json_field "$pj" length)"
+[ "$(wc -l < "$pairs")" -eq "$batch" ] || die "$pairs should hold $batch pairs"
+say "batch: $pj"
+
+# ---- runs -----------------------------------------------------------------------------------
+load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
+cores_before="$("$py" "$embed_helper" cpu-check)" || die "the core check failed"
+
+run_xsent() {  # round -> prints one JSON line (medians of xsent's metrics.jsonl)
+    local out="$work/xsent-run-$1" log="$work/xsent-$1.log"
+    local src="[{kind=\"tsv\", path=\"$pairs\", src_lang=\"en\", tgt_lang=\"de\"}]"
+    local -a args=(train --config "$config" --out "$out" --stop-after "$steps"
+        --set "train.max_steps=$steps" --set "data.sources=$src" --set data.val_size=0
+        --set "train.batch_size=$batch" --set train.grad_accum=1 --set train.eval_at_start=false
+        --set train.eval_every=0 --set train.checkpoint_every=0 --set train.log_every=1
+        --set "distill.teacher=$teacher" --set "distill.student=$student"
+        --set "distill.student_prefix=$prefix" --set "distill.max_length=$max_length"
+        --set distill.projection=lstsq --set distill.normalize=true
+        --set "distill.projection_fit_size=$batch" --set optim.lr=5e-5
+        --set optim.weight_decay=0.01 --set optim.max_grad_norm=1.0
+        --set optim.warmup_steps=0 --set optim.schedule=constant)
+    say "xsent round $1: xsent train, $steps steps"
+    (cd "$root" && "$xsent" "${args[@]}") > "$log" 2>&1 || { cat "$log" >&2; die "xsent train failed (log above)"; }
+    grep -q "xsent train: $batch training pairs, 0 validation pairs" "$log" \
+        || { cat "$log" >&2; die "xsent did not train on exactly the $batch pairs of $pairs (log above)"; }
+    [ -f "$out/metrics.jsonl" ] || die "xsent wrote no $out/metrics.jsonl"
+    "$py" "$helper" xsent-metrics --metrics "$out/metrics.jsonl" --steps "$steps" --skip "$skip" \
+        || die "could not read xsent's step times from $out/metrics.jsonl"
+    rm -rf "$out"
+}
+run_torch() {
+    say "torch round $1: sentence-transformers, $steps steps"
+    "$py" "$helper" bench --student "$student" --teacher "$teacher" --pairs "$pairs" \
+        --prefix "$prefix" --max-length "$max_length" --expect-length "$seq_len" \
+        --steps "$steps" --skip "$skip" --threads "$threads" | tail -n 1
+}
+
+xs=()
+ts=()
+for ((r = 1; r <= rounds; r++)); do
+    j="$(run_xsent "$r")" || exit 1
+    say "xsent round $r: $j"
+    xs+=("$j")
+    j="$(run_torch "$r")" || die "the torch benchmark failed (see above)"
+    say "torch round $r: $j"
+    ts+=("$j")
+done
+
+cores_after="$("$py" "$embed_helper" cpu-check)" || die "the core check failed"
+load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
+
+"$py" "$helper" report --batch "$batch" --length "$seq_len" --steps "$steps" --skip "$skip" \
+    --threads "$threads" --cores "$cores_before" "$cores_after" \
+    --load "$load_before" "$load_after" --nproc "$(nproc)" --pairs-info "$pj" \
+    --xsent "${xs[@]}" --torch "${ts[@]}" || die "could not write the report"

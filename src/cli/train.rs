@@ -1,0 +1,83 @@
+use crate::train::{self, config, Outcome, RunOptions, Trainer};
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The recipe's TOML config (configs/distill.toml, …). With --resume it may be left out:
+    /// the run directory's config.toml is used.
+    #[arg(long, short = 'c')]
+    config: Option<PathBuf>,
+    /// Run directory (default: runs/<config name>).
+    #[arg(long, short = 'o')]
+    out: Option<PathBuf>,
+    /// Continue the run in --out from its newest checkpoint.
+    #[arg(long)]
+    resume: bool,
+    /// Override a config value, e.g. --set train.max_steps=20 --set optim.lr=1e-4 (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
+    /// Checkpoint and stop after this optimiser step (continue later with --resume).
+    #[arg(long, value_name = "STEP")]
+    stop_after: Option<u64>,
+}
+
+/// Returns the process exit code: 0 when done, 130 when interrupted.
+pub fn run(a: Args) -> Result<i32> {
+    let out = match (&a.out, &a.config) {
+        (Some(o), _) => o.clone(),
+        (None, Some(c)) => config::default_out(c),
+        (None, None) => bail!("give --config FILE (and optionally --out DIR), or --resume --out DIR"),
+    };
+    let saved = out.join("config.toml");
+    let cfg = if a.resume {
+        if !saved.is_file() {
+            bail!("--resume: {} does not exist; is {} a run directory?", saved.display(), out.display());
+        }
+        let cfg = config::load_resolved(&saved, &a.sets)?;
+        if let Some(c) = &a.config {
+            let given = config::load(c, &a.sets)?;
+            if given.to_toml()? != cfg.to_toml()? {
+                bail!(
+                    "{} differs from the config the run was started with ({}); resume without --config to use the saved one, \
+                     or change single values with --set",
+                    c.display(),
+                    saved.display()
+                );
+            }
+        }
+        cfg
+    } else {
+        let Some(c) = &a.config else { bail!("--config FILE is needed (or --resume to continue a run)") };
+        let cfg = config::load(c, &a.sets)?;
+        if out.is_dir() && std::fs::read_dir(&out).with_context(|| format!("cannot read {}", out.display()))?.next().is_some() {
+            bail!(
+                "run directory {} already exists: pass --resume to continue it, or --out for a new run",
+                out.display()
+            );
+        }
+        cfg
+    };
+    if a.resume && Trainer::latest_checkpoint(&out)?.is_none() {
+        bail!("--resume: {} has no checkpoint to continue from", out.display());
+    }
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = flag.clone();
+    // First Ctrl-C: finish the step, checkpoint, exit 130. Second: exit at once.
+    ctrlc::set_handler(move || {
+        if f.swap(true, Ordering::SeqCst) {
+            eprintln!("\nxsent train: second interrupt, exiting without a checkpoint");
+            std::process::exit(130);
+        }
+        eprintln!("\nxsent train: interrupted; finishing this step and writing a checkpoint (Ctrl-C again to quit at once)");
+    })
+    .context("cannot install the Ctrl-C handler")?;
+    let opts = RunOptions { stop_after: a.stop_after, interrupt: Some(flag), quiet: false };
+    Ok(match train::train(&cfg, &out, a.resume, &opts)? {
+        Outcome::Finished | Outcome::EarlyStopped => 0,
+        Outcome::Interrupted if opts.interrupt.as_ref().is_some_and(|f| f.load(Ordering::SeqCst)) => 130,
+        Outcome::Interrupted => 0,
+    })
+}

@@ -1,0 +1,138 @@
+//! sentence-transformers' `Dense` module: a linear map (optionally tanh) after pooling, stored as
+//! `N_Dense/config.json` + `N_Dense/model.safetensors` (`linear.weight` `[out, in]`, `linear.bias`).
+
+use super::encoder::Linear;
+use super::weights::{self, Params};
+use anyhow::{bail, ensure, Context, Result};
+use candle_core::{DType, Device, Tensor};
+use std::collections::HashMap;
+use std::path::Path;
+
+const IDENTITY: &str = "torch.nn.modules.linear.Identity";
+const TANH: &str = "torch.nn.modules.activation.Tanh";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DenseActivation {
+    Identity,
+    Tanh,
+}
+
+#[derive(Debug, Clone)]
+pub struct Dense {
+    pub linear: Linear,
+    pub activation: DenseActivation,
+}
+
+#[derive(serde::Deserialize)]
+struct DenseConfig {
+    in_features: usize,
+    out_features: usize,
+    #[serde(default = "yes")]
+    bias: bool,
+    #[serde(default)]
+    activation_function: Option<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Dense {
+    /// A linear map from weight `[out, in]` and bias `[out]`.
+    pub fn new(weight: Tensor, bias: Tensor) -> Self {
+        Self { linear: Linear { weight, bias }, activation: DenseActivation::Identity }
+    }
+
+    pub fn in_dim(&self) -> usize {
+        self.linear.weight.dims()[1]
+    }
+
+    pub fn out_dim(&self) -> usize {
+        self.linear.weight.dims()[0]
+    }
+
+    /// Load a sentence-transformers Dense module directory.
+    pub fn load(dir: &Path, device: &Device) -> Result<Self> {
+        let cfg_path = dir.join("config.json");
+        let text = std::fs::read_to_string(&cfg_path).with_context(|| format!("cannot read {}", cfg_path.display()))?;
+        let cfg: DenseConfig = serde_json::from_str(&text).with_context(|| format!("invalid {}", cfg_path.display()))?;
+        let activation = match cfg.activation_function.as_deref() {
+            None | Some(IDENTITY) => DenseActivation::Identity,
+            Some(TANH) => DenseActivation::Tanh,
+            Some(other) => bail!("{}: activation_function {other:?} is not supported (Identity, Tanh)", cfg_path.display()),
+        };
+        let w_path = dir.join("model.safetensors");
+        ensure!(
+            w_path.is_file(),
+            "Dense module {} has no model.safetensors (xsent does not read pytorch_model.bin; re-save it with safetensors)",
+            dir.display()
+        );
+        let t = candle_core::safetensors::load(&w_path, device).with_context(|| format!("cannot read {}", w_path.display()))?;
+        let weight = t
+            .get("linear.weight")
+            .with_context(|| format!("{} has no linear.weight", w_path.display()))?
+            .to_dtype(DType::F32)?;
+        ensure!(
+            weight.dims() == [cfg.out_features, cfg.in_features],
+            "{}: linear.weight is {:?}, config says [{}, {}]",
+            w_path.display(),
+            weight.dims(),
+            cfg.out_features,
+            cfg.in_features
+        );
+        let bias = match (cfg.bias, t.get("linear.bias")) {
+            (true, Some(b)) => b.to_dtype(DType::F32)?,
+            (true, None) => bail!("{} has no linear.bias though its config says bias = true", w_path.display()),
+            (false, _) => Tensor::zeros(cfg.out_features, DType::F32, device)?,
+        };
+        Ok(Self { linear: Linear { weight, bias }, activation })
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = self.linear.forward(x)?;
+        Ok(match self.activation {
+            DenseActivation::Identity => y,
+            DenseActivation::Tanh => y.tanh()?,
+        })
+    }
+
+    /// The tensors under sentence-transformers' names.
+    pub fn tensors(&self) -> HashMap<String, Tensor> {
+        HashMap::from([
+            ("linear.weight".to_string(), self.linear.weight.clone()),
+            ("linear.bias".to_string(), self.linear.bias.clone()),
+        ])
+    }
+
+    /// Make the weights trainable; returns the parameters (named `linear.weight`, `linear.bias`).
+    pub fn make_trainable(&mut self) -> Result<Params> {
+        let (t, params) = Params::from_tensors(self.tensors())?;
+        self.linear = Linear { weight: t["linear.weight"].clone(), bias: t["linear.bias"].clone() };
+        Ok(params)
+    }
+
+    /// A copy whose tensors are detached from any autograd graph (sharing storage).
+    pub fn detached(&self) -> Self {
+        Self {
+            linear: Linear { weight: self.linear.weight.detach(), bias: self.linear.bias.detach() },
+            activation: self.activation,
+        }
+    }
+
+    /// Write the module directory (`config.json`, `model.safetensors`).
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let act = match self.activation {
+            DenseActivation::Identity => IDENTITY,
+            DenseActivation::Tanh => TANH,
+        };
+        let cfg = serde_json::json!({
+            "in_features": self.in_dim(),
+            "out_features": self.out_dim(),
+            "bias": true,
+            "activation_function": act,
+        });
+        std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&cfg)?)?;
+        weights::save_tensors(&self.tensors(), &dir.join("model.safetensors"))
+    }
+}

@@ -1,0 +1,316 @@
+//! Training configuration: one TOML file per run, with sections for the trainer (`[train]`), the
+//! optimiser and schedule (`[optim]`), the data (`[data]`) and the recipe (`[distill]`, …).
+//! Unknown keys are errors; `--set key=value` overrides any value; the resolved config (every
+//! default filled in) is written into the run directory.
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Which recipe trains: `distill`.
+    pub recipe: String,
+    /// Seeds initialisation, data order and dropout.
+    #[serde(default = "d_seed")]
+    pub seed: u64,
+    #[serde(default)]
+    pub train: TrainConfig,
+    #[serde(default)]
+    pub optim: OptimConfig,
+    #[serde(default)]
+    pub data: DataConfig,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distill: Option<super::distill::DistillConfig>,
+}
+
+fn d_seed() -> u64 {
+    42
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainConfig {
+    /// Optimiser steps in all; 0: `epochs` passes over the data.
+    pub max_steps: u64,
+    pub epochs: u64,
+    /// Examples per micro-batch (a recipe's example is e.g. one parallel pair).
+    pub batch_size: usize,
+    /// Micro-batches whose gradients are summed into one optimiser step.
+    pub grad_accum: usize,
+    /// Write a metrics line (and a progress line when stderr is not a terminal) every N steps.
+    pub log_every: u64,
+    /// Validate every N steps (0: only at the end).
+    pub eval_every: u64,
+    /// Validate before the first step too (the untrained model's scores).
+    pub eval_at_start: bool,
+    /// Checkpoint every N steps (0: only at the end and on interruption).
+    pub checkpoint_every: u64,
+    /// Keep this many most recent checkpoints.
+    pub keep_last: usize,
+    /// Keep the model with the best validation score in `best/`.
+    pub keep_best: bool,
+    /// The validation score that decides "best" (default: the recipe's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub best_metric: Option<String>,
+    /// `max` or `min` (default: the recipe's, with its metric).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub best_mode: Option<BestMode>,
+    /// Stop when the best score has not improved for this many validations (0: never).
+    pub early_stopping_patience: usize,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            max_steps: 0,
+            epochs: 1,
+            batch_size: 32,
+            grad_accum: 1,
+            log_every: 10,
+            eval_every: 200,
+            eval_at_start: true,
+            checkpoint_every: 200,
+            keep_last: 2,
+            keep_best: true,
+            best_metric: None,
+            best_mode: None,
+            early_stopping_patience: 0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BestMode {
+    Max,
+    Min,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Schedule {
+    /// Linear warmup to `lr`, then linear decay to 0 at the last step.
+    Linear,
+    /// Linear warmup to `lr`, then constant.
+    Constant,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OptimConfig {
+    pub lr: f64,
+    pub weight_decay: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    /// Clip gradients to this global L2 norm (0: no clipping).
+    pub max_grad_norm: f64,
+    pub warmup_steps: u64,
+    pub schedule: Schedule,
+}
+
+impl Default for OptimConfig {
+    fn default() -> Self {
+        Self {
+            lr: 2e-5,
+            weight_decay: 0.01,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-6,
+            max_grad_norm: 1.0,
+            warmup_steps: 0,
+            schedule: Schedule::Linear,
+        }
+    }
+}
+
+impl OptimConfig {
+    /// Learning rate of optimiser step `step` (0-based) out of `total`.
+    pub fn lr_at(&self, step: u64, total: u64) -> f64 {
+        let w = self.warmup_steps;
+        if step < w {
+            return self.lr * (step + 1) as f64 / w as f64;
+        }
+        match self.schedule {
+            Schedule::Constant => self.lr,
+            Schedule::Linear => {
+                let left = total.saturating_sub(step) as f64;
+                let span = total.saturating_sub(w).max(1) as f64;
+                self.lr * (left / span).clamp(0.0, 1.0)
+            }
+        }
+    }
+
+    pub fn adamw(&self) -> super::AdamWConfig {
+        super::AdamWConfig {
+            beta1: self.beta1,
+            beta2: self.beta2,
+            eps: self.eps,
+            weight_decay: self.weight_decay,
+            max_grad_norm: (self.max_grad_norm > 0.0).then_some(self.max_grad_norm),
+        }
+    }
+}
+
+/// Training data: a list of sources, and how much of it is held out for validation.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DataConfig {
+    pub sources: Vec<crate::data::parallel::Source>,
+    /// Examples (distinct source sentences) held out for validation.
+    pub val_size: usize,
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        Self { sources: Vec::new(), val_size: 500 }
+    }
+}
+
+/// Read a config file and apply `--set key=value` overrides.
+pub fn load(path: &Path, sets: &[String]) -> Result<Config> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
+    let mut value: toml::Value = toml::from_str(&text).with_context(|| format!("{} is not valid TOML", path.display()))?;
+    for s in sets {
+        apply_set(&mut value, s)?;
+    }
+    let cfg: Config = value
+        .try_into()
+        .map_err(|e: toml::de::Error| anyhow::anyhow!("{}: {}", path.display(), e.message()))
+        .with_context(|| if sets.is_empty() { String::new() } else { format!("after --set {}", sets.join(" ")) })?;
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+/// Parse a resolved config (a run directory's `config.toml`) with overrides.
+pub fn load_resolved(path: &Path, sets: &[String]) -> Result<Config> {
+    load(path, sets)
+}
+
+/// `a.b.c=value`: the value is TOML (`20`, `2e-5`, `true`, `"text"`, `["de", "fr"]`); anything
+/// that does not parse as TOML is taken as a string. Array elements are addressed by index.
+pub fn apply_set(root: &mut toml::Value, set: &str) -> Result<()> {
+    let Some((key, raw)) = set.split_once('=') else {
+        bail!("--set {set:?}: expected key=value, e.g. --set train.max_steps=20")
+    };
+    let key = key.trim();
+    let parsed: toml::Value = match toml::from_str::<toml::Table>(&format!("v = {raw}")) {
+        Ok(mut t) => t.remove("v").expect("the key just written"),
+        Err(_) => toml::Value::String(raw.to_string()),
+    };
+    let parts: Vec<&str> = key.split('.').collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        bail!("--set {set:?}: empty key part in {key:?}");
+    }
+    let mut cur = root;
+    for (i, part) in parts.iter().enumerate() {
+        let last = i + 1 == parts.len();
+        cur = match cur {
+            toml::Value::Table(t) => {
+                if last {
+                    t.insert(part.to_string(), parsed);
+                    return Ok(());
+                }
+                t.entry(part.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()))
+            }
+            toml::Value::Array(a) => {
+                let idx: usize = part
+                    .parse()
+                    .map_err(|_| anyhow::anyhow!("--set {key}: {part:?} indexes a list and must be a number"))?;
+                let len = a.len();
+                let slot = a.get_mut(idx).ok_or_else(|| anyhow::anyhow!("--set {key}: index {idx} but the list has {len} entries"))?;
+                if last {
+                    *slot = parsed;
+                    return Ok(());
+                }
+                slot
+            }
+            _ => bail!("--set {key}: {} is not a table", parts[..i].join(".")),
+        };
+    }
+    unreachable!("the loop returns at the last key part")
+}
+
+impl Config {
+    pub fn validate(&self) -> Result<()> {
+        let t = &self.train;
+        if t.batch_size == 0 || t.grad_accum == 0 {
+            bail!("train.batch_size and train.grad_accum must be at least 1");
+        }
+        if t.max_steps == 0 && t.epochs == 0 {
+            bail!("set train.max_steps or train.epochs");
+        }
+        if !(self.optim.lr >= 0.0 && self.optim.lr.is_finite()) {
+            bail!("optim.lr must be a finite number >= 0, got {}", self.optim.lr);
+        }
+        match self.recipe.as_str() {
+            "distill" if self.distill.is_none() => bail!("recipe = \"distill\" needs a [distill] section"),
+            "distill" => {}
+            other => bail!("recipe = {other:?} is not known; this xsent trains: distill"),
+        }
+        for (i, s) in self.data.sources.iter().enumerate() {
+            s.validate().with_context(|| format!("data.sources[{i}]"))?;
+        }
+        Ok(())
+    }
+
+    /// The resolved config as TOML.
+    pub fn to_toml(&self) -> Result<String> {
+        Ok(toml::to_string_pretty(self)?)
+    }
+}
+
+/// The default run directory of a config: `runs/<file stem>`.
+pub fn default_out(config: &Path) -> PathBuf {
+    PathBuf::from("runs").join(config.file_stem().unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> toml::Value {
+        toml::from_str("recipe = \"distill\"\n[train]\nmax_steps = 5\n[distill]\nteacher = \"t\"\nstudent = \"s\"\n").unwrap()
+    }
+
+    #[test]
+    fn set_overrides_values_and_creates_tables() {
+        let mut v = base();
+        apply_set(&mut v, "train.max_steps=20").unwrap();
+        apply_set(&mut v, "optim.lr=1e-4").unwrap();
+        apply_set(&mut v, "distill.student_prefix=query: ").unwrap();
+        apply_set(&mut v, "data.val_size=7").unwrap();
+        let c: Config = v.try_into().unwrap();
+        assert_eq!(c.train.max_steps, 20);
+        assert_eq!(c.optim.lr, 1e-4);
+        assert_eq!(c.data.val_size, 7);
+        assert_eq!(c.distill.unwrap().student_prefix, "query: ");
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let mut v = base();
+        apply_set(&mut v, "train.max_stepz=20").unwrap();
+        let e = v.try_into::<Config>().unwrap_err().to_string();
+        assert!(e.contains("max_stepz"), "{e}");
+        assert!(apply_set(&mut base(), "train.max_steps").is_err());
+        assert!(apply_set(&mut base(), "recipe.x=1").unwrap_err().to_string().contains("not a table"));
+    }
+
+    #[test]
+    fn schedule() {
+        let o = OptimConfig { lr: 1.0, warmup_steps: 10, ..Default::default() };
+        assert!((o.lr_at(0, 110) - 0.1).abs() < 1e-12);
+        assert!((o.lr_at(9, 110) - 1.0).abs() < 1e-12);
+        assert!((o.lr_at(10, 110) - 1.0).abs() < 1e-12);
+        assert!((o.lr_at(60, 110) - 0.5).abs() < 1e-12);
+        assert!((o.lr_at(109, 110) - 0.01).abs() < 1e-12);
+        let c = OptimConfig { schedule: Schedule::Constant, ..o };
+        assert_eq!(c.lr_at(100, 110), 1.0);
+        let no_warmup = OptimConfig { lr: 2.0, ..Default::default() };
+        assert_eq!(no_warmup.lr_at(0, 4), 2.0);
+        assert_eq!(no_warmup.lr_at(2, 4), 1.0);
+    }
+}

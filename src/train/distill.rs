@@ -1,0 +1,393 @@
+//! Multilingual knowledge distillation (Reimers & Gurevych 2020, seed 003 §2).
+//!
+//! A frozen teacher M embeds the source sentences s; a trainable student M̂ learns
+//! M̂(s) ≈ M(s) and M̂(t) ≈ M(s) for translations t, minimising over a batch B
+//! `MSE(M̂(s), M(s)) + MSE(M̂(t), M(s))` (each MSE the mean over batch and dimensions, as
+//! `torch.nn.MSELoss`). Teacher embeddings are computed once and cached on disk, keyed by the
+//! teacher's files and the sentences. When the two spaces differ (other dimension, or simply
+//! unrelated spaces), a Dense projection follows the student's pooling; `projection = "lstsq"`
+//! initialises it in closed form: the affine map that best predicts the teacher's embeddings
+//! from the student's pooled vectors (ridge least squares) on training sentences.
+
+use super::config::{BestMode, Config};
+use super::trainer::{Recipe, StepLoss};
+use crate::data::parallel::{read_sources, Pair};
+use crate::eval::knn::{knn, Matrix};
+use crate::model::encoder::Rng;
+use crate::model::weights::Params;
+use crate::model::{Dense, LoadOptions, Mode, SentenceEncoder};
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Device, Tensor};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DistillConfig {
+    /// The frozen teacher: model directory or hub id.
+    pub teacher: String,
+    #[serde(default)]
+    pub teacher_prefix: String,
+    /// The trainable student: model directory or hub id.
+    pub student: String,
+    #[serde(default)]
+    pub student_prefix: String,
+    /// Keep only the student's first N layers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub student_layers: Option<usize>,
+    /// Truncate inputs (teacher and student) to this many tokens.
+    #[serde(default = "d_max_length")]
+    pub max_length: usize,
+    /// Dense projection after the student's pooling: `lstsq` (closed-form init), `identity`,
+    /// `random`, or `none` (only when the dimensions agree).
+    #[serde(default = "d_projection")]
+    pub projection: Projection,
+    /// Training source sentences used for the closed-form fit.
+    #[serde(default = "d_fit_size")]
+    pub projection_fit_size: usize,
+    /// L2-normalise the student's output (the teacher's own setting applies to it).
+    #[serde(default = "d_true")]
+    pub normalize: bool,
+    /// Override the student's dropout probability (hidden and attention).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropout: Option<f64>,
+    /// Batch size for the teacher's embeddings and validation (inference).
+    #[serde(default = "d_embed_batch")]
+    pub embed_batch_size: usize,
+}
+
+fn d_max_length() -> usize {
+    128
+}
+fn d_projection() -> Projection {
+    Projection::Lstsq
+}
+fn d_fit_size() -> usize {
+    3000
+}
+fn d_true() -> bool {
+    true
+}
+fn d_embed_batch() -> usize {
+    64
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Projection {
+    None,
+    Identity,
+    Random,
+    Lstsq,
+}
+
+pub struct Distill {
+    student: SentenceEncoder,
+    /// Inference view of the student (same storage, no autograd).
+    infer: SentenceEncoder,
+    train: Vec<Pair>,
+    val: Vec<Pair>,
+    /// Teacher embedding row of each source sentence.
+    teacher_rows: HashMap<String, usize>,
+    teacher: Tensor,
+    dim: usize,
+    embed_batch: usize,
+}
+
+impl Distill {
+    pub fn new(cfg: &Config) -> Result<Self> {
+        let dc = cfg.distill.as_ref().context("recipe = \"distill\" needs a [distill] section")?;
+        let pairs = read_sources(&cfg.data.sources)?;
+        let (train, val) = split_by_source(pairs, cfg.data.val_size, cfg.seed)?;
+        eprintln!("xsent train: {} training pairs, {} validation pairs", train.len(), val.len());
+
+        // Teacher embeddings of every distinct source sentence, cached.
+        // Sorted, so that the same sentences give the same cache key whatever the split.
+        let mut sources: Vec<String> = train.iter().chain(&val).map(|p| p.src.clone()).collect();
+        sources.sort_unstable();
+        sources.dedup();
+        let teacher_rows: HashMap<String, usize> = sources.iter().enumerate().map(|(i, s)| (s.clone(), i)).collect();
+        let teacher_opts = LoadOptions { prefix: Some(dc.teacher_prefix.clone()), max_length: Some(dc.max_length), ..Default::default() };
+        let teacher_enc = SentenceEncoder::load(&dc.teacher, &teacher_opts).with_context(|| format!("loading teacher {}", dc.teacher))?;
+        let (rows, dim) = teacher_embeddings(&teacher_enc, &sources, dc.max_length, dc.embed_batch_size)?;
+        drop(teacher_enc);
+        let teacher = Tensor::from_vec(rows, (sources.len(), dim), &Device::Cpu)?;
+
+        let student_opts = LoadOptions {
+            prefix: Some(dc.student_prefix.clone()),
+            layers: dc.student_layers,
+            max_length: Some(dc.max_length),
+            normalize: dc.normalize,
+            trainable: true,
+            ..Default::default()
+        };
+        let mut student = SentenceEncoder::load(&dc.student, &student_opts).with_context(|| format!("loading student {}", dc.student))?;
+        if let Some(p) = dc.dropout {
+            student.encoder.hidden_dropout = p;
+            student.encoder.attention_dropout = p;
+        }
+        let h = student.encoder.hidden_size();
+        let mut init_rng = Rng::seed_from_u64(cfg.seed ^ 0xde75e);
+        match dc.projection {
+            Projection::None => {
+                if student.dim() != dim {
+                    bail!(
+                        "the student gives {}-dim vectors and the teacher {dim}-dim: set distill.projection = \"lstsq\" (or identity/random) to add a Dense layer",
+                        student.dim()
+                    );
+                }
+            }
+            Projection::Identity => {
+                if h != dim {
+                    bail!("distill.projection = \"identity\" needs equal dimensions (student {h}, teacher {dim})");
+                }
+                let w = Tensor::eye(h, DType::F32, &Device::Cpu)?;
+                student.set_dense(Dense::new(w, Tensor::zeros(dim, DType::F32, &Device::Cpu)?))?;
+            }
+            Projection::Random => {
+                use rand_distr::{Distribution, Uniform};
+                let bound = 1.0 / (h as f32).sqrt();
+                let u = Uniform::new(-bound, bound).expect("a valid range");
+                let w: Vec<f32> = (0..dim * h).map(|_| u.sample(&mut init_rng)).collect();
+                let b: Vec<f32> = (0..dim).map(|_| u.sample(&mut init_rng)).collect();
+                student.set_dense(Dense::new(Tensor::from_vec(w, (dim, h), &Device::Cpu)?, Tensor::from_vec(b, dim, &Device::Cpu)?))?;
+            }
+            Projection::Lstsq => {
+                // A seeded random sample of the training source sentences.
+                let train_src: std::collections::HashSet<&str> = train.iter().map(|p| p.src.as_str()).collect();
+                let mut fit: Vec<&String> = sources.iter().filter(|s| train_src.contains(s.as_str())).collect();
+                fit.shuffle(&mut init_rng);
+                fit.truncate(dc.projection_fit_size.max(1));
+                let t0 = std::time::Instant::now();
+                let x = student.embed_pooled(&fit, dc.embed_batch_size)?;
+                let y: Vec<Vec<f32>> = fit.iter().map(|s| teacher.get(teacher_rows[*s]).and_then(|r| r.to_vec1())).collect::<candle_core::Result<_>>()?;
+                let (w, b) = fit_affine(&x, &y, 1e-3)?;
+                student.set_dense(Dense::new(Tensor::from_vec(w, (dim, h), &Device::Cpu)?, Tensor::from_vec(b, dim, &Device::Cpu)?))?;
+                eprintln!("xsent train: projection fitted by least squares on {} sentences ({:.1} s)", fit.len(), t0.elapsed().as_secs_f64());
+            }
+        }
+        let infer = student.detached();
+        Ok(Self { student, infer, train, val, teacher_rows, teacher, dim, embed_batch: dc.embed_batch_size })
+    }
+
+    fn teacher_batch(&self, pairs: &[&Pair]) -> Result<Tensor> {
+        let idx: Vec<u32> = pairs.iter().map(|p| self.teacher_rows[&p.src] as u32).collect();
+        Ok(self.teacher.index_select(&Tensor::new(idx, &Device::Cpu)?, 0)?)
+    }
+}
+
+impl Recipe for Distill {
+    fn num_examples(&self) -> usize {
+        self.train.len()
+    }
+
+    fn params(&self) -> Params {
+        self.student.trainable_params()
+    }
+
+    fn loss(&mut self, batch: &[usize], rng: &mut Rng) -> Result<StepLoss> {
+        let pairs: Vec<&Pair> = batch.iter().map(|&i| &self.train[i]).collect();
+        let b = pairs.len();
+        let texts: Vec<&str> = pairs.iter().map(|p| p.src.as_str()).chain(pairs.iter().map(|p| p.tgt.as_str())).collect();
+        let emb = self.student.forward(&texts, &mut Mode::Train(rng))?;
+        let target = self.teacher_batch(&pairs)?.to_device(emb.device())?;
+        let mse_src = emb.narrow(0, 0, b)?.sub(&target)?.sqr()?.mean_all()?;
+        let mse_tgt = emb.narrow(0, b, b)?.sub(&target)?.sqr()?.mean_all()?;
+        let terms = vec![("mse_src".to_string(), mse_src.to_scalar::<f32>()? as f64), ("mse_tgt".to_string(), mse_tgt.to_scalar::<f32>()? as f64)];
+        Ok(StepLoss { total: (mse_src + mse_tgt)?, terms, sentences: 2 * b })
+    }
+
+    fn validate(&mut self) -> Result<Vec<(String, f64)>> {
+        if self.val.is_empty() {
+            bail!("no validation pairs: set data.val_size > 0");
+        }
+        let src: Vec<&str> = self.val.iter().map(|p| p.src.as_str()).collect();
+        let tgt: Vec<&str> = self.val.iter().map(|p| p.tgt.as_str()).collect();
+        let es = self.infer.embed(&src, self.embed_batch)?;
+        let et = self.infer.embed(&tgt, self.embed_batch)?;
+        let teacher = self.teacher_batch(&self.val.iter().collect::<Vec<_>>())?.to_vec2::<f32>()?;
+        let mse = |a: &[Vec<f32>]| -> f64 {
+            let n = (a.len() * self.dim) as f64;
+            a.iter().zip(&teacher).flat_map(|(x, y)| x.iter().zip(y).map(|(u, v)| ((u - v) as f64).powi(2))).sum::<f64>() / n
+        };
+        let (ms, mt) = (mse(&es), mse(&et));
+        let (xs, xt) = (Matrix::normalized(&es), Matrix::normalized(&et));
+        let acc = |q: &Matrix, t: &Matrix| -> Result<f64> {
+            let nn = knn(q, t, 1)?;
+            Ok(100.0 * nn.idx.iter().enumerate().filter(|(i, j)| **j as usize == *i).count() as f64 / q.rows() as f64)
+        };
+        let (a1, a2) = (acc(&xs, &xt)?, acc(&xt, &xs)?);
+        Ok(vec![
+            ("mse_x100".into(), 100.0 * mt),
+            ("mse_src_x100".into(), 100.0 * ms),
+            ("acc_src2tgt".into(), a1),
+            ("acc_tgt2src".into(), a2),
+            ("acc_mean".into(), (a1 + a2) / 2.0),
+        ])
+    }
+
+    fn default_best(&self) -> (String, BestMode) {
+        ("mse_x100".into(), BestMode::Min)
+    }
+
+    fn save_model(&self, dir: &Path) -> Result<()> {
+        self.student.save(dir)
+    }
+}
+
+/// Hold out `val_size` distinct source sentences (seeded choice), one pair each, for
+/// validation; every pair of a held-out source sentence leaves the training set.
+pub fn split_by_source(pairs: Vec<Pair>, val_size: usize, seed: u64) -> Result<(Vec<Pair>, Vec<Pair>)> {
+    let mut by_src: HashMap<&str, Vec<usize>> = HashMap::new();
+    let mut order: Vec<&str> = Vec::new();
+    for (i, p) in pairs.iter().enumerate() {
+        by_src.entry(p.src.as_str()).or_insert_with(|| {
+            order.push(p.src.as_str());
+            Vec::new()
+        }).push(i);
+    }
+    if val_size >= order.len() {
+        bail!("data.val_size = {val_size} but the data has only {} distinct source sentences", order.len());
+    }
+    let mut rng = Rng::seed_from_u64(seed ^ 0x7a1_5e7);
+    order.shuffle(&mut rng);
+    let mut is_val = vec![false; pairs.len()];
+    let mut val_idx = Vec::new();
+    for s in &order[..val_size] {
+        let idx = &by_src[s];
+        for &i in idx {
+            is_val[i] = true;
+        }
+        // One pair per held-out sentence, languages taken in turn.
+        val_idx.push(idx[val_idx.len() % idx.len()]);
+    }
+    val_idx.sort_unstable();
+    let val: Vec<Pair> = val_idx.iter().map(|&i| pairs[i].clone()).collect();
+    let train: Vec<Pair> = pairs.into_iter().zip(is_val).filter(|(_, v)| !v).map(|(p, _)| p).collect();
+    Ok((train, val))
+}
+
+/// Teacher embeddings of `sentences`, from the cache when the same teacher embedded the same
+/// sentences before. Returns the rows (flattened) and the dimension.
+fn teacher_embeddings(teacher: &SentenceEncoder, sentences: &[String], max_length: usize, batch: usize) -> Result<(Vec<f32>, usize)> {
+    let key = cache_key(teacher, sentences, max_length)?;
+    let dir = crate::train::cache_dir().join("teacher");
+    let path = dir.join(format!("{key}.safetensors"));
+    if path.is_file() {
+        if let Ok(t) = candle_core::safetensors::load(&path, &Device::Cpu) {
+            if let Some(e) = t.get("embeddings") {
+                if e.dim(0)? == sentences.len() {
+                    eprintln!("xsent train: teacher embeddings from the cache {}", path.display());
+                    return Ok((e.flatten_all()?.to_vec1()?, e.dim(1)?));
+                }
+            }
+        }
+    }
+    let t0 = std::time::Instant::now();
+    eprintln!("xsent train: embedding {} source sentences with the teacher {}", sentences.len(), teacher.files.spec);
+    let rows = teacher.embed(sentences, batch)?;
+    let dim = teacher.dim();
+    let flat: Vec<f32> = rows.into_iter().flatten().collect();
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create the cache {}", dir.display()))?;
+    let t = Tensor::from_vec(flat.clone(), (sentences.len(), dim), &Device::Cpu)?;
+    crate::model::weights::save_tensors(&HashMap::from([("embeddings".to_string(), t)]), &path)?;
+    eprintln!("xsent train: teacher embeddings cached in {} ({:.1} s)", path.display(), t0.elapsed().as_secs_f64());
+    Ok((flat, dim))
+}
+
+/// sha256 of the teacher's files (config, weights, tokenizer, Dense), its settings and the sentences.
+fn cache_key(teacher: &SentenceEncoder, sentences: &[String], max_length: usize) -> Result<String> {
+    let mut h = Sha256::new();
+    let f = &teacher.files;
+    let mut files: Vec<PathBuf> = vec![f.config.clone(), f.weights.clone(), f.tokenizer.clone()];
+    if let Some(d) = &f.dense {
+        files.push(d.join("model.safetensors"));
+    }
+    for p in files {
+        let mut file = std::fs::File::open(&p).with_context(|| format!("cannot read {}", p.display()))?;
+        std::io::copy(&mut file, &mut h)?;
+    }
+    h.update(format!("{}\0{}\0{}\0{}\0{}\0", teacher.prefix, teacher.pooling, teacher.normalize, max_length, teacher.max_length));
+    for s in sentences {
+        h.update(s.as_bytes());
+        h.update([0u8]);
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Ridge least squares: the affine map `y ≈ W x + b` (W `[out, in]`, row-major) that best
+/// predicts rows of `y` from rows of `x`, with penalty `ridge · mean(diag XᵀX)` on W.
+pub fn fit_affine(x: &[Vec<f32>], y: &[Vec<f32>], ridge: f64) -> Result<(Vec<f32>, Vec<f32>)> {
+    use nalgebra::DMatrix;
+    let n = x.len();
+    if n == 0 || n != y.len() {
+        bail!("least-squares fit needs as many (non-zero) inputs as targets: {} vs {}", n, y.len());
+    }
+    let (din, dout) = (x[0].len(), y[0].len());
+    let xa = DMatrix::<f64>::from_fn(n, din + 1, |i, j| if j < din { x[i][j] as f64 } else { 1.0 });
+    let ym = DMatrix::<f64>::from_fn(n, dout, |i, j| y[i][j] as f64);
+    let mut xtx = xa.transpose() * &xa;
+    let lambda = ridge * (0..din).map(|i| xtx[(i, i)]).sum::<f64>() / din.max(1) as f64;
+    for i in 0..din {
+        xtx[(i, i)] += lambda;
+    }
+    let xty = xa.transpose() * ym;
+    let chol = xtx.cholesky().context("least-squares fit: the normal equations are singular (too few or repeated sentences?)")?;
+    let a = chol.solve(&xty); // [din + 1, dout]
+    let mut w = vec![0f32; dout * din];
+    for o in 0..dout {
+        for i in 0..din {
+            w[o * din + i] = a[(i, o)] as f32;
+        }
+    }
+    let b = (0..dout).map(|o| a[(din, o)] as f32).collect();
+    Ok((w, b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn affine_fit_recovers_a_known_map() {
+        let mut rng = Rng::seed_from_u64(1);
+        use rand::Rng as _;
+        let x: Vec<Vec<f32>> = (0..200).map(|_| (0..5).map(|_| rng.random_range(-1.0..1.0)).collect()).collect();
+        let w = [[1.0, 2.0, 0.0, -1.0, 0.5], [0.0, 0.0, 3.0, 0.0, 0.0], [-2.0, 0.0, 0.0, 0.0, 1.0]];
+        let b = [0.5, -1.0, 2.0];
+        let y: Vec<Vec<f32>> = x.iter().map(|r| (0..3).map(|o| (0..5).map(|i| w[o][i] * r[i]).sum::<f32>() + b[o]).collect()).collect();
+        let (fw, fb) = fit_affine(&x, &y, 0.0).unwrap();
+        for o in 0..3 {
+            assert!((fb[o] - b[o]).abs() < 1e-4, "bias {o}: {} vs {}", fb[o], b[o]);
+            for i in 0..5 {
+                assert!((fw[o * 5 + i] - w[o][i]).abs() < 1e-4);
+            }
+        }
+    }
+
+    fn pair(s: &str, t: &str, l: &str) -> Pair {
+        Pair { src: s.into(), tgt: t.into(), src_lang: "en".into(), tgt_lang: l.into() }
+    }
+
+    #[test]
+    fn validation_split_holds_out_whole_source_sentences() {
+        let mut pairs = Vec::new();
+        for i in 0..20 {
+            pairs.push(pair(&format!("s{i}"), &format!("d{i}"), "de"));
+            pairs.push(pair(&format!("s{i}"), &format!("f{i}"), "fr"));
+        }
+        let (train, val) = split_by_source(pairs.clone(), 5, 3).unwrap();
+        assert_eq!(val.len(), 5);
+        assert_eq!(train.len(), 30);
+        for v in &val {
+            assert!(train.iter().all(|t| t.src != v.src), "{} leaks into training", v.src);
+        }
+        let (_, val2) = split_by_source(pairs.clone(), 5, 3).unwrap();
+        assert_eq!(val, val2, "seeded");
+        assert!(split_by_source(pairs, 20, 3).is_err());
+    }
+}

@@ -1,0 +1,378 @@
+//! The trainer through `xsent train`, on the tiny fixture checkpoints (a word-level tokenizer is
+//! written beside them) and synthetic parallel data: exact resume, Ctrl-C, NaN, checkpoints,
+//! config errors, the teacher cache and the final model directory.
+
+mod common;
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// A model dir: a fixture checkpoint plus a word-level tokenizer over `words`.
+fn tiny_model(fixture: &str, dir: &Path, words: &[String]) -> PathBuf {
+    let out = dir.join(fixture);
+    std::fs::create_dir_all(&out).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(common::fixtures().join(fixture).join(f), out.join(f)).unwrap();
+    }
+    let mut vocab = serde_json::Map::new();
+    for (i, t) in ["[PAD]", "[UNK]", "[CLS]", "[SEP]"].iter().enumerate() {
+        vocab.insert(t.to_string(), i.into());
+    }
+    for (i, w) in words.iter().enumerate() {
+        vocab.insert(w.clone(), (i + 4).into());
+    }
+    assert!(vocab.len() <= 1000, "the fixtures have 1,000 embeddings");
+    let tok = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null,
+        "added_tokens": [],
+        "normalizer": null,
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": {"type": "BertProcessing", "sep": ["[SEP]", 3], "cls": ["[CLS]", 2]},
+        "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}
+    });
+    std::fs::write(out.join("tokenizer.json"), tok.to_string()).unwrap();
+    out
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+/// Synthetic parallel data (an "English" word list and its "translation"), two tiny models,
+/// and a distillation config.
+fn setup(extra: &str) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let en: Vec<String> = (0..60).map(|i| format!("e{i}")).collect();
+    let de: Vec<String> = (0..60).map(|i| format!("d{i}")).collect();
+    let words: Vec<String> = en.iter().chain(&de).cloned().collect();
+    let teacher = tiny_model("tiny-bert", dir.path(), &words);
+    let student = tiny_model("tiny-xlm-roberta", dir.path(), &words);
+    let mut tsv = String::new();
+    let mut x: u64 = 12345;
+    for _ in 0..150 {
+        let mut s = Vec::new();
+        let mut t = Vec::new();
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let len = 3 + (x >> 60) as usize % 6;
+        for _ in 0..len {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let w = (x >> 33) as usize % 60;
+            s.push(en[w].clone());
+            t.push(de[w].clone());
+        }
+        t.reverse();
+        tsv.push_str(&format!("{}\t{}\n", s.join(" "), t.join(" ")));
+    }
+    let data = dir.path().join("pairs.tsv");
+    std::fs::write(&data, tsv).unwrap();
+    let config = dir.path().join("tiny.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"recipe = "distill"
+seed = 7
+[distill]
+teacher = "{}"
+student = "{}"
+max_length = 16
+projection_fit_size = 100
+[train]
+max_steps = 12
+batch_size = 8
+grad_accum = 2
+log_every = 1
+eval_every = 4
+checkpoint_every = 4
+keep_last = 2
+[optim]
+lr = 1e-3
+warmup_steps = 3
+[data]
+val_size = 16
+[[data.sources]]
+kind = "tsv"
+path = "{}"
+src_lang = "en"
+tgt_lang = "de"
+{extra}"#,
+            teacher.display(),
+            student.display(),
+            data.display()
+        ),
+    )
+    .unwrap();
+    Setup { dir, config }
+}
+
+impl Setup {
+    fn train(&self, args: &[&str]) -> Output {
+        let out = common::xsent()
+            .arg("train")
+            .arg("--config")
+            .arg(&self.config)
+            .args(args)
+            .env("XSENT_CACHE", self.dir.path().join("cache"))
+            .output()
+            .unwrap();
+        out
+    }
+
+    fn run_dir(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+fn metrics(run: &Path) -> Vec<Value> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The deterministic part of the metrics (timings dropped).
+fn curve(run: &Path) -> Vec<Vec<(String, f64)>> {
+    metrics(run)
+        .into_iter()
+        .map(|m| {
+            let mut v: Vec<(String, f64)> = Vec::new();
+            let obj = m.as_object().unwrap();
+            for (k, x) in obj {
+                if k.ends_with("_s") || k == "sentences_per_s" {
+                    continue;
+                }
+                match x {
+                    Value::Object(inner) => v.extend(inner.iter().map(|(k2, y)| (format!("{k}.{k2}"), y.as_f64().unwrap()))),
+                    _ => v.push((k.clone(), x.as_f64().unwrap())),
+                }
+            }
+            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v
+        })
+        .collect()
+}
+
+fn load_f32(path: &Path) -> std::collections::HashMap<String, Vec<f32>> {
+    candle_core::safetensors::load(path, &candle_core::Device::Cpu)
+        .unwrap()
+        .into_iter()
+        .map(|(k, t)| (k, t.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
+        .collect()
+}
+
+#[test]
+fn resume_continues_the_same_loss_curve() {
+    let s = setup("");
+    let full = s.run_dir("full");
+    let o = s.train(&["--out", full.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    let split = s.run_dir("split");
+    let o = s.train(&["--out", split.to_str().unwrap(), "--stop-after", "6"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("stopped after step 6"), "{}", stderr(&o));
+    assert!(split.join("checkpoints/step-6/state.json").is_file());
+    assert!(!split.join("final").exists());
+    // Resuming without --config uses the saved one.
+    let o = common::xsent()
+        .args(["train", "--resume", "--out", split.to_str().unwrap()])
+        .env("XSENT_CACHE", s.dir.path().join("cache"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("resuming"), "{}", stderr(&o));
+
+    let (a, b) = (curve(&full), curve(&split));
+    assert_eq!(a.len(), b.len(), "same number of metrics lines");
+    assert!(a.len() >= 12 + 4, "12 steps and 4 validations: {}", a.len());
+    for (la, lb) in a.iter().zip(&b) {
+        assert_eq!(la.len(), lb.len());
+        for ((ka, va), (kb, vb)) in la.iter().zip(lb) {
+            assert_eq!(ka, kb);
+            assert!((va - vb).abs() <= 1e-6 * va.abs().max(1.0), "{ka}: {va} vs {vb}");
+        }
+    }
+    // Training did something: the validation MSE fell.
+    let val: Vec<f64> = metrics(&full).iter().filter_map(|m| m["val"]["mse_x100"].as_f64()).collect();
+    assert!(val.last().unwrap() < &val[0], "validation MSE did not fall: {val:?}");
+
+    let (wa, wb) = (load_f32(&full.join("final/model.safetensors")), load_f32(&split.join("final/model.safetensors")));
+    for (k, x) in &wa {
+        assert!(common::max_abs_diff(x, &wb[k]) <= 1e-6, "{k} differs");
+    }
+    // keep-last-2 and keep-best.
+    let mut ckpts: Vec<String> = std::fs::read_dir(full.join("checkpoints"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    ckpts.sort();
+    assert_eq!(ckpts, ["step-12", "step-8"]);
+    assert!(full.join("best/model.safetensors").is_file() && full.join("best/xsent-best.json").is_file());
+    // The resolved config lists defaults too.
+    let cfg = std::fs::read_to_string(full.join("config.toml")).unwrap();
+    assert!(cfg.contains("keep_best = true") && cfg.contains("beta2 = 0.999"), "{cfg}");
+
+    // The final directory is a model: files in HF + sentence-transformers layout, loadable.
+    let fin = full.join("final");
+    for f in ["config.json", "model.safetensors", "tokenizer.json", "modules.json", "1_Pooling/config.json", "2_Dense/config.json", "2_Dense/model.safetensors", "3_Normalize"] {
+        assert!(fin.join(f).exists(), "final/{f} missing");
+    }
+    let mut child = common::xsent()
+        .args(["embed", "--model", fin.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"e1 e2 e3\nd3 d2 d1\n").unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success());
+    let rows: Vec<Vec<f32>> = String::from_utf8(o.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0].len(), 32);
+    let norm: f32 = rows[0].iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!((norm - 1.0).abs() < 1e-5);
+}
+
+#[test]
+fn teacher_embeddings_are_cached() {
+    let s = setup("");
+    let o = s.train(&["--out", s.run_dir("a").to_str().unwrap(), "--set", "train.max_steps=1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("teacher embeddings cached"), "{}", stderr(&o));
+    let o = s.train(&["--out", s.run_dir("b").to_str().unwrap(), "--set", "train.max_steps=1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("teacher embeddings from the cache"), "{}", stderr(&o));
+    // Other data, other key.
+    let o = s.train(&["--out", s.run_dir("c").to_str().unwrap(), "--set", "train.max_steps=1", "--set", "data.val_size=17"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("teacher embeddings from the cache"), "same sentences, same key: {}", stderr(&o));
+    let o = s.train(&[
+        "--out",
+        s.run_dir("d").to_str().unwrap(),
+        "--set",
+        "train.max_steps=1",
+        "--set",
+        "data.sources.0.max_pairs=100",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("teacher embeddings cached"), "fewer sentences, new key: {}", stderr(&o));
+}
+
+#[test]
+fn ctrl_c_finishes_the_step_checkpoints_and_exits_130() {
+    let s = setup("");
+    let run = s.run_dir("int");
+    let mut child = common::xsent()
+        .arg("train")
+        .arg("--config")
+        .arg(&s.config)
+        .args(["--out", run.to_str().unwrap(), "--set", "train.max_steps=100000", "--set", "train.eval_every=0"])
+        .env("XSENT_CACHE", s.dir.path().join("cache"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        let n = std::fs::read_to_string(run.join("metrics.jsonl")).map(|t| t.lines().filter(|l| l.contains("\"loss\"")).count()).unwrap_or(0);
+        if n >= 3 {
+            break;
+        }
+        assert!(start.elapsed().as_secs() < 120, "no training progress");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let killed = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(err.contains("interrupted") && err.contains("--resume"), "{err}");
+    let last = metrics(&run).iter().filter_map(|m| m["step"].as_u64()).max().unwrap();
+    let state: Value = serde_json::from_str(&std::fs::read_to_string(run.join(format!("checkpoints/step-{last}/state.json"))).unwrap()).unwrap();
+    assert_eq!(state["step"].as_u64(), Some(last));
+    // It resumes (and finishes two steps later).
+    let o = common::xsent()
+        .args(["train", "--resume", "--out", run.to_str().unwrap(), "--set", &format!("train.max_steps={}", last + 2)])
+        .env("XSENT_CACHE", s.dir.path().join("cache"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(run.join("final/model.safetensors").is_file());
+}
+
+#[test]
+fn a_nan_loss_stops_with_the_step_and_keeps_the_last_checkpoint() {
+    let s = setup("");
+    let run = s.run_dir("nan");
+    let o = s.train(&[
+        "--out",
+        run.to_str().unwrap(),
+        "--set",
+        "optim.lr=1e38",
+        "--set",
+        "optim.max_grad_norm=0",
+        "--set",
+        "optim.warmup_steps=0",
+        "--set",
+        "optim.schedule=\"constant\"",
+        "--set",
+        "train.checkpoint_every=1",
+        "--set",
+        "train.max_steps=50",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("at step") && (err.contains("NaN") || err.contains("inf")), "{err}");
+    assert!(err.contains("last good checkpoint"), "{err}");
+    assert!(!run.join("final").exists());
+    let last = metrics(&run).iter().filter_map(|m| m["step"].as_u64()).max().unwrap();
+    assert!(err.contains(&format!("at step {}", last + 1)), "{err}");
+    assert!(run.join(format!("checkpoints/step-{last}/params.safetensors")).is_file());
+}
+
+#[test]
+fn config_and_data_errors_are_clear() {
+    let s = setup("");
+    let o = s.train(&["--set", "train.batch_sise=4", "--out", s.run_dir("x").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("batch_sise"), "{}", stderr(&o));
+    let o = s.train(&["--set", "recipe=\"dueam2\"", "--out", s.run_dir("x").to_str().unwrap()]);
+    assert!(stderr(&o).contains("dueam2") && stderr(&o).contains("distill"), "{}", stderr(&o));
+    let o = s.train(&["--set", "nonsense", "--out", s.run_dir("x").to_str().unwrap()]);
+    assert!(stderr(&o).contains("key=value"), "{}", stderr(&o));
+
+    // Existing run dir without --resume; --resume without checkpoint.
+    let run = s.run_dir("r");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(run.join("metrics.jsonl"), "").unwrap();
+    let o = s.train(&["--out", run.to_str().unwrap()]);
+    assert!(stderr(&o).contains("already exists") && stderr(&o).contains("--resume"), "{}", stderr(&o));
+    let o = s.train(&["--out", run.to_str().unwrap(), "--resume"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("config.toml"), "{}", stderr(&o));
+
+    // Misaligned files name both files and counts.
+    let a = s.dir.path().join("a.txt");
+    let b = s.dir.path().join("b.txt");
+    std::fs::write(&a, "e1 e2\ne3\ne4\n").unwrap();
+    std::fs::write(&b, "d1 d2\nd3\n").unwrap();
+    let o = s.train(&[
+        "--out",
+        s.run_dir("m").to_str().unwrap(),
+        "--set",
+        &format!("data.sources=[{{kind=\"aligned\", src=\"{}\", tgt=\"{}\"}}]", a.display(), b.display()),
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("a.txt has 3 lines") && err.contains("b.txt has 2"), "{err}");
+    let o = s.train(&["--out", s.run_dir("n").to_str().unwrap(), "--set", "data.sources.0.path=\"/nonexistent/p.tsv\""]);
+    assert!(stderr(&o).contains("/nonexistent/p.tsv"), "{}", stderr(&o));
+    let o = s.train(&["--out", s.run_dir("n").to_str().unwrap(), "--set", "data.val_size=1000"]);
+    assert!(stderr(&o).contains("val_size"), "{}", stderr(&o));
+}
