@@ -3,7 +3,7 @@
 #
 # What one "step" is, in both engines: a full optimiser step of the distill recipe
 # (configs/distill.toml) on one batch of 32 parallel pairs (English src, German tgt):
-#   student = multilingual-e5-small ("query: " prefix, max 128 tokens): Transformer (train
+#   student = multilingual-e5-small ("query: " prefix, max length L below): Transformer (train
 #             mode, dropout 0.1 as in its config) -> mean Pooling -> Dense 384->384 (identity
 #             activation, initialised by ridge least squares on the 32 English sentences, like
 #             xsent's distill.projection = "lstsq") -> L2 Normalize
@@ -11,20 +11,25 @@
 #             any timing (xsent: its teacher cache ~/.cache/xsent/teacher; torch: in memory)
 #   loss    = MSE(student(src), T) + MSE(student(tgt), T)  (torch.nn.MSELoss, mean)
 #   step    = tokenise + forward of 32 src + 32 tgt sentences, backward, clip the global
-#             gradient norm to 1.0, AdamW (lr 5e-5, weight decay 0.01) update of every
-#             parameter (word embeddings included), gradients cleared.
+#             gradient norm to 1.0, AdamW (lr 5e-5, weight decay 0.01, none on biases and
+#             LayerNorm) update of every parameter (word embeddings included: ~118M),
+#             gradients cleared. Torch uses sentence_transformers' MSELoss (x2: it averages
+#             the two columns) and fused AdamW, as SentenceTransformerTrainer does.
 # xsent's times come from its own metrics.jsonl (step_s, forward_s, backward_s,
 # optimizer_s); torch's are taken the same way around the same phases. Each engine runs
 # --steps steps (default 8); the reported time is the median of steps --skip+1..N (default
 # 3..8: the first two warm up allocators and caches).
 #
 # Same batch in both engines: the 32 pairs are XNLI dev premises (dev-en.tsv / dev-de.tsv,
-# same row = same text) chosen so that every one of the 64 student inputs ("query: " +
-# sentence) is exactly L e5 tokens long. No padding then exists, whatever way an engine
-# groups or pads the 64 sentences, so both compute on exactly 64 x L tokens. xsent gets a
-# TSV with exactly these 32 pairs, data.val_size = 0 and batch_size 32, so each of its steps
-# is one epoch over all 32 pairs; it stops with --stop-after N (checkpoint, no validation).
-# The torch side asserts the token lengths itself.
+# same row = same text) of moderate length whose 64 student inputs ("query: " + sentence) are
+# all L..L+s e5 tokens long (L near the median premise length, s the smallest slack that
+# finds 32; XNLI dev gives L = 28, s = 3), and both engines run with max length L
+# (distill.max_length; truncation keeps the final </s>). Every input is then exactly L
+# tokens: there is no padding, whatever way an engine groups or pads the 64 sentences, so
+# both compute on exactly 64 x L tokens. xsent gets a TSV with exactly these 32 pairs,
+# data.val_size = 0 and batch_size 32, so each of its steps is one epoch over all 32 pairs
+# (in a shuffled order); it stops with --stop-after N (a checkpoint, no validation). The
+# torch side asserts the shapes itself. The lr is constant (no warm-up) in both.
 #
 # usage: scripts/bench-train.sh [--steps N] [--skip K] [--rounds R]
 #
@@ -47,6 +52,9 @@
 #                 stand-in libraries from bench_embed_torch.py make-cuda-stubs)
 #   BENCH_TORCH_VERSION / BENCH_ST_VERSION  pinned versions for a new venv (as bench-embed.sh)
 #   BENCH_BATCH   pairs per batch (default 32)
+#   BENCH_TORCH_ADAMW  torch's AdamW implementation: fused (default: what
+#                 SentenceTransformerTrainer uses, transformers' adamw_torch_fused with
+#                 torch >= 2.8), for-loop (plain torch.optim.AdamW() on the CPU) or foreach
 set -euo pipefail
 export LC_ALL=C
 
@@ -79,6 +87,8 @@ die() { printf 'bench-train: error: %s\n' "$*" >&2; exit 1; }
 
 threads=2
 batch="${BENCH_BATCH:-32}"
+adamw="${BENCH_TORCH_ADAMW:-fused}"
+case "$adamw" in fused|foreach|for-loop) ;; *) die "BENCH_TORCH_ADAMW must be fused, foreach or for-loop (got '$adamw')" ;; esac
 [[ "$batch" =~ ^[1-9][0-9]*$ ]] || die "BENCH_BATCH must be a positive integer"
 max_length=128
 prefix="query: "
@@ -194,7 +204,7 @@ run_xsent() {  # round -> prints one JSON line (medians of xsent's metrics.jsonl
         --set "train.batch_size=$batch" --set train.grad_accum=1 --set train.eval_at_start=false
         --set train.eval_every=0 --set train.checkpoint_every=0 --set train.log_every=1
         --set "distill.teacher=$teacher" --set "distill.student=$student"
-        --set "distill.student_prefix=$prefix" --set "distill.max_length=$max_length"
+        --set "distill.student_prefix=$prefix" --set "distill.max_length=$seq_len"
         --set distill.projection=lstsq --set distill.normalize=true
         --set "distill.projection_fit_size=$batch" --set optim.lr=5e-5
         --set optim.weight_decay=0.01 --set optim.max_grad_norm=1.0
@@ -211,8 +221,8 @@ run_xsent() {  # round -> prints one JSON line (medians of xsent's metrics.jsonl
 run_torch() {
     say "torch round $1: sentence-transformers, $steps steps"
     "$py" "$helper" bench --student "$student" --teacher "$teacher" --pairs "$pairs" \
-        --prefix "$prefix" --max-length "$max_length" --expect-length "$seq_len" \
-        --steps "$steps" --skip "$skip" --threads "$threads" | tail -n 1
+        --prefix "$prefix" --max-length "$seq_len" --expect-length "$seq_len" \
+        --steps "$steps" --skip "$skip" --threads "$threads" --adamw "$adamw" | tail -n 1
 }
 
 xs=()

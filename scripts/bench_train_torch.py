@@ -6,10 +6,12 @@ Subcommands (run by bench-train.sh; usable by hand too, in its venv):
   pick-pairs --xnli-dir DIR --tokenizer TOKENIZER.json --prefix P --max-length 128
              --n 32 --out PAIRS.tsv
       Chooses N distinct XNLI dev premises (dev-en.tsv row i = dev-de.tsv row i) whose
-      English and German student inputs (P + sentence) both tokenise to exactly L tokens,
-      for the L nearest the median English premise length that has N such pairs.  With
-      no padding anywhere, both engines compute on exactly 2N x L tokens however they
-      group or pad the batch.  Writes `en<TAB>de` lines; prints one JSON line.
+      English and German student inputs (P + sentence) both tokenise to L..L+s tokens,
+      for the smallest slack s that allows it and the L nearest the median English
+      premise length.  Run with max length L, every one of the 2N inputs is exactly L
+      tokens (the longer ones lose at most s tokens): no padding anywhere, so both
+      engines compute on exactly 2N x L tokens however they group or pad the batch.
+      Writes `en<TAB>de` lines; prints one JSON line with L ("length").
 
   bench --student DIR --teacher DIR --pairs PAIRS.tsv --prefix P --max-length 128
         [--expect-length L] [--steps 8] [--skip 2] [--threads 2] [--lr 5e-5]
@@ -19,8 +21,10 @@ Subcommands (run by bench-train.sh; usable by hand too, in its venv):
       teacher embeddings of the English side computed before timing, loss
       MSE(student(src), T) + MSE(student(tgt), T) via sentence_transformers.losses.MSELoss
       (which averages over src and tgt, so it is doubled), AdamW (weight decay 0.01, none
-      on biases and LayerNorm, eps 1e-6 as xsent), global-norm clipping at 1.0, train mode
-      (dropout from the model config).  Times each phase of every step; prints one JSON line.
+      on biases and LayerNorm, eps 1e-6 as xsent; --adamw fused by default, which is what
+      SentenceTransformerTrainer uses with torch >= 2.8), global-norm clipping at 1.0, train
+      mode (dropout from the model config).  Times each phase of every step; prints one
+      JSON line.
 
   xsent-metrics --metrics metrics.jsonl --steps N --skip K
       The same summary (medians of steps K+1..N) from xsent's metrics.jsonl.
@@ -66,29 +70,32 @@ def pick_pairs(a):
         cands.append((e, d))
     if not cands:
         sys.exit("pick-pairs: no premises found")
-    lens = tok.encode_batch([(a.prefix + s).strip() for c in cands for s in c])
-    by_len, en_lens = {}, []
-    for i, (e, d) in enumerate(cands):
-        le, ld = len(lens[2 * i].ids), len(lens[2 * i + 1].ids)
-        en_lens.append(le)
-        if le == ld and le <= a.max_length:
-            by_len.setdefault(le, []).append((e, d))
-    median = statistics.median(en_lens)
-    ok = [l for l, ps in by_len.items() if len(ps) >= a.n]
-    if not ok:
-        best = max(by_len.items(), key=lambda kv: len(kv[1])) if by_len else (0, [])
-        sys.exit(f"pick-pairs: no token length has {a.n} premises with equal English and German "
-                 f"length (the most: {len(best[1])} at length {best[0]})")
+    enc = tok.encode_batch([(a.prefix + s).strip() for c in cands for s in c])
+    lens = [(len(enc[2 * i].ids), len(enc[2 * i + 1].ids)) for i in range(len(cands))]
+    median = statistics.median(le for le, _ in lens)
+    # Smallest slack s such that some length L near the median has n pairs whose two sides
+    # are L..L+s tokens long: with max length L, all 2n inputs are then exactly L tokens.
+    for slack in range(0, 9):
+        fits = {}
+        for (e, d), (le, ld) in zip(cands, lens):
+            for length in range(max(8, max(le, ld) - slack), min(le, ld, a.max_length) + 1):
+                fits.setdefault(length, []).append((e, d, le, ld))
+        ok = [l for l, ps in fits.items() if len(ps) >= a.n and abs(l - median) <= 0.25 * median]
+        if ok:
+            break
+    else:
+        sys.exit(f"pick-pairs: cannot find {a.n} premises whose en and de inputs are within 8 tokens of "
+                 f"each other near the median length {median}")
     length = min(ok, key=lambda l: (abs(l - median), l))
-    chosen = by_len[length][: a.n]
+    chosen = fits[length][: a.n]
     with open(a.out, "w", encoding="utf-8") as f:
-        for e, d in chosen:
+        for e, d, _, _ in chosen:
             f.write(f"{e}\t{d}\n")
     print(json.dumps({
-        "pairs": len(chosen), "length": length, "source": "XNLI dev premises en-de",
+        "pairs": len(chosen), "length": length, "slack": slack, "source": "XNLI dev premises en-de",
         "distinct_premises": len(cands), "median_en_premise_tokens": median,
-        "premises_at_length": len(by_len[length]),
-        "first": chosen[0][0][:60],
+        "untruncated_tokens": sum(le + ld for _, _, le, ld in chosen),
+        "cut_tokens": sum(le + ld - 2 * length for _, _, le, ld in chosen),
     }))
 
 
@@ -127,7 +134,12 @@ def bench(a):
     import torch
     import transformers
     import sentence_transformers
-    from sentence_transformers import SentenceTransformer, losses, models
+    from sentence_transformers import SentenceTransformer
+    try:  # sentence-transformers >= 6
+        from sentence_transformers.sentence_transformer import losses
+        from sentence_transformers.sentence_transformer import modules as models
+    except ImportError:
+        from sentence_transformers import losses, models
 
     transformers.utils.logging.disable_progress_bar()
     torch.set_num_threads(a.threads)
@@ -148,6 +160,7 @@ def bench(a):
     teacher.eval()
     with torch.no_grad():
         target = teacher.encode(src, batch_size=64, convert_to_tensor=True, show_progress_bar=False).float()
+    target = target.clone()  # out of inference mode: autograd may save it
     del teacher
     teacher_s = time.perf_counter() - t0
 
@@ -157,9 +170,11 @@ def bench(a):
         base[0].processor = _tokenizer_fix(a.student, a.max_length)
     base.max_seq_length = a.max_length
     trans, pool = base[0], base[1]
-    if not isinstance(pool, models.Pooling) or not pool.get_config_dict().get("pooling_mode_mean_tokens"):
-        sys.exit("bench: the student's second module is not mean pooling")
-    dim = pool.get_sentence_embedding_dimension()
+    pcfg = pool.get_config_dict() if isinstance(pool, models.Pooling) else {}
+    if not (pcfg.get("pooling_mode") == "mean" or pcfg.get("pooling_mode_mean_tokens")):
+        sys.exit(f"bench: the student's second module is not mean pooling: {pool}")
+    dim = (pool.get_embedding_dimension() if hasattr(pool, "get_embedding_dimension")
+           else pool.get_sentence_embedding_dimension())
     tdim = int(target.shape[1])
     dense = models.Dense(in_features=dim, out_features=tdim, bias=True,
                          activation_function=torch.nn.Identity())
@@ -182,8 +197,11 @@ def bench(a):
         dense.linear.bias.copy_(torch.from_numpy(b))
     fit_s = time.perf_counter() - t0
 
+    # sentence-transformers >= 6 calls it preprocess (tokenize: deprecated alias).
+    tokenize = model.preprocess if hasattr(model, "preprocess") else model.tokenize
+
     # Shapes: every input exactly L tokens, no padding.
-    fs, ft = model.tokenize(src_in), model.tokenize(tgt_in)
+    fs, ft = tokenize(src_in), tokenize(tgt_in)
     shapes = [list(fs["input_ids"].shape), list(ft["input_ids"].shape)]
     pad_tokens = int((fs["attention_mask"] == 0).sum() + (ft["attention_mask"] == 0).sum())
     if a.expect_length is not None:
@@ -200,10 +218,13 @@ def bench(a):
     no_decay = [p for nm, p in named if nm.endswith(".bias") or "LayerNorm" in nm or "layer_norm" in nm]
     ids_nd = {id(p) for p in no_decay}
     decay = [p for _, p in named if id(p) not in ids_nd]
+    # The implementation: "fused" is what SentenceTransformerTrainer gets (transformers'
+    # default optim is adamw_torch_fused with torch >= 2.8); "for-loop" is torch's own
+    # default on the CPU (AdamW() with no flags), "foreach" the multi-tensor one.
+    impl = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}[a.adamw]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}],
-                            lr=a.lr, betas=(0.9, 0.999), eps=1e-6)
-    n_params = sum(p.numel() for p in params)
+                            lr=a.lr, betas=(0.9, 0.999), eps=1e-6, **impl)
 
     # The loss matches xsent's before timing: ST's MSELoss over [src; tgt] is the mean of
     # the two MSEs, so 2 x it is MSE(src) + MSE(tgt).
@@ -219,7 +240,7 @@ def bench(a):
     rows = []
     for step in range(1, a.steps + 1):
         t0 = time.perf_counter()
-        feats = [model.tokenize(src_in), model.tokenize(tgt_in)]
+        feats = [tokenize(src_in), tokenize(tgt_in)]
         t_tok = time.perf_counter()
         loss = 2.0 * loss_fn(feats, target)
         loss_value = loss.item()
@@ -227,6 +248,8 @@ def bench(a):
         loss.backward()
         t2 = time.perf_counter()
         gn = torch.nn.utils.clip_grad_norm_(params, a.max_grad_norm)
+        if step == 1:  # parameters that get a gradient (BertModel's unused pooler does not)
+            n_params = sum(p.numel() for p in params if p.grad is not None)
         opt.step()
         opt.zero_grad(set_to_none=True)
         t3 = time.perf_counter()
@@ -240,9 +263,10 @@ def bench(a):
     out.update({
         "engine": "torch", "torch": torch.__version__,
         "sentence_transformers": sentence_transformers.__version__,
-        "threads": torch.get_num_threads(), "pairs": n, "shapes": shapes, "padding_tokens": pad_tokens,
+        "threads": torch.get_num_threads(), "adamw": a.adamw, "pairs": n, "shapes": shapes, "padding_tokens": pad_tokens,
         "params": n_params, "teacher_s": round(teacher_s, 3), "lstsq_s": round(fit_s, 3),
-        "attn": getattr(trans.auto_model.config, "_attn_implementation", None),
+        "attn": getattr(getattr(getattr(trans, "auto_model", None) or getattr(trans, "model", None), "config", None),
+                        "_attn_implementation", None),
     })
     print(json.dumps(out))
 
@@ -325,8 +349,8 @@ def report(a):
     print()
     print(f"forward = tokenise + forward + loss (both engines; torch tokenise alone {t.get('tokenize_s', 0):.3f} s); "
           "backward = autograd; optim = global-norm clip + AdamW update + clearing the gradients.")
-    print(f"trainable parameters (torch): {t['params']:,}, every one updated (word embeddings included); "
-          f"torch attention: {t['attn']}; dropout on (train mode) in both.")
+    print(f"parameters updated per step (torch): {t['params']:,}, word embeddings included; torch AdamW: "
+          f"{t['adamw']}; torch attention: {t['attn']}; dropout on (train mode) in both.")
     print("loss@k: the step's training loss; the engines differ by dropout noise only (same data, teacher, "
           "lstsq-initialised Dense, constant lr 5e-5 from step 1).")
     flag = "  <-- fewer than 2 cores free: timings unreliable" if cores < 1.8 else ""
@@ -357,6 +381,7 @@ def main():
     b.add_argument("--lr", type=float, default=5e-5)
     b.add_argument("--weight-decay", type=float, default=0.01)
     b.add_argument("--max-grad-norm", type=float, default=1.0)
+    b.add_argument("--adamw", choices=("fused", "foreach", "for-loop"), default="fused")
     m = sub.add_parser("xsent-metrics")
     m.add_argument("--metrics", required=True)
     m.add_argument("--steps", type=int, required=True)

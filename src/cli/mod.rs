@@ -81,8 +81,8 @@ impl ModelArgs {
 pub fn main() -> i32 {
     let cli = Cli::parse();
     match cli.command {
-        Command::Embed(_) | Command::Eval(_) | Command::Mine(_) => crate::parallel::init_data_parallel(),
-        Command::Convert(_) | Command::Train(_) => {}
+        Command::Embed(_) | Command::Eval(_) | Command::Mine(_) | Command::Train(_) => crate::parallel::init_data_parallel(),
+        Command::Convert(_) => {}
     }
     let result = match cli.command {
         Command::Embed(args) => embed::run(args).map(|()| 0),

@@ -39,6 +39,9 @@ pub struct TrainConfig {
     pub batch_size: usize,
     /// Micro-batches whose gradients are summed into one optimiser step.
     pub grad_accum: usize,
+    /// Examples per shard: a micro-batch is cut into shards that run forward and backward on
+    /// separate cores (for recipes whose loss is a mean over examples).
+    pub shard_size: usize,
     /// Write a metrics line (and a progress line when stderr is not a terminal) every N steps.
     pub log_every: u64,
     /// Validate every N steps (0: only at the end).
@@ -68,6 +71,7 @@ impl Default for TrainConfig {
             epochs: 1,
             batch_size: 32,
             grad_accum: 1,
+            shard_size: 8,
             log_every: 10,
             eval_every: 200,
             eval_at_start: true,
@@ -236,8 +240,8 @@ pub fn apply_set(root: &mut toml::Value, set: &str) -> Result<()> {
 impl Config {
     pub fn validate(&self) -> Result<()> {
         let t = &self.train;
-        if t.batch_size == 0 || t.grad_accum == 0 {
-            bail!("train.batch_size and train.grad_accum must be at least 1");
+        if t.batch_size == 0 || t.grad_accum == 0 || t.shard_size == 0 {
+            bail!("train.batch_size, train.grad_accum and train.shard_size must be at least 1");
         }
         if t.max_steps == 0 && t.epochs == 0 {
             bail!("set train.max_steps or train.epochs");

@@ -189,7 +189,16 @@ impl Recipe for Distill {
         self.student.trainable_params()
     }
 
-    fn loss(&mut self, batch: &[usize], rng: &mut Rng) -> Result<StepLoss> {
+    fn shardable(&self) -> bool {
+        true
+    }
+
+    /// Pairs of similar length go into the same shard (less padding).
+    fn order_batch(&self, batch: &mut [usize]) {
+        batch.sort_by_key(|&i| (self.train[i].src.len() + self.train[i].tgt.len(), i));
+    }
+
+    fn loss(&self, batch: &[usize], rng: &mut Rng) -> Result<StepLoss> {
         let pairs: Vec<&Pair> = batch.iter().map(|&i| &self.train[i]).collect();
         let b = pairs.len();
         let texts: Vec<&str> = pairs.iter().map(|p| p.src.as_str()).chain(pairs.iter().map(|p| p.tgt.as_str())).collect();

@@ -8,7 +8,6 @@ use crate::model::weights::Params;
 use anyhow::{ensure, Result};
 use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, DType, Layout, Tensor, Var};
-use rayon::prelude::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -97,13 +96,16 @@ impl candle_core::InplaceOp2 for Update<'_> {
                 p[i] = p[i] * (1.0 - u.lr * u.decay) - u.lr * update;
             }
         };
-        const CHUNK: usize = 1 << 15;
-        if p.len() > 4 * CHUNK {
-            p.par_chunks_mut(CHUNK)
-                .zip(g.par_chunks(CHUNK))
-                .zip(m.par_chunks_mut(CHUNK))
-                .zip(v.par_chunks_mut(CHUNK))
-                .for_each(kernel);
+        // Large tensors are split into one contiguous part per thread (xsent runs candle's ops
+        // single-threaded and parallelises itself; see crate::parallel).
+        let workers = crate::parallel::threads();
+        if p.len() > 1 << 17 && workers > 1 {
+            let part = p.len().div_ceil(workers);
+            std::thread::scope(|s| {
+                for (((p, g), m), v) in p.chunks_mut(part).zip(g.chunks(part)).zip(m.chunks_mut(part)).zip(v.chunks_mut(part)) {
+                    s.spawn(move || kernel((((p, g), m), v)));
+                }
+            });
         } else {
             kernel((((p, g), &mut m[..]), &mut v[..]));
         }
@@ -217,12 +219,21 @@ fn sum_of_squares(g: &Tensor) -> Result<f64> {
         let (storage, layout) = g.storage_and_layout();
         if let (candle_core::Storage::Cpu(CpuStorage::F32(v)), Some((a, b))) = (&*storage, layout.contiguous_offsets()) {
             let v = &v[a..b];
-            // Per-chunk sums collected in order, then added: the same result on any thread count.
+            // Blocks of 64 summed in f32, then in f64; parts added in order.
             let chunk = |c: &[f32]| -> f64 {
                 // Eight f32 lanes summed in f32 per block of 64, then in f64: fast and accurate.
                 c.chunks(64).map(|b| b.iter().map(|x| x * x).sum::<f32>() as f64).sum()
             };
-            return Ok(if v.len() > 1 << 18 { v.par_chunks(1 << 16).map(chunk).collect::<Vec<f64>>().iter().sum::<f64>() } else { chunk(v) });
+            let workers = crate::parallel::threads();
+            if v.len() > 1 << 18 && workers > 1 {
+                let part = v.len().div_ceil(workers).div_ceil(64) * 64;
+                let sums: Vec<f64> = std::thread::scope(|s| {
+                    let hs: Vec<_> = v.chunks(part).map(|c| s.spawn(move || chunk(c))).collect();
+                    hs.into_iter().map(|h| h.join().expect("no panic")).collect()
+                });
+                return Ok(sums.iter().sum());
+            }
+            return Ok(chunk(v));
         }
     }
     Ok(g.sqr()?.sum_all()?.to_dtype(DType::F64)?.to_scalar::<f64>()?)

@@ -18,7 +18,7 @@ use anyhow::{bail, Context, Result};
 use candle_core::backprop::GradStore;
 use candle_core::Tensor;
 use rand::seq::SliceRandom;
-use rand::SeedableRng;
+use rand::{RngCore, SeedableRng};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -37,12 +37,21 @@ pub struct StepLoss {
 }
 
 /// A training recipe: a loss over examples `0..num_examples()` and a validation.
-pub trait Recipe {
+pub trait Recipe: Send + Sync {
     fn num_examples(&self) -> usize;
     /// The trainable parameters (stable names: they key checkpoints).
     fn params(&self) -> Params;
     /// Loss of one micro-batch of example indices; randomness (dropout, sampling) from `rng`.
-    fn loss(&mut self, batch: &[usize], rng: &mut Rng) -> Result<StepLoss>;
+    /// For a [`shardable`](Recipe::shardable) recipe it is called on shards of the batch, from
+    /// several threads at once.
+    fn loss(&self, batch: &[usize], rng: &mut Rng) -> Result<StepLoss>;
+    /// The loss is a mean over examples, so the batch's loss is the size-weighted sum of its
+    /// shards' losses: shards then run forward and backward on separate cores.
+    fn shardable(&self) -> bool {
+        false
+    }
+    /// Reorder a batch before it is cut into shards (e.g. by length, to pad less).
+    fn order_batch(&self, _batch: &mut [usize]) {}
     /// Validation scores by name.
     fn validate(&mut self) -> Result<Vec<(String, f64)>>;
     /// The validation score that decides "best", and whether higher is better.
@@ -225,30 +234,30 @@ impl<'a> Trainer<'a> {
             let mut sentences = 0usize;
             let (mut fwd_s, mut bwd_s) = (0f64, 0f64);
             for _ in 0..t.grad_accum {
-                let batch = sampler.next_batch(t.batch_size);
-                let t_fwd = Instant::now();
-                let l = recipe.loss(&batch, &mut rng)?;
-                fwd_s += t_fwd.elapsed().as_secs_f64();
-                let value = l.total.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
-                if !value.is_finite() {
-                    bail!(nan_message(state.step + 1, value, &l.terms, &self.out)?);
+                let mut batch = sampler.next_batch(t.batch_size);
+                recipe.order_batch(&mut batch);
+                let shards: Vec<&[usize]> = if recipe.shardable() { batch.chunks(t.shard_size.max(1)).collect() } else { vec![&batch] };
+                // One RNG per shard, seeded in order from the run's RNG: the same dropout
+                // whatever the number of threads.
+                let seeds: Vec<u64> = shards.iter().map(|_| rng.next_u64()).collect();
+                let mb = run_shards(recipe, &shards, &seeds, batch.len(), t.grad_accum, &params)?;
+                if let Some((value, terms)) = mb.non_finite {
+                    bail!(nan_message(state.step + 1, value, &terms, &self.out)?);
                 }
-                loss_sum += value / t.grad_accum as f64;
-                for (k, v) in l.terms {
+                loss_sum += mb.loss;
+                for (k, v) in mb.terms {
                     match terms.iter_mut().find(|(n, _)| *n == k) {
-                        Some(slot) => slot.1 += v / t.grad_accum as f64,
-                        None => terms.push((k, v / t.grad_accum as f64)),
+                        Some(slot) => slot.1 += v,
+                        None => terms.push((k, v)),
                     }
                 }
-                sentences += l.sentences;
-                let t_bwd = Instant::now();
-                let scaled = if t.grad_accum > 1 { (l.total / t.grad_accum as f64)? } else { l.total };
-                let g = scaled.backward()?;
+                sentences += mb.sentences;
+                fwd_s += mb.forward_s;
+                bwd_s += mb.backward_s;
                 grads = Some(match grads {
-                    None => g,
-                    Some(acc) => add_grads(acc, g, &params)?,
+                    None => mb.grads,
+                    Some(acc) => add_grads(acc, mb.grads, &params)?,
                 });
-                bwd_s += t_bwd.elapsed().as_secs_f64();
             }
             let t_opt = Instant::now();
             let grads = grads.expect("grad_accum >= 1");
@@ -456,6 +465,110 @@ fn truncate_metrics(path: &Path, step: u64) -> Result<()> {
     }
     std::fs::write(path, out)?;
     Ok(())
+}
+
+/// What the shards of one micro-batch gave.
+struct MicroBatch {
+    grads: GradStore,
+    loss: f64,
+    terms: Vec<(String, f64)>,
+    sentences: usize,
+    /// The first non-finite shard loss and its terms.
+    non_finite: Option<(f64, Vec<(String, f64)>)>,
+    /// Thread-seconds in the recipe's loss (forward) and in backward.
+    forward_s: f64,
+    backward_s: f64,
+}
+
+/// Forward and backward of each shard (on [`crate::parallel::threads`] workers), each shard's
+/// loss weighted by its share of the batch and by `1 / grad_accum`; gradients summed in shard
+/// order, so the result does not depend on the number of threads.
+fn run_shards(recipe: &dyn Recipe, shards: &[&[usize]], seeds: &[u64], batch_len: usize, accum: usize, params: &Params) -> Result<MicroBatch> {
+    struct Done {
+        grads: Option<GradStore>,
+        loss: f64,
+        terms: Vec<(String, f64)>,
+        sentences: usize,
+        fwd: f64,
+        bwd: f64,
+    }
+    let one = |i: usize| -> Result<std::result::Result<Done, (f64, Vec<(String, f64)>)>> {
+        let mut rng = Rng::seed_from_u64(seeds[i]);
+        let t0 = Instant::now();
+        let l = recipe.loss(shards[i], &mut rng)?;
+        let fwd = t0.elapsed().as_secs_f64();
+        let w = shards[i].len() as f64 / batch_len as f64 / accum as f64;
+        let value = l.total.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
+        if !value.is_finite() {
+            return Ok(Err((value, l.terms)));
+        }
+        let t1 = Instant::now();
+        let scaled = if w != 1.0 { (l.total * w)? } else { l.total };
+        let grads = scaled.backward()?;
+        let terms = l.terms.into_iter().map(|(k, v)| (k, v * w)).collect();
+        Ok(Ok(Done { grads: Some(grads), loss: value * w, terms, sentences: l.sentences, fwd, bwd: t1.elapsed().as_secs_f64() }))
+    };
+    let n = shards.len();
+    let mut results: Vec<Option<Result<std::result::Result<Done, (f64, Vec<(String, f64)>)>>>> = (0..n).map(|_| None).collect();
+    let workers = crate::parallel::threads().min(n).max(1);
+    if workers == 1 {
+        for (i, slot) in results.iter_mut().enumerate() {
+            *slot = Some(one(i));
+        }
+    } else {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let slots = std::sync::Mutex::new(&mut results);
+        std::thread::scope(|s| {
+            for _ in 0..workers {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    let r = one(i);
+                    slots.lock().expect("no worker panicked")[i] = Some(r);
+                });
+            }
+        });
+    }
+    let mut out = MicroBatch {
+        grads: GradStore::default(),
+        loss: 0.0,
+        terms: Vec::new(),
+        sentences: 0,
+        non_finite: None,
+        forward_s: 0.0,
+        backward_s: 0.0,
+    };
+    let mut acc: Option<GradStore> = None;
+    for r in results {
+        match r.expect("every shard ran")? {
+            Err(bad) => {
+                out.non_finite.get_or_insert(bad);
+            }
+            Ok(mut d) => {
+                out.loss += d.loss;
+                for (k, v) in d.terms {
+                    match out.terms.iter_mut().find(|(n, _)| *n == k) {
+                        Some(slot) => slot.1 += v,
+                        None => out.terms.push((k, v)),
+                    }
+                }
+                out.sentences += d.sentences;
+                out.forward_s += d.fwd;
+                out.backward_s += d.bwd;
+                let g = d.grads.take().expect("set above");
+                acc = Some(match acc {
+                    None => g,
+                    Some(a) => add_grads(a, g, params)?,
+                });
+            }
+        }
+    }
+    if let Some(a) = acc {
+        out.grads = a;
+    }
+    Ok(out)
 }
 
 fn add_grads(mut acc: GradStore, g: GradStore, params: &Params) -> Result<GradStore> {
