@@ -7,7 +7,7 @@
 
 use super::config::{EncoderConfig, Family};
 use anyhow::{bail, Result};
-use candle_core::{DType, Device, Module, Tensor, D};
+use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::VarBuilder;
 use rand::Rng as _;
 
@@ -47,7 +47,7 @@ impl Mode<'_> {
     }
 
     fn softmax(&self, x: &Tensor) -> Result<Tensor> {
-        if self.is_train() { Ok(candle_nn::ops::softmax(x, D::Minus1)?) } else { super::kernels::softmax_last_dim_infer(x) }
+        if self.is_train() { super::kernels::softmax_last_dim_train(x) } else { super::kernels::softmax_last_dim_infer(x) }
     }
 }
 
@@ -118,7 +118,7 @@ impl Activation {
     fn apply(self, x: &Tensor, mode: &Mode) -> Result<Tensor> {
         Ok(match self {
             Self::GeluErf if !mode.is_train() => super::kernels::gelu_erf_infer(x)?,
-            Self::GeluErf => x.gelu_erf()?,
+            Self::GeluErf => super::kernels::gelu_erf_train(x)?,
             Self::GeluTanh => x.gelu()?,
             Self::Relu => x.relu()?,
             Self::Silu => candle_nn::Activation::Silu.forward(x)?,

@@ -1,5 +1,6 @@
-//! Inference-only CPU kernels that candle computes with scalar libm calls.
-//! The training path keeps candle's differentiable ops; tests check the two agree.
+//! CPU kernels for what candle computes with scalar libm calls or many small ops: GELU (erf) and
+//! softmax, for inference (no autograd) and for training (custom ops whose backward is a fused
+//! kernel too). Tests check values and gradients against candle's own differentiable ops.
 
 use anyhow::Result;
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
@@ -40,6 +41,58 @@ impl CustomOp1 for GeluErf {
             .map(|&x| 0.5 * x * (1.0 + erf_f32(x * std::f32::consts::FRAC_1_SQRT_2)))
             .collect();
         Ok((CpuStorage::F32(out), l.shape().clone()))
+    }
+}
+
+/// `d/dx GELU(x) · g = g · (Φ(x) + x·φ(x))`.
+struct GeluErfGrad;
+
+impl candle_core::CustomOp2 for GeluErfGrad {
+    fn name(&self) -> &'static str {
+        "fast-gelu-erf-grad"
+    }
+
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (CpuStorage::F32(x), CpuStorage::F32(g)) = (s1, s2) else { candle_core::bail!("fast-gelu-erf-grad: f32 only") };
+        let (Some((a, b)), Some((c, d))) = (l1.contiguous_offsets(), l2.contiguous_offsets()) else {
+            candle_core::bail!("fast-gelu-erf-grad: contiguous inputs only")
+        };
+        const INV_SQRT_2PI: f32 = 0.398_942_3;
+        let out: Vec<f32> = x[a..b]
+            .iter()
+            .zip(&g[c..d])
+            .map(|(&x, &g)| {
+                let cdf = 0.5 * (1.0 + erf_f32(x * std::f32::consts::FRAC_1_SQRT_2));
+                g * (cdf + x * INV_SQRT_2PI * exp_f32(-0.5 * x * x))
+            })
+            .collect();
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+}
+
+/// GELU (erf) whose backward is [`GeluErfGrad`].
+struct GeluErfTrain;
+
+impl CustomOp1 for GeluErfTrain {
+    fn name(&self) -> &'static str {
+        "fast-gelu-erf-train"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        GeluErf.cpu_fwd(s, l)
+    }
+
+    fn bwd(&self, arg: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(arg.contiguous()?.apply_op2_no_bwd(&grad.contiguous()?, &GeluErfGrad)?))
+    }
+}
+
+/// GELU (erf) for training: vectorised forward and backward on CPU f32, candle's op elsewhere.
+pub fn gelu_erf_train(x: &Tensor) -> Result<Tensor> {
+    if x.device().is_cpu() && x.dtype() == candle_core::DType::F32 {
+        Ok(x.contiguous()?.apply_op1(GeluErfTrain)?)
+    } else {
+        Ok(x.gelu_erf()?)
     }
 }
 
@@ -96,6 +149,58 @@ impl CustomOp1 for SoftmaxLastDim {
             row.iter_mut().for_each(|x| *x *= inv);
         }
         Ok((CpuStorage::F32(out), l.shape().clone()))
+    }
+}
+
+/// Softmax backward from the output y and the gradient g: `y ⊙ (g − Σ g⊙y)` per row.
+struct SoftmaxGrad;
+
+impl candle_core::CustomOp2 for SoftmaxGrad {
+    fn name(&self) -> &'static str {
+        "fast-softmax-grad"
+    }
+
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (CpuStorage::F32(y), CpuStorage::F32(g)) = (s1, s2) else { candle_core::bail!("fast-softmax-grad: f32 only") };
+        let (Some((a, b)), Some((c, d))) = (l1.contiguous_offsets(), l2.contiguous_offsets()) else {
+            candle_core::bail!("fast-softmax-grad: contiguous inputs only")
+        };
+        let n = (*l1.dims().last().unwrap_or(&1)).max(1);
+        let mut out = vec![0f32; b - a];
+        for ((o, y), g) in out.chunks_exact_mut(n).zip(y[a..b].chunks_exact(n)).zip(g[c..d].chunks_exact(n)) {
+            let dot: f32 = y.iter().zip(g).map(|(y, g)| y * g).sum();
+            for i in 0..n {
+                o[i] = y[i] * (g[i] - dot);
+            }
+        }
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+}
+
+/// Softmax over the last dimension whose backward is [`SoftmaxGrad`].
+struct SoftmaxTrain;
+
+impl CustomOp1 for SoftmaxTrain {
+    fn name(&self) -> &'static str {
+        "fast-softmax-train"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        SoftmaxLastDim.cpu_fwd(s, l)
+    }
+
+    fn bwd(&self, _arg: &Tensor, res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(res.contiguous()?.apply_op2_no_bwd(&grad.contiguous()?, &SoftmaxGrad)?))
+    }
+}
+
+/// Softmax over the last dimension for training: fused forward and backward on CPU f32,
+/// candle's differentiable composition elsewhere.
+pub fn softmax_last_dim_train(x: &Tensor) -> Result<Tensor> {
+    if x.device().is_cpu() && x.dtype() == candle_core::DType::F32 {
+        Ok(x.contiguous()?.apply_op1(SoftmaxTrain)?)
+    } else {
+        Ok(candle_nn::ops::softmax(x, candle_core::D::Minus1)?)
     }
 }
 
@@ -160,6 +265,35 @@ mod tests {
         let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
         assert!(worst < 1e-7, "max |softmax difference| {worst}");
         assert_eq!(a[3], 0.0);
+        Ok(())
+    }
+
+    /// Values and gradients of the training kernels against candle's differentiable ops.
+    #[test]
+    fn training_kernels_match_candle_gradients() -> Result<()> {
+        let dev = candle_core::Device::Cpu;
+        let xs: Vec<f32> = (0..6 * 29).map(|i| ((i * 7919) % 401) as f32 / 40.0 - 5.0).collect();
+        let weights: Vec<f32> = (0..6 * 29).map(|i| ((i * 104_729) % 97) as f32 / 48.0 - 1.0).collect();
+        let w = Tensor::from_vec(weights, (6, 29), &dev)?;
+        let check = |name: &str, ours: &dyn Fn(&Tensor) -> Result<Tensor>, theirs: &dyn Fn(&Tensor) -> Result<Tensor>, tol: f32| -> Result<()> {
+            let mut x = Tensor::from_vec(xs.clone(), (6, 29), &dev)?;
+            x = x.slice_assign(&[0..6, 5..6], &Tensor::full(-1e30f32, (6, 1), &dev)?)?;
+            let (va, vb) = (candle_core::Var::from_tensor(&x)?, candle_core::Var::from_tensor(&x)?);
+            let ya = ours(va.as_tensor())?;
+            let yb = theirs(vb.as_tensor())?;
+            let ga = ya.mul(&w)?.sum_all()?.backward()?;
+            let gb = yb.mul(&w)?.sum_all()?.backward()?;
+            let d = |a: &Tensor, b: &Tensor| -> Result<f32> {
+                let (a, b) = (a.flatten_all()?.to_vec1::<f32>()?, b.flatten_all()?.to_vec1::<f32>()?);
+                Ok(a.iter().zip(&b).map(|(x, y)| if x.is_finite() || y.is_finite() { (x - y).abs() } else { 0.0 }).fold(0f32, f32::max))
+            };
+            let (dv, dg) = (d(&ya, &yb)?, d(ga.get(va.as_tensor()).unwrap(), gb.get(vb.as_tensor()).unwrap())?);
+            assert!(dv < tol && dg < tol, "{name}: value diff {dv}, gradient diff {dg}");
+            Ok(())
+        };
+        check("softmax", &|x| softmax_last_dim_train(x), &|x| Ok(candle_nn::ops::softmax(x, candle_core::D::Minus1)?), 1e-6)?;
+        // GELU on finite inputs (|x| <= 50); values up to 5, so 5e-6 is about 1e-6 relative.
+        check("gelu", &|x| gelu_erf_train(&x.clamp(-50f32, 50f32)?), &|x| Ok(x.clamp(-50f32, 50f32)?.gelu_erf()?), 5e-6)?;
         Ok(())
     }
 

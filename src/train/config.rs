@@ -62,6 +62,8 @@ pub struct TrainConfig {
     pub best_mode: Option<BestMode>,
     /// Stop when the best score has not improved for this many validations (0: never).
     pub early_stopping_patience: usize,
+    /// `cpu`, `cuda` or `cuda:N` (cuda needs a build with `--features cuda`).
+    pub device: String,
 }
 
 impl Default for TrainConfig {
@@ -81,6 +83,7 @@ impl Default for TrainConfig {
             best_metric: None,
             best_mode: None,
             early_stopping_patience: 0,
+            device: "cpu".into(),
         }
     }
 }
@@ -254,6 +257,7 @@ impl Config {
             "distill" => {}
             other => bail!("recipe = {other:?} is not known; this xsent trains: distill"),
         }
+        crate::device::parse_device(&t.device).context("train.device")?;
         for (i, s) in self.data.sources.iter().enumerate() {
             s.validate().with_context(|| format!("data.sources[{i}]"))?;
         }

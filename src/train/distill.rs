@@ -111,7 +111,9 @@ impl Distill {
         sources.sort_unstable();
         sources.dedup();
         let teacher_rows: HashMap<String, usize> = sources.iter().enumerate().map(|(i, s)| (s.clone(), i)).collect();
-        let teacher_opts = LoadOptions { prefix: Some(dc.teacher_prefix.clone()), max_length: Some(dc.max_length), ..Default::default() };
+        let device = crate::device::parse_device(&cfg.train.device)?;
+        let teacher_opts =
+            LoadOptions { device: device.clone(), prefix: Some(dc.teacher_prefix.clone()), max_length: Some(dc.max_length), ..Default::default() };
         let teacher_enc = SentenceEncoder::load(&dc.teacher, &teacher_opts).with_context(|| format!("loading teacher {}", dc.teacher))?;
         let (rows, dim) = teacher_embeddings(&teacher_enc, &sources, dc.max_length, dc.embed_batch_size)?;
         drop(teacher_enc);
@@ -123,6 +125,7 @@ impl Distill {
             max_length: Some(dc.max_length),
             normalize: dc.normalize,
             trainable: true,
+            device: device.clone(),
             ..Default::default()
         };
         let mut student = SentenceEncoder::load(&dc.student, &student_opts).with_context(|| format!("loading student {}", dc.student))?;
@@ -145,8 +148,8 @@ impl Distill {
                 if h != dim {
                     bail!("distill.projection = \"identity\" needs equal dimensions (student {h}, teacher {dim})");
                 }
-                let w = Tensor::eye(h, DType::F32, &Device::Cpu)?;
-                student.set_dense(Dense::new(w, Tensor::zeros(dim, DType::F32, &Device::Cpu)?))?;
+                let w = Tensor::eye(h, DType::F32, &device)?;
+                student.set_dense(Dense::new(w, Tensor::zeros(dim, DType::F32, &device)?))?;
             }
             Projection::Random => {
                 use rand_distr::{Distribution, Uniform};
@@ -154,7 +157,7 @@ impl Distill {
                 let u = Uniform::new(-bound, bound).expect("a valid range");
                 let w: Vec<f32> = (0..dim * h).map(|_| u.sample(&mut init_rng)).collect();
                 let b: Vec<f32> = (0..dim).map(|_| u.sample(&mut init_rng)).collect();
-                student.set_dense(Dense::new(Tensor::from_vec(w, (dim, h), &Device::Cpu)?, Tensor::from_vec(b, dim, &Device::Cpu)?))?;
+                student.set_dense(Dense::new(Tensor::from_vec(w, (dim, h), &device)?, Tensor::from_vec(b, dim, &device)?))?;
             }
             Projection::Lstsq => {
                 // A seeded random sample of the training source sentences.
@@ -166,7 +169,7 @@ impl Distill {
                 let x = student.embed_pooled(&fit, dc.embed_batch_size)?;
                 let y: Vec<Vec<f32>> = fit.iter().map(|s| teacher.get(teacher_rows[*s]).and_then(|r| r.to_vec1())).collect::<candle_core::Result<_>>()?;
                 let (w, b) = fit_affine(&x, &y, 1e-3)?;
-                student.set_dense(Dense::new(Tensor::from_vec(w, (dim, h), &Device::Cpu)?, Tensor::from_vec(b, dim, &Device::Cpu)?))?;
+                student.set_dense(Dense::new(Tensor::from_vec(w, (dim, h), &device)?, Tensor::from_vec(b, dim, &device)?))?;
                 eprintln!("xsent train: projection fitted by least squares on {} sentences ({:.1} s)", fit.len(), t0.elapsed().as_secs_f64());
             }
         }
@@ -189,8 +192,9 @@ impl Recipe for Distill {
         self.student.trainable_params()
     }
 
+    /// On the CPU shards run on separate cores; a GPU takes the whole batch at once.
     fn shardable(&self) -> bool {
-        true
+        self.student.device().is_cpu()
     }
 
     /// Pairs of similar length go into the same shard (less padding).

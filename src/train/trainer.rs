@@ -468,22 +468,22 @@ fn truncate_metrics(path: &Path, step: u64) -> Result<()> {
 }
 
 /// What the shards of one micro-batch gave.
-struct MicroBatch {
-    grads: GradStore,
-    loss: f64,
-    terms: Vec<(String, f64)>,
-    sentences: usize,
+pub struct MicroBatch {
+    pub grads: GradStore,
+    pub loss: f64,
+    pub terms: Vec<(String, f64)>,
+    pub sentences: usize,
     /// The first non-finite shard loss and its terms.
-    non_finite: Option<(f64, Vec<(String, f64)>)>,
+    pub non_finite: Option<(f64, Vec<(String, f64)>)>,
     /// Thread-seconds in the recipe's loss (forward) and in backward.
-    forward_s: f64,
-    backward_s: f64,
+    pub forward_s: f64,
+    pub backward_s: f64,
 }
 
 /// Forward and backward of each shard (on [`crate::parallel::threads`] workers), each shard's
 /// loss weighted by its share of the batch and by `1 / grad_accum`; gradients summed in shard
 /// order, so the result does not depend on the number of threads.
-fn run_shards(recipe: &dyn Recipe, shards: &[&[usize]], seeds: &[u64], batch_len: usize, accum: usize, params: &Params) -> Result<MicroBatch> {
+pub fn run_shards(recipe: &dyn Recipe, shards: &[&[usize]], seeds: &[u64], batch_len: usize, accum: usize, params: &Params) -> Result<MicroBatch> {
     struct Done {
         grads: Option<GradStore>,
         loss: f64,
