@@ -509,15 +509,77 @@ pub fn run_shards(recipe: &dyn Recipe, shards: &[&[usize]], seeds: &[u64], batch
         Ok(Ok(Done { grads: Some(grads), loss: value * w, terms, sentences: l.sentences, fwd, bwd: t1.elapsed().as_secs_f64() }))
     };
     let n = shards.len();
-    let mut results: Vec<Option<Result<std::result::Result<Done, (f64, Vec<(String, f64)>)>>>> = (0..n).map(|_| None).collect();
+    // Shards are folded into the running sum in shard order as they finish, so at most a few
+    // shards' gradients are alive at once.
+    struct Fold {
+        next: usize,
+        pending: std::collections::BTreeMap<usize, Result<std::result::Result<Done, (f64, Vec<(String, f64)>)>>>,
+        out: MicroBatch,
+        acc: Option<GradStore>,
+        error: Option<anyhow::Error>,
+    }
+    let fold = std::sync::Mutex::new(Fold {
+        next: 0,
+        pending: Default::default(),
+        out: MicroBatch {
+            grads: GradStore::default(),
+            loss: 0.0,
+            terms: Vec::new(),
+            sentences: 0,
+            non_finite: None,
+            forward_s: 0.0,
+            backward_s: 0.0,
+        },
+        acc: None,
+        error: None,
+    });
+    let finish = |i: usize, r: Result<std::result::Result<Done, (f64, Vec<(String, f64)>)>>| {
+        let mut f = fold.lock().expect("no worker panicked");
+        f.pending.insert(i, r);
+        loop {
+            let next = f.next;
+            let Some(r) = f.pending.remove(&next) else { break };
+            f.next += 1;
+            match r {
+                Err(e) => {
+                    f.error.get_or_insert(e);
+                }
+                Ok(Err(bad)) => {
+                    f.out.non_finite.get_or_insert(bad);
+                }
+                Ok(Ok(mut d)) => {
+                    f.out.loss += d.loss;
+                    for (k, v) in d.terms {
+                        match f.out.terms.iter_mut().find(|(n, _)| *n == k) {
+                            Some(slot) => slot.1 += v,
+                            None => f.out.terms.push((k, v)),
+                        }
+                    }
+                    f.out.sentences += d.sentences;
+                    f.out.forward_s += d.fwd;
+                    f.out.backward_s += d.bwd;
+                    let g = d.grads.take().expect("set above");
+                    let acc = f.acc.take();
+                    match acc {
+                        None => f.acc = Some(g),
+                        Some(a) => match add_grads(a, g, params) {
+                            Ok(sum) => f.acc = Some(sum),
+                            Err(e) => {
+                                f.error.get_or_insert(e);
+                            }
+                        },
+                    }
+                }
+            }
+        }
+    };
     let workers = crate::parallel::threads().min(n).max(1);
     if workers == 1 {
-        for (i, slot) in results.iter_mut().enumerate() {
-            *slot = Some(one(i));
+        for i in 0..n {
+            finish(i, one(i));
         }
     } else {
         let next = std::sync::atomic::AtomicUsize::new(0);
-        let slots = std::sync::Mutex::new(&mut results);
         std::thread::scope(|s| {
             for _ in 0..workers {
                 s.spawn(|| loop {
@@ -525,45 +587,14 @@ pub fn run_shards(recipe: &dyn Recipe, shards: &[&[usize]], seeds: &[u64], batch
                     if i >= n {
                         break;
                     }
-                    let r = one(i);
-                    slots.lock().expect("no worker panicked")[i] = Some(r);
+                    finish(i, one(i));
                 });
             }
         });
     }
-    let mut out = MicroBatch {
-        grads: GradStore::default(),
-        loss: 0.0,
-        terms: Vec::new(),
-        sentences: 0,
-        non_finite: None,
-        forward_s: 0.0,
-        backward_s: 0.0,
-    };
-    let mut acc: Option<GradStore> = None;
-    for r in results {
-        match r.expect("every shard ran")? {
-            Err(bad) => {
-                out.non_finite.get_or_insert(bad);
-            }
-            Ok(mut d) => {
-                out.loss += d.loss;
-                for (k, v) in d.terms {
-                    match out.terms.iter_mut().find(|(n, _)| *n == k) {
-                        Some(slot) => slot.1 += v,
-                        None => out.terms.push((k, v)),
-                    }
-                }
-                out.sentences += d.sentences;
-                out.forward_s += d.fwd;
-                out.backward_s += d.bwd;
-                let g = d.grads.take().expect("set above");
-                acc = Some(match acc {
-                    None => g,
-                    Some(a) => add_grads(a, g, params)?,
-                });
-            }
-        }
+    let Fold { mut out, acc, error, .. } = fold.into_inner().expect("no worker panicked");
+    if let Some(e) = error {
+        return Err(e);
     }
     if let Some(a) = acc {
         out.grads = a;
