@@ -7,9 +7,11 @@
 //! that margin mining needs cost one pass of GEMMs, not two.
 //!
 //! Ties between equal similarities go to the lower index, in both directions, so the neighbour
-//! lists do not depend on the number of workers or on the block sizes.
+//! lists do not depend on the number of workers or on the block sizes. (The similarities
+//! themselves are bit for bit the same for any blocks that run the GEMM's main kernel, as all
+//! blocks of 64 rows or more do; the tests check both.)
 
-use anyhow::{bail, ensure, Result};
+use anyhow::{anyhow, ensure, Result};
 use candle_core::{Device, Storage, Tensor};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -54,12 +56,12 @@ impl Matrix {
     }
 
     pub fn rows(&self) -> usize {
-        if self.dim == 0 { 0 } else { self.data.len() / self.dim }
+        self.data.len().checked_div(self.dim).unwrap_or(0)
     }
 
     fn check(&self, what: &str) -> Result<()> {
         ensure!(
-            if self.dim == 0 { self.data.is_empty() } else { self.data.len() % self.dim == 0 },
+            self.data.len().is_multiple_of(self.dim),
             "{what}: {} values are not whole rows of dimension {}",
             self.data.len(),
             self.dim
@@ -136,7 +138,7 @@ impl Plan {
 /// `n` rows cut into `ceil(n / size)` spans of nearly equal length: `(start, len)`.
 fn spans(n: usize, size: usize) -> Vec<(usize, usize)> {
     let count = n.div_ceil(size.max(1));
-    let (base, extra) = if count == 0 { (0, 0) } else { (n / count, n % count) };
+    let (base, extra) = (n.checked_div(count).unwrap_or(0), n.checked_rem(count).unwrap_or(0));
     let mut start = 0;
     (0..count)
         .map(|b| {
@@ -258,6 +260,7 @@ fn search(queries: &Matrix, targets: &Matrix, k: usize, plan: Plan, both: bool) 
     targets.check("targets")?;
     let (n, m) = (queries.rows(), targets.rows());
     ensure!(queries.dim == targets.dim || n == 0 || m == 0, "dimension mismatch: {} vs {}", queries.dim, targets.dim);
+    ensure!(n <= u32::MAX as usize && m <= u32::MAX as usize, "kNN indices are 32-bit: {n} × {m} rows is too many");
     let (kr, kc) = (k.min(m), k.min(n));
     let mut rows = Neighbours::empty(n, kr);
     if kr == 0 || kc == 0 {
@@ -270,12 +273,32 @@ fn search(queries: &Matrix, targets: &Matrix, k: usize, plan: Plan, both: bool) 
     } else {
         None
     };
+    // One query block against every target block, into its rows' lists and `cols`.
+    let run_block = |q0: usize, len: usize, row_sims: &mut [f32], row_idx: &mut [u32], cols: &mut ColumnTop| -> Result<()> {
+        let q = queries.block(q0, len)?;
+        for (i, &(t0, width)) in tspans.iter().enumerate() {
+            let t = match &shared {
+                Some(blocks) => blocks[i].clone(),
+                None => targets.block(t0, width)?,
+            };
+            let p = q.matmul(&t.t()?)?;
+            let (storage, layout) = p.storage_and_layout();
+            let Storage::Cpu(cpu) = &*storage else { return Err(anyhow!("kNN block product is not on the CPU")) };
+            ensure!(layout.is_contiguous(), "kNN block product is not contiguous");
+            let s = &cpu.as_slice::<f32>()?[layout.start_offset()..][..len * width];
+            if both {
+                scan::<true>(s, len, width, q0, t0, kr, row_sims, row_idx, cols);
+            } else {
+                scan::<false>(s, len, width, q0, t0, kr, row_sims, row_idx, cols);
+            }
+        }
+        Ok(())
+    };
     let next = AtomicUsize::new(0);
     let out = Mutex::new((&mut rows.sims, &mut rows.idx));
     let work = || -> Result<Option<ColumnTop>> {
         let mut cols = ColumnTop::new(if both { m } else { 0 }, kc);
-        let mut row_sims = Vec::new();
-        let mut row_idx = Vec::new();
+        let (mut row_sims, mut row_idx) = (Vec::new(), Vec::new());
         loop {
             // Blocks are taken in increasing order, so every list sees ids in increasing order.
             let b = next.fetch_add(1, Ordering::Relaxed);
@@ -284,22 +307,10 @@ fn search(queries: &Matrix, targets: &Matrix, k: usize, plan: Plan, both: bool) 
             row_sims.resize(len * kr, f32::NEG_INFINITY);
             row_idx.clear();
             row_idx.resize(len * kr, 0);
-            let q = queries.block(q0, len)?;
-            for (i, &(t0, width)) in tspans.iter().enumerate() {
-                let t = match &shared {
-                    Some(blocks) => blocks[i].clone(),
-                    None => targets.block(t0, width)?,
-                };
-                let p = q.matmul(&t.t()?)?;
-                let (storage, layout) = p.storage_and_layout();
-                let Storage::Cpu(cpu) = &*storage else { bail!("kNN block product is not on the CPU") };
-                ensure!(layout.is_contiguous(), "kNN block product is not contiguous");
-                let s = &cpu.as_slice::<f32>()?[layout.start_offset()..][..len * width];
-                if both {
-                    scan::<true>(s, len, width, q0, t0, kr, &mut row_sims, &mut row_idx, &mut cols);
-                } else {
-                    scan::<false>(s, len, width, q0, t0, kr, &mut row_sims, &mut row_idx, &mut cols);
-                }
+            if let Err(e) = run_block(q0, len, &mut row_sims, &mut row_idx, &mut cols) {
+                // The other workers take no further block.
+                next.store(qspans.len(), Ordering::Relaxed);
+                return Err(e);
             }
             let mut o = out.lock().expect("no worker panicked");
             o.0[q0 * kr..(q0 + len) * kr].copy_from_slice(&row_sims);
@@ -310,13 +321,12 @@ fn search(queries: &Matrix, targets: &Matrix, k: usize, plan: Plan, both: bool) 
     let workers = plan.workers.min(qspans.len()).max(1);
     let results: Vec<Result<Option<ColumnTop>>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers).map(|_| s.spawn(work)).collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a kNN worker panicked")))).collect()
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("a kNN worker panicked")))).collect()
     });
     let mut parts = Vec::with_capacity(workers);
     for r in results {
         parts.extend(r?);
     }
-    drop(out);
     Ok((rows, both.then(|| merge_columns(&parts, m, kc))))
 }
 
