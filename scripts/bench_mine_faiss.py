@@ -6,8 +6,9 @@
 
 Loads the float32 rows that examples/bench_knn.rs wrote, and times what margin
 mining needs: faiss.IndexFlatIP over y searched with x (k best), and over x
-searched with y.  The time covers building the two indexes (add) and the two
-searches, best of --repeat.
+searched with y.  Two searches, because faiss has no search that returns both
+directions at once, and this is how LASER's mine_bitexts uses faiss.  The time
+covers building the two indexes (add) and the two searches, best of --repeat.
 
 With --xsent DIR (the --out directory of bench_knn: x2y_idx.npy, x2y_sim.npy,
 y2x_idx.npy, y2x_sim.npy) it also compares the neighbours: the fraction of

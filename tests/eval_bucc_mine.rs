@@ -5,25 +5,10 @@ mod common;
 use std::path::Path;
 use xsent::data::bucc;
 
-fn e5() -> String {
-    common::model("multilingual-e5-small").to_str().unwrap().to_string()
-}
-
 #[test]
 fn bucc_zh_en_reproduces_reference_numbers() {
-    let dir = tempfile::tempdir().unwrap();
-    let report = dir.path().join("bucc.json");
-    let out = common::xsent()
-        .args(["eval", "bucc", "--model", &e5(), "--prefix", "query: ", "--data-dir"])
-        .arg(common::data())
-        .arg("--report")
-        .arg(&report)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let table = String::from_utf8_lossy(&out.stdout);
+    let (table, r) = common::eval_report(["bucc", "--model", &common::e5_small(), "--prefix", "query: ", "--data-dir", &common::data_arg()]);
     assert!(table.contains("(oracle threshold)"), "{table}");
-    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     let e = &r["results"][0];
     assert_eq!(e["language"], "zh-en");
     assert_eq!(e["scores"]["oracle_threshold"], true);
@@ -76,7 +61,7 @@ fn mine_writes_sorted_tsv_of_mostly_true_pairs() {
     let dir = tempfile::tempdir().unwrap();
     let (s, t, de, en) = corpus(dir.path());
     let out = common::xsent()
-        .args(["mine", "--model", &e5(), "--prefix", "query: ", "--src-file"])
+        .args(["mine", "--model", &common::e5_small(), "--prefix", "query: ", "--src-file"])
         .arg(&s)
         .arg("--tgt-file")
         .arg(&t)
@@ -100,7 +85,7 @@ fn mine_writes_sorted_tsv_of_mostly_true_pairs() {
     // A threshold keeps exactly the pairs scoring at least it.
     let t0 = rows[rows.len() / 2].0;
     let out = common::xsent()
-        .args(["mine", "--model", &e5(), "--prefix", "query: ", "--threshold", &t0.to_string(), "--src-file"])
+        .args(["mine", "--model", &common::e5_small(), "--prefix", "query: ", "--threshold", &t0.to_string(), "--src-file"])
         .arg(&s)
         .arg("--tgt-file")
         .arg(&t)
@@ -118,15 +103,12 @@ fn xsr_p_at_1_with_and_without_distractors() {
     let fra = std::fs::read_to_string(common::data().join("tatoeba/tatoeba.fra-eng.eng")).unwrap();
     write(&distract, &fra.lines().take(500).collect::<Vec<_>>().join("\n"));
     let p1 = |extra: bool| -> (f64, u64) {
-        let report = dir.path().join(format!("xsr-{extra}.json"));
-        let mut cmd = common::xsent();
-        cmd.args(["eval", "xsr", "--model", &e5(), "--prefix", "query: ", "--src"]).arg(&s).arg("--tgt").arg(&t).arg("--report").arg(&report);
+        let mut args = vec!["xsr".into(), "--model".into(), common::e5_small().into(), "--prefix".into(), "query: ".into()];
+        args.extend(["--src".into(), s.clone().into_os_string(), "--tgt".into(), t.clone().into_os_string()]);
         if extra {
-            cmd.arg("--distractors").arg(&distract);
+            args.extend(["--distractors".into(), distract.clone().into_os_string()]);
         }
-        let out = cmd.output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        let (_, r) = common::eval_report::<_, std::ffi::OsString>(args);
         (r["results"][0]["main_score"].as_f64().unwrap(), r["results"][0]["scores"]["candidates"].as_u64().unwrap())
     };
     let (plain, n0) = p1(false);
@@ -138,7 +120,7 @@ fn xsr_p_at_1_with_and_without_distractors() {
     // Misaligned files are refused with both names and counts.
     let short = dir.path().join("short.txt");
     write(&short, "one\ntwo\n");
-    let out = common::xsent().args(["eval", "xsr", "--model", &e5(), "--src"]).arg(&s).arg("--tgt").arg(&short).output().unwrap();
+    let out = common::xsent().args(["eval", "xsr", "--model", &common::e5_small(), "--src"]).arg(&s).arg("--tgt").arg(&short).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("has 300 lines") && err.contains("short.txt has 2"), "{err}");
 }
@@ -174,18 +156,8 @@ fn eval_all_runs_every_task_into_one_report() {
         write(&data.join(format!("bucc/zh-en.sample.{to_ext}")), &text);
         std::fs::remove_file(from).unwrap();
     }
-    let report = data.join("all.json");
-    let out = common::xsent()
-        .args(["eval", "all", "--model", &e5(), "--prefix", "query: ", "--data-dir"])
-        .arg(data)
-        .arg("--report")
-        .arg(&report)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let table = String::from_utf8_lossy(&out.stdout);
+    let (table, r) = common::eval_report(["all", "--model", &common::e5_small(), "--prefix", "query: ", "--data-dir", data.to_str().unwrap()]);
     assert!(table.contains("## sts17") && table.contains("## tatoeba") && table.contains("## bucc2018"), "{table}");
-    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     let results = r["results"].as_array().unwrap();
     let tasks: Vec<&str> = results.iter().map(|e| e["task"].as_str().unwrap()).collect();
     assert_eq!(tasks.iter().filter(|t| **t == "sts17").count(), 7);
@@ -201,6 +173,6 @@ fn eval_all_runs_every_task_into_one_report() {
     let deu = results.iter().find(|e| e["language"] == "deu-eng").unwrap()["main_score"].as_f64().unwrap();
     assert!((deu - 97.10).abs() <= 0.1);
     // --langs is refused for `all`.
-    let out = common::xsent().args(["eval", "all", "--model", &e5(), "--langs", "deu", "--data-dir"]).arg(data).output().unwrap();
+    let out = common::xsent().args(["eval", "all", "--model", &common::e5_small(), "--langs", "deu", "--data-dir"]).arg(data).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("run the tasks one by one"));
 }

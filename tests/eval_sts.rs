@@ -8,20 +8,8 @@ use xsent::data::sts::read_sts2017;
 
 #[test]
 fn e5_small_reproduces_reference_numbers() {
-    let dir = tempfile::tempdir().unwrap();
-    let report = dir.path().join("sts.json");
-    let out = common::xsent()
-        .args(["eval", "sts", "--model", common::model("multilingual-e5-small").to_str().unwrap(), "--prefix", "query: "])
-        .arg("--data-dir")
-        .arg(common::data())
-        .arg("--report")
-        .arg(&report)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let table = String::from_utf8_lossy(&out.stdout);
+    let (table, r) = common::eval_report(["sts", "--model", &common::e5_small(), "--prefix", "query: ", "--data-dir", &common::data_arg()]);
     assert!(table.contains("| en-en | 250 |") && table.contains("Language bias"), "{table}");
-    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert_eq!(r["prefix"], "query: ");
     assert!(r["date"].as_str().unwrap().ends_with('Z') && r["seconds"].as_f64().unwrap() > 0.0);
     // Measured with sentence-transformers and the same protocol (issue 3).

@@ -5,27 +5,11 @@ mod common;
 
 use xsent::data::tatoeba;
 
-fn run(langs: &str, report: &std::path::Path) -> serde_json::Value {
-    let out = common::xsent()
-        .args(["eval", "tatoeba", "--model", common::model("multilingual-e5-small").to_str().unwrap(), "--prefix", "query: "])
-        .args(if langs.is_empty() { vec![] } else { vec!["--langs", langs] })
-        .arg("--data-dir")
-        .arg(common::data())
-        .arg("--report")
-        .arg(report)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let table = String::from_utf8_lossy(&out.stdout);
-    assert!(table.contains("average ("), "{table}");
-    serde_json::from_str(&std::fs::read_to_string(report).unwrap()).unwrap()
-}
-
 /// All 90 languages in ../shared/data (about 8 minutes on 2 cores): the average and four languages.
 #[test]
 fn e5_small_reproduces_reference_numbers() {
-    let dir = tempfile::tempdir().unwrap();
-    let r = run("", &dir.path().join("t.json"));
+    let (table, r) = common::eval_report(["tatoeba", "--model", &common::e5_small(), "--prefix", "query: ", "--data-dir", &common::data_arg()]);
+    assert!(table.contains("average (90 languages)"), "{table}");
     assert_eq!(r["extra"]["languages"], 90);
     let avg = r["extra"]["average"].as_f64().unwrap();
     assert!((avg - 69.80).abs() <= 0.1, "average over 90 languages {avg} vs 69.80");

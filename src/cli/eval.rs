@@ -1,6 +1,6 @@
+use super::mine::MiningArgs;
 use super::ModelArgs;
-use crate::eval::bucc::{self, Settings};
-use crate::eval::knn::{Margin, Retrieval};
+use crate::eval::bucc;
 use crate::eval::report::{utc_now, Entry, Report};
 use anyhow::{ensure, Result};
 use clap::ValueEnum;
@@ -46,13 +46,8 @@ pub struct Args {
 pub struct BuccArgs {
     #[command(flatten)]
     common: Args,
-    #[arg(long, value_enum, default_value = "ratio")]
-    margin: Margin,
-    #[arg(long, value_enum, default_value = "max")]
-    retrieval: Retrieval,
-    /// Neighbourhood size of the margin.
-    #[arg(long, default_value_t = 4)]
-    k: usize,
+    #[command(flatten)]
+    mining: MiningArgs,
 }
 
 #[derive(clap::Args)]
@@ -147,10 +142,9 @@ fn tatoeba_task(enc: &crate::SentenceEncoder, a: &Args) -> Result<Outcome> {
 
 fn bucc_task(enc: &crate::SentenceEncoder, b: &BuccArgs) -> Result<Outcome> {
     let a = &b.common;
-    ensure!(b.k > 0, "--k must be at least 1");
     let dir = crate::data::data_dir(a.data_dir.as_deref())?.join("bucc");
     let pairs = if a.langs.is_empty() { vec!["zh-en".to_string()] } else { a.langs.clone() };
-    let settings = Settings { k: b.k, margin: b.margin, retrieval: b.retrieval };
+    let settings = b.mining.settings()?;
     let published = crate::eval::published::by_system(crate::eval::published_tables::BUCC_F1);
     let mut table = String::from("| BUCC 2018 | split | threshold | P | R | F1 |");
     for c in &published {
@@ -189,9 +183,9 @@ fn bucc_task(enc: &crate::SentenceEncoder, b: &BuccArgs) -> Result<Outcome> {
     }
     table += &format!(
         "\nMining: {} margin, {} retrieval, k = {}. Published columns: F1 ×100 on the BUCC test sets as printed in the seeds (not comparable to an oracle threshold on the sample split).\n",
-        b.margin.to_possible_value().expect("a value").get_name(),
-        b.retrieval.to_possible_value().expect("a value").get_name(),
-        b.k
+        settings.margin.to_possible_value().expect("a value").get_name(),
+        settings.retrieval.to_possible_value().expect("a value").get_name(),
+        settings.k
     );
     for c in &published {
         table += &format!("- {}: {}\n", c.system, c.sources());
@@ -219,12 +213,14 @@ fn tatoeba(a: Args) -> Result<()> {
 }
 
 fn bucc(b: BuccArgs) -> Result<()> {
+    b.mining.settings()?;
     single(&b.common, |enc| bucc_task(enc, &b))
 }
 
 /// STS 2017, Tatoeba and BUCC with one loaded model, one report.
 fn all(b: BuccArgs) -> Result<()> {
     ensure!(b.common.langs.is_empty(), "--langs selects sets of one task; run the tasks one by one to choose languages");
+    b.mining.settings()?;
     single(&b.common, |enc| {
         let parts = [("sts17", sts_task(enc, &b.common)?), ("tatoeba", tatoeba_task(enc, &b.common)?), ("bucc2018", bucc_task(enc, &b)?)];
         let mut out = Outcome { table: String::new(), results: Vec::new(), extra: Some(serde_json::json!({})) };

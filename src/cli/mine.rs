@@ -1,8 +1,30 @@
 use super::ModelArgs;
+use crate::eval::bucc::Settings;
 use crate::eval::knn::{mine, Margin, Matrix, Retrieval};
 use anyhow::{ensure, Context, Result};
 use std::io::Write;
 use std::path::PathBuf;
+
+/// Margin-mining options, shared by `xsent mine` and `xsent eval bucc|all`.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct MiningArgs {
+    /// How a candidate's cosine is compared with its k nearest neighbours' (ratio: cos / avg).
+    #[arg(long, value_enum, default_value = "ratio")]
+    pub margin: Margin,
+    /// Which candidates are kept.
+    #[arg(long, value_enum, default_value = "max")]
+    pub retrieval: Retrieval,
+    /// Neighbourhood size of the margin.
+    #[arg(long, default_value_t = 4)]
+    pub k: usize,
+}
+
+impl MiningArgs {
+    pub fn settings(&self) -> Result<Settings> {
+        ensure!(self.k > 0, "--k must be at least 1");
+        Ok(Settings { k: self.k, margin: self.margin, retrieval: self.retrieval })
+    }
+}
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -17,13 +39,8 @@ pub struct Args {
     /// Keep only pairs scoring at least this.
     #[arg(long)]
     threshold: Option<f64>,
-    #[arg(long, value_enum, default_value = "ratio")]
-    margin: Margin,
-    #[arg(long, value_enum, default_value = "max")]
-    retrieval: Retrieval,
-    /// Neighbourhood size of the margin.
-    #[arg(long, default_value_t = 4)]
-    k: usize,
+    #[command(flatten)]
+    mining: MiningArgs,
     /// Write the TSV here instead of stdout.
     #[arg(long, short = 'o')]
     output: Option<PathBuf>,
@@ -33,13 +50,15 @@ pub struct Args {
 
 /// `score<TAB>src<TAB>tgt` lines, best first (LASER's mine_bitexts output).
 pub fn run(a: Args) -> Result<()> {
-    ensure!(a.batch_size > 0 && a.k > 0, "--batch-size and --k must be at least 1");
+    ensure!(a.batch_size > 0, "--batch-size must be at least 1");
+    let s = a.mining.settings()?;
     let src = crate::data::read_lines(&a.src_file)?;
     let tgt = crate::data::read_lines(&a.tgt_file)?;
     let enc = a.model.load()?;
-    let x = Matrix::normalized(&enc.embed(&src, a.batch_size)?);
-    let y = Matrix::normalized(&enc.embed(&tgt, a.batch_size)?);
-    let cands = mine(&x, &y, a.k, a.margin, a.retrieval)?;
+    let x = Matrix::embed(&enc, &src, a.batch_size)?;
+    let y = Matrix::embed(&enc, &tgt, a.batch_size)?;
+    let cands = mine(&x, &y, s.k, s.margin, s.retrieval)?;
+    drop((x, y));
     let mut out: Box<dyn Write> = match &a.output {
         Some(p) => Box::new(std::io::BufWriter::new(std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?)),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),

@@ -1,7 +1,7 @@
 //! BUCC 2018 bitext mining: `{pair}.{split}.{xx|en}` with `id<TAB>sentence` lines and
 //! `{pair}.{split}.gold` with `xx-id<TAB>en-id` lines (pair like `zh-en`).
 
-use super::read_lines;
+use super::{read_lines, require_file};
 use anyhow::{bail, Result};
 use std::collections::HashMap;
 use std::path::Path;
@@ -32,10 +32,8 @@ pub fn splits(dir: &Path, pair: &str) -> Result<Vec<String>> {
     Ok(out)
 }
 
-fn read_side(path: &Path) -> Result<(Vec<String>, Vec<String>)> {
-    if !path.is_file() {
-        bail!("BUCC file {} is missing (lines `id<TAB>sentence`)", path.display());
-    }
+fn read_side(path: &Path, expected: &str) -> Result<(Vec<String>, Vec<String>)> {
+    require_file(path, "BUCC", expected)?;
     let mut ids = Vec::new();
     let mut sents = Vec::new();
     for (i, l) in read_lines(path)?.into_iter().enumerate() {
@@ -48,11 +46,16 @@ fn read_side(path: &Path) -> Result<(Vec<String>, Vec<String>)> {
 
 pub fn read(dir: &Path, pair: &str, split: &str) -> Result<BuccSplit> {
     let Some((xx, en)) = pair.split_once('-') else { bail!("BUCC pair {pair:?}: expected xx-en, e.g. zh-en") };
-    let (src_ids, src) = read_side(&dir.join(format!("{pair}.{split}.{xx}")))?;
-    let (tgt_ids, tgt) = read_side(&dir.join(format!("{pair}.{split}.{en}")))?;
+    let expected = format!(
+        "split {split} of {pair} needs {pair}.{split}.{xx} and {pair}.{split}.{en} (`id<TAB>sentence` lines) and {pair}.{split}.gold (`{xx}-id<TAB>{en}-id` lines) in {}",
+        dir.display()
+    );
+    let (src_ids, src) = read_side(&dir.join(format!("{pair}.{split}.{xx}")), &expected)?;
+    let (tgt_ids, tgt) = read_side(&dir.join(format!("{pair}.{split}.{en}")), &expected)?;
     let index = |ids: &[String]| -> HashMap<String, usize> { ids.iter().enumerate().map(|(i, s)| (s.clone(), i)).collect() };
     let (si, ti) = (index(&src_ids), index(&tgt_ids));
     let gold_path = dir.join(format!("{pair}.{split}.gold"));
+    require_file(&gold_path, "BUCC", &expected)?;
     let mut gold = Vec::new();
     for (n, l) in read_lines(&gold_path)?.into_iter().enumerate() {
         let Some((a, b)) = l.split_once('\t') else { bail!("{}:{}: expected `{xx}-id<TAB>{en}-id`", gold_path.display(), n + 1) };

@@ -47,3 +47,13 @@ pub fn read_lines(path: &Path) -> Result<Vec<String>> {
     }
     Ok(lines)
 }
+
+/// Fail unless `path` is a file: "`what` file PATH is missing; `expected`" (or "is not a
+/// file" when something else is there), so a reader's error says which names it looks for.
+pub fn require_file(path: &Path, what: &str, expected: &str) -> Result<()> {
+    if path.is_file() {
+        return Ok(());
+    }
+    let problem = if path.exists() { "is not a file" } else { "is missing" };
+    bail!("{what} file {} {problem}; {expected}", path.display())
+}

@@ -1,6 +1,6 @@
 //! SemEval-2017 STS (`STS2017.eval.v1.1` + `STS2017.gs`) and the extended `STS2017.en-de.txt`.
 
-use super::read_lines;
+use super::{read_lines, require_file};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 
@@ -46,14 +46,10 @@ pub fn read_sts2017(sts_dir: &Path, only: &[String]) -> Result<Vec<StsSet>> {
         }
         let input = sts_dir.join(format!("STS2017.eval.v1.1/STS.input.{stem}.txt"));
         let gold = sts_dir.join(format!("STS2017.gs/STS.gs.{stem}.txt"));
+        let expected =
+            format!("expected STS2017.eval.v1.1/STS.input.trackN.xx-yy.txt and STS2017.gs/STS.gs.trackN.xx-yy.txt under {}", sts_dir.display());
         for f in [&input, &gold] {
-            if !f.is_file() {
-                bail!(
-                    "STS 2017 file {} is missing; expected STS2017.eval.v1.1/STS.input.trackN.xx-yy.txt and STS2017.gs/STS.gs.trackN.xx-yy.txt under {}",
-                    f.display(),
-                    sts_dir.display()
-                );
-            }
+            require_file(f, "STS 2017", &expected)?;
         }
         let lines = read_lines(&input)?;
         let scores = read_lines(&gold)?;
@@ -73,9 +69,7 @@ pub fn read_sts2017(sts_dir: &Path, only: &[String]) -> Result<Vec<StsSet>> {
     }
     if wanted("en-de") {
         let path = sts_dir.join("STS2017.en-de.txt");
-        if !path.is_file() {
-            bail!("STS 2017 en-de file {} is missing (`en<TAB>de<TAB>score` lines)", path.display());
-        }
+        require_file(&path, "STS 2017 en-de", "expected STS2017.en-de.txt with `en<TAB>de<TAB>score` lines")?;
         let mut set = StsSet { name: "en-de".into(), pairs: Vec::new(), gold: Vec::new() };
         for (i, l) in read_lines(&path)?.iter().enumerate() {
             let f: Vec<&str> = l.split('\t').collect();

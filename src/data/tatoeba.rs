@@ -1,7 +1,7 @@
 //! Tatoeba (LASER's similarity-search test set): `tatoeba.xxx-eng.xxx` and `tatoeba.xxx-eng.eng`,
 //! line i of one the translation of line i of the other.
 
-use super::read_lines;
+use super::{read_lines, require_file};
 use anyhow::{bail, Result};
 use std::path::Path;
 
@@ -34,14 +34,9 @@ pub fn languages(dir: &Path) -> Result<Vec<String>> {
 pub fn read(dir: &Path, lang: &str) -> Result<TatoebaSet> {
     let xx_path = dir.join(format!("tatoeba.{lang}-eng.{lang}"));
     let eng_path = dir.join(format!("tatoeba.{lang}-eng.eng"));
+    let expected = format!("language {lang:?} needs tatoeba.{lang}-eng.{lang} and tatoeba.{lang}-eng.eng in {}", dir.display());
     for p in [&xx_path, &eng_path] {
-        if !p.is_file() {
-            bail!(
-                "Tatoeba file {} is missing (language {lang:?} needs tatoeba.{lang}-eng.{lang} and tatoeba.{lang}-eng.eng in {})",
-                p.display(),
-                dir.display()
-            );
-        }
+        require_file(p, "Tatoeba", &expected)?;
     }
     let xx = read_lines(&xx_path)?;
     let eng = read_lines(&eng_path)?;

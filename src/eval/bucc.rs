@@ -61,8 +61,8 @@ pub struct Settings {
 
 /// Candidates of one split.
 pub fn candidates(enc: &SentenceEncoder, split: &BuccSplit, s: Settings, batch_size: usize) -> Result<Vec<Candidate>> {
-    let x = Matrix::normalized(&enc.embed(&split.src, batch_size)?);
-    let y = Matrix::normalized(&enc.embed(&split.tgt, batch_size)?);
+    let x = Matrix::embed(enc, &split.src, batch_size)?;
+    let y = Matrix::embed(enc, &split.tgt, batch_size)?;
     mine(&x, &y, s.k, s.margin, s.retrieval)
 }
 

@@ -1,11 +1,18 @@
 //! Exact k-nearest-neighbour search by inner product, and LASER-style margin mining.
 //!
-//! The search works in blocks (a block of queries against a block of targets at a time, one
-//! GEMM each), never holding the full N×M similarity matrix, with query blocks spread over
-//! [`crate::parallel::threads`] workers.
+//! The search works in blocks: a block of queries against a block of targets at a time (one
+//! GEMM each), never the full N×M similarity matrix, with query blocks spread over
+//! [`crate::parallel::threads`] workers. [`knn_both`] keeps a running top-k for the rows (the
+//! queries) and for the columns (the targets) of every block product, so the two directions
+//! that margin mining needs cost one pass of GEMMs, not two.
+//!
+//! Ties between equal similarities go to the lower index, in both directions, so the neighbour
+//! lists do not depend on the number of workers or on the block sizes. (The similarities
+//! themselves are bit for bit the same for any blocks that run the GEMM's main kernel, as all
+//! blocks of 64 rows or more do; the tests check both.)
 
-use anyhow::{ensure, Result};
-use candle_core::{Device, Tensor};
+use anyhow::{anyhow, ensure, Result};
+use candle_core::{Device, Storage, Tensor};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -20,16 +27,46 @@ impl Matrix {
     /// L2-normalised copy of `rows` (so inner product = cosine).
     pub fn normalized(rows: &[Vec<f32>]) -> Self {
         let dim = rows.first().map_or(0, |r| r.len());
-        let mut data = Vec::with_capacity(rows.len() * dim);
+        let mut m = Self { data: Vec::with_capacity(rows.len() * dim), dim };
         for r in rows {
-            let n = r.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-            data.extend(r.iter().map(|x| x / n));
+            m.push_normalized(r);
         }
-        Self { data, dim }
+        m
+    }
+
+    /// Append `row` L2-normalised (a zero row stays zero). Its length must be `dim`.
+    pub fn push_normalized(&mut self, row: &[f32]) {
+        debug_assert_eq!(row.len(), self.dim);
+        let n = row.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+        self.data.extend(row.iter().map(|x| x / n));
+    }
+
+    /// Embed `texts` with `enc` into L2-normalised rows, `128 × batch_size` texts at a time:
+    /// besides the vectors, only one window's tokens are held.
+    pub fn embed<S: AsRef<str>>(enc: &crate::SentenceEncoder, texts: &[S], batch_size: usize) -> Result<Self> {
+        let dim = enc.dim();
+        let mut m = Self { data: Vec::with_capacity(texts.len() * dim), dim };
+        for window in texts.chunks(batch_size.max(1) * 128) {
+            for row in enc.embed(window, batch_size)? {
+                ensure!(row.len() == dim, "the encoder returned a vector of {} values, expected {dim}", row.len());
+                m.push_normalized(&row);
+            }
+        }
+        Ok(m)
     }
 
     pub fn rows(&self) -> usize {
-        if self.dim == 0 { 0 } else { self.data.len() / self.dim }
+        self.data.len().checked_div(self.dim).unwrap_or(0)
+    }
+
+    fn check(&self, what: &str) -> Result<()> {
+        ensure!(
+            self.data.len().is_multiple_of(self.dim),
+            "{what}: {} values are not whole rows of dimension {}",
+            self.data.len(),
+            self.dim
+        );
+        Ok(())
     }
 
     fn block(&self, start: usize, len: usize) -> Result<Tensor> {
@@ -38,7 +75,7 @@ impl Matrix {
 }
 
 /// For each query, its `k` best targets, best first (`k` is capped at the number of targets).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Neighbours {
     pub k: usize,
     pub sims: Vec<f32>,
@@ -46,6 +83,10 @@ pub struct Neighbours {
 }
 
 impl Neighbours {
+    fn empty(rows: usize, k: usize) -> Self {
+        Self { k, sims: vec![f32::NEG_INFINITY; rows * k], idx: vec![0; rows * k] }
+    }
+
     pub fn row(&self, i: usize) -> (&[f32], &[u32]) {
         (&self.sims[i * self.k..(i + 1) * self.k], &self.idx[i * self.k..(i + 1) * self.k])
     }
@@ -56,77 +97,255 @@ impl Neighbours {
     }
 }
 
-const QUERY_BLOCK: usize = 1024;
+/// Query blocks are at most this many rows (one GEMM's rows)...
+const MAX_QUERY_BLOCK: usize = 1024;
+/// ...and at least this many, so that small searches still run efficient GEMMs...
+const MIN_QUERY_BLOCK: usize = 64;
+/// ...and between the two, small enough for this many blocks per worker (load balance).
+const BLOCKS_PER_WORKER: usize = 4;
+/// Targets per GEMM.
 const TARGET_BLOCK: usize = 8192;
+/// Target sides up to this size are cut into GEMM blocks once and shared by the workers;
+/// larger ones are copied block by block, so the search's memory stays bounded by its blocks.
+const SHARED_TARGETS_MAX_BYTES: usize = 64 << 20;
 
-/// Exact top-k inner-product search.
+/// Block sizes and worker count of one search.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    query_block: usize,
+    target_block: usize,
+    workers: usize,
+    /// Cut the targets into blocks once and share them, instead of copying each block per use.
+    share_targets: bool,
+}
+
+impl Plan {
+    /// For `n` queries and `m` targets of dimension `d`: query blocks of `n / (4 × workers)`
+    /// rows within [64, 1024], so that there are at least as many blocks as workers whenever
+    /// there are at least 64 × workers queries.
+    fn new(n: usize, m: usize, d: usize, workers: usize) -> Self {
+        let workers = workers.max(1);
+        let query_block = n.div_ceil(workers * BLOCKS_PER_WORKER).clamp(MIN_QUERY_BLOCK, MAX_QUERY_BLOCK);
+        let share_targets = m.saturating_mul(d).saturating_mul(4) <= SHARED_TARGETS_MAX_BYTES;
+        Plan { query_block, target_block: TARGET_BLOCK, workers, share_targets }
+    }
+
+    fn for_search(queries: &Matrix, targets: &Matrix) -> Self {
+        Self::new(queries.rows(), targets.rows(), targets.dim, crate::parallel::threads())
+    }
+}
+
+/// `n` rows cut into `ceil(n / size)` spans of nearly equal length: `(start, len)`.
+fn spans(n: usize, size: usize) -> Vec<(usize, usize)> {
+    let count = n.div_ceil(size.max(1));
+    let (base, extra) = (n.checked_div(count).unwrap_or(0), n.checked_rem(count).unwrap_or(0));
+    let mut start = 0;
+    (0..count)
+        .map(|b| {
+            let len = base + usize::from(b < extra);
+            start += len;
+            (start - len, len)
+        })
+        .collect()
+}
+
+/// Exact top-k inner-product search of `queries` among `targets` (one direction).
 pub fn knn(queries: &Matrix, targets: &Matrix, k: usize) -> Result<Neighbours> {
-    ensure!(queries.dim == targets.dim || queries.rows() == 0 || targets.rows() == 0, "dimension mismatch: {} vs {}", queries.dim, targets.dim);
-    let (n, m) = (queries.rows(), targets.rows());
-    let k = k.min(m);
-    let mut sims = vec![f32::NEG_INFINITY; n * k];
-    let mut idx = vec![0u32; n * k];
-    if k == 0 || n == 0 {
-        return Ok(Neighbours { k, sims, idx });
+    Ok(search(queries, targets, k, Plan::for_search(queries, targets), false)?.0)
+}
+
+/// Exact top-k inner-product search in both directions in one pass: each row of `x` among the
+/// rows of `y` (`k` capped at `y`'s rows) and each row of `y` among the rows of `x` (`k` capped
+/// at `x`'s rows). The same lists as `(knn(x, y, k), knn(y, x, k))` at half the GEMM work.
+pub fn knn_both(x: &Matrix, y: &Matrix, k: usize) -> Result<(Neighbours, Neighbours)> {
+    let (fwd, bwd) = search(x, y, k, Plan::for_search(x, y), true)?;
+    Ok((fwd, bwd.expect("asked for both directions")))
+}
+
+/// Running top-k of every target (the columns), kept by one worker over the queries it saw.
+struct ColumnTop {
+    k: usize,
+    sims: Vec<f32>,
+    idx: Vec<u32>,
+    /// `sims` of each column's k-th entry, contiguous so the scan can compare a row at a time.
+    min: Vec<f32>,
+}
+
+impl ColumnTop {
+    fn new(columns: usize, k: usize) -> Self {
+        Self { k, sims: vec![f32::NEG_INFINITY; columns * k], idx: vec![0; columns * k], min: vec![f32::NEG_INFINITY; columns] }
     }
-    let target_blocks: Vec<(usize, Tensor)> = (0..m)
-        .step_by(TARGET_BLOCK)
-        .map(|s| Ok((s, targets.block(s, TARGET_BLOCK.min(m - s))?.t()?.contiguous()?)))
-        .collect::<Result<_>>()?;
-    let blocks: Vec<usize> = (0..n).step_by(QUERY_BLOCK).collect();
-    let next = AtomicUsize::new(0);
-    let out = Mutex::new((&mut sims, &mut idx));
-    let error = Mutex::new(None);
-    let work = || {
-        loop {
-            let b = next.fetch_add(1, Ordering::Relaxed);
-            let Some(&start) = blocks.get(b) else { break };
-            let len = QUERY_BLOCK.min(n - start);
-            let mut best_s = vec![f32::NEG_INFINITY; len * k];
-            let mut best_i = vec![0u32; len * k];
-            let r = (|| -> Result<()> {
-                let q = queries.block(start, len)?;
-                for (t0, t) in &target_blocks {
-                    let s = q.matmul(t)?.flatten_all()?.to_vec1::<f32>()?;
-                    let width = s.len() / len;
-                    for row in 0..len {
-                        let (bs, bi) = (&mut best_s[row * k..(row + 1) * k], &mut best_i[row * k..(row + 1) * k]);
-                        for (j, &v) in s[row * width..(row + 1) * width].iter().enumerate() {
-                            if v > bs[k - 1] {
-                                // Insert keeping the row sorted, best first; earlier index wins ties.
-                                let mut p = k - 1;
-                                while p > 0 && bs[p - 1] < v {
-                                    bs[p] = bs[p - 1];
-                                    bi[p] = bi[p - 1];
-                                    p -= 1;
-                                }
-                                bs[p] = v;
-                                bi[p] = (t0 + j) as u32;
-                            }
-                        }
-                    }
+}
+
+/// Insert `(v, id)` into a list sorted best first, where `v` beats its last entry. Ids reach a
+/// list in increasing order, so an equal similarity already there (a lower id) stays ahead.
+#[inline(always)]
+fn insert(sims: &mut [f32], idx: &mut [u32], v: f32, id: u32) {
+    let mut p = sims.len() - 1;
+    while p > 0 && sims[p - 1] < v {
+        sims[p] = sims[p - 1];
+        idx[p] = idx[p - 1];
+        p -= 1;
+    }
+    sims[p] = v;
+    idx[p] = id;
+}
+
+/// One similarity `v` of query `qid` and target `tid`: into the row's list when it beats the
+/// row's k-th (`rmin`), and with `BOTH` into the column's list when it beats the column's k-th.
+#[inline(always)]
+fn visit<const BOTH: bool>(v: f32, qid: u32, tid: usize, bs: &mut [f32], bi: &mut [u32], rmin: &mut f32, cols: &mut ColumnTop) {
+    if v > *rmin {
+        insert(bs, bi, v, tid as u32);
+        *rmin = bs[bs.len() - 1];
+    }
+    if BOTH && v > cols.min[tid] {
+        let k = cols.k;
+        insert(&mut cols.sims[tid * k..(tid + 1) * k], &mut cols.idx[tid * k..(tid + 1) * k], v, qid);
+        cols.min[tid] = cols.sims[tid * k + k - 1];
+    }
+}
+
+/// Fold one block product (`rows × width`, row-major; queries from `q0`, targets from `t0`)
+/// into the rows' top-k (`row_sims`/`row_idx`, `kr` per row) and, with `BOTH`, the columns'.
+#[allow(clippy::too_many_arguments)]
+fn scan<const BOTH: bool>(
+    s: &[f32],
+    rows: usize,
+    width: usize,
+    q0: usize,
+    t0: usize,
+    kr: usize,
+    row_sims: &mut [f32],
+    row_idx: &mut [u32],
+    cols: &mut ColumnTop,
+) {
+    const LANES: usize = 16;
+    for r in 0..rows {
+        let line = &s[r * width..(r + 1) * width];
+        let (bs, bi) = (&mut row_sims[r * kr..(r + 1) * kr], &mut row_idx[r * kr..(r + 1) * kr]);
+        let mut rmin = bs[kr - 1];
+        let qid = (q0 + r) as u32;
+        let mut j = 0;
+        while j + LANES <= width {
+            let v = &line[j..j + LANES];
+            // Branch-free test of a whole chunk (vectorised); most chunks change nothing.
+            let mut hit = false;
+            if BOTH {
+                let c = &cols.min[t0 + j..t0 + j + LANES];
+                for l in 0..LANES {
+                    hit |= (v[l] > rmin) | (v[l] > c[l]);
                 }
-                Ok(())
-            })();
-            if let Err(e) = r {
-                error.lock().unwrap().get_or_insert(e);
-                break;
+            } else {
+                for &x in v {
+                    hit |= x > rmin;
+                }
             }
-            let mut o = out.lock().unwrap();
-            o.0[start * k..(start + len) * k].copy_from_slice(&best_s);
-            o.1[start * k..(start + len) * k].copy_from_slice(&best_i);
+            if hit {
+                for (l, &x) in v.iter().enumerate() {
+                    visit::<BOTH>(x, qid, t0 + j + l, bs, bi, &mut rmin, cols);
+                }
+            }
+            j += LANES;
         }
-    };
-    let workers = crate::parallel::threads().min(blocks.len()).max(1);
-    std::thread::scope(|s| {
-        for _ in 0..workers {
-            s.spawn(work);
+        for (l, &x) in line[j..].iter().enumerate() {
+            visit::<BOTH>(x, qid, t0 + j + l, bs, bi, &mut rmin, cols);
         }
-    });
-    if let Some(e) = error.into_inner().unwrap() {
-        return Err(e);
     }
-    Ok(Neighbours { k, sims, idx })
+}
+
+/// The blocked search: `queries` against `targets`, rows' top-k and, with `both`, columns'.
+fn search(queries: &Matrix, targets: &Matrix, k: usize, plan: Plan, both: bool) -> Result<(Neighbours, Option<Neighbours>)> {
+    queries.check("queries")?;
+    targets.check("targets")?;
+    let (n, m) = (queries.rows(), targets.rows());
+    ensure!(queries.dim == targets.dim || n == 0 || m == 0, "dimension mismatch: {} vs {}", queries.dim, targets.dim);
+    ensure!(n <= u32::MAX as usize && m <= u32::MAX as usize, "kNN indices are 32-bit: {n} × {m} rows is too many");
+    let (kr, kc) = (k.min(m), k.min(n));
+    let mut rows = Neighbours::empty(n, kr);
+    if kr == 0 || kc == 0 {
+        return Ok((rows, both.then(|| Neighbours::empty(m, kc))));
+    }
+    let qspans = spans(n, plan.query_block);
+    let tspans = spans(m, plan.target_block);
+    let shared: Option<Vec<Tensor>> = if plan.share_targets {
+        Some(tspans.iter().map(|&(s, len)| targets.block(s, len)).collect::<Result<_>>()?)
+    } else {
+        None
+    };
+    // One query block against every target block, into its rows' lists and `cols`.
+    let run_block = |q0: usize, len: usize, row_sims: &mut [f32], row_idx: &mut [u32], cols: &mut ColumnTop| -> Result<()> {
+        let q = queries.block(q0, len)?;
+        for (i, &(t0, width)) in tspans.iter().enumerate() {
+            let t = match &shared {
+                Some(blocks) => blocks[i].clone(),
+                None => targets.block(t0, width)?,
+            };
+            let p = q.matmul(&t.t()?)?;
+            let (storage, layout) = p.storage_and_layout();
+            let Storage::Cpu(cpu) = &*storage else { return Err(anyhow!("kNN block product is not on the CPU")) };
+            ensure!(layout.is_contiguous(), "kNN block product is not contiguous");
+            let s = &cpu.as_slice::<f32>()?[layout.start_offset()..][..len * width];
+            if both {
+                scan::<true>(s, len, width, q0, t0, kr, row_sims, row_idx, cols);
+            } else {
+                scan::<false>(s, len, width, q0, t0, kr, row_sims, row_idx, cols);
+            }
+        }
+        Ok(())
+    };
+    let next = AtomicUsize::new(0);
+    let out = Mutex::new((&mut rows.sims, &mut rows.idx));
+    let work = || -> Result<Option<ColumnTop>> {
+        let mut cols = ColumnTop::new(if both { m } else { 0 }, kc);
+        let (mut row_sims, mut row_idx) = (Vec::new(), Vec::new());
+        loop {
+            // Blocks are taken in increasing order, so every list sees ids in increasing order.
+            let b = next.fetch_add(1, Ordering::Relaxed);
+            let Some(&(q0, len)) = qspans.get(b) else { break };
+            row_sims.clear();
+            row_sims.resize(len * kr, f32::NEG_INFINITY);
+            row_idx.clear();
+            row_idx.resize(len * kr, 0);
+            if let Err(e) = run_block(q0, len, &mut row_sims, &mut row_idx, &mut cols) {
+                // The other workers take no further block.
+                next.store(qspans.len(), Ordering::Relaxed);
+                return Err(e);
+            }
+            let mut o = out.lock().expect("no worker panicked");
+            o.0[q0 * kr..(q0 + len) * kr].copy_from_slice(&row_sims);
+            o.1[q0 * kr..(q0 + len) * kr].copy_from_slice(&row_idx);
+        }
+        Ok(both.then_some(cols))
+    };
+    let workers = plan.workers.min(qspans.len()).max(1);
+    let results: Vec<Result<Option<ColumnTop>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers).map(|_| s.spawn(work)).collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("a kNN worker panicked")))).collect()
+    });
+    let mut parts = Vec::with_capacity(workers);
+    for r in results {
+        parts.extend(r?);
+    }
+    Ok((rows, both.then(|| merge_columns(&parts, m, kc))))
+}
+
+/// The columns' top-k over all workers' partial lists: best similarity first, then lower id.
+fn merge_columns(parts: &[ColumnTop], m: usize, k: usize) -> Neighbours {
+    let mut out = Neighbours::empty(m, k);
+    let mut cand: Vec<(f32, u32)> = Vec::with_capacity(parts.len() * k);
+    for c in 0..m {
+        cand.clear();
+        for p in parts {
+            cand.extend(p.sims[c * k..(c + 1) * k].iter().copied().zip(p.idx[c * k..(c + 1) * k].iter().copied()).filter(|(s, _)| *s > f32::NEG_INFINITY));
+        }
+        cand.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        for (r, &(s, i)) in cand.iter().take(k).enumerate() {
+            out.sims[c * k + r] = s;
+            out.idx[c * k + r] = i;
+        }
+    }
+    out
 }
 
 /// How a candidate's cosine is compared with its neighbourhood (Artetxe & Schwenk 2019).
@@ -173,8 +392,7 @@ fn apply_margin(margin: Margin, cos: f64, avg: f64) -> f64 {
 /// Margin-scored bitext candidates between normalised `x` (sources) and `y` (targets), best
 /// first: score(x, y) = margin(cos(x, y), Σ_{z∈NNk(x)} cos(x, z)/2k + Σ_{z∈NNk(y)} cos(y, z)/2k).
 pub fn mine(x: &Matrix, y: &Matrix, k: usize, margin: Margin, retrieval: Retrieval) -> Result<Vec<Candidate>> {
-    let x2y = knn(x, y, k)?;
-    let y2x = knn(y, x, k)?;
+    let (x2y, y2x) = knn_both(x, y, k)?;
     let (xm, ym) = (x2y.means(), y2x.means());
     // Best of each query's k candidates under the margin score.
     let best = |nb: &Neighbours, own: &[f64], other: &[f64]| -> Vec<(usize, f64)> {
@@ -229,26 +447,169 @@ mod tests {
         Matrix::normalized(&rows.iter().map(|r| r.to_vec()).collect::<Vec<_>>())
     }
 
-    #[test]
-    fn knn_matches_brute_force_across_blocks() {
-        // More targets than one block, so block merging is exercised.
-        let d = 8;
-        let gen = |n: usize, seed: u32| -> Vec<Vec<f32>> {
-            (0..n).map(|i| (0..d).map(|j| (((i as u32 * 2654435761u32) ^ (j as u32 * 40503 + seed)) % 1000) as f32 / 500.0 - 1.0).collect()).collect()
-        };
-        let (q, t) = (Matrix::normalized(&gen(37, 1)), Matrix::normalized(&gen(TARGET_BLOCK + 300, 7)));
-        let nb = knn(&q, &t, 3).unwrap();
-        for i in 0..q.rows() {
-            let qi = &q.data[i * d..(i + 1) * d];
-            let mut all: Vec<(f32, usize)> =
-                (0..t.rows()).map(|j| (qi.iter().zip(&t.data[j * d..(j + 1) * d]).map(|(a, b)| a * b).sum::<f32>(), j)).collect();
-            all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    fn plan(query_block: usize, target_block: usize, workers: usize, share_targets: bool) -> Plan {
+        Plan { query_block, target_block, workers, share_targets }
+    }
+
+    /// Block shapes from tiny (many block boundaries, odd sizes) to the production ones, with
+    /// 1 to 4 workers, shared and per-block target copies.
+    fn plans() -> Vec<Plan> {
+        vec![
+            plan(1, 1, 1, true),
+            plan(3, 5, 1, false),
+            plan(3, 5, 3, true),
+            plan(4, 7, 2, false),
+            plan(7, 2, 4, true),
+            plan(MIN_QUERY_BLOCK, TARGET_BLOCK, 2, true),
+            plan(MAX_QUERY_BLOCK, TARGET_BLOCK, 1, false),
+        ]
+    }
+
+    /// Deterministic pseudo-random values (an LCG), so the tests need no RNG state.
+    fn lcg(seed: u64) -> impl FnMut() -> u64 {
+        let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        move || {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s >> 33
+        }
+    }
+
+    /// Rows of small integers: every inner product is exact in f32 whatever the summation
+    /// order, and many are equal, so ties are everywhere.
+    fn int_matrix(rows: usize, dim: usize, seed: u64) -> Matrix {
+        let mut r = lcg(seed);
+        Matrix { data: (0..rows * dim).map(|_| (r() % 5) as f32 - 2.0).collect(), dim }
+    }
+
+    /// Unit rows of random floats.
+    fn float_matrix(rows: usize, dim: usize, seed: u64) -> Matrix {
+        let mut r = lcg(seed);
+        let raw: Vec<Vec<f32>> = (0..rows).map(|_| (0..dim).map(|_| (r() % 20001) as f32 / 10000.0 - 1.0).collect()).collect();
+        Matrix::normalized(&raw)
+    }
+
+    /// Brute force in f64: for each row of `q`, all targets by similarity, ties by lower index.
+    fn brute(q: &Matrix, t: &Matrix, k: usize) -> Vec<Vec<(f64, u32)>> {
+        let d = q.dim;
+        (0..q.rows())
+            .map(|i| {
+                let qi = &q.data[i * d..(i + 1) * d];
+                let mut all: Vec<(f64, u32)> = (0..t.rows())
+                    .map(|j| (qi.iter().zip(&t.data[j * d..(j + 1) * d]).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>(), j as u32))
+                    .collect();
+                all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+                all.truncate(k);
+                all
+            })
+            .collect()
+    }
+
+    fn assert_exact(nb: &Neighbours, want: &[Vec<(f64, u32)>], what: &str) {
+        assert_eq!(nb.sims.len(), want.len() * nb.k, "{what}");
+        for (i, w) in want.iter().enumerate() {
             let (s, ix) = nb.row(i);
-            for r in 0..3 {
-                assert!((s[r] - all[r].0).abs() < 1e-5, "row {i} rank {r}");
-                assert!(ix[r] as usize == all[r].1 || (s[r] - all[r].0).abs() < 1e-6);
+            let got: Vec<(f64, u32)> = s.iter().map(|&v| v as f64).zip(ix.iter().copied()).collect();
+            assert_eq!(&got, w, "{what}, row {i}");
+        }
+    }
+
+    #[test]
+    fn both_directions_match_brute_force_with_ties_for_every_blocking() {
+        let (x, y) = (int_matrix(23, 5, 1), int_matrix(31, 5, 2));
+        for k in [1, 2, 4, 23, 31, 40] {
+            let (fwd, bwd) = (brute(&x, &y, k.min(31)), brute(&y, &x, k.min(23)));
+            for p in plans() {
+                let (r, c) = search(&x, &y, k, p, true).unwrap();
+                assert_eq!((r.k, c.as_ref().unwrap().k), (k.min(31), k.min(23)));
+                assert_exact(&r, &fwd, &format!("x->y k {k} {p:?}"));
+                assert_exact(c.as_ref().unwrap(), &bwd, &format!("y->x k {k} {p:?}"));
+                // One direction gives the same rows.
+                let (one, none) = search(&x, &y, k, p, false).unwrap();
+                assert!(none.is_none());
+                assert_eq!(one, r, "knn vs knn_both rows, k {k} {p:?}");
             }
         }
+        // The public functions agree with the internal one.
+        let (r, c) = knn_both(&x, &y, 4).unwrap();
+        assert_exact(&r, &brute(&x, &y, 4), "knn_both x->y");
+        assert_exact(&c, &brute(&y, &x, 4), "knn_both y->x");
+        assert_eq!(knn(&y, &x, 4).unwrap(), c);
+    }
+
+    #[test]
+    fn both_directions_match_brute_force_across_target_blocks() {
+        // More targets than one production target block, so block merging is exercised.
+        let d = 8;
+        let (x, y) = (float_matrix(150, d, 3), float_matrix(TARGET_BLOCK + 300, d, 4));
+        let (fwd, bwd) = (brute(&x, &y, 4), brute(&y, &x, 4));
+        let check = |nb: &Neighbours, want: &[Vec<(f64, u32)>], what: &str| {
+            for (i, w) in want.iter().enumerate() {
+                let (s, ix) = nb.row(i);
+                for (r, &(ws, wi)) in w.iter().enumerate() {
+                    assert!((s[r] as f64 - ws).abs() < 1e-5, "{what} row {i} rank {r}: {} vs {ws}", s[r]);
+                    // A different index only where the two similarities tie within rounding.
+                    assert!(ix[r] == wi || (s[r] as f64 - ws).abs() < 1e-6, "{what} row {i} rank {r}");
+                }
+            }
+        };
+        let mut first: Option<(Neighbours, Neighbours)> = None;
+        for p in [plan(64, TARGET_BLOCK, 1, true), plan(100, TARGET_BLOCK, 3, false), plan(150, 1000, 2, true)] {
+            let (r, c) = search(&x, &y, 4, p, true).unwrap();
+            let c = c.unwrap();
+            check(&r, &fwd, &format!("x->y {p:?}"));
+            check(&c, &bwd, &format!("y->x {p:?}"));
+            // Blocks of at least 64 rows: the same GEMM kernel, bit for bit the same lists.
+            match &first {
+                None => first = Some((r, c)),
+                Some((r0, c0)) => assert!(r0 == &r && c0 == &c, "{p:?} differs from the first plan"),
+            }
+        }
+    }
+
+    #[test]
+    fn k_above_the_other_side_and_empty_sides() {
+        let (x, y) = (int_matrix(7, 3, 5), int_matrix(3, 3, 6));
+        let (r, c) = knn_both(&x, &y, 5).unwrap();
+        assert_eq!((r.k, r.sims.len(), c.k, c.sims.len()), (3, 21, 5, 15));
+        assert_exact(&r, &brute(&x, &y, 3), "k > targets");
+        assert_exact(&c, &brute(&y, &x, 5), "k < queries");
+        let empty = Matrix { data: vec![], dim: 3 };
+        for (a, b) in [(&empty, &y), (&y, &empty), (&empty, &empty)] {
+            let (r, c) = knn_both(a, b, 4).unwrap();
+            assert_eq!((r.sims.len(), c.sims.len()), (a.rows() * r.k, b.rows() * c.k));
+            assert_eq!((r.k, c.k), (4.min(b.rows()), 4.min(a.rows())));
+            assert!(mine(a, b, 4, Margin::Ratio, Retrieval::Max).unwrap().is_empty());
+        }
+        // No rows at all (dimension unknown) and k = 0.
+        let none = Matrix::normalized(&[]);
+        assert_eq!(knn_both(&none, &y, 4).unwrap().0.sims.len(), 0);
+        let (r, c) = knn_both(&x, &y, 0).unwrap();
+        assert_eq!((r.k, c.k, r.sims.len()), (0, 0, 0));
+        // Bad shapes are errors, not panics.
+        let e = knn_both(&x, &int_matrix(2, 4, 7), 1).unwrap_err().to_string();
+        assert!(e.contains("dimension mismatch: 3 vs 4"), "{e}");
+        let ragged = Matrix { data: vec![1.0; 7], dim: 3 };
+        let e = knn(&ragged, &y, 1).unwrap_err().to_string();
+        assert!(e.contains("7 values are not whole rows of dimension 3"), "{e}");
+    }
+
+    #[test]
+    fn query_blocks_keep_every_worker_busy() {
+        for (n, workers, block) in [(10, 2, 64), (100, 2, 64), (1000, 2, 125), (10_000, 2, 1024), (100_000, 2, 1024), (1000, 16, 64), (5000, 4, 313)] {
+            let p = Plan::new(n, 1000, 384, workers);
+            assert_eq!(p.query_block, block, "n {n}, {workers} workers");
+            let s = spans(n, p.query_block);
+            // Contiguous, complete, nearly equal.
+            assert_eq!(s.iter().map(|b| b.1).sum::<usize>(), n);
+            assert!(s.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0));
+            let (lo, hi) = (s.iter().map(|b| b.1).min().unwrap(), s.iter().map(|b| b.1).max().unwrap());
+            assert!(hi - lo <= 1 && hi <= block);
+            if n >= MIN_QUERY_BLOCK * workers {
+                assert!(s.len() >= workers, "n {n}: {} blocks for {workers} workers", s.len());
+            }
+        }
+        assert!(spans(0, 64).is_empty());
+        assert!(Plan::new(10, 1000, 384, 2).share_targets && !Plan::new(10, 1_000_000, 384, 2).share_targets);
     }
 
     /// A hand-computed ratio-margin example with k = 1.

@@ -37,6 +37,32 @@ pub fn xsent() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_xsent"))
 }
 
+/// The multilingual-e5-small directory made by setup.sh, as a command-line argument.
+pub fn e5_small() -> String {
+    model("multilingual-e5-small").to_str().expect("a UTF-8 model path").to_string()
+}
+
+/// `XSENT_DATA` (see [`data`]) as a command-line argument.
+pub fn data_arg() -> String {
+    data().to_str().expect("a UTF-8 data path").to_string()
+}
+
+/// Run `xsent eval ARGS --report R` (R in a fresh temporary directory), assert that it
+/// succeeded, and return its stdout (the table) and the parsed JSON report.
+pub fn eval_report<I, S>(args: I) -> (String, serde_json::Value)
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let report = dir.path().join("report.json");
+    let out = xsent().arg("eval").args(args).arg("--report").arg(&report).output().expect("xsent runs");
+    assert!(out.status.success(), "xsent eval failed: {}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&report).unwrap_or_else(|e| panic!("no report at {}: {e}", report.display()));
+    let json = serde_json::from_str(&text).unwrap_or_else(|e| panic!("report is not JSON ({e}): {text}"));
+    (String::from_utf8_lossy(&out.stdout).into_owned(), json)
+}
+
 pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
     let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
     let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
