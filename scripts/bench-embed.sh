@@ -22,16 +22,19 @@
 #   XSENT_MODELS  model dirs (default <repo>/models, made by scripts/setup.sh)
 #   XSENT_DATA    data dir holding tatoeba/ (default <repo>/../shared/data)
 #   XSENT_CACHE   cache dir (default ~/.cache/xsent); the torch venv lives in
-#                 $XSENT_CACHE/bench-venv and is created only if absent
-#   BENCH_TORCH_VERSION / BENCH_ST_VERSION  pinned versions for a new venv
+#                 $XSENT_CACHE/bench-venv (shared with bench-train.sh and
+#                 bench-mine.sh); it is set up, holding $XSENT_CACHE/bench-venv.lock,
+#                 unless bench-venv/.bench-ready marks it ready
+#   BENCH_TORCH_VERSION / BENCH_ST_VERSION  pinned versions when the venv is set up
 #   BENCH_MIN_COS exit 2 if a model's min cosine is below this (default 0.999)
 #
-# The torch venv: PyPI's only linux x86_64 torch wheel is the CUDA build, which
-# pulls several GB of nvidia-* wheels. We resolve torch + sentence-transformers
-# with pip, install every resolved package except nvidia-*/cuda-*/triton with
-# --no-deps, and let bench_embed_torch.py build small stand-ins for the CUDA
-# libraries (functions that all answer "no device"). torch then runs on its
-# normal CPU kernels (MKL/oneDNN, same code as the CPU-only build).
+# The torch venv (scripts/lib/torch-venv.sh): PyPI's only linux x86_64 torch
+# wheel is the CUDA build, which pulls several GB of nvidia-* wheels. We resolve
+# torch + sentence-transformers with pip, install every resolved package except
+# nvidia-*/cuda-*/triton with --no-deps, and let bench_embed_torch.py build small
+# stand-ins for the CUDA libraries (functions that all answer "no device"). torch
+# then runs on its normal CPU kernels (MKL/oneDNN, same code as the CPU-only
+# build). An existing venv is kept and the packages are installed over it.
 set -euo pipefail
 export LC_ALL=C
 
@@ -60,6 +63,8 @@ esac
 
 say() { printf 'bench-embed: %s\n' "$*" >&2; }
 die() { printf 'bench-embed: error: %s\n' "$*" >&2; exit 1; }
+# shellcheck source=lib/torch-venv.sh
+. "$root/scripts/lib/torch-venv.sh" || die "cannot read $root/scripts/lib/torch-venv.sh"
 
 batch=64
 threads=2
@@ -116,42 +121,9 @@ embed_help="$("$xsent" embed --help 2>&1)" || die "$xsent has no working 'embed'
 maxlen_flag=""
 grep -q -- '--max-length' <<<"$embed_help" && maxlen_flag="--max-length"
 
-# ---- torch venv ---------------------------------------------------------------
+# ---- torch venv (scripts/lib/torch-venv.sh) ------------------------------------
 py="$venv/bin/python"
-if [ ! -f "$venv/.bench-ready" ]; then
-    command -v python3 >/dev/null || die "python3 is needed for the torch side"
-    command -v gcc >/dev/null || die "gcc is needed to build the CUDA stand-in libraries"
-    say "creating $venv (torch $torch_version CPU, sentence-transformers $st_version)"
-    rm -rf "$venv"
-    mkdir -p "$cache"
-    python3 -m venv "$venv"
-    "$py" -m pip install --quiet --disable-pip-version-check --dry-run --ignore-installed \
-        --report "$venv/resolve.json" "torch==$torch_version" "sentence-transformers==$st_version" numpy \
-        || die "pip could not resolve torch==$torch_version sentence-transformers==$st_version"
-    mapfile -t pins < <("$py" - "$venv/resolve.json" <<'EOF'
-import json, re, sys
-for item in json.load(open(sys.argv[1]))["install"]:
-    name, ver = item["metadata"]["name"], item["metadata"]["version"]
-    if re.match(r"(nvidia|cuda)[-_]", name, re.I) or name.lower() == "triton":
-        continue  # GPU-only: multi-GB and never used on CPU
-    print(f"{name}=={ver}")
-EOF
-    )
-    say "pip install --no-deps ${pins[*]}"
-    "$py" -m pip install --quiet --disable-pip-version-check --no-deps "${pins[@]}" \
-        || die "pip install failed"
-    torch_dir="$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/torch"
-    "$py" "$helper" make-cuda-stubs "$torch_dir" >&2
-    "$py" - <<'EOF' || die "the new venv does not work (see above); it will be rebuilt on the next run"
-import torch, sentence_transformers
-assert not torch.cuda.is_available()
-x = torch.randn(4, 8)
-assert torch.allclose(x @ x.T, (x.double() @ x.double().T).float(), atol=1e-4)
-print(f"bench-embed: torch {torch.__version__} (CPU) and sentence-transformers "
-      f"{sentence_transformers.__version__} import fine")
-EOF
-    printf 'torch==%s sentence-transformers==%s\n' "$torch_version" "$st_version" > "$venv/.bench-ready"
-fi
+ensure_torch_venv "$venv" "$torch_version" "$st_version"
 
 # ---- run ------------------------------------------------------------------------
 now() { echo "$EPOCHREALTIME"; }

@@ -47,9 +47,10 @@
 #   XSENT_MODELS  model dirs (default <repo>/models, made by scripts/setup.sh)
 #   XSENT_DATA    data dir holding xnli/ (default <repo>/../shared/data)
 #   XSENT_CACHE   cache dir (default ~/.cache/xsent); the torch venv is
-#                 $XSENT_CACHE/bench-venv, shared with bench-embed.sh and built the same
-#                 way (CPU torch from PyPI's CUDA wheel without the nvidia-* wheels, CUDA
-#                 stand-in libraries from bench_embed_torch.py make-cuda-stubs)
+#                 $XSENT_CACHE/bench-venv, shared with bench-embed.sh and built by the
+#                 same code, scripts/lib/torch-venv.sh (CPU torch from PyPI's CUDA wheel
+#                 without the nvidia-* wheels, CUDA stand-in libraries from
+#                 bench_embed_torch.py make-cuda-stubs; an existing venv is kept)
 #   BENCH_TORCH_VERSION / BENCH_ST_VERSION  pinned versions for a new venv (as bench-embed.sh)
 #   BENCH_BATCH   pairs per batch (default 32)
 #   BENCH_TORCH_ADAMW  torch's AdamW implementation: fused (default: what
@@ -84,6 +85,8 @@ done
 
 say() { printf 'bench-train: %s\n' "$*" >&2; }
 die() { printf 'bench-train: error: %s\n' "$*" >&2; exit 1; }
+# shellcheck source=lib/torch-venv.sh
+. "$root/scripts/lib/torch-venv.sh" || die "cannot read $root/scripts/lib/torch-venv.sh"
 
 threads=2
 batch="${BENCH_BATCH:-32}"
@@ -135,50 +138,9 @@ fi
 train_help="$("$xsent" train --help 2>&1)" || die "$xsent has no working 'train' subcommand"
 grep -q -- '--stop-after' <<<"$train_help" || die "$xsent train has no --stop-after option (needed to stop without a validation)"
 
-# ---- torch venv (the same one, built the same way, as bench-embed.sh) -------------------
+# ---- torch venv (the same one as bench-embed.sh: scripts/lib/torch-venv.sh) ---------------
 py="$venv/bin/python"
-mkdir -p "$cache"
-exec 9>"$cache/bench-venv.lock"
-flock 9 || die "cannot lock $cache/bench-venv.lock"
-if [ ! -f "$venv/.bench-ready" ]; then
-    command -v python3 >/dev/null || die "python3 is needed for the torch side"
-    command -v gcc >/dev/null || die "gcc is needed to build the CUDA stand-in libraries"
-    say "installing torch $torch_version (CPU) and sentence-transformers $st_version into $venv"
-    # Unlike bench-embed.sh an existing venv is kept (bench-mine.sh's faiss lives in it too);
-    # the resolved pins are installed over it.
-    [ -x "$py" ] || python3 -m venv "$venv" || die "python3 -m venv $venv failed"
-    "$py" -m pip install --quiet --disable-pip-version-check --dry-run --ignore-installed \
-        --report "$venv/resolve.json" "torch==$torch_version" "sentence-transformers==$st_version" numpy \
-        || die "pip could not resolve torch==$torch_version sentence-transformers==$st_version"
-    mapfile -t pins < <("$py" - "$venv/resolve.json" <<'EOF'
-import json, re, sys
-for item in json.load(open(sys.argv[1]))["install"]:
-    name, ver = item["metadata"]["name"], item["metadata"]["version"]
-    if re.match(r"(nvidia|cuda)[-_]", name, re.I) or name.lower() == "triton":
-        continue  # GPU-only: multi-GB and never used on CPU
-    print(f"{name}=={ver}")
-EOF
-    )
-    [ "${#pins[@]}" -gt 0 ] || die "pip resolved no packages (see $venv/resolve.json)"
-    say "pip install --no-deps ${pins[*]}"
-    "$py" -m pip install --quiet --disable-pip-version-check --no-deps "${pins[@]}" \
-        || die "pip install failed"
-    torch_dir="$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/torch"
-    rm -f "$torch_dir/lib/CUDA_STUBS.txt"
-    "$py" "$embed_helper" make-cuda-stubs "$torch_dir" >&2 || die "building the CUDA stand-in libraries failed"
-    "$py" - <<'EOF' || die "the venv does not work (see above); it will be rebuilt on the next run"
-import torch, sentence_transformers
-assert not torch.cuda.is_available()
-x = torch.randn(4, 8)
-assert torch.allclose(x @ x.T, (x.double() @ x.double().T).float(), atol=1e-4)
-print(f"bench-train: torch {torch.__version__} (CPU) and sentence-transformers "
-      f"{sentence_transformers.__version__} import fine", file=__import__("sys").stderr)
-EOF
-    printf 'torch==%s sentence-transformers==%s\n' "$torch_version" "$st_version" > "$venv/.bench-ready"
-fi
-"$py" -c 'import torch, sentence_transformers, tokenizers, numpy' 2>/dev/null \
-    || die "$venv is marked ready but torch/sentence-transformers do not import: remove $venv/.bench-ready to rebuild it"
-flock -u 9
+ensure_torch_venv "$venv" "$torch_version" "$st_version"
 
 # ---- the batch ------------------------------------------------------------------------------
 work="$(mktemp -d)"

@@ -193,14 +193,21 @@ def tokenizer_from_json(model_dir, max_len):
     return PreTrainedTokenizerFast(tokenizer_file=path, model_max_length=max_len, **special)
 
 
-def bench(a):
-    threads = str(a.threads)
+def setup_env(threads):
+    """The torch side's environment, before torch or transformers is imported: THREADS
+    OpenMP / MKL / Rayon threads, no tokenizer parallelism, Hugging Face offline and
+    quiet.  Variables already set (bench-embed.sh and bench-train.sh export most of
+    them) are kept.  Also used by bench_train_torch.py."""
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS"):
-        os.environ.setdefault(var, threads)
+        os.environ.setdefault(var, str(threads))
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
+def bench(a):
+    setup_env(a.threads)
     import numpy as np
     import transformers
     import torch

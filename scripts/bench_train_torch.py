@@ -101,11 +101,18 @@ def pick_pairs(a):
 
 # ---------------------------------------------------------------- bench --
 
+def _embed_helper():
+    """scripts/bench_embed_torch.py (beside this file), imported on first use."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import bench_embed_torch
+    return bench_embed_torch
+
+
 def _tokenizer_fix(model_dir, max_len):
     """bench-embed's rule: a dir without tokenizer_config.json uses its tokenizer.json as is."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from bench_embed_torch import tokenizer_from_json
-    return tokenizer_from_json(model_dir, max_len)
+    return _embed_helper().tokenizer_from_json(model_dir, max_len)
 
 
 def fit_affine(x, y, ridge=1e-3):
@@ -123,13 +130,7 @@ def fit_affine(x, y, ridge=1e-3):
 
 
 def bench(a):
-    threads = str(a.threads)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS"):
-        os.environ.setdefault(var, threads)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    _embed_helper().setup_env(a.threads)  # the same environment as bench-embed's torch side
     import numpy as np
     import torch
     import transformers

@@ -269,7 +269,7 @@ fn teacher_embeddings_are_cached() {
 fn ctrl_c_finishes_the_step_checkpoints_and_exits_130() {
     let s = setup("");
     let run = s.run_dir("int");
-    let mut child = common::xsent()
+    let child = common::xsent()
         .arg("train")
         .arg("--config")
         .arg(&s.config)
