@@ -350,6 +350,8 @@ def report(a):
     print()
     print(f"forward = tokenise + forward + loss (both engines; torch tokenise alone {t.get('tokenize_s', 0):.3f} s); "
           "backward = autograd; optim = global-norm clip + AdamW update + clearing the gradients.")
+    print("xsent's forward and backward are thread-seconds summed over its shards (8 pairs each, run on "
+          "separate cores), torch's are wall-clock with 2 intra-op threads: compare the step column.")
     print(f"parameters updated per step (torch): {t['params']:,}, word embeddings included; torch AdamW: "
           f"{t['adamw']}; torch attention: {t['attn']}; dropout on (train mode) in both.")
     print("loss@k: the step's training loss; the engines differ by dropout noise only (same data, teacher, "
