@@ -105,17 +105,9 @@ n="$(wc -l < "$input")"
 head -n 1 "$input" > "$work/one.txt"
 
 # ---- xsent --------------------------------------------------------------------
-if [ -n "${XSENT_BIN:-}" ]; then
-    xsent="$XSENT_BIN"
-    [ -x "$xsent" ] || die "XSENT_BIN=$xsent is not an executable"
-else
-    xsent="${CARGO_TARGET_DIR:-$root/target}/release/xsent"
-    if [ ! -x "$xsent" ]; then
-        say "building xsent (cargo build --release)"
-        (cd "$root" && cargo build --release) >&2
-        [ -x "$xsent" ] || die "no binary at $xsent after cargo build --release"
-    fi
-fi
+# shellcheck source=lib/xsent-bin.sh
+. "$root/scripts/lib/xsent-bin.sh" || die "cannot read $root/scripts/lib/xsent-bin.sh"
+find_xsent "$root"
 embed_help="$("$xsent" embed --help 2>&1)" || die "$xsent has no working 'embed' subcommand"
 # Pass the same truncation as the torch side when xsent supports setting it.
 maxlen_flag=""

@@ -124,17 +124,9 @@ done
 [ -f "$embed_helper" ] || die "$embed_helper not found (needed for the venv's CUDA stubs and the core check)"
 
 # ---- xsent ----------------------------------------------------------------------------
-if [ -n "${XSENT_BIN:-}" ]; then
-    xsent="$XSENT_BIN"
-    [ -x "$xsent" ] || die "XSENT_BIN=$xsent is not an executable"
-else
-    xsent="${CARGO_TARGET_DIR:-$root/target}/release/xsent"
-    if [ ! -x "$xsent" ]; then
-        say "building xsent (cargo build --release)"
-        (cd "$root" && cargo build --release) >&2
-        [ -x "$xsent" ] || die "no binary at $xsent after cargo build --release"
-    fi
-fi
+# shellcheck source=lib/xsent-bin.sh
+. "$root/scripts/lib/xsent-bin.sh" || die "cannot read $root/scripts/lib/xsent-bin.sh"
+find_xsent "$root"
 train_help="$("$xsent" train --help 2>&1)" || die "$xsent has no working 'train' subcommand"
 grep -q -- '--stop-after' <<<"$train_help" || die "$xsent train has no --stop-after option (needed to stop without a validation)"
 

@@ -42,7 +42,12 @@ pub fn resolve(spec: &str) -> Result<ModelFiles> {
     }
     let first = spec.split('/').next().unwrap_or("");
     if looks_like_hub_id(spec) && !Path::new(first).is_dir() {
-        return resolve_hub(spec, &hub_cache_dir(), hub_offline());
+        return resolve_hub(spec, &hub_cache_dir(), hub_offline()).map_err(|e| {
+            let cwd = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_else(|_| "?".into());
+            e.context(format!(
+                "model {spec:?}: there is no such directory under {cwd}, so it was looked up as a hub id (paths in configs and --model are relative to the directory xsent runs in)"
+            ))
+        });
     }
     bail!(
         "model {spec:?} not found: it is not a directory, nor a hub id of the form org/name.\n\
