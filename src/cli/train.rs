@@ -36,7 +36,7 @@ pub fn run(a: Args) -> Result<i32> {
         if !saved.is_file() {
             bail!("--resume: {} does not exist; is {} a run directory?", saved.display(), out.display());
         }
-        let cfg = config::load_resolved(&saved, &a.sets)?;
+        let cfg = config::load(&saved, &a.sets)?;
         if let Some(c) = &a.config {
             let given = config::load(c, &a.sets)?;
             if given.to_toml()? != cfg.to_toml()? {
@@ -74,7 +74,7 @@ pub fn run(a: Args) -> Result<i32> {
         eprintln!("\nxsent train: interrupted; finishing this step and writing a checkpoint (Ctrl-C again to quit at once)");
     })
     .context("cannot install the Ctrl-C handler")?;
-    let opts = RunOptions { stop_after: a.stop_after, interrupt: Some(flag), quiet: false };
+    let opts = RunOptions { stop_after: a.stop_after, interrupt: Some(flag) };
     Ok(match train::train(&cfg, &out, a.resume, &opts)? {
         Outcome::Finished | Outcome::EarlyStopped => 0,
         Outcome::Interrupted if opts.interrupt.as_ref().is_some_and(|f| f.load(Ordering::SeqCst)) => 130,

@@ -3,7 +3,7 @@
 //! kernel too). Tests check values and gradients against candle's own differentiable ops.
 
 use anyhow::Result;
-use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
 
 /// `erf(x)` as a rational function of `x` on `[-4, 4]` (±1 outside, where f32 erf is ±1):
 /// the approximation Eigen and XLA use for f32; written so that it vectorises.
@@ -44,23 +44,32 @@ impl CustomOp1 for GeluErf {
     }
 }
 
+/// The f32 data of two contiguous inputs of the same length (the backward kernels' inputs).
+fn two_f32<'a>(op: &str, s1: &'a CpuStorage, l1: &Layout, s2: &'a CpuStorage, l2: &Layout) -> candle_core::Result<(&'a [f32], &'a [f32])> {
+    let (CpuStorage::F32(x), CpuStorage::F32(y)) = (s1, s2) else { candle_core::bail!("{op}: f32 only") };
+    let (Some((a, b)), Some((c, d))) = (l1.contiguous_offsets(), l2.contiguous_offsets()) else {
+        candle_core::bail!("{op}: contiguous inputs only")
+    };
+    if b - a != d - c {
+        candle_core::bail!("{op}: inputs of {} and {} elements", b - a, d - c);
+    }
+    Ok((&x[a..b], &y[c..d]))
+}
+
 /// `d/dx GELU(x) · g = g · (Φ(x) + x·φ(x))`.
 struct GeluErfGrad;
 
-impl candle_core::CustomOp2 for GeluErfGrad {
+impl CustomOp2 for GeluErfGrad {
     fn name(&self) -> &'static str {
         "fast-gelu-erf-grad"
     }
 
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (CpuStorage::F32(x), CpuStorage::F32(g)) = (s1, s2) else { candle_core::bail!("fast-gelu-erf-grad: f32 only") };
-        let (Some((a, b)), Some((c, d))) = (l1.contiguous_offsets(), l2.contiguous_offsets()) else {
-            candle_core::bail!("fast-gelu-erf-grad: contiguous inputs only")
-        };
+        let (x, g) = two_f32(self.name(), s1, l1, s2, l2)?;
         const INV_SQRT_2PI: f32 = 0.398_942_3;
-        let out: Vec<f32> = x[a..b]
+        let out: Vec<f32> = x
             .iter()
-            .zip(&g[c..d])
+            .zip(g)
             .map(|(&x, &g)| {
                 let cdf = 0.5 * (1.0 + erf_f32(x * std::f32::consts::FRAC_1_SQRT_2));
                 g * (cdf + x * INV_SQRT_2PI * exp_f32(-0.5 * x * x))
@@ -155,19 +164,16 @@ impl CustomOp1 for SoftmaxLastDim {
 /// Softmax backward from the output y and the gradient g: `y ⊙ (g − Σ g⊙y)` per row.
 struct SoftmaxGrad;
 
-impl candle_core::CustomOp2 for SoftmaxGrad {
+impl CustomOp2 for SoftmaxGrad {
     fn name(&self) -> &'static str {
         "fast-softmax-grad"
     }
 
     fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (CpuStorage::F32(y), CpuStorage::F32(g)) = (s1, s2) else { candle_core::bail!("fast-softmax-grad: f32 only") };
-        let (Some((a, b)), Some((c, d))) = (l1.contiguous_offsets(), l2.contiguous_offsets()) else {
-            candle_core::bail!("fast-softmax-grad: contiguous inputs only")
-        };
+        let (y, g) = two_f32(self.name(), s1, l1, s2, l2)?;
         let n = (*l1.dims().last().unwrap_or(&1)).max(1);
-        let mut out = vec![0f32; b - a];
-        for ((o, y), g) in out.chunks_exact_mut(n).zip(y[a..b].chunks_exact(n)).zip(g[c..d].chunks_exact(n)) {
+        let mut out = vec![0f32; y.len()];
+        for ((o, y), g) in out.chunks_exact_mut(n).zip(y.chunks_exact(n)).zip(g.chunks_exact(n)) {
             let dot: f32 = y.iter().zip(g).map(|(y, g)| y * g).sum();
             for i in 0..n {
                 o[i] = y[i] * (g[i] - dot);

@@ -191,11 +191,6 @@ pub fn load(path: &Path, sets: &[String]) -> Result<Config> {
     Ok(cfg)
 }
 
-/// Parse a resolved config (a run directory's `config.toml`) with overrides.
-pub fn load_resolved(path: &Path, sets: &[String]) -> Result<Config> {
-    load(path, sets)
-}
-
 /// `a.b.c=value`: the value is TOML (`20`, `2e-5`, `true`, `"text"`, `["de", "fr"]`); anything
 /// that does not parse as TOML is taken as a string. Array elements are addressed by index.
 pub fn apply_set(root: &mut toml::Value, set: &str) -> Result<()> {

@@ -93,8 +93,6 @@ pub struct RunOptions {
     pub stop_after: Option<u64>,
     /// Set to stop after the current step (Ctrl-C).
     pub interrupt: Option<Arc<AtomicBool>>,
-    /// Draw a progress bar even when stderr is not a terminal.
-    pub quiet: bool,
 }
 
 /// Shuffled data order, reproducible from (seed, epoch) alone.
@@ -157,20 +155,8 @@ impl<'a> Trainer<'a> {
     /// The newest checkpoint of a run directory.
     pub fn latest_checkpoint(out: &Path) -> Result<Option<PathBuf>> {
         let dir = out.join("checkpoints");
-        if !dir.is_dir() {
-            return Ok(None);
-        }
-        let mut best: Option<(u64, PathBuf)> = None;
-        for e in std::fs::read_dir(&dir)? {
-            let e = e?;
-            let name = e.file_name().to_string_lossy().to_string();
-            if let Some(n) = name.strip_prefix("step-").and_then(|s| s.parse::<u64>().ok()) {
-                if e.path().join("state.json").is_file() && best.as_ref().is_none_or(|(b, _)| n > *b) {
-                    best = Some((n, e.path()));
-                }
-            }
-        }
-        Ok(best.map(|(_, p)| p))
+        let complete = checkpoint_steps(&dir)?.into_iter().rev().find(|n| dir.join(format!("step-{n}/state.json")).is_file());
+        Ok(complete.map(|n| dir.join(format!("step-{n}"))))
     }
 
     /// Train. With `resume`, continue from the newest checkpoint in the run directory.
@@ -217,7 +203,7 @@ impl<'a> Trainer<'a> {
         };
 
         let mut sampler = Sampler::new(cfg.seed, n, state.epoch, state.pos);
-        let progress = Progress::new(total, state.step, opts.quiet);
+        let progress = Progress::new(total, state.step);
         if state.step == 0 && t.eval_at_start {
             self.validate(recipe, &mut metrics, &mut state, &best_metric, best_mode, &progress)?;
         }
@@ -245,19 +231,11 @@ impl<'a> Trainer<'a> {
                     bail!(nan_message(state.step + 1, value, &terms, &self.out)?);
                 }
                 loss_sum += mb.loss;
-                for (k, v) in mb.terms {
-                    match terms.iter_mut().find(|(n, _)| *n == k) {
-                        Some(slot) => slot.1 += v,
-                        None => terms.push((k, v)),
-                    }
-                }
+                add_terms(&mut terms, mb.terms);
                 sentences += mb.sentences;
                 fwd_s += mb.forward_s;
                 bwd_s += mb.backward_s;
-                grads = Some(match grads {
-                    None => mb.grads,
-                    Some(acc) => add_grads(acc, mb.grads, &params)?,
-                });
+                grads = Some(add_grads(grads, mb.grads, &params)?);
             }
             let t_opt = Instant::now();
             let grads = grads.expect("grad_accum >= 1");
@@ -395,10 +373,7 @@ impl<'a> Trainer<'a> {
             Ok(())
         })?;
         // keep-last-K
-        let mut steps: Vec<u64> = std::fs::read_dir(&dir)?
-            .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("step-")?.parse().ok())
-            .collect();
-        steps.sort_unstable();
+        let steps = checkpoint_steps(&dir)?;
         let keep = self.cfg.train.keep_last.max(1);
         if steps.len() > keep {
             for s in &steps[..steps.len() - keep] {
@@ -406,6 +381,28 @@ impl<'a> Trainer<'a> {
             }
         }
         Ok(())
+    }
+}
+
+/// The N of every `step-N` directory under `dir`, ascending (none if `dir` does not exist).
+fn checkpoint_steps(dir: &Path) -> Result<Vec<u64>> {
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut steps: Vec<u64> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("step-")?.parse().ok())
+        .collect();
+    steps.sort_unstable();
+    Ok(steps)
+}
+
+/// Add named loss terms into a running list, keeping first-seen order.
+fn add_terms(into: &mut Vec<(String, f64)>, terms: Vec<(String, f64)>) {
+    for (k, v) in terms {
+        match into.iter_mut().find(|(n, _)| *n == k) {
+            Some(slot) => slot.1 += v,
+            None => into.push((k, v)),
+        }
     }
 }
 
@@ -549,25 +546,17 @@ pub fn run_shards(recipe: &dyn Recipe, shards: &[&[usize]], seeds: &[u64], batch
                 }
                 Ok(Ok(mut d)) => {
                     f.out.loss += d.loss;
-                    for (k, v) in d.terms {
-                        match f.out.terms.iter_mut().find(|(n, _)| *n == k) {
-                            Some(slot) => slot.1 += v,
-                            None => f.out.terms.push((k, v)),
-                        }
-                    }
+                    add_terms(&mut f.out.terms, d.terms);
                     f.out.sentences += d.sentences;
                     f.out.forward_s += d.fwd;
                     f.out.backward_s += d.bwd;
                     let g = d.grads.take().expect("set above");
                     let acc = f.acc.take();
-                    match acc {
-                        None => f.acc = Some(g),
-                        Some(a) => match add_grads(a, g, params) {
-                            Ok(sum) => f.acc = Some(sum),
-                            Err(e) => {
-                                f.error.get_or_insert(e);
-                            }
-                        },
+                    match add_grads(acc, g, params) {
+                        Ok(sum) => f.acc = Some(sum),
+                        Err(e) => {
+                            f.error.get_or_insert(e);
+                        }
                     }
                 }
             }
@@ -602,7 +591,9 @@ pub fn run_shards(recipe: &dyn Recipe, shards: &[&[usize]], seeds: &[u64], batch
     Ok(out)
 }
 
-fn add_grads(mut acc: GradStore, g: GradStore, params: &Params) -> Result<GradStore> {
+/// `acc + g` over the parameters (`g` itself when there is nothing yet).
+fn add_grads(acc: Option<GradStore>, g: GradStore, params: &Params) -> Result<GradStore> {
+    let Some(mut acc) = acc else { return Ok(g) };
     for (_, var) in &params.vars {
         let t = var.as_tensor();
         match (acc.get(t), g.get(t)) {
@@ -641,8 +632,8 @@ struct Progress {
 }
 
 impl Progress {
-    fn new(total: u64, step: u64, quiet: bool) -> Self {
-        let bar = (!quiet && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| {
+    fn new(total: u64, step: u64) -> Self {
+        let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
             let b = indicatif::ProgressBar::new(total);
             b.set_style(
                 indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] step {pos}/{len} {msg} ETA {eta}")
