@@ -376,3 +376,45 @@ fn config_and_data_errors_are_clear() {
     let o = s.train(&["--out", s.run_dir("n").to_str().unwrap(), "--set", "data.val_size=1000"]);
     assert!(stderr(&o).contains("val_size"), "{}", stderr(&o));
 }
+
+#[test]
+fn early_stopping_ends_the_run_with_a_final_model() {
+    // MSE falls, so with best_mode = "max" no validation after step 0 counts as better:
+    // patience 1 with a validation every 2 steps stops at step 2 of 12.
+    let s = setup("");
+    let run = s.run_dir("early");
+    let o = s.train(&[
+        "--out",
+        run.to_str().unwrap(),
+        "--set",
+        "train.eval_every=2",
+        "--set",
+        "train.early_stopping_patience=1",
+        "--set",
+        "train.best_metric=\"mse_x100\"",
+        "--set",
+        "train.best_mode=\"max\"",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let last = metrics(&run).iter().filter_map(|m| m["step"].as_u64()).max().unwrap();
+    assert_eq!(last, 2, "{}", stderr(&o));
+    assert!(run.join("final/model.safetensors").is_file());
+    let o = s.train(&["--out", s.run_dir("bad").to_str().unwrap(), "--set", "train.best_metric=\"nope\""]);
+    assert!(stderr(&o).contains("nope") && stderr(&o).contains("mse_x100"), "{}", stderr(&o));
+}
+
+#[test]
+fn projection_variants() {
+    let s = setup("");
+    for (p, dense) in [("identity", true), ("random", true), ("none", false)] {
+        let run = s.run_dir(p);
+        let o = s.train(&["--out", run.to_str().unwrap(), "--set", &format!("distill.projection=\"{p}\""), "--set", "train.max_steps=2"]);
+        assert!(o.status.success(), "{p}: {}", stderr(&o));
+        assert_eq!(run.join("final/2_Dense/model.safetensors").is_file(), dense, "{p}");
+    }
+    // identity projection: the untrained student's vectors pass unchanged (step-0 validation
+    // equals that of `none`).
+    let v = |name: &str| metrics(&s.run_dir(name))[0]["val"]["mse_x100"].as_f64().unwrap();
+    assert!((v("identity") - v("none")).abs() < 1e-9, "{} vs {}", v("identity"), v("none"));
+    assert!((v("random") - v("none")).abs() > 1e-6);
+}
