@@ -4,12 +4,13 @@ mod convert;
 mod embed;
 mod eval;
 mod mine;
+mod plot;
 mod train;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "xsent", version, about = "Multilingual sentence embeddings: embed, evaluate, mine, train, convert")]
+#[command(name = "xsent", version, about = "Multilingual sentence embeddings: embed, evaluate, mine, train, plot, convert")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -27,6 +28,9 @@ enum Command {
     Mine(mine::Args),
     /// Train a model with one of the recipes (configs/*.toml).
     Train(train::Args),
+    /// Draw pictures of embedding spaces (PNG).
+    #[command(subcommand)]
+    Plot(plot::Plot),
     /// Convert foreign model formats into a Hugging Face model directory.
     #[command(subcommand)]
     Convert(convert::Convert),
@@ -68,7 +72,12 @@ pub struct ModelArgs {
 
 impl ModelArgs {
     pub fn load(&self) -> anyhow::Result<Box<dyn crate::model::Embedder>> {
-        let opts = crate::model::LoadOptions {
+        crate::model::load_embedder(&self.model, &self.options()?, self.head.as_deref())
+    }
+
+    /// The load options these flags give.
+    pub fn options(&self) -> anyhow::Result<crate::model::LoadOptions> {
+        Ok(crate::model::LoadOptions {
             device: crate::device::parse_device(&self.device)?,
             layers: self.layers,
             pooling: self.pooling,
@@ -76,8 +85,7 @@ impl ModelArgs {
             max_length: self.max_length,
             normalize: !self.no_normalize,
             trainable: false,
-        };
-        crate::model::load_embedder(&self.model, &opts, self.head.as_deref())
+        })
     }
 }
 
@@ -85,7 +93,7 @@ impl ModelArgs {
 pub fn main() -> i32 {
     let cli = Cli::parse();
     match cli.command {
-        Command::Embed(_) | Command::Eval(_) | Command::Mine(_) | Command::Train(_) => crate::parallel::init_data_parallel(),
+        Command::Embed(_) | Command::Eval(_) | Command::Mine(_) | Command::Train(_) | Command::Plot(_) => crate::parallel::init_data_parallel(),
         Command::Convert(_) => {}
     }
     let result = match cli.command {
@@ -94,6 +102,7 @@ pub fn main() -> i32 {
         Command::Eval(t) => eval::run(t).map(|()| 0),
         Command::Mine(a) => mine::run(a).map(|()| 0),
         Command::Train(a) => train::run(a),
+        Command::Plot(p) => plot::run(p).map(|()| 0),
     };
     match result {
         Ok(code) => code,

@@ -83,9 +83,13 @@ pub fn load_embedder(spec: &str, opts: &LoadOptions, head: Option<&str>) -> Resu
     match saved_kind(spec)?.as_deref() {
         None | Some("transformer") => {
             if let Some(h) = head {
-                bail!("--head {h}: {spec} is a single-output encoder; heads belong to models trained with the disentangle recipe");
+                bail!("--head {h}: {spec} is an encoder with one output; heads belong to models trained with the disentangle recipe");
             }
             Ok(Box::new(SentenceEncoder::load(spec, opts)?))
+        }
+        Some(super::disentangle::KIND) => {
+            let head = head.map(super::disentangle::Head::parse).transpose()?.unwrap_or(super::disentangle::Head::Meaning);
+            Ok(Box::new(super::disentangle::DisentangledEncoder::load(Path::new(spec), opts, head)?))
         }
         Some(other) => bail!(
             "{spec}/xsent.json names model kind {other:?}, which this xsent does not know (a newer xsent may have written it)"

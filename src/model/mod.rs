@@ -2,6 +2,7 @@
 
 pub mod config;
 pub mod dense;
+pub mod disentangle;
 pub mod embedder;
 pub mod encoder;
 pub mod kernels;

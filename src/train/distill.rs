@@ -21,9 +21,8 @@ use candle_core::{DType, Device, Tensor};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -115,7 +114,7 @@ impl Distill {
         let teacher_opts =
             LoadOptions { device: device.clone(), prefix: Some(dc.teacher_prefix.clone()), max_length: Some(dc.max_length), ..Default::default() };
         let teacher_enc = SentenceEncoder::load(&dc.teacher, &teacher_opts).with_context(|| format!("loading teacher {}", dc.teacher))?;
-        let (rows, dim) = teacher_embeddings(&teacher_enc, &sources, dc.max_length, dc.embed_batch_size)?;
+        let (rows, dim) = super::cache::embeddings(&teacher_enc, &sources, dc.embed_batch_size, "teacher")?;
         drop(teacher_enc);
         let teacher = Tensor::from_vec(rows, (sources.len(), dim), &Device::Cpu)?;
 
@@ -282,54 +281,6 @@ pub fn split_by_source(pairs: Vec<Pair>, val_size: usize, seed: u64) -> Result<(
     let val: Vec<Pair> = val_idx.iter().map(|&i| pairs[i].clone()).collect();
     let train: Vec<Pair> = pairs.into_iter().zip(is_val).filter(|(_, v)| !v).map(|(p, _)| p).collect();
     Ok((train, val))
-}
-
-/// Teacher embeddings of `sentences`, from the cache when the same teacher embedded the same
-/// sentences before. Returns the rows (flattened) and the dimension.
-fn teacher_embeddings(teacher: &SentenceEncoder, sentences: &[String], max_length: usize, batch: usize) -> Result<(Vec<f32>, usize)> {
-    let key = cache_key(teacher, sentences, max_length)?;
-    let dir = crate::train::cache_dir().join("teacher");
-    let path = dir.join(format!("{key}.safetensors"));
-    if path.is_file() {
-        if let Ok(t) = candle_core::safetensors::load(&path, &Device::Cpu) {
-            if let Some(e) = t.get("embeddings") {
-                if e.dim(0)? == sentences.len() {
-                    eprintln!("xsent train: teacher embeddings from the cache {}", path.display());
-                    return Ok((e.flatten_all()?.to_vec1()?, e.dim(1)?));
-                }
-            }
-        }
-    }
-    let t0 = std::time::Instant::now();
-    eprintln!("xsent train: embedding {} source sentences with the teacher {}", sentences.len(), teacher.files.spec);
-    let rows = teacher.embed(sentences, batch)?;
-    let dim = teacher.dim();
-    let flat: Vec<f32> = rows.into_iter().flatten().collect();
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create the cache {}", dir.display()))?;
-    let t = Tensor::from_vec(flat.clone(), (sentences.len(), dim), &Device::Cpu)?;
-    crate::model::weights::save_tensors(&HashMap::from([("embeddings".to_string(), t)]), &path)?;
-    eprintln!("xsent train: teacher embeddings cached in {} ({:.1} s)", path.display(), t0.elapsed().as_secs_f64());
-    Ok((flat, dim))
-}
-
-/// sha256 of the teacher's files (config, weights, tokenizer, Dense), its settings and the sentences.
-fn cache_key(teacher: &SentenceEncoder, sentences: &[String], max_length: usize) -> Result<String> {
-    let mut h = Sha256::new();
-    let f = &teacher.files;
-    let mut files: Vec<PathBuf> = vec![f.config.clone(), f.weights.clone(), f.tokenizer.clone()];
-    if let Some(d) = &f.dense {
-        files.push(d.join("model.safetensors"));
-    }
-    for p in files {
-        let mut file = std::fs::File::open(&p).with_context(|| format!("cannot read {}", p.display()))?;
-        std::io::copy(&mut file, &mut h)?;
-    }
-    h.update(format!("{}\0{}\0{}\0{}\0{}\0", teacher.prefix, teacher.pooling, teacher.normalize, max_length, teacher.max_length));
-    for s in sentences {
-        h.update(s.as_bytes());
-        h.update([0u8]);
-    }
-    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Ridge least squares: the affine map `y ≈ W x + b` (W `[out, in]`, row-major) that best

@@ -1,6 +1,8 @@
 //! Training: the shared trainer (config, optimiser, checkpoints, resume) and the recipes.
 
+pub mod cache;
 pub mod config;
+pub mod disentangle;
 pub mod distill;
 pub mod optim;
 pub mod trainer;
@@ -25,7 +27,8 @@ pub fn cache_dir() -> PathBuf {
 pub fn build_recipe(cfg: &Config) -> Result<Box<dyn Recipe>> {
     match cfg.recipe.as_str() {
         "distill" => Ok(Box::new(distill::Distill::new(cfg)?)),
-        other => anyhow::bail!("recipe = {other:?} is not known; this xsent trains: distill"),
+        "disentangle" => Ok(Box::new(disentangle::Disentangle::new(cfg)?)),
+        other => anyhow::bail!("recipe = {other:?} is not known; this xsent trains: distill, disentangle"),
     }
 }
 

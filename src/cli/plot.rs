@@ -1,0 +1,107 @@
+use super::ModelArgs;
+use crate::model::disentangle::{DisentangledEncoder, Head, KIND};
+use crate::plot::{pca, read_labelled, scatter_png, Panel};
+use anyhow::{ensure, Context, Result};
+use std::path::PathBuf;
+
+#[derive(clap::Subcommand)]
+pub enum Plot {
+    /// Scatter the first two principal components of embeddings of parallel sentences, coloured
+    /// by language (PNG). A disentangle model gives three panels: base, meaning and language
+    /// embeddings, each with its own PCA.
+    Pca(PcaArgs),
+}
+
+#[derive(clap::Args)]
+pub struct PcaArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Output PNG file.
+    #[arg(long, short = 'o')]
+    output: PathBuf,
+    /// Sentences per language.
+    #[arg(long, default_value_t = 200)]
+    rows: usize,
+    /// XNLI languages to take parallel sentences from (the hypotheses of the first --rows rows of
+    /// --split); default: a disentangle model's languages, else all 15.
+    #[arg(long, value_delimiter = ',')]
+    langs: Vec<String>,
+    /// XNLI split (files DATA/xnli/{split}-{lang}.tsv).
+    #[arg(long, default_value = "test")]
+    split: String,
+    /// Sentences of your own instead of XNLI: LANG=FILE, one sentence per line (repeatable).
+    #[arg(long = "input", value_name = "LANG=FILE")]
+    inputs: Vec<String>,
+    /// Benchmark data directory (default: $XSENT_DATA).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Width and height of each panel in pixels.
+    #[arg(long, default_value_t = 600)]
+    panel_size: u32,
+    #[arg(long, default_value_t = 64)]
+    batch_size: usize,
+}
+
+const XNLI_LANGS: [&str; 15] = ["ar", "bg", "de", "el", "en", "es", "fr", "hi", "ru", "sw", "th", "tr", "ur", "vi", "zh"];
+
+pub fn run(p: Plot) -> Result<()> {
+    match p {
+        Plot::Pca(a) => pca_plot(a),
+    }
+}
+
+fn pca_plot(a: PcaArgs) -> Result<()> {
+    ensure!(a.rows >= 1 && a.batch_size >= 1, "--rows and --batch-size must be at least 1");
+    ensure!(a.panel_size >= 200, "--panel-size must be at least 200 pixels");
+    let disentangle = crate::model::embedder::saved_kind(&a.model.model)?.as_deref() == Some(KIND);
+    let model = if disentangle {
+        ensure!(a.model.head.is_none(), "--head: the picture shows every head of {}", a.model.model);
+        Some(DisentangledEncoder::load(std::path::Path::new(&a.model.model), &a.model.options()?, Head::Meaning)?)
+    } else {
+        None
+    };
+    let groups = if a.inputs.is_empty() {
+        let langs: Vec<String> = match (&model, a.langs.is_empty()) {
+            (_, false) => a.langs.clone(),
+            (Some(m), true) => m.languages.clone(),
+            (None, true) => XNLI_LANGS.iter().map(|s| s.to_string()).collect(),
+        };
+        let dir = crate::data::data_dir(a.data_dir.as_deref())?.join("xnli");
+        let refs: Vec<&str> = langs.iter().map(String::as_str).collect();
+        let rows = crate::data::parallel::xnli_parallel_rows(&dir, &a.split, &refs)
+            .with_context(|| format!("reading XNLI {} for the languages {}", a.split, langs.join(",")))?;
+        langs.into_iter().zip(rows).map(|(l, r)| (l, r.into_iter().take(a.rows).map(|(_, h)| h).collect())).collect()
+    } else {
+        ensure!(a.langs.is_empty(), "--langs picks XNLI languages; with --input the languages come from LANG=FILE");
+        read_labelled(&a.inputs, a.rows)?
+    };
+    let names: Vec<String> = groups.iter().map(|(l, _)| l.clone()).collect();
+    let texts: Vec<&str> = groups.iter().flat_map(|(_, s)| s.iter().map(String::as_str)).collect();
+    let label: Vec<usize> = groups.iter().enumerate().flat_map(|(g, (_, s))| std::iter::repeat_n(g, s.len())).collect();
+
+    let spaces: Vec<(String, Vec<Vec<f32>>)> = match &model {
+        Some(m) => {
+            let all = m.embed_all(&texts, a.batch_size)?;
+            vec![
+                (format!("base ({})", m.base.files.spec), all.base),
+                ("meaning".to_string(), all.meaning),
+                ("language".to_string(), all.language),
+            ]
+        }
+        None => {
+            let enc = a.model.load()?;
+            vec![(a.model.model.clone(), enc.embed(&texts, a.batch_size)?)]
+        }
+    };
+    let mut panels = Vec::new();
+    for (name, rows) in spaces {
+        let p = pca(&rows, 2)?;
+        let title = format!("{name}: PC1 {:.0}%, PC2 {:.0}%", 100.0 * p.explained[0], 100.0 * p.explained[1]);
+        eprintln!("xsent plot: {title}");
+        let points = p.coords.iter().zip(&label).map(|(c, &g)| (c[0], c[1], g)).collect();
+        panels.push(Panel { title, points });
+    }
+    scatter_png(&a.output, &panels, &names, a.panel_size)?;
+    eprintln!("xsent plot: {} sentences in {} languages → {}", texts.len(), names.len(), a.output.display());
+    Ok(())
+}

@@ -1,0 +1,286 @@
+//! Meaning / language heads over a frozen sentence encoder (Tiyajamorn et al. 2021, seed 004 §3).
+//!
+//! MLP_M and MLP_L are single linear layers `d → d` that split a sentence embedding `e` into a
+//! meaning embedding `ê_M` and a language embedding `ê_L` (trained so that `ê_M + ê_L ≈ e`);
+//! MLP_I is a linear language-identification layer on `ê_L`.
+//!
+//! A trained model directory holds `heads.safetensors` and `xsent.json` with `"kind":
+//! "disentangle"`, the base encoder it was trained on (as given and as an absolute path) and that
+//! encoder's settings. Loading it loads the base encoder too; the embeddings it gives are the
+//! meaning head's by default, the language head's with `--head language`.
+
+use super::embedder::{Embedded, Embedder};
+use super::encoder::Linear;
+use super::pooling::Pooling;
+use super::sentence::{LoadOptions, SentenceEncoder};
+use super::weights::{self, Params};
+use anyhow::{bail, ensure, Context, Result};
+use candle_core::{DType, Device, Tensor};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Which head's output a loaded model gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Head {
+    Meaning,
+    Language,
+}
+
+impl Head {
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "meaning" => Ok(Head::Meaning),
+            "language" => Ok(Head::Language),
+            other => bail!("--head {other:?}: a disentangle model has the heads `meaning` (the default) and `language`"),
+        }
+    }
+}
+
+/// The three heads.
+#[derive(Debug, Clone)]
+pub struct Heads {
+    pub meaning: Linear,
+    pub language: Linear,
+    pub langid: Linear,
+}
+
+const NAMES: [&str; 6] = ["meaning.weight", "meaning.bias", "language.weight", "language.bias", "langid.weight", "langid.bias"];
+
+impl Heads {
+    /// Heads initialised as PyTorch's `nn.Linear` (uniform in ±1/√fan_in) from a seeded RNG.
+    pub fn random(dim: usize, langs: usize, rng: &mut impl rand::Rng, device: &Device) -> Result<Self> {
+        let mut linear = |out: usize, inp: usize| -> Result<Linear> {
+            let bound = 1.0 / (inp as f32).sqrt();
+            let w: Vec<f32> = (0..out * inp).map(|_| rng.random_range(-bound..bound)).collect();
+            let b: Vec<f32> = (0..out).map(|_| rng.random_range(-bound..bound)).collect();
+            Ok(Linear { weight: Tensor::from_vec(w, (out, inp), device)?, bias: Tensor::from_vec(b, out, device)? })
+        };
+        Ok(Self { meaning: linear(dim, dim)?, language: linear(dim, dim)?, langid: linear(langs, dim)? })
+    }
+
+    pub fn dim(&self) -> usize {
+        self.meaning.weight.dims()[1]
+    }
+
+    pub fn tensors(&self) -> HashMap<String, Tensor> {
+        let t = [
+            &self.meaning.weight,
+            &self.meaning.bias,
+            &self.language.weight,
+            &self.language.bias,
+            &self.langid.weight,
+            &self.langid.bias,
+        ];
+        NAMES.iter().zip(t).map(|(n, t)| (n.to_string(), t.clone())).collect()
+    }
+
+    fn from_map(t: &HashMap<String, Tensor>, what: &Path) -> Result<Self> {
+        let get = |n: &str| -> Result<Tensor> {
+            Ok(t.get(n).with_context(|| format!("{} has no tensor {n}", what.display()))?.to_dtype(DType::F32)?)
+        };
+        let heads = Self {
+            meaning: Linear { weight: get(NAMES[0])?, bias: get(NAMES[1])? },
+            language: Linear { weight: get(NAMES[2])?, bias: get(NAMES[3])? },
+            langid: Linear { weight: get(NAMES[4])?, bias: get(NAMES[5])? },
+        };
+        let d = heads.dim();
+        ensure!(
+            heads.meaning.weight.dims() == [d, d] && heads.language.weight.dims() == [d, d] && heads.langid.weight.dim(1)? == d,
+            "{}: head shapes disagree (meaning {:?}, language {:?}, langid {:?})",
+            what.display(),
+            heads.meaning.weight.dims(),
+            heads.language.weight.dims(),
+            heads.langid.weight.dims()
+        );
+        Ok(heads)
+    }
+
+    /// Make the weights trainable; returns the parameters under `meaning.*`, `language.*`, `langid.*`.
+    pub fn make_trainable(&mut self) -> Result<Params> {
+        let (t, params) = Params::from_tensors(self.tensors())?;
+        *self = Self::from_map(&t, Path::new("heads"))?;
+        Ok(params)
+    }
+
+    /// A copy detached from autograd (sharing storage: it follows in-place optimiser updates).
+    pub fn detached(&self) -> Self {
+        let d = |l: &Linear| Linear { weight: l.weight.detach(), bias: l.bias.detach() };
+        Self { meaning: d(&self.meaning), language: d(&self.language), langid: d(&self.langid) }
+    }
+
+    /// `(ê_M, ê_L)` of embeddings `[B, d]`.
+    pub fn split(&self, e: &Tensor) -> Result<(Tensor, Tensor)> {
+        Ok((self.meaning.forward(e)?, self.language.forward(e)?))
+    }
+
+    pub fn head(&self, head: Head) -> &Linear {
+        match head {
+            Head::Meaning => &self.meaning,
+            Head::Language => &self.language,
+        }
+    }
+}
+
+/// The base encoder's settings, as the heads were trained on them.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BaseSettings {
+    /// The base model as given in the training config (directory or hub id).
+    pub model: String,
+    /// Its absolute path when it was a local directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved: Option<String>,
+    pub prefix: String,
+    pub pooling: Pooling,
+    pub max_length: usize,
+    /// Whether the base embeddings were L2-normalised before the heads.
+    pub normalize: bool,
+}
+
+/// `xsent.json` of a disentangle model directory.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct SavedModel {
+    pub kind: String,
+    pub base: BaseSettings,
+    /// The language-id classes, in the order of `langid`'s rows.
+    pub languages: Vec<String>,
+    pub xsent_version: String,
+}
+
+pub const KIND: &str = "disentangle";
+
+/// Write a disentangle model directory.
+pub fn save(dir: &Path, heads: &Heads, base: &BaseSettings, languages: &[String]) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    weights::save_tensors(&heads.tensors(), &dir.join("heads.safetensors"))?;
+    let saved = SavedModel {
+        kind: KIND.into(),
+        base: base.clone(),
+        languages: languages.to_vec(),
+        xsent_version: crate::VERSION.into(),
+    };
+    std::fs::write(dir.join("xsent.json"), serde_json::to_string_pretty(&saved)?)
+        .with_context(|| format!("cannot write {}", dir.join("xsent.json").display()))?;
+    Ok(())
+}
+
+/// A frozen base encoder followed by one head: what `xsent embed/eval/mine` use.
+pub struct DisentangledEncoder {
+    pub base: SentenceEncoder,
+    pub heads: Heads,
+    pub head: Head,
+    pub languages: Vec<String>,
+    /// L2-normalise the head's output.
+    pub normalize: bool,
+}
+
+impl DisentangledEncoder {
+    /// Load a model directory written by [`save`]. `opts` gives the device, the maximum length
+    /// and output normalisation; the base encoder's other settings are the saved ones.
+    pub fn load(dir: &Path, opts: &LoadOptions, head: Head) -> Result<Self> {
+        let json = dir.join("xsent.json");
+        let text = std::fs::read_to_string(&json).with_context(|| format!("cannot read {}", json.display()))?;
+        let saved: SavedModel = serde_json::from_str(&text).with_context(|| format!("invalid {}", json.display()))?;
+        ensure!(saved.kind == KIND, "{} is a {:?} model, not {KIND:?}", json.display(), saved.kind);
+        if opts.pooling.is_some() || opts.prefix.is_some() || opts.layers.is_some() {
+            bail!(
+                "{}: the heads were trained on the base encoder with its saved prefix, pooling and layers; drop --prefix/--pooling/--layers",
+                dir.display()
+            );
+        }
+        let b = &saved.base;
+        // The absolute path first (the run may be used from another directory), then the spec as given.
+        let spec = match &b.resolved {
+            Some(p) if Path::new(p).is_dir() => p.clone(),
+            _ => b.model.clone(),
+        };
+        let base_opts = LoadOptions {
+            device: opts.device.clone(),
+            prefix: Some(b.prefix.clone()),
+            pooling: Some(b.pooling),
+            max_length: Some(opts.max_length.unwrap_or(b.max_length)),
+            normalize: b.normalize,
+            ..Default::default()
+        };
+        let base = SentenceEncoder::load(&spec, &base_opts).with_context(|| {
+            format!(
+                "loading the base encoder of {} ({:?}); if it moved, set \"resolved\" in {} to its new path",
+                dir.display(),
+                b.model,
+                json.display()
+            )
+        })?;
+        let wpath = dir.join("heads.safetensors");
+        let t = candle_core::safetensors::load(&wpath, &opts.device).with_context(|| format!("cannot read {}", wpath.display()))?;
+        let heads = Heads::from_map(&t, &wpath)?;
+        ensure!(
+            heads.dim() == base.dim(),
+            "{}: the heads take {}-dim vectors but the base encoder {} gives {}",
+            wpath.display(),
+            heads.dim(),
+            spec,
+            base.dim()
+        );
+        ensure!(
+            heads.langid.weight.dim(0)? == saved.languages.len(),
+            "{}: langid has {} classes but xsent.json lists {} languages",
+            wpath.display(),
+            heads.langid.weight.dim(0)?,
+            saved.languages.len()
+        );
+        Ok(Self { base, heads, head, languages: saved.languages, normalize: opts.normalize })
+    }
+
+    /// Base embeddings, meaning and language embeddings of texts, and the predicted language of
+    /// each (inference; rows in input order).
+    pub fn embed_all(&self, texts: &[&str], batch_size: usize) -> Result<AllEmbeddings> {
+        let e = self.base.embed(texts, batch_size)?;
+        let d = self.base.dim();
+        let x = Tensor::from_vec(e.iter().flatten().copied().collect::<Vec<f32>>(), (e.len(), d), self.base.device())?;
+        let (m, l) = self.heads.split(&x)?;
+        let lang: Vec<u32> = self.heads.langid.forward(&l)?.argmax(1)?.to_vec1()?;
+        Ok(AllEmbeddings {
+            base: e,
+            meaning: m.to_vec2()?,
+            language: l.to_vec2()?,
+            predicted: lang.into_iter().map(|i| self.languages[i as usize].clone()).collect(),
+        })
+    }
+}
+
+/// What [`DisentangledEncoder::embed_all`] gives.
+pub struct AllEmbeddings {
+    pub base: Vec<Vec<f32>>,
+    pub meaning: Vec<Vec<f32>>,
+    pub language: Vec<Vec<f32>>,
+    pub predicted: Vec<String>,
+}
+
+impl Embedder for DisentangledEncoder {
+    fn dim(&self) -> usize {
+        self.heads.dim()
+    }
+
+    fn embed_checked(&self, texts: &[&str], batch_size: usize) -> Result<Embedded> {
+        let base = self.base.embed_checked(texts, batch_size)?;
+        let d = self.base.dim();
+        if base.rows.is_empty() {
+            return Ok(base);
+        }
+        let x = Tensor::from_vec(base.rows.iter().flatten().copied().collect::<Vec<f32>>(), (base.rows.len(), d), self.base.device())?;
+        let mut y = self.heads.head(self.head).forward(&x)?;
+        if self.normalize {
+            y = super::pooling::l2_normalize(&y)?;
+        }
+        Ok(Embedded { rows: y.to_vec2()?, truncated: base.truncated })
+    }
+
+    fn prefix(&self) -> &str {
+        &self.base.prefix
+    }
+
+    fn max_length(&self) -> Option<usize> {
+        Some(self.base.max_length)
+    }
+}

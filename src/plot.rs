@@ -1,0 +1,218 @@
+//! Pictures of embedding spaces: principal component analysis and scatter plots in PNG
+//! (`xsent plot pca`), drawn with `plotters` and the bundled DejaVu Sans font.
+
+use anyhow::{anyhow, bail, ensure, Context, Result};
+use plotters::prelude::*;
+use std::path::Path;
+
+/// The first `k` principal components of `rows` (all of one dimension): each row projected on
+/// them, and the share of the total variance each explains.
+#[derive(Debug, Clone)]
+pub struct Pca {
+    /// `[rows][k]` coordinates.
+    pub coords: Vec<Vec<f64>>,
+    /// Explained variance ratio of each component, largest first.
+    pub explained: Vec<f64>,
+}
+
+/// Principal components by the eigendecomposition of the covariance matrix. Each component's
+/// sign is fixed so that its largest-magnitude loading is positive (deterministic pictures).
+pub fn pca(rows: &[Vec<f32>], k: usize) -> Result<Pca> {
+    use nalgebra::{DMatrix, SymmetricEigen};
+    let n = rows.len();
+    ensure!(n >= 2, "PCA needs at least 2 vectors, got {n}");
+    let d = rows[0].len();
+    ensure!(d >= k && k >= 1, "cannot take {k} components of {d}-dimensional vectors");
+    ensure!(rows.iter().all(|r| r.len() == d), "PCA: the vectors do not all have {d} dimensions");
+    let mut mean = vec![0f64; d];
+    for r in rows {
+        for (m, &x) in mean.iter_mut().zip(r) {
+            *m += x as f64 / n as f64;
+        }
+    }
+    let x = DMatrix::from_fn(n, d, |i, j| rows[i][j] as f64 - mean[j]);
+    let cov = (x.transpose() * &x) / (n as f64 - 1.0);
+    let eig = SymmetricEigen::new(cov);
+    let total: f64 = eig.eigenvalues.iter().map(|v| v.max(0.0)).sum();
+    let mut order: Vec<usize> = (0..d).collect();
+    order.sort_by(|&a, &b| eig.eigenvalues[b].total_cmp(&eig.eigenvalues[a]));
+    let mut comps = Vec::with_capacity(k);
+    let mut explained = Vec::with_capacity(k);
+    for &c in &order[..k] {
+        let mut v: Vec<f64> = eig.eigenvectors.column(c).iter().copied().collect();
+        let big = v.iter().copied().max_by(|a, b| a.abs().total_cmp(&b.abs())).unwrap_or(0.0);
+        if big < 0.0 {
+            v.iter_mut().for_each(|x| *x = -*x);
+        }
+        comps.push(v);
+        explained.push(if total > 0.0 { eig.eigenvalues[c].max(0.0) / total } else { 0.0 });
+    }
+    let coords = (0..n).map(|i| comps.iter().map(|v| x.row(i).iter().zip(v).map(|(a, b)| a * b).sum()).collect()).collect();
+    Ok(Pca { coords, explained })
+}
+
+/// One scatter panel: points with a group label each.
+pub struct Panel {
+    pub title: String,
+    /// `(x, y, group index)`.
+    pub points: Vec<(f64, f64, usize)>,
+}
+
+/// A qualitative palette (Tableau 20, dark shades first): distinct colours for up to 20 groups.
+const PALETTE: [(u8, u8, u8); 20] = [
+    (31, 119, 180),
+    (255, 127, 14),
+    (44, 160, 44),
+    (214, 39, 40),
+    (148, 103, 189),
+    (140, 86, 75),
+    (227, 119, 194),
+    (127, 127, 127),
+    (188, 189, 34),
+    (23, 190, 207),
+    (174, 199, 232),
+    (255, 187, 120),
+    (152, 223, 138),
+    (255, 152, 150),
+    (197, 176, 213),
+    (196, 156, 148),
+    (247, 182, 210),
+    (199, 199, 199),
+    (219, 219, 141),
+    (158, 218, 229),
+];
+
+fn register_font() -> Result<()> {
+    static DONE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let ok = *DONE.get_or_init(|| {
+        plotters::style::register_font("sans-serif", FontStyle::Normal, include_bytes!("../assets/fonts/DejaVuSans.ttf")).is_ok()
+    });
+    ensure!(ok, "the bundled font assets/fonts/DejaVuSans.ttf could not be read");
+    Ok(())
+}
+
+/// Draw panels side by side into a PNG of `panel_px` × `panel_px` pixels per panel, with one
+/// legend of the group names.
+pub fn scatter_png(path: &Path, panels: &[Panel], groups: &[String], panel_px: u32) -> Result<()> {
+    ensure!(!panels.is_empty(), "nothing to plot");
+    ensure!(groups.len() <= PALETTE.len(), "at most {} groups can be told apart by colour, got {}", PALETTE.len(), groups.len());
+    register_font()?;
+    let legend_h = 30 + 22 * groups.len().div_ceil(8) as u32;
+    let size = (panel_px * panels.len() as u32, panel_px + legend_h);
+    let draw = || -> std::result::Result<(), Box<dyn std::error::Error>> {
+        let root = BitMapBackend::new(path, size).into_drawing_area();
+        root.fill(&WHITE)?;
+        let (top, legend) = root.split_vertically(panel_px);
+        for (area, panel) in top.split_evenly((1, panels.len())).iter().zip(panels) {
+            let (x0, x1) = bounds(panel.points.iter().map(|p| p.0));
+            let (y0, y1) = bounds(panel.points.iter().map(|p| p.1));
+            let mut chart = ChartBuilder::on(area)
+                .caption(&panel.title, ("sans-serif", 18))
+                .margin(12)
+                .x_label_area_size(30)
+                .y_label_area_size(45)
+                .build_cartesian_2d(x0..x1, y0..y1)?;
+            chart.configure_mesh().light_line_style(WHITE).x_desc("PC1").y_desc("PC2").label_style(("sans-serif", 12)).draw()?;
+            chart.draw_series(panel.points.iter().map(|&(x, y, g)| {
+                let (r, gr, b) = PALETTE[g % PALETTE.len()];
+                Circle::new((x, y), 3, RGBColor(r, gr, b).mix(0.7).filled())
+            }))?;
+        }
+        let cols = 8usize;
+        let col_w = size.0 as i32 / cols as i32;
+        for (i, name) in groups.iter().enumerate() {
+            let (r, g, b) = PALETTE[i];
+            let (cx, cy) = ((i % cols) as i32 * col_w + 20, 15 + (i / cols) as i32 * 22);
+            legend.draw(&Circle::new((cx, cy + 7), 6, RGBColor(r, g, b).filled()))?;
+            legend.draw(&Text::new(name.clone(), (cx + 12, cy), ("sans-serif", 16)))?;
+        }
+        root.present()?;
+        Ok(())
+    };
+    draw().map_err(|e| anyhow!("cannot draw {}: {e}", path.display()))?;
+    Ok(())
+}
+
+/// The range of values with a 5% margin (a unit range around a single value).
+fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for v in values {
+        lo = lo.min(v);
+        hi = hi.max(v);
+    }
+    if !lo.is_finite() || !hi.is_finite() {
+        return (-1.0, 1.0);
+    }
+    let pad = ((hi - lo) * 0.05).max(1e-6);
+    (lo - pad, hi + pad)
+}
+
+/// Sentences labelled by language, from `LANG=FILE` specs (one sentence per line, at most
+/// `limit` lines each; `.gz` files are read too).
+pub fn read_labelled(specs: &[String], limit: usize) -> Result<Vec<(String, Vec<String>)>> {
+    let mut out = Vec::new();
+    for spec in specs {
+        let Some((lang, file)) = spec.split_once('=') else {
+            bail!("--input {spec:?}: expected LANG=FILE, e.g. --input de=sentences.de.txt");
+        };
+        let mut lines = crate::data::read_lines(Path::new(file)).with_context(|| format!("--input {spec}"))?;
+        lines.truncate(limit);
+        ensure!(!lines.is_empty(), "--input {spec}: {file} has no lines");
+        out.push((lang.to_string(), lines));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Points spread along (1, 1, 0) with small noise along (1, -1, 0): PC1 is that direction and
+    /// explains almost all the variance.
+    #[test]
+    fn pca_finds_the_main_axis() {
+        let rows: Vec<Vec<f32>> = (0..50)
+            .map(|i| {
+                let t = i as f32 - 25.0;
+                let e = if i % 2 == 0 { 0.1 } else { -0.1 };
+                vec![t + e + 3.0, t - e - 1.0, 2.0]
+            })
+            .collect();
+        let p = pca(&rows, 2).unwrap();
+        assert!(p.explained[0] > 0.999, "{:?}", p.explained);
+        assert!(p.explained[0] >= p.explained[1]);
+        // Coordinates on PC1 are t·√2 (centred), sign fixed positive along (1, 1).
+        let first = p.coords[0][0];
+        let last = p.coords[49][0];
+        assert!((last - first - 49.0 * 2f64.sqrt()).abs() < 1e-3, "{first} {last}");
+        let mean: f64 = p.coords.iter().map(|c| c[0]).sum::<f64>() / 50.0;
+        assert!(mean.abs() < 1e-9);
+    }
+
+    #[test]
+    fn pca_rejects_bad_input() {
+        assert!(pca(&[vec![1.0, 2.0]], 1).is_err());
+        assert!(pca(&[vec![1.0, 2.0], vec![1.0]], 1).is_err());
+        assert!(pca(&[vec![1.0], vec![2.0]], 2).is_err());
+    }
+
+    #[test]
+    fn scatter_png_writes_a_png_of_the_requested_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.png");
+        let panels = vec![
+            Panel { title: "a".into(), points: vec![(0.0, 0.0, 0), (1.0, 2.0, 1)] },
+            Panel { title: "b".into(), points: vec![(3.0, 3.0, 1)] },
+        ];
+        scatter_png(&path, &panels, &["en".into(), "de".into()], 200).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+        // IHDR: width and height, big-endian, at bytes 16..24.
+        let w = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
+        let h = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
+        assert_eq!(w, 400);
+        assert_eq!(h, 200 + 30 + 22);
+        let too_many: Vec<String> = (0..21).map(|i| i.to_string()).collect();
+        assert!(scatter_png(&path, &panels, &too_many, 100).is_err());
+    }
+}

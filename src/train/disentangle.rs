@@ -1,0 +1,341 @@
+//! Meaning / language autoencoder over a frozen multilingual encoder (Tiyajamorn et al. 2021,
+//! seed 004 §3).
+//!
+//! The base encoder embeds every sentence once (cached on disk). For a parallel pair (s, t) and
+//! random sentences s′ (the language of s) and t′ (the language of t), with ê_M = MLP_M(e) and
+//! ê_L = MLP_L(e):
+//!
+//! - L_R = ‖e − (ê_M + ê_L)‖² / d, for s and for t (Eq. 2);
+//! - L_M = (1 − cos(ŝ_M, t̂_M)) + max(0, cos(ŝ_M, ŝ′_M)) + max(0, cos(t̂_M, t̂′_M)) (Eq. 5–7);
+//! - L_L = (2 − cos(ŝ_L, ŝ′_L) − cos(t̂_L, t̂′_L)) + CE(MLP_I(ŝ_L), lang s) + CE(MLP_I(t̂_L), lang t)
+//!   (Eq. 8–11);
+//! - L = L_R + L_M + L_L (Eq. 1), each term the mean over the batch. `meaning_loss = false` or
+//!   `language_loss = false` drop L_M or L_L (the ablation of Table 6).
+//!
+//! Validation: the same loss on held-out pairs (fixed s′, t′), the early-stopping criterion of
+//! the paper, plus language-identification accuracy and translation retrieval with the meaning
+//! embeddings.
+
+use super::config::{BestMode, Config};
+use super::distill::split_by_source;
+use super::trainer::{Recipe, StepLoss};
+use crate::data::parallel::read_sources;
+use crate::eval::knn::{knn, Matrix};
+use crate::model::disentangle::{self, BaseSettings, Heads};
+use crate::model::encoder::Rng;
+use crate::model::weights::Params;
+use crate::model::{LoadOptions, Pooling, SentenceEncoder};
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Device, Tensor, D};
+use rand::{Rng as _, SeedableRng};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::Path;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DisentangleConfig {
+    /// The frozen base encoder: model directory or hub id.
+    pub base: String,
+    /// Text prepended to every input of the base encoder (e5 models want "query: ").
+    #[serde(default)]
+    pub prefix: String,
+    /// The base encoder's pooling (default: the model's own, else mean). The paper used cls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pooling: Option<Pooling>,
+    /// Truncate inputs to this many tokens.
+    #[serde(default = "d_max_length")]
+    pub max_length: usize,
+    /// L2-normalise the base embeddings before the heads.
+    #[serde(default = "d_true")]
+    pub normalize_input: bool,
+    /// Train with L_M (false: the "w/o meaning loss" ablation).
+    #[serde(default = "d_true")]
+    pub meaning_loss: bool,
+    /// Train with L_L (false: the "w/o language loss" ablation).
+    #[serde(default = "d_true")]
+    pub language_loss: bool,
+    /// Batch size of the base encoder (inference).
+    #[serde(default = "d_embed_batch")]
+    pub embed_batch_size: usize,
+}
+
+fn d_max_length() -> usize {
+    128
+}
+fn d_true() -> bool {
+    true
+}
+fn d_embed_batch() -> usize {
+    64
+}
+
+/// One training example: a pair, as rows of the embedding table and language ids.
+#[derive(Debug, Clone, Copy)]
+struct Example {
+    s: u32,
+    t: u32,
+    s_lang: u32,
+    t_lang: u32,
+}
+
+pub struct Disentangle {
+    cfg: DisentangleConfig,
+    heads: Heads,
+    /// Inference view of the heads (same storage, no autograd).
+    infer: Heads,
+    params: Params,
+    /// Base embeddings `[sentences, d]`.
+    table: Tensor,
+    languages: Vec<String>,
+    train: Vec<Example>,
+    /// Training sentences of each language (rows of `table`), to draw s′ and t′ from.
+    pools: Vec<Vec<u32>>,
+    val: Vec<Example>,
+    /// Fixed s′, t′ of each validation pair.
+    val_negatives: Vec<(u32, u32)>,
+    base: BaseSettings,
+}
+
+impl Disentangle {
+    pub fn new(cfg: &Config) -> Result<Self> {
+        let dc = cfg.disentangle.clone().context("recipe = \"disentangle\" needs a [disentangle] section")?;
+        let pairs = read_sources(&cfg.data.sources)?;
+        let (train_pairs, val_pairs) = split_by_source(pairs, cfg.data.val_size, cfg.seed)?;
+        eprintln!("xsent train: {} training pairs, {} validation pairs", train_pairs.len(), val_pairs.len());
+
+        // Every distinct (sentence, language), sorted: the same sentences give the same cache key.
+        let mut sentences: Vec<(String, String)> = Vec::new();
+        for p in train_pairs.iter().chain(&val_pairs) {
+            sentences.push((p.src.clone(), p.src_lang.clone()));
+            sentences.push((p.tgt.clone(), p.tgt_lang.clone()));
+        }
+        sentences.sort_unstable();
+        sentences.dedup();
+        let row: HashMap<(&str, &str), u32> =
+            sentences.iter().enumerate().map(|(i, (s, l))| ((s.as_str(), l.as_str()), i as u32)).collect();
+        let mut languages: Vec<String> = sentences.iter().map(|(_, l)| l.clone()).collect();
+        languages.sort_unstable();
+        languages.dedup();
+        if languages.len() < 2 {
+            bail!("the disentangle recipe needs pairs in at least two languages; the data has {:?}", languages);
+        }
+        let lang_id: HashMap<&str, u32> = languages.iter().enumerate().map(|(i, l)| (l.as_str(), i as u32)).collect();
+        let example = |p: &crate::data::parallel::Pair| Example {
+            s: row[&(p.src.as_str(), p.src_lang.as_str())],
+            t: row[&(p.tgt.as_str(), p.tgt_lang.as_str())],
+            s_lang: lang_id[p.src_lang.as_str()],
+            t_lang: lang_id[p.tgt_lang.as_str()],
+        };
+        let train: Vec<Example> = train_pairs.iter().map(example).collect();
+        let val: Vec<Example> = val_pairs.iter().map(example).collect();
+        let pools = language_pools(&train, languages.len());
+        let val_pools = language_pools(&val, languages.len());
+
+        let device = crate::device::parse_device(&cfg.train.device)?;
+        let opts = LoadOptions {
+            device: device.clone(),
+            prefix: Some(dc.prefix.clone()),
+            pooling: dc.pooling,
+            max_length: Some(dc.max_length),
+            normalize: dc.normalize_input,
+            ..Default::default()
+        };
+        let base_enc = SentenceEncoder::load(&dc.base, &opts).with_context(|| format!("loading the base encoder {}", dc.base))?;
+        let texts: Vec<String> = sentences.iter().map(|(s, _)| s.clone()).collect();
+        let (rows, dim) = super::cache::embeddings(&base_enc, &texts, dc.embed_batch_size, "base")?;
+        let table = Tensor::from_vec(rows, (texts.len(), dim), &Device::Cpu)?.to_device(&device)?;
+        let base = BaseSettings {
+            model: dc.base.clone(),
+            resolved: std::fs::canonicalize(&dc.base).ok().filter(|p| p.is_dir()).map(|p| p.display().to_string()),
+            prefix: base_enc.prefix.clone(),
+            pooling: base_enc.pooling,
+            max_length: base_enc.max_length,
+            normalize: dc.normalize_input,
+        };
+        drop(base_enc);
+
+        let mut init_rng = Rng::seed_from_u64(cfg.seed ^ 0xd15e);
+        let mut heads = Heads::random(dim, languages.len(), &mut init_rng, &device)?;
+        let params = heads.make_trainable()?;
+        let infer = heads.detached();
+        let mut val_rng = Rng::seed_from_u64(cfg.seed ^ 0x7a1);
+        let val_negatives = val
+            .iter()
+            .map(|e| (draw(&val_pools[e.s_lang as usize], e.s, &mut val_rng), draw(&val_pools[e.t_lang as usize], e.t, &mut val_rng)))
+            .collect();
+        Ok(Self { cfg: dc, heads, infer, params, table, languages, train, pools, val, val_negatives, base })
+    }
+
+    /// The loss terms of examples with their s′, t′, and the number of pairs.
+    fn losses(&self, heads: &Heads, ex: &[Example], neg: &[(u32, u32)]) -> Result<Terms> {
+        let b = ex.len();
+        let idx: Vec<u32> = ex
+            .iter()
+            .map(|e| e.s)
+            .chain(ex.iter().map(|e| e.t))
+            .chain(neg.iter().map(|n| n.0))
+            .chain(neg.iter().map(|n| n.1))
+            .collect();
+        let e = self.table.index_select(&Tensor::new(idx, self.table.device())?, 0)?;
+        let (m, l) = heads.split(&e)?;
+        let part = |x: &Tensor, k: usize| x.narrow(0, k * b, b);
+        let d = e.dim(1)? as f64;
+        // L_R on s and t.
+        let st = e.narrow(0, 0, 2 * b)?;
+        let recon = st.sub(&m.narrow(0, 0, 2 * b)?.add(&l.narrow(0, 0, 2 * b)?)?)?.sqr()?.sum(D::Minus1)?.affine(1.0 / d, 0.0)?;
+        let l_r = (part(&recon, 0)?.mean_all()? + part(&recon, 1)?.mean_all()?)?;
+        // L_M.
+        let (sm, tm, sm2, tm2) = (part(&m, 0)?, part(&m, 1)?, part(&m, 2)?, part(&m, 3)?);
+        let l_m = ((cosine(&sm, &tm)?.affine(-1.0, 1.0)?.mean_all()? + cosine(&sm, &sm2)?.relu()?.mean_all()?)?
+            + cosine(&tm, &tm2)?.relu()?.mean_all()?)?;
+        // L_L: similarity of same-language language embeddings, and language identification.
+        let (sl, tl, sl2, tl2) = (part(&l, 0)?, part(&l, 1)?, part(&l, 2)?, part(&l, 3)?);
+        let l_sim = (cosine(&sl, &sl2)?.affine(-1.0, 1.0)?.mean_all()? + cosine(&tl, &tl2)?.affine(-1.0, 1.0)?.mean_all()?)?;
+        let logits = heads.langid.forward(&l.narrow(0, 0, 2 * b)?)?;
+        let labels: Vec<u32> = ex.iter().map(|e| e.s_lang).chain(ex.iter().map(|e| e.t_lang)).collect();
+        let labels = Tensor::new(labels, logits.device())?;
+        // Cross-entropy for s plus for t = 2 × the mean over the 2B rows.
+        let l_id = candle_nn::loss::cross_entropy(&logits, &labels)?.affine(2.0, 0.0)?;
+        let correct = logits.argmax(1)?.eq(&labels)?.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()? as f64;
+        Ok(Terms { l_r, l_m, l_sim, l_id, langid_correct: correct, rows: 2 * b })
+    }
+
+    fn total(&self, t: &Terms) -> Result<Tensor> {
+        let mut total = t.l_r.clone();
+        if self.cfg.meaning_loss {
+            total = (total + &t.l_m)?;
+        }
+        if self.cfg.language_loss {
+            total = ((total + &t.l_sim)? + &t.l_id)?;
+        }
+        Ok(total)
+    }
+}
+
+/// The loss terms of a batch (scalars) and the language-id hits.
+struct Terms {
+    l_r: Tensor,
+    l_m: Tensor,
+    l_sim: Tensor,
+    l_id: Tensor,
+    langid_correct: f64,
+    rows: usize,
+}
+
+impl Terms {
+    fn scalars(&self) -> Result<Vec<(String, f64)>> {
+        let v = |t: &Tensor| -> Result<f64> { Ok(t.to_scalar::<f32>()? as f64) };
+        Ok(vec![
+            ("l_r".into(), v(&self.l_r)?),
+            ("l_m".into(), v(&self.l_m)?),
+            ("l_l_sim".into(), v(&self.l_sim)?),
+            ("l_l_id".into(), v(&self.l_id)?),
+        ])
+    }
+}
+
+/// Row-wise cosine similarity `[B]` of two `[B, d]` tensors.
+fn cosine(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let dot = a.mul(b)?.sum(D::Minus1)?;
+    let na = a.sqr()?.sum(D::Minus1)?.sqrt()?;
+    let nb = b.sqr()?.sum(D::Minus1)?.sqrt()?;
+    Ok(dot.div(&(na.mul(&nb)? + 1e-8)?)?)
+}
+
+/// The distinct sentences of each language among the examples.
+fn language_pools(ex: &[Example], languages: usize) -> Vec<Vec<u32>> {
+    let mut pools = vec![Vec::new(); languages];
+    for e in ex {
+        pools[e.s_lang as usize].push(e.s);
+        pools[e.t_lang as usize].push(e.t);
+    }
+    for p in &mut pools {
+        p.sort_unstable();
+        p.dedup();
+    }
+    pools
+}
+
+/// A sentence of `pool` other than `not` (when the pool has another).
+fn draw(pool: &[u32], not: u32, rng: &mut Rng) -> u32 {
+    if pool.len() < 2 {
+        return pool.first().copied().unwrap_or(not);
+    }
+    loop {
+        let x = pool[rng.random_range(0..pool.len())];
+        if x != not {
+            return x;
+        }
+    }
+}
+
+impl Recipe for Disentangle {
+    fn num_examples(&self) -> usize {
+        self.train.len()
+    }
+
+    fn params(&self) -> Params {
+        self.params.clone()
+    }
+
+    fn shardable(&self) -> bool {
+        self.table.device().is_cpu()
+    }
+
+    fn loss(&self, batch: &[usize], rng: &mut Rng) -> Result<StepLoss> {
+        let ex: Vec<Example> = batch.iter().map(|&i| self.train[i]).collect();
+        let neg: Vec<(u32, u32)> = ex
+            .iter()
+            .map(|e| (draw(&self.pools[e.s_lang as usize], e.s, rng), draw(&self.pools[e.t_lang as usize], e.t, rng)))
+            .collect();
+        let t = self.losses(&self.heads, &ex, &neg)?;
+        Ok(StepLoss { total: self.total(&t)?, terms: t.scalars()?, sentences: 4 * ex.len() })
+    }
+
+    fn validate(&mut self) -> Result<Vec<(String, f64)>> {
+        if self.val.is_empty() {
+            bail!("no validation pairs: set data.val_size > 0");
+        }
+        let mut sums: Vec<(String, f64)> = Vec::new();
+        let (mut total, mut correct, mut rows) = (0.0, 0.0, 0usize);
+        for (ex, neg) in self.val.chunks(1024).zip(self.val_negatives.chunks(1024)) {
+            let t = self.losses(&self.infer, ex, neg)?;
+            let w = ex.len() as f64;
+            total += self.total(&t)?.to_scalar::<f32>()? as f64 * w;
+            for (i, (name, v)) in t.scalars()?.into_iter().enumerate() {
+                match sums.get_mut(i) {
+                    Some(s) => s.1 += v * w,
+                    None => sums.push((name, v * w)),
+                }
+            }
+            correct += t.langid_correct;
+            rows += t.rows;
+        }
+        let n = self.val.len() as f64;
+        let mut out = vec![("loss".to_string(), total / n)];
+        out.extend(sums.into_iter().map(|(k, v)| (k, v / n)));
+        out.push(("langid_acc".into(), 100.0 * correct / rows as f64));
+        // Translation retrieval with the meaning embeddings, t → s and s → t.
+        let rows_of = |f: fn(&Example) -> u32| -> Result<Vec<Vec<f32>>> {
+            let idx: Vec<u32> = self.val.iter().map(f).collect();
+            let e = self.table.index_select(&Tensor::new(idx, self.table.device())?, 0)?;
+            Ok(self.infer.meaning.forward(&e)?.to_vec2()?)
+        };
+        let (s, t) = (Matrix::normalized(&rows_of(|e| e.s)?), Matrix::normalized(&rows_of(|e| e.t)?));
+        let acc = |q: &Matrix, c: &Matrix| -> Result<f64> {
+            let nn = knn(q, c, 1)?;
+            Ok(100.0 * nn.idx.iter().enumerate().filter(|(i, j)| **j as usize == *i).count() as f64 / q.rows() as f64)
+        };
+        out.push(("meaning_acc_mean".into(), (acc(&s, &t)? + acc(&t, &s)?) / 2.0));
+        Ok(out)
+    }
+
+    fn default_best(&self) -> (String, BestMode) {
+        ("loss".into(), BestMode::Min)
+    }
+
+    fn save_model(&self, dir: &Path) -> Result<()> {
+        disentangle::save(dir, &self.heads, &self.base, &self.languages)
+    }
+}
