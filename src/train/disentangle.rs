@@ -339,3 +339,103 @@ impl Recipe for Disentangle {
         disentangle::save(dir, &self.heads, &self.base, &self.languages)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::encoder::Linear;
+
+    fn linear(w: Vec<f32>, out: usize, inp: usize) -> Linear {
+        Linear { weight: Tensor::from_vec(w, (out, inp), &Device::Cpu).unwrap(), bias: Tensor::zeros(out, DType::F32, &Device::Cpu).unwrap() }
+    }
+
+    /// Two-dimensional embeddings, meaning head = identity, language head = zero, langid = zero:
+    /// every term can be worked out by hand.
+    fn recipe(meaning_loss: bool, language_loss: bool) -> Disentangle {
+        // Rows: s = (1, 0), t = (2, 0), s′ = (0, 1), t′ = (−1, 0).
+        let table = Tensor::from_vec(vec![1f32, 0., 2., 0., 0., 1., -1., 0.], (4, 2), &Device::Cpu).unwrap();
+        let heads = Heads {
+            meaning: linear(vec![1., 0., 0., 1.], 2, 2),
+            language: linear(vec![0.; 4], 2, 2),
+            langid: linear(vec![0.; 6], 3, 2),
+        };
+        let cfg = DisentangleConfig {
+            base: String::new(),
+            prefix: String::new(),
+            pooling: None,
+            max_length: 8,
+            normalize_input: false,
+            meaning_loss,
+            language_loss,
+            embed_batch_size: 1,
+        };
+        let ex = Example { s: 0, t: 1, s_lang: 0, t_lang: 2 };
+        Disentangle {
+            cfg,
+            infer: heads.clone(),
+            heads,
+            params: Params::default(),
+            table,
+            languages: vec!["a".into(), "b".into(), "c".into()],
+            train: vec![ex],
+            pools: vec![vec![0, 2], vec![], vec![1, 3]],
+            val: vec![ex],
+            val_negatives: vec![(2, 3)],
+            base: BaseSettings { model: String::new(), resolved: None, prefix: String::new(), pooling: Pooling::Mean, max_length: 8, normalize: false },
+        }
+    }
+
+    #[test]
+    fn loss_terms_match_a_hand_computed_case() {
+        let r = recipe(true, true);
+        let t = r.losses(&r.heads, &r.train, &[(2, 3)]).unwrap();
+        let v: HashMap<String, f64> = t.scalars().unwrap().into_iter().collect();
+        // ê_M + ê_L = e: nothing to reconstruct.
+        assert!(v["l_r"].abs() < 1e-6, "{v:?}");
+        // 1 − cos((1,0),(2,0)) = 0; max(0, cos(s, s′)) = 0; max(0, cos(t, t′)) = max(0, −1) = 0.
+        assert!(v["l_m"].abs() < 1e-6, "{v:?}");
+        // Zero language embeddings: both cosines are 0, so 2 − 0 − 0.
+        assert!((v["l_l_sim"] - 2.0).abs() < 1e-6, "{v:?}");
+        // Uniform logits over 3 languages: ln 3 for s plus ln 3 for t.
+        assert!((v["l_l_id"] - 2.0 * 3f64.ln()).abs() < 1e-5, "{v:?}");
+        let total = r.total(&t).unwrap().to_scalar::<f32>().unwrap() as f64;
+        assert!((total - (2.0 + 2.0 * 3f64.ln())).abs() < 1e-5, "{total}");
+        // The ablations drop their terms from the total.
+        let no_lang = recipe(true, false);
+        assert!(no_lang.total(&t).unwrap().to_scalar::<f32>().unwrap().abs() < 1e-6);
+        let no_meaning = recipe(false, true);
+        let t2 = Terms { l_m: Tensor::new(5f32, &Device::Cpu).unwrap(), ..t };
+        assert!((no_meaning.total(&t2).unwrap().to_scalar::<f32>().unwrap() as f64 - total).abs() < 1e-5);
+    }
+
+    #[test]
+    fn a_reconstruction_error_is_the_mean_squared_residual() {
+        let mut r = recipe(true, true);
+        // Meaning head ½·I: residual e/2, ‖e/2‖²/d = (¼ + 1)/2 for s = (1,0) and t = (2,0) summed.
+        r.heads.meaning = linear(vec![0.5, 0., 0., 0.5], 2, 2);
+        let t = r.losses(&r.heads, &r.train, &[(2, 3)]).unwrap();
+        let v: HashMap<String, f64> = t.scalars().unwrap().into_iter().collect();
+        assert!((v["l_r"] - (0.25 / 2.0 + 1.0 / 2.0)).abs() < 1e-6, "{v:?}");
+    }
+
+    #[test]
+    fn random_sentences_are_of_the_language_and_not_the_sentence_itself() {
+        let mut rng = Rng::seed_from_u64(1);
+        for _ in 0..100 {
+            assert_eq!(draw(&[4, 9], 4, &mut rng), 9);
+        }
+        assert_eq!(draw(&[4], 4, &mut rng), 4);
+        let pools = language_pools(&[Example { s: 0, t: 1, s_lang: 0, t_lang: 1 }, Example { s: 2, t: 1, s_lang: 0, t_lang: 1 }], 2);
+        assert_eq!(pools, vec![vec![0, 2], vec![1]]);
+    }
+
+    #[test]
+    fn validation_reports_the_loss_and_language_id() {
+        let mut r = recipe(true, true);
+        let v: HashMap<String, f64> = r.validate().unwrap().into_iter().collect();
+        assert!((v["loss"] - (2.0 + 2.0 * 3f64.ln())).abs() < 1e-5, "{v:?}");
+        // Uniform logits: argmax is class 0, right for s (language 0), wrong for t (language 2).
+        assert!((v["langid_acc"] - 50.0).abs() < 1e-9, "{v:?}");
+        assert!((v["meaning_acc_mean"] - 100.0).abs() < 1e-9, "{v:?}");
+    }
+}

@@ -1,0 +1,163 @@
+//! The disentangle recipe end to end on the real multilingual-e5-small and a small slice of
+//! XNLI: training, the model directory, `xsent embed --head`, and `xsent plot pca`.
+
+mod common;
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn config(dir: &Path, extra: &str) -> PathBuf {
+    let xnli = common::data().join("xnli");
+    let mut sources = String::new();
+    for lang in ["de", "fr"] {
+        sources += &format!(
+            "[[data.sources]]\nkind = \"xnli\"\ndir = \"{}\"\nsplits = [\"dev\"]\npivot = \"en\"\nlangs = [\"{lang}\"]\nmax_pairs = 90\n\n",
+            xnli.display()
+        );
+    }
+    let text = format!(
+        r#"recipe = "disentangle"
+seed = 3
+[disentangle]
+base = "{}"
+prefix = "query: "
+max_length = 64
+{extra}
+[train]
+epochs = 30
+batch_size = 32
+shard_size = 16
+eval_every = 10
+eval_at_start = true
+log_every = 10
+checkpoint_every = 1000
+[optim]
+lr = 1e-3
+weight_decay = 0.0
+schedule = "constant"
+[data]
+val_size = 20
+
+{sources}"#,
+        common::e5_small()
+    );
+    let path = dir.join("tiny.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn train(dir: &Path, config: &Path, out: &Path) -> Output {
+    common::xsent()
+        .args(["train", "--config", config.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        .env("XSENT_CACHE", dir.join("cache"))
+        .output()
+        .unwrap()
+}
+
+fn validations(run: &Path) -> Vec<Value> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v.get("val").is_some())
+        .collect()
+}
+
+fn embed(model: &Path, extra: &[&str], input: &Path) -> Result<Vec<Vec<f32>>, String> {
+    let o = common::xsent()
+        .args(["embed", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap()])
+        .args(extra)
+        .output()
+        .unwrap();
+    if !o.status.success() {
+        return Err(stderr(&o));
+    }
+    Ok(String::from_utf8(o.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect())
+}
+
+#[test]
+fn disentangle_trains_saves_heads_and_embeds_with_each_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "");
+    let run = dir.path().join("run");
+    let o = train(dir.path(), &cfg, &run);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    // The validation loss falls and language identification is learnt.
+    let vals = validations(&run);
+    assert!(vals.len() >= 3, "{vals:?}");
+    let first = &vals[0]["val"];
+    let last = &vals[vals.len() - 1]["val"];
+    assert!(last["loss"].as_f64().unwrap() < 0.8 * first["loss"].as_f64().unwrap(), "{first} → {last}");
+    assert!(last["langid_acc"].as_f64().unwrap() > 90.0, "{last}");
+
+    let model = run.join("final");
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(model.join("xsent.json")).unwrap()).unwrap();
+    assert_eq!(saved["kind"], "disentangle");
+    assert_eq!(saved["languages"], serde_json::json!(["de", "en", "fr"]));
+    assert_eq!(saved["base"]["prefix"], "query: ");
+
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "A man is playing a guitar.\nEin Mann spielt Gitarre.\n").unwrap();
+    let meaning = embed(&model, &[], &input).unwrap();
+    let language = embed(&model, &["--head", "language"], &input).unwrap();
+    assert_eq!(meaning.len(), 2);
+    assert_eq!(meaning[0].len(), 384);
+    assert!(common::max_abs_diff(&meaning[0], &language[0]) > 1e-3);
+
+    // The meaning vectors are the head applied to the base encoder's vectors, normalised.
+    let base = embed(Path::new(&common::e5_small()), &["--prefix", "query: ", "--max-length", "64"], &input).unwrap();
+    let heads = candle_core::safetensors::load(model.join("heads.safetensors"), &candle_core::Device::Cpu).unwrap();
+    let w = heads["meaning.weight"].to_vec2::<f32>().unwrap();
+    let b = heads["meaning.bias"].to_vec1::<f32>().unwrap();
+    for (e, m) in base.iter().zip(&meaning) {
+        let y: Vec<f32> = w.iter().zip(&b).map(|(row, bi)| row.iter().zip(e).map(|(a, x)| a * x).sum::<f32>() + bi).collect();
+        let n = y.iter().map(|v| v * v).sum::<f32>().sqrt();
+        let y: Vec<f32> = y.iter().map(|v| v / n).collect();
+        assert!(common::max_abs_diff(&y, m) < 1e-4, "{}", common::max_abs_diff(&y, m));
+    }
+
+    // Heads: a wrong name, or a model without heads, are errors that say so.
+    let e = embed(&model, &["--head", "style"], &input).unwrap_err();
+    assert!(e.contains("meaning") && e.contains("language"), "{e}");
+    let e = embed(Path::new(&common::e5_small()), &["--head", "language"], &input).unwrap_err();
+    assert!(e.contains("disentangle"), "{e}");
+    let e = embed(&model, &["--pooling", "cls"], &input).unwrap_err();
+    assert!(e.contains("--pooling"), "{e}");
+
+    // A picture of the three spaces: three panels side by side.
+    let png = dir.path().join("pca.png");
+    let o = common::xsent()
+        .args(["plot", "pca", "--model", model.to_str().unwrap(), "--rows", "30", "--panel-size", "300", "-o", png.to_str().unwrap()])
+        .args(["--data-dir", &common::data_arg()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    assert_eq!(u32::from_be_bytes(bytes[16..20].try_into().unwrap()), 900);
+    let log = stderr(&o);
+    assert!(log.contains("base (") && log.contains("meaning: PC1") && log.contains("language: PC1"), "{log}");
+}
+
+#[test]
+fn the_ablation_switches_drop_their_terms() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "meaning_loss = false");
+    let run = dir.path().join("run");
+    let o = common::xsent()
+        .args(["train", "--config", cfg.to_str().unwrap(), "--out", run.to_str().unwrap(), "--set", "train.epochs=1"])
+        .env("XSENT_CACHE", dir.path().join("cache"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = &validations(&run)[0]["val"];
+    let sum = v["l_r"].as_f64().unwrap() + v["l_l_sim"].as_f64().unwrap() + v["l_l_id"].as_f64().unwrap();
+    assert!((v["loss"].as_f64().unwrap() - sum).abs() < 1e-4, "{v}");
+    assert!(v["l_m"].as_f64().unwrap() > 1e-3, "L_M is still reported: {v}");
+}
