@@ -4,6 +4,7 @@ mod convert;
 mod embed;
 mod eval;
 mod mine;
+mod tokenizer;
 mod train;
 
 use clap::{Parser, Subcommand};
@@ -27,6 +28,9 @@ enum Command {
     Mine(mine::Args),
     /// Train a model with one of the recipes (configs/*.toml).
     Train(train::Args),
+    /// Vocabularies: `xsent tokenizer train` learns a SentencePiece-style one from text.
+    #[command(subcommand)]
+    Tokenizer(tokenizer::Command),
     /// Convert foreign model formats into a Hugging Face model directory.
     #[command(subcommand)]
     Convert(convert::Convert),
@@ -86,11 +90,12 @@ pub fn main() -> i32 {
     let cli = Cli::parse();
     match cli.command {
         Command::Embed(_) | Command::Eval(_) | Command::Mine(_) | Command::Train(_) => crate::parallel::init_data_parallel(),
-        Command::Convert(_) => {}
+        Command::Convert(_) | Command::Tokenizer(_) => {}
     }
     let result = match cli.command {
         Command::Embed(args) => embed::run(args).map(|()| 0),
         Command::Convert(c) => convert::run(c).map(|()| 0),
+        Command::Tokenizer(c) => tokenizer::run(c).map(|()| 0),
         Command::Eval(t) => eval::run(t).map(|()| 0),
         Command::Mine(a) => mine::run(a).map(|()| 0),
         Command::Train(a) => train::run(a),
