@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    /// Which recipe trains: `distill`.
+    /// Which recipe trains: `distill` or `sp`.
     pub recipe: String,
     /// Seeds initialisation, data order and dropout.
     #[serde(default = "d_seed")]
@@ -23,6 +23,8 @@ pub struct Config {
     pub data: DataConfig,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub distill: Option<super::distill::DistillConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sp: Option<super::sp::SpConfig>,
 }
 
 fn d_seed() -> u64 {
@@ -250,7 +252,11 @@ impl Config {
         match self.recipe.as_str() {
             "distill" if self.distill.is_none() => bail!("recipe = \"distill\" needs a [distill] section"),
             "distill" => {}
-            other => bail!("recipe = {other:?} is not known; this xsent trains: distill"),
+            "sp" => match &self.sp {
+                None => bail!("recipe = \"sp\" needs an [sp] section"),
+                Some(sp) => sp.validate().context("[sp]")?,
+            },
+            other => bail!("recipe = {other:?} is not known; this xsent trains: distill, sp"),
         }
         crate::device::parse_device(&t.device).context("train.device")?;
         for (i, s) in self.data.sources.iter().enumerate() {
