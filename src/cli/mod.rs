@@ -5,6 +5,7 @@ mod embed;
 mod eval;
 mod mine;
 mod plot;
+mod tokenizer;
 mod train;
 
 use clap::{Parser, Subcommand};
@@ -31,6 +32,9 @@ enum Command {
     /// Draw pictures of embedding spaces (PNG).
     #[command(subcommand)]
     Plot(plot::Plot),
+    /// Vocabularies: `xsent tokenizer train` learns a SentencePiece-style one from text.
+    #[command(subcommand)]
+    Tokenizer(tokenizer::Command),
     /// Convert foreign model formats into a Hugging Face model directory.
     #[command(subcommand)]
     Convert(convert::Convert),
@@ -94,11 +98,12 @@ pub fn main() -> i32 {
     let cli = Cli::parse();
     match cli.command {
         Command::Embed(_) | Command::Eval(_) | Command::Mine(_) | Command::Train(_) | Command::Plot(_) => crate::parallel::init_data_parallel(),
-        Command::Convert(_) => {}
+        Command::Convert(_) | Command::Tokenizer(_) => {}
     }
     let result = match cli.command {
         Command::Embed(args) => embed::run(args).map(|()| 0),
         Command::Convert(c) => convert::run(c).map(|()| 0),
+        Command::Tokenizer(c) => tokenizer::run(c).map(|()| 0),
         Command::Eval(t) => eval::run(t).map(|()| 0),
         Command::Mine(a) => mine::run(a).map(|()| 0),
         Command::Train(a) => train::run(a),

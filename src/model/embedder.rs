@@ -91,6 +91,15 @@ pub fn load_embedder(spec: &str, opts: &LoadOptions, head: Option<&str>) -> Resu
             let head = head.map(super::disentangle::Head::parse).transpose()?.unwrap_or(super::disentangle::Head::Meaning);
             Ok(Box::new(super::disentangle::DisentangledEncoder::load(Path::new(spec), opts, head)?))
         }
+        Some("averaging") => {
+            if let Some(h) = head {
+                bail!("--head {h}: {spec} is an averaging model with a single output");
+            }
+            if opts.layers.is_some() || opts.pooling.is_some() || opts.max_length.is_some() {
+                bail!("{spec} is an averaging model (mean of unit embeddings): --layers, --pooling and --max-length do not apply to it");
+            }
+            Ok(Box::new(super::AveragingModel::load(Path::new(spec), opts.normalize, opts.prefix.as_deref())?))
+        }
         Some(other) => bail!(
             "{spec}/xsent.json names model kind {other:?}, which this xsent does not know (a newer xsent may have written it)"
         ),

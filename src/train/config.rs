@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    /// Which recipe trains: `distill`, `disentangle`.
+    /// Which recipe trains: `distill`, `disentangle` or `sp`.
     pub recipe: String,
     /// Seeds initialisation, data order and dropout.
     #[serde(default = "d_seed")]
@@ -25,6 +25,7 @@ pub struct Config {
     pub distill: Option<super::distill::DistillConfig>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disentangle: Option<super::disentangle::DisentangleConfig>,
+    pub sp: Option<super::sp::SpConfig>,
 }
 
 fn d_seed() -> u64 {
@@ -254,7 +255,11 @@ impl Config {
             "distill" => {}
             "disentangle" if self.disentangle.is_none() => bail!("recipe = \"disentangle\" needs a [disentangle] section"),
             "disentangle" => {}
-            other => bail!("recipe = {other:?} is not known; this xsent trains: distill, disentangle"),
+                        "sp" => match &self.sp {
+                None => bail!("recipe = \"sp\" needs an [sp] section"),
+                Some(sp) => sp.validate().context("[sp]")?,
+            },
+            other => bail!("recipe = {other:?} is not known; this xsent trains: distill, disentangle, sp"),
         }
         crate::device::parse_device(&t.device).context("train.device")?;
         for (i, s) in self.data.sources.iter().enumerate() {

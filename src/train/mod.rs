@@ -5,6 +5,7 @@ pub mod config;
 pub mod disentangle;
 pub mod distill;
 pub mod optim;
+pub mod sp;
 pub mod trainer;
 
 pub use config::Config;
@@ -23,17 +24,24 @@ pub fn cache_dir() -> PathBuf {
     home.join(".cache/xsent")
 }
 
-/// Build the recipe a config names.
-pub fn build_recipe(cfg: &Config) -> Result<Box<dyn Recipe>> {
+/// Build the recipe a config names, for run directory `out` (where a recipe may keep what it
+/// derives from the data once, e.g. the sp recipe's learned vocabulary, so a resumed run reuses it).
+pub fn build_recipe(cfg: &Config, out: &Path) -> Result<Box<dyn Recipe>> {
     match cfg.recipe.as_str() {
         "distill" => Ok(Box::new(distill::Distill::new(cfg)?)),
         "disentangle" => Ok(Box::new(disentangle::Disentangle::new(cfg)?)),
-        other => anyhow::bail!("recipe = {other:?} is not known; this xsent trains: distill, disentangle"),
+        "sp" => Ok(Box::new(sp::SpRecipe::new(cfg, out)?)),
+        other => anyhow::bail!("recipe = {other:?} is not known; this xsent trains: distill, disentangle, sp"),
     }
 }
 
 /// Train a config into run directory `out` (resuming from its newest checkpoint with `resume`).
 pub fn train(cfg: &Config, out: &Path, resume: bool, opts: &RunOptions) -> Result<Outcome> {
-    let mut recipe = build_recipe(cfg)?;
+    if cfg.recipe == "sp" && cfg.sp.as_ref().is_some_and(|s| s.random) {
+        // The untrained encoders of seed 002 Table 2: no step to take.
+        sp::write_untrained(cfg, out)?;
+        return Ok(Outcome::Finished);
+    }
+    let mut recipe = build_recipe(cfg, out)?;
     Trainer::new(cfg, out).run(recipe.as_mut(), resume, opts)
 }

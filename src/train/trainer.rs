@@ -52,6 +52,21 @@ pub trait Recipe: Send + Sync {
     }
     /// Reorder a batch before it is cut into shards (e.g. by length, to pad less).
     fn order_batch(&self, _batch: &mut [usize]) {}
+    /// Mega-batching (Wieting & Gimpel 2018): the number of consecutive micro-batches that form
+    /// the mega-batch starting at micro-batch `first` (micro-batches are counted over the run
+    /// from 0: step × `grad_accum` + index within the step). A function of `first` alone: on
+    /// resume the trainer recomputes the mega-batches from micro-batch 0. Default 1: every
+    /// micro-batch is its own mega-batch.
+    fn megabatch_len(&self, _first: u64) -> usize {
+        1
+    }
+    /// Loss of `batch` (a micro-batch, or a shard of one) given the example indices of its whole
+    /// mega-batch (`batch`'s micro-batch included, in sampling order), e.g. to pick negatives
+    /// there. The mega-batch comes from the seeded data order, so nothing about it lives in the
+    /// recipe's state. Default: [`loss`](Recipe::loss).
+    fn loss_in_megabatch(&self, batch: &[usize], _mega: &[usize], rng: &mut Rng) -> Result<StepLoss> {
+        self.loss(batch, rng)
+    }
     /// Validation scores by name.
     fn validate(&mut self) -> Result<Vec<(String, f64)>>;
     /// The validation score that decides "best", and whether higher is better.
@@ -115,6 +130,11 @@ impl Sampler {
         let mut rng = Rng::seed_from_u64(self.seed ^ 0x5eed_da7a ^ self.epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         self.order = (0..self.n).collect();
         self.order.shuffle(&mut rng);
+    }
+
+    /// The sampler after `consumed` examples of the run.
+    fn at(seed: u64, n: usize, consumed: u64) -> Self {
+        Self::new(seed, n, consumed / n as u64, (consumed % n as u64) as usize)
     }
 
     fn next_batch(&mut self, size: usize) -> Vec<usize> {
@@ -203,6 +223,9 @@ impl<'a> Trainer<'a> {
         };
 
         let mut sampler = Sampler::new(cfg.seed, n, state.epoch, state.pos);
+        // The mega-batch of the current micro-batch: first micro-batch, length, examples
+        // (filled when longer than one micro-batch).
+        let mut mega = (0u64, recipe.megabatch_len(0).max(1), Vec::<usize>::new());
         let progress = Progress::new(total, state.step);
         if state.step == 0 && t.eval_at_start {
             self.validate(recipe, &mut metrics, &mut state, &best_metric, best_mode, &progress)?;
@@ -219,14 +242,30 @@ impl<'a> Trainer<'a> {
             let mut terms: Vec<(String, f64)> = Vec::new();
             let mut sentences = 0usize;
             let (mut fwd_s, mut bwd_s) = (0f64, 0f64);
-            for _ in 0..t.grad_accum {
+            for a in 0..t.grad_accum {
                 let mut batch = sampler.next_batch(t.batch_size);
+                let micro = state.step * t.grad_accum as u64 + a as u64;
+                while micro >= mega.0 + mega.1 as u64 {
+                    mega = (mega.0 + mega.1 as u64, recipe.megabatch_len(mega.0 + mega.1 as u64).max(1), Vec::new());
+                }
+                let drawn = if mega.1 == 1 { batch.clone() } else { Vec::new() };
+                let examples: &[usize] = if mega.1 == 1 {
+                    &drawn
+                } else {
+                    if mega.2.is_empty() {
+                        let mut s = Sampler::at(cfg.seed, n, mega.0 * t.batch_size as u64);
+                        mega.2 = s.next_batch(mega.1 * t.batch_size);
+                    }
+                    let at = (micro - mega.0) as usize * t.batch_size;
+                    debug_assert_eq!(&mega.2[at..at + t.batch_size], &batch[..], "the mega-batch holds this micro-batch");
+                    &mega.2
+                };
                 recipe.order_batch(&mut batch);
                 let shards: Vec<&[usize]> = if recipe.shardable() { batch.chunks(t.shard_size.max(1)).collect() } else { vec![&batch] };
                 // One RNG per shard, seeded in order from the run's RNG: the same dropout
                 // whatever the number of threads.
                 let seeds: Vec<u64> = shards.iter().map(|_| rng.next_u64()).collect();
-                let mb = run_shards(recipe, &shards, &seeds, batch.len(), t.grad_accum, &params)?;
+                let mb = run_shards(recipe, &shards, examples, &seeds, batch.len(), t.grad_accum, &params)?;
                 if let Some((value, terms)) = mb.non_finite {
                     bail!(nan_message(state.step + 1, value, &terms, &self.out)?);
                 }
@@ -477,10 +516,19 @@ pub struct MicroBatch {
     pub backward_s: f64,
 }
 
-/// Forward and backward of each shard (on [`crate::parallel::threads`] workers), each shard's
+/// Forward and backward of each shard (on [`crate::parallel::threads`] workers), with `mega` the
+/// examples of the micro-batch's mega-batch (see [`Recipe::loss_in_megabatch`]), each shard's
 /// loss weighted by its share of the batch and by `1 / grad_accum`; gradients summed in shard
 /// order, so the result does not depend on the number of threads.
-pub fn run_shards(recipe: &dyn Recipe, shards: &[&[usize]], seeds: &[u64], batch_len: usize, accum: usize, params: &Params) -> Result<MicroBatch> {
+pub fn run_shards(
+    recipe: &dyn Recipe,
+    shards: &[&[usize]],
+    mega: &[usize],
+    seeds: &[u64],
+    batch_len: usize,
+    accum: usize,
+    params: &Params,
+) -> Result<MicroBatch> {
     struct Done {
         grads: Option<GradStore>,
         loss: f64,
@@ -492,7 +540,7 @@ pub fn run_shards(recipe: &dyn Recipe, shards: &[&[usize]], seeds: &[u64], batch
     let one = |i: usize| -> Result<std::result::Result<Done, (f64, Vec<(String, f64)>)>> {
         let mut rng = Rng::seed_from_u64(seeds[i]);
         let t0 = Instant::now();
-        let l = recipe.loss(shards[i], &mut rng)?;
+        let l = recipe.loss_in_megabatch(shards[i], mega, &mut rng)?;
         let fwd = t0.elapsed().as_secs_f64();
         let w = shards[i].len() as f64 / batch_len as f64 / accum as f64;
         let value = l.total.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
@@ -702,6 +750,16 @@ mod tests {
         let mut c = Sampler::new(7, 10, 1, 0);
         assert_eq!(c.next_batch(3), next);
         assert_eq!(b.next_batch(4), c.next_batch(4));
+    }
+
+    #[test]
+    fn sampler_at_a_position_continues_the_run() {
+        let mut run = Sampler::new(3, 7, 0, 0);
+        let drawn: Vec<usize> = (0..6).flat_map(|_| run.next_batch(4)).collect();
+        for consumed in [0usize, 4, 7, 8, 14, 20] {
+            let mut s = Sampler::at(3, 7, consumed as u64);
+            assert_eq!(s.next_batch(4), drawn[consumed..consumed + 4].to_vec(), "after {consumed}");
+        }
     }
 
     #[test]

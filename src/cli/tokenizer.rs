@@ -1,0 +1,56 @@
+use crate::model::vocab::{self, SubwordModel};
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Learn a shared SentencePiece-style vocabulary (unigram or BPE, NFKC, `▁` word
+    /// boundaries) from text files, one sentence per line (`.gz` read through gzip), and save it
+    /// as a tokenizer.json that the `sp` recipe (`sp.tokenizer`) and the `tokenizers` library load.
+    Train(TrainArgs),
+}
+
+#[derive(clap::Args)]
+pub struct TrainArgs {
+    /// Text files, one sentence per line; all languages together give one shared vocabulary.
+    #[arg(long, short = 'i', required = true, num_args = 1..)]
+    input: Vec<PathBuf>,
+    /// Where to write the tokenizer: a .json file, or a directory (DIR/tokenizer.json).
+    #[arg(long, short = 'o')]
+    output: PathBuf,
+    #[arg(long, value_enum, default_value_t = SubwordModel::Unigram)]
+    model: SubwordModel,
+    #[arg(long, default_value_t = 20_000)]
+    vocab_size: usize,
+    /// Lowercase the text (NFKC is always applied).
+    #[arg(long)]
+    lowercase: bool,
+}
+
+pub fn run(c: Command) -> Result<()> {
+    match c {
+        Command::Train(a) => {
+            let t0 = std::time::Instant::now();
+            let lines = vocab::read_corpus(&a.input)?;
+            let texts: Vec<&str> = lines.iter().map(String::as_str).collect();
+            let tok = vocab::train_subword(&texts, a.model, a.vocab_size, a.lowercase)?;
+            let path = if a.output.extension().is_some_and(|e| e == "json") { a.output.clone() } else { a.output.join("tokenizer.json") };
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            }
+            tok.save(&path, true).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+            eprintln!(
+                "xsent tokenizer: {} vocabulary of {} pieces from {} lines written to {} ({:.1} s)",
+                match a.model {
+                    SubwordModel::Unigram => "unigram",
+                    SubwordModel::Bpe => "BPE",
+                },
+                tok.get_vocab_size(true),
+                lines.len(),
+                path.display(),
+                t0.elapsed().as_secs_f64()
+            );
+            Ok(())
+        }
+    }
+}

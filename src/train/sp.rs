@@ -1,0 +1,479 @@
+//! Paraphrastic sentence embeddings by averaging (Wieting et al. 2019, seed 002): a sentence is
+//! the mean of its units' embeddings (SentencePiece pieces, words or character trigrams; one
+//! table shared by both languages, the only parameters), trained on translation pairs (s, t)
+//! with the margin loss
+//!
+//! `max(0, δ − cos(s, t) + cos(s, t′))`
+//!
+//! where t′ is the hardest negative: the target-side sentence of the mega-batch most similar to
+//! s, other than s's translations (Wieting & Gimpel 2018: M mini-batches are encoded together to
+//! pick negatives, then trained as mini-batches). M is annealed from 1 upward by one every
+//! `anneal_rate` mini-batches up to `megabatch_max`. `symmetric` adds the same term with the
+//! hardest source-side negative s′ for t.
+//!
+//! Negatives are picked with the parameters of the step that trains on them (the mega-batch is
+//! re-encoded at each of its mini-batches, with the current table): Wieting & Gimpel pick them
+//! once per mega-batch with the parameters at its start. Doing it per step keeps `--resume`
+//! exact without storing negatives in checkpoints, and costs one more averaging pass over the
+//! mega-batch per step (a plain loop, cheap next to the update of the table).
+
+use super::config::{BestMode, Config};
+use super::distill::split_by_source;
+use super::trainer::{Recipe, StepLoss};
+use crate::data::parallel::read_sources;
+use crate::eval::knn::{knn, Matrix};
+use crate::model::averaging::{embed_ids_flat, flatten, AveragingModel, Segmenter, Units};
+use crate::model::encoder::Rng;
+use crate::model::vocab::SubwordModel;
+use crate::model::weights::Params;
+use anyhow::{bail, ensure, Context, Result};
+use candle_core::{Device, Storage, Tensor, Var};
+use rand::Rng as _;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpConfig {
+    /// `sp` (SentencePiece pieces), `word` or `trigram` (seed 002 §2).
+    #[serde(default = "d_units")]
+    pub units: Units,
+    /// A tokenizer.json to use (sp or word units); default: learned from the training pairs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<PathBuf>,
+    /// `unigram` or `bpe` (sp units, when the vocabulary is learned).
+    #[serde(default = "d_subword")]
+    pub subword_model: SubwordModel,
+    /// Vocabulary size: pieces (sp, default 20,000) or most frequent types kept (word and
+    /// trigram, default 200,000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vocab_size: Option<usize>,
+    /// Lowercase inputs (NFKC always).
+    #[serde(default)]
+    pub lowercase: bool,
+    /// Embedding dimension.
+    #[serde(default = "d_dim")]
+    pub dim: usize,
+    /// Embeddings start from N(0, init_std²).
+    #[serde(default = "d_init_std")]
+    pub init_std: f64,
+    /// δ of the margin loss.
+    #[serde(default = "d_margin")]
+    pub margin: f64,
+    /// Largest mega-batch, in mini-batches (M_max).
+    #[serde(default = "d_megabatch")]
+    pub megabatch_max: usize,
+    /// M grows by one every this many mini-batches (0: M_max from the start).
+    #[serde(default = "d_anneal")]
+    pub anneal_rate: u64,
+    /// Also the hardest source-side negative for each target.
+    #[serde(default)]
+    pub symmetric: bool,
+    /// Probability of dropping each unit of a sentence in training (at least one is kept).
+    #[serde(default = "d_dropout")]
+    pub dropout: f64,
+    /// No training: write the randomly initialised encoder (seed 002 Table 2's random rows).
+    #[serde(default)]
+    pub random: bool,
+}
+
+fn d_units() -> Units {
+    Units::Sp
+}
+fn d_subword() -> SubwordModel {
+    SubwordModel::Unigram
+}
+fn d_dim() -> usize {
+    300
+}
+fn d_init_std() -> f64 {
+    1.0
+}
+fn d_margin() -> f64 {
+    0.4
+}
+fn d_megabatch() -> usize {
+    120
+}
+fn d_anneal() -> u64 {
+    150
+}
+fn d_dropout() -> f64 {
+    0.3
+}
+
+impl SpConfig {
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size.unwrap_or(match self.units {
+            Units::Sp => 20_000,
+            Units::Word | Units::Trigram => 200_000,
+        })
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        ensure!(self.dim > 0, "sp.dim must be at least 1");
+        ensure!(self.vocab_size() >= 2, "sp.vocab_size must be at least 2");
+        ensure!(self.megabatch_max >= 1, "sp.megabatch_max must be at least 1");
+        ensure!((0.0..1.0).contains(&self.dropout), "sp.dropout must be in [0, 1), got {}", self.dropout);
+        ensure!(self.init_std > 0.0 && self.init_std.is_finite(), "sp.init_std must be a positive number");
+        if self.tokenizer.is_some() && self.units == Units::Trigram {
+            bail!("sp.tokenizer is for sp or word units; trigram units learn their trigrams from the data");
+        }
+        Ok(())
+    }
+
+    /// Mega-batch length (in mini-batches) of the mega-batch that starts at mini-batch `first`.
+    pub fn megabatch_len(&self, first: u64) -> usize {
+        megabatch_len(first, self.anneal_rate, self.megabatch_max)
+    }
+}
+
+/// M at mini-batch `first`: 1 + ⌊first / anneal_rate⌋, at most `max` (`max` when `anneal_rate`
+/// is 0).
+pub fn megabatch_len(first: u64, anneal_rate: u64, max: usize) -> usize {
+    if anneal_rate == 0 {
+        return max.max(1);
+    }
+    (1 + first / anneal_rate).min(max.max(1) as u64) as usize
+}
+
+/// The mega-batches of the first `micro_batches` mini-batches: `(first, length)` each.
+pub fn megabatches(micro_batches: u64, anneal_rate: u64, max: usize) -> Vec<(u64, usize)> {
+    let mut out = Vec::new();
+    let mut first = 0;
+    while first < micro_batches {
+        let m = megabatch_len(first, anneal_rate, max);
+        out.push((first, m));
+        first += m as u64;
+    }
+    out
+}
+
+/// For each query row, the most similar candidate row (inner product of normalised rows) whose
+/// key differs from the query's in both parts (a pair's source text and target text: a
+/// candidate that shares either is a translation, not a negative). Ties go to the lower index;
+/// `None` when every candidate is excluded. Rows are `[n, dim]` row-major.
+pub fn hardest_negatives(queries: &[f32], q_keys: &[(u32, u32)], cands: &[f32], c_keys: &[(u32, u32)], dim: usize) -> Result<Vec<Option<usize>>> {
+    let (nq, nc) = (q_keys.len(), c_keys.len());
+    ensure!(queries.len() == nq * dim && cands.len() == nc * dim, "hardest_negatives: rows and keys disagree");
+    if nq == 0 || nc == 0 {
+        return Ok(vec![None; nq]);
+    }
+    let q = Tensor::from_slice(queries, (nq, dim), &Device::Cpu)?;
+    let c = Tensor::from_slice(cands, (nc, dim), &Device::Cpu)?;
+    let sims: Vec<f32> = q.matmul(&c.t()?)?.flatten_all()?.to_vec1()?;
+    Ok((0..nq)
+        .map(|i| {
+            let (ks, kt) = q_keys[i];
+            let mut best: Option<(usize, f32)> = None;
+            for (j, &s) in sims[i * nc..(i + 1) * nc].iter().enumerate() {
+                let (cs, ct) = c_keys[j];
+                if cs == ks || ct == kt {
+                    continue;
+                }
+                if best.is_none_or(|(_, b)| s > b) {
+                    best = Some((j, s));
+                }
+            }
+            best.map(|(j, _)| j)
+        })
+        .collect())
+}
+
+/// One side's unit ids of every example.
+struct Side {
+    ids: Vec<Vec<u32>>,
+    /// Interned text: equal keys are equal sentences.
+    key: Vec<u32>,
+}
+
+pub struct SpRecipe {
+    cfg: SpConfig,
+    segmenter: Segmenter,
+    table: Var,
+    dim: usize,
+    src: Side,
+    tgt: Side,
+    val_src: Vec<Vec<u32>>,
+    val_tgt: Vec<Vec<u32>>,
+}
+
+impl SpRecipe {
+    /// The recipe for run directory `out`. A vocabulary learned from the data is kept in
+    /// `out/vocab/` and reused from there by a resumed run: the `tokenizers` unigram trainer
+    /// breaks ties in hash-map order, so learning it again could number the pieces differently.
+    pub fn new(cfg: &Config, out: &Path) -> Result<Self> {
+        let sc = cfg.sp.clone().context("recipe = \"sp\" needs an [sp] section")?;
+        sc.validate()?;
+        if !crate::device::parse_device(&cfg.train.device)?.is_cpu() {
+            bail!("the sp recipe trains on the CPU (train.device = \"cpu\"): an averaging model's step is a gather and a sum");
+        }
+        let pairs = read_sources(&cfg.data.sources)?;
+        let (train, val) = split_by_source(pairs, cfg.data.val_size, cfg.seed)?;
+        eprintln!("xsent train: {} training pairs, {} validation pairs", train.len(), val.len());
+
+        let t0 = std::time::Instant::now();
+        let vocab_dir = out.join("vocab");
+        let segmenter = match &sc.tokenizer {
+            Some(p) => {
+                let t = tokenizers::Tokenizer::from_file(p).map_err(|e| anyhow::anyhow!("sp.tokenizer: cannot load {}: {e}", p.display()))?;
+                Segmenter::from_tokenizer(sc.units, t, sc.lowercase)?
+            }
+            None if vocab_dir.is_dir() => {
+                eprintln!("xsent train: vocabulary from {}", vocab_dir.display());
+                Segmenter::load(&vocab_dir, sc.units, sc.lowercase)?
+            }
+            None => {
+                // The vocabulary is learned from the training pairs only (never the held-out ones).
+                let mut texts: Vec<&str> = train.iter().flat_map(|p| [p.src.as_str(), p.tgt.as_str()]).collect();
+                texts.sort_unstable();
+                texts.dedup();
+                let seg = Segmenter::train(sc.units, &texts, sc.vocab_size(), sc.subword_model, sc.lowercase)?;
+                std::fs::create_dir_all(out).with_context(|| format!("cannot create run directory {}", out.display()))?;
+                super::trainer::write_atomically(&vocab_dir, |d| seg.save(d))?;
+                seg
+            }
+        };
+        let vocab = segmenter.vocab_size();
+        eprintln!("xsent train: {} vocabulary of {vocab} units ({:.1} s)", sc.units, t0.elapsed().as_secs_f64());
+
+        let mut interner: HashMap<&str, u32> = HashMap::new();
+        let mut src_key = Vec::with_capacity(train.len());
+        let mut tgt_key = Vec::with_capacity(train.len());
+        for p in &train {
+            for (text, keys) in [(p.src.as_str(), &mut src_key), (p.tgt.as_str(), &mut tgt_key)] {
+                let n = interner.len() as u32;
+                keys.push(*interner.entry(text).or_insert(n));
+            }
+        }
+        drop(interner);
+        let ids = |texts: Vec<&str>| segmenter.ids_batch(&texts);
+        let src = Side { ids: ids(train.iter().map(|p| p.src.as_str()).collect())?, key: src_key };
+        let tgt = Side { ids: ids(train.iter().map(|p| p.tgt.as_str()).collect())?, key: tgt_key };
+        let val_src = ids(val.iter().map(|p| p.src.as_str()).collect())?;
+        let val_tgt = ids(val.iter().map(|p| p.tgt.as_str()).collect())?;
+        let table = AveragingModel::random_table(vocab, sc.dim, sc.init_std as f32, cfg.seed ^ 0x5ba7_e1ed);
+        let table = Var::from_tensor(&Tensor::from_vec(table, (vocab, sc.dim), &Device::Cpu)?)?;
+        Ok(Self { dim: sc.dim, cfg: sc, segmenter, table, src, tgt, val_src, val_tgt })
+    }
+
+    /// The table's current values.
+    fn with_table<T>(&self, f: impl FnOnce(&[f32]) -> Result<T>) -> Result<T> {
+        let t = self.table.as_tensor();
+        let (storage, layout) = t.storage_and_layout();
+        let Storage::Cpu(cpu) = &*storage else { bail!("the sp table is not on the CPU") };
+        ensure!(layout.is_contiguous(), "the sp table is not contiguous");
+        let s = &cpu.as_slice::<f32>()?[layout.start_offset()..][..t.elem_count()];
+        f(s)
+    }
+
+    /// Normalised sentence vectors of the examples `idx` of one side, `[n, dim]`.
+    fn encode(&self, table: &[f32], side: &Side, idx: &[usize]) -> Result<Vec<f32>> {
+        let rows: Vec<Vec<u32>> = idx.iter().map(|&i| side.ids[i].clone()).collect();
+        let (flat, off) = flatten(&rows);
+        embed_ids_flat(table, self.dim, &flat, &off, true)
+    }
+
+    /// The averaged vectors of `sentences` (unit ids), each unit dropped with probability
+    /// `dropout` (at least one kept), as a differentiable `[n, dim]` tensor.
+    fn average(&self, sentences: &[&[u32]], rng: &mut Rng) -> Result<Tensor> {
+        let p = self.cfg.dropout;
+        let mut kept: Vec<Vec<u32>> = Vec::with_capacity(sentences.len());
+        for s in sentences {
+            let k: Vec<u32> = if p > 0.0 { s.iter().copied().filter(|_| rng.random::<f64>() >= p).collect() } else { s.to_vec() };
+            kept.push(if k.is_empty() { s.to_vec() } else { k });
+        }
+        let len = kept.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        let n = kept.len();
+        let mut ids = vec![0u32; n * len];
+        let mut w = vec![0f32; n * len];
+        for (r, k) in kept.iter().enumerate() {
+            for (c, &id) in k.iter().enumerate() {
+                ids[r * len + c] = id;
+                w[r * len + c] = 1.0 / k.len() as f32;
+            }
+        }
+        let idx = Tensor::from_vec(ids, n * len, &Device::Cpu)?;
+        let w = Tensor::from_vec(w, (n, len, 1), &Device::Cpu)?;
+        Ok(self.table.as_tensor().index_select(&idx, 0)?.reshape((n, len, self.dim))?.broadcast_mul(&w)?.sum(1)?)
+    }
+
+    fn trained_table(&self) -> Result<Vec<f32>> {
+        self.with_table(|t| Ok(t.to_vec()))
+    }
+
+    /// Write the model directory (the current table).
+    pub fn save(&self, dir: &Path, trained: bool) -> Result<()> {
+        AveragingModel::save_parts(dir, &self.segmenter, self.dim, &self.trained_table()?, trained)
+    }
+}
+
+/// `Σ_i mask_i · max(0, δ − cos(a_i, p_i) + cos(a_i, n_i))` over L2-normalised rows: anchors
+/// `a`, their positives `p` and negatives `n` (`[b, dim]` each, `mask` `[b]`).
+pub fn margin_hinge(a: &Tensor, p: &Tensor, n: &Tensor, mask: &Tensor, delta: f64) -> Result<Tensor> {
+    let pos = (a * p)?.sum(1)?;
+    let neg = (a * n)?.sum(1)?;
+    Ok((neg - pos)?.affine(1.0, delta)?.relu()?.mul(mask)?.sum_all()?)
+}
+
+fn l2_rows(t: &Tensor) -> Result<Tensor> {
+    let n = t.sqr()?.sum_keepdim(1)?.affine(1.0, 1e-12)?.sqrt()?;
+    Ok(t.broadcast_div(&n)?)
+}
+
+impl Recipe for SpRecipe {
+    fn num_examples(&self) -> usize {
+        self.src.ids.len()
+    }
+
+    fn params(&self) -> Params {
+        Params { vars: vec![("embeddings".to_string(), self.table.clone())] }
+    }
+
+    fn megabatch_len(&self, first: u64) -> usize {
+        self.cfg.megabatch_len(first)
+    }
+
+    fn loss(&self, batch: &[usize], rng: &mut Rng) -> Result<StepLoss> {
+        self.loss_in_megabatch(batch, batch, rng)
+    }
+
+    fn loss_in_megabatch(&self, batch: &[usize], mega: &[usize], rng: &mut Rng) -> Result<StepLoss> {
+        let b = batch.len();
+        let keys = |idx: &[usize]| -> Vec<(u32, u32)> { idx.iter().map(|&i| (self.src.key[i], self.tgt.key[i])).collect() };
+        let (bk, mk) = (keys(batch), keys(mega));
+        // Hardest negatives among the mega-batch, with the current table and no dropout.
+        let (neg_t, neg_s) = self.with_table(|table| {
+            let qs = self.encode(table, &self.src, batch)?;
+            let ct = self.encode(table, &self.tgt, mega)?;
+            let nt = hardest_negatives(&qs, &bk, &ct, &mk, self.dim)?;
+            let ns = if self.cfg.symmetric {
+                let qt = self.encode(table, &self.tgt, batch)?;
+                let cs = self.encode(table, &self.src, mega)?;
+                hardest_negatives(&qt, &bk, &cs, &mk, self.dim)?
+            } else {
+                Vec::new()
+            };
+            Ok((nt, ns))
+        })?;
+        // Sentences: sources, targets, target negatives (and source negatives). An example
+        // without a negative uses its own sentence as a stand-in, masked out of the loss.
+        let mut sents: Vec<&[u32]> = Vec::with_capacity(4 * b);
+        sents.extend(batch.iter().map(|&i| self.src.ids[i].as_slice()));
+        sents.extend(batch.iter().map(|&i| self.tgt.ids[i].as_slice()));
+        sents.extend(batch.iter().zip(&neg_t).map(|(&i, n)| self.tgt.ids[n.map_or(i, |j| mega[j])].as_slice()));
+        if self.cfg.symmetric {
+            sents.extend(batch.iter().zip(&neg_s).map(|(&i, n)| self.src.ids[n.map_or(i, |j| mega[j])].as_slice()));
+        }
+        let v = l2_rows(&self.average(&sents, rng)?)?;
+        let (s, t, tn) = (v.narrow(0, 0, b)?, v.narrow(0, b, b)?, v.narrow(0, 2 * b, b)?);
+        let mask = |negs: &[Option<usize>]| Tensor::from_vec(negs.iter().map(|n| if n.is_some() { 1f32 } else { 0.0 }).collect::<Vec<_>>(), b, &Device::Cpu);
+        let delta = self.cfg.margin;
+        let h_t = margin_hinge(&s, &t, &tn, &mask(&neg_t)?, delta)?;
+        let mut terms = vec![("hinge_tgt".to_string(), h_t.to_scalar::<f32>()? as f64 / b as f64)];
+        let mut total = h_t;
+        if self.cfg.symmetric {
+            let sn = v.narrow(0, 3 * b, b)?;
+            let h_s = margin_hinge(&t, &s, &sn, &mask(&neg_s)?, delta)?;
+            terms.push(("hinge_src".to_string(), h_s.to_scalar::<f32>()? as f64 / b as f64));
+            total = (total + h_s)?;
+        }
+        terms.push(("megabatch".to_string(), (mega.len() / b.max(1)) as f64));
+        Ok(StepLoss { total: (total / b as f64)?, terms, sentences: 2 * b })
+    }
+
+    fn validate(&mut self) -> Result<Vec<(String, f64)>> {
+        if self.val_src.is_empty() {
+            bail!("no validation pairs: set data.val_size > 0");
+        }
+        let (xs, xt) = self.with_table(|table| {
+            let enc = |rows: &[Vec<u32>]| -> Result<Matrix> {
+                let (flat, off) = flatten(rows);
+                Ok(Matrix { data: embed_ids_flat(table, self.dim, &flat, &off, true)?, dim: self.dim })
+            };
+            Ok((enc(&self.val_src)?, enc(&self.val_tgt)?))
+        })?;
+        let acc = |q: &Matrix, t: &Matrix| -> Result<f64> {
+            let nn = knn(q, t, 1)?;
+            Ok(100.0 * nn.idx.iter().enumerate().filter(|(i, j)| **j as usize == *i).count() as f64 / q.rows() as f64)
+        };
+        let (a1, a2) = (acc(&xs, &xt)?, acc(&xt, &xs)?);
+        Ok(vec![("acc_src2tgt".into(), a1), ("acc_tgt2src".into(), a2), ("acc_mean".into(), (a1 + a2) / 2.0)])
+    }
+
+    fn default_best(&self) -> (String, BestMode) {
+        ("acc_mean".into(), BestMode::Max)
+    }
+
+    fn save_model(&self, dir: &Path) -> Result<()> {
+        self.save(dir, true)
+    }
+}
+
+/// `sp.random = true`: write the untrained encoder (vocabulary learned, table drawn) as `final/`
+/// of the run directory, with the resolved config, and no training step.
+pub fn write_untrained(cfg: &Config, out: &Path) -> Result<()> {
+    let recipe = SpRecipe::new(cfg, out)?;
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create run directory {}", out.display()))?;
+    std::fs::write(out.join("config.toml"), cfg.to_toml()?)?;
+    super::trainer::write_atomically(&out.join("final"), |d| recipe.save(d, false))?;
+    eprintln!("xsent train: sp.random = true: untrained encoder written to {}", out.join("final").display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn annealing_schedule() {
+        assert_eq!(megabatches(10, 2, 3), vec![(0, 1), (1, 1), (2, 2), (4, 3), (7, 3)]);
+        assert_eq!(megabatch_len(0, 150, 120), 1);
+        assert_eq!(megabatch_len(149, 150, 120), 1);
+        assert_eq!(megabatch_len(150, 150, 120), 2);
+        assert_eq!(megabatch_len(1_000_000, 150, 120), 120);
+        assert_eq!(megabatches(7, 0, 3), vec![(0, 3), (3, 3), (6, 3)], "no annealing: M_max throughout");
+    }
+
+    fn unit(v: &[f32]) -> Vec<f32> {
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.iter().map(|x| x / n).collect()
+    }
+
+    #[test]
+    fn hardest_negative_skips_translations() {
+        // Query 0 (source key 0, target key 10): the closest candidate is its own translation
+        // (target key 10), then another pair of the same source sentence (source key 0, e.g. the
+        // French of the same English line), then a real negative, then a farther one.
+        let q: Vec<f32> = [unit(&[1.0, 0.0]), unit(&[0.0, 1.0])].concat();
+        let c: Vec<f32> = [unit(&[1.0, 0.01]), unit(&[1.0, 0.02]), unit(&[1.0, 0.3]), unit(&[1.0, 1.0]), unit(&[0.0, 1.0])].concat();
+        let q_keys = [(0, 10), (1, 11)];
+        let c_keys = [(0, 10), (0, 12), (2, 13), (3, 14), (1, 11)];
+        let n = hardest_negatives(&q, &q_keys, &c, &c_keys, 2).unwrap();
+        assert_eq!(n[0], Some(2), "not the translation, not the same source's other translation");
+        assert_eq!(n[1], Some(3), "query 1's own pair (index 4) is excluded");
+        // Everything excluded: no negative.
+        let n = hardest_negatives(&q[..2], &[(0, 10)], &c[..8], &[(0, 10), (0, 12), (5, 10), (0, 1)], 2).unwrap();
+        assert_eq!(n, vec![None]);
+        // Equal similarity: the lower index.
+        let n = hardest_negatives(&q[..2], &[(9, 9)], &[0.6, 0.8, 0.6, 0.8], &[(1, 1), (2, 2)], 2).unwrap();
+        assert_eq!(n, vec![Some(0)]);
+    }
+
+    #[test]
+    fn margin_loss_on_a_hand_made_case() {
+        // δ = 0.4. Row 0: cos(s, t) = 0.6, cos(s, t′) = 0.8 → 0.4 − 0.6 + 0.8 = 0.6.
+        // Row 1: cos(s, t′) = 0 → max(0, 0.4 − 0.6) = 0. Row 2: would give 0.6 but is masked
+        // (no negative).
+        let d = &Device::Cpu;
+        let s = Tensor::new(&[[1f32, 0.0], [1.0, 0.0], [1.0, 0.0]], d).unwrap();
+        let t = Tensor::new(&[[0.6f32, 0.8], [0.6, 0.8], [0.6, 0.8]], d).unwrap();
+        let tn = Tensor::new(&[[0.8f32, 0.6], [0.0, 1.0], [0.8, 0.6]], d).unwrap();
+        let mask = Tensor::new(&[1f32, 1.0, 0.0], d).unwrap();
+        let h = margin_hinge(&s, &t, &tn, &mask, 0.4).unwrap().to_scalar::<f32>().unwrap();
+        assert!((h - 0.6).abs() < 1e-6, "{h}");
+        let all = margin_hinge(&s, &t, &tn, &Tensor::ones(3, candle_core::DType::F32, d).unwrap(), 0.4).unwrap().to_scalar::<f32>().unwrap();
+        assert!((all - 1.2).abs() < 1e-6, "{all}");
+    }
+}

@@ -1,0 +1,311 @@
+//! The paraphrastic averaging models (seed 002): `xsent tokenizer train`, the averaging model
+//! directory (save → load → embed), and the `sp` recipe through `xsent train` on synthetic
+//! parallel data (mega-batch annealing as the trainer runs it, exact resume, final/ and the
+//! untrained variant loading in `xsent embed`).
+
+mod common;
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use xsent::model::averaging::{AveragingModel, Segmenter, Units};
+use xsent::model::vocab::SubwordModel;
+
+/// Synthetic "English" / "German" sentences over 40 words each, deterministic.
+fn corpus(n: usize) -> Vec<(String, String)> {
+    let en: Vec<String> = (0..40).map(|i| format!("house{i}")).collect();
+    let de: Vec<String> = (0..40).map(|i| format!("haus{i}")).collect();
+    let mut x: u64 = 99;
+    (0..n)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let len = 3 + (x >> 60) as usize % 5;
+            let (mut s, mut t) = (Vec::new(), Vec::new());
+            for _ in 0..len {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let w = (x >> 33) as usize % 40;
+                s.push(en[w].clone());
+                t.push(de[w].clone());
+            }
+            (s.join(" "), t.join(" "))
+        })
+        .collect()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+#[test]
+fn tokenizer_train_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let text: String = corpus(300).iter().map(|(s, t)| format!("{s}\n{t}\n")).collect();
+    let input = dir.path().join("corpus.txt");
+    std::fs::write(&input, text).unwrap();
+    for (model, out) in [("unigram", dir.path().join("uni")), ("bpe", dir.path().join("bpe/tok.json"))] {
+        let o = common::xsent()
+            .args(["tokenizer", "train", "--vocab-size", "80", "--model", model, "--input"])
+            .arg(&input)
+            .arg("--output")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{model}: {}", stderr(&o));
+        let path = if out.extension().is_some() { out.clone() } else { out.join("tokenizer.json") };
+        let tok = tokenizers::Tokenizer::from_file(&path).unwrap();
+        let v = tok.get_vocab_size(true);
+        assert!(v > 10 && v <= 80, "{model}: vocabulary of {v}");
+        let enc = tok.encode("house3 haus17 unseen", false).unwrap();
+        assert!(!enc.get_ids().is_empty());
+        assert!(enc.get_ids().iter().all(|&i| (i as usize) < v));
+        // Pieces join back to the text (SentencePiece-style word boundaries).
+        let back = tok.decode(enc.get_ids(), true).unwrap();
+        assert!(back.contains("house3"), "{model}: decoded {back:?}");
+    }
+    // Bad input: a clear error naming the file.
+    let o = common::xsent().args(["tokenizer", "train", "--input", "/nonexistent/x.txt", "--output"]).arg(dir.path().join("z")).output().unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("/nonexistent/x.txt"), "{}", stderr(&o));
+}
+
+#[test]
+fn averaging_model_save_load_embed() {
+    let dir = tempfile::tempdir().unwrap();
+    let pairs = corpus(200);
+    let texts: Vec<&str> = pairs.iter().flat_map(|(s, t)| [s.as_str(), t.as_str()]).collect();
+    let probe = ["house1 house2 haus3", "", "something unseen", "HAUS5"];
+    for units in [Units::Sp, Units::Word, Units::Trigram] {
+        let seg = Segmenter::train(units, &texts, 60, SubwordModel::Unigram, true).unwrap();
+        let v = seg.vocab_size();
+        let table = AveragingModel::random_table(v, 8, 1.0, 5);
+        let d = dir.path().join(units.to_string());
+        AveragingModel::save_parts(&d, &seg, 8, &table, false).unwrap();
+        // The same vectors by hand: ids from the in-memory segmenter, mean of the rows, unit norm.
+        let expected: Vec<Vec<f32>> = probe
+            .iter()
+            .map(|t| {
+                let ids = seg.ids(t).unwrap();
+                let mut row = vec![0f32; 8];
+                for &i in &ids {
+                    for k in 0..8 {
+                        row[k] += table[i as usize * 8 + k] / ids.len() as f32;
+                    }
+                }
+                let n = row.iter().map(|x| x * x).sum::<f32>().sqrt();
+                if n > 0.0 {
+                    row.iter_mut().for_each(|x| *x /= n);
+                }
+                row
+            })
+            .collect();
+        let opts = xsent::model::LoadOptions::default();
+        let m = xsent::model::load_embedder(d.to_str().unwrap(), &opts, None).unwrap();
+        assert_eq!(m.dim(), 8);
+        let got = m.embed(&probe, 2).unwrap();
+        for (g, e) in got.iter().zip(&expected) {
+            for (a, b) in g.iter().zip(e) {
+                assert!((a - b).abs() < 1e-6, "{units}: {g:?} vs {e:?}");
+            }
+        }
+        assert!(got[1].iter().all(|&x| x == 0.0), "{units}: the empty line has no units: a zero vector");
+        assert!(got[0].iter().any(|&x| x != 0.0));
+        // Through the CLI too.
+        let mut child = common::xsent()
+            .args(["embed", "--model", d.to_str().unwrap()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(child.stdin.as_mut().unwrap(), probe.join("\n").as_bytes()).unwrap();
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let lines: Vec<Vec<f32>> = String::from_utf8(o.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), probe.len());
+        for (a, b) in lines[0].iter().zip(&expected[0]) {
+            assert!((a - b).abs() < 1e-6);
+        }
+    }
+    // A damaged model directory: the error names the file.
+    let d = dir.path().join("sp");
+    std::fs::remove_file(d.join("embeddings.safetensors")).unwrap();
+    let e = xsent::model::load_embedder(d.to_str().unwrap(), &Default::default(), None).err().unwrap();
+    assert!(format!("{e:#}").contains("embeddings.safetensors"), "{e:#}");
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+fn setup(units: &str) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let tsv: String = corpus(240).iter().map(|(s, t)| format!("{s}\t{t}\n")).collect();
+    let data = dir.path().join("pairs.tsv");
+    std::fs::write(&data, tsv).unwrap();
+    let config = dir.path().join("sp.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"recipe = "sp"
+seed = 3
+[sp]
+units = "{units}"
+vocab_size = 70
+dim = 16
+megabatch_max = 3
+anneal_rate = 2
+symmetric = true
+[train]
+max_steps = 12
+batch_size = 8
+log_every = 1
+eval_every = 4
+checkpoint_every = 4
+keep_last = 3
+[optim]
+lr = 1e-2
+schedule = "constant"
+weight_decay = 0.0
+[data]
+val_size = 20
+[[data.sources]]
+kind = "tsv"
+path = "{}"
+src_lang = "en"
+tgt_lang = "de"
+"#,
+            data.display()
+        ),
+    )
+    .unwrap();
+    Setup { dir, config }
+}
+
+impl Setup {
+    fn train(&self, out: &str, args: &[&str]) -> Output {
+        common::xsent().arg("train").arg("--config").arg(&self.config).arg("--out").arg(self.dir.path().join(out)).args(args).output().unwrap()
+    }
+    fn run(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+/// Step lines of metrics.jsonl without timings.
+fn losses(run: &Path) -> Vec<(u64, f64, f64, f64)> {
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v.get("loss").is_some())
+        .map(|v| (v["step"].as_u64().unwrap(), v["loss"].as_f64().unwrap(), v["grad_norm"].as_f64().unwrap(), v["megabatch"].as_f64().unwrap()))
+        .collect()
+}
+
+fn table(model: &Path) -> Vec<f32> {
+    let t = candle_core::safetensors::load(model.join("embeddings.safetensors"), &candle_core::Device::Cpu).unwrap();
+    t["embeddings"].flatten_all().unwrap().to_vec1().unwrap()
+}
+
+#[test]
+fn sp_recipe_trains_resumes_exactly_and_embeds() {
+    let s = setup("sp");
+    let o = s.train("full", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let full = losses(&s.run("full"));
+    assert_eq!(full.len(), 12);
+    // Mega-batch annealing as the trainer ran it: M = 1, 1, 2, 2, 3, 3, ... (anneal_rate 2, M_max 3).
+    let m: Vec<f64> = full.iter().map(|r| r.3).collect();
+    assert_eq!(m, vec![1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 3.0]);
+    assert!(full.iter().all(|r| r.1.is_finite() && r.2 > 0.0), "{full:?}");
+    // Training moved the table away from its initialisation and helps retrieval.
+    let val: Vec<f64> = std::fs::read_to_string(s.run("full").join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter_map(|v| v.get("val").map(|x| x["acc_mean"].as_f64().unwrap()))
+        .collect();
+    assert!(val.last().unwrap() > val.first().unwrap(), "validation accuracy {val:?}");
+
+    // The learned vocabulary is kept in the run directory and is the model's.
+    let vocab = s.run("full/vocab/tokenizer.json");
+    let json = |p: &Path| -> Value { serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap() };
+    assert_eq!(json(&vocab)["model"], json(&s.run("full/final/tokenizer.json"))["model"]);
+
+    // With that vocabulary: 5 steps, stop (mid mega-batch: steps 5..7 are one of M = 3),
+    // resume to 12: the same run.
+    let tok = format!("sp.tokenizer={:?}", vocab.to_str().unwrap());
+    let o = s.train("split", &["--stop-after", "5", "--set", &tok]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = common::xsent().args(["train", "--resume", "--out"]).arg(s.run("split")).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let split = losses(&s.run("split"));
+    assert_eq!(split.len(), full.len());
+    for (a, b) in full.iter().zip(&split) {
+        assert_eq!(a.0, b.0);
+        assert!((a.1 - b.1).abs() < 1e-6 && (a.2 - b.2).abs() < 1e-6, "step {}: {a:?} vs {b:?}", a.0);
+    }
+    let (ta, tb) = (table(&s.run("full/final")), table(&s.run("split/final")));
+    assert!(ta.iter().zip(&tb).all(|(a, b)| (a - b).abs() < 1e-6), "final tables differ after resume");
+
+    // A learned vocabulary survives an interruption: the resumed run reads it from vocab/.
+    let o = s.train("learned", &["--stop-after", "3"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let before = json(&s.run("learned/vocab/tokenizer.json"));
+    let o = common::xsent().args(["train", "--resume", "--out"]).arg(s.run("learned")).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("vocabulary from"), "{}", stderr(&o));
+    assert_eq!(json(&s.run("learned/final/tokenizer.json"))["model"], before["model"]);
+
+    // final/ is a model directory that `xsent embed` loads.
+    let meta: Value = serde_json::from_str(&std::fs::read_to_string(s.run("full/final/xsent.json")).unwrap()).unwrap();
+    assert_eq!(meta["kind"], "averaging");
+    assert_eq!(meta["trained"], true);
+    let mut child = common::xsent()
+        .args(["embed", "--model"])
+        .arg(s.run("full/final"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"house1 house2\nhaus1 haus2\n").unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: Vec<Vec<f32>> = String::from_utf8(o.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0].len(), 16);
+}
+
+#[test]
+fn random_variants_skip_training() {
+    for units in ["sp", "trigram"] {
+        let s = setup(units);
+        let o = s.train("random", &["--set", "sp.random=true"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(!s.run("random/metrics.jsonl").exists(), "no training step");
+        let meta: Value = serde_json::from_str(&std::fs::read_to_string(s.run("random/final/xsent.json")).unwrap()).unwrap();
+        assert_eq!(meta["trained"], false);
+        assert_eq!(meta["units"], units);
+        // N(0, 1) rows.
+        let t = table(&s.run("random/final"));
+        let var = t.iter().map(|x| (x * x) as f64).sum::<f64>() / t.len() as f64;
+        assert!((var - 1.0).abs() < 0.2, "variance {var}");
+        let m = xsent::model::load_embedder(s.run("random/final").to_str().unwrap(), &Default::default(), None).unwrap();
+        assert_eq!(m.embed(&["house1 haus2"], 4).unwrap()[0].len(), 16);
+    }
+}
+
+#[test]
+fn sp_config_errors() {
+    let s = setup("sp");
+    let o = s.train("bad", &["--set", "sp.dropout=1.5"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("sp.dropout"), "{}", stderr(&o));
+    let o = s.train("bad2", &["--set", "sp.unitz=\"word\""]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("unitz"), "{}", stderr(&o));
+    let o = s.train("bad3", &["--set", "sp.units=\"trigram\"", "--set", "sp.tokenizer=\"x.json\""]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("sp.tokenizer"), "{}", stderr(&o));
+}
