@@ -171,9 +171,29 @@ pub fn par_chunks<T: Send>(n: usize, f: impl Fn(std::ops::Range<usize>) -> T + S
 }
 
 /// `out` = mean of the rows `ids` of `table` (`dim` columns); zero when `ids` is empty.
-/// Ids must be below the table's rows (checked by the callers once per batch).
+/// Ids must be below the table's rows (checked by the callers once per batch). On x86-64 CPUs
+/// with AVX2 the same loop runs compiled for AVX2 (8 floats per add instead of SSE2's 4).
 #[inline]
 pub fn average_into(table: &[f32], dim: usize, ids: &[u32], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2 (checked just above).
+            unsafe { average_into_avx2(table, dim, ids, out) };
+            return;
+        }
+    }
+    average_into_portable(table, dim, ids, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn average_into_avx2(table: &[f32], dim: usize, ids: &[u32], out: &mut [f32]) {
+    average_into_portable(table, dim, ids, out)
+}
+
+#[inline(always)]
+fn average_into_portable(table: &[f32], dim: usize, ids: &[u32], out: &mut [f32]) {
     out.fill(0.0);
     for &i in ids {
         let row = &table[i as usize * dim..][..dim];
@@ -337,6 +357,23 @@ impl Embedder for AveragingModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_dispatched_average_equals_the_portable_loop() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let (rows, dim) = (50, 300);
+        let table: Vec<f32> = (0..rows * dim).map(|_| rng.random_range(-1.0..1.0)).collect();
+        for len in [1usize, 7, 33] {
+            let ids: Vec<u32> = (0..len).map(|_| rng.random_range(0..rows as u32)).collect();
+            let (mut a, mut b) = (vec![0f32; dim], vec![0f32; dim]);
+            average_into(&table, dim, &ids, &mut a);
+            average_into_portable(&table, dim, &ids, &mut b);
+            assert_eq!(a, b);
+            let manual: Vec<f32> = (0..dim).map(|j| ids.iter().map(|&i| table[i as usize * dim + j]).sum::<f32>() / len as f32).collect();
+            assert!(a.iter().zip(&manual).all(|(x, y)| (x - y).abs() < 1e-5));
+        }
+    }
 
     #[test]
     fn average_and_normalize() {

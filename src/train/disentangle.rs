@@ -58,6 +58,18 @@ pub struct DisentangleConfig {
     /// Batch size of the base encoder (inference).
     #[serde(default = "d_embed_batch")]
     pub embed_batch_size: usize,
+    /// Initial MLP_M: `random` (PyTorch's nn.Linear initialisation, as the paper's code would
+    /// have it) or `identity` (the meaning embedding starts as the base embedding itself).
+    #[serde(default)]
+    pub meaning_init: MeaningInit,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MeaningInit {
+    #[default]
+    Random,
+    Identity,
 }
 
 fn d_max_length() -> usize {
@@ -157,6 +169,10 @@ impl Disentangle {
 
         let mut init_rng = Rng::seed_from_u64(cfg.seed ^ 0xd15e);
         let mut heads = Heads::random(dim, languages.len(), &mut init_rng, &device)?;
+        if dc.meaning_init == MeaningInit::Identity {
+            heads.meaning.weight = Tensor::eye(dim, DType::F32, &device)?;
+            heads.meaning.bias = Tensor::zeros(dim, DType::F32, &device)?;
+        }
         let params = heads.make_trainable()?;
         let infer = heads.detached();
         let mut val_rng = Rng::seed_from_u64(cfg.seed ^ 0x7a1);
@@ -368,6 +384,7 @@ mod tests {
             meaning_loss,
             language_loss,
             embed_batch_size: 1,
+            meaning_init: MeaningInit::Random,
         };
         let ex = Example { s: 0, t: 1, s_lang: 0, t_lang: 2 };
         Disentangle {
