@@ -150,6 +150,13 @@ fn spans(n: usize, size: usize) -> Vec<(usize, usize)> {
 }
 
 /// Exact top-k inner-product search of `queries` among `targets` (one direction).
+/// Translation retrieval accuracy ×100: the share of rows i of `queries` whose nearest row of
+/// `targets` (cosine) is row i, for line-aligned translations.
+pub fn translation_accuracy(queries: &Matrix, targets: &Matrix) -> Result<f64> {
+    let nn = knn(queries, targets, 1)?;
+    Ok(100.0 * nn.idx.iter().enumerate().filter(|(i, j)| **j as usize == *i).count() as f64 / queries.rows().max(1) as f64)
+}
+
 pub fn knn(queries: &Matrix, targets: &Matrix, k: usize) -> Result<Neighbours> {
     Ok(search(queries, targets, k, Plan::for_search(queries, targets), false)?.0)
 }

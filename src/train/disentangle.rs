@@ -20,7 +20,7 @@ use super::config::{BestMode, Config};
 use super::distill::split_by_source;
 use super::trainer::{Recipe, StepLoss};
 use crate::data::parallel::read_sources;
-use crate::eval::knn::{knn, Matrix};
+use crate::eval::knn::{translation_accuracy, Matrix};
 use crate::model::disentangle::{self, BaseSettings, Heads};
 use crate::model::encoder::Rng;
 use crate::model::weights::Params;
@@ -339,10 +339,7 @@ impl Recipe for Disentangle {
             Ok(self.infer.meaning.forward(&e)?.to_vec2()?)
         };
         let (s, t) = (Matrix::normalized(&rows_of(|e| e.s)?), Matrix::normalized(&rows_of(|e| e.t)?));
-        let acc = |q: &Matrix, c: &Matrix| -> Result<f64> {
-            let nn = knn(q, c, 1)?;
-            Ok(100.0 * nn.idx.iter().enumerate().filter(|(i, j)| **j as usize == *i).count() as f64 / q.rows() as f64)
-        };
+        let acc = translation_accuracy;
         out.push(("meaning_acc_mean".into(), (acc(&s, &t)? + acc(&t, &s)?) / 2.0));
         Ok(out)
     }

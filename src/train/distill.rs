@@ -12,7 +12,7 @@
 use super::config::{BestMode, Config};
 use super::trainer::{Recipe, StepLoss};
 use crate::data::parallel::{read_sources, Pair};
-use crate::eval::knn::{knn, Matrix};
+use crate::eval::knn::{translation_accuracy, Matrix};
 use crate::model::encoder::Rng;
 use crate::model::weights::Params;
 use crate::model::{Dense, LoadOptions, Mode, SentenceEncoder};
@@ -228,10 +228,7 @@ impl Recipe for Distill {
         };
         let (ms, mt) = (mse(&es), mse(&et));
         let (xs, xt) = (Matrix::normalized(&es), Matrix::normalized(&et));
-        let acc = |q: &Matrix, t: &Matrix| -> Result<f64> {
-            let nn = knn(q, t, 1)?;
-            Ok(100.0 * nn.idx.iter().enumerate().filter(|(i, j)| **j as usize == *i).count() as f64 / q.rows() as f64)
-        };
+        let acc = translation_accuracy;
         let (a1, a2) = (acc(&xs, &xt)?, acc(&xt, &xs)?);
         Ok(vec![
             ("mse_x100".into(), 100.0 * mt),

@@ -21,7 +21,7 @@ use super::config::{BestMode, Config};
 use super::distill::split_by_source;
 use super::trainer::{Recipe, StepLoss};
 use crate::data::parallel::read_sources;
-use crate::eval::knn::{knn, Matrix};
+use crate::eval::knn::{translation_accuracy, Matrix};
 use crate::model::averaging::{embed_ids_flat, flatten, AveragingModel, Segmenter, Units};
 use crate::model::encoder::Rng;
 use crate::model::vocab::SubwordModel;
@@ -394,10 +394,7 @@ impl Recipe for SpRecipe {
             };
             Ok((enc(&self.val_src)?, enc(&self.val_tgt)?))
         })?;
-        let acc = |q: &Matrix, t: &Matrix| -> Result<f64> {
-            let nn = knn(q, t, 1)?;
-            Ok(100.0 * nn.idx.iter().enumerate().filter(|(i, j)| **j as usize == *i).count() as f64 / q.rows() as f64)
-        };
+        let acc = translation_accuracy;
         let (a1, a2) = (acc(&xs, &xt)?, acc(&xt, &xs)?);
         Ok(vec![("acc_src2tgt".into(), a1), ("acc_tgt2src".into(), a2), ("acc_mean".into(), (a1 + a2) / 2.0)])
     }
