@@ -4,6 +4,7 @@ pub mod config;
 pub mod distill;
 pub mod optim;
 pub mod trainer;
+pub mod wmd;
 
 pub use config::Config;
 pub use optim::{AdamW, AdamWConfig};
