@@ -4,7 +4,7 @@
 //! padding), embedded, and written back in input order. An empty line embeds the empty text.
 //! Invalid UTF-8 stops the run with the line number after everything before it is written.
 
-use crate::model::SentenceEncoder;
+use crate::model::Embedder;
 use anyhow::{bail, Context, Result};
 use std::io::{BufRead, Seek, SeekFrom, Write};
 
@@ -136,7 +136,7 @@ pub type Progress<'a> = &'a dyn Fn(u64, u64);
 
 /// Embed every line of `input` into `sink`, `window` lines at a time.
 pub fn embed_stream(
-    enc: &SentenceEncoder,
+    enc: &dyn Embedder,
     mut input: impl BufRead,
     sink: &mut Sink,
     batch_size: usize,
@@ -183,7 +183,7 @@ pub fn embed_stream(
 }
 
 fn flush_window(
-    enc: &SentenceEncoder,
+    enc: &dyn Embedder,
     pending: &mut Vec<String>,
     sink: &mut Sink,
     batch_size: usize,
@@ -192,14 +192,15 @@ fn flush_window(
     if pending.is_empty() {
         return Ok(());
     }
-    let encoded = enc.tokenize(pending)?;
-    for (i, e) in encoded.iter().enumerate() {
-        if e.truncated {
+    let texts: Vec<&str> = pending.iter().map(String::as_str).collect();
+    let embedded = enc.embed_checked(&texts, batch_size)?;
+    for (i, &t) in embedded.truncated.iter().enumerate() {
+        if t {
             summary.truncated += 1;
             summary.first_truncated.get_or_insert(summary.lines + i as u64 + 1);
         }
     }
-    let rows = enc.embed_encoded(&encoded, batch_size)?;
+    let rows = embedded.rows;
     for row in &rows {
         sink.write_row(row)?;
     }

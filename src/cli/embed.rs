@@ -47,7 +47,7 @@ pub fn run(args: Args) -> Result<()> {
         bar.set_message(format!("{lines} lines, {rate:.0} lines/s"));
     };
     let window = (args.batch_size * 32).max(1024);
-    let result = embed_stream(&enc, reader, &mut sink, args.batch_size, window, &progress);
+    let result = embed_stream(enc.as_ref(), reader, &mut sink, args.batch_size, window, &progress);
     bar.finish_and_clear();
     // Whatever was embedded before an error is written out (npy header included).
     let finished = sink.finish();
@@ -58,7 +58,7 @@ pub fn run(args: Args) -> Result<()> {
             "xsent embed: {} of {} lines were longer than {} tokens and were truncated (first: line {})",
             summary.truncated,
             summary.lines,
-            enc.max_length,
+            enc.max_length().map_or_else(|| "the model's maximum".to_string(), |n| n.to_string()),
             summary.first_truncated.unwrap_or(0)
         );
     }

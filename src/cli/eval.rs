@@ -100,7 +100,7 @@ struct Outcome {
     extra: Option<serde_json::Value>,
 }
 
-fn sts_task(enc: &crate::SentenceEncoder, a: &Args) -> Result<Outcome> {
+fn sts_task(enc: &dyn crate::model::Embedder, a: &Args) -> Result<Outcome> {
     let dir = crate::data::data_dir(a.data_dir.as_deref())?;
     let sets = crate::data::sts::read_sts2017(&dir.join("sts"), &a.langs)?;
     let (scores, bias) = crate::eval::sts::evaluate(enc, &sets, a.batch_size)?;
@@ -117,7 +117,7 @@ fn sts_task(enc: &crate::SentenceEncoder, a: &Args) -> Result<Outcome> {
     Ok(Outcome { table: crate::eval::sts::markdown(&scores, bias.as_ref()), results, extra: bias.map(|b| serde_json::json!({"language_bias": b})) })
 }
 
-fn tatoeba_task(enc: &crate::SentenceEncoder, a: &Args) -> Result<Outcome> {
+fn tatoeba_task(enc: &dyn crate::model::Embedder, a: &Args) -> Result<Outcome> {
     let dir = crate::data::data_dir(a.data_dir.as_deref())?.join("tatoeba");
     let langs = if a.langs.is_empty() { crate::data::tatoeba::languages(&dir)? } else { a.langs.clone() };
     let sets = langs.iter().map(|l| crate::data::tatoeba::read(&dir, l)).collect::<Result<Vec<_>>>()?;
@@ -140,7 +140,7 @@ fn tatoeba_task(enc: &crate::SentenceEncoder, a: &Args) -> Result<Outcome> {
     })
 }
 
-fn bucc_task(enc: &crate::SentenceEncoder, b: &BuccArgs) -> Result<Outcome> {
+fn bucc_task(enc: &dyn crate::model::Embedder, b: &BuccArgs) -> Result<Outcome> {
     let a = &b.common;
     let dir = crate::data::data_dir(a.data_dir.as_deref())?.join("bucc");
     let pairs = if a.langs.is_empty() { vec!["zh-en".to_string()] } else { a.langs.clone() };
@@ -194,14 +194,14 @@ fn bucc_task(enc: &crate::SentenceEncoder, b: &BuccArgs) -> Result<Outcome> {
 }
 
 /// Load the model, run one task, print its table and write its report.
-fn single(a: &Args, task: impl FnOnce(&crate::SentenceEncoder) -> Result<Outcome>) -> Result<()> {
+fn single(a: &Args, task: impl FnOnce(&dyn crate::model::Embedder) -> Result<Outcome>) -> Result<()> {
     ensure!(a.batch_size > 0, "--batch-size must be at least 1");
     let start = Instant::now();
     crate::data::data_dir(a.data_dir.as_deref())?;
     let enc = a.model.load()?;
-    let o = task(&enc)?;
+    let o = task(enc.as_ref())?;
     print!("{}", o.table);
-    write_report(&a.model, a.report.as_deref(), &enc.prefix, start, o.results, o.extra)
+    write_report(&a.model, a.report.as_deref(), enc.prefix(), start, o.results, o.extra)
 }
 
 fn sts(a: Args) -> Result<()> {
@@ -251,7 +251,7 @@ fn xsr(a: XsrArgs) -> Result<()> {
         distractors.extend(crate::data::read_lines(d)?);
     }
     let enc = a.model.load()?;
-    let (p1, candidates) = crate::eval::xsr::p_at_1(&enc, &src, &tgt, &distractors, a.batch_size)?;
+    let (p1, candidates) = crate::eval::xsr::p_at_1(enc.as_ref(), &src, &tgt, &distractors, a.batch_size)?;
     println!("| XSR | queries | candidates | P@1 ×100 |\n|---|---:|---:|---:|\n| {} → {} | {} | {} | {:.2} |", a.src.display(), a.tgt.display(), src.len(), candidates, p1);
     let results = vec![Entry {
         task: "xsr".into(),
@@ -260,5 +260,5 @@ fn xsr(a: XsrArgs) -> Result<()> {
         main_score: p1,
         scores: serde_json::json!({"p_at_1": p1, "queries": src.len(), "candidates": candidates}),
     }];
-    write_report(&a.model, a.report.as_deref(), &enc.prefix, start, results, None)
+    write_report(&a.model, a.report.as_deref(), enc.prefix(), start, results, None)
 }

@@ -55,8 +55,8 @@ pub fn run(a: Args) -> Result<()> {
     let src = crate::data::read_lines(&a.src_file)?;
     let tgt = crate::data::read_lines(&a.tgt_file)?;
     let enc = a.model.load()?;
-    let x = Matrix::embed(&enc, &src, a.batch_size)?;
-    let y = Matrix::embed(&enc, &tgt, a.batch_size)?;
+    let x = Matrix::embed(enc.as_ref(), &src, a.batch_size)?;
+    let y = Matrix::embed(enc.as_ref(), &tgt, a.batch_size)?;
     let cands = mine(&x, &y, s.k, s.margin, s.retrieval)?;
     drop((x, y));
     let mut out: Box<dyn Write> = match &a.output {

@@ -60,10 +60,14 @@ pub struct ModelArgs {
     /// cpu, cuda or cuda:N (cuda needs a build with --features cuda).
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// Which output of a model with several heads (a disentangle model: meaning, the default,
+    /// or language).
+    #[arg(long)]
+    pub head: Option<String>,
 }
 
 impl ModelArgs {
-    pub fn load(&self) -> anyhow::Result<crate::SentenceEncoder> {
+    pub fn load(&self) -> anyhow::Result<Box<dyn crate::model::Embedder>> {
         let opts = crate::model::LoadOptions {
             device: crate::device::parse_device(&self.device)?,
             layers: self.layers,
@@ -73,7 +77,7 @@ impl ModelArgs {
             normalize: !self.no_normalize,
             trainable: false,
         };
-        crate::SentenceEncoder::load(&self.model, &opts)
+        crate::model::load_embedder(&self.model, &opts, self.head.as_deref())
     }
 }
 

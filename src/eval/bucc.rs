@@ -4,7 +4,7 @@
 
 use super::knn::{mine, Candidate, Margin, Matrix, Retrieval};
 use crate::data::bucc::BuccSplit;
-use crate::SentenceEncoder;
+use crate::model::Embedder;
 use anyhow::Result;
 use serde::Serialize;
 use std::collections::HashSet;
@@ -60,7 +60,7 @@ pub struct Settings {
 }
 
 /// Candidates of one split.
-pub fn candidates(enc: &SentenceEncoder, split: &BuccSplit, s: Settings, batch_size: usize) -> Result<Vec<Candidate>> {
+pub fn candidates(enc: &dyn Embedder, split: &BuccSplit, s: Settings, batch_size: usize) -> Result<Vec<Candidate>> {
     let x = Matrix::embed(enc, &split.src, batch_size)?;
     let y = Matrix::embed(enc, &split.tgt, batch_size)?;
     mine(&x, &y, s.k, s.margin, s.retrieval)
@@ -78,7 +78,7 @@ pub struct BuccScore {
 }
 
 /// Evaluate `test` with the threshold chosen on `train` when given, else the oracle threshold.
-pub fn evaluate(enc: &SentenceEncoder, train: Option<&BuccSplit>, test: &BuccSplit, s: Settings, batch_size: usize) -> Result<BuccScore> {
+pub fn evaluate(enc: &dyn Embedder, train: Option<&BuccSplit>, test: &BuccSplit, s: Settings, batch_size: usize) -> Result<BuccScore> {
     let gold_set = |sp: &BuccSplit| sp.gold.iter().copied().collect::<HashSet<_>>();
     let test_c = candidates(enc, test, s, batch_size)?;
     let (scores, from) = match train {

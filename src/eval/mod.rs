@@ -10,13 +10,13 @@ pub mod sts;
 pub mod tatoeba;
 pub mod xsr;
 
-use crate::SentenceEncoder;
+use crate::model::Embedder;
 use anyhow::Result;
 use std::collections::HashMap;
 
 /// Embed texts, each distinct text once, into a map text → vector.
 pub fn embed_unique<'a, I: IntoIterator<Item = &'a str>>(
-    enc: &SentenceEncoder,
+    enc: &dyn Embedder,
     texts: I,
     batch_size: usize,
 ) -> Result<HashMap<String, Vec<f32>>> {

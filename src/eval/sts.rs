@@ -3,7 +3,7 @@
 
 use super::metrics::{cosine, pearson, spearman};
 use crate::data::sts::StsSet;
-use crate::SentenceEncoder;
+use crate::model::Embedder;
 use anyhow::Result;
 use serde::Serialize;
 
@@ -30,7 +30,7 @@ pub struct LanguageBias {
 }
 
 /// Score each set with cosine similarity; each distinct sentence is embedded once.
-pub fn evaluate(enc: &SentenceEncoder, sets: &[StsSet], batch_size: usize) -> Result<(Vec<SetScore>, Option<LanguageBias>)> {
+pub fn evaluate(enc: &dyn Embedder, sets: &[StsSet], batch_size: usize) -> Result<(Vec<SetScore>, Option<LanguageBias>)> {
     let texts = sets.iter().flat_map(|s| s.pairs.iter().flat_map(|(a, b)| [a.as_str(), b.as_str()]));
     let vecs = super::embed_unique(enc, texts, batch_size)?;
     let mut scores = Vec::new();

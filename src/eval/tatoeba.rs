@@ -2,7 +2,7 @@
 //! sentences, in both directions; accuracy ×100 of xx→en, en→xx and their mean.
 
 use crate::data::tatoeba::TatoebaSet;
-use crate::SentenceEncoder;
+use crate::model::Embedder;
 use anyhow::Result;
 use candle_core::{Device, Tensor};
 use serde::Serialize;
@@ -46,7 +46,7 @@ pub fn score(set: &TatoebaSet, vecs: &HashMap<String, Vec<f32>>) -> Result<LangS
 }
 
 /// Evaluate every set; sentences met again anywhere in the run are embedded once.
-pub fn evaluate(enc: &SentenceEncoder, sets: &[TatoebaSet], batch_size: usize) -> Result<Vec<LangScore>> {
+pub fn evaluate(enc: &dyn Embedder, sets: &[TatoebaSet], batch_size: usize) -> Result<Vec<LangScore>> {
     let texts = sets.iter().flat_map(|s| s.xx.iter().chain(&s.eng).map(String::as_str));
     let vecs = super::embed_unique(enc, texts, batch_size)?;
     sets.iter().map(|s| score(s, &vecs)).collect()

@@ -2,12 +2,12 @@
 //! translation (same line of the target file) among all target sentences plus distractors.
 
 use super::knn::{knn, Matrix};
-use crate::SentenceEncoder;
+use crate::model::Embedder;
 use anyhow::{ensure, Result};
 
 /// `src[i]`'s translation is `tgt[i]`; the candidates are `tgt` followed by `distractors`.
 /// Returns P@1 ×100 and the number of candidates.
-pub fn p_at_1(enc: &SentenceEncoder, src: &[String], tgt: &[String], distractors: &[String], batch_size: usize) -> Result<(f64, usize)> {
+pub fn p_at_1(enc: &dyn Embedder, src: &[String], tgt: &[String], distractors: &[String], batch_size: usize) -> Result<(f64, usize)> {
     ensure!(src.len() == tgt.len(), "{} source and {} target sentences: they must be line-aligned", src.len(), tgt.len());
     let all: Vec<&String> = tgt.iter().chain(distractors).collect();
     let vecs = super::embed_unique(enc, src.iter().chain(all.iter().copied()).map(String::as_str), batch_size)?;

