@@ -1,5 +1,5 @@
 //! Training configuration: one TOML file per run, with sections for the trainer (`[train]`), the
-//! optimiser and schedule (`[optim]`), the data (`[data]`) and the recipe (`[distill]`, …).
+//! optimiser and schedule (`[optim]`), the data (`[data]`) and the recipe (`[distill]`, `[dueam]`, …).
 //! Unknown keys are errors; `--set key=value` overrides any value; the resolved config (every
 //! default filled in) is written into the run directory.
 
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    /// Which recipe trains: `distill`.
+    /// Which recipe trains: `distill` or `dueam`.
     pub recipe: String,
     /// Seeds initialisation, data order and dropout.
     #[serde(default = "d_seed")]
@@ -23,6 +23,8 @@ pub struct Config {
     pub data: DataConfig,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub distill: Option<super::distill::DistillConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dueam: Option<super::dueam::DueamConfig>,
 }
 
 fn d_seed() -> u64 {
@@ -250,7 +252,16 @@ impl Config {
         match self.recipe.as_str() {
             "distill" if self.distill.is_none() => bail!("recipe = \"distill\" needs a [distill] section"),
             "distill" => {}
-            other => bail!("recipe = {other:?} is not known; this xsent trains: distill"),
+            "dueam" => match &self.dueam {
+                None => bail!("recipe = \"dueam\" needs a [dueam] section"),
+                Some(d) => {
+                    d.validate()?;
+                    if !self.data.sources.is_empty() {
+                        bail!("recipe = \"dueam\" builds its pairs from [dueam] xnli_dir/langs/pairs and validates on [[dueam.val_sources]]; remove [[data.sources]]");
+                    }
+                }
+            },
+            other => bail!("recipe = {other:?} is not known; this xsent trains: distill, dueam"),
         }
         crate::device::parse_device(&t.device).context("train.device")?;
         for (i, s) in self.data.sources.iter().enumerate() {

@@ -2,6 +2,7 @@
 
 pub mod config;
 pub mod distill;
+pub mod dueam;
 pub mod optim;
 pub mod trainer;
 pub mod wmd;
@@ -26,7 +27,8 @@ pub fn cache_dir() -> PathBuf {
 pub fn build_recipe(cfg: &Config) -> Result<Box<dyn Recipe>> {
     match cfg.recipe.as_str() {
         "distill" => Ok(Box::new(distill::Distill::new(cfg)?)),
-        other => anyhow::bail!("recipe = {other:?} is not known; this xsent trains: distill"),
+        "dueam" => Ok(Box::new(dueam::Dueam::new(cfg)?)),
+        other => anyhow::bail!("recipe = {other:?} is not known; this xsent trains: distill, dueam"),
     }
 }
 
