@@ -279,3 +279,33 @@ fn config_errors_name_the_problem() {
     let o = common::xsent().args(["train", "--config"]).arg(&s.config).args(["--set", "recipe=nope", "--out", run.to_str().unwrap()]).output().unwrap();
     assert!(stderr(&o).contains("distill, dueam"), "{}", stderr(&o));
 }
+
+#[test]
+fn anchor_token_embeddings_are_the_hidden_states_without_specials_and_padding() {
+    use xsent::model::{LoadOptions, Mode, SentenceEncoder};
+    let dir = tempfile::tempdir().unwrap();
+    let words: Vec<String> = (0..10).map(|i| format!("e{i}")).collect();
+    let m = tiny_model("tiny-bert", dir.path(), &words);
+    let enc = SentenceEncoder::load(m.to_str().unwrap(), &LoadOptions::default()).unwrap();
+    let h = enc.encoder.hidden_size();
+    let texts = ["e1 e2 e3", "e4"];
+    // Batched together, so "e4" is padded; its cloud must not contain the padding.
+    let bare = enc.token_embeddings(&texts, None, true, 2).unwrap();
+    let all = enc.token_embeddings(&texts, None, false, 2).unwrap();
+    assert_eq!((bare[0].len(), bare[1].len()), (3 * h, h));
+    assert_eq!((all[0].len(), all[1].len()), (5 * h, 3 * h), "[CLS] … [SEP]");
+    for (i, t) in texts.iter().enumerate() {
+        let e = enc.tokenize(&[*t]).unwrap();
+        let b = enc.collate(&[&e[0]]).unwrap();
+        let want: Vec<f32> = enc.hidden_states(&b, &mut Mode::Infer).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        assert_eq!(want.len(), all[i].len());
+        for (x, y) in want.iter().zip(&all[i]) {
+            assert!((x - y).abs() < 1e-5, "{t}: {x} vs {y}");
+        }
+        assert_eq!(&all[i][h..all[i].len() - h], &bare[i][..], "specials left out");
+    }
+    let first = enc.token_embeddings(&texts, Some(0), true, 2).unwrap();
+    assert_eq!(first[0].len(), 3 * h);
+    assert_ne!(first[0], bare[0], "layer 0 is the embedding output");
+    assert!(enc.token_embeddings(&texts, Some(3), true, 2).is_err(), "the fixture has 2 layers");
+}
