@@ -4,6 +4,7 @@ pub mod bucc;
 pub mod parallel;
 pub mod sts;
 pub mod tatoeba;
+pub mod xnli;
 
 use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};

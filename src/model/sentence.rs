@@ -349,6 +349,40 @@ impl SentenceEncoder {
         Ok(out)
     }
 
+    /// Contextual token vectors of each text (inference, no gradient): the hidden state after
+    /// `layer` transformer layers (`None`: the last; `Some(0)`: the embedding output), one cloud
+    /// per text as a row-major `n_i × hidden_size` vector, in input order. Padding never appears;
+    /// with `skip_special` the tokenizer's special tokens (`[CLS]`, `</s>`, …) are left out too.
+    /// Texts are sorted by length and run `batch_size` at a time on the calling thread.
+    pub fn token_embeddings<S: AsRef<str>>(&self, texts: &[S], layer: Option<usize>, skip_special: bool, batch_size: usize) -> Result<Vec<Vec<f32>>> {
+        let inputs: Vec<String> =
+            texts.iter().map(|t| format!("{}{}", self.prefix, t.as_ref()).trim().to_string()).collect();
+        let encs = self.tokenizer.encode_batch(inputs, true).map_err(|e| anyhow!("tokenizer failed: {e}"))?;
+        let items: Vec<Encoded> =
+            encs.iter().map(|e| Encoded { truncated: !e.get_overflowing().is_empty(), ids: e.get_ids().to_vec() }).collect();
+        let layer = layer.unwrap_or(self.encoder.num_layers());
+        let h = self.encoder.hidden_size();
+        let mut order: Vec<usize> = (0..items.len()).collect();
+        order.sort_by_key(|&i| (items[i].ids.len(), i));
+        let mut out = vec![Vec::new(); items.len()];
+        for chunk in order.chunks(batch_size.max(1)) {
+            let batch = self.collate(&chunk.iter().map(|&i| &items[i]).collect::<Vec<_>>())?;
+            let hidden = self.encoder.forward_layers(&batch.input_ids, &batch.attention_mask, layer, &mut Mode::Infer)?;
+            let hidden = hidden.detach().to_dtype(DType::F32)?.to_device(&Device::Cpu)?.to_vec3::<f32>()?;
+            for (&i, states) in chunk.iter().zip(hidden) {
+                let special = encs[i].get_special_tokens_mask();
+                let mut cloud = Vec::with_capacity(items[i].ids.len() * h);
+                for (j, row) in states.into_iter().take(items[i].ids.len()).enumerate() {
+                    if !(skip_special && special.get(j).is_some_and(|&s| s == 1)) {
+                        cloud.extend(row);
+                    }
+                }
+                out[i] = cloud;
+            }
+        }
+        Ok(out)
+    }
+
     /// Embed texts (inference), in the input order.
     pub fn embed<S: AsRef<str>>(&self, texts: &[S], batch_size: usize) -> Result<Vec<Vec<f32>>> {
         let enc = self.tokenize(texts)?;

@@ -1,5 +1,5 @@
 //! Training configuration: one TOML file per run, with sections for the trainer (`[train]`), the
-//! optimiser and schedule (`[optim]`), the data (`[data]`) and the recipe (`[distill]`, …).
+//! optimiser and schedule (`[optim]`), the data (`[data]`) and the recipe (`[distill]`, `[dueam]`, …).
 //! Unknown keys are errors; `--set key=value` overrides any value; the resolved config (every
 //! default filled in) is written into the run directory.
 
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    /// Which recipe trains: `distill`, `disentangle` or `sp`.
+    /// Which recipe trains: `distill`, `disentangle`, `dueam` or `sp`.
     pub recipe: String,
     /// Seeds initialisation, data order and dropout.
     #[serde(default = "d_seed")]
@@ -26,6 +26,7 @@ pub struct Config {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disentangle: Option<super::disentangle::DisentangleConfig>,
     pub sp: Option<super::sp::SpConfig>,
+    pub dueam: Option<super::dueam::DueamConfig>,
 }
 
 fn d_seed() -> u64 {
@@ -255,11 +256,20 @@ impl Config {
             "distill" => {}
             "disentangle" if self.disentangle.is_none() => bail!("recipe = \"disentangle\" needs a [disentangle] section"),
             "disentangle" => {}
-                        "sp" => match &self.sp {
+            "sp" => match &self.sp {
                 None => bail!("recipe = \"sp\" needs an [sp] section"),
                 Some(sp) => sp.validate().context("[sp]")?,
             },
-            other => bail!("recipe = {other:?} is not known; this xsent trains: distill, disentangle, sp"),
+            "dueam" => match &self.dueam {
+                None => bail!("recipe = \"dueam\" needs a [dueam] section"),
+                Some(d) => {
+                    d.validate()?;
+                    if !self.data.sources.is_empty() {
+                        bail!("recipe = \"dueam\" builds its pairs from [dueam] xnli_dir/langs/pairs and validates on [[dueam.val_sources]]; remove [[data.sources]]");
+                    }
+                }
+            },
+            other => bail!("recipe = {other:?} is not known; this xsent trains: distill, disentangle, dueam, sp"),
         }
         crate::device::parse_device(&t.device).context("train.device")?;
         for (i, s) in self.data.sources.iter().enumerate() {

@@ -4,9 +4,11 @@ pub mod cache;
 pub mod config;
 pub mod disentangle;
 pub mod distill;
+pub mod dueam;
 pub mod optim;
 pub mod sp;
 pub mod trainer;
+pub mod wmd;
 
 pub use config::Config;
 pub use optim::{AdamW, AdamWConfig};
@@ -31,7 +33,8 @@ pub fn build_recipe(cfg: &Config, out: &Path) -> Result<Box<dyn Recipe>> {
         "distill" => Ok(Box::new(distill::Distill::new(cfg)?)),
         "disentangle" => Ok(Box::new(disentangle::Disentangle::new(cfg)?)),
         "sp" => Ok(Box::new(sp::SpRecipe::new(cfg, out)?)),
-        other => anyhow::bail!("recipe = {other:?} is not known; this xsent trains: distill, disentangle, sp"),
+        "dueam" => Ok(Box::new(dueam::Dueam::new(cfg)?)),
+        other => anyhow::bail!("recipe = {other:?} is not known; this xsent trains: distill, disentangle, dueam, sp"),
     }
 }
 

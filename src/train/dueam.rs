@@ -1,0 +1,529 @@
+//! DuEAM: a dual encoder with an anchor and a learner (seed 000 §3, Eq. 1–2).
+//!
+//! For a pair of sentences (s, t) — not translations: XNLI premise–hypothesis pairs within and
+//! across languages (weakly supervised) or random pairs (unsupervised), see [`crate::data::xnli`] —
+//! the frozen **anchor** gives contextual token vectors of both sentences and their Word Mover's
+//! Distance `d_wmd(s, t)` (a constant, no gradient; [`super::wmd`]); the trainable **learner**
+//! gives mean-pooled sentence vectors s′, t′ (not normalised). Over a batch of N pairs
+//!
+//! - `L_A = 1/N Σ exp(| exp(−‖s′ − t′‖) − exp(−d_wmd(s, t)) |)` (Eq. 1),
+//! - `L_B = 1/N Σ cos(s′, t′)` (Eq. 2),
+//! - minimise `L = L_A − λ·L_B` (§3.3), or `L_A` alone, or `−L_B` alone (the ablation, Fig. 2).
+//!
+//! The anchor's token vectors are, by default, the last layer's, L2-normalised, without special
+//! tokens (MoverScore-style, §4); padding is never part of a sentence's cloud. WMDs are computed
+//! per batch (each shard on its own core) and kept in memory by example, so a later epoch reuses
+//! them. Validation: translation retrieval accuracy both ways on held-out parallel sentences.
+
+use super::config::{BestMode, Config};
+use super::trainer::{Recipe, StepLoss};
+use super::wmd::{wmd_batch, SinkhornOptions, Solver};
+use crate::data::parallel::{Pair, Source};
+use crate::data::xnli::{unsup_pairs, weak_pairs, PairSet};
+use crate::eval::knn::{translation_accuracy, Matrix};
+use crate::model::encoder::Rng;
+use crate::model::weights::Params;
+use crate::model::{LoadOptions, Mode, Pooling, SentenceEncoder};
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Tensor};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Instant;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DueamConfig {
+    /// The frozen anchor (token vectors for the WMD): model directory or hub id.
+    pub anchor: String,
+    #[serde(default)]
+    pub anchor_prefix: String,
+    /// The trainable learner (mean pooling): model directory or hub id.
+    pub learner: String,
+    #[serde(default)]
+    pub learner_prefix: String,
+    /// Keep only the learner's first N layers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learner_layers: Option<usize>,
+    /// Override the learner's dropout probability (hidden and attention).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dropout: Option<f64>,
+    /// Truncate inputs (anchor and learner) to this many tokens.
+    #[serde(default = "d_max_length")]
+    pub max_length: usize,
+    /// λ of `L = L_A − λ·L_B`.
+    #[serde(default = "d_lambda")]
+    pub lambda: f64,
+    /// `both` (L_A − λ·L_B), `wmd` (L_A only) or `cos` (−L_B only).
+    #[serde(default = "d_loss")]
+    pub loss: LossTerms,
+    /// Anchor layer whose token vectors go into the WMD (default: the last).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wmd_layer: Option<usize>,
+    /// L2-normalise each anchor token vector before the WMD.
+    #[serde(default = "d_true")]
+    pub wmd_normalize: bool,
+    /// Leave the tokenizer's special tokens (`<s>`, `</s>`, `[CLS]`, …) out of the WMD.
+    #[serde(default = "d_true")]
+    pub wmd_skip_special: bool,
+    /// `exact` (network simplex) or `sinkhorn` (entropic, `sinkhorn_*` below).
+    #[serde(default = "d_solver")]
+    pub wmd_solver: SolverKind,
+    #[serde(default = "d_sk_eps")]
+    pub sinkhorn_eps: f64,
+    #[serde(default = "d_sk_tol")]
+    pub sinkhorn_tol: f64,
+    #[serde(default = "d_sk_iter")]
+    pub sinkhorn_max_iter: usize,
+    /// Training pairs: `weak` (XNLI premise–hypothesis pairs within and across languages) or
+    /// `unsup` (random pairs of XNLI sentences).
+    pub pairs: PairKind,
+    /// Directory with XNLI's `{split}-{lang}.tsv`.
+    pub xnli_dir: PathBuf,
+    #[serde(default = "d_splits")]
+    pub splits: Vec<String>,
+    pub langs: Vec<String>,
+    /// `weak`: add the cross-lingual premise-in-A / hypothesis-in-B pairs.
+    #[serde(default = "d_true")]
+    pub cross_lingual: bool,
+    /// `unsup`: how many random pairs.
+    #[serde(default = "d_unsup_pairs")]
+    pub unsup_pairs: usize,
+    /// Batch size of the anchor's and of validation's inference.
+    #[serde(default = "d_embed_batch")]
+    pub embed_batch_size: usize,
+    /// Held-out parallel sentences for validation (`kind = "aligned"` or `"tsv"`; each source is
+    /// scored on its own, named `{src_lang}-{tgt_lang}`).
+    #[serde(default)]
+    pub val_sources: Vec<Source>,
+}
+
+fn d_max_length() -> usize {
+    128
+}
+fn d_lambda() -> f64 {
+    0.003
+}
+fn d_loss() -> LossTerms {
+    LossTerms::Both
+}
+fn d_true() -> bool {
+    true
+}
+fn d_solver() -> SolverKind {
+    SolverKind::Exact
+}
+fn d_sk_eps() -> f64 {
+    SinkhornOptions::default().eps
+}
+fn d_sk_tol() -> f64 {
+    SinkhornOptions::default().tol
+}
+fn d_sk_iter() -> usize {
+    SinkhornOptions::default().max_iter
+}
+fn d_splits() -> Vec<String> {
+    vec!["dev".into(), "test".into()]
+}
+fn d_unsup_pairs() -> usize {
+    100_000
+}
+fn d_embed_batch() -> usize {
+    64
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LossTerms {
+    /// `L_A − λ·L_B`.
+    Both,
+    /// `L_A` only.
+    Wmd,
+    /// `−L_B` only.
+    Cos,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SolverKind {
+    Exact,
+    Sinkhorn,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PairKind {
+    Weak,
+    Unsup,
+}
+
+impl DueamConfig {
+    /// Checks that need no files.
+    pub fn validate(&self) -> Result<()> {
+        if !(self.lambda.is_finite() && self.lambda >= 0.0) {
+            bail!("dueam.lambda must be a finite number >= 0, got {}", self.lambda);
+        }
+        if self.langs.is_empty() {
+            bail!("dueam.langs is empty: list the XNLI languages, e.g. [\"en\", \"de\"]");
+        }
+        if self.val_sources.is_empty() {
+            bail!("dueam.val_sources is empty: add held-out parallel sentences ([[dueam.val_sources]] kind = \"aligned\", src, tgt)");
+        }
+        for (i, s) in self.val_sources.iter().enumerate() {
+            s.validate().with_context(|| format!("dueam.val_sources[{i}]"))?;
+            if matches!(s.kind, crate::data::parallel::SourceKind::Xnli) {
+                bail!("dueam.val_sources[{i}]: kind = \"xnli\" would validate on the training sentences; use held-out parallel text (\"aligned\" or \"tsv\")");
+            }
+        }
+        if self.pairs == PairKind::Unsup && self.unsup_pairs == 0 {
+            bail!("dueam.unsup_pairs must be at least 1");
+        }
+        if self.wmd_solver == SolverKind::Sinkhorn {
+            if !(self.sinkhorn_eps > 0.0 && self.sinkhorn_eps.is_finite()) {
+                bail!("dueam.sinkhorn_eps must be > 0, got {}", self.sinkhorn_eps);
+            }
+            if !(self.sinkhorn_tol > 0.0 && self.sinkhorn_tol.is_finite()) {
+                bail!("dueam.sinkhorn_tol must be > 0, got {}", self.sinkhorn_tol);
+            }
+            if self.sinkhorn_max_iter == 0 {
+                bail!("dueam.sinkhorn_max_iter must be at least 1");
+            }
+        }
+        Ok(())
+    }
+
+    fn solver(&self) -> Solver {
+        match self.wmd_solver {
+            SolverKind::Exact => Solver::Exact,
+            SolverKind::Sinkhorn => {
+                Solver::Sinkhorn(SinkhornOptions { eps: self.sinkhorn_eps, tol: self.sinkhorn_tol, max_iter: self.sinkhorn_max_iter })
+            }
+        }
+    }
+}
+
+/// One held-out parallel set.
+struct ValSet {
+    name: String,
+    pairs: Vec<Pair>,
+}
+
+pub struct Dueam {
+    learner: SentenceEncoder,
+    /// Inference view of the learner (same storage, no autograd).
+    infer: SentenceEncoder,
+    anchor: Option<SentenceEncoder>,
+    data: PairSet,
+    val: Vec<ValSet>,
+    lambda: f64,
+    terms: LossTerms,
+    wmd_layer: Option<usize>,
+    wmd_normalize: bool,
+    wmd_skip_special: bool,
+    solver: Solver,
+    embed_batch: usize,
+    /// WMD of each training example computed so far.
+    wmd_cache: Mutex<HashMap<usize, f64>>,
+}
+
+impl Dueam {
+    pub fn new(cfg: &Config) -> Result<Self> {
+        let dc = cfg.dueam.as_ref().context("recipe = \"dueam\" needs a [dueam] section")?;
+        dc.validate()?;
+        let t0 = Instant::now();
+        let data = match dc.pairs {
+            PairKind::Weak => weak_pairs(&dc.xnli_dir, &dc.splits, &dc.langs, dc.cross_lingual),
+            PairKind::Unsup => unsup_pairs(&dc.xnli_dir, &dc.splits, &dc.langs, dc.unsup_pairs, cfg.seed),
+        }
+        .with_context(|| format!("dueam: building the {:?} training pairs from {}", dc.pairs, dc.xnli_dir.display()))?;
+        eprintln!(
+            "xsent train: {} training pairs ({} monolingual, {} cross-lingual) over {} distinct sentences ({:.1} s)",
+            data.len(),
+            data.monolingual,
+            data.len() - data.monolingual,
+            data.sentences.len(),
+            t0.elapsed().as_secs_f64()
+        );
+        let mut val = Vec::new();
+        for (i, s) in dc.val_sources.iter().enumerate() {
+            let pairs = s.read().with_context(|| format!("dueam.val_sources[{i}]"))?;
+            if pairs.is_empty() {
+                bail!("dueam.val_sources[{i}] has no pairs");
+            }
+            let name = format!("{}-{}", pairs[0].src_lang, pairs[0].tgt_lang);
+            if val.iter().any(|v: &ValSet| v.name == name) {
+                bail!("dueam.val_sources[{i}]: a second validation set named {name:?}; set src_lang/tgt_lang to tell them apart");
+            }
+            val.push(ValSet { name, pairs });
+        }
+        let device = crate::device::parse_device(&cfg.train.device)?;
+        let anchor = if dc.loss == LossTerms::Cos {
+            None
+        } else {
+            let opts = LoadOptions { device: device.clone(), prefix: Some(dc.anchor_prefix.clone()), max_length: Some(dc.max_length), ..Default::default() };
+            let a = SentenceEncoder::load(&dc.anchor, &opts).with_context(|| format!("loading anchor {}", dc.anchor))?;
+            if let Some(l) = dc.wmd_layer {
+                if l > a.encoder.num_layers() {
+                    bail!("dueam.wmd_layer = {l} but the anchor {} has {} layers", dc.anchor, a.encoder.num_layers());
+                }
+            }
+            Some(a)
+        };
+        let opts = LoadOptions {
+            prefix: Some(dc.learner_prefix.clone()),
+            layers: dc.learner_layers,
+            pooling: Some(Pooling::Mean),
+            max_length: Some(dc.max_length),
+            normalize: false,
+            trainable: true,
+            device,
+        };
+        let mut learner = SentenceEncoder::load(&dc.learner, &opts).with_context(|| format!("loading learner {}", dc.learner))?;
+        if let Some(p) = dc.dropout {
+            learner.encoder.hidden_dropout = p;
+            learner.encoder.attention_dropout = p;
+        }
+        let infer = learner.detached();
+        Ok(Self {
+            learner,
+            infer,
+            anchor,
+            data,
+            val,
+            lambda: dc.lambda,
+            terms: dc.loss,
+            wmd_layer: dc.wmd_layer,
+            wmd_normalize: dc.wmd_normalize,
+            wmd_skip_special: dc.wmd_skip_special,
+            solver: dc.solver(),
+            embed_batch: dc.embed_batch_size.max(1),
+            wmd_cache: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The anchor's WMD of each example (from the cache, or computed now).
+    fn anchor_wmd(&self, batch: &[usize]) -> Result<Vec<f64>> {
+        let anchor = self.anchor.as_ref().expect("an anchor when L_A is used");
+        let todo: Vec<usize> = {
+            let cache = self.wmd_cache.lock().expect("no worker panicked");
+            batch.iter().copied().filter(|i| !cache.contains_key(i)).collect()
+        };
+        if !todo.is_empty() {
+            let texts: Vec<&str> = todo.iter().flat_map(|&i| {
+                let (a, b) = self.data.pair(i);
+                [a, b]
+            }).collect();
+            let mut clouds = anchor.token_embeddings(&texts, self.wmd_layer, self.wmd_skip_special, self.embed_batch)?;
+            let dim = anchor.encoder.hidden_size();
+            for (cloud, text) in clouds.iter_mut().zip(&texts) {
+                if cloud.is_empty() {
+                    bail!("the anchor gives no token vectors for the sentence {text:?} (empty after leaving out special tokens)");
+                }
+                if self.wmd_normalize {
+                    for v in cloud.chunks_exact_mut(dim) {
+                        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+                        v.iter_mut().for_each(|x| *x /= n);
+                    }
+                }
+            }
+            let pairs: Vec<(&[f32], &[f32])> = clouds.chunks_exact(2).map(|c| (c[0].as_slice(), c[1].as_slice())).collect();
+            let d = wmd_batch(&pairs, dim, &self.solver)?;
+            let mut cache = self.wmd_cache.lock().expect("no worker panicked");
+            for (&i, v) in todo.iter().zip(d) {
+                cache.insert(i, v);
+            }
+        }
+        let cache = self.wmd_cache.lock().expect("no worker panicked");
+        Ok(batch.iter().map(|i| cache[i]).collect())
+    }
+}
+
+/// The DuEAM loss of one batch from the learner's vectors `s`, `t` (`[N, H]`) and, for L_A, the
+/// anchor's WMDs. Returns the total and the terms `l_a`, `l_b`, `d_euc` (mean), `d_wmd` (mean)
+/// that were computed.
+pub fn dueam_loss(s: &Tensor, t: &Tensor, wmd: Option<&[f64]>, lambda: f64, terms: LossTerms) -> Result<(Tensor, Vec<(String, f64)>)> {
+    let n = s.dim(0)?;
+    let mut out = Vec::new();
+    let scalar = |x: &Tensor| -> Result<f64> { Ok(x.to_dtype(DType::F64)?.to_scalar::<f64>()?) };
+    let l_a = if terms == LossTerms::Cos {
+        None
+    } else {
+        let wmd = wmd.context("L_A needs the anchor's WMDs")?;
+        if wmd.len() != n {
+            bail!("{} WMDs for a batch of {n} pairs", wmd.len());
+        }
+        // The small constant keeps the gradient of the square root finite at s′ = t′.
+        let d_euc = (s - t)?.sqr()?.sum(1)?.affine(1.0, 1e-12)?.sqrt()?;
+        let target: Vec<f32> = wmd.iter().map(|d| (-d).exp() as f32).collect();
+        let target = Tensor::from_vec(target, n, s.device())?.to_dtype(s.dtype())?;
+        let l_a = d_euc.neg()?.exp()?.sub(&target)?.abs()?.exp()?.mean_all()?;
+        out.push(("l_a".to_string(), scalar(&l_a)?));
+        out.push(("d_euc".to_string(), scalar(&d_euc.mean_all()?)?));
+        out.push(("d_wmd".to_string(), wmd.iter().sum::<f64>() / n as f64));
+        Some(l_a)
+    };
+    let l_b = if terms == LossTerms::Wmd {
+        None
+    } else {
+        let dot = (s * t)?.sum(1)?;
+        let norms = (s.sqr()?.sum(1)?.sqrt()? * t.sqr()?.sum(1)?.sqrt()?)?.clamp(1e-12, f64::MAX)?;
+        let l_b = dot.div(&norms)?.mean_all()?;
+        out.push(("l_b".to_string(), scalar(&l_b)?));
+        Some(l_b)
+    };
+    let total = match (l_a, l_b) {
+        (Some(a), Some(b)) => (a - (b * lambda)?)?,
+        (Some(a), None) => a,
+        (None, Some(b)) => b.neg()?,
+        (None, None) => unreachable!("one term at least"),
+    };
+    Ok((total, out))
+}
+
+impl Recipe for Dueam {
+    fn num_examples(&self) -> usize {
+        self.data.len()
+    }
+
+    fn params(&self) -> Params {
+        self.learner.trainable_params()
+    }
+
+    /// The loss is a mean over pairs: on the CPU shards run on separate cores.
+    fn shardable(&self) -> bool {
+        self.learner.device().is_cpu()
+    }
+
+    /// Pairs of similar length go into the same shard (less padding).
+    fn order_batch(&self, batch: &mut [usize]) {
+        batch.sort_by_key(|&i| {
+            let (a, b) = self.data.pair(i);
+            (a.len() + b.len(), i)
+        });
+    }
+
+    fn loss(&self, batch: &[usize], rng: &mut Rng) -> Result<StepLoss> {
+        let n = batch.len();
+        let mut terms = Vec::new();
+        let wmd = if self.terms == LossTerms::Cos {
+            None
+        } else {
+            let t0 = Instant::now();
+            let d = self.anchor_wmd(batch)?;
+            terms.push(("anchor_ms_per_pair".to_string(), 1e3 * t0.elapsed().as_secs_f64() / n as f64));
+            Some(d)
+        };
+        let texts: Vec<&str> = batch.iter().map(|&i| self.data.pair(i).0).chain(batch.iter().map(|&i| self.data.pair(i).1)).collect();
+        let emb = self.learner.forward(&texts, &mut Mode::Train(rng))?;
+        let (s, t) = (emb.narrow(0, 0, n)?, emb.narrow(0, n, n)?);
+        let (total, loss_terms) = dueam_loss(&s, &t, wmd.as_deref(), self.lambda, self.terms)?;
+        terms.extend(loss_terms);
+        Ok(StepLoss { total, terms, sentences: 2 * n })
+    }
+
+    fn validate(&mut self) -> Result<Vec<(String, f64)>> {
+        let mut out = Vec::new();
+        let mut sum = 0.0;
+        for v in &self.val {
+            let src: Vec<&str> = v.pairs.iter().map(|p| p.src.as_str()).collect();
+            let tgt: Vec<&str> = v.pairs.iter().map(|p| p.tgt.as_str()).collect();
+            let xs = Matrix::normalized(&self.infer.embed(&src, self.embed_batch)?);
+            let xt = Matrix::normalized(&self.infer.embed(&tgt, self.embed_batch)?);
+            let (a1, a2) = (translation_accuracy(&xs, &xt)?, translation_accuracy(&xt, &xs)?);
+            out.push((format!("acc_{}_src2tgt", v.name), a1));
+            out.push((format!("acc_{}_tgt2src", v.name), a2));
+            out.push((format!("acc_{}", v.name), (a1 + a2) / 2.0));
+            sum += (a1 + a2) / 2.0;
+        }
+        out.push(("acc_mean".into(), sum / self.val.len() as f64));
+        Ok(out)
+    }
+
+    fn default_best(&self) -> (String, BestMode) {
+        ("acc_mean".into(), BestMode::Max)
+    }
+
+    fn save_model(&self, dir: &Path) -> Result<()> {
+        self.learner.save(dir)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Var};
+
+    fn t(rows: &[[f32; 2]]) -> Tensor {
+        Tensor::from_vec(rows.iter().flatten().copied().collect::<Vec<f32>>(), (rows.len(), 2), &Device::Cpu).unwrap()
+    }
+
+    fn term(terms: &[(String, f64)], k: &str) -> Option<f64> {
+        terms.iter().find(|(n, _)| n == k).map(|(_, v)| *v)
+    }
+
+    #[test]
+    fn dueam_loss_on_hand_made_numbers() {
+        // Pair 1: s′ = (3, 0), t′ = (0, 4): d_euc = 5, cos = 0. Pair 2: s′ = (1, 1), t′ = (2, 2):
+        // d_euc = √2, cos = 1. WMDs 0.5 and 1.0.
+        let s = t(&[[3.0, 0.0], [1.0, 1.0]]);
+        let u = t(&[[0.0, 4.0], [2.0, 2.0]]);
+        let wmd = [0.5, 1.0];
+        let a1 = ((-5f64).exp() - (-0.5f64).exp()).abs().exp();
+        let a2 = ((-(2f64.sqrt())).exp() - (-1f64).exp()).abs().exp();
+        let l_a = (a1 + a2) / 2.0;
+        let l_b = (0.0 + 1.0) / 2.0;
+        let lambda = 0.003;
+
+        let (total, terms) = dueam_loss(&s, &u, Some(&wmd), lambda, LossTerms::Both).unwrap();
+        let total = total.to_scalar::<f32>().unwrap() as f64;
+        assert!((term(&terms, "l_a").unwrap() - l_a).abs() < 1e-6, "{terms:?} vs {l_a}");
+        assert!((term(&terms, "l_b").unwrap() - l_b).abs() < 1e-6);
+        assert!((term(&terms, "d_euc").unwrap() - (5.0 + 2f64.sqrt()) / 2.0).abs() < 1e-5);
+        assert!((term(&terms, "d_wmd").unwrap() - 0.75).abs() < 1e-12);
+        assert!((total - (l_a - lambda * l_b)).abs() < 1e-6, "{total} vs {}", l_a - lambda * l_b);
+
+        let (only_a, terms) = dueam_loss(&s, &u, Some(&wmd), lambda, LossTerms::Wmd).unwrap();
+        assert!((only_a.to_scalar::<f32>().unwrap() as f64 - l_a).abs() < 1e-6);
+        assert!(term(&terms, "l_b").is_none());
+
+        let (only_b, terms) = dueam_loss(&s, &u, None, lambda, LossTerms::Cos).unwrap();
+        assert!((only_b.to_scalar::<f32>().unwrap() as f64 + l_b).abs() < 1e-6, "−L_B alone");
+        assert!(term(&terms, "l_a").is_none());
+
+        assert!(dueam_loss(&s, &u, None, lambda, LossTerms::Both).is_err(), "L_A needs WMDs");
+        assert!(dueam_loss(&s, &u, Some(&[0.5]), lambda, LossTerms::Wmd).is_err(), "one WMD per pair");
+    }
+
+    #[test]
+    fn dueam_loss_gradients_pull_toward_the_anchor_distance() {
+        // One pair at d_euc = 2 with WMD 0.5: exp(−2) < exp(−0.5), so L_A shrinks as s′ moves
+        // toward t′; the gradient on s′ points away from t′ (descent moves s′ closer).
+        let s = Var::from_tensor(&t(&[[2.0, 0.0]])).unwrap();
+        let u = t(&[[0.0, 0.0]]);
+        let (l, _) = dueam_loss(s.as_tensor(), &u, Some(&[0.5]), 0.003, LossTerms::Wmd).unwrap();
+        let g = l.backward().unwrap().get(s.as_tensor()).unwrap().to_vec2::<f32>().unwrap();
+        assert!(g[0][0] > 0.0 && g[0][1].abs() < 1e-7, "{g:?}");
+        // d/ds L_A = exp(|x|)·sign(x)·(−exp(−d))·(s − t)/d with x = exp(−d) − exp(−w).
+        let x = (-2f64).exp() - (-0.5f64).exp();
+        let want = x.abs().exp() * x.signum() * -(-2f64).exp() * 1.0;
+        assert!((g[0][0] as f64 - want).abs() < 1e-5, "{} vs {want}", g[0][0]);
+        // Identical vectors: finite gradient.
+        let (l, _) = dueam_loss(s.as_tensor(), s.as_tensor(), Some(&[0.5]), 0.003, LossTerms::Both).unwrap();
+        let g = l.backward().unwrap().get(s.as_tensor()).unwrap().to_vec2::<f32>().unwrap();
+        assert!(g[0].iter().all(|v| v.is_finite()), "{g:?}");
+        // −L_B: the gradient turns s′ toward t′.
+        let u = t(&[[0.0, 1.0]]);
+        let (l, _) = dueam_loss(s.as_tensor(), &u, None, 0.003, LossTerms::Cos).unwrap();
+        let g = l.backward().unwrap().get(s.as_tensor()).unwrap().to_vec2::<f32>().unwrap();
+        assert!(g[0][1] < 0.0, "descent raises the t′ component: {g:?}");
+    }
+
+    #[test]
+    fn translation_accuracy_counts_diagonal_hits() {
+        let q = Matrix::normalized(&[vec![1.0, 0.0], vec![0.0, 1.0], vec![1.0, 0.1]]);
+        let tg = Matrix::normalized(&[vec![1.0, 0.05], vec![0.0, 1.0], vec![0.0, -1.0]]);
+        // Row 0 → 0 (hit), row 1 → 1 (hit), row 2 → 0 (miss).
+        assert!((translation_accuracy(&q, &tg).unwrap() - 200.0 / 3.0).abs() < 1e-9);
+    }
+}
