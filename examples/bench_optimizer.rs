@@ -86,7 +86,7 @@ fn main() -> Result<()> {
     for step in 1..=steps {
         let seeds: Vec<u64> = shards.iter().map(|_| rng.next_u64()).collect();
         let t = Instant::now();
-        let mb = run_shards(&recipe, &shards, &seeds, batch, 1, &params)?;
+        let mb = run_shards(&recipe, &shards, &batch_idx, &seeds, batch, 1, &params)?;
         let fb = t.elapsed().as_secs_f64();
         let t = Instant::now();
         let norm = opt.grad_norm(&mb.grads)?;
