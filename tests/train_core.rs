@@ -8,34 +8,6 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-/// A model dir: a fixture checkpoint plus a word-level tokenizer over `words`.
-fn tiny_model(fixture: &str, dir: &Path, words: &[String]) -> PathBuf {
-    let out = dir.join(fixture);
-    std::fs::create_dir_all(&out).unwrap();
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(common::fixtures().join(fixture).join(f), out.join(f)).unwrap();
-    }
-    let mut vocab = serde_json::Map::new();
-    for (i, t) in ["[PAD]", "[UNK]", "[CLS]", "[SEP]"].iter().enumerate() {
-        vocab.insert(t.to_string(), i.into());
-    }
-    for (i, w) in words.iter().enumerate() {
-        vocab.insert(w.clone(), (i + 4).into());
-    }
-    assert!(vocab.len() <= 1000, "the fixtures have 1,000 embeddings");
-    let tok = serde_json::json!({
-        "version": "1.0", "truncation": null, "padding": null,
-        "added_tokens": [],
-        "normalizer": null,
-        "pre_tokenizer": {"type": "Whitespace"},
-        "post_processor": {"type": "BertProcessing", "sep": ["[SEP]", 3], "cls": ["[CLS]", 2]},
-        "decoder": null,
-        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}
-    });
-    std::fs::write(out.join("tokenizer.json"), tok.to_string()).unwrap();
-    out
-}
-
 struct Setup {
     dir: tempfile::TempDir,
     config: PathBuf,
@@ -48,8 +20,8 @@ fn setup(extra: &str) -> Setup {
     let en: Vec<String> = (0..60).map(|i| format!("e{i}")).collect();
     let de: Vec<String> = (0..60).map(|i| format!("d{i}")).collect();
     let words: Vec<String> = en.iter().chain(&de).cloned().collect();
-    let teacher = tiny_model("tiny-bert", dir.path(), &words);
-    let student = tiny_model("tiny-xlm-roberta", dir.path(), &words);
+    let teacher = common::tiny_model("tiny-bert", dir.path(), &words);
+    let student = common::tiny_model("tiny-xlm-roberta", dir.path(), &words);
     let mut tsv = String::new();
     let mut x: u64 = 12345;
     for _ in 0..150 {

@@ -9,33 +9,6 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-/// A model dir: a fixture checkpoint plus a word-level tokenizer over `words`.
-fn tiny_model(fixture: &str, dir: &Path, words: &[String]) -> PathBuf {
-    let out = dir.join(fixture);
-    std::fs::create_dir_all(&out).unwrap();
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(common::fixtures().join(fixture).join(f), out.join(f)).unwrap();
-    }
-    let mut vocab = serde_json::Map::new();
-    for (i, t) in ["[PAD]", "[UNK]", "[CLS]", "[SEP]"].iter().enumerate() {
-        vocab.insert(t.to_string(), i.into());
-    }
-    for (i, w) in words.iter().enumerate() {
-        vocab.insert(w.clone(), (i + 4).into());
-    }
-    let tok = serde_json::json!({
-        "version": "1.0", "truncation": null, "padding": null,
-        "added_tokens": [],
-        "normalizer": null,
-        "pre_tokenizer": {"type": "Whitespace"},
-        "post_processor": {"type": "BertProcessing", "sep": ["[SEP]", 3], "cls": ["[CLS]", 2]},
-        "decoder": null,
-        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}
-    });
-    std::fs::write(out.join("tokenizer.json"), tok.to_string()).unwrap();
-    out
-}
-
 struct Setup {
     dir: tempfile::TempDir,
     config: PathBuf,
@@ -60,8 +33,8 @@ fn setup(section_extra: &str, extra: &str) -> Setup {
     let en: Vec<String> = (0..60).map(|i| format!("e{i}")).collect();
     let de: Vec<String> = (0..60).map(|i| format!("d{i}")).collect();
     let words: Vec<String> = en.iter().chain(&de).cloned().collect();
-    let anchor = tiny_model("tiny-bert", dir.path(), &words);
-    let learner = tiny_model("tiny-xlm-roberta", dir.path(), &words);
+    let anchor = common::tiny_model("tiny-bert", dir.path(), &words);
+    let learner = common::tiny_model("tiny-xlm-roberta", dir.path(), &words);
     let xnli = dir.path().join("xnli");
     std::fs::create_dir_all(&xnli).unwrap();
     let mut x: u64 = 12345;
@@ -285,7 +258,7 @@ fn anchor_token_embeddings_are_the_hidden_states_without_specials_and_padding() 
     use xsent::model::{LoadOptions, Mode, SentenceEncoder};
     let dir = tempfile::tempdir().unwrap();
     let words: Vec<String> = (0..10).map(|i| format!("e{i}")).collect();
-    let m = tiny_model("tiny-bert", dir.path(), &words);
+    let m = common::tiny_model("tiny-bert", dir.path(), &words);
     let enc = SentenceEncoder::load(m.to_str().unwrap(), &LoadOptions::default()).unwrap();
     let h = enc.encoder.hidden_size();
     let texts = ["e1 e2 e3", "e4"];

@@ -74,3 +74,31 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "length mismatch");
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
+
+/// A model dir: a fixture checkpoint plus a word-level tokenizer over `words`.
+pub fn tiny_model(fixture: &str, dir: &std::path::Path, words: &[String]) -> PathBuf {
+    let out = dir.join(fixture);
+    std::fs::create_dir_all(&out).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(fixtures().join(fixture).join(f), out.join(f)).unwrap();
+    }
+    let mut vocab = serde_json::Map::new();
+    for (i, t) in ["[PAD]", "[UNK]", "[CLS]", "[SEP]"].iter().enumerate() {
+        vocab.insert(t.to_string(), i.into());
+    }
+    for (i, w) in words.iter().enumerate() {
+        vocab.insert(w.clone(), (i + 4).into());
+    }
+    assert!(vocab.len() <= 1000, "the fixtures have 1,000 embeddings");
+    let tok = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null,
+        "added_tokens": [],
+        "normalizer": null,
+        "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": {"type": "BertProcessing", "sep": ["[SEP]", 3], "cls": ["[CLS]", 2]},
+        "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}
+    });
+    std::fs::write(out.join("tokenizer.json"), tok.to_string()).unwrap();
+    out
+}
