@@ -37,8 +37,9 @@ impl Matrix {
     /// Append `row` L2-normalised (a zero row stays zero). Its length must be `dim`.
     pub fn push_normalized(&mut self, row: &[f32]) {
         debug_assert_eq!(row.len(), self.dim);
-        let n = row.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-        self.data.extend(row.iter().map(|x| x / n));
+        let start = self.data.len();
+        self.data.extend_from_slice(row);
+        crate::model::pooling::l2_normalize_row(&mut self.data[start..]);
     }
 
     /// Embed `texts` with `enc` into L2-normalised rows, `128 × batch_size` texts at a time:

@@ -9,6 +9,7 @@
 //! the f32 table, sentences spread over [`crate::parallel::threads`] workers.
 
 use super::embedder::{Embedded, Embedder};
+use super::pooling::l2_normalize_row;
 use super::vocab;
 use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -207,16 +208,6 @@ fn average_into_portable(table: &[f32], dim: usize, ids: &[u32], out: &mut [f32]
     }
 }
 
-/// Scale a row to unit L2 norm (a zero row stays zero).
-#[inline]
-pub fn l2_normalize(row: &mut [f32]) {
-    let n = row.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if n > 0.0 {
-        let s = 1.0 / n;
-        row.iter_mut().for_each(|x| *x *= s);
-    }
-}
-
 /// Sentence vectors `[n, dim]` (row-major) of sentences given as unit ids, `offsets[i]..offsets[i+1]`
 /// of `ids` for sentence i, on [`crate::parallel::threads`] workers.
 pub fn embed_ids_flat(table: &[f32], dim: usize, ids: &[u32], offsets: &[usize], normalize: bool) -> Result<Vec<f32>> {
@@ -236,7 +227,7 @@ pub fn embed_ids_flat(table: &[f32], dim: usize, ids: &[u32], offsets: &[usize],
                     let i = w * per + k;
                     average_into(table, dim, &ids[offsets[i]..offsets[i + 1]], row);
                     if normalize {
-                        l2_normalize(row);
+                        l2_normalize_row(row);
                     }
                 }
             });

@@ -99,6 +99,14 @@ impl Pooling {
     }
 }
 
+/// One row in place: `x / max(‖x‖₂, 1e-12)`, as [`l2_normalize`] does on tensors (a zero row
+/// stays zero).
+#[inline]
+pub fn l2_normalize_row(row: &mut [f32]) {
+    let n = row.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+    row.iter_mut().for_each(|x| *x /= n);
+}
+
 /// Row-wise `x / max(‖x‖₂, 1e-12)` (as `torch.nn.functional.normalize`). Differentiable.
 pub fn l2_normalize(x: &Tensor) -> Result<Tensor> {
     let x32 = if x.dtype() == DType::F32 { x.clone() } else { x.to_dtype(DType::F32)? };

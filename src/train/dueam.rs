@@ -321,10 +321,7 @@ impl Dueam {
                     bail!("the anchor gives no token vectors for the sentence {text:?} (empty after leaving out special tokens)");
                 }
                 if self.wmd_normalize {
-                    for v in cloud.chunks_exact_mut(dim) {
-                        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-                        v.iter_mut().for_each(|x| *x /= n);
-                    }
+                    cloud.chunks_exact_mut(dim).for_each(crate::model::pooling::l2_normalize_row);
                 }
             }
             let pairs: Vec<(&[f32], &[f32])> = clouds.chunks_exact(2).map(|c| (c[0].as_slice(), c[1].as_slice())).collect();
