@@ -250,7 +250,7 @@ fn config_errors_name_the_problem() {
         assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
     }
     let o = common::xsent().args(["train", "--config"]).arg(&s.config).args(["--set", "recipe=nope", "--out", run.to_str().unwrap()]).output().unwrap();
-    assert!(stderr(&o).contains("distill, disentangle, dueam, sp"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("distill, disentangle, dueam, lightweight, sp"), "{}", stderr(&o));
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    /// Which recipe trains: `distill`, `disentangle`, `dueam` or `sp`.
+    /// Which recipe trains: `distill`, `disentangle`, `dueam`, `lightweight` or `sp`.
     pub recipe: String,
     /// Seeds initialisation, data order and dropout.
     #[serde(default = "d_seed")]
@@ -27,6 +27,7 @@ pub struct Config {
     pub disentangle: Option<super::disentangle::DisentangleConfig>,
     pub sp: Option<super::sp::SpConfig>,
     pub dueam: Option<super::dueam::DueamConfig>,
+    pub lightweight: Option<super::lightweight::LightweightConfig>,
 }
 
 fn d_seed() -> u64 {
@@ -269,7 +270,11 @@ impl Config {
                     }
                 }
             },
-            other => bail!("recipe = {other:?} is not known; this xsent trains: distill, disentangle, dueam, sp"),
+            "lightweight" => match &self.lightweight {
+                None => bail!("recipe = \"lightweight\" needs a [lightweight] section"),
+                Some(l) => l.validate().context("[lightweight]")?,
+            },
+            other => bail!("recipe = {other:?} is not known; this xsent trains: distill, disentangle, dueam, lightweight, sp"),
         }
         crate::device::parse_device(&t.device).context("train.device")?;
         for (i, s) in self.data.sources.iter().enumerate() {

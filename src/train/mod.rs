@@ -5,6 +5,7 @@ pub mod config;
 pub mod disentangle;
 pub mod distill;
 pub mod dueam;
+pub mod lightweight;
 pub mod optim;
 pub mod sp;
 pub mod trainer;
@@ -34,7 +35,8 @@ pub fn build_recipe(cfg: &Config, out: &Path) -> Result<Box<dyn Recipe>> {
         "disentangle" => Ok(Box::new(disentangle::Disentangle::new(cfg)?)),
         "sp" => Ok(Box::new(sp::SpRecipe::new(cfg, out)?)),
         "dueam" => Ok(Box::new(dueam::Dueam::new(cfg)?)),
-        other => anyhow::bail!("recipe = {other:?} is not known; this xsent trains: distill, disentangle, dueam, sp"),
+        "lightweight" => Ok(Box::new(lightweight::Lightweight::new(cfg, out)?)),
+        other => anyhow::bail!("recipe = {other:?} is not known; this xsent trains: distill, disentangle, dueam, lightweight, sp"),
     }
 }
 

@@ -1,0 +1,687 @@
+//! Lightweight dual transformer (Mao et al. 2021, seed 001): a small transformer encoder (2
+//! layers, hidden 512, 8 heads, feed-forward 1,024, learned positions) trained from scratch on a
+//! shared subword vocabulary. The same encoder (shared parameters) encodes both sides of a
+//! translation pair; the sentence vector is the mean of the last layer's token states.
+//!
+//! Training tasks (all switchable, to rerun seed 001 Tables 6 and 7):
+//! - generative, from the sentence vector through a fully connected layer whose output is scored
+//!   against the vocabulary (tied to the input embeddings, plus an output bias):
+//!   - `smlm` (Eq. 1): one token w_t is masked on one side of each pair (the side drawn at
+//!     random); it is predicted from the masked sentence and from its translation;
+//!   - `xtr` (Eq. 2–3): KL(q ‖ p) with q uniform over the partner sentence's tokens (every N_wi
+//!     set to 1, as the paper's implementation does: uniform over the distinct tokens);
+//!   - `ugt` (Eq. 4): SMLM and XTR unified: the masked side's q puts ½ on w_t and ½ uniformly on
+//!     the partner's tokens; the unmasked side's q is XTR's (uniform over the partner's tokens,
+//!     w_t among them);
+//!   - `mlm`: BERT's token-level masked LM (15% of each side's tokens masked, at least one,
+//!     predicted from their token states through the same layer and output); `mlm+xtr` adds
+//!     XTR on the same masked inputs;
+//! - contrastive, on the mean-pooled vectors u (source side) and v (target side) of the batch:
+//!   - `align` (Eq. 5): in-batch cross-entropy over inner products u·v, both directions;
+//!   - `sim` (Eq. 6): −log cos(π/2 · (softmax_k(u_j·u_k) − softmax_k(v_j·v_k))).
+//!
+//! L = L_gen + 2·L_align + 2·L_sim (Eq. 7; weights configurable). Each term is a mean over the
+//! batch's pairs of the per-pair quantity of its equation (Eq. 1–2 sum the two sides of a pair;
+//! Eq. 5 the two directions; Eq. 6 the row j1 of the similarity matrices), where the paper writes
+//! sums over the corpus.
+//!
+//! The saved model is an ordinary BERT-family model directory (config.json, model.safetensors,
+//! tokenizer.json, mean pooling): `xsent embed|eval|mine` and sentence-transformers load it. The
+//! generative head (fully connected layer, output bias) is training-only and lives in checkpoints.
+
+use super::config::{BestMode, Config};
+use super::distill::split_by_source;
+use super::trainer::{write_atomically, Recipe, StepLoss};
+use crate::data::parallel::read_sources;
+use crate::eval::knn::{translation_accuracy, Matrix};
+use crate::model::encoder::{Linear, Rng};
+use crate::model::sentence::{write_st_files, Encoded};
+use crate::model::vocab::{self, SubwordModel};
+use crate::model::weights::{self, Params};
+use crate::model::{EncoderConfig, LoadOptions, Mode, Pooling, SentenceEncoder};
+use anyhow::{bail, ensure, Context, Result};
+use candle_core::{DType, Device, Tensor, Var, D};
+use rand::seq::index::sample;
+use rand::{Rng as _, SeedableRng};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use tokenizers::AddedToken;
+
+/// The mask token the recipe adds to the vocabulary (when it is not there already).
+pub const MASK: &str = "<mask>";
+/// The padding token the recipe adds to the vocabulary.
+pub const PAD: &str = "<pad>";
+
+/// The generative task (seed 001 Table 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Generative {
+    #[serde(rename = "none")]
+    None,
+    #[serde(rename = "mlm")]
+    Mlm,
+    #[serde(rename = "smlm")]
+    Smlm,
+    #[serde(rename = "xtr")]
+    Xtr,
+    #[serde(rename = "mlm+xtr", alias = "mlm-xtr")]
+    MlmXtr,
+    #[serde(rename = "ugt")]
+    Ugt,
+}
+
+impl Generative {
+    fn single_mask(self) -> bool {
+        matches!(self, Self::Smlm | Self::Ugt)
+    }
+    fn token_level(self) -> bool {
+        matches!(self, Self::Mlm | Self::MlmXtr)
+    }
+    fn sentence_level(self) -> bool {
+        matches!(self, Self::Smlm | Self::Xtr | Self::Ugt | Self::MlmXtr)
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LightweightConfig {
+    /// A tokenizer.json to use (e.g. from `xsent tokenizer train`); default: a shared unigram
+    /// vocabulary learned from the training pairs (both sides). `<mask>` and `<pad>` are added
+    /// when missing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<PathBuf>,
+    /// Pieces of the learned vocabulary (seed 001: 50k per language pair).
+    #[serde(default = "d_vocab")]
+    pub vocab_size: usize,
+    #[serde(default = "d_subword")]
+    pub subword_model: SubwordModel,
+    /// Lowercase before learning and applying the vocabulary (NFKC always).
+    #[serde(default)]
+    pub lowercase: bool,
+    #[serde(default = "d_layers")]
+    pub layers: usize,
+    #[serde(default = "d_hidden")]
+    pub hidden: usize,
+    #[serde(default = "d_heads")]
+    pub heads: usize,
+    /// Feed-forward (filter) size.
+    #[serde(default = "d_ffn")]
+    pub ffn: usize,
+    /// Longest input in pieces (also the number of learned positions).
+    #[serde(default = "d_max_length")]
+    pub max_length: usize,
+    /// Dropout of the hidden states and attention probabilities.
+    #[serde(default = "d_dropout")]
+    pub dropout: f64,
+    /// `ugt`, `smlm`, `xtr`, `mlm`, `mlm+xtr` or `none`.
+    #[serde(default = "d_generative")]
+    pub generative: Generative,
+    /// In-batch sentence alignment loss (Eq. 5).
+    #[serde(default = "d_true")]
+    pub align: bool,
+    /// In-batch sentence similarity loss (Eq. 6).
+    #[serde(default = "d_true")]
+    pub sim: bool,
+    #[serde(default = "d_one")]
+    pub gen_weight: f64,
+    #[serde(default = "d_two")]
+    pub align_weight: f64,
+    #[serde(default = "d_two")]
+    pub sim_weight: f64,
+    /// Fraction of tokens masked by `mlm` (at least one per sentence).
+    #[serde(default = "d_mlm_prob")]
+    pub mlm_prob: f64,
+    /// Batch size of validation embedding (inference).
+    #[serde(default = "d_embed_batch")]
+    pub embed_batch_size: usize,
+}
+
+fn d_vocab() -> usize {
+    16_000
+}
+fn d_subword() -> SubwordModel {
+    SubwordModel::Unigram
+}
+fn d_layers() -> usize {
+    2
+}
+fn d_hidden() -> usize {
+    512
+}
+fn d_heads() -> usize {
+    8
+}
+fn d_ffn() -> usize {
+    1024
+}
+fn d_max_length() -> usize {
+    64
+}
+fn d_dropout() -> f64 {
+    0.1
+}
+fn d_generative() -> Generative {
+    Generative::Ugt
+}
+fn d_true() -> bool {
+    true
+}
+fn d_one() -> f64 {
+    1.0
+}
+fn d_two() -> f64 {
+    2.0
+}
+fn d_mlm_prob() -> f64 {
+    0.15
+}
+fn d_embed_batch() -> usize {
+    128
+}
+
+impl LightweightConfig {
+    pub fn validate(&self) -> Result<()> {
+        ensure!(self.layers >= 1, "lightweight.layers must be at least 1");
+        ensure!(self.hidden >= 1 && self.heads >= 1 && self.hidden % self.heads == 0, "lightweight.hidden ({}) must be a multiple of lightweight.heads ({})", self.hidden, self.heads);
+        ensure!(self.ffn >= 1, "lightweight.ffn must be at least 1");
+        ensure!(self.max_length >= 2, "lightweight.max_length must be at least 2");
+        ensure!(self.vocab_size >= 2, "lightweight.vocab_size must be at least 2");
+        ensure!((0.0..1.0).contains(&self.dropout), "lightweight.dropout must be in [0, 1), got {}", self.dropout);
+        ensure!(self.mlm_prob > 0.0 && self.mlm_prob <= 1.0, "lightweight.mlm_prob must be in (0, 1], got {}", self.mlm_prob);
+        ensure!(self.embed_batch_size >= 1, "lightweight.embed_batch_size must be at least 1");
+        for (name, w) in [("gen_weight", self.gen_weight), ("align_weight", self.align_weight), ("sim_weight", self.sim_weight)] {
+            ensure!(w.is_finite() && w >= 0.0, "lightweight.{name} must be a finite number >= 0, got {w}");
+        }
+        if self.generative == Generative::None && !self.align && !self.sim {
+            bail!("lightweight: no training task: set generative (ugt, smlm, xtr, mlm, mlm+xtr) or align/sim");
+        }
+        Ok(())
+    }
+
+    /// The encoder's `config.json` for a vocabulary of `vocab` pieces padded with `pad`.
+    pub fn encoder_config(&self, vocab: usize, pad: u32) -> serde_json::Value {
+        serde_json::json!({
+            "architectures": ["BertModel"],
+            "model_type": "bert",
+            "vocab_size": vocab,
+            "hidden_size": self.hidden,
+            "num_hidden_layers": self.layers,
+            "num_attention_heads": self.heads,
+            "intermediate_size": self.ffn,
+            "hidden_act": "gelu",
+            "hidden_dropout_prob": self.dropout,
+            "attention_probs_dropout_prob": self.dropout,
+            "max_position_embeddings": self.max_length,
+            "type_vocab_size": 1,
+            "layer_norm_eps": 1e-12,
+            "initializer_range": 0.02,
+            "pad_token_id": pad,
+        })
+    }
+}
+
+/// Label distributions q of the sentence-level generative tasks, as sparse rows `(token, mass)`,
+/// for a pair whose side `masked` (0 source, 1 target) had token `wt` masked (SMLM/UGT).
+/// Returns (q of the source-side prediction, q of the target-side prediction).
+pub fn sentence_targets(task: Generative, src: &[u32], tgt: &[u32], masked: Option<(usize, u32)>) -> (Vec<(u32, f32)>, Vec<(u32, f32)>) {
+    let uniform = |s: &[u32], mass: f32| -> Vec<(u32, f32)> {
+        let mut t = s.to_vec();
+        t.sort_unstable();
+        t.dedup();
+        let w = mass / t.len().max(1) as f32;
+        t.into_iter().map(|id| (id, w)).collect()
+    };
+    let add = |mut a: Vec<(u32, f32)>, id: u32, mass: f32| {
+        match a.iter_mut().find(|(t, _)| *t == id) {
+            Some(e) => e.1 += mass,
+            None => a.push((id, mass)),
+        }
+        a
+    };
+    match task {
+        Generative::Xtr | Generative::MlmXtr => (uniform(tgt, 1.0), uniform(src, 1.0)),
+        Generative::Smlm => {
+            let (_, wt) = masked.expect("smlm masks a token");
+            (vec![(wt, 1.0)], vec![(wt, 1.0)])
+        }
+        Generative::Ugt => {
+            let (side, wt) = masked.expect("ugt masks a token");
+            if side == 0 {
+                (add(uniform(tgt, 0.5), wt, 0.5), uniform(src, 1.0))
+            } else {
+                (uniform(tgt, 1.0), add(uniform(src, 0.5), wt, 0.5))
+            }
+        }
+        Generative::Mlm | Generative::None => (Vec::new(), Vec::new()),
+    }
+}
+
+/// `Σ_rows KL(q_r ‖ softmax(logits_r)) / n` for sparse label rows (`Σ_i q_i log q_i − Σ_i q_i
+/// log p_i`, the constant part computed on the side).
+pub fn kl_sparse(logits: &Tensor, q: &[Vec<(u32, f32)>], n: usize) -> Result<Tensor> {
+    let (rows, v) = logits.dims2()?;
+    ensure!(rows == q.len(), "kl_sparse: {rows} rows of logits, {} label rows", q.len());
+    let logp = candle_nn::ops::log_softmax(logits, D::Minus1)?.flatten_all()?;
+    let mut idx = Vec::new();
+    let mut w = Vec::new();
+    let mut entropy = 0f64;
+    for (r, row) in q.iter().enumerate() {
+        for &(t, m) in row {
+            ensure!((t as usize) < v, "label token {t} outside the vocabulary of {v}");
+            if m > 0.0 {
+                idx.push((r * v + t as usize) as u32);
+                w.push(m);
+                entropy += m as f64 * (m as f64).ln();
+            }
+        }
+    }
+    let dev = logits.device();
+    let cross = logp.index_select(&Tensor::new(idx, dev)?, 0)?.mul(&Tensor::new(w, dev)?)?.sum_all()?;
+    Ok(((cross.neg()? + entropy)? / n as f64)?)
+}
+
+/// Eq. 5: mean over rows of the cross-entropy of `u·vᵀ` rows and columns against the diagonal.
+pub fn align_loss(u: &Tensor, v: &Tensor) -> Result<Tensor> {
+    let b = u.dim(0)?;
+    let s = u.matmul(&v.t()?)?;
+    let diag = Tensor::arange(0u32, b as u32, u.device())?;
+    let rows = candle_nn::loss::cross_entropy(&s, &diag)?;
+    let cols = candle_nn::loss::cross_entropy(&s.t()?.contiguous()?, &diag)?;
+    Ok((rows + cols)?)
+}
+
+/// Eq. 6: `Σ_{j2} −log cos(π/2 · (softmax(u uᵀ) − softmax(v vᵀ))_{j1 j2})`, mean over j1.
+/// Differences of ±1 (both softmax rows one-hot on different entries) would give log 0: the
+/// cosine is floored at 1e-12.
+pub fn sim_loss(u: &Tensor, v: &Tensor) -> Result<Tensor> {
+    let b = u.dim(0)?;
+    let a = candle_nn::ops::softmax(&u.matmul(&u.t()?)?, D::Minus1)?;
+    let c = candle_nn::ops::softmax(&v.matmul(&v.t()?)?, D::Minus1)?;
+    let cos = ((a - c)? * std::f64::consts::FRAC_PI_2)?.cos()?;
+    let cos = cos.maximum(1e-12)?;
+    Ok((cos.log()?.sum_all()?.neg()? / b as f64)?)
+}
+
+/// The training-only generative head: a fully connected layer on the sentence (or token) vector,
+/// scored against the tied input embeddings plus an output bias.
+struct Head {
+    fc: Linear,
+    bias: Tensor,
+    params: Params,
+}
+
+impl Head {
+    fn new(hidden: usize, vocab: usize, rng: &mut Rng) -> Result<Self> {
+        use rand_distr::{Distribution, Normal};
+        let normal = Normal::new(0f32, 0.02).expect("a valid normal distribution");
+        let w: Vec<f32> = (0..hidden * hidden).map(|_| normal.sample(rng)).collect();
+        let fc_w = Var::from_tensor(&Tensor::from_vec(w, (hidden, hidden), &Device::Cpu)?)?;
+        let fc_b = Var::zeros(hidden, DType::F32, &Device::Cpu)?;
+        let out_b = Var::zeros(vocab, DType::F32, &Device::Cpu)?;
+        let fc = Linear { weight: fc_w.as_tensor().clone(), bias: fc_b.as_tensor().clone() };
+        let bias = out_b.as_tensor().clone();
+        let params = Params { vars: vec![("head.fc.weight".into(), fc_w), ("head.fc.bias".into(), fc_b), ("head.out_bias".into(), out_b)] };
+        Ok(Self { fc, bias, params })
+    }
+
+    /// Vocabulary logits `[n, V]` of vectors `[n, H]`.
+    fn logits(&self, x: &Tensor, embeddings: &Tensor) -> Result<Tensor> {
+        Ok(self.fc.forward(x)?.matmul(&embeddings.t()?)?.broadcast_add(&self.bias)?)
+    }
+}
+
+/// Rows encoded together when a batch is run (sorted by length, so short sentences are not
+/// padded to the longest of the batch).
+const CHUNK: usize = 32;
+
+pub struct Lightweight {
+    cfg: LightweightConfig,
+    encoder: SentenceEncoder,
+    infer: SentenceEncoder,
+    head: Head,
+    src: Vec<Vec<u32>>,
+    tgt: Vec<Vec<u32>>,
+    val_src: Vec<String>,
+    val_tgt: Vec<String>,
+    mask_id: u32,
+}
+
+/// Write the initial model directory (vocabulary, config, seeded random weights) into `dir`.
+fn write_init(lc: &LightweightConfig, texts: &[&str], seed: u64, dir: &Path) -> Result<()> {
+    let mut tok = match &lc.tokenizer {
+        Some(p) => tokenizers::Tokenizer::from_file(p).map_err(|e| anyhow::anyhow!("lightweight.tokenizer: cannot load {}: {e}", p.display()))?,
+        None => vocab::train_subword(texts, lc.subword_model, lc.vocab_size, lc.lowercase)?,
+    };
+    let specials: Vec<AddedToken> = [PAD, MASK].iter().filter(|t| tok.token_to_id(t).is_none()).map(|t| AddedToken::from(*t, true)).collect();
+    tok.add_special_tokens(specials).map_err(|e| anyhow::anyhow!("cannot add {PAD} and {MASK} to the vocabulary: {e}"))?;
+    let pad = tok.token_to_id(PAD).context("the vocabulary has no <pad> after adding it")?;
+    let vocab = tok.get_vocab_size(true);
+    tok.save(dir.join("tokenizer.json"), true).map_err(|e| anyhow::anyhow!("cannot write tokenizer.json: {e}"))?;
+    let json = lc.encoder_config(vocab, pad);
+    std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&json)?)?;
+    let cfg = EncoderConfig::from_json(&json.to_string())?;
+    let mut rng = Rng::seed_from_u64(seed ^ 0x11e_6e17);
+    let tensors = weights::random_encoder_tensors(&cfg, &mut rng, &Device::Cpu)?;
+    weights::save_tensors(&tensors, &dir.join("model.safetensors"))?;
+    write_st_files(dir, Pooling::Mean, lc.hidden, lc.max_length, true, false)
+}
+
+impl Lightweight {
+    /// The recipe for run directory `out`. The initial model (learned vocabulary, seeded random
+    /// weights) is written once to `out/init/` and read from there by a resumed run: the
+    /// `tokenizers` unigram trainer breaks ties in hash-map order, so learning the vocabulary
+    /// again could number the pieces differently.
+    pub fn new(cfg: &Config, out: &Path) -> Result<Self> {
+        let lc = cfg.lightweight.clone().context("recipe = \"lightweight\" needs a [lightweight] section")?;
+        lc.validate()?;
+        let device = crate::device::parse_device(&cfg.train.device)?;
+        let pairs = read_sources(&cfg.data.sources)?;
+        let (train, val) = split_by_source(pairs, cfg.data.val_size, cfg.seed)?;
+        eprintln!("xsent train: {} training pairs, {} validation pairs", train.len(), val.len());
+
+        let init = out.join("init");
+        if init.is_dir() {
+            eprintln!("xsent train: initial model and vocabulary from {}", init.display());
+        } else {
+            let t0 = std::time::Instant::now();
+            // The vocabulary is learned from the training pairs only (never the held-out ones).
+            let mut texts: Vec<&str> = train.iter().flat_map(|p| [p.src.as_str(), p.tgt.as_str()]).collect();
+            texts.sort_unstable();
+            texts.dedup();
+            std::fs::create_dir_all(out).with_context(|| format!("cannot create run directory {}", out.display()))?;
+            write_atomically(&init, |d| write_init(&lc, &texts, cfg.seed, d))?;
+            eprintln!("xsent train: vocabulary and initial model written to {} ({:.1} s)", init.display(), t0.elapsed().as_secs_f64());
+        }
+        let opts = LoadOptions {
+            device: device.clone(),
+            pooling: Some(Pooling::Mean),
+            max_length: Some(lc.max_length),
+            normalize: false,
+            trainable: true,
+            ..Default::default()
+        };
+        let encoder = SentenceEncoder::load(&init.to_string_lossy(), &opts).with_context(|| format!("loading the initial model {}", init.display()))?;
+        ensure!(
+            encoder.config.num_hidden_layers == lc.layers && encoder.config.hidden_size == lc.hidden && encoder.config.intermediate_size == lc.ffn,
+            "{} was written for another model shape than [lightweight] asks for; start a new run directory",
+            init.display()
+        );
+        let mask_id = encoder.tokenizer().token_to_id(MASK).with_context(|| format!("{} has no {MASK} token", init.display()))?;
+        let vocab = encoder.config.vocab_size;
+        eprintln!(
+            "xsent train: {}-layer encoder, hidden {}, {} heads, feed-forward {}, vocabulary {vocab}, {:.1}M parameters",
+            lc.layers,
+            lc.hidden,
+            lc.heads,
+            lc.ffn,
+            encoder.trainable_params().num_elements() as f64 / 1e6
+        );
+        let mut head_rng = Rng::seed_from_u64(cfg.seed ^ 0x4ead);
+        let mut head = Head::new(lc.hidden, vocab, &mut head_rng)?;
+        if !device.is_cpu() {
+            // Move the head's variables to the device (the encoder was loaded there).
+            let vars: Vec<(String, Var)> = head.params.vars.iter().map(|(n, v)| Ok((n.clone(), Var::from_tensor(&v.as_tensor().to_device(&device)?)?))).collect::<Result<_>>()?;
+            head.fc = Linear { weight: vars[0].1.as_tensor().clone(), bias: vars[1].1.as_tensor().clone() };
+            head.bias = vars[2].1.as_tensor().clone();
+            head.params = Params { vars };
+        }
+
+        let tokens = |texts: Vec<&str>| -> Result<Vec<Vec<u32>>> { Ok(encoder.tokenize(&texts)?.into_iter().map(|e| e.ids).collect()) };
+        let src_all = tokens(train.iter().map(|p| p.src.as_str()).collect())?;
+        let tgt_all = tokens(train.iter().map(|p| p.tgt.as_str()).collect())?;
+        let (mut src, mut tgt) = (Vec::with_capacity(src_all.len()), Vec::with_capacity(tgt_all.len()));
+        let mut empty = 0;
+        for (s, t) in src_all.into_iter().zip(tgt_all) {
+            if s.is_empty() || t.is_empty() {
+                empty += 1;
+                continue;
+            }
+            src.push(s);
+            tgt.push(t);
+        }
+        if empty > 0 {
+            eprintln!("xsent train: {empty} training pairs left out: a side has no token");
+        }
+        ensure!(!src.is_empty(), "no training pair has tokens on both sides");
+        let infer = encoder.detached();
+        Ok(Self {
+            cfg: lc,
+            encoder,
+            infer,
+            head,
+            src,
+            tgt,
+            val_src: val.iter().map(|p| p.src.clone()).collect(),
+            val_tgt: val.iter().map(|p| p.tgt.clone()).collect(),
+            mask_id,
+        })
+    }
+
+    /// Run `rows` through the encoder (chunks of similar length); returns the mean-pooled
+    /// vectors `[n, H]` in input order and the token states at `picks` (`(row, position)`),
+    /// `[picks, H]` in the order given.
+    fn encode(&self, rows: &[Vec<u32>], picks: &[(usize, usize)], mode: &mut Mode) -> Result<(Tensor, Option<Tensor>)> {
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_by_key(|&i| (rows[i].len(), i));
+        let mut place = vec![0usize; rows.len()];
+        for (j, &i) in order.iter().enumerate() {
+            place[i] = j;
+        }
+        let h = self.cfg.hidden;
+        let mut pooled = Vec::new();
+        let mut states = Vec::new();
+        // (chunk, row within chunk, padded length) of every sorted row.
+        let mut at = vec![(0usize, 0usize, 0usize); rows.len()];
+        for (c, chunk) in order.chunks(CHUNK).enumerate() {
+            let enc: Vec<Encoded> = chunk.iter().map(|&i| Encoded { ids: rows[i].clone(), truncated: false }).collect();
+            let batch = self.encoder.collate(&enc.iter().collect::<Vec<_>>())?;
+            let hidden = self.encoder.hidden_states(&batch, mode)?;
+            let l = hidden.dim(1)?;
+            for (r, &i) in chunk.iter().enumerate() {
+                at[place[i]] = (c, r, l);
+            }
+            pooled.push(self.encoder.pool(&hidden, &batch)?);
+            if !picks.is_empty() {
+                states.push(hidden.reshape((chunk.len() * l, h))?);
+            }
+        }
+        let pooled = Tensor::cat(&pooled, 0)?;
+        let pooled = pooled.index_select(&Tensor::new(place.iter().map(|&p| p as u32).collect::<Vec<_>>(), pooled.device())?, 0)?;
+        let picked = if picks.is_empty() {
+            None
+        } else {
+            // Offsets of each chunk's rows in the concatenated token states.
+            let mut offset = vec![0usize; states.len() + 1];
+            for (c, s) in states.iter().enumerate() {
+                offset[c + 1] = offset[c] + s.dim(0)?;
+            }
+            let all = Tensor::cat(&states, 0)?;
+            let idx: Vec<u32> = picks
+                .iter()
+                .map(|&(row, pos)| {
+                    let (c, r, l) = at[place[row]];
+                    (offset[c] + r * l + pos) as u32
+                })
+                .collect();
+            Some(all.index_select(&Tensor::new(idx, all.device())?, 0)?)
+        };
+        Ok((pooled, picked))
+    }
+}
+
+impl Recipe for Lightweight {
+    fn num_examples(&self) -> usize {
+        self.src.len()
+    }
+
+    fn params(&self) -> Params {
+        let mut p = self.encoder.trainable_params();
+        p.extend("", self.head.params.clone());
+        p
+    }
+
+    fn loss(&self, batch: &[usize], rng: &mut Rng) -> Result<StepLoss> {
+        let b = batch.len();
+        let task = self.cfg.generative;
+        // Inputs: the batch's source sides, then its target sides; masks drawn from the RNG.
+        let mut rows: Vec<Vec<u32>> = batch.iter().map(|&i| self.src[i].clone()).chain(batch.iter().map(|&i| self.tgt[i].clone())).collect();
+        let mut masked: Vec<Option<(usize, u32)>> = vec![None; b];
+        let mut picks: Vec<(usize, usize)> = Vec::new();
+        let mut pick_labels: Vec<u32> = Vec::new();
+        if task.single_mask() {
+            for (k, m) in masked.iter_mut().enumerate() {
+                let side = usize::from(rng.random_bool(0.5));
+                let row = &mut rows[side * b + k];
+                let pos = rng.random_range(0..row.len());
+                *m = Some((side, row[pos]));
+                row[pos] = self.mask_id;
+            }
+        } else if task.token_level() {
+            for (r, row) in rows.iter_mut().enumerate() {
+                let n = ((self.cfg.mlm_prob * row.len() as f64).round() as usize).clamp(1, row.len());
+                let mut pos = sample(rng, row.len(), n).into_vec();
+                pos.sort_unstable();
+                for p in pos {
+                    picks.push((r, p));
+                    pick_labels.push(row[p]);
+                    row[p] = self.mask_id;
+                }
+            }
+        }
+        let (pooled, states) = self.encode(&rows, &picks, &mut Mode::Train(rng))?;
+        let (u, v) = (pooled.narrow(0, 0, b)?, pooled.narrow(0, b, b)?);
+
+        let mut terms = Vec::new();
+        let mut total = Tensor::zeros((), DType::F32, pooled.device())?;
+        if task != Generative::None {
+            let emb = self.encoder.encoder.word_embeddings();
+            let mut gen = Tensor::zeros((), DType::F32, pooled.device())?;
+            if task.sentence_level() {
+                let mut q_src = Vec::with_capacity(b);
+                let mut q_tgt = Vec::with_capacity(b);
+                for (k, &i) in batch.iter().enumerate() {
+                    let (qs, qt) = sentence_targets(task, &self.src[i], &self.tgt[i], masked[k]);
+                    q_src.push(qs);
+                    q_tgt.push(qt);
+                }
+                q_src.extend(q_tgt);
+                let kl = kl_sparse(&self.head.logits(&pooled, emb)?, &q_src, b)?;
+                terms.push((if task == Generative::Smlm { "smlm" } else { "kl" }.to_string(), kl.to_scalar::<f32>()? as f64));
+                gen = (gen + kl)?;
+            }
+            if let Some(states) = states {
+                let logits = self.head.logits(&states, emb)?;
+                let labels = Tensor::new(pick_labels, logits.device())?;
+                // Mean over masked tokens, times two: one term per side of a pair, as Eq. 1.
+                let mlm = (candle_nn::loss::cross_entropy(&logits, &labels)? * 2.0)?;
+                terms.push(("mlm".to_string(), mlm.to_scalar::<f32>()? as f64));
+                gen = (gen + mlm)?;
+            }
+            total = (total + (gen * self.cfg.gen_weight)?)?;
+        }
+        if self.cfg.align {
+            let a = align_loss(&u, &v)?;
+            terms.push(("align".to_string(), a.to_scalar::<f32>()? as f64));
+            total = (total + (a * self.cfg.align_weight)?)?;
+        }
+        if self.cfg.sim {
+            let s = sim_loss(&u, &v)?;
+            terms.push(("sim".to_string(), s.to_scalar::<f32>()? as f64));
+            total = (total + (s * self.cfg.sim_weight)?)?;
+        }
+        Ok(StepLoss { total, terms, sentences: 2 * b })
+    }
+
+    fn validate(&mut self) -> Result<Vec<(String, f64)>> {
+        if self.val_src.is_empty() {
+            bail!("no validation pairs: set data.val_size > 0");
+        }
+        let es = self.infer.embed(&self.val_src, self.cfg.embed_batch_size)?;
+        let et = self.infer.embed(&self.val_tgt, self.cfg.embed_batch_size)?;
+        let (xs, xt) = (Matrix::normalized(&es), Matrix::normalized(&et));
+        let (a1, a2) = (translation_accuracy(&xs, &xt)?, translation_accuracy(&xt, &xs)?);
+        Ok(vec![("acc_src2tgt".into(), a1), ("acc_tgt2src".into(), a2), ("acc_mean".into(), (a1 + a2) / 2.0)])
+    }
+
+    fn default_best(&self) -> (String, BestMode) {
+        ("acc_mean".into(), BestMode::Max)
+    }
+
+    /// A BERT-family model directory with mean pooling and normalised output.
+    fn save_model(&self, dir: &Path) -> Result<()> {
+        let mut m = self.encoder.clone();
+        m.normalize = true;
+        m.save(dir)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dense(q: &[(u32, f32)], v: usize) -> Vec<f32> {
+        let mut d = vec![0f32; v];
+        for &(t, m) in q {
+            d[t as usize] += m;
+        }
+        d
+    }
+
+    #[test]
+    fn label_distributions_follow_eq_3_and_4() {
+        // Source "a b b" = [1, 2, 2], target "c d" = [3, 4]; token 2 of the source masked.
+        let (src, tgt) = ([1u32, 2, 2], [3u32, 4]);
+        let (qs, qt) = sentence_targets(Generative::Xtr, &src, &tgt, None);
+        assert_eq!(dense(&qs, 5), vec![0.0, 0.0, 0.0, 0.5, 0.5], "XTR: uniform over the partner's tokens");
+        assert_eq!(dense(&qt, 5), vec![0.0, 0.5, 0.5, 0.0, 0.0], "distinct tokens (N_wi = 1)");
+        let (qs, qt) = sentence_targets(Generative::Ugt, &src, &tgt, Some((0, 2)));
+        assert_eq!(dense(&qs, 5), vec![0.0, 0.0, 0.5, 0.25, 0.25], "UGT masked side: ½ on w_t, ½ over the partner");
+        assert_eq!(dense(&qt, 5), vec![0.0, 0.5, 0.5, 0.0, 0.0], "UGT unmasked side: XTR's q");
+        // Masked on the target side, with w_t also a partner token: masses add up.
+        let (qs, qt) = sentence_targets(Generative::Ugt, &[3, 4], &[3, 5], Some((1, 3)));
+        assert_eq!(dense(&qs, 6), vec![0.0, 0.0, 0.0, 0.5, 0.0, 0.5]);
+        assert_eq!(dense(&qt, 6), vec![0.0, 0.0, 0.0, 0.75, 0.25, 0.0]);
+        let (qs, qt) = sentence_targets(Generative::Smlm, &src, &tgt, Some((1, 4)));
+        assert_eq!((dense(&qs, 5), dense(&qt, 5)), (vec![0.0, 0.0, 0.0, 0.0, 1.0], vec![0.0, 0.0, 0.0, 0.0, 1.0]), "SMLM: w_t from both sides");
+        for q in [qs, qt] {
+            assert!((q.iter().map(|x| x.1).sum::<f32>() - 1.0).abs() < 1e-6);
+        }
+    }
+
+    #[test]
+    fn kl_by_hand() {
+        let d = &Device::Cpu;
+        // Row 0: logits (0, ln 3) → p = (¼, ¾); q = (½, ½): KL = ½ ln 2 + ½ ln(2/3).
+        // Row 1: logits (0, 0) → p = (½, ½); q = (1, 0): KL = ln 2.
+        let logits = Tensor::new(&[[0f32, 3f32.ln()], [0.0, 0.0]], d).unwrap();
+        let q = vec![vec![(0, 0.5), (1, 0.5)], vec![(0, 1.0)]];
+        let kl = kl_sparse(&logits, &q, 2).unwrap().to_scalar::<f32>().unwrap() as f64;
+        let want = (0.5 * 2f64.ln() + 0.5 * (2.0 / 3f64).ln() + 2f64.ln()) / 2.0;
+        assert!((kl - want).abs() < 1e-6, "{kl} vs {want}");
+        // A prediction equal to q costs nothing.
+        let logits = Tensor::new(&[[1f32, 1.0, -30.0]], d).unwrap();
+        let kl = kl_sparse(&logits, &[vec![(0, 0.5), (1, 0.5)]], 1).unwrap().to_scalar::<f32>().unwrap();
+        assert!(kl.abs() < 1e-6, "{kl}");
+        assert!(kl_sparse(&logits, &[vec![(3, 1.0)]], 1).is_err(), "label outside the vocabulary");
+    }
+
+    #[test]
+    fn align_and_sim_by_hand() {
+        let d = &Device::Cpu;
+        // u·vᵀ = [[1, 0], [0, 2]]: rows CE = (ln(1+e⁻¹) + ln(1+e⁻²)) / 2, columns the same.
+        let u = Tensor::new(&[[1f32, 0.0], [0.0, 1.0]], d).unwrap();
+        let v = Tensor::new(&[[1f32, 0.0], [0.0, 2.0]], d).unwrap();
+        let a = align_loss(&u, &v).unwrap().to_scalar::<f32>().unwrap() as f64;
+        let row = ((1.0 + (-1f64).exp()).ln() + (1.0 + (-2f64).exp()).ln()) / 2.0;
+        assert!((a - 2.0 * row).abs() < 1e-6, "{a}");
+        // u uᵀ = I → softmax rows (e/(e+1), 1/(e+1)); v vᵀ = diag(1, 4) → rows (e/(e+1), ...)
+        // and (1/(1+e⁴), e⁴/(1+e⁴)).
+        let s = sim_loss(&u, &v).unwrap().to_scalar::<f32>().unwrap() as f64;
+        let e = 1f64.exp();
+        let (p, r) = (e / (e + 1.0), (4f64).exp() / (1.0 + (4f64).exp()));
+        let d1 = p - r; // row 1: (1−p) − (1−r) = r − p on column 0, p − r on column 1
+        let want = -2.0 * (std::f64::consts::FRAC_PI_2 * d1).cos().ln() / 2.0;
+        assert!((s - want).abs() < 1e-5, "{s} vs {want}");
+        // Identical spaces: no similarity loss.
+        assert!(sim_loss(&u, &u).unwrap().to_scalar::<f32>().unwrap().abs() < 1e-7);
+    }
+}

@@ -1,0 +1,239 @@
+//! The lightweight dual transformer (seed 001) through `xsent train` on synthetic parallel data:
+//! the vocabulary and seeded initial model in `init/`, loss terms per task switch, exact resume,
+//! and `final/` as an ordinary BERT-family model directory that `xsent embed` loads.
+
+mod common;
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+
+/// Synthetic "English" / "German" sentences over 40 words each, deterministic.
+fn corpus(n: usize) -> Vec<(String, String)> {
+    let en: Vec<String> = (0..40).map(|i| format!("house{i}")).collect();
+    let de: Vec<String> = (0..40).map(|i| format!("haus{i}")).collect();
+    let mut x: u64 = 7;
+    (0..n)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let len = 3 + (x >> 60) as usize % 5;
+            let (mut s, mut t) = (Vec::new(), Vec::new());
+            for _ in 0..len {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let w = (x >> 33) as usize % 40;
+                s.push(en[w].clone());
+                t.push(de[w].clone());
+            }
+            (s.join(" "), t.join(" "))
+        })
+        .collect()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let tsv: String = corpus(300).iter().map(|(s, t)| format!("{s}\t{t}\n")).collect();
+    let data = dir.path().join("pairs.tsv");
+    std::fs::write(&data, tsv).unwrap();
+    let config = dir.path().join("lw.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"recipe = "lightweight"
+seed = 5
+[lightweight]
+vocab_size = 90
+layers = 2
+hidden = 32
+heads = 4
+ffn = 64
+max_length = 16
+[train]
+max_steps = 12
+batch_size = 16
+log_every = 1
+eval_every = 4
+checkpoint_every = 4
+keep_last = 3
+[optim]
+lr = 3e-3
+warmup_steps = 2
+weight_decay = 0.0
+[data]
+val_size = 40
+[[data.sources]]
+kind = "tsv"
+path = "{}"
+src_lang = "en"
+tgt_lang = "de"
+"#,
+            data.display()
+        ),
+    )
+    .unwrap();
+    Setup { dir, config }
+}
+
+impl Setup {
+    fn train(&self, out: &str, args: &[&str]) -> Output {
+        common::xsent().arg("train").arg("--config").arg(&self.config).arg("--out").arg(self.dir.path().join(out)).args(args).output().unwrap()
+    }
+    fn run(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+fn lines(run: &Path) -> Vec<Value> {
+    std::fs::read_to_string(run.join("metrics.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// (step, loss, grad norm) of each step line.
+fn losses(run: &Path) -> Vec<(u64, f64, f64)> {
+    lines(run)
+        .into_iter()
+        .filter(|v| v.get("loss").is_some())
+        .map(|v| (v["step"].as_u64().unwrap(), v["loss"].as_f64().unwrap(), v["grad_norm"].as_f64().unwrap()))
+        .collect()
+}
+
+fn weights(model: &Path) -> std::collections::HashMap<String, candle_core::Tensor> {
+    candle_core::safetensors::load(model.join("model.safetensors"), &candle_core::Device::Cpu).unwrap()
+}
+
+#[test]
+fn lightweight_trains_resumes_exactly_and_saves_a_bert_model() {
+    let s = setup();
+    let o = s.train("full", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let full = losses(&s.run("full"));
+    assert_eq!(full.len(), 12);
+    assert!(full.iter().all(|r| r.1.is_finite() && r.2 > 0.0), "{full:?}");
+    let first = lines(&s.run("full")).into_iter().find(|v| v.get("loss").is_some()).unwrap();
+    for term in ["kl", "align", "sim"] {
+        assert!(first[term].as_f64().is_some_and(f64::is_finite), "term {term} missing: {first}");
+    }
+    assert!(first.get("mlm").is_none() && first.get("smlm").is_none());
+    // UGT + align + sim: L = kl + 2 align + 2 sim.
+    let sum = first["kl"].as_f64().unwrap() + 2.0 * first["align"].as_f64().unwrap() + 2.0 * first["sim"].as_f64().unwrap();
+    assert!((first["loss"].as_f64().unwrap() - sum).abs() < 1e-3 * sum.abs().max(1.0), "{first}");
+    // Training helps held-out retrieval.
+    let val: Vec<f64> = lines(&s.run("full")).iter().filter_map(|v| v.get("val").map(|x| x["acc_mean"].as_f64().unwrap())).collect();
+    assert!(val.last().unwrap() > val.first().unwrap(), "validation accuracy {val:?}");
+
+    // init/: the learned vocabulary with <pad> and <mask>, a BERT config of the asked shape.
+    let tok = tokenizers::Tokenizer::from_file(s.run("full/init/tokenizer.json")).unwrap();
+    let (pad, mask) = (tok.token_to_id("<pad>").unwrap(), tok.token_to_id("<mask>").unwrap());
+    let cfg: Value = serde_json::from_str(&std::fs::read_to_string(s.run("full/final/config.json")).unwrap()).unwrap();
+    assert_eq!(cfg["model_type"], "bert");
+    assert_eq!((cfg["num_hidden_layers"].as_u64(), cfg["hidden_size"].as_u64(), cfg["intermediate_size"].as_u64()), (Some(2), Some(32), Some(64)));
+    assert_eq!(cfg["vocab_size"].as_u64().unwrap() as usize, tok.get_vocab_size(true));
+    assert_eq!(cfg["pad_token_id"].as_u64(), Some(pad as u64));
+    assert!((mask as usize) < tok.get_vocab_size(true));
+
+    // Stop after 5 steps, resume to 12: the same run (masks, dropout and data order included).
+    let o = s.train("split", &["--stop-after", "5"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = common::xsent().args(["train", "--resume", "--out"]).arg(s.run("split")).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("initial model and vocabulary from"), "{}", stderr(&o));
+    let split = losses(&s.run("split"));
+    assert_eq!(split.len(), full.len());
+    for (a, b) in full.iter().zip(&split) {
+        assert_eq!(a.0, b.0);
+        assert!((a.1 - b.1).abs() < 1e-5 * a.1.abs().max(1.0) && (a.2 - b.2).abs() < 1e-4 * a.2.max(1.0), "step {}: {a:?} vs {b:?}", a.0);
+    }
+    let (wa, wb) = (weights(&s.run("full/final")), weights(&s.run("split/final")));
+    assert_eq!(wa.len(), wb.len());
+    for (name, a) in &wa {
+        let d = a.sub(&wb[name]).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+        assert!(d < 1e-5, "{name} differs by {d} after resume");
+    }
+    // The generative head is training-only: not in the model, but in the checkpoints.
+    assert!(wa.keys().all(|k| !k.starts_with("head.")), "{:?}", wa.keys().collect::<Vec<_>>());
+
+    // final/: `xsent embed` loads it (mean pooling, normalised 32-dim vectors).
+    let mut child = common::xsent()
+        .args(["embed", "--model"])
+        .arg(s.run("full/final"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"house1 house2\nhaus1 haus2\n").unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: Vec<Vec<f32>> = String::from_utf8(o.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0].len(), 32);
+    assert!((common::cosine(&rows[0], &rows[0]) - 1.0).abs() < 1e-5);
+    let norm = rows[0].iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!((norm - 1.0).abs() < 1e-4, "norm {norm}");
+}
+
+#[test]
+fn task_switches_select_the_loss_terms() {
+    let s = setup();
+    let cases: [(&[&str], &[&str], &[&str]); 6] = [
+        (&["lightweight.generative=smlm"], &["smlm", "align", "sim"], &["kl", "mlm"]),
+        (&["lightweight.generative=xtr", "lightweight.sim=false"], &["kl", "align"], &["smlm", "mlm", "sim"]),
+        (&["lightweight.generative=mlm", "lightweight.align=false", "lightweight.sim=false"], &["mlm"], &["kl", "smlm", "align", "sim"]),
+        (&["lightweight.generative=mlm+xtr"], &["mlm", "kl", "align", "sim"], &["smlm"]),
+        (&["lightweight.generative=none"], &["align", "sim"], &["kl", "smlm", "mlm"]),
+        (&["lightweight.align=false", "lightweight.sim=false"], &["kl"], &["align", "sim", "mlm"]),
+    ];
+    for (i, (sets, has, lacks)) in cases.iter().enumerate() {
+        let mut args = vec!["--set", "train.max_steps=2", "--set", "train.eval_every=0"];
+        for set in *sets {
+            args.extend(["--set", set]);
+        }
+        let out = format!("case{i}");
+        let o = s.train(&out, &args);
+        assert!(o.status.success(), "{sets:?}: {}", stderr(&o));
+        let step = lines(&s.run(&out)).into_iter().find(|v| v.get("loss").is_some()).unwrap();
+        for t in *has {
+            assert!(step[*t].as_f64().is_some_and(f64::is_finite), "{sets:?}: {t} missing in {step}");
+        }
+        for t in *lacks {
+            assert!(step.get(*t).is_none(), "{sets:?}: {t} present in {step}");
+        }
+    }
+    // No task at all, and a bad task name: config errors that say what to set.
+    let o = s.train("bad1", &["--set", "lightweight.generative=none", "--set", "lightweight.align=false", "--set", "lightweight.sim=false"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("no training task"), "{}", stderr(&o));
+    let o = s.train("bad2", &["--set", "lightweight.generative=tlm"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("tlm"), "{}", stderr(&o));
+    let o = s.train("bad3", &["--set", "lightweight.heads=5"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("multiple of lightweight.heads"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_vocabulary_from_xsent_tokenizer_train_gets_mask_and_pad() {
+    let s = setup();
+    let text: String = corpus(300).iter().map(|(a, b)| format!("{a}\n{b}\n")).collect();
+    let input = s.run("corpus.txt");
+    std::fs::write(&input, text).unwrap();
+    let tok = s.run("tok/tokenizer.json");
+    let o = common::xsent().args(["tokenizer", "train", "--vocab-size", "80", "--input"]).arg(&input).arg("--output").arg(&tok).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let given = tokenizers::Tokenizer::from_file(&tok).unwrap();
+    assert!(given.token_to_id("<mask>").is_none());
+    let set = format!("lightweight.tokenizer={:?}", tok.to_str().unwrap());
+    let o = s.train("given", &["--set", &set, "--set", "train.max_steps=1", "--set", "train.eval_every=0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let used = tokenizers::Tokenizer::from_file(s.run("given/final/tokenizer.json")).unwrap();
+    assert_eq!(used.get_vocab_size(true), given.get_vocab_size(true) + 2, "<pad> and <mask> appended");
+    let enc = |t: &tokenizers::Tokenizer| t.encode("house3 haus17", false).unwrap().get_ids().to_vec();
+    assert_eq!(enc(&used), enc(&given), "the given pieces keep their ids");
+}
