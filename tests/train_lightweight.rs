@@ -237,3 +237,79 @@ fn a_vocabulary_from_xsent_tokenizer_train_gets_mask_and_pad() {
     let enc = |t: &tokenizers::Tokenizer| t.encode("house3 haus17", false).unwrap().get_ids().to_vec();
     assert_eq!(enc(&used), enc(&given), "the given pieces keep their ids");
 }
+
+/// The two-stage (gradient cache) step on shards equals one backward over the whole batch:
+/// with no dropout and no masks (align + sim only) the RNG plays no part, so one shard of 16
+/// and four of 4 must give the same losses, gradient norms and weights.
+#[test]
+fn sharded_coupled_step_equals_the_whole_batch() {
+    let s = setup();
+    let common = ["--set", "lightweight.generative=none", "--set", "lightweight.dropout=0.0", "--set", "train.max_steps=4", "--set", "train.eval_every=0"];
+    let mut runs = Vec::new();
+    for shard in ["16", "4"] {
+        let out = format!("shard{shard}");
+        let set = format!("train.shard_size={shard}");
+        let mut args = common.to_vec();
+        args.extend(["--set", &set]);
+        let o = s.train(&out, &args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        runs.push(out);
+    }
+    let (a, b) = (losses(&s.run(&runs[0])), losses(&s.run(&runs[1])));
+    assert_eq!(a.len(), 4);
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x.1 - y.1).abs() < 1e-4 * x.1.abs().max(1.0), "loss {x:?} vs {y:?}");
+        assert!((x.2 - y.2).abs() < 1e-3 * x.2.max(1.0), "grad norm {x:?} vs {y:?}");
+    }
+    let (wa, wb) = (weights(&s.run(&format!("{}/final", runs[0]))), weights(&s.run(&format!("{}/final", runs[1]))));
+    for (name, t) in &wa {
+        let d = t.sub(&wb[name]).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+        assert!(d < 1e-4, "{name} differs by {d}");
+    }
+}
+
+/// The gradient of the trainer's two-stage step (shards, coupled loss on a leaf copy, per-shard
+/// backward) equals the gradient of the recipe's one-graph loss over the whole batch, with
+/// dropout and masks on (each shard drawing from its own RNG, so the one-graph loss is built from
+/// the same shards).
+#[test]
+fn gradient_cache_step_equals_one_backward() {
+    use xsent::train::Recipe;
+    let s = setup();
+    let cfg = xsent::train::config::load(&s.config, &[]).unwrap();
+    let recipe = xsent::train::lightweight::Lightweight::new(&cfg, &s.run("lib")).unwrap();
+    let params = recipe.params();
+    let batch: Vec<usize> = (0..12).collect();
+    let shards: Vec<&[usize]> = batch.chunks(5).collect();
+    let seeds = [11u64, 12, 13];
+    let mb = xsent::train::trainer::run_coupled(&recipe, &batch, &shards, &seeds, 1, &params).unwrap();
+    // The same computation as one graph: each shard's forward with its seed, the coupled loss on
+    // the concatenated (not detached) vectors.
+    let mut sep = Vec::new();
+    let mut vecs = Vec::new();
+    for (sh, seed) in shards.iter().zip(seeds) {
+        let mut rng = <xsent::model::encoder::Rng as rand::SeedableRng>::seed_from_u64(seed);
+        let (l, v) = recipe.shard_forward(sh, &mut rng).unwrap();
+        sep.push((l.total * (sh.len() as f64 / batch.len() as f64)).unwrap());
+        vecs.push(v);
+    }
+    let c = recipe.coupled_loss(&batch, &candle_core::Tensor::cat(&vecs, 0).unwrap()).unwrap();
+    let mut total = c.total;
+    for t in sep {
+        total = (total + t).unwrap();
+    }
+    let value = total.to_scalar::<f32>().unwrap() as f64;
+    assert!((value - mb.loss).abs() < 1e-4 * value.abs().max(1.0), "{value} vs {}", mb.loss);
+    let grads = total.backward().unwrap();
+    let mut checked = 0;
+    for (name, var) in &params.vars {
+        let (Some(a), Some(b)) = (grads.get(var.as_tensor()), mb.grads.get(var.as_tensor())) else {
+            panic!("{name}: no gradient in one of the two");
+        };
+        let scale = a.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap().max(1e-6);
+        let d = a.sub(b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+        assert!(d <= 1e-4 * scale.max(1.0), "{name}: gradients differ by {d} (scale {scale})");
+        checked += 1;
+    }
+    assert!(checked > 20, "every parameter has a gradient: {checked}");
+}

@@ -519,7 +519,23 @@ impl Recipe for Lightweight {
         p
     }
 
+    /// The generative loss is a mean over pairs; align and sim couple a batch's pairs only
+    /// through their sentence vectors: shards run on separate cores.
+    fn coupled(&self) -> bool {
+        self.encoder.device().is_cpu()
+    }
+
     fn loss(&self, batch: &[usize], rng: &mut Rng) -> Result<StepLoss> {
+        let (gen, vectors) = self.shard_forward(batch, rng)?;
+        let c = self.coupled_loss(batch, &vectors)?;
+        let mut terms = gen.terms;
+        terms.extend(c.terms);
+        Ok(StepLoss { total: (gen.total + c.total)?, terms, sentences: gen.sentences })
+    }
+
+    /// Masks, forward, and the generative loss of a shard (a mean over its pairs); the
+    /// vectors are `[u | v]`, `[shard, 2H]`.
+    fn shard_forward(&self, batch: &[usize], rng: &mut Rng) -> Result<(StepLoss, Tensor)> {
         let b = batch.len();
         let task = self.cfg.generative;
         // Inputs: the batch's source sides, then its target sides; masks drawn from the RNG.
@@ -548,13 +564,12 @@ impl Recipe for Lightweight {
             }
         }
         let (pooled, states) = self.encode(&rows, &picks, &mut Mode::Train(rng))?;
-        let (u, v) = (pooled.narrow(0, 0, b)?, pooled.narrow(0, b, b)?);
+        let vectors = Tensor::cat(&[pooled.narrow(0, 0, b)?, pooled.narrow(0, b, b)?], 1)?;
 
         let mut terms = Vec::new();
-        let mut total = Tensor::zeros((), DType::F32, pooled.device())?;
+        let mut gen = Tensor::zeros((), DType::F32, pooled.device())?;
         if task != Generative::None {
             let emb = self.encoder.encoder.word_embeddings();
-            let mut gen = Tensor::zeros((), DType::F32, pooled.device())?;
             if task.sentence_level() {
                 let mut q_src = Vec::with_capacity(b);
                 let mut q_tgt = Vec::with_capacity(b);
@@ -576,8 +591,17 @@ impl Recipe for Lightweight {
                 terms.push(("mlm".to_string(), mlm.to_scalar::<f32>()? as f64));
                 gen = (gen + mlm)?;
             }
-            total = (total + (gen * self.cfg.gen_weight)?)?;
+            gen = (gen * self.cfg.gen_weight)?;
         }
+        Ok((StepLoss { total: gen, terms, sentences: 2 * b }, vectors))
+    }
+
+    /// `align_weight · L_align + sim_weight · L_sim` of the batch's `[u | v]` rows.
+    fn coupled_loss(&self, batch: &[usize], vectors: &Tensor) -> Result<StepLoss> {
+        let h = self.cfg.hidden;
+        let (u, v) = (vectors.narrow(1, 0, h)?, vectors.narrow(1, h, h)?);
+        let mut terms = Vec::new();
+        let mut total = Tensor::zeros((), DType::F32, vectors.device())?;
         if self.cfg.align {
             let a = align_loss(&u, &v)?;
             terms.push(("align".to_string(), a.to_scalar::<f32>()? as f64));
@@ -588,7 +612,7 @@ impl Recipe for Lightweight {
             terms.push(("sim".to_string(), s.to_scalar::<f32>()? as f64));
             total = (total + (s * self.cfg.sim_weight)?)?;
         }
-        Ok(StepLoss { total, terms, sentences: 2 * b })
+        Ok(StepLoss { total, terms, sentences: 2 * batch.len() })
     }
 
     fn validate(&mut self) -> Result<Vec<(String, f64)>> {

@@ -67,6 +67,27 @@ pub trait Recipe: Send + Sync {
     fn loss_in_megabatch(&self, batch: &[usize], _mega: &[usize], rng: &mut Rng) -> Result<StepLoss> {
         self.loss(batch, rng)
     }
+    /// The loss couples the examples of a batch only through one vector per example (e.g.
+    /// in-batch contrastive losses over sentence vectors). The trainer then runs it in two
+    /// stages so that shards still go forward and backward on separate cores (the gradient
+    /// cache of Gao et al. 2021): [`shard_forward`](Recipe::shard_forward) on each shard, then
+    /// [`coupled_loss`](Recipe::coupled_loss) on the shards' vectors concatenated (a leaf copy),
+    /// whose gradient with respect to each vector is backpropagated into its shard's graph,
+    /// together with the shard's separable loss, on the shard's core. The gradient is that of
+    /// one backward pass over the whole batch.
+    fn coupled(&self) -> bool {
+        false
+    }
+    /// For a [`coupled`](Recipe::coupled) recipe: the separable part of the loss of a shard (a
+    /// mean over its examples) and its examples' vectors `[shard, d]` (both differentiable).
+    fn shard_forward(&self, _shard: &[usize], _rng: &mut Rng) -> Result<(StepLoss, Tensor)> {
+        bail!("this recipe does not split its loss")
+    }
+    /// For a [`coupled`](Recipe::coupled) recipe: the coupled part of the loss of `batch` given
+    /// its examples' vectors `[batch, d]` in batch order.
+    fn coupled_loss(&self, _batch: &[usize], _vectors: &Tensor) -> Result<StepLoss> {
+        bail!("this recipe does not split its loss")
+    }
     /// Validation scores by name.
     fn validate(&mut self) -> Result<Vec<(String, f64)>>;
     /// The validation score that decides "best", and whether higher is better.
@@ -261,11 +282,15 @@ impl<'a> Trainer<'a> {
                     &mega.2
                 };
                 recipe.order_batch(&mut batch);
-                let shards: Vec<&[usize]> = if recipe.shardable() { batch.chunks(t.shard_size.max(1)).collect() } else { vec![&batch] };
+                let shards: Vec<&[usize]> = if recipe.shardable() || recipe.coupled() { batch.chunks(t.shard_size.max(1)).collect() } else { vec![&batch] };
                 // One RNG per shard, seeded in order from the run's RNG: the same dropout
                 // whatever the number of threads.
                 let seeds: Vec<u64> = shards.iter().map(|_| rng.next_u64()).collect();
-                let mb = run_shards(recipe, &shards, examples, &seeds, batch.len(), t.grad_accum, &params)?;
+                let mb = if recipe.coupled() {
+                    run_coupled(recipe, &batch, &shards, &seeds, t.grad_accum, &params)?
+                } else {
+                    run_shards(recipe, &shards, examples, &seeds, batch.len(), t.grad_accum, &params)?
+                };
                 if let Some((value, terms)) = mb.non_finite {
                     bail!(nan_message(state.step + 1, value, &terms, &self.out)?);
                 }
@@ -640,6 +665,100 @@ pub fn run_shards(
 }
 
 /// `acc + g` over the parameters (`g` itself when there is nothing yet).
+/// `f(0..n)` on [`crate::parallel::threads`] workers, results in index order.
+fn par_map<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let workers = crate::parallel::threads().min(n).max(1);
+    if workers == 1 {
+        return (0..n).map(f).collect();
+    }
+    let slots: Vec<std::sync::Mutex<Option<T>>> = (0..n).map(|_| std::sync::Mutex::new(None)).collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    break;
+                }
+                let r = f(i);
+                *slots[i].lock().expect("no worker panicked") = Some(r);
+            });
+        }
+    });
+    slots.into_iter().map(|m| m.into_inner().expect("no worker panicked").expect("every index ran")).collect()
+}
+
+/// One micro-batch of a [`coupled`](Recipe::coupled) recipe: shards forward on separate cores,
+/// the coupled loss on a leaf copy of their vectors, then each shard's backward of its weighted
+/// separable loss plus `Σ vectors ⊙ ∂L_coupled/∂vectors` on separate cores; gradients summed in
+/// shard order.
+pub fn run_coupled(recipe: &dyn Recipe, batch: &[usize], shards: &[&[usize]], seeds: &[u64], accum: usize, params: &Params) -> Result<MicroBatch> {
+    let n = shards.len();
+    let b = batch.len() as f64;
+    let accum = accum as f64;
+    let forward = par_map(n, |i| -> Result<(StepLoss, Tensor, f64)> {
+        let mut rng = Rng::seed_from_u64(seeds[i]);
+        let t0 = Instant::now();
+        let (l, v) = recipe.shard_forward(shards[i], &mut rng)?;
+        Ok((l, v, t0.elapsed().as_secs_f64()))
+    });
+    let mut out = MicroBatch { grads: GradStore::default(), loss: 0.0, terms: Vec::new(), sentences: 0, non_finite: None, forward_s: 0.0, backward_s: 0.0 };
+    let mut parts = Vec::with_capacity(n);
+    for (i, r) in forward.into_iter().enumerate() {
+        let (l, v, fwd) = r?;
+        let w = shards[i].len() as f64 / b / accum;
+        let value = l.total.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
+        if !value.is_finite() {
+            out.non_finite.get_or_insert((value, l.terms.clone()));
+        }
+        out.loss += value * w;
+        add_terms(&mut out.terms, l.terms.iter().map(|(k, x)| (k.clone(), x * w)).collect());
+        out.sentences += l.sentences;
+        out.forward_s += fwd;
+        parts.push((l.total, v, w));
+    }
+    let t0 = Instant::now();
+    let detached: Vec<Tensor> = parts.iter().map(|p| p.1.detach()).collect();
+    let leaf = candle_core::Var::from_tensor(&Tensor::cat(&detached, 0)?)?;
+    let c = recipe.coupled_loss(batch, leaf.as_tensor())?;
+    let value = c.total.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
+    if !value.is_finite() {
+        out.non_finite.get_or_insert((value, c.terms.clone()));
+    }
+    if out.non_finite.is_some() {
+        return Ok(out);
+    }
+    out.loss += value / accum;
+    add_terms(&mut out.terms, c.terms.iter().map(|(k, x)| (k.clone(), x / accum)).collect());
+    let dv = c.total.backward()?.remove(leaf.as_tensor()).map(|g| g / accum).transpose()?;
+    let coupled_s = t0.elapsed().as_secs_f64();
+    let mut offsets = vec![0usize; n + 1];
+    for (i, p) in parts.iter().enumerate() {
+        offsets[i + 1] = offsets[i] + p.1.dim(0)?;
+    }
+    let backward = par_map(n, |i| -> Result<(GradStore, f64)> {
+        let t1 = Instant::now();
+        let (sep, v, w) = &parts[i];
+        let mut surrogate = (sep * *w)?;
+        if let Some(dv) = &dv {
+            let g = dv.narrow(0, offsets[i], offsets[i + 1] - offsets[i])?;
+            surrogate = (surrogate + v.mul(&g)?.sum_all()?)?;
+        }
+        Ok((surrogate.backward()?, t1.elapsed().as_secs_f64()))
+    });
+    let mut acc = None;
+    for r in backward {
+        let (g, s) = r?;
+        out.backward_s += s;
+        acc = Some(add_grads(acc, g, params)?);
+    }
+    out.backward_s += coupled_s;
+    if let Some(a) = acc {
+        out.grads = a;
+    }
+    Ok(out)
+}
+
 fn add_grads(acc: Option<GradStore>, g: GradStore, params: &Params) -> Result<GradStore> {
     let Some(mut acc) = acc else { return Ok(g) };
     for (_, var) in &params.vars {
