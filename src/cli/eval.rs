@@ -2,7 +2,7 @@ use super::mine::MiningArgs;
 use super::ModelArgs;
 use crate::eval::bucc;
 use crate::eval::report::{utc_now, Entry, Report};
-use anyhow::{ensure, Result};
+use anyhow::{bail, ensure, Result};
 use clap::ValueEnum;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -19,7 +19,7 @@ pub enum Task {
     /// threshold (from the train split when present, else the oracle threshold on the one split).
     Bucc(BuccArgs),
     /// Cross-lingual sentence retrieval: P@1 of --src lines retrieving the same line of --tgt
-    /// among all --tgt lines plus --distractors.
+    /// among all --tgt lines plus --distractors, or the Multi30k preset (--multi30k).
     Xsr(XsrArgs),
     /// STS 2017, Tatoeba and BUCC in one run (one model load, one report).
     All(BuccArgs),
@@ -54,15 +54,27 @@ pub struct BuccArgs {
 pub struct XsrArgs {
     #[command(flatten)]
     model: ModelArgs,
-    /// Source sentences, one per line.
-    #[arg(long)]
-    src: PathBuf,
+    /// Source sentences, one per line (or use --multi30k).
+    #[arg(long, required_unless_present = "multi30k")]
+    src: Option<PathBuf>,
     /// Their translations, line-aligned with --src.
-    #[arg(long)]
-    tgt: PathBuf,
+    #[arg(long, required_unless_present = "multi30k")]
+    tgt: Option<PathBuf>,
     /// More target-side sentences to retrieve among.
     #[arg(long, num_args = 1..)]
     distractors: Vec<PathBuf>,
+    /// The Multi30k preset instead of --src/--tgt/--distractors: per direction x-y, the 1,000
+    /// test_2016_flickr sentences in x retrieve their translations among test_2016_flickr,
+    /// test_2017_flickr and val in y (3,014 candidates), from <data dir>/parallel/multi30k.
+    #[arg(long, conflicts_with_all = ["src", "tgt", "distractors"])]
+    multi30k: bool,
+    /// Benchmark data directory for --multi30k (default: $XSENT_DATA).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Directions for --multi30k, comma-separated (default: en-de,de-en,en-fr,fr-en).
+    #[arg(long, value_delimiter = ',')]
+    langs: Vec<String>,
+    /// Write a JSON report here.
     #[arg(long)]
     report: Option<PathBuf>,
     #[arg(long, default_value_t = 64)]
@@ -235,15 +247,23 @@ fn all(b: BuccArgs) -> Result<()> {
 
 fn xsr(a: XsrArgs) -> Result<()> {
     ensure!(a.batch_size > 0, "--batch-size must be at least 1");
+    if a.multi30k {
+        return xsr_multi30k(&a);
+    }
+    // (clap's `requires` cannot express this: a flag counts as present through its default.)
+    ensure!(a.langs.is_empty() && a.data_dir.is_none(), "--langs and --data-dir select Multi30k data: add --multi30k, or leave them out with --src/--tgt");
     let start = Instant::now();
-    let src = crate::data::read_lines(&a.src)?;
-    let tgt = crate::data::read_lines(&a.tgt)?;
+    let (Some(src_path), Some(tgt_path)) = (&a.src, &a.tgt) else {
+        bail!("pass --src and --tgt (line-aligned files), or --multi30k for the Multi30k preset");
+    };
+    let src = crate::data::read_lines(src_path)?;
+    let tgt = crate::data::read_lines(tgt_path)?;
     ensure!(
         src.len() == tgt.len(),
         "{} has {} lines but {} has {}; they must be line-aligned",
-        a.src.display(),
+        src_path.display(),
         src.len(),
-        a.tgt.display(),
+        tgt_path.display(),
         tgt.len()
     );
     let mut distractors = Vec::new();
@@ -252,13 +272,41 @@ fn xsr(a: XsrArgs) -> Result<()> {
     }
     let enc = a.model.load()?;
     let (p1, candidates) = crate::eval::xsr::p_at_1(enc.as_ref(), &src, &tgt, &distractors, a.batch_size)?;
-    println!("| XSR | queries | candidates | P@1 ×100 |\n|---|---:|---:|---:|\n| {} → {} | {} | {} | {:.2} |", a.src.display(), a.tgt.display(), src.len(), candidates, p1);
+    println!("| XSR | queries | candidates | P@1 ×100 |\n|---|---:|---:|---:|\n| {} → {} | {} | {} | {:.2} |", src_path.display(), tgt_path.display(), src.len(), candidates, p1);
     let results = vec![Entry {
         task: "xsr".into(),
         split: "test".into(),
-        language: format!("{} -> {}", a.src.display(), a.tgt.display()),
+        language: format!("{} -> {}", src_path.display(), tgt_path.display()),
         main_score: p1,
         scores: serde_json::json!({"p_at_1": p1, "queries": src.len(), "candidates": candidates}),
     }];
     write_report(&a.model, a.report.as_deref(), enc.prefix(), start, results, None)
+}
+
+/// The Multi30k preset: every direction's files are read (and checked) before the model loads.
+fn xsr_multi30k(a: &XsrArgs) -> Result<()> {
+    use crate::eval::xsr;
+    let start = Instant::now();
+    let dir = crate::data::data_dir(a.data_dir.as_deref())?.join("parallel").join("multi30k");
+    let directions: Vec<String> = if a.langs.is_empty() { xsr::MULTI30K_DIRECTIONS.iter().map(|d| d.to_string()).collect() } else { a.langs.iter().map(|d| d.trim().to_string()).collect() };
+    for (i, d) in directions.iter().enumerate() {
+        ensure!(!directions[..i].contains(d), "--langs lists {d} twice; give each direction once");
+    }
+    let sets = directions.iter().map(|d| xsr::read_multi30k(&dir, d)).collect::<Result<Vec<_>>>()?;
+    let enc = a.model.load()?;
+    let scores = xsr::evaluate_multi30k(enc.as_ref(), &sets, a.batch_size)?;
+    print!("{}", xsr::multi30k_markdown(&scores));
+    let results: Vec<Entry> = scores
+        .iter()
+        .map(|s| Entry {
+            task: "xsr".into(),
+            split: xsr::MULTI30K_SPLIT.into(),
+            language: s.direction.clone(),
+            main_score: s.p_at_1,
+            scores: serde_json::json!({"p_at_1": s.p_at_1, "queries": s.queries, "candidates": s.candidates}),
+        })
+        .collect();
+    let mean = scores.iter().map(|s| s.p_at_1).sum::<f64>() / scores.len().max(1) as f64;
+    let extra = serde_json::json!({"mean_p_at_1": mean, "directions": scores.len()});
+    write_report(&a.model, a.report.as_deref(), enc.prefix(), start, results, Some(extra))
 }
