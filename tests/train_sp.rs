@@ -11,25 +11,8 @@ use std::process::{Output, Stdio};
 use xsent::model::averaging::{AveragingModel, Segmenter, Units};
 use xsent::model::vocab::SubwordModel;
 
-/// Synthetic "English" / "German" sentences over 40 words each, deterministic.
 fn corpus(n: usize) -> Vec<(String, String)> {
-    let en: Vec<String> = (0..40).map(|i| format!("house{i}")).collect();
-    let de: Vec<String> = (0..40).map(|i| format!("haus{i}")).collect();
-    let mut x: u64 = 99;
-    (0..n)
-        .map(|_| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            let len = 3 + (x >> 60) as usize % 5;
-            let (mut s, mut t) = (Vec::new(), Vec::new());
-            for _ in 0..len {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                let w = (x >> 33) as usize % 40;
-                s.push(en[w].clone());
-                t.push(de[w].clone());
-            }
-            (s.join(" "), t.join(" "))
-        })
-        .collect()
+    common::word_pairs(n, 99)
 }
 
 fn stderr(o: &Output) -> String {

@@ -635,25 +635,7 @@ pub fn run_shards(
             }
         }
     };
-    let workers = crate::parallel::threads().min(n).max(1);
-    if workers == 1 {
-        for i in 0..n {
-            finish(i, one(i));
-        }
-    } else {
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        std::thread::scope(|s| {
-            for _ in 0..workers {
-                s.spawn(|| loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    if i >= n {
-                        break;
-                    }
-                    finish(i, one(i));
-                });
-            }
-        });
-    }
+    par_for(n, |i| finish(i, one(i)));
     let Fold { mut out, acc, error, .. } = fold.into_inner().expect("no worker panicked");
     if let Some(e) = error {
         return Err(e);
@@ -664,14 +646,14 @@ pub fn run_shards(
     Ok(out)
 }
 
-/// `acc + g` over the parameters (`g` itself when there is nothing yet).
-/// `f(0..n)` on [`crate::parallel::threads`] workers, results in index order.
-fn par_map<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+/// `f(i)` for `i` in `0..n`, on [`crate::parallel::threads`] workers taking the next index as
+/// they finish (on the calling thread when there is one worker).
+fn par_for(n: usize, f: impl Fn(usize) + Sync) {
     let workers = crate::parallel::threads().min(n).max(1);
     if workers == 1 {
-        return (0..n).map(f).collect();
+        (0..n).for_each(f);
+        return;
     }
-    let slots: Vec<std::sync::Mutex<Option<T>>> = (0..n).map(|_| std::sync::Mutex::new(None)).collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|s| {
         for _ in 0..workers {
@@ -680,13 +662,23 @@ fn par_map<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
                 if i >= n {
                     break;
                 }
-                let r = f(i);
-                *slots[i].lock().expect("no worker panicked") = Some(r);
+                f(i);
             });
         }
     });
+}
+
+/// `f(0..n)` with [`par_for`], results in index order.
+fn par_map<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    let slots: Vec<std::sync::Mutex<Option<T>>> = (0..n).map(|_| std::sync::Mutex::new(None)).collect();
+    par_for(n, |i| {
+        let r = f(i);
+        *slots[i].lock().expect("no worker panicked") = Some(r);
+    });
     slots.into_iter().map(|m| m.into_inner().expect("no worker panicked").expect("every index ran")).collect()
 }
+
+/// `acc + g` over the parameters (`g` itself when there is nothing yet).
 
 /// One micro-batch of a [`coupled`](Recipe::coupled) recipe: shards forward on separate cores,
 /// the coupled loss on a leaf copy of their vectors, then each shard's backward of its weighted

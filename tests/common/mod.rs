@@ -102,3 +102,25 @@ pub fn tiny_model(fixture: &str, dir: &std::path::Path, words: &[String]) -> Pat
     std::fs::write(out.join("tokenizer.json"), tok.to_string()).unwrap();
     out
 }
+
+/// Synthetic parallel "English" / "German" sentences over 40 words each (`house7` ↔ `haus7`),
+/// 3 to 7 words long, deterministic for a seed.
+pub fn word_pairs(n: usize, seed: u64) -> Vec<(String, String)> {
+    let en: Vec<String> = (0..40).map(|i| format!("house{i}")).collect();
+    let de: Vec<String> = (0..40).map(|i| format!("haus{i}")).collect();
+    let mut x: u64 = seed;
+    (0..n)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let len = 3 + (x >> 60) as usize % 5;
+            let (mut s, mut t) = (Vec::new(), Vec::new());
+            for _ in 0..len {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let w = (x >> 33) as usize % 40;
+                s.push(en[w].clone());
+                t.push(de[w].clone());
+            }
+            (s.join(" "), t.join(" "))
+        })
+        .collect()
+}
