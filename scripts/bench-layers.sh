@@ -45,7 +45,7 @@ for n in "${layers[@]}"; do
   rss[$n]=$(awk '{ printf "%.0f", $1 / 1024 }' "$tmp/rss$n")
   sps[$n]=$(grep '"step_s"' "$out/metrics.jsonl" | sed 's/.*"step_s":\([0-9.e-]*\).*/\1/' \
     | awk -v w="$warmup" 'NR > w { s += $1; c++ } END { printf "%.4f", s / c }')
-  params[$n]=$(grep -o '[0-9.]*M parameters' "$tmp/log$n" | head -n1)
+  params[$n]=$(grep -o '[0-9.]*M parameters' "$tmp/log$n" | head -n1 | sed 's/ parameters//')
 done
 # Seed 001 Table 5 (en-fr, batch 128, one V100): layers → memory MB, minutes per 10,000 steps.
 declare -A pm=([1]=7135 [2]=11607 [3]=16804 [4]=21923 [6]=28024) pt=([1]=19 [2]=24 [3]=29 [4]=34 [6]=44)
