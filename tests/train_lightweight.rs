@@ -5,7 +5,7 @@
 mod common;
 
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Output, Stdio};
 
 fn corpus(n: usize) -> Vec<(String, String)> {
@@ -16,21 +16,9 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).to_string()
 }
 
-struct Setup {
-    dir: tempfile::TempDir,
-    config: PathBuf,
-}
-
-fn setup() -> Setup {
-    let dir = tempfile::tempdir().unwrap();
-    let tsv: String = corpus(300).iter().map(|(s, t)| format!("{s}\t{t}\n")).collect();
-    let data = dir.path().join("pairs.tsv");
-    std::fs::write(&data, tsv).unwrap();
-    let config = dir.path().join("lw.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"recipe = "lightweight"
+fn setup() -> common::TrainSetup {
+    common::TrainSetup::new(
+        r#"recipe = "lightweight"
 seed = 5
 [lightweight]
 vocab_size = 90
@@ -52,26 +40,9 @@ warmup_steps = 2
 weight_decay = 0.0
 [data]
 val_size = 40
-[[data.sources]]
-kind = "tsv"
-path = "{}"
-src_lang = "en"
-tgt_lang = "de"
 "#,
-            data.display()
-        ),
+        &corpus(300),
     )
-    .unwrap();
-    Setup { dir, config }
-}
-
-impl Setup {
-    fn train(&self, out: &str, args: &[&str]) -> Output {
-        common::xsent().arg("train").arg("--config").arg(&self.config).arg("--out").arg(self.dir.path().join(out)).args(args).output().unwrap()
-    }
-    fn run(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
 }
 
 fn lines(run: &Path) -> Vec<Value> {

@@ -6,7 +6,7 @@
 mod common;
 
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Output, Stdio};
 use xsent::model::averaging::{AveragingModel, Segmenter, Units};
 use xsent::model::vocab::SubwordModel;
@@ -116,20 +116,9 @@ fn averaging_model_save_load_embed() {
     assert!(format!("{e:#}").contains("embeddings.safetensors"), "{e:#}");
 }
 
-struct Setup {
-    dir: tempfile::TempDir,
-    config: PathBuf,
-}
-
-fn setup(units: &str) -> Setup {
-    let dir = tempfile::tempdir().unwrap();
-    let tsv: String = corpus(240).iter().map(|(s, t)| format!("{s}\t{t}\n")).collect();
-    let data = dir.path().join("pairs.tsv");
-    std::fs::write(&data, tsv).unwrap();
-    let config = dir.path().join("sp.toml");
-    std::fs::write(
-        &config,
-        format!(
+fn setup(units: &str) -> common::TrainSetup {
+    common::TrainSetup::new(
+        &format!(
             r#"recipe = "sp"
 seed = 3
 [sp]
@@ -152,26 +141,10 @@ schedule = "constant"
 weight_decay = 0.0
 [data]
 val_size = 20
-[[data.sources]]
-kind = "tsv"
-path = "{}"
-src_lang = "en"
-tgt_lang = "de"
-"#,
-            data.display()
+"#
         ),
+        &corpus(240),
     )
-    .unwrap();
-    Setup { dir, config }
-}
-
-impl Setup {
-    fn train(&self, out: &str, args: &[&str]) -> Output {
-        common::xsent().arg("train").arg("--config").arg(&self.config).arg("--out").arg(self.dir.path().join(out)).args(args).output().unwrap()
-    }
-    fn run(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
 }
 
 /// Step lines of metrics.jsonl without timings.

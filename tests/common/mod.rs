@@ -124,3 +124,32 @@ pub fn word_pairs(n: usize, seed: u64) -> Vec<(String, String)> {
         })
         .collect()
 }
+
+/// A temporary run area for `xsent train`: `pairs.tsv` of parallel pairs and a config made of
+/// `body` plus a `[[data.sources]]` entry reading that file (en → de).
+pub struct TrainSetup {
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+}
+
+impl TrainSetup {
+    pub fn new(body: &str, pairs: &[(String, String)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let tsv: String = pairs.iter().map(|(s, t)| format!("{s}\t{t}\n")).collect();
+        let data = dir.path().join("pairs.tsv");
+        std::fs::write(&data, tsv).unwrap();
+        let config = dir.path().join("config.toml");
+        let source = format!("[[data.sources]]\nkind = \"tsv\"\npath = {:?}\nsrc_lang = \"en\"\ntgt_lang = \"de\"\n", data.to_str().unwrap());
+        std::fs::write(&config, format!("{body}\n{source}")).unwrap();
+        Self { dir, config }
+    }
+
+    /// `xsent train --config CONFIG --out DIR/out ARGS...`
+    pub fn train(&self, out: &str, args: &[&str]) -> std::process::Output {
+        xsent().arg("train").arg("--config").arg(&self.config).arg("--out").arg(self.dir.path().join(out)).args(args).output().unwrap()
+    }
+
+    pub fn run(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
