@@ -6,7 +6,7 @@ mod common;
 
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Output, Stdio};
+use std::process::Output;
 
 fn corpus(n: usize) -> Vec<(String, String)> {
     common::word_pairs(n, 7)
@@ -117,19 +117,7 @@ fn lightweight_trains_resumes_exactly_and_saves_a_bert_model() {
     assert!(wa.keys().all(|k| !k.starts_with("head.")), "{:?}", wa.keys().collect::<Vec<_>>());
 
     // final/: `xsent embed` loads it (mean pooling, normalised 32-dim vectors).
-    let mut child = common::xsent()
-        .args(["embed", "--model"])
-        .arg(s.run("full/final"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"house1 house2\nhaus1 haus2\n").unwrap();
-    let o = child.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    let rows: Vec<Vec<f32>> = String::from_utf8(o.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(rows.len(), 2);
+    let rows = common::embed_cli(&s.run("full/final"), &[], &["house1 house2", "haus1 haus2"]);
     assert_eq!(rows[0].len(), 32);
     assert!((common::cosine(&rows[0], &rows[0]) - 1.0).abs() < 1e-5);
     let norm = rows[0].iter().map(|x| x * x).sum::<f32>().sqrt();

@@ -7,7 +7,7 @@ mod common;
 
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Output, Stdio};
+use std::process::Output;
 use xsent::model::averaging::{AveragingModel, Segmenter, Units};
 use xsent::model::vocab::SubwordModel;
 
@@ -93,18 +93,7 @@ fn averaging_model_save_load_embed() {
         assert!(got[1].iter().all(|&x| x == 0.0), "{units}: the empty line has no units: a zero vector");
         assert!(got[0].iter().any(|&x| x != 0.0));
         // Through the CLI too.
-        let mut child = common::xsent()
-            .args(["embed", "--model", d.to_str().unwrap()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::io::Write::write_all(child.stdin.as_mut().unwrap(), probe.join("\n").as_bytes()).unwrap();
-        let o = child.wait_with_output().unwrap();
-        assert!(o.status.success(), "{}", stderr(&o));
-        let lines: Vec<Vec<f32>> = String::from_utf8(o.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-        assert_eq!(lines.len(), probe.len());
+        let lines = common::embed_cli(&d, &[], &probe);
         for (a, b) in lines[0].iter().zip(&expected[0]) {
             assert!((a - b).abs() < 1e-6);
         }
@@ -217,19 +206,7 @@ fn sp_recipe_trains_resumes_exactly_and_embeds() {
     let meta: Value = serde_json::from_str(&std::fs::read_to_string(s.run("full/final/xsent.json")).unwrap()).unwrap();
     assert_eq!(meta["kind"], "averaging");
     assert_eq!(meta["trained"], true);
-    let mut child = common::xsent()
-        .args(["embed", "--model"])
-        .arg(s.run("full/final"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"house1 house2\nhaus1 haus2\n").unwrap();
-    let o = child.wait_with_output().unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    let rows: Vec<Vec<f32>> = String::from_utf8(o.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(rows.len(), 2);
+    let rows = common::embed_cli(&s.run("full/final"), &[], &["house1 house2", "haus1 haus2"]);
     assert_eq!(rows[0].len(), 16);
 }
 

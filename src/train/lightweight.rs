@@ -40,10 +40,11 @@ use crate::model::vocab::{self, SubwordModel};
 use crate::model::weights::{self, Params};
 use crate::model::{EncoderConfig, LoadOptions, Mode, Pooling, SentenceEncoder};
 use anyhow::{bail, ensure, Context, Result};
-use candle_core::{DType, Device, Tensor, Var, D};
+use candle_core::{DType, Device, Tensor, D};
 use rand::seq::index::sample;
 use rand::{Rng as _, SeedableRng};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use tokenizers::AddedToken;
 
@@ -310,16 +311,19 @@ struct Head {
 }
 
 impl Head {
-    fn new(hidden: usize, vocab: usize, rng: &mut Rng) -> Result<Self> {
+    /// Weights drawn on the CPU from the seeded `rng` (same on every device), then moved to `device`.
+    fn new(hidden: usize, vocab: usize, rng: &mut Rng, device: &Device) -> Result<Self> {
         use rand_distr::{Distribution, Normal};
         let normal = Normal::new(0f32, 0.02).expect("a valid normal distribution");
         let w: Vec<f32> = (0..hidden * hidden).map(|_| normal.sample(rng)).collect();
-        let fc_w = Var::from_tensor(&Tensor::from_vec(w, (hidden, hidden), &Device::Cpu)?)?;
-        let fc_b = Var::zeros(hidden, DType::F32, &Device::Cpu)?;
-        let out_b = Var::zeros(vocab, DType::F32, &Device::Cpu)?;
-        let fc = Linear { weight: fc_w.as_tensor().clone(), bias: fc_b.as_tensor().clone() };
-        let bias = out_b.as_tensor().clone();
-        let params = Params { vars: vec![("head.fc.weight".into(), fc_w), ("head.fc.bias".into(), fc_b), ("head.out_bias".into(), out_b)] };
+        let tensors = HashMap::from([
+            ("head.fc.weight".to_string(), Tensor::from_vec(w, (hidden, hidden), &Device::Cpu)?.to_device(device)?),
+            ("head.fc.bias".to_string(), Tensor::zeros(hidden, DType::F32, device)?),
+            ("head.out_bias".to_string(), Tensor::zeros(vocab, DType::F32, device)?),
+        ]);
+        let (t, params) = Params::from_tensors(tensors)?;
+        let fc = Linear { weight: t["head.fc.weight"].clone(), bias: t["head.fc.bias"].clone() };
+        let bias = t["head.out_bias"].clone();
         Ok(Self { fc, bias, params })
     }
 
@@ -416,14 +420,7 @@ impl Lightweight {
             encoder.trainable_params().num_elements() as f64 / 1e6
         );
         let mut head_rng = Rng::seed_from_u64(cfg.seed ^ 0x4ead);
-        let mut head = Head::new(lc.hidden, vocab, &mut head_rng)?;
-        if !device.is_cpu() {
-            // Move the head's variables to the device (the encoder was loaded there).
-            let vars: Vec<(String, Var)> = head.params.vars.iter().map(|(n, v)| Ok((n.clone(), Var::from_tensor(&v.as_tensor().to_device(&device)?)?))).collect::<Result<_>>()?;
-            head.fc = Linear { weight: vars[0].1.as_tensor().clone(), bias: vars[1].1.as_tensor().clone() };
-            head.bias = vars[2].1.as_tensor().clone();
-            head.params = Params { vars };
-        }
+        let head = Head::new(lc.hidden, vocab, &mut head_rng, &device)?;
 
         let tokens = |texts: Vec<&str>| -> Result<Vec<Vec<u32>>> { Ok(encoder.tokenize(&texts)?.into_iter().map(|e| e.ids).collect()) };
         let src_all = tokens(train.iter().map(|p| p.src.as_str()).collect())?;

@@ -63,6 +63,29 @@ where
     (String::from_utf8_lossy(&out.stdout).into_owned(), json)
 }
 
+/// Pipe `lines` into `xsent embed --model MODEL ARGS` (default JSON-lines output), assert that
+/// it succeeded, and return one vector per input line.
+pub fn embed_cli(model: &std::path::Path, args: &[&str], lines: &[&str]) -> Vec<Vec<f32>> {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = xsent()
+        .args(["embed", "--model"])
+        .arg(model)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("xsent runs");
+    child.stdin.take().expect("a stdin pipe").write_all(lines.join("\n").as_bytes()).expect("stdin takes the lines");
+    let o = child.wait_with_output().expect("xsent finishes");
+    assert!(o.status.success(), "xsent embed failed: {}", String::from_utf8_lossy(&o.stderr));
+    let rows: Vec<Vec<f32>> =
+        String::from_utf8(o.stdout).expect("UTF-8 output").lines().map(|l| serde_json::from_str(l).expect("a JSON array per line")).collect();
+    assert_eq!(rows.len(), lines.len(), "one vector per input line");
+    rows
+}
+
 pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
     let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
     let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
