@@ -156,19 +156,9 @@ fn weakly_supervised_run_logs_both_terms_validates_and_saves_a_loadable_model() 
     let pooling: Value = serde_json::from_str(&std::fs::read_to_string(fin.join("1_Pooling/config.json")).unwrap()).unwrap();
     assert_eq!(pooling["pooling_mode_mean_tokens"], Value::Bool(true));
     assert!(!std::fs::read_to_string(fin.join("modules.json")).unwrap().contains("Normalize"));
-    let out = common::xsent()
-        .args(["embed", "--model", fin.to_str().unwrap()])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut c| {
-            use std::io::Write;
-            c.stdin.take().unwrap().write_all(b"e1 e2 e3\nd1 d2 d3\n")?;
-            c.wait_with_output()
-        })
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 2);
+    let rows = common::embed_cli(&fin, &["--no-normalize"], &["e1 e2 e3", "d1 d2 d3"]);
+    let norm = rows[0].iter().map(|x| x * x).sum::<f32>().sqrt();
+    assert!((norm - 1.0).abs() > 1e-3, "unnormalised mean pooling: norm {norm}");
 }
 
 #[test]
@@ -205,6 +195,22 @@ fn loss_switches_train_one_term_only() {
     assert!(o.status.success(), "{}", stderr(&o));
     let m = &steps(&run)[0];
     assert!((m["loss"].as_f64().unwrap() - (m["l_a"].as_f64().unwrap() - 0.5 * m["l_b"].as_f64().unwrap())).abs() < 1e-5, "{m}");
+}
+
+#[test]
+fn normalised_learner_puts_unit_vectors_into_the_loss_and_the_model() {
+    let s = setup("learner_normalize = true", "");
+    let run = s.run_dir("norm");
+    // One pair per step: d_euc and l_b are then the pair's own distance and cosine.
+    let o = s.train(&["--out", run.to_str().unwrap(), "--set", "train.max_steps=3", "--set", "train.batch_size=1", "--set", "train.eval_at_start=false"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for m in steps(&run) {
+        let (d, cos) = (m["d_euc"].as_f64().unwrap(), m["l_b"].as_f64().unwrap());
+        assert!((d * d - (2.0 - 2.0 * cos)).abs() < 1e-4, "‖s′ − t′‖² = 2 − 2 cos for unit vectors: {m}");
+    }
+    let fin = run.join("final");
+    assert!(std::fs::read_to_string(fin.join("modules.json")).unwrap().contains("Normalize"));
+    assert_eq!(common::embed_cli(&fin, &[], &["e1 e2 e3"])[0].len(), 32);
 }
 
 #[test]

@@ -46,6 +46,11 @@ pub struct DueamConfig {
     /// Keep only the learner's first N layers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learner_layers: Option<usize>,
+    /// L2-normalise the learner's mean-pooled vectors before the loss (and in the saved model).
+    /// Default false, as seed 000 (unnormalised s′, t′); with it, ‖s′ − t′‖ = √(2 − 2 cos), so
+    /// L_A shapes the angles that cosine retrieval uses.
+    #[serde(default)]
+    pub learner_normalize: bool,
     /// Override the learner's dropout probability (hidden and attention).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dropout: Option<f64>,
@@ -275,7 +280,7 @@ impl Dueam {
             layers: dc.learner_layers,
             pooling: Some(Pooling::Mean),
             max_length: Some(dc.max_length),
-            normalize: false,
+            normalize: dc.learner_normalize,
             trainable: true,
             device,
         };
