@@ -59,7 +59,9 @@ pub struct DisentangleConfig {
     #[serde(default = "d_embed_batch")]
     pub embed_batch_size: usize,
     /// Initial MLP_M: `random` (PyTorch's nn.Linear initialisation, as the paper's code would
-    /// have it) or `identity` (the meaning embedding starts as the base embedding itself).
+    /// have it), `identity` (the meaning embedding starts as the base embedding itself) or
+    /// `centered` (identity weight, bias −μ with μ the mean base embedding of the training
+    /// sentences: the meaning embedding starts as the centred base embedding).
     #[serde(default)]
     pub meaning_init: MeaningInit,
 }
@@ -70,6 +72,15 @@ pub enum MeaningInit {
     #[default]
     Random,
     Identity,
+    Centered,
+}
+
+/// The mean of the table rows the training examples use (each distinct sentence once).
+fn mean_row(table: &Tensor, train: &[Example]) -> Result<Tensor> {
+    let mut rows: Vec<u32> = train.iter().flat_map(|e| [e.s, e.t]).collect();
+    rows.sort_unstable();
+    rows.dedup();
+    Ok(table.index_select(&Tensor::new(rows, table.device())?, 0)?.mean(0)?)
 }
 
 fn d_max_length() -> usize {
@@ -169,9 +180,16 @@ impl Disentangle {
 
         let mut init_rng = Rng::seed_from_u64(cfg.seed ^ 0xd15e);
         let mut heads = Heads::random(dim, languages.len(), &mut init_rng, &device)?;
-        if dc.meaning_init == MeaningInit::Identity {
-            heads.meaning.weight = Tensor::eye(dim, DType::F32, &device)?;
-            heads.meaning.bias = Tensor::zeros(dim, DType::F32, &device)?;
+        match dc.meaning_init {
+            MeaningInit::Random => {}
+            MeaningInit::Identity => {
+                heads.meaning.weight = Tensor::eye(dim, DType::F32, &device)?;
+                heads.meaning.bias = Tensor::zeros(dim, DType::F32, &device)?;
+            }
+            MeaningInit::Centered => {
+                heads.meaning.weight = Tensor::eye(dim, DType::F32, &device)?;
+                heads.meaning.bias = mean_row(&table, &train)?.neg()?;
+            }
         }
         let params = heads.make_trainable()?;
         let infer = heads.detached();
@@ -451,5 +469,14 @@ mod tests {
         // Uniform logits: argmax is class 0, right for s (language 0), wrong for t (language 2).
         assert!((v["langid_acc"] - 50.0).abs() < 1e-9, "{v:?}");
         assert!((v["meaning_acc_mean"] - 100.0).abs() < 1e-9, "{v:?}");
+    }
+
+    #[test]
+    fn centred_init_subtracts_the_mean_of_the_training_sentences_once_each() {
+        // Rows 0..4; the training examples use rows 0, 1 and (twice) 2; row 3 is validation only.
+        let table = Tensor::from_vec(vec![1f32, 0., 3., 0., 2., 6., 100., 100.], (4, 2), &Device::Cpu).unwrap();
+        let ex = |s, t| Example { s, t, s_lang: 0, t_lang: 1 };
+        let mu = mean_row(&table, &[ex(0, 2), ex(1, 2)]).unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(mu, vec![2.0, 2.0]);
     }
 }
