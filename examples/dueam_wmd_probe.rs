@@ -10,22 +10,22 @@
 //!   languages and of two different sentences of the source language;
 //! * the mean WMD of the XNLI premise–hypothesis pairs the weakly supervised data is made of,
 //!   monolingual (premise and hypothesis in `--lang-a`) and cross-lingual (premise in
-//!   `--lang-a`, hypothesis in `--lang-b`), on the first `--n` rows of `--xnli`.
+//!   `--lang-a`, hypothesis in `--lang-b`), on the first `--n` rows of `--split` in `--xnli-dir`.
 //!
 //! ```text
 //! cargo run --release --example dueam_wmd_probe -- --anchor models/multilingual-e5-small \
 //!     --src ../shared/data/parallel/multi30k/val.en.gz --tgt ../shared/data/parallel/multi30k/val.de.gz \
-//!     --xnli ../shared/data/xnli/dev --lang-a en --lang-b de --n 300
+//!     --xnli-dir ../shared/data/xnli --split dev --lang-a en --lang-b de --n 300
 //! ```
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use rayon::prelude::*;
 use std::path::PathBuf;
+use xsent::data::parallel::xnli_parallel_rows;
 use xsent::data::read_lines;
-use xsent::model::pooling::l2_normalize_row;
 use xsent::model::{LoadOptions, SentenceEncoder};
-use xsent::train::wmd::wmd;
+use xsent::train::dueam::anchor_clouds;
+use xsent::train::wmd::{wmd_batch, Solver};
 
 #[derive(Parser)]
 struct Args {
@@ -38,9 +38,11 @@ struct Args {
     src: PathBuf,
     #[arg(long)]
     tgt: PathBuf,
-    /// XNLI split prefix: `{xnli}-{lang}.tsv` (premise, hypothesis, label).
+    /// Directory with XNLI's `{split}-{lang}.tsv` (premise, hypothesis, label).
     #[arg(long)]
-    xnli: PathBuf,
+    xnli_dir: PathBuf,
+    #[arg(long, default_value = "dev")]
+    split: String,
     #[arg(long, default_value = "en")]
     lang_a: String,
     #[arg(long, default_value = "de")]
@@ -49,13 +51,9 @@ struct Args {
     n: usize,
 }
 
-fn clouds(enc: &SentenceEncoder, texts: &[String]) -> Result<Vec<Vec<f32>>> {
-    let dim = enc.encoder.hidden_size();
-    let mut c = enc.token_embeddings(texts, None, true, 64)?;
-    for cloud in &mut c {
-        cloud.chunks_exact_mut(dim).for_each(l2_normalize_row);
-    }
-    Ok(c)
+/// Token clouds with the settings of `configs/dueam.toml`: last layer, no specials, L2-normalised.
+fn clouds<S: AsRef<str>>(enc: &SentenceEncoder, texts: &[S]) -> Result<Vec<Vec<f32>>> {
+    anchor_clouds(enc, texts, None, true, true, 64)
 }
 
 fn mean(v: impl Iterator<Item = f64>) -> f64 {
@@ -74,9 +72,11 @@ fn main() -> Result<()> {
     let n = src.len().min(tgt.len());
     let (cs, ct) = (clouds(&enc, &src[..n])?, clouds(&enc, &tgt[..n])?);
     // d[i][j] = WMD(src_i, tgt_j); m[i][j] = WMD(src_i, src_j).
-    let d: Vec<Vec<f64>> = (0..n).into_par_iter().map(|i| (0..n).map(|j| wmd(&cs[i], &ct[j], dim)).collect::<Result<_>>()).collect::<Result<_>>()?;
-    let m: Vec<Vec<f64>> =
-        (0..n).into_par_iter().map(|i| (0..n).map(|j| if i == j { Ok(0.0) } else { wmd(&cs[i], &cs[j], dim) }).collect::<Result<_>>()).collect::<Result<_>>()?;
+    let matrix = |x: &[Vec<f32>], y: &[Vec<f32>]| -> Result<Vec<Vec<f64>>> {
+        let pairs: Vec<(&[f32], &[f32])> = (0..n).flat_map(|i| (0..n).map(move |j| (x[i].as_slice(), y[j].as_slice()))).collect();
+        Ok(wmd_batch(&pairs, dim, &Solver::Exact)?.chunks(n).map(|r| r.to_vec()).collect())
+    };
+    let (d, m) = (matrix(&cs, &ct)?, matrix(&cs, &cs)?);
     let argmin = |row: &mut dyn Iterator<Item = (usize, f64)>| row.min_by(|x, y| x.1.total_cmp(&y.1)).map(|x| x.0);
     let s2t = (0..n).filter(|&i| argmin(&mut d[i].iter().copied().enumerate()) == Some(i)).count();
     let t2s = (0..n).filter(|&j| argmin(&mut (0..n).map(|i| (i, d[i][j]))) == Some(j)).count();
@@ -87,29 +87,20 @@ fn main() -> Result<()> {
     println!("aligned files, first {n} lines:");
     println!("  WMD retrieval accuracy src→tgt {:.2}%, tgt→src {:.2}%", 100.0 * s2t as f64 / n as f64, 100.0 * t2s as f64 / n as f64);
     println!("  mean WMD: translations {:.4}", mean((0..n).map(|i| d[i][i])));
-    println!("            non-translations across languages {:.4}", mean((0..n).flat_map(|i| (0..n).filter(move |&j| j != i).map(move |j| (i, j))).map(|(i, j)| d[i][j])));
-    println!("            two different source-language sentences {:.4}", mean((0..n).flat_map(|i| (0..n).filter(move |&j| j != i).map(move |j| (i, j))).map(|(i, j)| m[i][j])));
+    let off_diagonal = |x: &[Vec<f64>]| mean((0..n).flat_map(|i| (0..n).filter(move |&j| j != i).map(move |j| (i, j))).map(|(i, j)| x[i][j]));
+    println!("            non-translations across languages {:.4}", off_diagonal(&d));
+    println!("            two different source-language sentences {:.4}", off_diagonal(&m));
     println!("  a source-language non-translation is closer than the translation for {:.2}% of sentences", 100.0 * mono_closer as f64 / n as f64);
 
-    let read = |lang: &str| -> Result<Vec<(String, String)>> {
-        let p = PathBuf::from(format!("{}-{lang}.tsv", a.xnli.display()));
-        Ok(read_lines(&p)?
-            .into_iter()
-            .take(a.n)
-            .map(|l| {
-                let mut f = l.split('\t');
-                (f.next().unwrap_or("").to_string(), f.next().unwrap_or("").to_string())
-            })
-            .collect())
-    };
-    let (xa, xb) = (read(&a.lang_a)?, read(&a.lang_b)?);
-    let k = xa.len().min(xb.len());
-    let prem = clouds(&enc, &xa[..k].iter().map(|p| p.0.clone()).collect::<Vec<_>>())?;
-    let hyp_a = clouds(&enc, &xa[..k].iter().map(|p| p.1.clone()).collect::<Vec<_>>())?;
-    let hyp_b = clouds(&enc, &xb[..k].iter().map(|p| p.1.clone()).collect::<Vec<_>>())?;
-    let mono: Vec<f64> = (0..k).into_par_iter().map(|i| wmd(&prem[i], &hyp_a[i], dim)).collect::<Result<_>>()?;
-    let cross: Vec<f64> = (0..k).into_par_iter().map(|i| wmd(&prem[i], &hyp_b[i], dim)).collect::<Result<_>>()?;
-    println!("XNLI {} first {k} rows, premise–hypothesis pairs:", a.xnli.display());
+    let rows = xnli_parallel_rows(&a.xnli_dir, &a.split, &[a.lang_a.as_str(), a.lang_b.as_str()])?;
+    let k = rows[0].len().min(a.n);
+    let (xa, xb) = (&rows[0][..k], &rows[1][..k]);
+    let prem = clouds(&enc, &xa.iter().map(|p| p.0.as_str()).collect::<Vec<_>>())?;
+    let hyp_a = clouds(&enc, &xa.iter().map(|p| p.1.as_str()).collect::<Vec<_>>())?;
+    let hyp_b = clouds(&enc, &xb.iter().map(|p| p.1.as_str()).collect::<Vec<_>>())?;
+    let aligned = |x: &[Vec<f32>], y: &[Vec<f32>]| wmd_batch(&x.iter().zip(y).map(|(a, b)| (a.as_slice(), b.as_slice())).collect::<Vec<_>>(), dim, &Solver::Exact);
+    let (mono, cross) = (aligned(&prem, &hyp_a)?, aligned(&prem, &hyp_b)?);
+    println!("XNLI {} {} first {k} rows, premise–hypothesis pairs:", a.xnli_dir.display(), a.split);
     println!("  mean WMD: {a}-{a} {:.4}, {a}-{b} {:.4}", mean(mono.iter().copied()), mean(cross.iter().copied()), a = a.lang_a, b = a.lang_b);
     Ok(())
 }

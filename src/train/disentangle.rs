@@ -180,16 +180,12 @@ impl Disentangle {
 
         let mut init_rng = Rng::seed_from_u64(cfg.seed ^ 0xd15e);
         let mut heads = Heads::random(dim, languages.len(), &mut init_rng, &device)?;
-        match dc.meaning_init {
-            MeaningInit::Random => {}
-            MeaningInit::Identity => {
-                heads.meaning.weight = Tensor::eye(dim, DType::F32, &device)?;
-                heads.meaning.bias = Tensor::zeros(dim, DType::F32, &device)?;
-            }
-            MeaningInit::Centered => {
-                heads.meaning.weight = Tensor::eye(dim, DType::F32, &device)?;
-                heads.meaning.bias = mean_row(&table, &train)?.neg()?;
-            }
+        if dc.meaning_init != MeaningInit::Random {
+            heads.meaning.weight = Tensor::eye(dim, DType::F32, &device)?;
+            heads.meaning.bias = match dc.meaning_init {
+                MeaningInit::Centered => mean_row(&table, &train)?.neg()?,
+                _ => Tensor::zeros(dim, DType::F32, &device)?,
+            };
         }
         let params = heads.make_trainable()?;
         let infer = heads.detached();

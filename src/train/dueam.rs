@@ -319,16 +319,8 @@ impl Dueam {
                 let (a, b) = self.data.pair(i);
                 [a, b]
             }).collect();
-            let mut clouds = anchor.token_embeddings(&texts, self.wmd_layer, self.wmd_skip_special, self.embed_batch)?;
+            let clouds = anchor_clouds(anchor, &texts, self.wmd_layer, self.wmd_skip_special, self.wmd_normalize, self.embed_batch)?;
             let dim = anchor.encoder.hidden_size();
-            for (cloud, text) in clouds.iter_mut().zip(&texts) {
-                if cloud.is_empty() {
-                    bail!("the anchor gives no token vectors for the sentence {text:?} (empty after leaving out special tokens)");
-                }
-                if self.wmd_normalize {
-                    cloud.chunks_exact_mut(dim).for_each(crate::model::pooling::l2_normalize_row);
-                }
-            }
             let pairs: Vec<(&[f32], &[f32])> = clouds.chunks_exact(2).map(|c| (c[0].as_slice(), c[1].as_slice())).collect();
             let d = wmd_batch(&pairs, dim, &self.solver)?;
             let mut cache = self.wmd_cache.lock().expect("no worker panicked");
@@ -339,6 +331,30 @@ impl Dueam {
         let cache = self.wmd_cache.lock().expect("no worker panicked");
         Ok(batch.iter().map(|i| cache[i]).collect())
     }
+}
+
+/// The anchor's token clouds of `texts` as the WMD takes them: the output of `layer` (default the
+/// last), special tokens left out if `skip_special`, each token vector L2-normalised if
+/// `normalize`; one flat `[tokens × hidden]` vector per text. A text left with no token is an error.
+pub fn anchor_clouds<S: AsRef<str>>(
+    anchor: &SentenceEncoder,
+    texts: &[S],
+    layer: Option<usize>,
+    skip_special: bool,
+    normalize: bool,
+    batch_size: usize,
+) -> Result<Vec<Vec<f32>>> {
+    let mut clouds = anchor.token_embeddings(texts, layer, skip_special, batch_size)?;
+    let dim = anchor.encoder.hidden_size();
+    for (cloud, text) in clouds.iter_mut().zip(texts) {
+        if cloud.is_empty() {
+            bail!("the anchor gives no token vectors for the sentence {:?} (empty after leaving out special tokens)", text.as_ref());
+        }
+        if normalize {
+            cloud.chunks_exact_mut(dim).for_each(crate::model::pooling::l2_normalize_row);
+        }
+    }
+    Ok(clouds)
 }
 
 /// The DuEAM loss of one batch from the learner's vectors `s`, `t` (`[N, H]`) and, for L_A, the
