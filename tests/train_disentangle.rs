@@ -161,3 +161,32 @@ fn the_ablation_switches_drop_their_terms() {
     assert!((v["loss"].as_f64().unwrap() - sum).abs() < 1e-4, "{v}");
     assert!(v["l_m"].as_f64().unwrap() > 1e-3, "L_M is still reported: {v}");
 }
+
+#[test]
+fn centred_init_starts_the_meaning_head_at_identity_minus_the_mean_embedding() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "meaning_init = \"centered\"");
+    let run = dir.path().join("run");
+    let o = common::xsent()
+        .args(["train", "--config", cfg.to_str().unwrap(), "--out", run.to_str().unwrap()])
+        .args(["--set", "optim.lr=0", "--set", "train.max_steps=1"])
+        .env("XSENT_CACHE", dir.path().join("cache"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let heads = candle_core::safetensors::load(run.join("final/heads.safetensors"), &candle_core::Device::Cpu).unwrap();
+    let w = heads["meaning.weight"].to_vec2::<f32>().unwrap();
+    for (i, row) in w.iter().enumerate() {
+        for (j, &x) in row.iter().enumerate() {
+            assert_eq!(x, if i == j { 1.0 } else { 0.0 }, "identity weight at ({i}, {j})");
+        }
+    }
+    // The cached base embeddings hold the training and the 20 validation sentences: their mean is
+    // close to, not equal to, the training sentences' mean (exact value: the unit test of mean_row).
+    let cache = std::fs::read_dir(dir.path().join("cache/base")).unwrap().next().unwrap().unwrap().path();
+    let all = candle_core::safetensors::load(&cache, &candle_core::Device::Cpu).unwrap()["embeddings"].mean(0).unwrap().to_vec1::<f32>().unwrap();
+    let b = heads["meaning.bias"].to_vec1::<f32>().unwrap();
+    let minus_all: Vec<f32> = all.iter().map(|x| -x).collect();
+    assert!(common::max_abs_diff(&b, &minus_all) < 0.02, "bias vs −mean: {}", common::max_abs_diff(&b, &minus_all));
+    assert!(b.iter().map(|x| x * x).sum::<f32>().sqrt() > 0.5, "a real offset, not a zero bias");
+}
