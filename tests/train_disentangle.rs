@@ -51,9 +51,11 @@ val_size = 20
     path
 }
 
-fn train(dir: &Path, config: &Path, out: &Path) -> Output {
+/// `xsent train --config CONFIG --out OUT ARGS…` with its cache in `dir/cache`.
+fn train(dir: &Path, config: &Path, out: &Path, args: &[&str]) -> Output {
     common::xsent()
         .args(["train", "--config", config.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        .args(args)
         .env("XSENT_CACHE", dir.join("cache"))
         .output()
         .unwrap()
@@ -85,7 +87,7 @@ fn disentangle_trains_saves_heads_and_embeds_with_each_head() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), "");
     let run = dir.path().join("run");
-    let o = train(dir.path(), &cfg, &run);
+    let o = train(dir.path(), &cfg, &run, &[]);
     assert!(o.status.success(), "{}", stderr(&o));
 
     // The validation loss falls and language identification is learnt.
@@ -150,11 +152,7 @@ fn the_ablation_switches_drop_their_terms() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), "meaning_loss = false");
     let run = dir.path().join("run");
-    let o = common::xsent()
-        .args(["train", "--config", cfg.to_str().unwrap(), "--out", run.to_str().unwrap(), "--set", "train.epochs=1"])
-        .env("XSENT_CACHE", dir.path().join("cache"))
-        .output()
-        .unwrap();
+    let o = train(dir.path(), &cfg, &run, &["--set", "train.epochs=1"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v = &validations(&run)[0]["val"];
     let sum = v["l_r"].as_f64().unwrap() + v["l_l_sim"].as_f64().unwrap() + v["l_l_id"].as_f64().unwrap();
@@ -167,12 +165,7 @@ fn centred_init_starts_the_meaning_head_at_identity_minus_the_mean_embedding() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), "meaning_init = \"centered\"");
     let run = dir.path().join("run");
-    let o = common::xsent()
-        .args(["train", "--config", cfg.to_str().unwrap(), "--out", run.to_str().unwrap()])
-        .args(["--set", "optim.lr=0", "--set", "train.max_steps=1"])
-        .env("XSENT_CACHE", dir.path().join("cache"))
-        .output()
-        .unwrap();
+    let o = train(dir.path(), &cfg, &run, &["--set", "optim.lr=0", "--set", "train.max_steps=1"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let heads = candle_core::safetensors::load(run.join("final/heads.safetensors"), &candle_core::Device::Cpu).unwrap();
     let w = heads["meaning.weight"].to_vec2::<f32>().unwrap();
