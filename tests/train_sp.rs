@@ -226,6 +226,17 @@ fn random_variants_skip_training() {
         assert!((var - 1.0).abs() < 0.2, "variance {var}");
         let m = xsent::model::load_embedder(s.run("random/final").to_str().unwrap(), &Default::default(), None).unwrap();
         assert_eq!(m.embed(&["house1 haus2"], 4).unwrap()[0].len(), 16);
+        if units == "sp" {
+            // sp.init_std scales the same draws (configs/sp.toml uses 0.1); same vocabulary, same seed.
+            let tok = s.run("random/final/tokenizer.json");
+            let o = s.train("random01", &["--set", "sp.random=true", "--set", "sp.init_std=0.1", "--set", &format!("sp.tokenizer={}", tok.display())]);
+            assert!(o.status.success(), "{}", stderr(&o));
+            let t01 = table(&s.run("random01/final"));
+            assert_eq!(t01.len(), t.len());
+            for (a, b) in t01.iter().zip(&t) {
+                assert!((a - 0.1 * b).abs() <= 1e-6 * b.abs().max(1.0), "{a} vs 0.1 × {b}");
+            }
+        }
     }
 }
 
