@@ -378,7 +378,7 @@ fn early_stopping_ends_the_run_with_a_final_model() {
 #[test]
 fn projection_variants() {
     let s = setup("");
-    for (p, dense) in [("identity", true), ("random", true), ("none", false)] {
+    for (p, dense) in [("identity", true), ("random", true), ("none", false), ("procrustes", true)] {
         let run = s.run_dir(p);
         let o = s.train(&["--out", run.to_str().unwrap(), "--set", &format!("distill.projection=\"{p}\""), "--set", "train.max_steps=2"]);
         assert!(o.status.success(), "{p}: {}", stderr(&o));
@@ -389,4 +389,11 @@ fn projection_variants() {
     let v = |name: &str| metrics(&s.run_dir(name))[0]["val"]["mse_x100"].as_f64().unwrap();
     assert!((v("identity") - v("none")).abs() < 1e-9, "{} vs {}", v("identity"), v("none"));
     assert!((v("random") - v("none")).abs() > 1e-6);
+    // procrustes: a rotation towards the teacher (the MSE changes) that keeps the student's
+    // cosines, so translation retrieval at step 0 is that of the bare student.
+    assert!((v("procrustes") - v("none")).abs() > 1e-6);
+    let acc = |name: &str, k: &str| metrics(&s.run_dir(name))[0]["val"][k].as_f64().unwrap();
+    for k in ["acc_src2tgt", "acc_tgt2src"] {
+        assert_eq!(acc("procrustes", k), acc("none", k), "{k}");
+    }
 }

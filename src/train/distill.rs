@@ -7,7 +7,9 @@
 //! teacher's files and the sentences. When the two spaces differ (other dimension, or simply
 //! unrelated spaces), a Dense projection follows the student's pooling; `projection = "lstsq"`
 //! initialises it in closed form: the affine map that best predicts the teacher's embeddings
-//! from the student's pooled vectors (ridge least squares) on training sentences.
+//! from the student's pooled vectors (ridge least squares) on training sentences;
+//! `projection = "procrustes"` the orthogonal map that best aligns them (keeps the student's
+//! cosines at the start).
 
 use super::config::{BestMode, Config};
 use super::trainer::{Recipe, StepLoss};
@@ -41,7 +43,8 @@ pub struct DistillConfig {
     /// Truncate inputs (teacher and student) to this many tokens.
     #[serde(default = "d_max_length")]
     pub max_length: usize,
-    /// Dense projection after the student's pooling: `lstsq` (closed-form init), `identity`,
+    /// Dense projection after the student's pooling: `lstsq` (closed-form affine init),
+    /// `procrustes` (closed-form orthogonal init, keeps the student's cosines), `identity`,
     /// `random`, or `none` (only when the dimensions agree).
     #[serde(default = "d_projection")]
     pub projection: Projection,
@@ -82,6 +85,7 @@ pub enum Projection {
     Identity,
     Random,
     Lstsq,
+    Procrustes,
 }
 
 pub struct Distill {
@@ -158,7 +162,7 @@ impl Distill {
                 let b: Vec<f32> = (0..dim).map(|_| u.sample(&mut init_rng)).collect();
                 student.set_dense(Dense::new(Tensor::from_vec(w, (dim, h), &device)?, Tensor::from_vec(b, dim, &device)?))?;
             }
-            Projection::Lstsq => {
+            Projection::Lstsq | Projection::Procrustes => {
                 // A seeded random sample of the training source sentences.
                 let train_src: std::collections::HashSet<&str> = train.iter().map(|p| p.src.as_str()).collect();
                 let mut fit: Vec<&String> = sources.iter().filter(|s| train_src.contains(s.as_str())).collect();
@@ -167,9 +171,14 @@ impl Distill {
                 let t0 = std::time::Instant::now();
                 let x = student.embed_pooled(&fit, dc.embed_batch_size)?;
                 let y: Vec<Vec<f32>> = fit.iter().map(|s| teacher.get(teacher_rows[*s]).and_then(|r| r.to_vec1())).collect::<candle_core::Result<_>>()?;
-                let (w, b) = fit_affine(&x, &y, 1e-3)?;
+                let (w, b, how) = if dc.projection == Projection::Lstsq {
+                    let (w, b) = fit_affine(&x, &y, 1e-3)?;
+                    (w, b, "least squares")
+                } else {
+                    (fit_orthogonal(&x, &y)?, vec![0f32; dim], "orthogonal Procrustes")
+                };
                 student.set_dense(Dense::new(Tensor::from_vec(w, (dim, h), &device)?, Tensor::from_vec(b, dim, &device)?))?;
-                eprintln!("xsent train: projection fitted by least squares on {} sentences ({:.1} s)", fit.len(), t0.elapsed().as_secs_f64());
+                eprintln!("xsent train: projection fitted by {how} on {} sentences ({:.1} s)", fit.len(), t0.elapsed().as_secs_f64());
             }
         }
         let infer = student.detached();
@@ -309,6 +318,39 @@ pub fn fit_affine(x: &[Vec<f32>], y: &[Vec<f32>], ridge: f64) -> Result<(Vec<f32
     Ok((w, b))
 }
 
+/// Orthogonal Procrustes: the map `y ≈ W x̂` (W `[out, in]`, row-major, no bias) with orthonormal
+/// rows or columns that best aligns the L2-normalised rows of `x` with the rows of `y`:
+/// `W = U Vᵀ` from the SVD `Σ yᵢ x̂ᵢᵀ = U Σ Vᵀ`. When `out ≥ in`, W preserves lengths and angles,
+/// so a normalised student keeps exactly its own cosines at the start.
+pub fn fit_orthogonal(x: &[Vec<f32>], y: &[Vec<f32>]) -> Result<Vec<f32>> {
+    use nalgebra::DMatrix;
+    let n = x.len();
+    if n == 0 || n != y.len() {
+        bail!("Procrustes fit needs as many (non-zero) inputs as targets: {} vs {}", n, y.len());
+    }
+    let (din, dout) = (x[0].len(), y[0].len());
+    let mut m = DMatrix::<f64>::zeros(dout, din);
+    for (xi, yi) in x.iter().zip(y) {
+        let norm = xi.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt().max(1e-12);
+        for o in 0..dout {
+            let yo = yi[o] as f64;
+            for i in 0..din {
+                m[(o, i)] += yo * xi[i] as f64 / norm;
+            }
+        }
+    }
+    let svd = m.svd(true, true);
+    let (u, vt) = (svd.u.context("Procrustes fit: SVD gave no U")?, svd.v_t.context("Procrustes fit: SVD gave no Vᵀ")?);
+    let w = u * vt; // [dout, din]
+    let mut out = vec![0f32; dout * din];
+    for o in 0..dout {
+        for i in 0..din {
+            out[o * din + i] = w[(o, i)] as f32;
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,6 +370,34 @@ mod tests {
                 assert!((fw[o * 5 + i] - w[o][i]).abs() < 1e-4);
             }
         }
+    }
+
+    #[test]
+    fn orthogonal_fit_recovers_a_rotation_and_is_orthogonal() {
+        let mut rng = Rng::seed_from_u64(2);
+        use rand::Rng as _;
+        let d = 6;
+        // A rotation from the QR of a random matrix.
+        let a = nalgebra::DMatrix::<f64>::from_fn(d, d, |_, _| rng.random_range(-1.0..1.0));
+        let q = a.qr().q();
+        let x: Vec<Vec<f32>> = (0..100).map(|_| (0..d).map(|_| rng.random_range(-1.0..1.0)).collect()).collect();
+        // Targets: the rotated unit vectors, plus noise that must not break orthogonality.
+        let y: Vec<Vec<f32>> = x
+            .iter()
+            .map(|r| {
+                let n = r.iter().map(|v| v * v).sum::<f32>().sqrt();
+                (0..d).map(|o| (0..d).map(|i| q[(o, i)] as f32 * r[i] / n).sum::<f32>() + rng.random_range(-0.01..0.01)).collect()
+            })
+            .collect();
+        let w = fit_orthogonal(&x, &y).unwrap();
+        for o in 0..d {
+            for i in 0..d {
+                assert!((w[o * d + i] - q[(o, i)] as f32).abs() < 0.02, "W[{o},{i}] {} vs {}", w[o * d + i], q[(o, i)]);
+                let dot: f32 = (0..d).map(|k| w[o * d + k] * w[i * d + k]).sum();
+                assert!((dot - if o == i { 1.0 } else { 0.0 }).abs() < 1e-5, "rows {o},{i} dot {dot}");
+            }
+        }
+        assert!(fit_orthogonal(&x, &y[..3]).is_err());
     }
 
     fn pair(s: &str, t: &str, l: &str) -> Pair {
