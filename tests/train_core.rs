@@ -218,6 +218,24 @@ fn teacher_embeddings_are_cached() {
     let o = s.train(&["--out", s.run_dir("a").to_str().unwrap(), "--set", "train.max_steps=1"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("teacher embeddings cached"), "{}", stderr(&o));
+    // The cached rows are the teacher's embeddings of the distinct source sentences, sorted
+    // (the cache embeds them longest first in chunks and must put each row back in its place).
+    let files: Vec<PathBuf> =
+        std::fs::read_dir(s.dir.path().join("cache/teacher")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let cached = load_f32(&files[0])["embeddings"].clone();
+    let tsv = std::fs::read_to_string(s.dir.path().join("pairs.tsv")).unwrap();
+    let mut sources: Vec<&str> = tsv.lines().map(|l| l.split('\t').next().unwrap()).collect();
+    sources.sort_unstable();
+    sources.dedup();
+    let direct = common::embed_cli(&s.dir.path().join("tiny-bert"), &["--max-length", "16"], &sources);
+    let dim = direct[0].len();
+    assert_eq!(cached.len(), sources.len() * dim);
+    for (i, row) in direct.iter().enumerate() {
+        for (a, b) in row.iter().zip(&cached[i * dim..(i + 1) * dim]) {
+            assert!((a - b).abs() < 1e-5, "sentence {i} ({}): {a} vs {b}", sources[i]);
+        }
+    }
     let o = s.train(&["--out", s.run_dir("b").to_str().unwrap(), "--set", "train.max_steps=1"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("teacher embeddings from the cache"), "{}", stderr(&o));

@@ -28,7 +28,7 @@ pub fn embeddings(enc: &SentenceEncoder, sentences: &[String], batch: usize, kin
     }
     let t0 = std::time::Instant::now();
     eprintln!("xsent train: embedding {} sentences with the {kind} {}", sentences.len(), enc.files.spec);
-    let rows = enc.embed(sentences, batch)?;
+    let rows = embed_with_progress(enc, sentences, batch, kind)?;
     let dim = enc.dim();
     let flat: Vec<f32> = rows.into_iter().flatten().collect();
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create the cache {}", dir.display()))?;
@@ -36,6 +36,51 @@ pub fn embeddings(enc: &SentenceEncoder, sentences: &[String], batch: usize, kin
     crate::model::weights::save_tensors(&HashMap::from([("embeddings".to_string(), t)]), &path)?;
     eprintln!("xsent train: {kind} embeddings cached in {} ({:.1} s)", path.display(), t0.elapsed().as_secs_f64());
     Ok((flat, dim))
+}
+
+/// `enc.embed`, in length-sorted chunks, with progress on stderr: a bar on a terminal, else a
+/// line about every 30 seconds (embedding a corpus for the cache can take most of an hour).
+fn embed_with_progress(enc: &SentenceEncoder, sentences: &[String], batch: usize, kind: &str) -> Result<Vec<Vec<f32>>> {
+    // Longest first, as embed_encoded orders a batch, so chunking adds no padding.
+    let mut items: Vec<(usize, crate::model::sentence::Encoded)> = enc.tokenize(sentences)?.into_iter().enumerate().collect();
+    items.sort_by_key(|(_, e)| std::cmp::Reverse(e.ids.len()));
+    let (order, items): (Vec<usize>, Vec<_>) = items.into_iter().unzip();
+    let chunk = (batch.max(1) * 32).max(1024);
+    let total = items.len() as u64;
+    let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
+        indicatif::ProgressBar::new(total).with_style(
+            indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} sentences, ETA {eta}")
+                .expect("a valid template")
+                .progress_chars("=> "),
+        )
+    });
+    let t0 = std::time::Instant::now();
+    let mut last_line = t0;
+    let mut out = vec![Vec::new(); items.len()];
+    let mut done = 0u64;
+    for (idx, part) in order.chunks(chunk).zip(items.chunks(chunk)) {
+        for (&i, row) in idx.iter().zip(enc.embed_encoded(part, batch)?) {
+            out[i] = row;
+        }
+        done += idx.len() as u64;
+        match &bar {
+            Some(b) => b.set_position(done),
+            None if last_line.elapsed().as_secs() >= 30 && done < total => {
+                last_line = std::time::Instant::now();
+                let secs = t0.elapsed().as_secs_f64();
+                eprintln!(
+                    "xsent train: {kind}: {done}/{total} sentences embedded ({:.0} sent/s, longest first; {:.0} s so far)",
+                    done as f64 / secs,
+                    secs
+                );
+            }
+            None => {}
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    Ok(out)
 }
 
 /// sha256 of the encoder's files (config, weights, tokenizer, Dense), its settings and the sentences.
