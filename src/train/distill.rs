@@ -142,7 +142,7 @@ impl Distill {
             Projection::None => {
                 if student.dim() != dim {
                     bail!(
-                        "the student gives {}-dim vectors and the teacher {dim}-dim: set distill.projection = \"lstsq\" (or identity/random) to add a Dense layer",
+                        "the student gives {}-dim vectors and the teacher {dim}-dim: set distill.projection = \"lstsq\" (or procrustes/identity/random) to add a Dense layer",
                         student.dim()
                     );
                 }
