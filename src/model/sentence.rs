@@ -310,13 +310,26 @@ impl SentenceEncoder {
     /// Embed already-tokenised texts in batches of `batch_size`, longest first, returning rows
     /// in the input order. On the CPU, batches are spread over [`crate::parallel::threads`] workers.
     pub fn embed_encoded(&self, items: &[Encoded], batch_size: usize) -> Result<Vec<Vec<f32>>> {
+        self.embed_encoded_with_progress(items, batch_size, &|_| {})
+    }
+
+    /// [`Self::embed_encoded`], calling `progress(n)` (from any worker) as each batch of `n`
+    /// texts is done.
+    pub fn embed_encoded_with_progress(
+        &self,
+        items: &[Encoded],
+        batch_size: usize,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<Vec<Vec<f32>>> {
         let mut order: Vec<usize> = (0..items.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(items[i].ids.len()));
         let batches: Vec<&[usize]> = order.chunks(batch_size.max(1)).collect();
         let run = |chunk: &[usize]| -> Result<Vec<Vec<f32>>> {
             let batch = self.collate(&chunk.iter().map(|&i| &items[i]).collect::<Vec<_>>())?;
             let hidden = self.hidden_states(&batch, &mut Mode::Infer)?;
-            Ok(self.pool(&hidden, &batch)?.to_dtype(DType::F32)?.to_vec2::<f32>()?)
+            let rows = self.pool(&hidden, &batch)?.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+            progress(chunk.len());
+            Ok(rows)
         };
         let workers = if self.device.is_cpu() { crate::parallel::threads().min(batches.len()) } else { 1 };
         let mut results: Vec<Option<Result<Vec<Vec<f32>>>>> = (0..batches.len()).map(|_| None).collect();

@@ -38,14 +38,10 @@ pub fn embeddings(enc: &SentenceEncoder, sentences: &[String], batch: usize, kin
     Ok((flat, dim))
 }
 
-/// `enc.embed`, in length-sorted chunks, with progress on stderr: a bar on a terminal, else a
-/// line about every 30 seconds (embedding a corpus for the cache can take most of an hour).
+/// `enc.embed` with progress on stderr: a bar on a terminal, else a line about every 30 seconds
+/// (embedding a corpus for the cache can take most of an hour).
 fn embed_with_progress(enc: &SentenceEncoder, sentences: &[String], batch: usize, kind: &str) -> Result<Vec<Vec<f32>>> {
-    // Longest first, as embed_encoded orders a batch, so chunking adds no padding.
-    let mut items: Vec<(usize, crate::model::sentence::Encoded)> = enc.tokenize(sentences)?.into_iter().enumerate().collect();
-    items.sort_by_key(|(_, e)| std::cmp::Reverse(e.ids.len()));
-    let (order, items): (Vec<usize>, Vec<_>) = items.into_iter().unzip();
-    let chunk = (batch.max(1) * 32).max(1024);
+    let items = enc.tokenize(sentences)?;
     let total = items.len() as u64;
     let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
         indicatif::ProgressBar::new(total).with_style(
@@ -55,18 +51,16 @@ fn embed_with_progress(enc: &SentenceEncoder, sentences: &[String], batch: usize
         )
     });
     let t0 = std::time::Instant::now();
-    let mut last_line = t0;
-    let mut out = vec![Vec::new(); items.len()];
-    let mut done = 0u64;
-    for (idx, part) in order.chunks(chunk).zip(items.chunks(chunk)) {
-        for (&i, row) in idx.iter().zip(enc.embed_encoded(part, batch)?) {
-            out[i] = row;
-        }
-        done += idx.len() as u64;
+    // Sentences done, and when the last line was printed.
+    let state = std::sync::Mutex::new((0u64, t0));
+    let report = |n: usize| {
+        let mut st = state.lock().expect("no worker panicked");
+        st.0 += n as u64;
+        let done = st.0;
         match &bar {
             Some(b) => b.set_position(done),
-            None if last_line.elapsed().as_secs() >= 30 && done < total => {
-                last_line = std::time::Instant::now();
+            None if st.1.elapsed().as_secs() >= 30 && done < total => {
+                st.1 = std::time::Instant::now();
                 let secs = t0.elapsed().as_secs_f64();
                 eprintln!(
                     "xsent train: {kind}: {done}/{total} sentences embedded ({:.0} sent/s, longest first; {:.0} s so far)",
@@ -76,11 +70,12 @@ fn embed_with_progress(enc: &SentenceEncoder, sentences: &[String], batch: usize
             }
             None => {}
         }
-    }
+    };
+    let rows = enc.embed_encoded_with_progress(&items, batch, &report)?;
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    Ok(out)
+    Ok(rows)
 }
 
 /// sha256 of the encoder's files (config, weights, tokenizer, Dense), its settings and the sentences.
