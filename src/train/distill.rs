@@ -329,26 +329,13 @@ pub fn fit_orthogonal(x: &[Vec<f32>], y: &[Vec<f32>]) -> Result<Vec<f32>> {
         bail!("Procrustes fit needs as many (non-zero) inputs as targets: {} vs {}", n, y.len());
     }
     let (din, dout) = (x[0].len(), y[0].len());
-    let mut m = DMatrix::<f64>::zeros(dout, din);
-    for (xi, yi) in x.iter().zip(y) {
-        let norm = xi.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt().max(1e-12);
-        for o in 0..dout {
-            let yo = yi[o] as f64;
-            for i in 0..din {
-                m[(o, i)] += yo * xi[i] as f64 / norm;
-            }
-        }
-    }
-    let svd = m.svd(true, true);
+    let norms: Vec<f64> = x.iter().map(|r| r.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt().max(1e-12)).collect();
+    let xn = DMatrix::<f64>::from_fn(n, din, |i, j| x[i][j] as f64 / norms[i]);
+    let ym = DMatrix::<f64>::from_fn(n, dout, |i, j| y[i][j] as f64);
+    let svd = (ym.transpose() * xn).svd(true, true); // Σ yᵢ x̂ᵢᵀ, [dout, din]
     let (u, vt) = (svd.u.context("Procrustes fit: SVD gave no U")?, svd.v_t.context("Procrustes fit: SVD gave no Vᵀ")?);
-    let w = u * vt; // [dout, din]
-    let mut out = vec![0f32; dout * din];
-    for o in 0..dout {
-        for i in 0..din {
-            out[o * din + i] = w[(o, i)] as f32;
-        }
-    }
-    Ok(out)
+    // W = U Vᵀ, row-major: nalgebra stores column-major, so read Wᵀ.
+    Ok((u * vt).transpose().iter().map(|v| *v as f32).collect())
 }
 
 #[cfg(test)]
