@@ -52,6 +52,11 @@ pub struct DisentangleConfig {
     /// Train with L_M (false: the "w/o meaning loss" ablation).
     #[serde(default = "d_true")]
     pub meaning_loss: bool,
+    /// Keep L_M's two negative terms `max(0, cos(ŝ_M, ŝ′_M)) + max(0, cos(t̂_M, t̂′_M))` (false:
+    /// L_M is the translation term `1 − cos(ŝ_M, t̂_M)` alone; a diagnostic ablation, not one of
+    /// the paper's).
+    #[serde(default = "d_true")]
+    pub meaning_negatives: bool,
     /// Train with L_L (false: the "w/o language loss" ablation).
     #[serde(default = "d_true")]
     pub language_loss: bool,
@@ -217,8 +222,8 @@ impl Disentangle {
         let l_r = (part(&recon, 0)?.mean_all()? + part(&recon, 1)?.mean_all()?)?;
         // L_M.
         let (sm, tm, sm2, tm2) = (part(&m, 0)?, part(&m, 1)?, part(&m, 2)?, part(&m, 3)?);
-        let l_m = ((cosine(&sm, &tm)?.affine(-1.0, 1.0)?.mean_all()? + cosine(&sm, &sm2)?.relu()?.mean_all()?)?
-            + cosine(&tm, &tm2)?.relu()?.mean_all()?)?;
+        let l_m_align = cosine(&sm, &tm)?.affine(-1.0, 1.0)?.mean_all()?;
+        let l_m_neg = (cosine(&sm, &sm2)?.relu()?.mean_all()? + cosine(&tm, &tm2)?.relu()?.mean_all()?)?;
         // L_L: similarity of same-language language embeddings, and language identification.
         let (sl, tl, sl2, tl2) = (part(&l, 0)?, part(&l, 1)?, part(&l, 2)?, part(&l, 3)?);
         let l_sim = (cosine(&sl, &sl2)?.affine(-1.0, 1.0)?.mean_all()? + cosine(&tl, &tl2)?.affine(-1.0, 1.0)?.mean_all()?)?;
@@ -228,13 +233,16 @@ impl Disentangle {
         // Cross-entropy for s plus for t = 2 × the mean over the 2B rows.
         let l_id = candle_nn::loss::cross_entropy(&logits, &labels)?.affine(2.0, 0.0)?;
         let correct = logits.argmax(1)?.eq(&labels)?.to_dtype(DType::F32)?.sum_all()?.to_scalar::<f32>()? as f64;
-        Ok(Terms { l_r, l_m, l_sim, l_id, langid_correct: correct, rows: 2 * b })
+        Ok(Terms { l_r, l_m_align, l_m_neg, l_sim, l_id, langid_correct: correct, rows: 2 * b })
     }
 
     fn total(&self, t: &Terms) -> Result<Tensor> {
         let mut total = t.l_r.clone();
         if self.cfg.meaning_loss {
-            total = (total + &t.l_m)?;
+            total = (total + &t.l_m_align)?;
+            if self.cfg.meaning_negatives {
+                total = (total + &t.l_m_neg)?;
+            }
         }
         if self.cfg.language_loss {
             total = ((total + &t.l_sim)? + &t.l_id)?;
@@ -246,7 +254,10 @@ impl Disentangle {
 /// The loss terms of a batch (scalars) and the language-id hits.
 struct Terms {
     l_r: Tensor,
-    l_m: Tensor,
+    /// L_M's translation term `1 − cos(ŝ_M, t̂_M)`.
+    l_m_align: Tensor,
+    /// L_M's negative terms `max(0, cos(ŝ_M, ŝ′_M)) + max(0, cos(t̂_M, t̂′_M))`.
+    l_m_neg: Tensor,
     l_sim: Tensor,
     l_id: Tensor,
     langid_correct: f64,
@@ -258,7 +269,9 @@ impl Terms {
         let v = |t: &Tensor| -> Result<f64> { Ok(t.to_scalar::<f32>()? as f64) };
         Ok(vec![
             ("l_r".into(), v(&self.l_r)?),
-            ("l_m".into(), v(&self.l_m)?),
+            ("l_m".into(), v(&self.l_m_align)? + v(&self.l_m_neg)?),
+            ("l_m_align".into(), v(&self.l_m_align)?),
+            ("l_m_neg".into(), v(&self.l_m_neg)?),
             ("l_l_sim".into(), v(&self.l_sim)?),
             ("l_l_id".into(), v(&self.l_id)?),
         ])
@@ -393,6 +406,7 @@ mod tests {
             max_length: 8,
             normalize_input: false,
             meaning_loss,
+            meaning_negatives: true,
             language_loss,
             embed_batch_size: 1,
             meaning_init: MeaningInit::Random,
@@ -432,8 +446,22 @@ mod tests {
         let no_lang = recipe(true, false);
         assert!(no_lang.total(&t).unwrap().to_scalar::<f32>().unwrap().abs() < 1e-6);
         let no_meaning = recipe(false, true);
-        let t2 = Terms { l_m: Tensor::new(5f32, &Device::Cpu).unwrap(), ..t };
+        let t2 = Terms { l_m_align: Tensor::new(5f32, &Device::Cpu).unwrap(), l_m_neg: Tensor::new(3f32, &Device::Cpu).unwrap(), ..t };
         assert!((no_meaning.total(&t2).unwrap().to_scalar::<f32>().unwrap() as f64 - total).abs() < 1e-5);
+    }
+
+    #[test]
+    fn the_negative_terms_of_l_m_can_be_dropped() {
+        // s′ = (2, 0): cos(s, s′) = 1 counts; t′ = (−1, 0): cos(t, t′) = −1 is cut at 0.
+        let mut r = recipe(true, true);
+        let t = r.losses(&r.heads, &r.train, &[(1, 3)]).unwrap();
+        let v: HashMap<String, f64> = t.scalars().unwrap().into_iter().collect();
+        assert!(v["l_m_align"].abs() < 1e-6 && (v["l_m_neg"] - 1.0).abs() < 1e-6 && (v["l_m"] - 1.0).abs() < 1e-6, "{v:?}");
+        let with = r.total(&t).unwrap().to_scalar::<f32>().unwrap() as f64;
+        assert!((with - (1.0 + 2.0 + 2.0 * 3f64.ln())).abs() < 1e-5, "{with}");
+        r.cfg.meaning_negatives = false;
+        let without = r.total(&t).unwrap().to_scalar::<f32>().unwrap() as f64;
+        assert!((without - (2.0 + 2.0 * 3f64.ln())).abs() < 1e-5, "{without}");
     }
 
     #[test]
