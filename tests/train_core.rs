@@ -415,3 +415,53 @@ fn projection_variants() {
         assert_eq!(acc("procrustes", k), acc("none", k), "{k}");
     }
 }
+
+#[test]
+fn scored_pairs_are_validated_and_can_pick_the_best_model() {
+    let s = setup("");
+    // STS-benchmark layout: translations (5), half-translations (2.5), unrelated (0), with ties.
+    let mut rows = Vec::new();
+    let mut pairs: Vec<(String, String, f64)> = Vec::new();
+    for i in 0..12usize {
+        let e: Vec<String> = (0..4).map(|k| format!("e{}", (i * 5 + k) % 60)).collect();
+        let d: Vec<String> = (0..4).map(|k| format!("d{}", (i * 5 + k) % 60)).collect();
+        let other: Vec<String> = (0..4).map(|k| format!("d{}", (i * 5 + 30 + k) % 60)).collect();
+        let half: Vec<String> = d[..2].iter().chain(&other[..2]).cloned().collect();
+        pairs.push((e.join(" "), d.join(" "), 5.0));
+        pairs.push((e.join(" "), half.join(" "), 2.5));
+        pairs.push((e.join(" "), other.join(" "), 0.0));
+    }
+    for (i, (a, b, g)) in pairs.iter().enumerate() {
+        rows.push(format!("main-captions\tMSRvid\t2012test\t{i:04}\t{g:.3}\t{a}\t{b}"));
+    }
+    let sts = s.dir.path().join("sts-dev.csv");
+    std::fs::write(&sts, rows.join("\n") + "\n").unwrap();
+    let run = s.run_dir("sts");
+    let val_sts = format!("train.val_sts=\"{}\"", sts.display());
+    let o = s.train(&["--out", run.to_str().unwrap(), "--set", &val_sts, "--set", "train.best_metric=\"sts_spearman\""]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let vals: Vec<(u64, f64, f64)> = metrics(&run)
+        .iter()
+        .filter(|m| m.get("val").is_some())
+        .map(|m| (m["step"].as_u64().unwrap(), m["val"]["sts_spearman"].as_f64().unwrap(), m["val"]["sts_pearson"].as_f64().unwrap()))
+        .collect();
+    assert_eq!(vals.iter().map(|v| v.0).collect::<Vec<_>>(), vec![0, 4, 8, 12]);
+    assert!(vals.iter().all(|v| v.1.abs() <= 100.0 && v.2.abs() <= 100.0), "{vals:?}");
+    // The last validation scored the final weights: the same Spearman from `xsent embed`.
+    let texts: Vec<&str> = pairs.iter().flat_map(|(a, b, _)| [a.as_str(), b.as_str()]).collect();
+    let vecs = common::embed_cli(&run.join("final"), &[], &texts);
+    let sim: Vec<f64> = vecs.chunks(2).map(|p| common::cosine(&p[0], &p[1])).collect();
+    let gold: Vec<f64> = pairs.iter().map(|p| p.2).collect();
+    let expected = 100.0 * common::spearman(&sim, &gold);
+    assert!((vals[3].1 - expected).abs() < 1e-3, "validation {} vs xsent embed {expected}", vals[3].1);
+    // A correlation: the best model is the one with the highest score (not the recipe's "min").
+    let best: Value = serde_json::from_str(&std::fs::read_to_string(run.join("best/xsent-best.json")).unwrap()).unwrap();
+    let top = vals.iter().fold(vals[0], |b, v| if v.1 > b.1 { *v } else { b });
+    assert_eq!(best["step"].as_u64().unwrap(), top.0, "{best} {vals:?}");
+    // Errors name the option and the file, and the line.
+    let o = s.train(&["--out", s.run_dir("sts-missing").to_str().unwrap(), "--set", "train.val_sts=\"nope.csv\""]);
+    assert!(!o.status.success() && stderr(&o).contains("train.val_sts") && stderr(&o).contains("nope.csv"), "{}", stderr(&o));
+    std::fs::write(&sts, "a\tb\t5\nc d\t1\n").unwrap();
+    let o = s.train(&["--out", s.run_dir("sts-bad").to_str().unwrap(), "--set", &val_sts]);
+    assert!(!o.status.success() && stderr(&o).contains("sts-dev.csv:2"), "{}", stderr(&o));
+}

@@ -158,6 +158,19 @@ fn the_ablation_switches_drop_their_terms() {
     let sum = v["l_r"].as_f64().unwrap() + v["l_l_sim"].as_f64().unwrap() + v["l_l_id"].as_f64().unwrap();
     assert!((v["loss"].as_f64().unwrap() - sum).abs() < 1e-4, "{v}");
     assert!(v["l_m"].as_f64().unwrap() > 1e-3, "L_M is still reported: {v}");
+    // Without its negatives, L_M's translation term alone counts; both parts are reported.
+    let cfg = config(dir.path(), "meaning_negatives = false");
+    let run = dir.path().join("run-noneg");
+    let o = train(dir.path(), &cfg, &run, &["--set", "train.epochs=1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = &validations(&run)[0]["val"];
+    let part = |k: &str| v[k].as_f64().unwrap();
+    assert!((part("l_m") - part("l_m_align") - part("l_m_neg")).abs() < 1e-4 && part("l_m_neg") > 1e-3, "{v}");
+    let sum = part("l_r") + part("l_m_align") + part("l_l_sim") + part("l_l_id");
+    assert!((part("loss") - sum).abs() < 1e-4, "{v}");
+    // The heads see cached embeddings: no STS validation while training, and the error says so.
+    let o = train(dir.path(), &cfg, &dir.path().join("run-sts"), &["--set", "train.val_sts=\"sts.csv\""]);
+    assert!(!o.status.success() && stderr(&o).contains("train.val_sts") && stderr(&o).contains("disentangle"), "{}", stderr(&o));
 }
 
 #[test]

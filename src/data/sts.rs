@@ -83,3 +83,74 @@ pub fn read_sts2017(sts_dir: &Path, only: &[String]) -> Result<Vec<StsSet>> {
     }
     Ok(sets)
 }
+
+/// Sentence pairs with gold similarity scores from one file, for validation during training
+/// (e.g. the STS benchmark's `sts-dev.csv`). Each line is either the STS benchmark's layout
+/// (tab-separated: genre, file, year, id, score, sentence 1, sentence 2, then optional source
+/// columns) or `sentence1<TAB>sentence2<TAB>score`. Blank lines are skipped. The set is named
+/// after the file (its name without the extension).
+pub fn read_scored_pairs(path: &Path) -> Result<StsSet> {
+    require_file(path, "STS pairs", "expected the STS benchmark's csv layout or `sentence1<TAB>sentence2<TAB>score` lines")?;
+    let name = path.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
+    let mut set = StsSet { name, pairs: Vec::new(), gold: Vec::new() };
+    for (i, l) in read_lines(path)?.iter().enumerate() {
+        if l.trim().is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = l.split('\t').collect();
+        let (a, b, score) = match f.len() {
+            3 => (f[0], f[1], f[2]),
+            n if n >= 7 => (f[5], f[6], f[4]),
+            n => bail!(
+                "{}:{}: found {n} tab-separated fields; expected 3 (`sentence1<TAB>sentence2<TAB>score`) or at least 7 (the STS benchmark's genre, file, year, id, score, sentence 1, sentence 2)",
+                path.display(),
+                i + 1
+            ),
+        };
+        let g: f64 = score.trim().parse().with_context(|| format!("{}:{}: not a score: {score:?}", path.display(), i + 1))?;
+        if !g.is_finite() {
+            bail!("{}:{}: not a finite score: {score:?}", path.display(), i + 1);
+        }
+        set.pairs.push((a.to_string(), b.to_string()));
+        set.gold.push(g);
+    }
+    if set.pairs.len() < 2 {
+        bail!("{} has {} scored pairs; a correlation needs at least 2", path.display(), set.pairs.len());
+    }
+    Ok(set)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scored_pairs_in_both_layouts_and_errors_with_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let stsb = dir.path().join("sts-dev.csv");
+        std::fs::write(
+            &stsb,
+            "main-captions\tMSRvid\t2012test\t0000\t5.000\tA man is dancing.\tA man dances.\n\
+             main-news\theadlines\t2015\t0001\t0.500\tStocks fell.\tA cat sleeps.\tsrc1\tsrc2\n\n",
+        )
+        .unwrap();
+        let s = read_scored_pairs(&stsb).unwrap();
+        assert_eq!(s.name, "sts-dev");
+        assert_eq!(s.pairs, vec![("A man is dancing.".into(), "A man dances.".into()), ("Stocks fell.".into(), "A cat sleeps.".into())]);
+        assert_eq!(s.gold, vec![5.0, 0.5]);
+        let plain = dir.path().join("pairs.tsv");
+        std::fs::write(&plain, "a\tb\t4.2\nc\td\t1\n").unwrap();
+        let p = read_scored_pairs(&plain).unwrap();
+        assert_eq!((p.pairs[1].clone(), p.gold.clone()), (("c".into(), "d".into()), vec![4.2, 1.0]));
+        std::fs::write(&plain, "a\tb\t4.2\nc\td\n").unwrap();
+        let e = format!("{:#}", read_scored_pairs(&plain).unwrap_err());
+        assert!(e.contains("pairs.tsv:2") && e.contains("found 2"), "{e}");
+        std::fs::write(&plain, "a\tb\t4.2\nc\td\thigh\n").unwrap();
+        let e = format!("{:#}", read_scored_pairs(&plain).unwrap_err());
+        assert!(e.contains("pairs.tsv:2") && e.contains("not a score"), "{e}");
+        std::fs::write(&plain, "a\tb\t4.2\n").unwrap();
+        assert!(format!("{:#}", read_scored_pairs(&plain).unwrap_err()).contains("at least 2"));
+        let e = format!("{:#}", read_scored_pairs(&dir.path().join("missing.csv")).unwrap_err());
+        assert!(e.contains("missing.csv") && e.contains("is missing"), "{e}");
+    }
+}

@@ -69,6 +69,12 @@ pub struct TrainConfig {
     pub early_stopping_patience: usize,
     /// `cpu`, `cuda` or `cuda:N` (cuda needs a build with `--features cuda`).
     pub device: String,
+    /// Sentence pairs with gold similarity scores (the STS benchmark's csv layout, e.g.
+    /// `sts-dev.csv`, or `sentence1<TAB>sentence2<TAB>score`), scored at every validation with the
+    /// cosine of the model's embeddings: `sts_spearman` and `sts_pearson` (×100). For recipes that
+    /// embed text as they train (not `disentangle`, whose heads see cached embeddings).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub val_sts: Option<String>,
 }
 
 impl Default for TrainConfig {
@@ -89,6 +95,7 @@ impl Default for TrainConfig {
             best_mode: None,
             early_stopping_patience: 0,
             device: "cpu".into(),
+            val_sts: None,
         }
     }
 }

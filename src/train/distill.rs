@@ -192,6 +192,10 @@ impl Distill {
 }
 
 impl Recipe for Distill {
+    fn embedder(&self) -> Option<&dyn crate::model::Embedder> {
+        Some(&self.infer)
+    }
+
     fn num_examples(&self) -> usize {
         self.train.len()
     }

@@ -400,6 +400,10 @@ pub fn dueam_loss(s: &Tensor, t: &Tensor, wmd: Option<&[f64]>, lambda: f64, term
 }
 
 impl Recipe for Dueam {
+    fn embedder(&self) -> Option<&dyn crate::model::Embedder> {
+        Some(&self.infer)
+    }
+
     fn num_examples(&self) -> usize {
         self.data.len()
     }

@@ -506,6 +506,10 @@ impl Lightweight {
 }
 
 impl Recipe for Lightweight {
+    fn embedder(&self) -> Option<&dyn crate::model::Embedder> {
+        Some(&self.infer)
+    }
+
     fn num_examples(&self) -> usize {
         self.src.len()
     }

@@ -323,6 +323,10 @@ fn l2_rows(t: &Tensor) -> Result<Tensor> {
 }
 
 impl Recipe for SpRecipe {
+    fn embedder(&self) -> Option<&dyn crate::model::Embedder> {
+        Some(self)
+    }
+
     fn num_examples(&self) -> usize {
         self.src.ids.len()
     }
@@ -419,6 +423,20 @@ pub fn write_untrained(cfg: &Config, out: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The table being trained, as an embedder (the trainer's `train.val_sts`): the same units and
+/// averaging as the saved model, read from the live table.
+impl crate::model::Embedder for SpRecipe {
+    fn dim(&self) -> usize {
+        self.dim
+    }
+
+    fn embed_checked(&self, texts: &[&str], _batch_size: usize) -> Result<crate::model::Embedded> {
+        let (flat, off) = flatten(&self.segmenter.ids_batch(texts)?);
+        let rows = self.with_table(|table| embed_ids_flat(table, self.dim, &flat, &off, true))?;
+        Ok(crate::model::Embedded { rows: rows.chunks(self.dim).map(<[f32]>::to_vec).collect(), truncated: vec![false; texts.len()] })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -474,3 +492,4 @@ mod tests {
         assert!((all - 1.2).abs() < 1e-6, "{all}");
     }
 }
+

@@ -12,7 +12,9 @@
 
 use super::config::{BestMode, Config};
 use super::optim::AdamW;
+use crate::data::sts::StsSet;
 use crate::model::encoder::Rng;
+use crate::model::Embedder;
 use crate::model::weights::{self, Params};
 use anyhow::{bail, Context, Result};
 use candle_core::backprop::GradStore;
@@ -90,6 +92,12 @@ pub trait Recipe: Send + Sync {
     }
     /// Validation scores by name.
     fn validate(&mut self) -> Result<Vec<(String, f64)>>;
+    /// The model being trained as an inference embedder (sharing the trained weights), for
+    /// the trainer's own validation on scored pairs (`train.val_sts`). None: the recipe cannot
+    /// embed new text while it trains.
+    fn embedder(&self) -> Option<&dyn Embedder> {
+        None
+    }
     /// The validation score that decides "best", and whether higher is better.
     fn default_best(&self) -> (String, BestMode);
     /// Write the trained model as a model directory.
@@ -208,6 +216,15 @@ impl<'a> Trainer<'a> {
         if n == 0 {
             bail!("the training data is empty");
         }
+        let sts = match &t.val_sts {
+            None => None,
+            Some(path) => {
+                if recipe.embedder().is_none() {
+                    bail!("train.val_sts: the {} recipe cannot embed text while it trains; leave val_sts out and score the saved model with `xsent eval sts`", cfg.recipe);
+                }
+                Some(crate::data::sts::read_scored_pairs(Path::new(path)).context("train.val_sts")?)
+            }
+        };
         let total = Self::total_steps(cfg, n);
         let params = recipe.params();
         let mut opt = AdamW::new(&params, cfg.optim.adamw())?;
@@ -240,7 +257,10 @@ impl<'a> Trainer<'a> {
             .with_context(|| format!("cannot open {}", self.out.join("metrics.jsonl").display()))?;
         let (best_metric, best_mode) = {
             let (m, mode) = recipe.default_best();
-            (t.best_metric.clone().unwrap_or(m), t.best_mode.unwrap_or(mode))
+            let metric = t.best_metric.clone().unwrap_or(m);
+            // The trainer's own STS scores are correlations: higher is better.
+            let mode = if metric.starts_with("sts_") && t.val_sts.is_some() { BestMode::Max } else { mode };
+            (metric, t.best_mode.unwrap_or(mode))
         };
 
         let mut sampler = Sampler::new(cfg.seed, n, state.epoch, state.pos);
@@ -249,7 +269,7 @@ impl<'a> Trainer<'a> {
         let mut mega = (0u64, recipe.megabatch_len(0).max(1), Vec::<usize>::new());
         let progress = Progress::new(total, state.step);
         if state.step == 0 && t.eval_at_start {
-            self.validate(recipe, &mut metrics, &mut state, &best_metric, best_mode, &progress)?;
+            self.validate(recipe, sts.as_ref(), &mut metrics, &mut state, &best_metric, best_mode, &progress)?;
         }
         let started = Instant::now();
         let elapsed_before = state.elapsed_s;
@@ -345,7 +365,7 @@ impl<'a> Trainer<'a> {
             progress.set(state.step, loss_sum);
             let mut stop_early = false;
             if t.eval_every > 0 && state.step % t.eval_every == 0 && state.step < total {
-                stop_early = self.validate(recipe, &mut metrics, &mut state, &best_metric, best_mode, &progress)?;
+                stop_early = self.validate(recipe, sts.as_ref(), &mut metrics, &mut state, &best_metric, best_mode, &progress)?;
             }
             state.rng_word_pos = rng.get_word_pos().to_string();
             let due = t.checkpoint_every > 0 && state.step % t.checkpoint_every == 0;
@@ -373,7 +393,7 @@ impl<'a> Trainer<'a> {
         }
         // Final validation, checkpoint and model.
         if outcome == Outcome::Finished {
-            self.validate(recipe, &mut metrics, &mut state, &best_metric, best_mode, &progress)?;
+            self.validate(recipe, sts.as_ref(), &mut metrics, &mut state, &best_metric, best_mode, &progress)?;
         }
         state.rng_word_pos = rng.get_word_pos().to_string();
         self.checkpoint(&params, &opt, &state)?;
@@ -386,6 +406,7 @@ impl<'a> Trainer<'a> {
     fn validate(
         &self,
         recipe: &mut dyn Recipe,
+        sts: Option<&StsSet>,
         metrics: &mut std::fs::File,
         state: &mut State,
         best_metric: &str,
@@ -393,7 +414,12 @@ impl<'a> Trainer<'a> {
         progress: &Progress,
     ) -> Result<bool> {
         let t0 = Instant::now();
-        let scores = recipe.validate()?;
+        let mut scores = recipe.validate()?;
+        if let (Some(set), Some(enc)) = (sts, recipe.embedder()) {
+            let (r, _) = crate::eval::sts::evaluate(enc, std::slice::from_ref(set), 64).context("train.val_sts")?;
+            scores.push(("sts_spearman".into(), r[0].spearman));
+            scores.push(("sts_pearson".into(), r[0].pearson));
+        }
         let mut val = serde_json::Map::new();
         for (k, v) in &scores {
             val.insert(k.clone(), serde_json::json!(v));

@@ -176,3 +176,31 @@ impl TrainSetup {
         self.dir.path().join(name)
     }
 }
+
+/// Spearman's ρ with average ranks for ties (written here, apart from the library's).
+pub fn spearman(x: &[f64], y: &[f64]) -> f64 {
+    fn ranks(v: &[f64]) -> Vec<f64> {
+        let mut idx: Vec<usize> = (0..v.len()).collect();
+        idx.sort_by(|&a, &b| v[a].partial_cmp(&v[b]).unwrap());
+        let mut r = vec![0.0; v.len()];
+        let mut i = 0;
+        while i < idx.len() {
+            let mut j = i;
+            while j + 1 < idx.len() && v[idx[j + 1]] == v[idx[i]] {
+                j += 1;
+            }
+            for k in i..=j {
+                r[idx[k]] = (i + j) as f64 / 2.0;
+            }
+            i = j + 1;
+        }
+        r
+    }
+    let (a, b) = (ranks(x), ranks(y));
+    let n = a.len() as f64;
+    let (ma, mb) = (a.iter().sum::<f64>() / n, b.iter().sum::<f64>() / n);
+    let cov: f64 = a.iter().zip(&b).map(|(p, q)| (p - ma) * (q - mb)).sum();
+    let va: f64 = a.iter().map(|p| (p - ma).powi(2)).sum();
+    let vb: f64 = b.iter().map(|q| (q - mb).powi(2)).sum();
+    cov / (va * vb).sqrt()
+}
