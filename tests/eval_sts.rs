@@ -86,3 +86,36 @@ fn missing_data_dir_is_explained() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("data directory /nonexistent/data does not exist"));
 }
+
+#[test]
+fn scored_pair_files_reproduce_sentence_transformers() {
+    // all-MiniLM-L6-v2 on the STS benchmark, measured with sentence-transformers 6.2.0 and
+    // scipy (cosine of normalised vectors; Spearman, Pearson ×100): dev 86.7163 / 86.9619,
+    // test 82.0325 / 82.7406.
+    let stsb = common::data().join("sts/stsbenchmark");
+    let (dev, test) = (stsb.join("sts-dev.csv"), stsb.join("sts-test.csv"));
+    let model = common::model("all-MiniLM-L6-v2");
+    let (table, r) = common::eval_report([
+        "sts".as_ref(),
+        "--model".as_ref(),
+        model.as_os_str(),
+        "--pairs".as_ref(),
+        dev.as_os_str(),
+        "--pairs".as_ref(),
+        test.as_os_str(),
+    ]);
+    assert!(table.contains("| sts-dev | 1500 |") && table.contains("| sts-test | 1379 |"), "{table}");
+    let results = r["results"].as_array().unwrap();
+    for (e, (name, s, p)) in results.iter().zip([("sts-dev", 86.7163, 86.9619), ("sts-test", 82.0325, 82.7406)]) {
+        assert_eq!(e["language"], name);
+        assert!((e["scores"]["spearman"].as_f64().unwrap() - s).abs() < 0.02, "{e}");
+        assert!((e["scores"]["pearson"].as_f64().unwrap() - p).abs() < 0.02, "{e}");
+    }
+    // A bad file is named with its line, before any model is loaded.
+    let d = tempfile::tempdir().unwrap();
+    let bad = d.path().join("bad.tsv");
+    write(&bad, "a\tb\t1\nc\td\n");
+    let out = common::xsent().args(["eval", "sts", "--model", "unused", "--pairs"]).arg(&bad).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("bad.tsv:2"), "{err}");
+}

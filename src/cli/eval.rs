@@ -11,7 +11,7 @@ use std::time::Instant;
 pub enum Task {
     /// STS 2017: tracks 1-5 and the extended en-de set; Spearman (main) and Pearson ×100,
     /// seed papers' numbers beside ours, and the language-bias score.
-    Sts(Args),
+    Sts(StsArgs),
     /// Tatoeba: cosine nearest neighbour both ways for every tatoeba.xxx-eng.{xxx,eng} present
     /// (or --langs deu,fra,...); accuracy xx→en, en→xx and their mean, averaged over languages.
     Tatoeba(Args),
@@ -40,6 +40,16 @@ pub struct Args {
     report: Option<PathBuf>,
     #[arg(long, default_value_t = 64)]
     batch_size: usize,
+}
+
+#[derive(clap::Args)]
+pub struct StsArgs {
+    #[command(flatten)]
+    common: Args,
+    /// Score these files of scored pairs instead of STS 2017 (repeatable): the STS benchmark's
+    /// csv layout (e.g. stsbenchmark/sts-dev.csv) or `sentence1<TAB>sentence2<TAB>score` lines.
+    #[arg(long = "pairs", conflicts_with_all = ["langs", "data_dir"])]
+    pairs: Vec<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -216,8 +226,30 @@ fn single(a: &Args, task: impl FnOnce(&dyn crate::model::Embedder) -> Result<Out
     write_report(&a.model, a.report.as_deref(), enc.prefix(), start, o.results, o.extra)
 }
 
-fn sts(a: Args) -> Result<()> {
-    single(&a, |enc| sts_task(enc, &a))
+fn sts(s: StsArgs) -> Result<()> {
+    let a = &s.common;
+    if s.pairs.is_empty() {
+        return single(a, |enc| sts_task(enc, a));
+    }
+    ensure!(a.batch_size > 0, "--batch-size must be at least 1");
+    let start = Instant::now();
+    let sets = s.pairs.iter().map(|p| crate::data::sts::read_scored_pairs(p)).collect::<Result<Vec<_>>>()?;
+    let enc = a.model.load()?;
+    let (scores, _) = crate::eval::sts::evaluate(enc.as_ref(), &sets, a.batch_size)?;
+    let mut table = String::from("| scored pairs | pairs | Spearman ×100 | Pearson ×100 |\n|---|---:|---:|---:|\n");
+    let mut results = Vec::new();
+    for (sc, path) in scores.iter().zip(&s.pairs) {
+        table += &format!("| {} | {} | {:.2} | {:.2} |\n", sc.name, sc.n, sc.spearman, sc.pearson);
+        results.push(Entry {
+            task: "sts".into(),
+            split: path.display().to_string(),
+            language: sc.name.clone(),
+            main_score: sc.spearman,
+            scores: serde_json::json!({"spearman": sc.spearman, "pearson": sc.pearson, "pairs": sc.n}),
+        });
+    }
+    print!("{table}");
+    write_report(&a.model, a.report.as_deref(), enc.prefix(), start, results, None)
 }
 
 fn tatoeba(a: Args) -> Result<()> {
