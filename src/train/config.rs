@@ -347,4 +347,22 @@ mod tests {
         assert_eq!(no_warmup.lr_at(0, 4), 2.0);
         assert_eq!(no_warmup.lr_at(2, 4), 1.0);
     }
+
+    #[test]
+    fn every_shipped_config_loads() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                // The paper-scale configs name a GPU; this build may have no CUDA.
+                let cfg = load(&p, &["train.device=\"cpu\"".to_string()]).unwrap_or_else(|e| panic!("{}: {e:#}", p.display()));
+                assert!(!cfg.recipe.is_empty());
+                n += 1;
+            }
+        }
+        assert!(n >= 10, "only {n} configs in {}", dir.display());
+        let distill = load(&dir.join("distill.toml"), &[]).unwrap();
+        assert_eq!(distill.train.val_sts.as_deref(), Some("../shared/data/sts/stsbenchmark/sts-dev.csv"));
+    }
 }
