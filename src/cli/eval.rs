@@ -10,7 +10,8 @@ use std::time::Instant;
 #[derive(clap::Subcommand)]
 pub enum Task {
     /// STS 2017: tracks 1-5 and the extended en-de set; Spearman (main) and Pearson ×100,
-    /// seed papers' numbers beside ours, and the language-bias score.
+    /// seed papers' numbers beside ours, and the language-bias score. With --pairs FILE: those
+    /// files of scored pairs instead (e.g. the STS benchmark's sts-dev.csv).
     Sts(StsArgs),
     /// Tatoeba: cosine nearest neighbour both ways for every tatoeba.xxx-eng.{xxx,eng} present
     /// (or --langs deu,fra,...); accuracy xx→en, en→xx and their mean, averaged over languages.

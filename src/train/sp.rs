@@ -492,4 +492,3 @@ mod tests {
         assert!((all - 1.2).abs() < 1e-6, "{all}");
     }
 }
-
