@@ -216,11 +216,16 @@ fn bucc_task(enc: &dyn crate::model::Embedder, b: &BuccArgs) -> Result<Outcome> 
     Ok(Outcome { table, results, extra: Some(serde_json::json!({"settings": settings})) })
 }
 
-/// Load the model, run one task, print its table and write its report.
+/// Check the data directory, then [`loaded`].
 fn single(a: &Args, task: impl FnOnce(&dyn crate::model::Embedder) -> Result<Outcome>) -> Result<()> {
+    crate::data::data_dir(a.data_dir.as_deref())?;
+    loaded(a, task)
+}
+
+/// Load the model, run one task, print its table and write its report.
+fn loaded(a: &Args, task: impl FnOnce(&dyn crate::model::Embedder) -> Result<Outcome>) -> Result<()> {
     ensure!(a.batch_size > 0, "--batch-size must be at least 1");
     let start = Instant::now();
-    crate::data::data_dir(a.data_dir.as_deref())?;
     let enc = a.model.load()?;
     let o = task(enc.as_ref())?;
     print!("{}", o.table);
@@ -232,14 +237,17 @@ fn sts(s: StsArgs) -> Result<()> {
     if s.pairs.is_empty() {
         return single(a, |enc| sts_task(enc, a));
     }
-    ensure!(a.batch_size > 0, "--batch-size must be at least 1");
-    let start = Instant::now();
+    // Read every file before the model loads: a bad file is reported at once.
     let sets = s.pairs.iter().map(|p| crate::data::sts::read_scored_pairs(p)).collect::<Result<Vec<_>>>()?;
-    let enc = a.model.load()?;
-    let (scores, _) = crate::eval::sts::evaluate(enc.as_ref(), &sets, a.batch_size)?;
+    loaded(a, |enc| scored_pairs_task(enc, &sets, &s.pairs, a.batch_size))
+}
+
+/// `--pairs`: one row per file, no published columns.
+fn scored_pairs_task(enc: &dyn crate::model::Embedder, sets: &[crate::data::sts::StsSet], paths: &[PathBuf], batch_size: usize) -> Result<Outcome> {
+    let (scores, _) = crate::eval::sts::evaluate(enc, sets, batch_size)?;
     let mut table = String::from("| scored pairs | pairs | Spearman ×100 | Pearson ×100 |\n|---|---:|---:|---:|\n");
     let mut results = Vec::new();
-    for (sc, path) in scores.iter().zip(&s.pairs) {
+    for (sc, path) in scores.iter().zip(paths) {
         table += &format!("| {} | {} | {:.2} | {:.2} |\n", sc.name, sc.n, sc.spearman, sc.pearson);
         results.push(Entry {
             task: "sts".into(),
@@ -249,8 +257,7 @@ fn sts(s: StsArgs) -> Result<()> {
             scores: serde_json::json!({"spearman": sc.spearman, "pearson": sc.pearson, "pairs": sc.n}),
         });
     }
-    print!("{table}");
-    write_report(&a.model, a.report.as_deref(), enc.prefix(), start, results, None)
+    Ok(Outcome { table, results, extra: None })
 }
 
 fn tatoeba(a: Args) -> Result<()> {
