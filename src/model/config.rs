@@ -72,6 +72,18 @@ impl EncoderConfig {
                 bail!("position_embedding_type = {p:?} is not supported (only \"absolute\")");
             }
         }
+        for (name, v) in [
+            ("hidden_size", cfg.hidden_size),
+            ("num_attention_heads", cfg.num_attention_heads),
+            ("num_hidden_layers", cfg.num_hidden_layers),
+            ("intermediate_size", cfg.intermediate_size),
+            ("vocab_size", cfg.vocab_size),
+            ("max_position_embeddings", cfg.max_position_embeddings),
+        ] {
+            if v == 0 {
+                bail!("{name} is 0; a model needs at least 1");
+            }
+        }
         if cfg.hidden_size % cfg.num_attention_heads != 0 {
             bail!(
                 "hidden_size {} is not divisible by num_attention_heads {}",

@@ -114,11 +114,11 @@ pub fn parse(buf: &[u8]) -> Result<(Header, HashMap<String, (Vec<usize>, Vec<f32
         let n = c.u32()? as usize;
         let off = c.u64()?;
         let nbytes = c.u64()?;
-        ensure!(off + nbytes <= buf.len(), "tensor {name} lies outside the file");
+        ensure!(off.checked_add(nbytes).is_some_and(|end| end <= buf.len()), "tensor {name} lies outside the file");
         let data = &buf[off..off + nbytes];
         let values = match dtype {
             0 => {
-                ensure!(nbytes >= n * 4, "tensor {name}: {nbytes} bytes for {n} f32 values");
+                ensure!(n.checked_mul(4).is_some_and(|b| nbytes >= b), "tensor {name}: {nbytes} bytes for {n} f32 values");
                 data[..n * 4].chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()
             }
             1 => dequantize_q4_0(data, n).with_context(|| format!("tensor {name}"))?,

@@ -118,6 +118,17 @@ impl SentenceEncoder {
             .or_else(|| ["<pad>", "[PAD]"].iter().find_map(|t| tokenizer.token_to_id(t)))
             .unwrap_or(config.pad_id());
         tokenizer.with_padding(None);
+        if let Some((token, id)) = tokenizer.get_vocab(true).into_iter().max_by_key(|(_, id)| *id) {
+            if id as usize >= config.vocab_size {
+                bail!(
+                    "{} gives token {token:?} the id {id}, but the model has only {} token embeddings (vocab_size in {}): \
+                     the tokenizer does not belong to this model",
+                    files.tokenizer.display(),
+                    config.vocab_size,
+                    files.config.display()
+                );
+            }
+        }
 
         let saved: SavedSettings = match &files.xsent {
             Some(p) => serde_json::from_str(&std::fs::read_to_string(p)?).with_context(|| format!("invalid {}", p.display()))?,
@@ -132,7 +143,10 @@ impl SentenceEncoder {
         let max_length = match opts.max_length {
             Some(n) => {
                 if n < 2 || n > config.max_positions() {
-                    bail!("--max-length {n}: this model takes 2..={} tokens", config.max_positions());
+                    bail!(
+                        "a maximum length of {n} tokens (--max-length, or max_length in a training config): this model takes 2..={}",
+                        config.max_positions()
+                    );
                 }
                 n
             }
@@ -459,5 +473,11 @@ fn st_max_seq_length(path: Option<&Path>) -> Result<Option<usize>> {
     let Some(path) = path else { return Ok(None) };
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path)?)
         .with_context(|| format!("invalid {}", path.display()))?;
-    Ok(v["max_seq_length"].as_u64().map(|n| n as usize))
+    match &v["max_seq_length"] {
+        serde_json::Value::Null => Ok(None),
+        m => match m.as_u64() {
+            Some(n) if n >= 2 => Ok(Some(n as usize)),
+            _ => bail!("{}: max_seq_length is {m}; expected a number of tokens of at least 2 (or remove the key)", path.display()),
+        },
+    }
 }

@@ -107,10 +107,20 @@ fn st_modules(modules: Option<&Path>) -> Result<Vec<(String, String)>> {
     let v: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{} is not valid JSON: {e}", path.display()))?;
     let Some(mods) = v.as_array() else { bail!("{}: expected a JSON list of modules", path.display()) };
-    Ok(mods
-        .iter()
-        .map(|m| (m["type"].as_str().unwrap_or("").to_string(), m["path"].as_str().unwrap_or("").to_string()))
-        .collect())
+    let mods: Vec<(String, String)> =
+        mods.iter().map(|m| (m["type"].as_str().unwrap_or("").to_string(), m["path"].as_str().unwrap_or("").to_string())).collect();
+    // What xsent runs: the transformer, then pooling, an optional Dense layer and normalisation.
+    // Any other module would change the vectors sentence-transformers gives.
+    for (t, _) in &mods {
+        let known = ["Transformer", "Pooling", "Dense", "Normalize"].iter().any(|k| t.rsplit('.').next() == Some(k));
+        if !known {
+            bail!(
+                "{} lists a module xsent cannot run ({t:?}); xsent runs Transformer, Pooling, Dense and Normalize modules",
+                path.display()
+            );
+        }
+    }
+    Ok(mods)
 }
 
 /// Path of the Dense module (relative to the model dir), if `modules.json` lists one.

@@ -21,6 +21,10 @@ use tokenizers::{AddedToken, DecoderWrapper, NormalizedString, Normalizer, Token
 /// The unknown-unit token of the vocabularies xsent trains.
 pub const UNK: &str = "<unk>";
 
+/// The largest vocabulary xsent learns (XLM-R has 250,002 pieces): larger sizes would only
+/// exhaust memory in the trainers' tables.
+pub const MAX_VOCAB: usize = 2_000_000;
+
 /// Subword model of a SentencePiece-style vocabulary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -60,8 +64,8 @@ fn train_with(
 
 /// Learn a shared SentencePiece-style vocabulary of about `vocab_size` pieces from `texts`.
 pub fn train_subword(texts: &[&str], kind: SubwordModel, vocab_size: usize, lowercase: bool) -> Result<Tokenizer> {
-    if vocab_size < 2 {
-        bail!("the vocabulary size must be at least 2, got {vocab_size}");
+    if !(2..=MAX_VOCAB).contains(&vocab_size) {
+        bail!("the vocabulary size must be in 2..={MAX_VOCAB}, got {vocab_size}");
     }
     let meta = Metaspace::new('▁', PrependScheme::Always, true);
     let special = vec![AddedToken::from(UNK, true)];
