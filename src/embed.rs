@@ -18,8 +18,13 @@ pub enum Format {
     F32,
 }
 
-/// Where vectors go.
-pub enum Sink {
+/// Where vectors go: a file or standard output, named in write errors.
+pub struct Sink {
+    out: Out,
+    name: String,
+}
+
+enum Out {
     Jsonl(Box<dyn Write>),
     F32(Box<dyn Write>),
     Npy(NpyWriter),
@@ -36,36 +41,35 @@ impl Sink {
                 None => Box::new(std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock())),
             })
         };
-        Ok(match format {
-            Format::Jsonl => Sink::Jsonl(boxed(output)?),
-            Format::F32 => Sink::F32(boxed(output)?),
+        let name = output.map_or_else(|| "standard output".to_string(), |p| p.display().to_string());
+        let out = match format {
+            Format::Jsonl => Out::Jsonl(boxed(output)?),
+            Format::F32 => Out::F32(boxed(output)?),
             Format::Npy => {
                 let Some(p) = output else {
                     bail!("--format npy needs -o FILE (the header, which holds the row count, is written last)")
                 };
-                Sink::Npy(NpyWriter::new(open(p)?, dim)?)
+                Out::Npy(NpyWriter::new(open(p)?, dim).with_context(|| format!("cannot write {name}"))?)
             }
-        })
+        };
+        Ok(Self { out, name })
     }
 
     pub fn write_row(&mut self, row: &[f32]) -> Result<()> {
-        match self {
-            Sink::Jsonl(w) => {
-                serde_json::to_writer(&mut *w, row)?;
-                w.write_all(b"\n")?;
-            }
-            Sink::F32(w) => write_f32(w, row)?,
-            Sink::Npy(n) => n.write_row(row)?,
-        }
-        Ok(())
+        let r = match &mut self.out {
+            Out::Jsonl(w) => serde_json::to_writer(&mut *w, row).map_err(anyhow::Error::from).and_then(|()| Ok(w.write_all(b"\n")?)),
+            Out::F32(w) => write_f32(w, row),
+            Out::Npy(n) => n.write_row(row),
+        };
+        r.with_context(|| format!("cannot write {}", self.name))
     }
 
     pub fn finish(self) -> Result<()> {
-        match self {
-            Sink::Jsonl(mut w) | Sink::F32(mut w) => w.flush()?,
-            Sink::Npy(n) => n.finish()?,
-        }
-        Ok(())
+        let r = match self.out {
+            Out::Jsonl(mut w) | Out::F32(mut w) => w.flush().map_err(anyhow::Error::from),
+            Out::Npy(n) => n.finish(),
+        };
+        r.with_context(|| format!("cannot write {}", self.name))
     }
 }
 
@@ -193,7 +197,14 @@ fn flush_window(
         return Ok(());
     }
     let texts: Vec<&str> = pending.iter().map(String::as_str).collect();
-    let embedded = enc.embed_checked(&texts, batch_size)?;
+    let embedded = enc.embed_checked(&texts, batch_size).with_context(|| {
+        format!(
+            "embedding lines {}-{}; the {} lines before them were embedded and written",
+            summary.lines + 1,
+            summary.lines + texts.len() as u64,
+            summary.lines
+        )
+    })?;
     for (i, &t) in embedded.truncated.iter().enumerate() {
         if t {
             summary.truncated += 1;

@@ -118,9 +118,11 @@ fn user_errors_are_clear() {
     let cases: Vec<(Vec<String>, &str)> = vec![
         (vec!["--model".into(), e5(), "--format".into(), "npy".into()], "--format npy needs -o FILE"),
         (vec!["--model".into(), e5(), "--device".into(), "cuda:0".into()], "built without CUDA"),
-        (vec!["--model".into(), e5(), "--batch-size".into(), "0".into()], "--batch-size must be at least 1"),
+        (vec!["--model".into(), e5(), "--batch-size".into(), "0".into()], "--batch-size 0 is out of range"),
+        (vec!["--model".into(), e5(), "--batch-size".into(), u64::MAX.to_string()], "is out of range: give 1..="),
+        (vec!["--model".into(), e5(), "-o".into(), "/nonexistent/dir/v.jsonl".into()], "the folder /nonexistent/dir does not exist"),
         (vec!["--model".into(), e5(), "--input".into(), "/nonexistent/in.txt".into()], "cannot open input /nonexistent/in.txt"),
-        (vec!["--model".into(), e5(), "--max-length".into(), "100000".into()], "--max-length 100000"),
+        (vec!["--model".into(), e5(), "--max-length".into(), "100000".into()], "maximum length of 100000 tokens (--max-length"),
         (vec!["--model".into(), "no/such/dir".into()], "not found"),
         (vec!["--model".into(), dir.path().to_str().unwrap().into()], "has no config.json"),
     ];
@@ -132,6 +134,14 @@ fn user_errors_are_clear() {
         assert!(err.contains(want), "{args:?}: expected {want:?} in {err}");
         assert!(!err.contains("panicked"), "{err}");
     }
+    // -o naming the input (here through a second path to it) would empty it before it is read.
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "one\ntwo\n").unwrap();
+    let alias = format!("{}/../{}/in.txt", dir.path().display(), dir.path().file_name().unwrap().to_str().unwrap());
+    let out = embed(&["--model", &e5(), "--input", input.to_str().unwrap(), "-o", &alias], b"");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("would destroy the input"), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&input).unwrap(), "one\ntwo\n");
     // A model dir with config but no weights names the missing file and how to get it.
     std::fs::copy(common::model("all-MiniLM-L6-v2").join("config.json"), dir.path().join("config.json")).unwrap();
     let out = embed(&["--model", dir.path().to_str().unwrap()], b"x\n");

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 pub struct Args {
     #[command(flatten)]
     model: ModelArgs,
-    /// Read sentences from this file instead of stdin.
+    /// Read sentences from this file instead of stdin (`-`: stdin).
     #[arg(long, short = 'i')]
     input: Option<PathBuf>,
     /// Write vectors here instead of stdout (required for npy).
@@ -21,16 +21,27 @@ pub struct Args {
     batch_size: usize,
 }
 
+/// The largest `--batch-size` accepted (a batch is padded to its longest sentence in memory).
+pub const MAX_BATCH: usize = 1 << 16;
+
 pub fn run(args: Args) -> Result<()> {
-    anyhow::ensure!(args.batch_size > 0, "--batch-size must be at least 1");
+    anyhow::ensure!(
+        (1..=MAX_BATCH).contains(&args.batch_size),
+        "--batch-size {} is out of range: give 1..={MAX_BATCH} (64 is a good start)",
+        args.batch_size
+    );
+    if let Some(out) = &args.output {
+        let inputs: Vec<&std::path::Path> = args.input.iter().map(PathBuf::as_path).collect();
+        super::check_output(out, "-o", &inputs)?;
+    }
     let enc = args.model.load()?;
     let (reader, total): (Box<dyn BufRead>, Option<u64>) = match &args.input {
-        Some(p) => {
+        Some(p) if p.as_os_str() != "-" => {
             let f = std::fs::File::open(p).with_context(|| format!("cannot open input {}", p.display()))?;
             let len = f.metadata().map(|m| m.len()).ok();
             (Box::new(std::io::BufReader::with_capacity(1 << 20, f)), len)
         }
-        None => (Box::new(std::io::BufReader::with_capacity(1 << 20, std::io::stdin().lock())), None),
+        _ => (Box::new(std::io::BufReader::with_capacity(1 << 20, std::io::stdin().lock())), None),
     };
     let mut sink = Sink::new(args.format, args.output.as_deref(), enc.dim())?;
     let bar = match total {

@@ -166,7 +166,7 @@ fn tatoeba_task(enc: &dyn crate::model::Embedder, a: &Args) -> Result<Outcome> {
 fn bucc_task(enc: &dyn crate::model::Embedder, b: &BuccArgs) -> Result<Outcome> {
     let a = &b.common;
     let dir = crate::data::data_dir(a.data_dir.as_deref())?.join("bucc");
-    let pairs = if a.langs.is_empty() { vec!["zh-en".to_string()] } else { a.langs.clone() };
+    let pairs = if a.langs.is_empty() { crate::data::bucc::pairs(&dir)? } else { a.langs.clone() };
     let settings = b.mining.settings()?;
     let published = crate::eval::published::by_system(crate::eval::published_tables::BUCC_F1);
     let mut table = String::from("| BUCC 2018 | split | threshold | P | R | F1 |");
@@ -225,6 +225,9 @@ fn single(a: &Args, task: impl FnOnce(&dyn crate::model::Embedder) -> Result<Out
 /// Load the model, run one task, print its table and write its report.
 fn loaded(a: &Args, task: impl FnOnce(&dyn crate::model::Embedder) -> Result<Outcome>) -> Result<()> {
     ensure!(a.batch_size > 0, "--batch-size must be at least 1");
+    if let Some(r) = &a.report {
+        super::check_output(r, "--report", &[])?;
+    }
     let start = Instant::now();
     let enc = a.model.load()?;
     let o = task(enc.as_ref())?;
@@ -287,6 +290,9 @@ fn all(b: BuccArgs) -> Result<()> {
 
 fn xsr(a: XsrArgs) -> Result<()> {
     ensure!(a.batch_size > 0, "--batch-size must be at least 1");
+    if let Some(r) = &a.report {
+        super::check_output(r, "--report", &[])?;
+    }
     if a.multi30k {
         return xsr_multi30k(&a);
     }

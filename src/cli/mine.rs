@@ -50,10 +50,22 @@ pub struct Args {
 
 /// `score<TAB>src<TAB>tgt` lines, best first (LASER's mine_bitexts output).
 pub fn run(a: Args) -> Result<()> {
-    ensure!(a.batch_size > 0, "--batch-size must be at least 1");
+    ensure!(
+        (1..=super::embed::MAX_BATCH).contains(&a.batch_size),
+        "--batch-size {} is out of range: give 1..={}",
+        a.batch_size,
+        super::embed::MAX_BATCH
+    );
+    if let Some(t) = a.threshold {
+        ensure!(t.is_finite(), "--threshold {t} is not a number: give a margin score such as 1.05");
+    }
+    if let Some(out) = &a.output {
+        super::check_output(out, "-o", &[&a.src_file, &a.tgt_file])?;
+    }
     let s = a.mining.settings()?;
-    let src = crate::data::read_lines(&a.src_file)?;
-    let tgt = crate::data::read_lines(&a.tgt_file)?;
+    let src = non_blank(crate::data::read_lines(&a.src_file)?, &a.src_file);
+    let tgt = non_blank(crate::data::read_lines(&a.tgt_file)?, &a.tgt_file);
+    ensure!(!src.is_empty() && !tgt.is_empty(), "nothing to mine: {} or {} has no non-blank line", a.src_file.display(), a.tgt_file.display());
     let enc = a.model.load()?;
     let x = Matrix::embed(enc.as_ref(), &src, a.batch_size)?;
     let y = Matrix::embed(enc.as_ref(), &tgt, a.batch_size)?;
@@ -71,4 +83,14 @@ pub fn run(a: Args) -> Result<()> {
     out.flush()?;
     eprintln!("xsent mine: {kept} pairs written ({} candidates)", cands.len());
     Ok(())
+}
+
+/// Blank lines are no sentences to pair: they are left out (and counted on stderr).
+fn non_blank(lines: Vec<String>, path: &std::path::Path) -> Vec<String> {
+    let n = lines.len();
+    let kept: Vec<String> = lines.into_iter().filter(|l| !l.trim().is_empty()).collect();
+    if kept.len() < n {
+        eprintln!("xsent mine: {} blank lines of {} left out", n - kept.len(), path.display());
+    }
+    kept
 }

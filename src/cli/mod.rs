@@ -93,6 +93,51 @@ impl ModelArgs {
     }
 }
 
+/// Check an output path before any work is done: its folder must exist, it must not be a
+/// folder, and it must not be one of the command's input files (creating it would empty that
+/// input before it is read).
+pub fn check_output(output: &std::path::Path, flag: &str, inputs: &[&std::path::Path]) -> anyhow::Result<()> {
+    if output.is_dir() {
+        anyhow::bail!("{flag} {} is a folder: give a file path", output.display());
+    }
+    if let Some(parent) = output.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if !parent.is_dir() {
+            anyhow::bail!("{flag} {}: the folder {} does not exist (create it first)", output.display(), parent.display());
+        }
+    }
+    for input in inputs {
+        if same_file(output, input) {
+            anyhow::bail!(
+                "{flag} {} is the input file {}: writing it would destroy the input; give another output path",
+                output.display(),
+                input.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Whether two paths name the same existing file (hard links and symlinks included).
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    let (Ok(ma), Ok(mb)) = (std::fs::metadata(a), std::fs::metadata(b)) else { return false };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        ma.dev() == mb.dev() && ma.ino() == mb.ino()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (ma, mb);
+        matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+    }
+}
+
+/// Whether an error comes from writing into a closed pipe (`xsent embed | head`): the reader
+/// wanted no more, which is no failure (as in ripgrep).
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe))
+}
+
 /// Run the CLI; returns the process exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
@@ -111,6 +156,7 @@ pub fn main() -> i32 {
     };
     match result {
         Ok(code) => code,
+        Err(e) if is_broken_pipe(&e) => 0,
         Err(e) => {
             eprintln!("xsent: error: {e}");
             for cause in e.chain().skip(1) {

@@ -52,7 +52,8 @@ pub fn run(p: Plot) -> Result<()> {
 
 fn pca_plot(a: PcaArgs) -> Result<()> {
     ensure!(a.rows >= 1 && a.batch_size >= 1, "--rows and --batch-size must be at least 1");
-    ensure!(a.panel_size >= 200, "--panel-size must be at least 200 pixels");
+    ensure!((200..=4000).contains(&a.panel_size), "--panel-size {} is out of range: give 200..=4000 pixels", a.panel_size);
+    super::check_output(&a.output, "-o", &[])?;
     let disentangle = crate::model::embedder::saved_kind(&a.model.model)?.as_deref() == Some(KIND);
     let model = if disentangle {
         ensure!(a.model.head.is_none(), "--head: the picture shows every head of {}", a.model.model);
@@ -101,7 +102,7 @@ fn pca_plot(a: PcaArgs) -> Result<()> {
         let points = p.coords.iter().zip(&label).map(|(c, &g)| (c[0], c[1], g)).collect();
         panels.push(Panel { title, points });
     }
-    scatter_png(&a.output, &panels, &names, a.panel_size)?;
+    scatter_png(&a.output, &panels, &names, a.panel_size).with_context(|| format!("cannot write the picture {}", a.output.display()))?;
     eprintln!("xsent plot: {} sentences in {} languages → {}", texts.len(), names.len(), a.output.display());
     Ok(())
 }

@@ -19,6 +19,21 @@ pub struct BuccSplit {
 }
 
 /// Splits of `pair` present in `dir` (those with a gold file), sorted.
+/// The language pairs (`zh-en`, …) with a gold file in `dir`, sorted.
+pub fn pairs(dir: &Path) -> Result<Vec<String>> {
+    let mut out: Vec<String> = std::fs::read_dir(dir)
+        .map_err(|e| anyhow::anyhow!("cannot list BUCC directory {}: {e}", dir.display()))?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|n| Some(n.strip_suffix(".gold")?.split_once('.')?.0.to_string()))
+        .collect();
+    out.sort();
+    out.dedup();
+    if out.is_empty() {
+        bail!("no BUCC gold file in {} (expected PAIR.SPLIT.gold, e.g. zh-en.test.gold, beside PAIR.SPLIT.{{xx,en}})", dir.display());
+    }
+    Ok(out)
+}
+
 pub fn splits(dir: &Path, pair: &str) -> Result<Vec<String>> {
     let mut out: Vec<String> = std::fs::read_dir(dir)
         .map_err(|e| anyhow::anyhow!("cannot list BUCC directory {}: {e}", dir.display()))?

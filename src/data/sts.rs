@@ -117,6 +117,9 @@ pub fn read_scored_pairs(path: &Path) -> Result<StsSet> {
     if set.pairs.len() < 2 {
         bail!("{} has {} scored pairs; a correlation needs at least 2", path.display(), set.pairs.len());
     }
+    if set.gold.iter().all(|&g| g == set.gold[0]) {
+        bail!("every pair in {} has the score {}: a correlation with constant scores is undefined", path.display(), set.gold[0]);
+    }
     Ok(set)
 }
 
@@ -150,6 +153,8 @@ mod tests {
         assert!(e.contains("pairs.tsv:2") && e.contains("not a score"), "{e}");
         std::fs::write(&plain, "a\tb\t4.2\n").unwrap();
         assert!(format!("{:#}", read_scored_pairs(&plain).unwrap_err()).contains("at least 2"));
+        std::fs::write(&plain, "a\tb\t3\nc\td\t3\n").unwrap();
+        assert!(format!("{:#}", read_scored_pairs(&plain).unwrap_err()).contains("constant scores"));
         let e = format!("{:#}", read_scored_pairs(&dir.path().join("missing.csv")).unwrap_err());
         assert!(e.contains("missing.csv") && e.contains("is missing"), "{e}");
     }
