@@ -213,6 +213,43 @@ fn resume_continues_the_same_loss_curve() {
 }
 
 #[test]
+fn resume_refuses_what_would_drop_work_and_a_failed_start_can_be_restarted() {
+    let s = setup("");
+    let run = s.run_dir("r");
+    let o = s.train(&["--out", run.to_str().unwrap(), "--stop-after", "4"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // --stop-after at or before the step the run resumes from would train to the end.
+    let o = s.train(&["--out", run.to_str().unwrap(), "--resume", "--stop-after", "4"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--stop-after 4") && stderr(&o).contains("already at step 4"), "{}", stderr(&o));
+    // A smaller model than the checkpoint's would drop trained layers.
+    let o = s.train(&["--out", run.to_str().unwrap(), "--resume", "--set", "distill.student_layers=1"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("does not have") && stderr(&o).contains("layer.1."), "{}", stderr(&o));
+    assert!(!run.join("final").exists());
+    // An existing run with a checkpoint is never started over.
+    let o = s.train(&["--out", run.to_str().unwrap()]);
+    assert!(stderr(&o).contains("already exists") && stderr(&o).contains("--resume"), "{}", stderr(&o));
+    assert!(run.join("checkpoints/step-4/state.json").is_file());
+
+    // A start that fails before its first checkpoint (a best_metric that does not exist fails
+    // the step-0 validation) leaves config.toml and metrics.jsonl; the same command with the
+    // mistake fixed starts it over, and --resume says so.
+    let bad = s.run_dir("bad");
+    let o = s.train(&["--out", bad.to_str().unwrap(), "--set", "train.best_metric=\"nope\""]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(bad.join("config.toml").is_file());
+    let o = s.train(&["--out", bad.to_str().unwrap(), "--resume"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no checkpoint") && stderr(&o).contains("start it over"), "{}", stderr(&o));
+    let o = s.train(&["--out", bad.to_str().unwrap(), "--set", "train.max_steps=2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("starting it over"), "{}", stderr(&o));
+    assert!(bad.join("final/model.safetensors").is_file());
+    assert!(!std::fs::read_to_string(bad.join("config.toml")).unwrap().contains("nope"));
+}
+
+#[test]
 fn teacher_embeddings_are_cached() {
     let s = setup("");
     let o = s.train(&["--out", s.run_dir("a").to_str().unwrap(), "--set", "train.max_steps=1"]);
@@ -336,13 +373,36 @@ fn config_and_data_errors_are_clear() {
     assert!(stderr(&o).contains("dueam2") && stderr(&o).contains("distill"), "{}", stderr(&o));
     let o = s.train(&["--set", "nonsense", "--out", s.run_dir("x").to_str().unwrap()]);
     assert!(stderr(&o).contains("key=value"), "{}", stderr(&o));
+    // Values that would wreck training silently are refused before anything runs.
+    for (set, want) in [
+        ("distill.dropout=1.0", "distill.dropout must be in [0, 1)"),
+        ("optim.beta1=1.5", "optim.beta1 must be in [0, 1)"),
+        ("optim.eps=0", "optim.eps must be"),
+        ("optim.weight_decay=nan", "optim.weight_decay must be"),
+        ("optim.max_grad_norm=-1", "optim.max_grad_norm must be"),
+        ("distill.projection_fit_size=1", "projection_fit_size must be at least 2"),
+    ] {
+        let o = s.train(&["--set", set, "--out", s.run_dir("v").to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(1), "{set}");
+        assert!(stderr(&o).contains(want), "{set}: {}", stderr(&o));
+        assert!(!s.run_dir("v").exists(), "{set}: no run directory for a refused config");
+    }
+    // A key the config does not have: the file, the line and the key in the message's headline.
+    let typo = s.dir.path().join("typo.toml");
+    let text = std::fs::read_to_string(&s.config).unwrap().replace("keep_last = 2", "keep_lst = 2");
+    std::fs::write(&typo, text).unwrap();
+    let o = common::xsent().args(["train", "--config", typo.to_str().unwrap(), "--out", s.run_dir("t").to_str().unwrap()]).output().unwrap();
+    let head = stderr(&o).lines().next().unwrap_or_default().to_string();
+    assert!(head.contains("typo.toml") && stderr(&o).contains("keep_lst") && stderr(&o).contains("line"), "{}", stderr(&o));
 
-    // Existing run dir without --resume; --resume without checkpoint.
+    // A non-empty directory that is not a run is left alone; --resume without config.toml.
     let run = s.run_dir("r");
     std::fs::create_dir_all(&run).unwrap();
-    std::fs::write(run.join("metrics.jsonl"), "").unwrap();
+    std::fs::write(run.join("notes.txt"), "mine").unwrap();
     let o = s.train(&["--out", run.to_str().unwrap()]);
-    assert!(stderr(&o).contains("already exists") && stderr(&o).contains("--resume"), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("not an xsent run directory") && stderr(&o).contains("notes.txt"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(run.join("notes.txt")).unwrap(), "mine");
     let o = s.train(&["--out", run.to_str().unwrap(), "--resume"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("config.toml"), "{}", stderr(&o));
@@ -388,6 +448,7 @@ fn early_stopping_ends_the_run_with_a_final_model() {
     assert!(o.status.success(), "{}", stderr(&o));
     let last = metrics(&run).iter().filter_map(|m| m["step"].as_u64()).max().unwrap();
     assert_eq!(last, 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("stopping early: mse_x100 has not improved") && stderr(&o).contains("(step 0)"), "{}", stderr(&o));
     assert!(run.join("final/model.safetensors").is_file());
     let o = s.train(&["--out", s.run_dir("bad").to_str().unwrap(), "--set", "train.best_metric=\"nope\""]);
     assert!(stderr(&o).contains("nope") && stderr(&o).contains("mse_x100"), "{}", stderr(&o));

@@ -36,6 +36,14 @@ pub fn run(a: Args) -> Result<i32> {
         if !saved.is_file() {
             bail!("--resume: {} does not exist; is {} a run directory?", saved.display(), out.display());
         }
+        if Trainer::latest_checkpoint(&out)?.is_none() {
+            bail!(
+                "--resume: {} has no checkpoint to continue from (the run stopped before its first one); \
+                 start it over with --config FILE --out {}",
+                out.display(),
+                out.display()
+            );
+        }
         let cfg = config::load(&saved, &a.sets)?;
         if let Some(c) = &a.config {
             let given = config::load(c, &a.sets)?;
@@ -53,16 +61,10 @@ pub fn run(a: Args) -> Result<i32> {
         let Some(c) = &a.config else { bail!("--config FILE is needed (or --resume to continue a run)") };
         let cfg = config::load(c, &a.sets)?;
         if out.is_dir() && std::fs::read_dir(&out).with_context(|| format!("cannot read {}", out.display()))?.next().is_some() {
-            bail!(
-                "run directory {} already exists: pass --resume to continue it, or --out for a new run",
-                out.display()
-            );
+            clear_failed_start(&out)?;
         }
         cfg
     };
-    if a.resume && Trainer::latest_checkpoint(&out)?.is_none() {
-        bail!("--resume: {} has no checkpoint to continue from", out.display());
-    }
     let flag = Arc::new(AtomicBool::new(false));
     let f = flag.clone();
     // First Ctrl-C: finish the step, checkpoint, exit 130. Second: exit at once.
@@ -80,4 +82,36 @@ pub fn run(a: Args) -> Result<i32> {
         Outcome::Interrupted if opts.interrupt.as_ref().is_some_and(|f| f.load(Ordering::SeqCst)) => 130,
         Outcome::Interrupted => 0,
     })
+}
+
+/// What `xsent train` writes into a run directory before its first checkpoint.
+const START_ENTRIES: &[&str] =
+    &["config.toml", "metrics.jsonl", "checkpoints", "vocab", "init", ".vocab.tmp", ".init.tmp", ".vocab.old", ".init.old"];
+
+/// A fresh run into an existing, non-empty directory: allowed only when it holds a run that
+/// stopped before its first checkpoint (nothing in it can be resumed or loaded), whose files are
+/// then cleared; anything else is refused.
+fn clear_failed_start(out: &std::path::Path) -> Result<()> {
+    let done = Trainer::latest_checkpoint(out)?.is_some() || out.join("final").exists() || out.join("best").exists();
+    if done {
+        bail!("run directory {} already exists: pass --resume to continue it, or --out for a new run", out.display());
+    }
+    let mut entries = Vec::new();
+    for e in std::fs::read_dir(out).with_context(|| format!("cannot read {}", out.display()))? {
+        let e = e.with_context(|| format!("cannot read {}", out.display()))?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !START_ENTRIES.contains(&name.as_str()) {
+            bail!(
+                "--out {} is not empty and is not an xsent run directory ({name} is in it): give --out a new or empty directory",
+                out.display()
+            );
+        }
+        entries.push(e.path());
+    }
+    eprintln!("xsent train: {} holds no checkpoint (a start that stopped before its first one); starting it over", out.display());
+    for p in entries {
+        let r = if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
+        r.with_context(|| format!("cannot remove {}", p.display()))?;
+    }
+    Ok(())
 }

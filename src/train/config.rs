@@ -146,6 +146,29 @@ impl Default for OptimConfig {
 }
 
 impl OptimConfig {
+    /// Values that would silently wreck training (NaN at the first step, or no clipping).
+    pub fn validate(&self) -> Result<()> {
+        let o = self;
+        if !(o.lr >= 0.0 && o.lr.is_finite()) {
+            bail!("optim.lr must be a finite number >= 0, got {}", o.lr);
+        }
+        if !(o.weight_decay >= 0.0 && o.weight_decay.is_finite()) {
+            bail!("optim.weight_decay must be a finite number >= 0, got {}", o.weight_decay);
+        }
+        for (name, b) in [("beta1", o.beta1), ("beta2", o.beta2)] {
+            if !(0.0..1.0).contains(&b) {
+                bail!("optim.{name} must be in [0, 1), got {b}");
+            }
+        }
+        if !(o.eps > 0.0 && o.eps.is_finite()) {
+            bail!("optim.eps must be a finite number > 0 (1e-6 is usual), got {}", o.eps);
+        }
+        if !(o.max_grad_norm >= 0.0 && o.max_grad_norm.is_finite()) {
+            bail!("optim.max_grad_norm must be a finite number >= 0 (0: no clipping), got {}", o.max_grad_norm);
+        }
+        Ok(())
+    }
+
     /// Learning rate of optimiser step `step` (0-based) out of `total`.
     pub fn lr_at(&self, step: u64, total: u64) -> f64 {
         let w = self.warmup_steps;
@@ -192,13 +215,17 @@ impl Default for DataConfig {
 pub fn load(path: &Path, sets: &[String]) -> Result<Config> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
     let mut value: toml::Value = toml::from_str(&text).with_context(|| format!("{} is not valid TOML", path.display()))?;
-    for s in sets {
-        apply_set(&mut value, s)?;
-    }
-    let cfg: Config = value
-        .try_into()
-        .map_err(|e: toml::de::Error| anyhow::anyhow!("{}: {}", path.display(), e.message()))
-        .with_context(|| if sets.is_empty() { String::new() } else { format!("after --set {}", sets.join(" ")) })?;
+    let cfg: Config = if sets.is_empty() {
+        // Straight from the text, so that the error shows the line and column.
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("invalid config {}: {}", path.display(), e.to_string().trim_end()))?
+    } else {
+        for s in sets {
+            apply_set(&mut value, s)?;
+        }
+        value
+            .try_into()
+            .map_err(|e: toml::de::Error| anyhow::anyhow!("invalid config {} after --set {}: {}", path.display(), sets.join(" "), e.message()))?
+    };
     cfg.validate()?;
     Ok(cfg)
 }
@@ -256,12 +283,12 @@ impl Config {
         if t.max_steps == 0 && t.epochs == 0 {
             bail!("set train.max_steps or train.epochs");
         }
-        if !(self.optim.lr >= 0.0 && self.optim.lr.is_finite()) {
-            bail!("optim.lr must be a finite number >= 0, got {}", self.optim.lr);
-        }
+        self.optim.validate()?;
         match self.recipe.as_str() {
-            "distill" if self.distill.is_none() => bail!("recipe = \"distill\" needs a [distill] section"),
-            "distill" => {}
+            "distill" => match &self.distill {
+                None => bail!("recipe = \"distill\" needs a [distill] section"),
+                Some(d) => d.validate()?,
+            },
             "disentangle" if self.disentangle.is_none() => bail!("recipe = \"disentangle\" needs a [disentangle] section"),
             "disentangle" => {}
             "sp" => match &self.sp {

@@ -62,6 +62,25 @@ pub struct DistillConfig {
     pub embed_batch_size: usize,
 }
 
+impl DistillConfig {
+    /// Checks that need no files.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if let Some(p) = self.dropout {
+            anyhow::ensure!((0.0..1.0).contains(&p), "distill.dropout must be in [0, 1), got {p}");
+        }
+        anyhow::ensure!(self.embed_batch_size >= 1, "distill.embed_batch_size must be at least 1");
+        if matches!(self.projection, Projection::Lstsq | Projection::Procrustes) {
+            anyhow::ensure!(
+                self.projection_fit_size >= 2,
+                "distill.projection_fit_size must be at least 2 for projection = \"{}\" (3000 is the default), got {}",
+                if self.projection == Projection::Lstsq { "lstsq" } else { "procrustes" },
+                self.projection_fit_size
+            );
+        }
+        Ok(())
+    }
+}
+
 fn d_max_length() -> usize {
     128
 }

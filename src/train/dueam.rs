@@ -169,6 +169,11 @@ impl DueamConfig {
         if !(self.lambda.is_finite() && self.lambda >= 0.0) {
             bail!("dueam.lambda must be a finite number >= 0, got {}", self.lambda);
         }
+        if let Some(p) = self.dropout {
+            if !(0.0..1.0).contains(&p) {
+                bail!("dueam.dropout must be in [0, 1), got {p}");
+            }
+        }
         if self.langs.is_empty() {
             bail!("dueam.langs is empty: list the XNLI languages, e.g. [\"en\", \"de\"]");
         }

@@ -249,6 +249,14 @@ impl<'a> Trainer<'a> {
             truncate_metrics(&self.out.join("metrics.jsonl"), state.step)?;
             eprintln!("xsent train: resuming {} at step {} of {total}", self.out.display(), state.step);
         }
+        if let Some(n) = opts.stop_after {
+            if n <= state.step {
+                bail!(
+                    "--stop-after {n}: the run is already at step {} of {total}; give a later step (or leave --stop-after out to train to the end)",
+                    state.step
+                );
+            }
+        }
         std::fs::write(self.out.join("config.toml"), cfg.to_toml()?)?;
         let mut metrics = std::fs::OpenOptions::new()
             .create(true)
@@ -450,7 +458,14 @@ impl<'a> Trainer<'a> {
             state.evals_since_best += 1;
         }
         let p = self.cfg.train.early_stopping_patience;
-        Ok(p > 0 && state.evals_since_best >= p)
+        let stop = p > 0 && state.evals_since_best >= p;
+        if stop {
+            let (at, b) = state.best.expect("a validation ran");
+            progress.println(&format!(
+                "xsent train: stopping early: {best_metric} has not improved on {b:.4} (step {at}) in {p} validation(s) (train.early_stopping_patience)"
+            ));
+        }
+        Ok(stop)
     }
 
     fn checkpoint(&self, params: &Params, opt: &AdamW, state: &State) -> Result<()> {
@@ -533,6 +548,19 @@ fn load_checkpoint(dir: &Path, params: &Params, opt: &mut AdamW) -> Result<State
             bail!("{}: {name} is {:?} in the checkpoint but {:?} in the model", dir.display(), t.dims(), var.dims());
         }
         var.set(&t.to_device(var.device())?)?;
+    }
+    // A checkpoint with parameters the model lacks was written by a larger model (e.g. more
+    // layers): resuming would silently drop trained weights.
+    let mut extra: Vec<&String> = saved.keys().filter(|k| !params.vars.iter().any(|(n, _)| n == *k)).collect();
+    if !extra.is_empty() {
+        extra.sort();
+        bail!(
+            "{} holds {} parameter(s) this model does not have (first: {}): the run was started with another model shape \
+             (e.g. more layers); resume without --set for the model's settings, or start a new run with --out",
+            dir.display(),
+            extra.len(),
+            extra[0]
+        );
     }
     let opt_state = candle_core::safetensors::load(dir.join("optimizer.safetensors"), &candle_core::Device::Cpu)?;
     opt.load_state(&opt_state, state.step)?;
