@@ -148,3 +148,52 @@ fn user_errors_are_clear() {
     let err = stderr(&out);
     assert!(err.contains("has no model.safetensors") && err.contains("safe_serialization"), "{err}");
 }
+
+#[test]
+fn broken_model_directories_are_refused_with_the_file_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let words: Vec<String> = (0..10).map(|i| format!("w{i}")).collect();
+    let fresh = |name: &str| {
+        let d = dir.path().join(name);
+        let m = common::tiny_model("tiny-bert", &d, &words);
+        m
+    };
+    let check = |model: &std::path::Path, want: &[&str]| {
+        let out = embed(&["--model", model.to_str().unwrap()], b"w1 w2\n");
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        for w in want {
+            assert!(err.contains(w), "expected {w:?} in {err}");
+        }
+    };
+    // The intact copy embeds.
+    let ok = fresh("ok");
+    assert!(embed(&["--model", ok.to_str().unwrap()], b"w1 w2\n").status.success());
+    // A tokenizer whose ids run past the model's 1,000 embeddings.
+    let m = fresh("ids");
+    let tok = std::fs::read_to_string(m.join("tokenizer.json")).unwrap().replace("\"w9\":13", "\"w9\":5000");
+    assert!(tok.contains("5000"));
+    std::fs::write(m.join("tokenizer.json"), tok).unwrap();
+    check(&m, &["tokenizer.json", "5000", "1000 token embeddings", "does not belong"]);
+    // A config with no attention heads.
+    let m = fresh("heads");
+    let cfg = std::fs::read_to_string(m.join("config.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&cfg).unwrap();
+    v["num_attention_heads"] = 0.into();
+    std::fs::write(m.join("config.json"), v.to_string()).unwrap();
+    check(&m, &["config.json", "num_attention_heads is 0"]);
+    // A max_seq_length that is no length.
+    let m = fresh("maxlen");
+    std::fs::write(m.join("sentence_bert_config.json"), r#"{"max_seq_length": "abc"}"#).unwrap();
+    check(&m, &["sentence_bert_config.json", "max_seq_length"]);
+    // A module xsent cannot run would change the vectors.
+    let m = fresh("modules");
+    std::fs::write(
+        m.join("modules.json"),
+        r#"[{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+           {"idx": 1, "name": "1", "path": "1_LSTM", "type": "sentence_transformers.models.LSTM"}]"#,
+    )
+    .unwrap();
+    check(&m, &["modules.json", "LSTM", "cannot run"]);
+}

@@ -176,3 +176,54 @@ fn eval_all_runs_every_task_into_one_report() {
     let out = common::xsent().args(["eval", "all", "--model", &common::e5_small(), "--langs", "deu", "--data-dir"]).arg(data).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("run the tasks one by one"));
 }
+
+#[test]
+fn mine_leaves_blank_lines_out_and_outputs_are_checked_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let words: Vec<String> = (0..10).map(|i| format!("w{i}")).collect();
+    let model = common::tiny_model("tiny-bert", dir.path(), &words);
+    let src = dir.path().join("src.txt");
+    let tgt = dir.path().join("tgt.txt");
+    write(&src, "w1 w2\n\nw3 w4\n  \nw5\n");
+    write(&tgt, "w5\nw3 w4\n\nw1 w2\n");
+    let mine = |extra: &[&str]| {
+        common::xsent()
+            .args(["mine", "--model", model.to_str().unwrap(), "--src-file", src.to_str().unwrap(), "--tgt-file", tgt.to_str().unwrap()])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = mine(&[]);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("2 blank lines of") && err.contains("1 blank lines of"), "{err}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!text.is_empty());
+    for l in text.lines() {
+        let f: Vec<&str> = l.split('\t').collect();
+        assert!(f.len() == 3 && !f[1].trim().is_empty() && !f[2].trim().is_empty(), "{l:?}");
+    }
+    // Output paths that cannot be written, and -o naming an input, are refused before any work.
+    for (args, want) in [
+        (vec!["-o", "/nonexistent/dir/out.tsv"], "the folder /nonexistent/dir does not exist"),
+        (vec!["-o", src.to_str().unwrap()], "would destroy the input"),
+        (vec!["--threshold", "nan"], "--threshold NaN is not a number"),
+    ] {
+        let out = mine(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(out.stdout.is_empty());
+    }
+    assert_eq!(std::fs::read_to_string(&src).unwrap(), "w1 w2\n\nw3 w4\n  \nw5\n");
+    // eval --report into a missing folder fails before the model is loaded and scored.
+    let pairs = dir.path().join("p.tsv");
+    write(&pairs, "w1\tw1\t5\nw1\tw2\t1\n");
+    let out = common::xsent()
+        .args(["eval", "sts", "--model", model.to_str().unwrap(), "--pairs", pairs.to_str().unwrap(), "--report", "/nonexistent/r.json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--report /nonexistent/r.json: the folder /nonexistent does not exist"));
+    assert!(out.stdout.is_empty(), "no table printed before the error");
+}
