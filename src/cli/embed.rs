@@ -37,6 +37,7 @@ pub fn run(args: Args) -> Result<()> {
     let enc = args.model.load()?;
     let (reader, total): (Box<dyn BufRead>, Option<u64>) = match &args.input {
         Some(p) if p.as_os_str() != "-" => {
+            anyhow::ensure!(!p.is_dir(), "--input {} is a folder: give a file with one sentence per line", p.display());
             let f = std::fs::File::open(p).with_context(|| format!("cannot open input {}", p.display()))?;
             let len = f.metadata().map(|m| m.len()).ok();
             (Box::new(std::io::BufReader::with_capacity(1 << 20, f)), len)

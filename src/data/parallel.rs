@@ -133,7 +133,8 @@ pub fn read_sources(sources: &[Source]) -> Result<Vec<Pair>> {
     Ok(out)
 }
 
-/// `src<TAB>tgt[<TAB>…]` lines. Empty lines are skipped; a line without a tab is an error.
+/// `src<TAB>tgt[<TAB>…]` lines. Empty lines, and pairs with an empty side (as in
+/// [`read_aligned`]), are skipped; a line without a tab is an error.
 pub fn read_tsv_pairs(path: &Path, src_lang: &str, tgt_lang: &str) -> Result<Vec<Pair>> {
     let mut out = Vec::new();
     for (i, line) in read_lines(path)?.iter().enumerate() {
@@ -144,6 +145,9 @@ pub fn read_tsv_pairs(path: &Path, src_lang: &str, tgt_lang: &str) -> Result<Vec
         let (Some(a), Some(b)) = (cols.next(), cols.next()) else {
             bail!("{}: line {} has no tab; expected `source<TAB>target`", path.display(), i + 1);
         };
+        if a.trim().is_empty() || b.trim().is_empty() {
+            continue;
+        }
         out.push(Pair { src: a.to_string(), tgt: b.to_string(), src_lang: src_lang.into(), tgt_lang: tgt_lang.into() });
     }
     if out.is_empty() {
@@ -238,7 +242,7 @@ mod tests {
     #[test]
     fn readers_and_errors() {
         let d = tempfile::tempdir().unwrap();
-        let tsv = write(d.path(), "p.tsv", "a\tA\n\nb\tB\textra\r\n");
+        let tsv = write(d.path(), "p.tsv", "a\tA\n\nb\tB\textra\r\n\t\n c \t \n");
         let p = read_tsv_pairs(&tsv, "en", "de").unwrap();
         assert_eq!(p.len(), 2);
         assert_eq!((p[1].src.as_str(), p[1].tgt.as_str()), ("b", "B"));

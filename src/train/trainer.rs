@@ -562,8 +562,10 @@ fn load_checkpoint(dir: &Path, params: &Params, opt: &mut AdamW) -> Result<State
             extra[0]
         );
     }
-    let opt_state = candle_core::safetensors::load(dir.join("optimizer.safetensors"), &candle_core::Device::Cpu)?;
-    opt.load_state(&opt_state, state.step)?;
+    let opt_path = dir.join("optimizer.safetensors");
+    let opt_state = candle_core::safetensors::load(&opt_path, &candle_core::Device::Cpu)
+        .with_context(|| format!("cannot read {}", opt_path.display()))?;
+    opt.load_state(&opt_state, state.step).with_context(|| format!("{}", opt_path.display()))?;
     Ok(state)
 }
 
