@@ -124,6 +124,8 @@ fn user_errors_are_clear() {
         (vec!["--model".into(), e5(), "--input".into(), "/nonexistent/in.txt".into()], "cannot open input /nonexistent/in.txt"),
         (vec!["--model".into(), e5(), "--max-length".into(), "100000".into()], "maximum length of 100000 tokens (--max-length"),
         (vec!["--model".into(), "no/such/dir".into()], "not found"),
+        (vec!["--model".into(), format!("{}/config.json", e5())], "is a file: give the model's directory"),
+        (vec!["--model".into(), "org/name@".into()], "the revision after @ is empty"),
         (vec!["--model".into(), dir.path().to_str().unwrap().into()], "has no config.json"),
     ];
     for (args, want) in cases {

@@ -31,6 +31,9 @@ pub fn run(c: Command) -> Result<()> {
     match c {
         Command::Train(a) => {
             let t0 = std::time::Instant::now();
+            if a.output.is_file() && !a.output.extension().is_some_and(|e| e == "json") {
+                anyhow::bail!("-o {} is a file: give a folder (tokenizer.json is written into it) or a path ending in .json", a.output.display());
+            }
             let lines = vocab::read_corpus(&a.input)?;
             let texts: Vec<&str> = lines.iter().map(String::as_str).collect();
             let tok = vocab::train_subword(&texts, a.model, a.vocab_size, a.lowercase)?;

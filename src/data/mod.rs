@@ -18,6 +18,9 @@ pub fn data_dir(arg: Option<&Path>) -> Result<PathBuf> {
             None => bail!("no data directory: pass --data-dir DIR or set XSENT_DATA (the benchmark files, e.g. ../shared/data)"),
         },
     };
+    if dir.is_file() {
+        bail!("data directory {} is a file (from --data-dir or XSENT_DATA): give the folder that holds sts/, tatoeba/, bucc/ …", dir.display());
+    }
     if !dir.is_dir() {
         bail!("data directory {} does not exist (from --data-dir or XSENT_DATA)", dir.display());
     }

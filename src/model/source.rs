@@ -40,6 +40,13 @@ pub fn resolve(spec: &str) -> Result<ModelFiles> {
     if path.is_dir() {
         return resolve_dir(path, spec);
     }
+    if path.is_file() {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        bail!("model {spec:?} is a file: give the model's directory (--model {})", dir.display());
+    }
+    if spec.ends_with('@') {
+        bail!("model {spec:?}: the revision after @ is empty (org/name@REVISION, e.g. @main)");
+    }
     let first = spec.split('/').next().unwrap_or("");
     if looks_like_hub_id(spec) && !Path::new(first).is_dir() {
         return resolve_hub(spec, &hub_cache_dir(), hub_offline()).map_err(|e| {
