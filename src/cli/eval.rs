@@ -33,7 +33,7 @@ pub struct Args {
     /// Benchmark data directory (default: $XSENT_DATA).
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// Only these sets / languages / pairs (comma-separated); default all present.
+    /// Only these sets / languages / pairs (comma-separated; not with `eval all`); default all present.
     #[arg(long, value_delimiter = ',')]
     langs: Vec<String>,
     /// Write a JSON report here.

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 pub enum Command {
     /// Learn a shared SentencePiece-style vocabulary (unigram or BPE, NFKC, `▁` word
     /// boundaries) from text files, one sentence per line (`.gz` read through gzip), and save it
-    /// as a tokenizer.json that the `sp` recipe (`sp.tokenizer`) and the `tokenizers` library load.
+    /// as a tokenizer.json that the `sp` and `lightweight` recipes (`sp.tokenizer`,
+    /// `lightweight.tokenizer`) and the `tokenizers` library load.
     Train(TrainArgs),
 }
 
