@@ -189,6 +189,11 @@ fn broken_model_directories_are_refused_with_the_file_named() {
     let m = fresh("maxlen");
     std::fs::write(m.join("sentence_bert_config.json"), r#"{"max_seq_length": "abc"}"#).unwrap();
     check(&m, &["sentence_bert_config.json", "max_seq_length"]);
+    // A pooling config written for another model.
+    let m = fresh("pooling");
+    std::fs::create_dir_all(m.join("1_Pooling")).unwrap();
+    std::fs::write(m.join("1_Pooling/config.json"), r#"{"word_embedding_dimension": 999, "pooling_mode_mean_tokens": true}"#).unwrap();
+    check(&m, &["1_Pooling/config.json", "word_embedding_dimension is 999", "hidden_size is 32"]);
     // A module xsent cannot run would change the vectors.
     let m = fresh("modules");
     std::fs::write(

@@ -37,14 +37,24 @@ struct StPoolingConfig {
     pooling_mode_mean_sqrt_len_tokens: bool,
     #[serde(default)]
     pooling_mode: Option<String>,
+    #[serde(default)]
+    word_embedding_dimension: Option<usize>,
 }
 
 impl Pooling {
-    /// Read a sentence-transformers `1_Pooling/config.json`.
-    pub fn from_st_config(path: &Path) -> Result<Self> {
+    /// Read a sentence-transformers `1_Pooling/config.json` of an encoder with `hidden` units.
+    pub fn from_st_config(path: &Path, hidden: usize) -> Result<Self> {
         let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
         let c: StPoolingConfig =
             serde_json::from_str(&text).with_context(|| format!("invalid pooling config {}", path.display()))?;
+        if let Some(d) = c.word_embedding_dimension {
+            if d != hidden {
+                bail!(
+                    "{}: word_embedding_dimension is {d} but the model's hidden_size is {hidden}: the pooling config belongs to another model",
+                    path.display()
+                );
+            }
+        }
         if let Some(mode) = c.pooling_mode.as_deref() {
             return match mode {
                 "mean" => Ok(Pooling::Mean),

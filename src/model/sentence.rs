@@ -136,7 +136,7 @@ impl SentenceEncoder {
         };
         let pooling = match (opts.pooling, &files.pooling) {
             (Some(p), _) => p,
-            (None, Some(path)) => Pooling::from_st_config(path)?,
+            (None, Some(path)) => Pooling::from_st_config(path, config.hidden_size)?,
             (None, None) => Pooling::Mean,
         };
         let model_max = config.max_positions().min(512);
