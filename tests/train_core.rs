@@ -247,6 +247,16 @@ fn resume_refuses_what_would_drop_work_and_a_failed_start_can_be_restarted() {
     assert!(stderr(&o).contains("starting it over"), "{}", stderr(&o));
     assert!(bad.join("final/model.safetensors").is_file());
     assert!(!std::fs::read_to_string(bad.join("config.toml")).unwrap().contains("nope"));
+    // A model kept by a validation before the first checkpoint is never deleted: the start-over
+    // asks for it to be moved first.
+    let kept = s.run_dir("kept");
+    std::fs::create_dir_all(kept.join("best")).unwrap();
+    std::fs::write(kept.join("best/model.safetensors"), "weights").unwrap();
+    std::fs::write(kept.join("config.toml"), "").unwrap();
+    let o = s.train(&["--out", kept.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("holds best/") && stderr(&o).contains("move"), "{}", stderr(&o));
+    assert!(kept.join("best/model.safetensors").is_file());
 }
 
 #[test]

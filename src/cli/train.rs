@@ -85,16 +85,35 @@ pub fn run(a: Args) -> Result<i32> {
 }
 
 /// What `xsent train` writes into a run directory before its first checkpoint.
-const START_ENTRIES: &[&str] =
-    &["config.toml", "metrics.jsonl", "checkpoints", "vocab", "init", ".vocab.tmp", ".init.tmp", ".vocab.old", ".init.old"];
+const START_ENTRIES: &[&str] = &[
+    "config.toml",
+    "metrics.jsonl",
+    "checkpoints",
+    "vocab",
+    "init",
+    ".vocab.tmp",
+    ".init.tmp",
+    ".vocab.old",
+    ".init.old",
+    ".best.tmp",
+    ".best.old",
+];
 
 /// A fresh run into an existing, non-empty directory: allowed only when it holds a run that
 /// stopped before its first checkpoint (nothing in it can be resumed or loaded), whose files are
 /// then cleared; anything else is refused.
 fn clear_failed_start(out: &std::path::Path) -> Result<()> {
-    let done = Trainer::latest_checkpoint(out)?.is_some() || out.join("final").exists() || out.join("best").exists();
-    if done {
+    if Trainer::latest_checkpoint(out)?.is_some() || out.join("final").exists() {
         bail!("run directory {} already exists: pass --resume to continue it, or --out for a new run", out.display());
+    }
+    if out.join("best").exists() {
+        // A validation before the first checkpoint kept a model: never delete it.
+        bail!(
+            "{} holds best/ (kept by a validation) but no checkpoint to resume from: move {} elsewhere to keep it, \
+             or delete it, then run the command again (or give --out a new directory)",
+            out.display(),
+            out.join("best").display()
+        );
     }
     let mut entries = Vec::new();
     for e in std::fs::read_dir(out).with_context(|| format!("cannot read {}", out.display()))? {
