@@ -155,6 +155,10 @@ pub fn read_labelled(specs: &[String], limit: usize) -> Result<Vec<(String, Vec<
         let Some((lang, file)) = spec.split_once('=') else {
             bail!("--input {spec:?}: expected LANG=FILE, e.g. --input de=sentences.de.txt");
         };
+        ensure!(
+            !out.iter().any(|(l, _): &(String, Vec<String>)| l == lang),
+            "--input {spec}: the language {lang} is given twice; give each language one file (one colour)"
+        );
         let mut lines = crate::data::read_lines(Path::new(file)).with_context(|| format!("--input {spec}"))?;
         lines.truncate(limit);
         ensure!(!lines.is_empty(), "--input {spec}: {file} has no lines");
@@ -214,5 +218,19 @@ mod tests {
         assert_eq!(h, 200 + 30 + 22);
         let too_many: Vec<String> = (0..21).map(|i| i.to_string()).collect();
         assert!(scatter_png(&path, &panels, &too_many, 100).is_err());
+    }
+
+    #[test]
+    fn labelled_inputs_need_one_file_per_language() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.txt");
+        std::fs::write(&a, "one\ntwo\nthree\n").unwrap();
+        let spec = |l: &str| format!("{l}={}", a.display());
+        let got = read_labelled(&[spec("en"), spec("de")], 2).unwrap();
+        assert_eq!(got, vec![("en".to_string(), vec!["one".to_string(), "two".to_string()]), ("de".to_string(), vec!["one".to_string(), "two".to_string()])]);
+        let e = read_labelled(&[spec("en"), spec("en")], 2).unwrap_err().to_string();
+        assert!(e.contains("the language en is given twice"), "{e}");
+        let e = read_labelled(&["en".to_string()], 2).unwrap_err().to_string();
+        assert!(e.contains("expected LANG=FILE"), "{e}");
     }
 }

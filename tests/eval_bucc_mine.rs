@@ -43,6 +43,10 @@ fn bucc_reader_errors_name_files() {
     write(&p.join("zh-en.dev.gold"), "zh-1\ten-2\n");
     let s = bucc::read(p, "zh-en", "dev").unwrap();
     assert_eq!(s.gold, vec![(0, 0)]);
+    assert_eq!(bucc::pairs(p).unwrap(), vec!["zh-en"]);
+    write(&p.join("zh-en.dev.zh"), "zh-1\t你好\nzh-1\t再见\n");
+    let e = bucc::read(p, "zh-en", "dev").unwrap_err().to_string();
+    assert!(e.contains("zh-en.dev.zh:2: the id zh-1 is already on line 1"), "{e}");
 }
 
 /// 300 Tatoeba deu-eng pairs: src = German, tgt = English shuffled by a fixed rotation.

@@ -51,8 +51,12 @@ fn read_side(path: &Path, expected: &str) -> Result<(Vec<String>, Vec<String>)> 
     require_file(path, "BUCC", expected)?;
     let mut ids = Vec::new();
     let mut sents = Vec::new();
+    let mut seen: HashMap<String, usize> = HashMap::new();
     for (i, l) in read_lines(path)?.into_iter().enumerate() {
         let Some((id, s)) = l.split_once('\t') else { bail!("{}:{}: expected `id<TAB>sentence`", path.display(), i + 1) };
+        if let Some(first) = seen.insert(id.to_string(), i + 1) {
+            bail!("{}:{}: the id {id} is already on line {first}; ids must be unique (the gold pairs name them)", path.display(), i + 1);
+        }
         ids.push(id.to_string());
         sents.push(s.to_string());
     }
