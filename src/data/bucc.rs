@@ -18,15 +18,23 @@ pub struct BuccSplit {
     pub gold: Vec<(usize, usize)>,
 }
 
-/// Splits of `pair` present in `dir` (those with a gold file), sorted.
-/// The language pairs (`zh-en`, …) with a gold file in `dir`, sorted.
-pub fn pairs(dir: &Path) -> Result<Vec<String>> {
-    let mut out: Vec<String> = std::fs::read_dir(dir)
+/// Every `(pair, split)` with a gold file `{pair}.{split}.gold` in `dir`, sorted.
+fn gold_files(dir: &Path) -> Result<Vec<(String, String)>> {
+    let mut out: Vec<(String, String)> = std::fs::read_dir(dir)
         .map_err(|e| anyhow::anyhow!("cannot list BUCC directory {}: {e}", dir.display()))?
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter_map(|n| Some(n.strip_suffix(".gold")?.split_once('.')?.0.to_string()))
+        .filter_map(|n| {
+            let (pair, split) = n.strip_suffix(".gold")?.split_once('.')?;
+            Some((pair.to_string(), split.to_string()))
+        })
         .collect();
     out.sort();
+    Ok(out)
+}
+
+/// The language pairs (`zh-en`, …) with a gold file in `dir`, sorted.
+pub fn pairs(dir: &Path) -> Result<Vec<String>> {
+    let mut out: Vec<String> = gold_files(dir)?.into_iter().map(|(pair, _)| pair).collect();
     out.dedup();
     if out.is_empty() {
         bail!("no BUCC gold file in {} (expected PAIR.SPLIT.gold, e.g. zh-en.test.gold, beside PAIR.SPLIT.{{xx,en}})", dir.display());
@@ -34,13 +42,9 @@ pub fn pairs(dir: &Path) -> Result<Vec<String>> {
     Ok(out)
 }
 
+/// Splits of `pair` present in `dir` (those with a gold file), sorted.
 pub fn splits(dir: &Path, pair: &str) -> Result<Vec<String>> {
-    let mut out: Vec<String> = std::fs::read_dir(dir)
-        .map_err(|e| anyhow::anyhow!("cannot list BUCC directory {}: {e}", dir.display()))?
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter_map(|n| n.strip_prefix(&format!("{pair}."))?.strip_suffix(".gold").map(String::from))
-        .collect();
-    out.sort();
+    let out: Vec<String> = gold_files(dir)?.into_iter().filter(|(p, _)| p == pair).map(|(_, split)| split).collect();
     if out.is_empty() {
         bail!("no BUCC gold file for {pair} in {} (expected {pair}.SPLIT.gold beside {pair}.SPLIT.{{xx,en}})", dir.display());
     }
