@@ -21,15 +21,8 @@ pub struct Args {
     batch_size: usize,
 }
 
-/// The largest `--batch-size` accepted (a batch is padded to its longest sentence in memory).
-pub const MAX_BATCH: usize = 1 << 16;
-
 pub fn run(args: Args) -> Result<()> {
-    anyhow::ensure!(
-        (1..=MAX_BATCH).contains(&args.batch_size),
-        "--batch-size {} is out of range: give 1..={MAX_BATCH} (64 is a good start)",
-        args.batch_size
-    );
+    super::check_batch_size(args.batch_size)?;
     if let Some(out) = &args.output {
         let inputs: Vec<&std::path::Path> = args.input.iter().map(PathBuf::as_path).collect();
         super::check_output(out, "-o", &inputs)?;

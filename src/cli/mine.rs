@@ -50,12 +50,7 @@ pub struct Args {
 
 /// `score<TAB>src<TAB>tgt` lines, best first (LASER's mine_bitexts output).
 pub fn run(a: Args) -> Result<()> {
-    ensure!(
-        (1..=super::embed::MAX_BATCH).contains(&a.batch_size),
-        "--batch-size {} is out of range: give 1..={}",
-        a.batch_size,
-        super::embed::MAX_BATCH
-    );
+    super::check_batch_size(a.batch_size)?;
     if let Some(t) = a.threshold {
         ensure!(t.is_finite(), "--threshold {t} is not a number: give a margin score such as 1.05");
     }

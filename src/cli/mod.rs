@@ -93,6 +93,16 @@ impl ModelArgs {
     }
 }
 
+/// The largest `--batch-size` of `embed` and `mine` (a batch is padded to its longest sentence
+/// in memory, and embed reads 32 batches at a time).
+const MAX_BATCH: usize = 1 << 16;
+
+/// `--batch-size` of `embed` and `mine`: 1..=[`MAX_BATCH`].
+pub fn check_batch_size(n: usize) -> anyhow::Result<()> {
+    anyhow::ensure!((1..=MAX_BATCH).contains(&n), "--batch-size {n} is out of range: give 1..={MAX_BATCH} (64 is a good start)");
+    Ok(())
+}
+
 /// Check an output path before any work is done: its folder must exist, it must not be a
 /// folder, and it must not be one of the command's input files (creating it would empty that
 /// input before it is read).

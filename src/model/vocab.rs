@@ -25,6 +25,14 @@ pub const UNK: &str = "<unk>";
 /// exhaust memory in the trainers' tables.
 pub const MAX_VOCAB: usize = 2_000_000;
 
+/// A vocabulary size (`what` names it in the error) must be in 2..=[`MAX_VOCAB`].
+pub fn check_size(what: &str, n: usize) -> Result<()> {
+    if !(2..=MAX_VOCAB).contains(&n) {
+        bail!("{what} must be in 2..={MAX_VOCAB}, got {n}");
+    }
+    Ok(())
+}
+
 /// Subword model of a SentencePiece-style vocabulary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -64,9 +72,7 @@ fn train_with(
 
 /// Learn a shared SentencePiece-style vocabulary of about `vocab_size` pieces from `texts`.
 pub fn train_subword(texts: &[&str], kind: SubwordModel, vocab_size: usize, lowercase: bool) -> Result<Tokenizer> {
-    if !(2..=MAX_VOCAB).contains(&vocab_size) {
-        bail!("the vocabulary size must be in 2..={MAX_VOCAB}, got {vocab_size}");
-    }
+    check_size("the vocabulary size", vocab_size)?;
     let meta = Metaspace::new('▁', PrependScheme::Always, true);
     let special = vec![AddedToken::from(UNK, true)];
     let (model, trainer): (ModelWrapper, TrainerWrapper) = match kind {

@@ -185,12 +185,7 @@ impl LightweightConfig {
         ensure!(self.hidden >= 1 && self.heads >= 1 && self.hidden % self.heads == 0, "lightweight.hidden ({}) must be a multiple of lightweight.heads ({})", self.hidden, self.heads);
         ensure!(self.ffn >= 1, "lightweight.ffn must be at least 1");
         ensure!(self.max_length >= 2, "lightweight.max_length must be at least 2");
-        ensure!(
-            (2..=crate::model::vocab::MAX_VOCAB).contains(&self.vocab_size),
-            "lightweight.vocab_size must be in 2..={}, got {}",
-            crate::model::vocab::MAX_VOCAB,
-            self.vocab_size
-        );
+        crate::model::vocab::check_size("lightweight.vocab_size", self.vocab_size)?;
         ensure!((0.0..1.0).contains(&self.dropout), "lightweight.dropout must be in [0, 1), got {}", self.dropout);
         ensure!(self.mlm_prob > 0.0 && self.mlm_prob <= 1.0, "lightweight.mlm_prob must be in (0, 1], got {}", self.mlm_prob);
         ensure!(self.embed_batch_size >= 1, "lightweight.embed_batch_size must be at least 1");

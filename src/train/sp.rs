@@ -113,12 +113,7 @@ impl SpConfig {
 
     pub fn validate(&self) -> Result<()> {
         ensure!(self.dim > 0, "sp.dim must be at least 1");
-        ensure!(
-            (2..=crate::model::vocab::MAX_VOCAB).contains(&self.vocab_size()),
-            "sp.vocab_size must be in 2..={}, got {}",
-            crate::model::vocab::MAX_VOCAB,
-            self.vocab_size()
-        );
+        crate::model::vocab::check_size("sp.vocab_size", self.vocab_size())?;
         ensure!(self.margin.is_finite() && self.margin >= 0.0, "sp.margin must be a finite number >= 0, got {}", self.margin);
         ensure!(self.megabatch_max >= 1, "sp.megabatch_max must be at least 1");
         ensure!((0.0..1.0).contains(&self.dropout), "sp.dropout must be in [0, 1), got {}", self.dropout);
