@@ -172,6 +172,10 @@ fn broken_model_directories_are_refused_with_the_file_named() {
     // The intact copy embeds.
     let ok = fresh("ok");
     assert!(embed(&["--model", ok.to_str().unwrap()], b"w1 w2\n").status.success());
+    // `--input -` reads stdin.
+    let out = embed(&["--model", ok.to_str().unwrap(), "--input", "-"], b"w1 w2\nw3\n");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8(out.stdout).unwrap().lines().count(), 2);
     // A tokenizer whose ids run past the model's 1,000 embeddings.
     let m = fresh("ids");
     let tok = std::fs::read_to_string(m.join("tokenizer.json")).unwrap().replace("\"w9\":13", "\"w9\":5000");
