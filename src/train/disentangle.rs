@@ -24,13 +24,14 @@ use crate::eval::knn::{translation_accuracy, Matrix};
 use crate::model::disentangle::{self, BaseSettings, Heads};
 use crate::model::encoder::Rng;
 use crate::model::weights::Params;
-use crate::model::{LoadOptions, Pooling, SentenceEncoder};
+use crate::model::{Embedded, Embedder, LoadOptions, Pooling, SentenceEncoder};
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, D};
 use rand::{Rng as _, SeedableRng};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Mutex;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -123,6 +124,16 @@ pub struct Disentangle {
     /// Fixed s′, t′ of each validation pair.
     val_negatives: Vec<(u32, u32)>,
     base: BaseSettings,
+    /// The base encoder, kept only for the trainer's validation on scored pairs
+    /// (`train.val_sts`), with the base embeddings of the texts it has seen: the same texts are
+    /// scored at every validation, and only the heads change.
+    live: Option<LiveBase>,
+}
+
+struct LiveBase {
+    encoder: SentenceEncoder,
+    /// Text → (base embedding, was cut).
+    seen: Mutex<HashMap<String, (Vec<f32>, bool)>>,
 }
 
 impl Disentangle {
@@ -181,7 +192,8 @@ impl Disentangle {
             max_length: base_enc.max_length,
             normalize: dc.normalize_input,
         };
-        drop(base_enc);
+        // Only `train.val_sts` embeds new text while training; otherwise free the encoder.
+        let live = cfg.train.val_sts.is_some().then(|| LiveBase { encoder: base_enc, seen: Mutex::new(HashMap::new()) });
 
         let mut init_rng = Rng::seed_from_u64(cfg.seed ^ 0xd15e);
         let mut heads = Heads::random(dim, languages.len(), &mut init_rng, &device)?;
@@ -199,7 +211,7 @@ impl Disentangle {
             .iter()
             .map(|e| (draw(&val_pools[e.s_lang as usize], e.s, &mut val_rng), draw(&val_pools[e.t_lang as usize], e.t, &mut val_rng)))
             .collect();
-        Ok(Self { cfg: dc, heads, infer, params, table, languages, train, pools, val, val_negatives, base })
+        Ok(Self { cfg: dc, heads, infer, params, table, languages, train, pools, val, val_negatives, base, live })
     }
 
     /// The loss terms of examples with their s′, t′, and the number of pairs.
@@ -371,12 +383,53 @@ impl Recipe for Disentangle {
         Ok(out)
     }
 
+    fn embedder(&self) -> Option<&dyn Embedder> {
+        self.live.as_ref().map(|_| self as &dyn Embedder)
+    }
+
     fn default_best(&self) -> (String, BestMode) {
         ("loss".into(), BestMode::Min)
     }
 
     fn save_model(&self, dir: &Path) -> Result<()> {
         disentangle::save(dir, &self.heads, &self.base, &self.languages)
+    }
+}
+
+/// The meaning embeddings of the heads being trained (the trainer's `train.val_sts`): what the
+/// saved model gives, up to the output normalisation, which cosine does not see.
+impl Embedder for Disentangle {
+    fn dim(&self) -> usize {
+        self.heads.dim()
+    }
+
+    fn embed_checked(&self, texts: &[&str], batch_size: usize) -> Result<Embedded> {
+        let live = self.live.as_ref().context("the base encoder was not kept: train.val_sts is not set")?;
+        let mut seen = live.seen.lock().map_err(|_| anyhow::anyhow!("the base-embedding memo was poisoned by a panic"))?;
+        let mut new: Vec<&str> = texts.iter().copied().filter(|t| !seen.contains_key(*t)).collect();
+        new.sort_unstable();
+        new.dedup();
+        if !new.is_empty() {
+            let e = live.encoder.embed_checked(&new, batch_size)?;
+            for ((t, row), cut) in new.iter().zip(e.rows).zip(e.truncated) {
+                seen.insert(t.to_string(), (row, cut));
+            }
+        }
+        if texts.is_empty() {
+            return Ok(Embedded { rows: Vec::new(), truncated: Vec::new() });
+        }
+        let d = self.dim();
+        let flat: Vec<f32> = texts.iter().flat_map(|t| seen[*t].0.iter().copied()).collect();
+        let x = Tensor::from_vec(flat, (texts.len(), d), self.table.device())?;
+        Ok(Embedded { rows: self.infer.meaning.forward(&x)?.to_vec2()?, truncated: texts.iter().map(|t| seen[*t].1).collect() })
+    }
+
+    fn prefix(&self) -> &str {
+        &self.base.prefix
+    }
+
+    fn max_length(&self) -> Option<usize> {
+        Some(self.base.max_length)
     }
 }
 
