@@ -225,3 +225,32 @@ fn centred_init_starts_the_meaning_head_at_identity_minus_the_mean_embedding() {
     assert!(common::max_abs_diff(&b, &minus_all) < 0.02, "bias vs −mean: {}", common::max_abs_diff(&b, &minus_all));
     assert!(b.iter().map(|x| x * x).sum::<f32>().sqrt() > 0.5, "a real offset, not a zero bias");
 }
+
+#[test]
+fn another_sentence_set_reuses_the_cached_base_embeddings_it_shares() {
+    let (dir, fresh) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let cfg = config(dir.path(), "");
+    let one_step = ["--set", "train.max_steps=1"];
+    let o = train(dir.path(), &cfg, &dir.path().join("a"), &one_step);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("xsent train: embedding"), "{}", stderr(&o));
+    // Another seed holds out other sentences: most rows come from the first run's cache file.
+    let args = ["--set", "train.max_steps=1", "--set", "seed=4"];
+    let o = train(dir.path(), &cfg, &dir.path().join("b"), &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let log = stderr(&o);
+    let line = log.lines().find(|l| l.contains("from the cache; embedding the other")).unwrap_or_else(|| panic!("{log}"));
+    let n: Vec<usize> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
+    assert!(n.len() == 3 && n[0] + n[2] == n[1] && n[2] > 0 && n[0] > n[2], "{line}");
+    // The same run with an empty cache embeds everything and validates the same.
+    let o = train(fresh.path(), &cfg, &fresh.path().join("b"), &args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("from the cache"), "{}", stderr(&o));
+    let (shared, alone) = (&validations(&dir.path().join("b"))[0]["val"], &validations(&fresh.path().join("b"))[0]["val"]);
+    for k in ["loss", "l_r", "l_m", "meaning_acc_mean"] {
+        assert!((shared[k].as_f64().unwrap() - alone[k].as_f64().unwrap()).abs() < 1e-4, "{k}: {shared} vs {alone}");
+    }
+    // A third run of the same set is an exact hit.
+    let o = train(dir.path(), &cfg, &dir.path().join("b2"), &args);
+    assert!(stderr(&o).contains("base embeddings from the cache"), "{}", stderr(&o));
+}

@@ -1,41 +1,121 @@
 //! Embeddings of a frozen encoder, computed once and cached on disk (`<cache>/<kind>/<key>.safetensors`),
-//! keyed by the encoder's files, its settings and the sentences.
+//! keyed by the encoder's files, its settings and the sentences. Beside each file,
+//! `<key>.json` lists its sentences and names the encoder, so a new set of sentences (another
+//! seed's validation split, another `val_size`, a language more) takes the rows it shares with
+//! any cached set of the same encoder and embeds only the rest.
 
 use crate::model::SentenceEncoder;
 use anyhow::{Context, Result};
 use candle_core::{Device, Tensor};
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// What `<key>.json` holds.
+#[derive(Serialize, Deserialize)]
+struct Listing {
+    /// [`encoder_hash`] of the encoder that embedded them.
+    encoder: String,
+    sentences: Vec<String>,
+}
 
 /// Embeddings of `sentences` by the frozen `enc`, from the cache when the same encoder with the
-/// same settings embedded the same sentences before. Returns the rows (flattened, in the order
-/// of `sentences`) and the dimension. `kind` names the cache folder and the log lines
-/// ("teacher", "base").
+/// same settings embedded them before (all of them, or some in other sets). Returns the rows
+/// (flattened, in the order of `sentences`) and the dimension. `kind` names the cache folder
+/// and the log lines ("teacher", "base").
 pub fn embeddings(enc: &SentenceEncoder, sentences: &[String], batch: usize, kind: &str) -> Result<(Vec<f32>, usize)> {
-    let key = cache_key(enc, sentences)?;
+    let (encoder, hasher) = encoder_hash(enc)?;
+    let key = set_key(hasher, sentences);
     let dir = super::cache_dir().join(kind);
     let path = dir.join(format!("{key}.safetensors"));
-    if path.is_file() {
-        if let Ok(t) = candle_core::safetensors::load(&path, &Device::Cpu) {
-            if let Some(e) = t.get("embeddings") {
-                if e.dim(0)? == sentences.len() {
-                    eprintln!("xsent train: {kind} embeddings from the cache {}", path.display());
-                    return Ok((e.flatten_all()?.to_vec1()?, e.dim(1)?));
+    let dim = enc.dim();
+    if let Some(rows) = load_rows(&path, sentences.len(), dim) {
+        eprintln!("xsent train: {kind} embeddings from the cache {}", path.display());
+        if !path.with_extension("json").is_file() {
+            // Written before listings existed: list it now, so other sets can share its rows.
+            write_listing(&path, &encoder, sentences)?;
+        }
+        return Ok((rows, dim));
+    }
+    let t0 = std::time::Instant::now();
+    let mut flat = vec![0f32; sentences.len() * dim];
+    let missing = fill_from_other_sets(&dir, &encoder, sentences, dim, &mut flat);
+    let todo: Vec<String> = missing.iter().map(|&i| sentences[i].clone()).collect();
+    if todo.len() < sentences.len() {
+        eprintln!(
+            "xsent train: {kind} embeddings of {} of {} sentences from the cache; embedding the other {} with {}",
+            sentences.len() - todo.len(),
+            sentences.len(),
+            todo.len(),
+            enc.files.spec
+        );
+    } else {
+        eprintln!("xsent train: embedding {} sentences with the {kind} {}", sentences.len(), enc.files.spec);
+    }
+    if !todo.is_empty() {
+        let rows = embed_with_progress(enc, &todo, batch, kind)?;
+        for (&i, row) in missing.iter().zip(rows) {
+            flat[i * dim..(i + 1) * dim].copy_from_slice(&row);
+        }
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create the cache {}", dir.display()))?;
+    let t = Tensor::from_vec(flat.clone(), (sentences.len(), dim), &Device::Cpu)?;
+    crate::model::weights::save_tensors(&HashMap::from([("embeddings".to_string(), t)]), &path)?;
+    write_listing(&path, &encoder, sentences)?;
+    eprintln!("xsent train: {kind} embeddings cached in {} ({:.1} s)", path.display(), t0.elapsed().as_secs_f64());
+    Ok((flat, dim))
+}
+
+/// The rows of a cached file, if it is readable and has `n` rows of `dim`.
+fn load_rows(path: &Path, n: usize, dim: usize) -> Option<Vec<f32>> {
+    let t = candle_core::safetensors::load(path, &Device::Cpu).ok()?;
+    let e = t.get("embeddings")?;
+    (e.dims() == [n, dim]).then(|| e.flatten_all().ok()?.to_vec1().ok()).flatten()
+}
+
+/// Copy into `flat` the rows of `sentences` that a cached set of the same encoder holds;
+/// returns the indices of the sentences none holds. An unreadable cache file is passed over
+/// (the cache only saves time).
+fn fill_from_other_sets(dir: &Path, encoder: &str, sentences: &[String], dim: usize, flat: &mut [f32]) -> Vec<usize> {
+    let mut want: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, s) in sentences.iter().enumerate() {
+        want.entry(s.as_str()).or_default().push(i);
+    }
+    let listings = std::fs::read_dir(dir).into_iter().flatten().flatten().map(|e| e.path());
+    for json in listings.filter(|p| p.extension().is_some_and(|e| e == "json")) {
+        if want.is_empty() {
+            break;
+        }
+        let Some(listing) = std::fs::read(&json).ok().and_then(|b| serde_json::from_slice::<Listing>(&b).ok()) else {
+            continue;
+        };
+        if listing.encoder != encoder || !listing.sentences.iter().any(|s| want.contains_key(s.as_str())) {
+            continue;
+        }
+        let Some(rows) = load_rows(&json.with_extension("safetensors"), listing.sentences.len(), dim) else {
+            continue;
+        };
+        for (r, s) in listing.sentences.iter().enumerate() {
+            if let Some(targets) = want.remove(s.as_str()) {
+                for i in targets {
+                    flat[i * dim..(i + 1) * dim].copy_from_slice(&rows[r * dim..(r + 1) * dim]);
                 }
             }
         }
     }
-    let t0 = std::time::Instant::now();
-    eprintln!("xsent train: embedding {} sentences with the {kind} {}", sentences.len(), enc.files.spec);
-    let rows = embed_with_progress(enc, sentences, batch, kind)?;
-    let dim = enc.dim();
-    let flat: Vec<f32> = rows.into_iter().flatten().collect();
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create the cache {}", dir.display()))?;
-    let t = Tensor::from_vec(flat.clone(), (sentences.len(), dim), &Device::Cpu)?;
-    crate::model::weights::save_tensors(&HashMap::from([("embeddings".to_string(), t)]), &path)?;
-    eprintln!("xsent train: {kind} embeddings cached in {} ({:.1} s)", path.display(), t0.elapsed().as_secs_f64());
-    Ok((flat, dim))
+    let mut missing: Vec<usize> = want.into_values().flatten().collect();
+    missing.sort_unstable();
+    missing
+}
+
+/// `<key>.json` beside the cache file `<key>.safetensors` (written atomically).
+fn write_listing(path: &Path, encoder: &str, sentences: &[String]) -> Result<()> {
+    let json = path.with_extension("json");
+    let tmp = path.with_extension("json.tmp");
+    let listing = Listing { encoder: encoder.to_string(), sentences: sentences.to_vec() };
+    std::fs::write(&tmp, serde_json::to_vec(&listing)?).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, &json).with_context(|| format!("cannot move {} into place", json.display()))
 }
 
 /// `enc.embed` with progress on stderr: a bar on a terminal, else a line about every 30 seconds
@@ -78,8 +158,9 @@ fn embed_with_progress(enc: &SentenceEncoder, sentences: &[String], batch: usize
     Ok(rows)
 }
 
-/// sha256 of the encoder's files (config, weights, tokenizer, Dense), its settings and the sentences.
-fn cache_key(enc: &SentenceEncoder, sentences: &[String]) -> Result<String> {
+/// The hash of the encoder's files (config, weights, tokenizer, Dense) and its settings, as
+/// hex (the encoder's name in listings) and as a hasher to go on with the sentences.
+fn encoder_hash(enc: &SentenceEncoder) -> Result<(String, Sha256)> {
     let mut h = Sha256::new();
     let f = &enc.files;
     let mut files: Vec<PathBuf> = vec![f.config.clone(), f.weights.clone(), f.tokenizer.clone()];
@@ -98,9 +179,19 @@ fn cache_key(enc: &SentenceEncoder, sentences: &[String]) -> Result<String> {
         enc.max_length,
         enc.encoder.num_layers()
     ));
+    Ok((hex(&h.clone().finalize()), h))
+}
+
+/// A set's file name: the encoder's hash continued with the sentences (the key cache files had
+/// before listings were written, so those are still found).
+fn set_key(mut h: Sha256, sentences: &[String]) -> String {
     for s in sentences {
         h.update(s.as_bytes());
         h.update([0u8]);
     }
-    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    hex(&h.finalize())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
