@@ -42,7 +42,9 @@ pub fn embeddings(enc: &SentenceEncoder, sentences: &[String], batch: usize, kin
     let mut flat = vec![0f32; sentences.len() * dim];
     let missing = fill_from_other_sets(&dir, &encoder, sentences, dim, &mut flat);
     let todo: Vec<String> = missing.iter().map(|&i| sentences[i].clone()).collect();
-    if todo.len() < sentences.len() {
+    if todo.is_empty() {
+        eprintln!("xsent train: {kind} embeddings of all {} sentences from other cached sets", sentences.len());
+    } else if todo.len() < sentences.len() {
         eprintln!(
             "xsent train: {kind} embeddings of {} of {} sentences from the cache; embedding the other {} with {}",
             sentences.len() - todo.len(),
