@@ -269,6 +269,8 @@ fn teacher_embeddings_are_cached() {
     // (the cache embeds them longest first in chunks and must put each row back in its place).
     let files: Vec<PathBuf> =
         std::fs::read_dir(s.dir.path().join("cache/teacher")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 2, "the embeddings and the listing of their sentences: {files:?}");
+    let files: Vec<PathBuf> = files.into_iter().filter(|p| p.extension().is_some_and(|e| e == "safetensors")).collect();
     assert_eq!(files.len(), 1, "{files:?}");
     let cached = load_f32(&files[0])["embeddings"].clone();
     let tsv = std::fs::read_to_string(s.dir.path().join("pairs.tsv")).unwrap();
@@ -300,6 +302,7 @@ fn teacher_embeddings_are_cached() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("teacher embeddings cached"), "fewer sentences, new key: {}", stderr(&o));
+    assert!(stderr(&o).contains("embeddings of all") && stderr(&o).contains("from other cached sets"), "a subset embeds nothing: {}", stderr(&o));
 }
 
 #[test]

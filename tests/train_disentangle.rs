@@ -218,7 +218,11 @@ fn centred_init_starts_the_meaning_head_at_identity_minus_the_mean_embedding() {
     }
     // The cached base embeddings hold the training and the 20 validation sentences: their mean is
     // close to, not equal to, the training sentences' mean (exact value: the unit test of mean_row).
-    let cache = std::fs::read_dir(dir.path().join("cache/base")).unwrap().next().unwrap().unwrap().path();
+    let cache = std::fs::read_dir(dir.path().join("cache/base"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "safetensors"))
+        .unwrap();
     let all = candle_core::safetensors::load(&cache, &candle_core::Device::Cpu).unwrap()["embeddings"].mean(0).unwrap().to_vec1::<f32>().unwrap();
     let b = heads["meaning.bias"].to_vec1::<f32>().unwrap();
     let minus_all: Vec<f32> = all.iter().map(|x| -x).collect();
