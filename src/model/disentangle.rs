@@ -120,6 +120,25 @@ impl Heads {
             Head::Language => &self.language,
         }
     }
+
+    /// One head's output for base embeddings (rows of [`dim`](Heads::dim)), L2-normalised with
+    /// `normalize`: what a saved model gives, and what training scores with `train.val_sts`.
+    pub fn apply<R: AsRef<[f32]>>(&self, head: Head, rows: &[R], normalize: bool, device: &Device) -> Result<Vec<Vec<f32>>> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut y = self.head(head).forward(&rows_tensor(rows, self.dim(), device)?)?;
+        if normalize {
+            y = super::pooling::l2_normalize(&y)?;
+        }
+        Ok(y.to_vec2()?)
+    }
+}
+
+/// Rows of length `d` as a `[rows, d]` tensor.
+fn rows_tensor<R: AsRef<[f32]>>(rows: &[R], d: usize, device: &Device) -> Result<Tensor> {
+    let flat: Vec<f32> = rows.iter().flat_map(|r| r.as_ref().iter().copied()).collect();
+    Ok(Tensor::from_vec(flat, (rows.len(), d), device)?)
 }
 
 /// The base encoder's settings, as the heads were trained on them.
@@ -236,9 +255,7 @@ impl DisentangledEncoder {
     /// each (inference; rows in input order).
     pub fn embed_all(&self, texts: &[&str], batch_size: usize) -> Result<AllEmbeddings> {
         let e = self.base.embed(texts, batch_size)?;
-        let d = self.base.dim();
-        let x = Tensor::from_vec(e.iter().flatten().copied().collect::<Vec<f32>>(), (e.len(), d), self.base.device())?;
-        let (m, l) = self.heads.split(&x)?;
+        let (m, l) = self.heads.split(&rows_tensor(&e, self.base.dim(), self.base.device())?)?;
         let lang: Vec<u32> = self.heads.langid.forward(&l)?.argmax(1)?.to_vec1()?;
         Ok(AllEmbeddings {
             base: e,
@@ -264,16 +281,7 @@ impl Embedder for DisentangledEncoder {
 
     fn embed_checked(&self, texts: &[&str], batch_size: usize) -> Result<Embedded> {
         let base = self.base.embed_checked(texts, batch_size)?;
-        let d = self.base.dim();
-        if base.rows.is_empty() {
-            return Ok(base);
-        }
-        let x = Tensor::from_vec(base.rows.iter().flatten().copied().collect::<Vec<f32>>(), (base.rows.len(), d), self.base.device())?;
-        let mut y = self.heads.head(self.head).forward(&x)?;
-        if self.normalize {
-            y = super::pooling::l2_normalize(&y)?;
-        }
-        Ok(Embedded { rows: y.to_vec2()?, truncated: base.truncated })
+        Ok(Embedded { rows: self.heads.apply(self.head, &base.rows, self.normalize, self.base.device())?, truncated: base.truncated })
     }
 
     fn prefix(&self) -> &str {

@@ -73,7 +73,10 @@ pub fn embeddings(enc: &SentenceEncoder, sentences: &[String], batch: usize, kin
 fn load_rows(path: &Path, n: usize, dim: usize) -> Option<Vec<f32>> {
     let t = candle_core::safetensors::load(path, &Device::Cpu).ok()?;
     let e = t.get("embeddings")?;
-    (e.dims() == [n, dim]).then(|| e.flatten_all().ok()?.to_vec1().ok()).flatten()
+    if e.dims() != [n, dim] {
+        return None;
+    }
+    e.flatten_all().ok()?.to_vec1().ok()
 }
 
 /// Copy into `flat` the rows of `sentences` that a cached set of the same encoder holds;

@@ -21,7 +21,7 @@ use super::distill::split_by_source;
 use super::trainer::{Recipe, StepLoss};
 use crate::data::parallel::read_sources;
 use crate::eval::knn::{translation_accuracy, Matrix};
-use crate::model::disentangle::{self, BaseSettings, Heads};
+use crate::model::disentangle::{self, BaseSettings, Head, Heads};
 use crate::model::encoder::Rng;
 use crate::model::weights::Params;
 use crate::model::{Embedded, Embedder, LoadOptions, Pooling, SentenceEncoder};
@@ -415,13 +415,11 @@ impl Embedder for Disentangle {
                 seen.insert(t.to_string(), (row, cut));
             }
         }
-        if texts.is_empty() {
-            return Ok(Embedded { rows: Vec::new(), truncated: Vec::new() });
-        }
-        let d = self.dim();
-        let flat: Vec<f32> = texts.iter().flat_map(|t| seen[*t].0.iter().copied()).collect();
-        let x = Tensor::from_vec(flat, (texts.len(), d), self.table.device())?;
-        Ok(Embedded { rows: self.infer.meaning.forward(&x)?.to_vec2()?, truncated: texts.iter().map(|t| seen[*t].1).collect() })
+        let rows: Vec<&[f32]> = texts.iter().map(|t| seen[*t].0.as_slice()).collect();
+        Ok(Embedded {
+            rows: self.infer.apply(Head::Meaning, &rows, false, self.table.device())?,
+            truncated: texts.iter().map(|t| seen[*t].1).collect(),
+        })
     }
 
     fn prefix(&self) -> &str {
