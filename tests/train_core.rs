@@ -488,6 +488,16 @@ fn projection_variants() {
     for k in ["acc_src2tgt", "acc_tgt2src"] {
         assert_eq!(acc("procrustes", k), acc("none", k), "{k}");
     }
+    // lstsq fitted on sources (the default) or on both sides of pairs: the pairs fit embeds each
+    // pair's source and translation (2 × 100 sentences) and gives another map.
+    for fit in ["source", "pairs"] {
+        let run = s.run_dir(&format!("lstsq-{fit}"));
+        let o = s.train(&["--out", run.to_str().unwrap(), "--set", &format!("distill.projection_fit=\"{fit}\""), "--set", "train.max_steps=2"]);
+        assert!(o.status.success(), "{fit}: {}", stderr(&o));
+        let want = if fit == "pairs" { "least squares on 200 sentences" } else { "least squares on 100 sentences" };
+        assert!(stderr(&o).contains(want), "{fit}: {}", stderr(&o));
+    }
+    assert!((v("lstsq-pairs") - v("lstsq-source")).abs() > 1e-6, "{} vs {}", v("lstsq-pairs"), v("lstsq-source"));
 }
 
 #[test]

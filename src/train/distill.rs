@@ -48,9 +48,16 @@ pub struct DistillConfig {
     /// `random`, or `none` (only when the dimensions agree).
     #[serde(default = "d_projection")]
     pub projection: Projection,
-    /// Training source sentences used for the closed-form fit.
+    /// Training examples used for the closed-form fit: source sentences (`projection_fit =
+    /// "source"`) or pairs (`"pairs"`).
     #[serde(default = "d_fit_size")]
     pub projection_fit_size: usize,
+    /// What the closed-form fit predicts the teacher's vector of a source sentence from:
+    /// `source`, the student's vector of that sentence (the loss's first term); `pairs`, the
+    /// student's vectors of both sides of training pairs (both terms: the projection that
+    /// minimises the recipe's loss with the encoder frozen).
+    #[serde(default)]
+    pub projection_fit: FitOn,
     /// L2-normalise the student's output (the teacher's own setting applies to it).
     #[serde(default = "d_true")]
     pub normalize: bool,
@@ -105,6 +112,15 @@ pub enum Projection {
     Random,
     Lstsq,
     Procrustes,
+}
+
+/// The examples a closed-form projection is fitted on (`distill.projection_fit`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FitOn {
+    #[default]
+    Source,
+    Pairs,
 }
 
 pub struct Distill {
@@ -182,14 +198,11 @@ impl Distill {
                 student.set_dense(Dense::new(Tensor::from_vec(w, (dim, h), &device)?, Tensor::from_vec(b, dim, &device)?))?;
             }
             Projection::Lstsq | Projection::Procrustes => {
-                // A seeded random sample of the training source sentences.
-                let train_src: std::collections::HashSet<&str> = train.iter().map(|p| p.src.as_str()).collect();
-                let mut fit: Vec<&String> = sources.iter().filter(|s| train_src.contains(s.as_str())).collect();
-                fit.shuffle(&mut init_rng);
-                fit.truncate(dc.projection_fit_size.max(1));
+                let fit = fit_examples(&train, dc.projection_fit, dc.projection_fit_size, &mut init_rng);
                 let t0 = std::time::Instant::now();
-                let x = student.embed_pooled(&fit, dc.embed_batch_size)?;
-                let y: Vec<Vec<f32>> = fit.iter().map(|s| teacher.get(teacher_rows[*s]).and_then(|r| r.to_vec1())).collect::<candle_core::Result<_>>()?;
+                let inputs: Vec<&str> = fit.iter().map(|&(_, input)| input).collect();
+                let x = student.embed_pooled(&inputs, dc.embed_batch_size)?;
+                let y: Vec<Vec<f32>> = fit.iter().map(|(s, _)| teacher.get(teacher_rows[*s]).and_then(|r| r.to_vec1())).collect::<candle_core::Result<_>>()?;
                 let (w, b, how) = if dc.projection == Projection::Lstsq {
                     let (w, b) = fit_affine(&x, &y, 1e-3)?;
                     (w, b, "least squares")
@@ -277,6 +290,29 @@ impl Recipe for Distill {
 
     fn save_model(&self, dir: &Path) -> Result<()> {
         self.student.save(dir)
+    }
+}
+
+/// The examples of a closed-form projection fit, as (source, input) pairs: the fit predicts the
+/// teacher's vector of `source` from the student's vector of `input`. A seeded sample of `size`
+/// distinct training source sentences (each its own input), or of `size` training pairs (each
+/// giving two rows, its source and its translation as inputs).
+fn fit_examples<'a>(train: &'a [Pair], fit_on: FitOn, size: usize, rng: &mut Rng) -> Vec<(&'a str, &'a str)> {
+    match fit_on {
+        FitOn::Source => {
+            let mut fit: Vec<&str> = train.iter().map(|p| p.src.as_str()).collect();
+            fit.sort_unstable();
+            fit.dedup();
+            fit.shuffle(rng);
+            fit.truncate(size);
+            fit.into_iter().map(|s| (s, s)).collect()
+        }
+        FitOn::Pairs => {
+            let mut fit: Vec<(&str, &str)> = train.iter().map(|p| (p.src.as_str(), p.tgt.as_str())).collect();
+            fit.shuffle(rng);
+            fit.truncate(size);
+            fit.iter().map(|&(s, _)| (s, s)).chain(fit.iter().copied()).collect()
+        }
     }
 }
 
@@ -412,6 +448,34 @@ mod tests {
 
     fn pair(s: &str, t: &str, l: &str) -> Pair {
         Pair { src: s.into(), tgt: t.into(), src_lang: "en".into(), tgt_lang: l.into() }
+    }
+
+    #[test]
+    fn projection_fit_examples_are_sources_or_both_sides_of_pairs() {
+        let mut train = Vec::new();
+        for i in 0..10 {
+            train.push(pair(&format!("s{i}"), &format!("d{i}"), "de"));
+            train.push(pair(&format!("s{i}"), &format!("f{i}"), "fr"));
+        }
+        let src = fit_examples(&train, FitOn::Source, 6, &mut Rng::seed_from_u64(1));
+        assert_eq!(src.len(), 6);
+        let mut distinct: Vec<&str> = src.iter().map(|e| e.0).collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 6, "distinct sources: {src:?}");
+        assert!(src.iter().all(|(s, x)| s == x && s.starts_with('s')));
+        let all = fit_examples(&train, FitOn::Source, 100, &mut Rng::seed_from_u64(1));
+        assert_eq!(all.len(), 10, "each source once");
+
+        let pairs = fit_examples(&train, FitOn::Pairs, 5, &mut Rng::seed_from_u64(1));
+        assert_eq!(pairs.len(), 10);
+        let (sources, translations) = pairs.split_at(5);
+        for (a, b) in sources.iter().zip(translations) {
+            assert_eq!(a.0, a.1, "first half: each source predicts its own teacher vector");
+            assert_eq!(a.0, b.0, "second half: the same sources, in the same order");
+            assert!(train.iter().any(|p| p.src == b.0 && p.tgt == b.1), "{b:?} is a training pair");
+        }
+        assert_eq!(pairs, fit_examples(&train, FitOn::Pairs, 5, &mut Rng::seed_from_u64(1)), "seeded");
     }
 
     #[test]
