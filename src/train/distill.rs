@@ -450,13 +450,14 @@ mod tests {
         Pair { src: s.into(), tgt: t.into(), src_lang: "en".into(), tgt_lang: l.into() }
     }
 
+    /// English sentences s0.. each paired with a German (d0..) and a French (f0..) translation.
+    fn de_fr_pairs(n: usize) -> Vec<Pair> {
+        (0..n).flat_map(|i| [pair(&format!("s{i}"), &format!("d{i}"), "de"), pair(&format!("s{i}"), &format!("f{i}"), "fr")]).collect()
+    }
+
     #[test]
     fn projection_fit_examples_are_sources_or_both_sides_of_pairs() {
-        let mut train = Vec::new();
-        for i in 0..10 {
-            train.push(pair(&format!("s{i}"), &format!("d{i}"), "de"));
-            train.push(pair(&format!("s{i}"), &format!("f{i}"), "fr"));
-        }
+        let train = de_fr_pairs(10);
         let src = fit_examples(&train, FitOn::Source, 6, &mut Rng::seed_from_u64(1));
         assert_eq!(src.len(), 6);
         let mut distinct: Vec<&str> = src.iter().map(|e| e.0).collect();
@@ -480,11 +481,7 @@ mod tests {
 
     #[test]
     fn validation_split_holds_out_whole_source_sentences() {
-        let mut pairs = Vec::new();
-        for i in 0..20 {
-            pairs.push(pair(&format!("s{i}"), &format!("d{i}"), "de"));
-            pairs.push(pair(&format!("s{i}"), &format!("f{i}"), "fr"));
-        }
+        let pairs = de_fr_pairs(20);
         let (train, val) = split_by_source(pairs.clone(), 5, 3).unwrap();
         assert_eq!(val.len(), 5);
         assert_eq!(train.len(), 30);
