@@ -501,6 +501,38 @@ fn projection_variants() {
 }
 
 #[test]
+fn student_targets_start_at_zero_and_are_cached_per_projection() {
+    let s = setup("");
+    let run = |name: &str, extra: &[&str]| {
+        let mut args = vec!["--out", name, "--set", "distill.targets=\"student\"", "--set", "train.max_steps=4", "--set", "train.eval_every=4"];
+        args.extend_from_slice(extra);
+        let o = s.train(&args);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        stderr(&o)
+    };
+    let a = s.run_dir("a");
+    let err = run(a.to_str().unwrap(), &[]);
+    assert!(err.contains("student embeddings cached"), "{err}");
+    // Step 0: the targets are the student's own English (projection included), so the English
+    // term is zero and the translations' is not; training moves the student off its targets.
+    let m = metrics(&a);
+    let v0 = &m[0]["val"];
+    assert!(v0["mse_src_x100"].as_f64().unwrap() < 1e-9, "{v0}");
+    assert!(v0["mse_x100"].as_f64().unwrap() > 1e-4, "{v0}");
+    let last = m.iter().rev().find(|r| r.get("val").is_some()).unwrap();
+    assert_eq!(last["step"], 4);
+    assert!(last["val"]["mse_src_x100"].as_f64().unwrap() > 1e-9, "{last}");
+    // The same fit reuses the cached targets; another fit gives another projection, which the
+    // key sees although the projection exists only in memory.
+    let err = run(s.run_dir("b").to_str().unwrap(), &[]);
+    assert!(err.contains("student embeddings from the cache"), "{err}");
+    let err = run(s.run_dir("c").to_str().unwrap(), &["--set", "distill.projection_fit=\"pairs\""]);
+    assert!(err.contains("student embeddings cached") && !err.contains("student embeddings from the cache") && !err.contains("student embeddings of"), "{err}");
+    // The run's config records the choice.
+    assert!(std::fs::read_to_string(a.join("config.toml")).unwrap().contains("targets = \"student\""));
+}
+
+#[test]
 fn scored_pairs_are_validated_and_can_pick_the_best_model() {
     let s = setup("");
     // STS-benchmark layout: translations (5), half-translations (2.5), unrelated (0), with ties.

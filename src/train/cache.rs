@@ -23,7 +23,7 @@ struct Listing {
 /// Embeddings of `sentences` by the frozen `enc`, from the cache when the same encoder with the
 /// same settings embedded them before (all of them, or some in other sets). Returns the rows
 /// (flattened, in the order of `sentences`) and the dimension. `kind` names the cache folder
-/// and the log lines ("teacher", "base").
+/// and the log lines ("teacher", "base", "student").
 pub fn embeddings(enc: &SentenceEncoder, sentences: &[String], batch: usize, kind: &str) -> Result<(Vec<f32>, usize)> {
     let (encoder, hasher) = encoder_hash(enc)?;
     let key = set_key(hasher, sentences);
@@ -163,18 +163,24 @@ fn embed_with_progress(enc: &SentenceEncoder, sentences: &[String], batch: usize
     Ok(rows)
 }
 
-/// The hash of the encoder's files (config, weights, tokenizer, Dense) and its settings, as
-/// hex (the encoder's name in listings) and as a hasher to go on with the sentences.
+/// The hash of the encoder's files (config, weights, tokenizer), its Dense module's weights as
+/// held in memory (loaded from a file or fitted by a recipe) and its settings, as hex (the
+/// encoder's name in listings) and as a hasher to go on with the sentences.
 fn encoder_hash(enc: &SentenceEncoder) -> Result<(String, Sha256)> {
     let mut h = Sha256::new();
     let f = &enc.files;
-    let mut files: Vec<PathBuf> = vec![f.config.clone(), f.weights.clone(), f.tokenizer.clone()];
-    if let Some(d) = &f.dense {
-        files.push(d.join("model.safetensors"));
-    }
+    let files: Vec<PathBuf> = vec![f.config.clone(), f.weights.clone(), f.tokenizer.clone()];
     for p in files {
         let mut file = std::fs::File::open(&p).with_context(|| format!("cannot read {}", p.display()))?;
         std::io::copy(&mut file, &mut h)?;
+    }
+    if let Some(d) = &enc.dense {
+        h.update(format!("dense {:?} {:?}\0", d.linear.weight.dims(), d.activation));
+        for t in [&d.linear.weight, &d.linear.bias] {
+            for x in t.flatten_all()?.to_dtype(candle_core::DType::F32)?.to_vec1::<f32>()? {
+                h.update(x.to_le_bytes());
+            }
+        }
     }
     h.update(format!(
         "{}\0{}\0{}\0{}\0{}\0",

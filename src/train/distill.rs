@@ -9,7 +9,9 @@
 //! initialises it in closed form: the affine map that best predicts the teacher's embeddings
 //! from the student's pooled vectors (ridge least squares) on training sentences;
 //! `projection = "procrustes"` the orthogonal map that best aligns them (keeps the student's
-//! cosines at the start).
+//! cosines at the start). With `targets = "student"` the targets are the student's own
+//! embeddings of the source sentences before training (after the projection): the English term
+//! starts at zero and the student learns to put each translation where its English already is.
 
 use super::config::{BestMode, Config};
 use super::trainer::{Recipe, StepLoss};
@@ -61,6 +63,13 @@ pub struct DistillConfig {
     /// L2-normalise the student's output (the teacher's own setting applies to it).
     #[serde(default = "d_true")]
     pub normalize: bool,
+    /// What the student learns to reproduce for each source sentence: `teacher` (the teacher's
+    /// embedding, seed 003 §2) or `student` (the student's own embedding before training,
+    /// projection included, computed once and cached: self-distillation, which seed 003 §2
+    /// allows; after a fitted projection these are the student's English mapped into the
+    /// teacher's space, so the English term starts at zero and training aligns the translations).
+    #[serde(default)]
+    pub targets: Targets,
     /// Override the student's dropout probability (hidden and attention).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dropout: Option<f64>,
@@ -112,6 +121,15 @@ pub enum Projection {
     Random,
     Lstsq,
     Procrustes,
+}
+
+/// The vectors the student learns to reproduce (`distill.targets`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Targets {
+    #[default]
+    Teacher,
+    Student,
 }
 
 /// The examples a closed-form projection is fitted on (`distill.projection_fit`).
@@ -175,7 +193,7 @@ impl Distill {
         let mut init_rng = Rng::seed_from_u64(cfg.seed ^ 0xde75e);
         match dc.projection {
             Projection::None => {
-                if student.dim() != dim {
+                if student.dim() != dim && dc.targets == Targets::Teacher {
                     bail!(
                         "the student gives {}-dim vectors and the teacher {dim}-dim: set distill.projection = \"lstsq\" (or procrustes/identity/random) to add a Dense layer",
                         student.dim()
@@ -214,6 +232,14 @@ impl Distill {
             }
         }
         let infer = student.detached();
+        let (teacher, dim) = match dc.targets {
+            Targets::Teacher => (teacher, dim),
+            Targets::Student => {
+                // The frozen start of the student is the teacher from here on.
+                let (rows, d) = super::cache::embeddings(&infer, &sources, dc.embed_batch_size, "student")?;
+                (Tensor::from_vec(rows, (sources.len(), d), &Device::Cpu)?, d)
+            }
+        };
         Ok(Self { student, infer, train, val, teacher_rows, teacher, dim, embed_batch: dc.embed_batch_size })
     }
 
