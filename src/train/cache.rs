@@ -10,7 +10,7 @@ use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// What `<key>.json` holds.
 #[derive(Serialize, Deserialize)]
@@ -169,8 +169,7 @@ fn embed_with_progress(enc: &SentenceEncoder, sentences: &[String], batch: usize
 fn encoder_hash(enc: &SentenceEncoder) -> Result<(String, Sha256)> {
     let mut h = Sha256::new();
     let f = &enc.files;
-    let files: Vec<PathBuf> = vec![f.config.clone(), f.weights.clone(), f.tokenizer.clone()];
-    for p in files {
+    for p in [&f.config, &f.weights, &f.tokenizer] {
         let mut file = std::fs::File::open(&p).with_context(|| format!("cannot read {}", p.display()))?;
         std::io::copy(&mut file, &mut h)?;
     }
