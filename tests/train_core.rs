@@ -533,6 +533,39 @@ fn student_targets_start_at_zero_and_are_cached_per_projection() {
 }
 
 #[test]
+fn student_targets_without_projection_need_no_teacher() {
+    let s = setup("");
+    // The student's own start is the target and no projection is fitted: the teacher is never
+    // read, so a path that does not exist (or none at all) trains.
+    let a = s.run_dir("a");
+    let base = ["--set", "distill.targets=\"student\"", "--set", "distill.projection=\"none\"", "--set", "train.max_steps=4", "--set", "train.eval_every=4"];
+    let mut args = vec!["--out", a.to_str().unwrap(), "--set", "distill.teacher=\"no/such/teacher\""];
+    args.extend_from_slice(&base);
+    let o = s.train(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no teacher is loaded") && stderr(&o).contains("student embeddings cached"), "{}", stderr(&o));
+    assert!(!s.dir.path().join("cache/teacher").exists(), "the teacher embedded nothing");
+    assert!(metrics(&a)[0]["val"]["mse_src_x100"].as_f64().unwrap() < 1e-9);
+    let b = s.run_dir("b");
+    let mut args = vec!["--out", b.to_str().unwrap(), "--set", "distill.teacher=\"\""];
+    args.extend_from_slice(&base);
+    let o = s.train(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!std::fs::read_to_string(b.join("config.toml")).unwrap().contains("teacher ="), "no empty teacher key in the run's config");
+    // Every other setting needs the teacher, and says so before anything loads.
+    for extra in [["--set", "distill.targets=\"teacher\""], ["--set", "distill.projection=\"lstsq\""]] {
+        let c = s.run_dir("c");
+        let mut args = vec!["--out", c.to_str().unwrap()];
+        args.extend_from_slice(&base);
+        args.extend_from_slice(&["--set", "distill.teacher=\"\""]);
+        args.extend_from_slice(&extra);
+        let o = s.train(&args);
+        assert!(!o.status.success() && stderr(&o).contains("distill.teacher is missing"), "{extra:?}: {}", stderr(&o));
+        assert!(!c.exists(), "{extra:?}: no run directory for a rejected config");
+    }
+}
+
+#[test]
 fn scored_pairs_are_validated_and_can_pick_the_best_model() {
     let s = setup("");
     // STS-benchmark layout: translations (5), half-translations (2.5), unrelated (0), with ties.

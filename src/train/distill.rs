@@ -31,7 +31,9 @@ use std::path::Path;
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DistillConfig {
-    /// The frozen teacher: model directory or hub id.
+    /// The frozen teacher: model directory or hub id. Not needed (and not loaded) when
+    /// `targets = "student"` and `projection = "none"`: nothing then uses it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub teacher: String,
     #[serde(default)]
     pub teacher_prefix: String,
@@ -79,12 +81,24 @@ pub struct DistillConfig {
 }
 
 impl DistillConfig {
+    /// Whether training needs the teacher: for the targets, or for the projection's fit or
+    /// dimension.
+    pub fn uses_teacher(&self) -> bool {
+        self.targets == Targets::Teacher || self.projection != Projection::None
+    }
+
     /// Checks that need no files.
     pub fn validate(&self) -> anyhow::Result<()> {
         if let Some(p) = self.dropout {
             anyhow::ensure!((0.0..1.0).contains(&p), "distill.dropout must be in [0, 1), got {p}");
         }
         anyhow::ensure!(self.embed_batch_size >= 1, "distill.embed_batch_size must be at least 1");
+        if self.uses_teacher() {
+            anyhow::ensure!(
+                !self.teacher.is_empty(),
+                "distill.teacher is missing: name the teacher's model directory or hub id (only targets = \"student\" with projection = \"none\" trains without one)"
+            );
+        }
         if matches!(self.projection, Projection::Lstsq | Projection::Procrustes) {
             anyhow::ensure!(
                 self.projection_fit_size >= 2,
@@ -168,12 +182,17 @@ impl Distill {
         sources.dedup();
         let teacher_rows: HashMap<String, usize> = sources.iter().enumerate().map(|(i, s)| (s.clone(), i)).collect();
         let device = crate::device::parse_device(&cfg.train.device)?;
-        let teacher_opts =
-            LoadOptions { device: device.clone(), prefix: Some(dc.teacher_prefix.clone()), max_length: Some(dc.max_length), ..Default::default() };
-        let teacher_enc = SentenceEncoder::load(&dc.teacher, &teacher_opts).with_context(|| format!("loading teacher {}", dc.teacher))?;
-        let (rows, dim) = super::cache::embeddings(&teacher_enc, &sources, dc.embed_batch_size, "teacher")?;
-        drop(teacher_enc);
-        let teacher = Tensor::from_vec(rows, (sources.len(), dim), &Device::Cpu)?;
+        let teacher = if dc.uses_teacher() {
+            let teacher_opts =
+                LoadOptions { device: device.clone(), prefix: Some(dc.teacher_prefix.clone()), max_length: Some(dc.max_length), ..Default::default() };
+            let teacher_enc = SentenceEncoder::load(&dc.teacher, &teacher_opts).with_context(|| format!("loading teacher {}", dc.teacher))?;
+            let (rows, dim) = super::cache::embeddings(&teacher_enc, &sources, dc.embed_batch_size, "teacher")?;
+            drop(teacher_enc);
+            Some((Tensor::from_vec(rows, (sources.len(), dim), &Device::Cpu)?, dim))
+        } else {
+            eprintln!("xsent train: targets = \"student\" and projection = \"none\": no teacher is loaded");
+            None
+        };
 
         let student_opts = LoadOptions {
             prefix: Some(dc.student_prefix.clone()),
@@ -191,16 +210,20 @@ impl Distill {
         }
         let h = student.encoder.hidden_size();
         let mut init_rng = Rng::seed_from_u64(cfg.seed ^ 0xde75e);
+        // Loaded whenever `uses_teacher()`, which every branch below that reads it implies.
+        let teacher_dim = || teacher.as_ref().map(|t| t.1).context("distill: the teacher's embeddings were not computed");
         match dc.projection {
             Projection::None => {
-                if student.dim() != dim && dc.targets == Targets::Teacher {
+                if dc.targets == Targets::Teacher && student.dim() != teacher_dim()? {
                     bail!(
-                        "the student gives {}-dim vectors and the teacher {dim}-dim: set distill.projection = \"lstsq\" (or procrustes/identity/random) to add a Dense layer",
-                        student.dim()
+                        "the student gives {}-dim vectors and the teacher {}-dim: set distill.projection = \"lstsq\" (or procrustes/identity/random) to add a Dense layer",
+                        student.dim(),
+                        teacher_dim()?
                     );
                 }
             }
             Projection::Identity => {
+                let dim = teacher_dim()?;
                 if h != dim {
                     bail!("distill.projection = \"identity\" needs equal dimensions (student {h}, teacher {dim})");
                 }
@@ -209,6 +232,7 @@ impl Distill {
             }
             Projection::Random => {
                 use rand_distr::{Distribution, Uniform};
+                let dim = teacher_dim()?;
                 let bound = 1.0 / (h as f32).sqrt();
                 let u = Uniform::new(-bound, bound).expect("a valid range");
                 let w: Vec<f32> = (0..dim * h).map(|_| u.sample(&mut init_rng)).collect();
@@ -216,11 +240,13 @@ impl Distill {
                 student.set_dense(Dense::new(Tensor::from_vec(w, (dim, h), &device)?, Tensor::from_vec(b, dim, &device)?))?;
             }
             Projection::Lstsq | Projection::Procrustes => {
+                let (tvecs, dim) = teacher.as_ref().context("distill: the teacher's embeddings were not computed")?;
+                let dim = *dim;
                 let fit = fit_examples(&train, dc.projection_fit, dc.projection_fit_size, &mut init_rng);
                 let t0 = std::time::Instant::now();
                 let inputs: Vec<&str> = fit.iter().map(|&(_, input)| input).collect();
                 let x = student.embed_pooled(&inputs, dc.embed_batch_size)?;
-                let y: Vec<Vec<f32>> = fit.iter().map(|(s, _)| teacher.get(teacher_rows[*s]).and_then(|r| r.to_vec1())).collect::<candle_core::Result<_>>()?;
+                let y: Vec<Vec<f32>> = fit.iter().map(|(s, _)| tvecs.get(teacher_rows[*s]).and_then(|r| r.to_vec1())).collect::<candle_core::Result<_>>()?;
                 let (w, b, how) = if dc.projection == Projection::Lstsq {
                     let (w, b) = fit_affine(&x, &y, 1e-3)?;
                     (w, b, "least squares")
@@ -232,9 +258,10 @@ impl Distill {
             }
         }
         let infer = student.detached();
-        let (teacher, dim) = match dc.targets {
-            Targets::Teacher => (teacher, dim),
-            Targets::Student => {
+        let (teacher, dim) = match (dc.targets, teacher) {
+            (Targets::Teacher, Some(t)) => t,
+            (Targets::Teacher, None) => bail!("distill: the teacher's embeddings were not computed"),
+            (Targets::Student, _) => {
                 // The frozen start of the student is the teacher from here on.
                 let (rows, d) = super::cache::embeddings(&infer, &sources, dc.embed_batch_size, "student")?;
                 (Tensor::from_vec(rows, (sources.len(), d), &Device::Cpu)?, d)
