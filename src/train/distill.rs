@@ -155,6 +155,10 @@ pub enum FitOn {
     Pairs,
 }
 
+/// An internal invariant (`uses_teacher()` holds wherever the teacher's vectors are read), not a
+/// user error: `validate` has rejected configs that need a teacher and name none.
+const NO_TEACHER: &str = "distill: the teacher's embeddings were not computed";
+
 pub struct Distill {
     student: SentenceEncoder,
     /// Inference view of the student (same storage, no autograd).
@@ -211,7 +215,7 @@ impl Distill {
         let h = student.encoder.hidden_size();
         let mut init_rng = Rng::seed_from_u64(cfg.seed ^ 0xde75e);
         // Loaded whenever `uses_teacher()`, which every branch below that reads it implies.
-        let teacher_dim = || teacher.as_ref().map(|t| t.1).context("distill: the teacher's embeddings were not computed");
+        let teacher_dim = || teacher.as_ref().map(|t| t.1).context(NO_TEACHER);
         match dc.projection {
             Projection::None => {
                 if dc.targets == Targets::Teacher && student.dim() != teacher_dim()? {
@@ -240,7 +244,7 @@ impl Distill {
                 student.set_dense(Dense::new(Tensor::from_vec(w, (dim, h), &device)?, Tensor::from_vec(b, dim, &device)?))?;
             }
             Projection::Lstsq | Projection::Procrustes => {
-                let (tvecs, dim) = teacher.as_ref().context("distill: the teacher's embeddings were not computed")?;
+                let (tvecs, dim) = teacher.as_ref().context(NO_TEACHER)?;
                 let dim = *dim;
                 let fit = fit_examples(&train, dc.projection_fit, dc.projection_fit_size, &mut init_rng);
                 let t0 = std::time::Instant::now();
@@ -260,7 +264,7 @@ impl Distill {
         let infer = student.detached();
         let (teacher, dim) = match (dc.targets, teacher) {
             (Targets::Teacher, Some(t)) => t,
-            (Targets::Teacher, None) => bail!("distill: the teacher's embeddings were not computed"),
+            (Targets::Teacher, None) => bail!(NO_TEACHER),
             (Targets::Student, _) => {
                 // The frozen start of the student is the teacher from here on.
                 let (rows, d) = super::cache::embeddings(&infer, &sources, dc.embed_batch_size, "student")?;
