@@ -566,6 +566,45 @@ fn student_targets_without_projection_need_no_teacher() {
 }
 
 #[test]
+fn projection_fit_sources_replace_the_training_pairs_for_the_fit() {
+    // The fit sources are the training source itself: the same split, the same fit, the same
+    // start as fitting on the training pairs.
+    let step0 = |s: &Setup, name: &str| -> (String, Value) {
+        let run = s.run_dir(name);
+        let o = s.train(&["--out", run.to_str().unwrap(), "--set", "optim.lr=0", "--set", "train.max_steps=1", "--set", "train.eval_every=1"]);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        (stderr(&o), metrics(&run)[0]["val"].clone())
+    };
+    let plain = setup("");
+    let (_, v_plain) = step0(&plain, "plain");
+    let tsv = plain.dir.path().join("pairs.tsv");
+    let same = setup(&format!("[[distill.projection_fit_sources]]\nkind = \"tsv\"\npath = \"{}\"\nsrc_lang = \"en\"\ntgt_lang = \"de\"\n", tsv.display()));
+    let (err, v_same) = step0(&same, "same");
+    assert!(err.contains("fitted on") && err.contains("projection_fit_sources"), "{err}");
+    assert_eq!(v_plain["mse_x100"], v_same["mse_x100"], "{v_plain} {v_same}");
+    assert_eq!(v_plain["acc_mean"], v_same["acc_mean"], "{v_plain} {v_same}");
+    // Other sentences give another projection (and the teacher embeds them too).
+    let rows: Vec<String> = std::fs::read_to_string(&tsv).unwrap().lines().take(60).map(|l| {
+        let (en, de) = l.split_once('\t').unwrap();
+        let mut e: Vec<&str> = en.split(' ').collect();
+        e.rotate_left(1);
+        format!("{}\t{de}", e.join(" "))
+    }).collect();
+    let other_tsv = same.dir.path().join("other.tsv");
+    std::fs::write(&other_tsv, rows.join("\n") + "\n").unwrap();
+    let other = setup(&format!("[[distill.projection_fit_sources]]\nkind = \"tsv\"\npath = \"{}\"\nsrc_lang = \"en\"\ntgt_lang = \"de\"\n", other_tsv.display()));
+    let (_, v_other) = step0(&other, "other");
+    assert_ne!(v_plain["mse_x100"], v_other["mse_x100"], "{v_plain} {v_other}");
+    // The run's config records the fit sources; without a fitted projection they are an error.
+    assert!(std::fs::read_to_string(other.run_dir("other").join("config.toml")).unwrap().contains("[[distill.projection_fit_sources]]"));
+    let o = other.train(&["--out", other.run_dir("none").to_str().unwrap(), "--set", "distill.projection=\"random\""]);
+    assert!(!o.status.success() && stderr(&o).contains("projection_fit_sources is only read by a fitted projection"), "{}", stderr(&o));
+    let bad = setup("[[distill.projection_fit_sources]]\nkind = \"tsv\"\npath = \"no/such.tsv\"\nsrc_lang = \"en\"\ntgt_lang = \"de\"\n");
+    let o = bad.train(&["--out", bad.run_dir("bad").to_str().unwrap()]);
+    assert!(!o.status.success() && stderr(&o).contains("projection_fit_sources") && stderr(&o).contains("no/such.tsv"), "{}", stderr(&o));
+}
+
+#[test]
 fn scored_pairs_are_validated_and_can_pick_the_best_model() {
     let s = setup("");
     // STS-benchmark layout: translations (5), half-translations (2.5), unrelated (0), with ties.

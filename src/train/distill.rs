@@ -78,6 +78,11 @@ pub struct DistillConfig {
     /// Batch size for the teacher's embeddings and validation (inference).
     #[serde(default = "d_embed_batch")]
     pub embed_batch_size: usize,
+    /// Fit the projection on these sources (`[[distill.projection_fit_sources]]`, read like
+    /// `[[data.sources]]`) instead of the training pairs: split by `seed` and `data.val_size` as
+    /// training data would be, the fit drawn from the training part. Empty: the training pairs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub projection_fit_sources: Vec<crate::data::parallel::Source>,
 }
 
 impl DistillConfig {
@@ -99,6 +104,13 @@ impl DistillConfig {
                 "distill.teacher is missing: name the teacher's model directory or hub id (only targets = \"student\" with projection = \"none\" trains without one)"
             );
         }
+        for (i, src) in self.projection_fit_sources.iter().enumerate() {
+            src.validate().with_context(|| format!("distill.projection_fit_sources[{i}]"))?;
+        }
+        anyhow::ensure!(
+            self.projection_fit_sources.is_empty() || matches!(self.projection, Projection::Lstsq | Projection::Procrustes),
+            "distill.projection_fit_sources is only read by a fitted projection (projection = \"lstsq\" or \"procrustes\"); remove it or change distill.projection"
+        );
         if matches!(self.projection, Projection::Lstsq | Projection::Procrustes) {
             anyhow::ensure!(
                 self.projection_fit_size >= 2,
@@ -185,14 +197,30 @@ impl Distill {
         sources.sort_unstable();
         sources.dedup();
         let teacher_rows: HashMap<String, usize> = sources.iter().enumerate().map(|(i, s)| (s.clone(), i)).collect();
+        // The projection's fit examples come from the training pairs, or from their own sources.
+        let fit_pool = if dc.projection_fit_sources.is_empty() {
+            None
+        } else {
+            let pairs = read_sources(&dc.projection_fit_sources).context("distill.projection_fit_sources")?;
+            let (pool, _) = split_by_source(pairs, cfg.data.val_size, cfg.seed).context("distill.projection_fit_sources")?;
+            eprintln!("xsent train: the projection is fitted on {} pairs of distill.projection_fit_sources", pool.len());
+            Some(pool)
+        };
+        // The teacher embeds the sources, and the fit's sources when they are others.
+        let mut teacher_sentences = sources.clone();
+        if let Some(pool) = &fit_pool {
+            teacher_sentences.extend(pool.iter().map(|p| p.src.clone()));
+            teacher_sentences.sort_unstable();
+            teacher_sentences.dedup();
+        }
         let device = crate::device::parse_device(&cfg.train.device)?;
         let teacher = if dc.uses_teacher() {
             let teacher_opts =
                 LoadOptions { device: device.clone(), prefix: Some(dc.teacher_prefix.clone()), max_length: Some(dc.max_length), ..Default::default() };
             let teacher_enc = SentenceEncoder::load(&dc.teacher, &teacher_opts).with_context(|| format!("loading teacher {}", dc.teacher))?;
-            let (rows, dim) = super::cache::embeddings(&teacher_enc, &sources, dc.embed_batch_size, "teacher")?;
+            let (rows, dim) = super::cache::embeddings(&teacher_enc, &teacher_sentences, dc.embed_batch_size, "teacher")?;
             drop(teacher_enc);
-            Some((Tensor::from_vec(rows, (sources.len(), dim), &Device::Cpu)?, dim))
+            Some((Tensor::from_vec(rows, (teacher_sentences.len(), dim), &Device::Cpu)?, dim))
         } else {
             eprintln!("xsent train: targets = \"student\" and projection = \"none\": no teacher is loaded");
             None
@@ -246,11 +274,12 @@ impl Distill {
             Projection::Lstsq | Projection::Procrustes => {
                 let (tvecs, dim) = teacher.as_ref().context(NO_TEACHER)?;
                 let dim = *dim;
-                let fit = fit_examples(&train, dc.projection_fit, dc.projection_fit_size, &mut init_rng);
+                let fit = fit_examples(fit_pool.as_deref().unwrap_or(&train), dc.projection_fit, dc.projection_fit_size, &mut init_rng);
                 let t0 = std::time::Instant::now();
                 let inputs: Vec<&str> = fit.iter().map(|&(_, input)| input).collect();
                 let x = student.embed_pooled(&inputs, dc.embed_batch_size)?;
-                let y: Vec<Vec<f32>> = fit.iter().map(|(s, _)| tvecs.get(teacher_rows[*s]).and_then(|r| r.to_vec1())).collect::<candle_core::Result<_>>()?;
+                let row: HashMap<&str, usize> = teacher_sentences.iter().enumerate().map(|(i, s)| (s.as_str(), i)).collect();
+                let y: Vec<Vec<f32>> = fit.iter().map(|(s, _)| tvecs.get(row[*s]).and_then(|r| r.to_vec1())).collect::<candle_core::Result<_>>()?;
                 let (w, b, how) = if dc.projection == Projection::Lstsq {
                     let (w, b) = fit_affine(&x, &y, 1e-3)?;
                     (w, b, "least squares")
@@ -263,6 +292,12 @@ impl Distill {
         }
         let infer = student.detached();
         let (teacher, dim) = match (dc.targets, teacher) {
+            (Targets::Teacher, Some((t, d))) if fit_pool.is_some() => {
+                // Keep the rows of the training and validation sources, in their order.
+                let row: HashMap<&str, u32> = teacher_sentences.iter().enumerate().map(|(i, s)| (s.as_str(), i as u32)).collect();
+                let idx: Vec<u32> = sources.iter().map(|s| row[s.as_str()]).collect();
+                (t.index_select(&Tensor::new(idx, &Device::Cpu)?, 0)?, d)
+            }
             (Targets::Teacher, Some(t)) => t,
             (Targets::Teacher, None) => bail!(NO_TEACHER),
             (Targets::Student, _) => {
