@@ -213,6 +213,7 @@ impl Distill {
             teacher_sentences.sort_unstable();
             teacher_sentences.dedup();
         }
+        let teacher_row: HashMap<&str, usize> = teacher_sentences.iter().enumerate().map(|(i, s)| (s.as_str(), i)).collect();
         let device = crate::device::parse_device(&cfg.train.device)?;
         let teacher = if dc.uses_teacher() {
             let teacher_opts =
@@ -278,8 +279,7 @@ impl Distill {
                 let t0 = std::time::Instant::now();
                 let inputs: Vec<&str> = fit.iter().map(|&(_, input)| input).collect();
                 let x = student.embed_pooled(&inputs, dc.embed_batch_size)?;
-                let row: HashMap<&str, usize> = teacher_sentences.iter().enumerate().map(|(i, s)| (s.as_str(), i)).collect();
-                let y: Vec<Vec<f32>> = fit.iter().map(|(s, _)| tvecs.get(row[*s]).and_then(|r| r.to_vec1())).collect::<candle_core::Result<_>>()?;
+                let y: Vec<Vec<f32>> = fit.iter().map(|(s, _)| tvecs.get(teacher_row[*s]).and_then(|r| r.to_vec1())).collect::<candle_core::Result<_>>()?;
                 let (w, b, how) = if dc.projection == Projection::Lstsq {
                     let (w, b) = fit_affine(&x, &y, 1e-3)?;
                     (w, b, "least squares")
@@ -294,8 +294,7 @@ impl Distill {
         let (teacher, dim) = match (dc.targets, teacher) {
             (Targets::Teacher, Some((t, d))) if fit_pool.is_some() => {
                 // Keep the rows of the training and validation sources, in their order.
-                let row: HashMap<&str, u32> = teacher_sentences.iter().enumerate().map(|(i, s)| (s.as_str(), i as u32)).collect();
-                let idx: Vec<u32> = sources.iter().map(|s| row[s.as_str()]).collect();
+                let idx: Vec<u32> = sources.iter().map(|s| teacher_row[s.as_str()] as u32).collect();
                 (t.index_select(&Tensor::new(idx, &Device::Cpu)?, 0)?, d)
             }
             (Targets::Teacher, Some(t)) => t,
