@@ -117,20 +117,29 @@ impl Source {
 }
 
 /// Read every source, dropping exact duplicate pairs (XNLI repeats each premise three times).
-pub fn read_sources(sources: &[Source]) -> Result<Vec<Pair>> {
+pub fn read_sources(sources: &[Source], key: &str) -> Result<Vec<Pair>> {
     if sources.is_empty() {
-        bail!("no training data: add [[data.sources]] to the config (kind = \"tsv\", \"aligned\" or \"xnli\")");
+        bail!("no data in {key}: add [[{key}]] to the config (kind = \"tsv\", \"aligned\" or \"xnli\")");
     }
     let mut seen = HashSet::new();
     let mut out = Vec::new();
     for (i, s) in sources.iter().enumerate() {
-        for p in s.read().with_context(|| format!("data.sources[{i}]"))? {
+        for p in s.read().with_context(|| format!("{key}[{i}]"))? {
             if seen.insert((p.src.clone(), p.tgt.clone())) {
                 out.push(p);
             }
         }
     }
     Ok(out)
+}
+
+/// Check every source of the config list `key` (e.g. `data.sources`) without reading it; an
+/// error names the entry, `key[i]`.
+pub fn validate_sources(sources: &[Source], key: &str) -> Result<()> {
+    for (i, s) in sources.iter().enumerate() {
+        s.validate().with_context(|| format!("{key}[{i}]"))?;
+    }
+    Ok(())
 }
 
 /// `src<TAB>tgt[<TAB>…]` lines. Empty lines, and pairs with an empty side (as in
@@ -285,12 +294,12 @@ mod tests {
             langs: vec!["de".into()],
             max_pairs: None,
         };
-        let all = read_sources(&[src.clone()]).unwrap();
+        let all = read_sources(&[src.clone()], "data.sources").unwrap();
         assert_eq!(all.len(), 3, "the repeated premise pair is kept once");
-        let e = read_sources(&[Source { langs: vec!["fr".into()], ..src.clone() }]).unwrap_err();
+        let e = read_sources(&[Source { langs: vec!["fr".into()], ..src.clone() }], "data.sources").unwrap_err();
         let e = format!("{e:#}");
         assert!(e.contains("dev-en.tsv has 2 rows") && e.contains("dev-fr.tsv has 1"), "{e}");
-        let e = format!("{:#}", read_sources(&[Source { splits: vec!["train".into()], ..src }]).unwrap_err());
+        let e = format!("{:#}", read_sources(&[Source { splits: vec!["train".into()], ..src }], "data.sources").unwrap_err());
         assert!(e.contains("train-en.tsv does not exist"), "{e}");
     }
 }

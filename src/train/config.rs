@@ -311,9 +311,7 @@ impl Config {
             other => bail!("recipe = {other:?} is not known; this xsent trains: distill, disentangle, dueam, lightweight, sp"),
         }
         crate::device::parse_device(&t.device).context("train.device")?;
-        for (i, s) in self.data.sources.iter().enumerate() {
-            s.validate().with_context(|| format!("data.sources[{i}]"))?;
-        }
+        crate::data::parallel::validate_sources(&self.data.sources, "data.sources")?;
         Ok(())
     }
 

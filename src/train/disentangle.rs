@@ -139,7 +139,7 @@ struct LiveBase {
 impl Disentangle {
     pub fn new(cfg: &Config) -> Result<Self> {
         let dc = cfg.disentangle.clone().context("recipe = \"disentangle\" needs a [disentangle] section")?;
-        let pairs = read_sources(&cfg.data.sources)?;
+        let pairs = read_sources(&cfg.data.sources, "data.sources")?;
         let (train_pairs, val_pairs) = split_by_source(pairs, cfg.data.val_size, cfg.seed)?;
         eprintln!("xsent train: {} training pairs, {} validation pairs", train_pairs.len(), val_pairs.len());
 

@@ -15,7 +15,7 @@
 
 use super::config::{BestMode, Config};
 use super::trainer::{Recipe, StepLoss};
-use crate::data::parallel::{read_sources, Pair};
+use crate::data::parallel::{read_sources, validate_sources, Pair};
 use crate::eval::knn::{translation_accuracy, Matrix};
 use crate::model::encoder::Rng;
 use crate::model::weights::Params;
@@ -104,9 +104,7 @@ impl DistillConfig {
                 "distill.teacher is missing: name the teacher's model directory or hub id (only targets = \"student\" with projection = \"none\" trains without one)"
             );
         }
-        for (i, src) in self.projection_fit_sources.iter().enumerate() {
-            src.validate().with_context(|| format!("distill.projection_fit_sources[{i}]"))?;
-        }
+        validate_sources(&self.projection_fit_sources, "distill.projection_fit_sources")?;
         anyhow::ensure!(
             self.projection_fit_sources.is_empty() || matches!(self.projection, Projection::Lstsq | Projection::Procrustes),
             "distill.projection_fit_sources is only read by a fitted projection (projection = \"lstsq\" or \"procrustes\"); remove it or change distill.projection"
@@ -187,7 +185,7 @@ pub struct Distill {
 impl Distill {
     pub fn new(cfg: &Config) -> Result<Self> {
         let dc = cfg.distill.as_ref().context("recipe = \"distill\" needs a [distill] section")?;
-        let pairs = read_sources(&cfg.data.sources)?;
+        let pairs = read_sources(&cfg.data.sources, "data.sources")?;
         let (train, val) = split_by_source(pairs, cfg.data.val_size, cfg.seed)?;
         eprintln!("xsent train: {} training pairs, {} validation pairs", train.len(), val.len());
 
@@ -201,7 +199,7 @@ impl Distill {
         let fit_pool = if dc.projection_fit_sources.is_empty() {
             None
         } else {
-            let pairs = read_sources(&dc.projection_fit_sources).context("distill.projection_fit_sources")?;
+            let pairs = read_sources(&dc.projection_fit_sources, "distill.projection_fit_sources")?;
             let (pool, _) = split_by_source(pairs, cfg.data.val_size, cfg.seed).context("distill.projection_fit_sources")?;
             eprintln!("xsent train: the projection is fitted on {} pairs of distill.projection_fit_sources", pool.len());
             Some(pool)

@@ -180,8 +180,8 @@ impl DueamConfig {
         if self.val_sources.is_empty() {
             bail!("dueam.val_sources is empty: add held-out parallel sentences ([[dueam.val_sources]] kind = \"aligned\", src, tgt)");
         }
+        crate::data::parallel::validate_sources(&self.val_sources, "dueam.val_sources")?;
         for (i, s) in self.val_sources.iter().enumerate() {
-            s.validate().with_context(|| format!("dueam.val_sources[{i}]"))?;
             if matches!(s.kind, crate::data::parallel::SourceKind::Xnli) {
                 bail!("dueam.val_sources[{i}]: kind = \"xnli\" would validate on the training sentences; use held-out parallel text (\"aligned\" or \"tsv\")");
             }

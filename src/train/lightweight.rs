@@ -378,7 +378,7 @@ impl Lightweight {
         let lc = cfg.lightweight.clone().context("recipe = \"lightweight\" needs a [lightweight] section")?;
         lc.validate()?;
         let device = crate::device::parse_device(&cfg.train.device)?;
-        let pairs = read_sources(&cfg.data.sources)?;
+        let pairs = read_sources(&cfg.data.sources, "data.sources")?;
         let (train, val) = split_by_source(pairs, cfg.data.val_size, cfg.seed)?;
         eprintln!("xsent train: {} training pairs, {} validation pairs", train.len(), val.len());
 

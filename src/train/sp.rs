@@ -210,7 +210,7 @@ impl SpRecipe {
         if !crate::device::parse_device(&cfg.train.device)?.is_cpu() {
             bail!("the sp recipe trains on the CPU (train.device = \"cpu\"): an averaging model's step is a gather and a sum");
         }
-        let pairs = read_sources(&cfg.data.sources)?;
+        let pairs = read_sources(&cfg.data.sources, "data.sources")?;
         let (train, val) = split_by_source(pairs, cfg.data.val_size, cfg.seed)?;
         eprintln!("xsent train: {} training pairs, {} validation pairs", train.len(), val.len());
 
