@@ -33,6 +33,10 @@ pub fn check_size(what: &str, n: usize) -> Result<()> {
     Ok(())
 }
 
+/// Lines longer than this (bytes) are left out when a vocabulary is learned: SentencePiece's
+/// `max_sentence_length` default.
+pub const MAX_LINE_BYTES: usize = 4192;
+
 /// Subword model of a SentencePiece-style vocabulary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -60,6 +64,18 @@ fn train_with(
 ) -> Result<Tokenizer> {
     if texts.iter().all(|t| t.trim().is_empty()) {
         bail!("cannot learn a vocabulary from no text (all {} lines are empty)", texts.len());
+    }
+    // As SentencePiece (`max_sentence_length`): very long lines are left out of the learning. A
+    // line of 200,000 characters without a space overflows the unigram trainer's stack (an abort,
+    // not an error).
+    let long = texts.iter().filter(|t| t.len() > MAX_LINE_BYTES).count();
+    if long > 0 {
+        let kept: Vec<&str> = texts.iter().copied().filter(|t| t.len() <= MAX_LINE_BYTES).collect();
+        if kept.iter().all(|t| t.trim().is_empty()) {
+            bail!("cannot learn a vocabulary: every non-empty line is longer than {MAX_LINE_BYTES} bytes (split the text into sentences)");
+        }
+        eprintln!("xsent: {long} of {} lines are longer than {MAX_LINE_BYTES} bytes and left out of the vocabulary learning (as SentencePiece)", texts.len());
+        return train_with(model, pre, decoder, trainer, lowercase, &kept);
     }
     let mut tk: TokenizerImpl<ModelWrapper, NormalizerWrapper, PreTokenizerWrapper, tokenizers::PostProcessorWrapper, DecoderWrapper> =
         TokenizerImpl::new(model);
@@ -172,6 +188,24 @@ mod tests {
         let mut u = Vec::new();
         trigrams("äß", |t| u.push(t.to_string()));
         assert_eq!(u, [" äß", "äß "]);
+    }
+
+    #[test]
+    fn very_long_lines_are_left_out_of_vocabulary_learning() {
+        // 200,000 characters and no space: the unigram trainer aborts the process on it (stack
+        // overflow) when it is given.
+        let long: String = (0..200_000u32).map(|i| char::from_u32(0x4e00 + (i * 7919) % 50).unwrap()).collect();
+        let texts = ["a short line", long.as_str(), "another short line"];
+        for kind in [SubwordModel::Unigram, SubwordModel::Bpe] {
+            let tk = train_subword(&texts, kind, 100, false).unwrap();
+            let v = tk.get_vocab(false);
+            // Learned from the short lines only: their letters are there, none of the long
+            // line's characters is.
+            assert!(v.contains_key("s") && v.contains_key("h"), "{kind:?}: {v:?}");
+            assert!(!v.keys().any(|p| p.chars().any(|c| ('\u{4e00}'..'\u{4e32}').contains(&c))), "{kind:?}: {v:?}");
+        }
+        let e = train_subword(&[long.as_str(), ""], SubwordModel::Unigram, 100, false).unwrap_err();
+        assert!(format!("{e}").contains("longer than 4192 bytes"), "{e}");
     }
 
     #[test]
