@@ -71,8 +71,8 @@ pub struct TrainConfig {
     pub device: String,
     /// Sentence pairs with gold similarity scores (the STS benchmark's csv layout, e.g.
     /// `sts-dev.csv`, or `sentence1<TAB>sentence2<TAB>score`), scored at every validation with the
-    /// cosine of the model's embeddings: `sts_spearman` and `sts_pearson` (×100). For recipes that
-    /// embed text as they train (not `disentangle`, whose heads see cached embeddings).
+    /// cosine of the model's embeddings: `sts_spearman` and `sts_pearson` (×100). Every recipe;
+    /// `disentangle` scores its meaning embeddings (it keeps the base encoder loaded for this).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub val_sts: Option<String>,
 }
