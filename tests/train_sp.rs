@@ -270,4 +270,8 @@ fn sp_config_errors() {
     let o = s.train("bad3", &["--set", "sp.units=\"trigram\"", "--set", "sp.tokenizer=\"x.json\""]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("sp.tokenizer"), "{}", stderr(&o));
+    // Finite as f64 but infinite as the f32 the table is drawn in: an error, not a panic.
+    let o = s.train("bad4", &["--set", "sp.init_std=1e39"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("sp.init_std") && !stderr(&o).contains("panicked"), "{}", stderr(&o));
 }

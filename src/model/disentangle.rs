@@ -84,6 +84,7 @@ impl Heads {
             language: Linear { weight: get(NAMES[2])?, bias: get(NAMES[3])? },
             langid: Linear { weight: get(NAMES[4])?, bias: get(NAMES[5])? },
         };
+        ensure!(heads.meaning.weight.rank() == 2, "{}: meaning.weight has shape {:?}, not [d, d]", what.display(), heads.meaning.weight.dims());
         let d = heads.dim();
         ensure!(
             heads.meaning.weight.dims() == [d, d] && heads.language.weight.dims() == [d, d] && heads.langid.weight.dim(1)? == d,
@@ -290,5 +291,25 @@ impl Embedder for DisentangledEncoder {
 
     fn max_length(&self) -> Option<usize> {
         Some(self.base.max_length)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn heads_of_the_wrong_shape_are_an_error() {
+        let d = &Device::Cpu;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        let mut t = Heads::random(4, 3, &mut rng, d).unwrap().tensors();
+        assert!(Heads::from_map(&t, Path::new("ok")).is_ok());
+        // A 1-D meaning.weight (a hand-edited or foreign file): an error naming the file.
+        t.insert("meaning.weight".into(), Tensor::zeros(4, DType::F32, d).unwrap());
+        let e = Heads::from_map(&t, Path::new("x/heads.safetensors")).err().unwrap();
+        assert!(format!("{e}").contains("x/heads.safetensors"), "{e}");
+        t.insert("meaning.weight".into(), Tensor::zeros((4, 5), DType::F32, d).unwrap());
+        assert!(Heads::from_map(&t, Path::new("y")).is_err());
     }
 }

@@ -40,7 +40,7 @@ struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        ensure!(self.pos + n <= self.buf.len(), "file truncated at byte {} (wanted {n} more)", self.pos);
+        ensure!(self.pos.checked_add(n).is_some_and(|end| end <= self.buf.len()), "file truncated at byte {} (wanted {n} more)", self.pos);
         let s = &self.buf[self.pos..self.pos + n];
         self.pos += n;
         Ok(s)
@@ -100,7 +100,12 @@ pub fn parse(buf: &[u8]) -> Result<(Header, HashMap<String, (Vec<usize>, Vec<f32
     let n_pieces = c.i32()?;
     c.take(16)?;
     let blob = c.u64()?;
-    c.take((n_pieces + 1) * 4 + n_pieces * 4 + blob)?;
+    let packed = (n_pieces + 1)
+        .checked_mul(4)
+        .and_then(|a| a.checked_add(n_pieces * 4))
+        .and_then(|a| a.checked_add(blob))
+        .with_context(|| format!("packed tokenizer size overflows ({n_pieces} pieces, {blob}-byte blob)"))?;
+    c.take(packed)?;
     c.i32()?;
     let norm_bytes = c.u32()? as usize;
     c.take(norm_bytes)?;
@@ -261,6 +266,28 @@ mod tests {
     fn q4_0_rejects_bad_sizes() {
         assert!(dequantize_q4_0(&[0u8; 18], 31).is_err());
         assert!(dequantize_q4_0(&[0u8; 17], 32).is_err());
+    }
+
+    #[test]
+    fn a_huge_blob_length_is_an_error_not_a_panic() {
+        // A valid header, then a packed tokenizer whose blob length is near u64::MAX: the
+        // offsets would wrap around.
+        let mut b = b"E5S1".to_vec();
+        b.extend(1u32.to_le_bytes());
+        for v in [8i32, 1, 2, 16, 10, 16, 2] {
+            b.extend(v.to_le_bytes());
+        }
+        b.extend(1e-12f32.to_le_bytes());
+        b.extend((QK as i32).to_le_bytes());
+        b.extend(1i32.to_le_bytes()); // pieces
+        b.extend([0u8; 16]); // special ids
+        for blob in [u64::MAX - 4, u64::MAX / 2] {
+            let mut f = b.clone();
+            f.extend(blob.to_le_bytes());
+            f.extend([0u8; 64]);
+            let err = format!("{:#}", parse(&f).unwrap_err());
+            assert!(err.contains("overflows") || err.contains("truncated"), "{err}");
+        }
     }
 
     #[test]

@@ -49,7 +49,7 @@ pub fn resolve(spec: &str) -> Result<ModelFiles> {
     }
     let first = spec.split('/').next().unwrap_or("");
     if looks_like_hub_id(spec) && !Path::new(first).is_dir() {
-        return resolve_hub(spec, &hub_cache_dir(), hub_offline()).map_err(|e| {
+        return hub_cache_dir().and_then(|cache| resolve_hub(spec, &cache, hub_offline())).map_err(|e| {
             let cwd = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_else(|_| "?".into());
             e.context(format!(
                 "model {spec:?}: there is no such directory under {cwd}, so it was looked up as a hub id (paths in configs and --model are relative to the directory xsent runs in)"
@@ -154,11 +154,15 @@ fn pooling_path(modules: Option<&Path>) -> String {
 }
 
 /// The hub cache directory, as `huggingface_hub` chooses it.
-pub fn hub_cache_dir() -> PathBuf {
+pub fn hub_cache_dir() -> Result<PathBuf> {
     if let Ok(dir) = std::env::var("HF_HUB_CACHE") {
-        return PathBuf::from(dir);
+        return Ok(PathBuf::from(dir));
     }
-    hf_hub::Cache::from_env().path().clone()
+    // hf-hub falls back to the home directory and panics when there is none.
+    if std::env::var_os("HF_HOME").is_none() && std::env::home_dir().is_none() {
+        bail!("no hub cache: there is no home directory; set HF_HUB_CACHE (or HF_HOME) to a directory");
+    }
+    Ok(hf_hub::Cache::from_env().path().clone())
 }
 
 /// `HF_HUB_OFFLINE` set to a true value.

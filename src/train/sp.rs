@@ -117,7 +117,11 @@ impl SpConfig {
         ensure!(self.margin.is_finite() && self.margin >= 0.0, "sp.margin must be a finite number >= 0, got {}", self.margin);
         ensure!(self.megabatch_max >= 1, "sp.megabatch_max must be at least 1");
         ensure!((0.0..1.0).contains(&self.dropout), "sp.dropout must be in [0, 1), got {}", self.dropout);
-        ensure!(self.init_std > 0.0 && self.init_std.is_finite(), "sp.init_std must be a positive number");
+        ensure!(
+            self.init_std > 0.0 && (self.init_std as f32).is_finite() && self.init_std as f32 > 0.0,
+            "sp.init_std must be a positive number within f32 range (e.g. 0.1), got {}",
+            self.init_std
+        );
         if self.tokenizer.is_some() && self.units == Units::Trigram {
             bail!("sp.tokenizer is for sp or word units; trigram units learn their trigrams from the data");
         }
