@@ -290,12 +290,12 @@ impl Distill {
         }
         let infer = student.detached();
         let (teacher, dim) = match (dc.targets, teacher) {
-            (Targets::Teacher, Some((t, d))) if fit_pool.is_some() => {
-                // Keep the rows of the training and validation sources, in their order.
+            (Targets::Teacher, Some((t, d))) => {
+                // The rows of the training and validation sources, in their order (all the rows
+                // unless the fit had sources of its own).
                 let idx: Vec<u32> = sources.iter().map(|s| teacher_row[s.as_str()] as u32).collect();
                 (t.index_select(&Tensor::new(idx, &Device::Cpu)?, 0)?, d)
             }
-            (Targets::Teacher, Some(t)) => t,
             (Targets::Teacher, None) => bail!(NO_TEACHER),
             (Targets::Student, _) => {
                 // The frozen start of the student is the teacher from here on.
