@@ -68,21 +68,23 @@ fn train_with(
     // As SentencePiece (`max_sentence_length`): very long lines are left out of the learning. A
     // line of 200,000 characters without a space overflows the unigram trainer's stack (an abort,
     // not an error).
-    let long = texts.iter().filter(|t| t.len() > MAX_LINE_BYTES).count();
-    if long > 0 {
-        let kept: Vec<&str> = texts.iter().copied().filter(|t| t.len() <= MAX_LINE_BYTES).collect();
+    let kept: Vec<&str> = texts.iter().copied().filter(|t| t.len() <= MAX_LINE_BYTES).collect();
+    if kept.len() < texts.len() {
         if kept.iter().all(|t| t.trim().is_empty()) {
             bail!("cannot learn a vocabulary: every non-empty line is longer than {MAX_LINE_BYTES} bytes (split the text into sentences)");
         }
-        eprintln!("xsent: {long} of {} lines are longer than {MAX_LINE_BYTES} bytes and left out of the vocabulary learning (as SentencePiece)", texts.len());
-        return train_with(model, pre, decoder, trainer, lowercase, &kept);
+        eprintln!(
+            "xsent: {} of {} lines are longer than {MAX_LINE_BYTES} bytes and left out of the vocabulary learning (as SentencePiece)",
+            texts.len() - kept.len(),
+            texts.len()
+        );
     }
     let mut tk: TokenizerImpl<ModelWrapper, NormalizerWrapper, PreTokenizerWrapper, tokenizers::PostProcessorWrapper, DecoderWrapper> =
         TokenizerImpl::new(model);
     tk.with_normalizer(Some(normalizer(lowercase))).map_err(|e| anyhow::anyhow!("normaliser: {e}"))?;
     tk.with_pre_tokenizer(Some(pre));
     tk.with_decoder(decoder);
-    tk.train(&mut trainer, texts.iter()).map_err(|e| anyhow::anyhow!("training the vocabulary failed: {e}"))?;
+    tk.train(&mut trainer, kept.iter()).map_err(|e| anyhow::anyhow!("training the vocabulary failed: {e}"))?;
     Ok(tk.into())
 }
 
