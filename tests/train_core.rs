@@ -394,6 +394,7 @@ fn config_and_data_errors_are_clear() {
         ("optim.weight_decay=nan", "optim.weight_decay must be"),
         ("optim.max_grad_norm=-1", "optim.max_grad_norm must be"),
         ("distill.projection_fit_size=1", "projection_fit_size must be at least 2"),
+        ("distill.source_weight=-1", "distill.source_weight must be a finite number >= 0"),
     ] {
         let o = s.train(&["--set", set, "--out", s.run_dir("v").to_str().unwrap()]);
         assert_eq!(o.status.code(), Some(1), "{set}");
@@ -438,6 +439,15 @@ fn config_and_data_errors_are_clear() {
     assert!(stderr(&o).contains("/nonexistent/p.tsv"), "{}", stderr(&o));
     let o = s.train(&["--out", s.run_dir("n").to_str().unwrap(), "--set", "data.val_size=1000"]);
     assert!(stderr(&o).contains("val_size"), "{}", stderr(&o));
+    // Sizes beyond the data or beyond counting: errors, not a panic or an allocation failure.
+    for (set, want) in [
+        ("train.batch_size=4611686018427387904", "larger than the"),
+        ("train.grad_accum=4611686018427387904", "too large to count"),
+    ] {
+        let o = s.train(&["--out", s.run_dir("z").to_str().unwrap(), "--set", set]);
+        assert_eq!(o.status.code(), Some(1), "{set}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want) && !stderr(&o).contains("panicked"), "{set}: {}", stderr(&o));
+    }
 }
 
 #[test]
@@ -530,6 +540,38 @@ fn student_targets_start_at_zero_and_are_cached_per_projection() {
     assert!(err.contains("student embeddings cached") && !err.contains("student embeddings from the cache") && !err.contains("student embeddings of"), "{err}");
     // The run's config records the choice.
     assert!(std::fs::read_to_string(a.join("config.toml")).unwrap().contains("targets = \"student\""));
+}
+
+#[test]
+fn source_weight_scales_the_source_term_of_the_loss() {
+    let s = setup("");
+    let run = |name: &str, w: &str| {
+        let dir = s.run_dir(name);
+        let o = s.train(&["--out", dir.to_str().unwrap(), "--set", &format!("distill.source_weight={w}"), "--set", "train.max_steps=3"]);
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        dir
+    };
+    let (one, three) = (run("w1", "1.0"), run("w3", "3.0"));
+    let steps = |dir: &Path| -> Vec<(f64, f64, f64)> {
+        metrics(dir)
+            .iter()
+            .filter(|r| r.get("loss").is_some())
+            .map(|r| (r["loss"].as_f64().unwrap(), r["mse_src"].as_f64().unwrap(), r["mse_tgt"].as_f64().unwrap()))
+            .collect()
+    };
+    let (a, b) = (steps(&one), steps(&three));
+    assert_eq!((a.len(), b.len()), (3, 3));
+    for (w, rows) in [(1.0, &a), (3.0, &b)] {
+        for &(loss, src, tgt) in rows.iter() {
+            assert!(src > 0.0 && tgt > 0.0);
+            let want = w * src + tgt;
+            assert!((loss - want).abs() <= 1e-5 * want, "weight {w}: loss {loss} vs {want}");
+        }
+    }
+    // The first step sees the same weights and batch; the weight then changes the update.
+    assert!((a[0].1 - b[0].1).abs() <= 1e-6 * a[0].1, "{a:?} vs {b:?}");
+    assert!((a[2].1 - b[2].1).abs() > 1e-6 * a[2].1, "{a:?} vs {b:?}");
+    assert!(std::fs::read_to_string(three.join("config.toml")).unwrap().contains("source_weight = 3.0"));
 }
 
 #[test]

@@ -274,4 +274,13 @@ fn sp_config_errors() {
     let o = s.train("bad4", &["--set", "sp.init_std=1e39"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("sp.init_std") && !stderr(&o).contains("panicked"), "{}", stderr(&o));
+    // Sizes beyond the data (or beyond counting): errors that say which key, not a panic.
+    for (name, set, want) in [
+        ("bad5", "sp.megabatch_max=4611686018427387904", "sp.megabatch_max"),
+        ("bad6", "train.batch_size=4611686018427387904", "train.batch_size"),
+    ] {
+        let o = s.train(name, &["--set", set, "--set", "sp.anneal_rate=0"]);
+        assert_eq!(o.status.code(), Some(1), "{set}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want) && stderr(&o).contains("larger than the") && !stderr(&o).contains("panicked"), "{set}: {}", stderr(&o));
+    }
 }

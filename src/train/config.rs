@@ -280,6 +280,9 @@ impl Config {
         if t.batch_size == 0 || t.grad_accum == 0 || t.shard_size == 0 {
             bail!("train.batch_size, train.grad_accum and train.shard_size must be at least 1");
         }
+        if t.batch_size.checked_mul(t.grad_accum).is_none_or(|n| u64::try_from(n).is_err()) {
+            bail!("train.batch_size × train.grad_accum = {} × {} is too large to count; a step takes batch_size × grad_accum examples", t.batch_size, t.grad_accum);
+        }
         if t.max_steps == 0 && t.epochs == 0 {
             bail!("set train.max_steps or train.epochs");
         }

@@ -83,6 +83,11 @@ pub struct DistillConfig {
     /// training data would be, the fit drawn from the training part. Empty: the training pairs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub projection_fit_sources: Vec<crate::data::parallel::Source>,
+    /// Weight of the source term: loss = `source_weight` · MSE(M̂(s), M(s)) + MSE(M̂(t), M(s)).
+    /// Seed 003 §2 weighs the two equally (1). A larger weight holds the source language (English)
+    /// closer to its targets while the translations move towards them.
+    #[serde(default = "d_one")]
+    pub source_weight: f64,
 }
 
 impl DistillConfig {
@@ -98,6 +103,11 @@ impl DistillConfig {
             anyhow::ensure!((0.0..1.0).contains(&p), "distill.dropout must be in [0, 1), got {p}");
         }
         anyhow::ensure!(self.embed_batch_size >= 1, "distill.embed_batch_size must be at least 1");
+        anyhow::ensure!(
+            self.source_weight.is_finite() && self.source_weight >= 0.0,
+            "distill.source_weight must be a finite number >= 0 (1 weighs the two terms equally, as seed 003), got {}",
+            self.source_weight
+        );
         if self.uses_teacher() {
             anyhow::ensure!(
                 !self.teacher.is_empty(),
@@ -132,6 +142,9 @@ fn d_fit_size() -> usize {
 }
 fn d_true() -> bool {
     true
+}
+fn d_one() -> f64 {
+    1.0
 }
 fn d_embed_batch() -> usize {
     64
@@ -180,6 +193,7 @@ pub struct Distill {
     teacher: Tensor,
     dim: usize,
     embed_batch: usize,
+    source_weight: f64,
 }
 
 impl Distill {
@@ -303,7 +317,7 @@ impl Distill {
                 (Tensor::from_vec(rows, (sources.len(), d), &Device::Cpu)?, d)
             }
         };
-        Ok(Self { student, infer, train, val, teacher_rows, teacher, dim, embed_batch: dc.embed_batch_size })
+        Ok(Self { student, infer, train, val, teacher_rows, teacher, dim, embed_batch: dc.embed_batch_size, source_weight: dc.source_weight })
     }
 
     fn teacher_batch(&self, pairs: &[&Pair]) -> Result<Tensor> {
@@ -344,7 +358,8 @@ impl Recipe for Distill {
         let mse_src = emb.narrow(0, 0, b)?.sub(&target)?.sqr()?.mean_all()?;
         let mse_tgt = emb.narrow(0, b, b)?.sub(&target)?.sqr()?.mean_all()?;
         let terms = vec![("mse_src".to_string(), mse_src.to_scalar::<f32>()? as f64), ("mse_tgt".to_string(), mse_tgt.to_scalar::<f32>()? as f64)];
-        Ok(StepLoss { total: (mse_src + mse_tgt)?, terms, sentences: 2 * b })
+        let total = if self.source_weight == 1.0 { (mse_src + mse_tgt)? } else { (mse_src.affine(self.source_weight, 0.0)? + mse_tgt)? };
+        Ok(StepLoss { total, terms, sentences: 2 * b })
     }
 
     fn validate(&mut self) -> Result<Vec<(String, f64)>> {

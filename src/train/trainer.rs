@@ -216,6 +216,11 @@ impl<'a> Trainer<'a> {
         if n == 0 {
             bail!("the training data is empty");
         }
+        // A batch (or a mega-batch of batches) larger than the data would repeat examples
+        // within itself: refuse it before anything is allocated for it.
+        if t.batch_size > n {
+            bail!("train.batch_size = {} is larger than the {n} training examples; lower train.batch_size (or add data)", t.batch_size);
+        }
         let sts = match &t.val_sts {
             None => None,
             Some(path) => {
@@ -302,8 +307,16 @@ impl<'a> Trainer<'a> {
                     &drawn
                 } else {
                     if mega.2.is_empty() {
+                        let size = match mega.1.checked_mul(t.batch_size) {
+                            Some(m) if m <= n => m,
+                            _ => bail!(
+                                "a mega-batch of {} batches of {} examples is larger than the {n} training examples; lower the recipe's mega-batch size (sp.megabatch_max) or train.batch_size",
+                                mega.1,
+                                t.batch_size
+                            ),
+                        };
                         let mut s = Sampler::at(cfg.seed, n, mega.0 * t.batch_size as u64);
-                        mega.2 = s.next_batch(mega.1 * t.batch_size);
+                        mega.2 = s.next_batch(size);
                     }
                     let at = (micro - mega.0) as usize * t.batch_size;
                     debug_assert_eq!(&mega.2[at..at + t.batch_size], &batch[..], "the mega-batch holds this micro-batch");
