@@ -358,8 +358,7 @@ impl Recipe for Distill {
         let mse_src = emb.narrow(0, 0, b)?.sub(&target)?.sqr()?.mean_all()?;
         let mse_tgt = emb.narrow(0, b, b)?.sub(&target)?.sqr()?.mean_all()?;
         let terms = vec![("mse_src".to_string(), mse_src.to_scalar::<f32>()? as f64), ("mse_tgt".to_string(), mse_tgt.to_scalar::<f32>()? as f64)];
-        let total = if self.source_weight == 1.0 { (mse_src + mse_tgt)? } else { (mse_src.affine(self.source_weight, 0.0)? + mse_tgt)? };
-        Ok(StepLoss { total, terms, sentences: 2 * b })
+        Ok(StepLoss { total: (mse_src.affine(self.source_weight, 0.0)? + mse_tgt)?, terms, sentences: 2 * b })
     }
 
     fn validate(&mut self) -> Result<Vec<(String, f64)>> {
