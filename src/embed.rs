@@ -57,7 +57,12 @@ impl Sink {
 
     pub fn write_row(&mut self, row: &[f32]) -> Result<()> {
         let r = match &mut self.out {
-            Out::Jsonl(w) => serde_json::to_writer(&mut *w, row).map_err(anyhow::Error::from).and_then(|()| Ok(w.write_all(b"\n")?)),
+            // Through `io::Error`, which keeps the writer's own error (its kind, e.g. a closed pipe)
+            // where serde_json's error would hide it from the error chain.
+            Out::Jsonl(w) => serde_json::to_writer(&mut *w, row)
+                .map_err(std::io::Error::from)
+                .and_then(|()| w.write_all(b"\n"))
+                .map_err(anyhow::Error::from),
             Out::F32(w) => write_f32(w, row),
             Out::Npy(n) => n.write_row(row),
         };

@@ -208,3 +208,28 @@ fn broken_model_directories_are_refused_with_the_file_named() {
     .unwrap();
     check(&m, &["modules.json", "LSTM", "cannot run"]);
 }
+
+#[test]
+fn a_reader_that_stops_early_ends_the_run_quietly() {
+    // `xsent embed | head -1`: more rows than the 1 MiB output buffer holds, so xsent is still
+    // writing when the reader goes away; it stops with exit 0 and nothing on stderr.
+    let dir = tempfile::tempdir().unwrap();
+    let words: Vec<String> = (0..10).map(|i| format!("w{i}")).collect();
+    let model = common::tiny_model("tiny-bert", dir.path(), &words);
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "w1 w2 w3\n".repeat(20_000)).unwrap();
+    for format in ["jsonl", "f32"] {
+        let mut child = common::xsent()
+            .args(["embed", "--model", model.to_str().unwrap(), "--format", format, "--input", input.to_str().unwrap()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = [0u8; 64];
+        std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut first).unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{format}: {:?} {}", out.status, stderr(&out));
+        assert_eq!(stderr(&out), "", "{format}");
+    }
+}
