@@ -395,6 +395,7 @@ fn config_and_data_errors_are_clear() {
         ("optim.max_grad_norm=-1", "optim.max_grad_norm must be"),
         ("distill.projection_fit_size=1", "projection_fit_size must be at least 2"),
         ("distill.source_weight=-1", "distill.source_weight must be a finite number >= 0"),
+        ("sp.dim=5", "[sp] is set, but recipe = \"distill\" does not read it"),
     ] {
         let o = s.train(&["--set", set, "--out", s.run_dir("v").to_str().unwrap()]);
         assert_eq!(o.status.code(), Some(1), "{set}");

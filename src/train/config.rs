@@ -313,6 +313,21 @@ impl Config {
             },
             other => bail!("recipe = {other:?} is not known; this xsent trains: distill, disentangle, dueam, lightweight, sp"),
         }
+        // A section of another recipe would be ignored: a typo in `recipe`, or a key set for
+        // the wrong recipe (`--set sp.dim=…` on a distill config).
+        let sections = [
+            ("distill", self.distill.is_some()),
+            ("disentangle", self.disentangle.is_some()),
+            ("sp", self.sp.is_some()),
+            ("dueam", self.dueam.is_some()),
+            ("lightweight", self.lightweight.is_some()),
+        ];
+        if let Some((name, _)) = sections.iter().find(|(name, present)| *present && *name != self.recipe) {
+            bail!(
+                "[{name}] is set, but recipe = {:?} does not read it; remove the section (or the --set that made it), or set recipe = \"{name}\"",
+                self.recipe
+            );
+        }
         crate::device::parse_device(&t.device).context("train.device")?;
         crate::data::parallel::validate_sources(&self.data.sources, "data.sources")?;
         Ok(())
