@@ -58,8 +58,11 @@ pub struct Panel {
     pub points: Vec<(f64, f64, usize)>,
 }
 
+/// How many groups (languages) a picture can tell apart by colour.
+pub const MAX_GROUPS: usize = 20;
+
 /// A qualitative palette (Tableau 20, dark shades first): distinct colours for up to 20 groups.
-const PALETTE: [(u8, u8, u8); 20] = [
+const PALETTE: [(u8, u8, u8); MAX_GROUPS] = [
     (31, 119, 180),
     (255, 127, 14),
     (44, 160, 44),
@@ -95,7 +98,7 @@ fn register_font() -> Result<()> {
 /// legend of the group names.
 pub fn scatter_png(path: &Path, panels: &[Panel], groups: &[String], panel_px: u32) -> Result<()> {
     ensure!(!panels.is_empty(), "nothing to plot");
-    ensure!(groups.len() <= PALETTE.len(), "at most {} groups can be told apart by colour, got {}", PALETTE.len(), groups.len());
+    ensure!(groups.len() <= MAX_GROUPS, "at most {MAX_GROUPS} groups can be told apart by colour, got {}", groups.len());
     register_font()?;
     let legend_h = 30 + 22 * groups.len().div_ceil(8) as u32;
     let size = (panel_px * panels.len() as u32, panel_px + legend_h);

@@ -148,6 +148,27 @@ fn disentangle_trains_saves_heads_and_embeds_with_each_head() {
 }
 
 #[test]
+fn a_picture_of_more_languages_than_colours_is_refused_before_embedding() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args: Vec<String> = Vec::new();
+    for i in 0..21 {
+        let f = dir.path().join(format!("l{i}.txt"));
+        std::fs::write(&f, "A sentence.\nAnother one.\n").unwrap();
+        args.extend(["--input".to_string(), format!("l{i}={}", f.display())]);
+    }
+    let png = dir.path().join("pca.png");
+    let o = common::xsent()
+        .args(["plot", "pca", "--model", &common::e5_small(), "-o", png.to_str().unwrap()])
+        .args(&args)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("21 languages, but at most 20"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("PC1"), "refused before any embedding: {}", stderr(&o));
+    assert!(!png.exists());
+}
+
+#[test]
 fn the_ablation_switches_drop_their_terms() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path(), "meaning_loss = false");
