@@ -59,7 +59,13 @@ pub struct Panel {
 }
 
 /// How many groups (languages) a picture can tell apart by colour.
-pub const MAX_GROUPS: usize = 20;
+const MAX_GROUPS: usize = 20;
+
+/// Refuses more groups than the palette tells apart (the CLI calls it before embedding anything).
+pub fn check_groups(n: usize) -> Result<()> {
+    ensure!(n <= MAX_GROUPS, "{n} languages, but at most {MAX_GROUPS} can be told apart by colour; give fewer with --langs or --input");
+    Ok(())
+}
 
 /// A qualitative palette (Tableau 20, dark shades first): distinct colours for up to 20 groups.
 const PALETTE: [(u8, u8, u8); MAX_GROUPS] = [
@@ -98,7 +104,7 @@ fn register_font() -> Result<()> {
 /// legend of the group names.
 pub fn scatter_png(path: &Path, panels: &[Panel], groups: &[String], panel_px: u32) -> Result<()> {
     ensure!(!panels.is_empty(), "nothing to plot");
-    ensure!(groups.len() <= MAX_GROUPS, "at most {MAX_GROUPS} groups can be told apart by colour, got {}", groups.len());
+    check_groups(groups.len())?;
     register_font()?;
     let legend_h = 30 + 22 * groups.len().div_ceil(8) as u32;
     let size = (panel_px * panels.len() as u32, panel_px + legend_h);

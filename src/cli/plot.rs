@@ -78,12 +78,7 @@ fn pca_plot(a: PcaArgs) -> Result<()> {
     };
     let names: Vec<String> = groups.iter().map(|(l, _)| l.clone()).collect();
     // Before the embedding, which is the slow part.
-    ensure!(
-        names.len() <= crate::plot::MAX_GROUPS,
-        "{} languages, but at most {} can be told apart by colour; give fewer with --langs or --input",
-        names.len(),
-        crate::plot::MAX_GROUPS
-    );
+    crate::plot::check_groups(names.len())?;
     let texts: Vec<&str> = groups.iter().flat_map(|(_, s)| s.iter().map(String::as_str)).collect();
     let label: Vec<usize> = groups.iter().enumerate().flat_map(|(g, (_, s))| std::iter::repeat_n(g, s.len())).collect();
 

@@ -287,6 +287,14 @@ impl Config {
             bail!("set train.max_steps or train.epochs");
         }
         self.optim.validate()?;
+        // Each recipe and whether its section is set.
+        let sections = [
+            ("distill", self.distill.is_some()),
+            ("disentangle", self.disentangle.is_some()),
+            ("dueam", self.dueam.is_some()),
+            ("lightweight", self.lightweight.is_some()),
+            ("sp", self.sp.is_some()),
+        ];
         match self.recipe.as_str() {
             "distill" => match &self.distill {
                 None => bail!("recipe = \"distill\" needs a [distill] section"),
@@ -311,17 +319,13 @@ impl Config {
                 None => bail!("recipe = \"lightweight\" needs a [lightweight] section"),
                 Some(l) => l.validate().context("[lightweight]")?,
             },
-            other => bail!("recipe = {other:?} is not known; this xsent trains: distill, disentangle, dueam, lightweight, sp"),
+            other => {
+                let known: Vec<&str> = sections.iter().map(|(name, _)| *name).collect();
+                bail!("recipe = {other:?} is not known; this xsent trains: {}", known.join(", "))
+            }
         }
         // A section of another recipe would be ignored: a typo in `recipe`, or a key set for
         // the wrong recipe (`--set sp.dim=…` on a distill config).
-        let sections = [
-            ("distill", self.distill.is_some()),
-            ("disentangle", self.disentangle.is_some()),
-            ("sp", self.sp.is_some()),
-            ("dueam", self.dueam.is_some()),
-            ("lightweight", self.lightweight.is_some()),
-        ];
         if let Some((name, _)) = sections.iter().find(|(name, present)| *present && *name != self.recipe) {
             bail!(
                 "[{name}] is set, but recipe = {:?} does not read it; remove the section (or the --set that made it), or set recipe = \"{name}\"",
