@@ -233,3 +233,62 @@ fn a_reader_that_stops_early_ends_the_run_quietly() {
         assert_eq!(stderr(&out), "", "{format}");
     }
 }
+
+/// sentence-transformers prepends a model's default prompt (`config_sentence_transformers.json`)
+/// to every text; xsent does the same, so a model dir gives the same vectors in both.
+#[test]
+fn a_default_prompt_is_prepended_as_sentence_transformers_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let words: Vec<String> = (0..10).map(|i| format!("w{i}")).collect();
+    let model = |name: &str| common::tiny_model("tiny-bert", &dir.path().join(name), &words);
+    let run = |m: &std::path::Path, args: &[&str]| {
+        let mut all = vec!["--model", m.to_str().unwrap()];
+        all.extend_from_slice(args);
+        embed(&all, b"w1 w2\nw3\n")
+    };
+    let plain = model("plain");
+    let with_prefix = rows(&run(&plain, &["--prefix", "w5 "]));
+    let without = rows(&run(&plain, &[]));
+    assert_ne!(with_prefix, without, "the prefix must change the vectors for this check to mean anything");
+
+    let prompted = model("prompted");
+    std::fs::write(
+        prompted.join("config_sentence_transformers.json"),
+        r#"{"prompts": {"query": "w5 ", "passage": "w6 "}, "default_prompt_name": "query", "similarity_fn_name": "cosine"}"#,
+    )
+    .unwrap();
+    assert_eq!(rows(&run(&prompted, &[])), with_prefix);
+    // --prefix wins, an empty one too.
+    assert_eq!(rows(&run(&prompted, &["--prefix", ""])), without);
+    // No default prompt: nothing is prepended.
+    let none = model("none");
+    std::fs::write(none.join("config_sentence_transformers.json"), r#"{"prompts": {"query": "w5 "}, "default_prompt_name": null}"#).unwrap();
+    assert_eq!(rows(&run(&none, &[])), without);
+    // A model saved by an earlier xsent keeps its prefix in xsent.json.
+    let old = model("old");
+    std::fs::write(old.join("xsent.json"), r#"{"prefix": "w5 "}"#).unwrap();
+    assert_eq!(rows(&run(&old, &[])), with_prefix);
+
+    // A default prompt that names no prompt.
+    let bad = model("bad");
+    std::fs::write(bad.join("config_sentence_transformers.json"), r#"{"prompts": {"query": "w5 "}, "default_prompt_name": "passage"}"#).unwrap();
+    let out = run(&bad, &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    for w in ["config_sentence_transformers.json", "\"passage\"", "no text prompt"] {
+        assert!(err.contains(w), "expected {w:?} in {err}");
+    }
+    // Pooling that leaves the prompt out cannot be reproduced with a prompt: refused, not wrong.
+    let excl = model("exclude");
+    std::fs::create_dir_all(excl.join("1_Pooling")).unwrap();
+    std::fs::write(excl.join("1_Pooling/config.json"), r#"{"pooling_mode_mean_tokens": true, "include_prompt": false}"#).unwrap();
+    assert_eq!(rows(&run(&excl, &[])), without, "no prompt: include_prompt does not matter");
+    let out = run(&excl, &["--prefix", "w5 "]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    for w in ["1_Pooling/config.json", "include_prompt is false", "\"w5 \""] {
+        assert!(err.contains(w), "expected {w:?} in {err}");
+    }
+    // Choosing the pooling on purpose pools every token, prompt included.
+    assert_eq!(rows(&run(&excl, &["--prefix", "w5 ", "--pooling", "mean"])), with_prefix);
+}

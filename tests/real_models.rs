@@ -58,6 +58,9 @@ fn trainable_e5_saves_and_reloads() -> Result<()> {
     }
     let cfg = std::fs::read_to_string(dir.path().join("config.json"))?;
     assert!(cfg.contains("\"num_hidden_layers\": 2"), "{cfg}");
+    // The prefix is sentence-transformers' default prompt, so SentenceTransformer(dir) prepends it too.
+    let st: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("config_sentence_transformers.json"))?)?;
+    assert_eq!(st["prompts"][st["default_prompt_name"].as_str().unwrap()], "query: ", "{st}");
     let back = SentenceEncoder::load(dir.path().to_str().unwrap(), &LoadOptions::default())?;
     assert_eq!(back.prefix, "query: ");
     assert_eq!(back.embed(&texts, 8)?, before);

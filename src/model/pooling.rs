@@ -37,13 +37,21 @@ struct StPoolingConfig {
     pooling_mode_mean_sqrt_len_tokens: bool,
     #[serde(default)]
     pooling_mode: Option<String>,
-    #[serde(default)]
+    #[serde(default, alias = "embedding_dimension")]
     word_embedding_dimension: Option<usize>,
+    #[serde(default = "yes")]
+    include_prompt: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Pooling {
-    /// Read a sentence-transformers `1_Pooling/config.json` of an encoder with `hidden` units.
-    pub fn from_st_config(path: &Path, hidden: usize) -> Result<Self> {
+    /// Read a sentence-transformers `1_Pooling/config.json` of an encoder with `hidden` units: the
+    /// pooling mode, and whether the prompt's tokens are pooled too (`include_prompt`, true
+    /// unless the file says false).
+    pub fn from_st_config(path: &Path, hidden: usize) -> Result<(Self, bool)> {
         let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
         let c: StPoolingConfig =
             serde_json::from_str(&text).with_context(|| format!("invalid pooling config {}", path.display()))?;
@@ -56,12 +64,13 @@ impl Pooling {
             }
         }
         if let Some(mode) = c.pooling_mode.as_deref() {
-            return match mode {
-                "mean" => Ok(Pooling::Mean),
-                "cls" => Ok(Pooling::Cls),
-                "max" => Ok(Pooling::Max),
+            let pooling = match mode {
+                "mean" => Pooling::Mean,
+                "cls" => Pooling::Cls,
+                "max" => Pooling::Max,
                 other => bail!("{}: pooling_mode {other:?} is not supported (mean, cls, max)", path.display()),
             };
+            return Ok((pooling, c.include_prompt));
         }
         let modes = [c.pooling_mode_cls_token, c.pooling_mode_mean_tokens, c.pooling_mode_max_tokens];
         if c.pooling_mode_mean_sqrt_len_tokens || modes.iter().filter(|m| **m).count() != 1 {
@@ -70,13 +79,14 @@ impl Pooling {
                 path.display()
             );
         }
-        Ok(if c.pooling_mode_cls_token {
+        let pooling = if c.pooling_mode_cls_token {
             Pooling::Cls
         } else if c.pooling_mode_mean_tokens {
             Pooling::Mean
         } else {
             Pooling::Max
-        })
+        };
+        Ok((pooling, c.include_prompt))
     }
 
     /// The sentence-transformers `1_Pooling/config.json` for this mode.

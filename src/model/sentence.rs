@@ -41,9 +41,10 @@ impl Default for LoadOptions {
     }
 }
 
-/// Settings xsent saves beside a model it trained (`xsent.json`), applied when it is loaded.
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-pub struct SavedSettings {
+/// `xsent.json` of a model an earlier xsent trained: its prefix, applied when it is loaded. (Models
+/// saved now keep the prefix as sentence-transformers' default prompt, which xsent reads too.)
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+struct SavedSettings {
     #[serde(default)]
     pub prefix: Option<String>,
 }
@@ -134,10 +135,11 @@ impl SentenceEncoder {
             Some(p) => serde_json::from_str(&std::fs::read_to_string(p)?).with_context(|| format!("invalid {}", p.display()))?,
             None => SavedSettings::default(),
         };
-        let pooling = match (opts.pooling, &files.pooling) {
-            (Some(p), _) => p,
+        // Whether the model's own pooling config leaves a prompt's tokens out of the pooling.
+        let (pooling, pools_prompt) = match (opts.pooling, &files.pooling) {
+            (Some(p), _) => (p, true),
             (None, Some(path)) => Pooling::from_st_config(path, config.hidden_size)?,
-            (None, None) => Pooling::Mean,
+            (None, None) => (Pooling::Mean, true),
         };
         let model_max = config.max_positions().min(512);
         let max_length = match opts.max_length {
@@ -160,7 +162,18 @@ impl SentenceEncoder {
                 direction: TruncationDirection::Right,
             }))
             .map_err(|e| anyhow!("cannot set truncation on {}: {e}", files.tokenizer.display()))?;
-        let prefix = opts.prefix.clone().or(saved.prefix).unwrap_or_default();
+        let prefix = match opts.prefix.clone().or(saved.prefix) {
+            Some(p) => p,
+            None => st_default_prompt(files.st_model_config.as_deref())?.unwrap_or_default(),
+        };
+        if !pools_prompt && !prefix.trim().is_empty() {
+            bail!(
+                "{}: include_prompt is false (sentence-transformers leaves the prompt's tokens out of the pooling), \
+                 but xsent pools the prefix's tokens too, so with the prefix {prefix:?} it would not give this model's \
+                 vectors; embed without a prefix, or pass --pooling to pool every token on purpose",
+                files.pooling.as_ref().map_or(String::new(), |p| p.display().to_string())
+            );
+        }
         let mut dense = match &files.dense {
             Some(dir) => Some(Dense::load(dir, &opts.device)?),
             None => None,
@@ -438,9 +451,33 @@ impl SentenceEncoder {
             }
         }
         write_st_files(dir, self.pooling, self.encoder.hidden_size(), self.max_length, self.normalize, self.dense.is_some())?;
-        let settings = SavedSettings { prefix: Some(self.prefix.clone()).filter(|p| !p.is_empty()) };
-        std::fs::write(dir.join("xsent.json"), serde_json::to_string_pretty(&settings)?)?;
+        // The prefix as sentence-transformers' default prompt: `SentenceTransformer(dir).encode`
+        // prepends it as `xsent embed` does, and xsent reads it back from there.
+        let prompts = match self.prefix.as_str() {
+            "" => serde_json::json!({"prompts": {}, "default_prompt_name": null, "similarity_fn_name": "cosine"}),
+            p => serde_json::json!({"prompts": {"default": p}, "default_prompt_name": "default", "similarity_fn_name": "cosine"}),
+        };
+        std::fs::write(dir.join("config_sentence_transformers.json"), serde_json::to_string_pretty(&prompts)?)?;
         Ok(())
+    }
+}
+
+/// The default prompt of a sentence-transformers `config_sentence_transformers.json`
+/// (`prompts[default_prompt_name]`), which `SentenceTransformer.encode` prepends to every text.
+fn st_default_prompt(path: Option<&Path>) -> Result<Option<String>> {
+    let Some(path) = path else { return Ok(None) };
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("invalid {}", path.display()))?;
+    match &v["default_prompt_name"] {
+        serde_json::Value::Null => Ok(None),
+        serde_json::Value::String(name) => match &v["prompts"][name] {
+            serde_json::Value::String(prompt) => Ok(Some(prompt.clone())),
+            _ => bail!(
+                "{}: default_prompt_name is {name:?}, but \"prompts\" has no text prompt of that name; add it, or set default_prompt_name to null",
+                path.display()
+            ),
+        },
+        other => bail!("{}: default_prompt_name is {other}; expected the name of one of its prompts, or null", path.display()),
     }
 }
 

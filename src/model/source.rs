@@ -17,7 +17,10 @@ pub struct ModelFiles {
     pub pooling: Option<PathBuf>,
     /// `sentence_bert_config.json` (`max_seq_length`).
     pub st_config: Option<PathBuf>,
-    /// `xsent.json`: settings xsent itself saved with a trained model (prefix, pooling).
+    /// `config_sentence_transformers.json` (the default prompt, prepended to every text).
+    pub st_model_config: Option<PathBuf>,
+    /// `xsent.json`: settings xsent itself saved with a trained model (models saved by earlier
+    /// versions keep their prefix here).
     pub xsent: Option<PathBuf>,
     /// A sentence-transformers Dense module's directory (`config.json`, `model.safetensors`)
     /// applied after pooling, when `modules.json` lists one.
@@ -102,6 +105,7 @@ pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
         tokenizer: dir.join("tokenizer.json"),
         pooling: opt(&pooling_rel),
         st_config: opt("sentence_bert_config.json"),
+        st_model_config: opt("config_sentence_transformers.json"),
         xsent: opt("xsent.json"),
         dense,
     })
@@ -236,6 +240,7 @@ pub fn resolve_hub(spec: &str, cache_dir: &Path, offline: bool) -> Result<ModelF
         tokenizer,
         pooling,
         st_config: get("sentence_bert_config.json", false)?,
+        st_model_config: get("config_sentence_transformers.json", false)?,
         xsent: None,
         dense,
     })
