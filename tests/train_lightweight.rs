@@ -91,6 +91,10 @@ fn lightweight_trains_resumes_exactly_and_saves_a_bert_model() {
     assert_eq!(cfg["vocab_size"].as_u64().unwrap() as usize, tok.get_vocab_size(true));
     assert_eq!(cfg["pad_token_id"].as_u64(), Some(pad as u64));
     assert!((mask as usize) < tok.get_vocab_size(true));
+    // transformers (and so sentence-transformers, scripts/check-st.sh) must use tokenizer.json as
+    // it is: for a `bert` config it would otherwise rebuild a WordPiece tokenizer.
+    let tc: Value = serde_json::from_str(&std::fs::read_to_string(s.run("full/final/tokenizer_config.json")).unwrap()).unwrap();
+    assert_eq!((tc["tokenizer_class"].as_str(), tc["pad_token"].as_str()), (Some("PreTrainedTokenizerFast"), Some("<pad>")), "{tc}");
 
     // Stop after 5 steps, resume to 12: the same run (masks, dropout and data order included).
     // The same vocabulary: the unigram trainer breaks ties in hash-map order, so a vocabulary

@@ -360,6 +360,12 @@ fn write_init(lc: &LightweightConfig, texts: &[&str], seed: u64, dir: &Path) -> 
     let pad = tok.token_to_id(PAD).context("the vocabulary has no <pad> after adding it")?;
     let vocab = tok.get_vocab_size(true);
     tok.save(dir.join("tokenizer.json"), true).map_err(|e| anyhow::anyhow!("cannot write tokenizer.json: {e}"))?;
+    // For a `bert` config transformers would rebuild a WordPiece tokenizer from the vocabulary;
+    // this makes it (and so sentence-transformers) use tokenizer.json as it is.
+    let tokenizer_config = serde_json::json!({
+        "tokenizer_class": "PreTrainedTokenizerFast", "pad_token": PAD, "mask_token": MASK, "model_max_length": lc.max_length,
+    });
+    std::fs::write(dir.join("tokenizer_config.json"), serde_json::to_string_pretty(&tokenizer_config)?)?;
     let json = lc.encoder_config(vocab, pad);
     std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&json)?)?;
     let cfg = EncoderConfig::from_json(&json.to_string())?;
