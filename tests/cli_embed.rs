@@ -292,3 +292,30 @@ fn a_default_prompt_is_prepended_as_sentence_transformers_does() {
     // Choosing the pooling on purpose pools every token, prompt included.
     assert_eq!(rows(&run(&excl, &["--prefix", "w5 ", "--pooling", "mean"])), with_prefix);
 }
+
+/// `do_lower_case` in sentence_bert_config.json: sentence-transformers lowercases prefix + text
+/// before the tokenizer sees it, and so does xsent.
+#[test]
+fn do_lower_case_lowercases_prefix_and_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let words: Vec<String> = (0..10).map(|i| format!("w{i}")).collect();
+    let model = |name: &str| common::tiny_model("tiny-bert", &dir.path().join(name), &words);
+    let run = |m: &std::path::Path, args: &[&str], input: &[u8]| {
+        let mut all = vec!["--model", m.to_str().unwrap()];
+        all.extend_from_slice(args);
+        embed(&all, input)
+    };
+    let plain = model("plain");
+    let lower = rows(&run(&plain, &["--prefix", "w5 "], b"w1 w2\nw3\n"));
+    // The word-level vocabulary has no upper-case words: unlowercased, "W1" is [UNK].
+    assert_ne!(rows(&run(&plain, &["--prefix", "W5 "], b"W1 W2\nW3\n")), lower);
+    let cased = model("lowercasing");
+    std::fs::write(cased.join("sentence_bert_config.json"), r#"{"max_seq_length": 64, "do_lower_case": true}"#).unwrap();
+    assert_eq!(rows(&run(&cased, &["--prefix", "W5 "], b"W1 W2\nW3\n")), lower);
+    let bad = model("bad");
+    std::fs::write(bad.join("sentence_bert_config.json"), r#"{"do_lower_case": "yes"}"#).unwrap();
+    let out = run(&bad, &[], b"w1\n");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("sentence_bert_config.json") && err.contains("do_lower_case"), "{err}");
+}

@@ -225,7 +225,8 @@ pub fn convert(bin: &Path, out: &Path, tokenizer: Option<&Path>) -> Result<Heade
         std::fs::write(out.join("tokenizer_config.json"), serde_json::to_string_pretty(&tc)?)?;
     }
     // multilingual-e5-small's sentence-transformers setup: mean pooling, 512 tokens, normalised.
-    super::sentence::write_st_files(out, super::Pooling::Mean, h.hidden, 512.min(h.max_pos), true, false)?;
+    let st = super::sentence::StFiles { max_seq_length: 512.min(h.max_pos), lowercase: false, normalize: true, dense: false };
+    super::sentence::write_st_files(out, super::Pooling::Mean, h.hidden, &st)?;
     Ok(h)
 }
 

@@ -11,6 +11,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use std::path::Path;
+use tokenizers::normalizers::{Lowercase, NormalizerWrapper, Sequence as NormalizerSequence};
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
 
 /// How to load a model. `None` fields come from the model directory.
@@ -80,6 +81,8 @@ pub struct SentenceEncoder {
     pub prefix: String,
     pub max_length: usize,
     pub normalize: bool,
+    /// `do_lower_case` of `sentence_bert_config.json`: the tokenizer lowercases first.
+    pub lowercase: bool,
     /// The encoder's trainable parameters (when loaded trainable).
     pub params: Option<Params>,
     /// The Dense module's trainable parameters (when loaded trainable and present).
@@ -141,6 +144,22 @@ impl SentenceEncoder {
             (None, Some(path)) => Pooling::from_st_config(path, config.hidden_size)?,
             (None, None) => (Pooling::Mean, true),
         };
+        let (st_max_length, lowercase) = read_st_config(files.st_config.as_deref())?;
+        if lowercase {
+            // As sentence-transformers does: a Lowercase normaliser first, unless there is one.
+            let current = tokenizer.get_normalizer().cloned();
+            let steps: Vec<NormalizerWrapper> = match current {
+                Some(NormalizerWrapper::Sequence(seq)) => seq.into_iter().collect(),
+                Some(n) => vec![n],
+                None => vec![],
+            };
+            if !steps.iter().any(|n| matches!(n, NormalizerWrapper::Lowercase(_))) {
+                let steps = std::iter::once(NormalizerWrapper::Lowercase(Lowercase)).chain(steps).collect();
+                tokenizer
+                    .with_normalizer(Some(NormalizerWrapper::Sequence(NormalizerSequence::new(steps))))
+                    .map_err(|e| anyhow!("cannot add lowercasing to {}: {e}", files.tokenizer.display()))?;
+            }
+        }
         let model_max = config.max_positions().min(512);
         let max_length = match opts.max_length {
             Some(n) => {
@@ -152,7 +171,7 @@ impl SentenceEncoder {
                 }
                 n
             }
-            None => st_max_seq_length(files.st_config.as_deref())?.unwrap_or(model_max).min(config.max_positions()),
+            None => st_max_length.unwrap_or(model_max).min(config.max_positions()),
         };
         tokenizer
             .with_truncation(Some(TruncationParams {
@@ -196,6 +215,7 @@ impl SentenceEncoder {
             prefix,
             max_length,
             normalize: opts.normalize,
+            lowercase,
             params,
             dense_params,
             tokenizer,
@@ -254,11 +274,15 @@ impl SentenceEncoder {
         &self.tokenizer
     }
 
-    /// Tokenise `prefix + text` with surrounding whitespace stripped (as sentence-transformers
-    /// does), truncating to `max_length` tokens (specials included).
+    /// What the tokenizer sees of `text`: `prefix + text` with surrounding whitespace stripped.
+    fn input_text(&self, text: &str) -> String {
+        format!("{}{text}", self.prefix).trim().to_string()
+    }
+
+    /// Tokenise each text as [`Self::input_text`] prepares it, truncating to `max_length` tokens
+    /// (specials included).
     pub fn tokenize<S: AsRef<str>>(&self, texts: &[S]) -> Result<Vec<Encoded>> {
-        let inputs: Vec<String> =
-            texts.iter().map(|t| format!("{}{}", self.prefix, t.as_ref()).trim().to_string()).collect();
+        let inputs: Vec<String> = texts.iter().map(|t| self.input_text(t.as_ref())).collect();
         let encs = self.tokenizer.encode_batch(inputs, true).map_err(|e| anyhow!("tokenizer failed: {e}"))?;
         Ok(encs
             .into_iter()
@@ -395,8 +419,7 @@ impl SentenceEncoder {
     /// with `skip_special` the tokenizer's special tokens (`[CLS]`, `</s>`, …) are left out too.
     /// Texts are sorted by length and run `batch_size` at a time on the calling thread.
     pub fn token_embeddings<S: AsRef<str>>(&self, texts: &[S], layer: Option<usize>, skip_special: bool, batch_size: usize) -> Result<Vec<Vec<f32>>> {
-        let inputs: Vec<String> =
-            texts.iter().map(|t| format!("{}{}", self.prefix, t.as_ref()).trim().to_string()).collect();
+        let inputs: Vec<String> = texts.iter().map(|t| self.input_text(t.as_ref())).collect();
         let encs = self.tokenizer.encode_batch(inputs, true).map_err(|e| anyhow!("tokenizer failed: {e}"))?;
         let items: Vec<Encoded> =
             encs.iter().map(|e| Encoded { truncated: !e.get_overflowing().is_empty(), ids: e.get_ids().to_vec() }).collect();
@@ -450,7 +473,8 @@ impl SentenceEncoder {
                 }
             }
         }
-        write_st_files(dir, self.pooling, self.encoder.hidden_size(), self.max_length, self.normalize, self.dense.is_some())?;
+        let st = StFiles { max_seq_length: self.max_length, lowercase: self.lowercase, normalize: self.normalize, dense: self.dense.is_some() };
+        write_st_files(dir, self.pooling, self.encoder.hidden_size(), &st)?;
         // The prefix as sentence-transformers' default prompt: `SentenceTransformer(dir).encode`
         // prepends it as `xsent embed` does, and xsent reads it back from there.
         let prompts = match self.prefix.as_str() {
@@ -481,18 +505,30 @@ fn st_default_prompt(path: Option<&Path>) -> Result<Option<String>> {
     }
 }
 
+/// The settings [`write_st_files`] records besides the pooling.
+pub struct StFiles {
+    /// `max_seq_length` of sentence_bert_config.json.
+    pub max_seq_length: usize,
+    /// `do_lower_case` of sentence_bert_config.json.
+    pub lowercase: bool,
+    /// A Normalize module at the end.
+    pub normalize: bool,
+    /// A Dense module after the pooling, in `2_Dense`.
+    pub dense: bool,
+}
+
 /// Write sentence-transformers' modules.json, 1_Pooling/config.json and sentence_bert_config.json
-/// (`dim` is the encoder's hidden size; a Dense module, when `dense`, lives in `2_Dense`).
-pub fn write_st_files(dir: &Path, pooling: Pooling, dim: usize, max_seq_length: usize, normalize: bool, dense: bool) -> Result<()> {
+/// (`dim` is the encoder's hidden size).
+pub fn write_st_files(dir: &Path, pooling: Pooling, dim: usize, st: &StFiles) -> Result<()> {
     std::fs::create_dir_all(dir.join("1_Pooling"))?;
     let mut modules = vec![
         serde_json::json!({"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}),
         serde_json::json!({"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}),
     ];
-    if dense {
+    if st.dense {
         modules.push(serde_json::json!({"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}));
     }
-    if normalize {
+    if st.normalize {
         let (idx, path) = (modules.len(), format!("{}_Normalize", modules.len()));
         std::fs::create_dir_all(dir.join(&path))?;
         modules.push(serde_json::json!({"idx": idx, "name": idx.to_string(), "path": path, "type": "sentence_transformers.models.Normalize"}));
@@ -501,20 +537,27 @@ pub fn write_st_files(dir: &Path, pooling: Pooling, dim: usize, max_seq_length: 
     std::fs::write(dir.join("1_Pooling/config.json"), serde_json::to_string_pretty(&pooling.st_config(dim))?)?;
     std::fs::write(
         dir.join("sentence_bert_config.json"),
-        serde_json::to_string_pretty(&serde_json::json!({"max_seq_length": max_seq_length, "do_lower_case": false}))?,
+        serde_json::to_string_pretty(&serde_json::json!({"max_seq_length": st.max_seq_length, "do_lower_case": st.lowercase}))?,
     )?;
     Ok(())
 }
 
-fn st_max_seq_length(path: Option<&Path>) -> Result<Option<usize>> {
-    let Some(path) = path else { return Ok(None) };
+/// What xsent uses of `sentence_bert_config.json`: `max_seq_length` (if set) and `do_lower_case`.
+fn read_st_config(path: Option<&Path>) -> Result<(Option<usize>, bool)> {
+    let Some(path) = path else { return Ok((None, false)) };
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path)?)
         .with_context(|| format!("invalid {}", path.display()))?;
-    match &v["max_seq_length"] {
-        serde_json::Value::Null => Ok(None),
+    let max_seq_length = match &v["max_seq_length"] {
+        serde_json::Value::Null => None,
         m => match m.as_u64() {
-            Some(n) if n >= 2 => Ok(Some(n as usize)),
+            Some(n) if n >= 2 => Some(n as usize),
             _ => bail!("{}: max_seq_length is {m}; expected a number of tokens of at least 2 (or remove the key)", path.display()),
         },
-    }
+    };
+    let lowercase = match &v["do_lower_case"] {
+        serde_json::Value::Null => false,
+        serde_json::Value::Bool(b) => *b,
+        other => bail!("{}: do_lower_case is {other}; expected true or false", path.display()),
+    };
+    Ok((max_seq_length, lowercase))
 }

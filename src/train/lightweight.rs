@@ -35,7 +35,7 @@ use super::trainer::{write_atomically, Recipe, StepLoss};
 use crate::data::parallel::read_sources;
 use crate::eval::knn::{translation_accuracy, Matrix};
 use crate::model::encoder::{Linear, Rng};
-use crate::model::sentence::{write_st_files, Encoded};
+use crate::model::sentence::{write_st_files, Encoded, StFiles};
 use crate::model::vocab::{self, SubwordModel};
 use crate::model::weights::{self, Params};
 use crate::model::{EncoderConfig, LoadOptions, Mode, Pooling, SentenceEncoder};
@@ -372,7 +372,9 @@ fn write_init(lc: &LightweightConfig, texts: &[&str], seed: u64, dir: &Path) -> 
     let mut rng = Rng::seed_from_u64(seed ^ 0x11e_6e17);
     let tensors = weights::random_encoder_tensors(&cfg, &mut rng, &Device::Cpu)?;
     weights::save_tensors(&tensors, &dir.join("model.safetensors"))?;
-    write_st_files(dir, Pooling::Mean, lc.hidden, lc.max_length, true, false)
+    // The learned vocabulary's own normaliser lowercases when `lowercase` is set.
+    let st = StFiles { max_seq_length: lc.max_length, lowercase: false, normalize: true, dense: false };
+    write_st_files(dir, Pooling::Mean, lc.hidden, &st)
 }
 
 impl Lightweight {
