@@ -2,7 +2,7 @@
 # Do the model directories that `xsent train` writes load in sentence-transformers, and give the
 # same vectors there as in xsent?
 #
-# For each encoder recipe named (default all three) this trains a 2-step run of its CPU config
+# For each recipe named (default all four) this trains a 2-step run of its CPU config
 # into a scratch directory, embeds the same sentences with `xsent embed --model RUN/final` and
 # with `SentenceTransformer(RUN/final).encode(...)` in the benchmarks' torch venv, and prints per
 # recipe the modules sentence-transformers loaded, its default prompt, and the smallest cosine
@@ -10,9 +10,10 @@
 #   distill      e5-small student with the fitted Dense projection, Normalize, prefix "query: "
 #   dueam        e5-small's first 4 layers as the learner, Normalize, prefix "query: "
 #   lightweight  a 2-layer BERT built from scratch by xsent, with its own tokenizer.json
+#   sp           an averaging model of SentencePiece-style pieces: StaticEmbedding, Normalize
 # The sentences: the first 25 XNLI dev hypotheses in en, de, ar, zh, hi and sw, and an empty line.
 #
-# usage: scripts/check-st.sh [distill] [dueam] [lightweight]
+# usage: scripts/check-st.sh [distill] [dueam] [lightweight] [sp]
 #
 # Exit 2 if a recipe's smallest cosine is below CHECK_MIN_COS (default 0.9999), 1 on errors.
 # Not part of the test suite: the torch venv is a 1.8 GB download (scripts/lib/torch-venv.sh).
@@ -33,12 +34,12 @@ die() { printf 'check-st: error: %s\n' "$*" >&2; exit 1; }
 recipes=()
 for a in "$@"; do
     case "$a" in
-        distill|dueam|lightweight) recipes+=("$a") ;;
+        distill|dueam|lightweight|sp) recipes+=("$a") ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-        *) echo "check-st: unknown recipe: $a (distill, dueam or lightweight; try --help)" >&2; exit 64 ;;
+        *) echo "check-st: unknown recipe: $a (distill, dueam, lightweight or sp; try --help)" >&2; exit 64 ;;
     esac
 done
-[ "${#recipes[@]}" -gt 0 ] || recipes=(distill dueam lightweight)
+[ "${#recipes[@]}" -gt 0 ] || recipes=(distill dueam lightweight sp)
 
 data="${XSENT_DATA:-$root/../shared/data}"
 cache="${XSENT_CACHE:-$HOME/.cache/xsent}"
@@ -81,6 +82,7 @@ train_args() {
             --set "train.val_sts=\"$work/val-sts.csv\"" ;;
         dueam) echo configs/dueam.toml "${common[@]}" ;;
         lightweight) echo configs/lightweight.toml "${common[@]}" --set train.batch_size=16 ;;
+        sp) echo configs/sp.toml "${common[@]}" ;;
     esac
 }
 

@@ -100,9 +100,19 @@ fn averaging_model_save_load_embed() {
     }
     // A damaged model directory: the error names the file.
     let d = dir.path().join("sp");
+    // A model saved by an earlier version keeps its table in embeddings.safetensors.
+    let before = common::embed_cli(&d, &[], &probe);
+    std::fs::rename(d.join("model.safetensors"), d.join("embeddings.safetensors")).unwrap();
+    assert_eq!(common::embed_cli(&d, &[], &probe), before);
     std::fs::remove_file(d.join("embeddings.safetensors")).unwrap();
     let e = xsent::model::load_embedder(d.to_str().unwrap(), &Default::default(), None).err().unwrap();
-    assert!(format!("{e:#}").contains("embeddings.safetensors"), "{e:#}");
+    assert!(format!("{e:#}").contains("model.safetensors"), "{e:#}");
+    // sp and word units are sentence-transformers models too (StaticEmbedding + Normalize);
+    // scripts/check-st.sh checks that they give the same vectors there.
+    for (units, st) in [("sp", true), ("word", true), ("trigram", false)] {
+        let modules = std::fs::read_to_string(dir.path().join(units).join("modules.json")).ok();
+        assert_eq!(modules.as_deref().is_some_and(|m| m.contains("models.StaticEmbedding") && m.contains("models.Normalize")), st, "{units}: {modules:?}");
+    }
 }
 
 fn setup(units: &str) -> common::TrainSetup {
@@ -148,7 +158,7 @@ fn losses(run: &Path) -> Vec<(u64, f64, f64, f64)> {
 }
 
 fn table(model: &Path) -> Vec<f32> {
-    let t = candle_core::safetensors::load(model.join("embeddings.safetensors"), &candle_core::Device::Cpu).unwrap();
+    let t = candle_core::safetensors::load(model.join("model.safetensors"), &candle_core::Device::Cpu).unwrap();
     t["embeddings"].flatten_all().unwrap().to_vec1().unwrap()
 }
 

@@ -4,9 +4,12 @@
 //! - `word`: words, the most frequent types plus `<unk>` (a `WordLevel` `tokenizer.json`);
 //! - `trigram`: character trigrams (`trigrams.txt`, one per line; unknown trigrams are skipped).
 //!
-//! Model directory: `xsent.json` (`"kind": "averaging"`, units, dim, …), `embeddings.safetensors`
-//! (`embeddings`, `[vocab, dim]` f32) and the vocabulary file. Inference is a plain loop over
-//! the f32 table, sentences spread over [`crate::parallel::threads`] workers.
+//! Model directory: `xsent.json` (`"kind": "averaging"`, units, dim, …), `model.safetensors`
+//! (`embeddings`, `[vocab, dim]` f32; `embeddings.safetensors` in models saved by earlier
+//! versions) and the vocabulary file. With sp or word units it is also a sentence-transformers
+//! model: `modules.json` lists a `StaticEmbedding` (the same tokenizer, the mean of the rows)
+//! and a `Normalize`. Inference is a plain loop over the f32 table, sentences spread over
+//! [`crate::parallel::threads`] workers.
 
 use super::embedder::{Embedded, Embedder};
 use super::pooling::l2_normalize_row;
@@ -268,7 +271,8 @@ impl AveragingModel {
         (0..vocab * dim).map(|_| normal.sample(&mut rng)).collect()
     }
 
-    /// Write a model directory: xsent.json, embeddings.safetensors and the vocabulary.
+    /// Write a model directory: xsent.json, model.safetensors, the vocabulary and, for sp and
+    /// word units, the sentence-transformers modules.
     pub fn save_parts(dir: &Path, segmenter: &Segmenter, dim: usize, table: &[f32], trained: bool) -> Result<()> {
         let vocab_size = segmenter.vocab_size();
         ensure!(table.len() == vocab_size * dim, "the table has {} values, expected {vocab_size} × {dim}", table.len());
@@ -284,7 +288,17 @@ impl AveragingModel {
         };
         std::fs::write(dir.join("xsent.json"), serde_json::to_string_pretty(&meta)?)?;
         let t = candle_core::Tensor::from_slice(table, (vocab_size, dim), &candle_core::Device::Cpu)?;
-        crate::model::weights::save_tensors(&HashMap::from([("embeddings".to_string(), t)]), &dir.join("embeddings.safetensors"))?;
+        crate::model::weights::save_tensors(&HashMap::from([("embeddings".to_string(), t)]), &dir.join("model.safetensors"))?;
+        if segmenter.units != Units::Trigram {
+            // sentence-transformers' StaticEmbedding encodes with this tokenizer.json (no special
+            // tokens) and averages the rows (it reads model2vec's `embeddings` key): this model.
+            std::fs::create_dir_all(dir.join("1_Normalize"))?;
+            let modules = serde_json::json!([
+                {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.StaticEmbedding"},
+                {"idx": 1, "name": "1", "path": "1_Normalize", "type": "sentence_transformers.models.Normalize"},
+            ]);
+            std::fs::write(dir.join("modules.json"), serde_json::to_string_pretty(&modules)?)?;
+        }
         segmenter.save(dir)
     }
 
@@ -300,8 +314,15 @@ impl AveragingModel {
         ensure!(meta.kind == "averaging", "{} names kind {:?}, not \"averaging\"", mp.display(), meta.kind);
         ensure!(meta.dim > 0, "{}: dim must be positive", mp.display());
         let segmenter = Segmenter::load(dir, meta.units, meta.lowercase)?;
-        let ep = dir.join("embeddings.safetensors");
-        crate::data::require_file(&ep, "embeddings", "an averaging model keeps its table in embeddings.safetensors")?;
+        let ep = match dir.join("model.safetensors") {
+            p if p.is_file() => p,
+            // Models saved by earlier versions.
+            _ if dir.join("embeddings.safetensors").is_file() => dir.join("embeddings.safetensors"),
+            p => {
+                crate::data::require_file(&p, "embeddings", "an averaging model keeps its table in model.safetensors")?;
+                p
+            }
+        };
         let tensors = candle_core::safetensors::load(&ep, &candle_core::Device::Cpu).with_context(|| format!("cannot read {}", ep.display()))?;
         let t = tensors.get("embeddings").with_context(|| format!("{} has no tensor `embeddings`", ep.display()))?;
         let (v, d) = t.dims2().with_context(|| format!("{}: `embeddings` must be 2-D", ep.display()))?;
