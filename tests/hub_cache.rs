@@ -86,3 +86,18 @@ fn library_resolution_reads_snapshot_paths() {
     assert!(files.pooling.as_ref().unwrap().ends_with("1_Pooling/config.json"));
     assert!(files.st_config.is_none(), "sentence_bert_config.json was not in this cache");
 }
+
+/// A hub model's default prompt (`config_sentence_transformers.json`) is found in the cache and
+/// used when no prefix is given, as sentence-transformers does.
+#[test]
+fn a_hub_models_default_prompt_is_read_from_the_cache() {
+    let hub = tempfile::tempdir().unwrap();
+    make_cache(hub.path(), "org/prompted", "main", &ALL);
+    let root = hub.path().join("models--org--prompted");
+    std::fs::write(root.join("blobs/etag-st"), r#"{"prompts": {"query": "query: "}, "default_prompt_name": "query"}"#).unwrap();
+    std::os::unix::fs::symlink("../../blobs/etag-st", root.join("snapshots").join(COMMIT).join("config_sentence_transformers.json")).unwrap();
+    let files = xsent::model::source::resolve_hub("org/prompted", hub.path(), true).unwrap();
+    assert!(files.st_model_config.as_ref().unwrap().ends_with("config_sentence_transformers.json"));
+    let enc = xsent::SentenceEncoder::from_files(files, &xsent::model::LoadOptions::default()).unwrap();
+    assert_eq!(enc.prefix, "query: ");
+}
