@@ -4,9 +4,10 @@
 #
 # For each recipe named (default all four) this trains a 2-step run of its CPU config
 # into a scratch directory, embeds the same sentences with `xsent embed --model RUN/final` and
-# with `SentenceTransformer(RUN/final).encode(...)` in the benchmarks' torch venv, and prints per
-# recipe the modules sentence-transformers loaded, its default prompt, and the smallest cosine
-# and largest absolute difference between the two engines' vectors of each sentence:
+# with `SentenceTransformer(RUN/final)`'s `encode`, `encode_query` and `encode_document` in the
+# benchmarks' torch venv, and prints per recipe the modules sentence-transformers loaded, its
+# default prompt, and the smallest cosine and largest absolute difference between the two
+# engines' vectors of each sentence (over the three ways of encoding):
 #   distill      e5-small student with the fitted Dense projection, Normalize, prefix "query: "
 #   dueam        e5-small's first 4 layers as the learner, Normalize, prefix "query: "
 #   lightweight  a 2-layer BERT built from scratch by xsent, with its own tokenizer.json

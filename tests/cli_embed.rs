@@ -260,10 +260,17 @@ fn a_default_prompt_is_prepended_as_sentence_transformers_does() {
     assert_eq!(rows(&run(&prompted, &[])), with_prefix);
     // --prefix wins, an empty one too.
     assert_eq!(rows(&run(&prompted, &["--prefix", ""])), without);
-    // No default prompt: nothing is prepended.
-    let none = model("none");
-    std::fs::write(none.join("config_sentence_transformers.json"), r#"{"prompts": {"query": "w5 "}, "default_prompt_name": null}"#).unwrap();
-    assert_eq!(rows(&run(&none, &[])), without);
+    // No default prompt, or one that is empty (sentence-transformers' query and document prompts
+    // exist even when unset, and a null prompt is empty): nothing is prepended.
+    for (name, cfg) in [
+        ("none", r#"{"prompts": {"query": "w5 "}, "default_prompt_name": null}"#),
+        ("unset", r#"{"prompts": {}, "default_prompt_name": "query"}"#),
+        ("null", r#"{"prompts": {"q": null}, "default_prompt_name": "q"}"#),
+    ] {
+        let m = model(name);
+        std::fs::write(m.join("config_sentence_transformers.json"), cfg).unwrap();
+        assert_eq!(rows(&run(&m, &[])), without, "{cfg}");
+    }
     // A model saved by an earlier xsent keeps its prefix in xsent.json.
     let old = model("old");
     std::fs::write(old.join("xsent.json"), r#"{"prefix": "w5 "}"#).unwrap();
@@ -286,9 +293,11 @@ fn a_default_prompt_is_prepended_as_sentence_transformers_does() {
     let out = run(&excl, &["--prefix", "w5 "]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    for w in ["1_Pooling/config.json", "include_prompt is false", "\"w5 \""] {
+    for w in ["1_Pooling/config.json", "include_prompt is false", "\"w5 \"", "--prefix \"\""] {
         assert!(err.contains(w), "expected {w:?} in {err}");
     }
+    // sentence-transformers applies a whitespace prompt too (and leaves [CLS] out of the pooling).
+    assert_eq!(run(&excl, &["--prefix", " "]).status.code(), Some(1));
     // Choosing the pooling on purpose pools every token, prompt included.
     assert_eq!(rows(&run(&excl, &["--prefix", "w5 ", "--pooling", "mean"])), with_prefix);
 }
@@ -312,6 +321,11 @@ fn do_lower_case_lowercases_prefix_and_text() {
     let cased = model("lowercasing");
     std::fs::write(cased.join("sentence_bert_config.json"), r#"{"max_seq_length": 64, "do_lower_case": true}"#).unwrap();
     assert_eq!(rows(&run(&cased, &["--prefix", "W5 "], b"W1 W2\nW3\n")), lower);
+    // A model saved after training keeps lowercasing.
+    let opts = xsent::model::LoadOptions { trainable: true, ..Default::default() };
+    let saved = dir.path().join("saved");
+    xsent::SentenceEncoder::load(cased.to_str().unwrap(), &opts).unwrap().save(&saved).unwrap();
+    assert_eq!(rows(&run(&saved, &["--prefix", "W5 "], b"W1 W2\nW3\n")), lower);
     let bad = model("bad");
     std::fs::write(bad.join("sentence_bert_config.json"), r#"{"do_lower_case": "yes"}"#).unwrap();
     let out = run(&bad, &[], b"w1\n");

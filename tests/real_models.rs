@@ -61,6 +61,8 @@ fn trainable_e5_saves_and_reloads() -> Result<()> {
     // The prefix is sentence-transformers' default prompt, so SentenceTransformer(dir) prepends it too.
     let st: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("config_sentence_transformers.json"))?)?;
     assert_eq!(st["prompts"][st["default_prompt_name"].as_str().unwrap()], "query: ", "{st}");
+    // encode_query / encode_document read these, not the default.
+    assert_eq!((&st["prompts"]["query"], &st["prompts"]["document"]), (&"query: ".into(), &"query: ".into()), "{st}");
     let back = SentenceEncoder::load(dir.path().to_str().unwrap(), &LoadOptions::default())?;
     assert_eq!(back.prefix, "query: ");
     assert_eq!(back.embed(&texts, 8)?, before);

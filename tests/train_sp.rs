@@ -113,6 +113,9 @@ fn averaging_model_save_load_embed() {
         let modules = std::fs::read_to_string(dir.path().join(units).join("modules.json")).ok();
         assert_eq!(modules.as_deref().is_some_and(|m| m.contains("models.StaticEmbedding") && m.contains("models.Normalize")), st, "{units}: {modules:?}");
     }
+    // It is not a transformer encoder: a recipe that needs one says so.
+    let e = xsent::SentenceEncoder::load(dir.path().join("word").to_str().unwrap(), &Default::default()).err().unwrap();
+    assert!(format!("{e:#}").contains("is an xsent averaging model") && format!("{e:#}").contains("BERT/XLM-R"), "{e:#}");
 }
 
 fn setup(units: &str) -> common::TrainSetup {

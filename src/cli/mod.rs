@@ -46,7 +46,8 @@ pub struct ModelArgs {
     /// Model directory (config.json, model.safetensors, tokenizer.json) or hub id org/name[@revision].
     #[arg(long, short = 'm')]
     pub model: String,
-    /// Text prepended to every input (e5 models want "query: ").
+    /// Text prepended to every input (e5 models want "query: "). Default: the model's default
+    /// prompt (sentence-transformers' config_sentence_transformers.json), else none; "" for none.
     #[arg(long)]
     pub prefix: Option<String>,
     /// Pooling (default: the model's 1_Pooling/config.json, else mean).

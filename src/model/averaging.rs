@@ -314,15 +314,11 @@ impl AveragingModel {
         ensure!(meta.kind == "averaging", "{} names kind {:?}, not \"averaging\"", mp.display(), meta.kind);
         ensure!(meta.dim > 0, "{}: dim must be positive", mp.display());
         let segmenter = Segmenter::load(dir, meta.units, meta.lowercase)?;
-        let ep = match dir.join("model.safetensors") {
-            p if p.is_file() => p,
-            // Models saved by earlier versions.
-            _ if dir.join("embeddings.safetensors").is_file() => dir.join("embeddings.safetensors"),
-            p => {
-                crate::data::require_file(&p, "embeddings", "an averaging model keeps its table in model.safetensors")?;
-                p
-            }
-        };
+        let mut ep = dir.join("model.safetensors");
+        if !ep.is_file() && dir.join("embeddings.safetensors").is_file() {
+            ep = dir.join("embeddings.safetensors"); // saved by an earlier version
+        }
+        crate::data::require_file(&ep, "embeddings", "an averaging model keeps its table in model.safetensors")?;
         let tensors = candle_core::safetensors::load(&ep, &candle_core::Device::Cpu).with_context(|| format!("cannot read {}", ep.display()))?;
         let t = tensors.get("embeddings").with_context(|| format!("{} has no tensor `embeddings`", ep.display()))?;
         let (v, d) = t.dims2().with_context(|| format!("{}: `embeddings` must be 2-D", ep.display()))?;

@@ -95,6 +95,12 @@ pub struct SentenceEncoder {
 impl SentenceEncoder {
     /// Load from a `--model` spec (directory or hub id).
     pub fn load(spec: &str, opts: &LoadOptions) -> Result<Self> {
+        if let Some(kind) = super::embedder::saved_kind(spec)?.filter(|k| k != "transformer") {
+            bail!(
+                "{spec} is an xsent {kind} model (its xsent.json says so), not a transformer encoder: \
+                 `xsent embed|eval|mine` run it, but a teacher, student, anchor, learner or base must be a BERT/XLM-R-family model directory or hub id"
+            );
+        }
         let files = source::resolve(spec)?;
         Self::from_files(files, opts)
     }
@@ -181,15 +187,17 @@ impl SentenceEncoder {
                 direction: TruncationDirection::Right,
             }))
             .map_err(|e| anyhow!("cannot set truncation on {}: {e}", files.tokenizer.display()))?;
-        let prefix = match opts.prefix.clone().or(saved.prefix) {
-            Some(p) => p,
-            None => st_default_prompt(files.st_model_config.as_deref())?.unwrap_or_default(),
+        let (prefix, from) = match (opts.prefix.clone(), saved.prefix) {
+            (Some(p), _) => (p, "the prefix given"),
+            (None, Some(p)) => (p, "xsent.json's prefix"),
+            (None, None) => (st_default_prompt(files.st_model_config.as_deref())?.unwrap_or_default(), "the model's default prompt"),
         };
-        if !pools_prompt && !prefix.trim().is_empty() {
+        // sentence-transformers applies any prompt that is not empty, whitespace included.
+        if !pools_prompt && !prefix.is_empty() {
             bail!(
                 "{}: include_prompt is false (sentence-transformers leaves the prompt's tokens out of the pooling), \
-                 but xsent pools the prefix's tokens too, so with the prefix {prefix:?} it would not give this model's \
-                 vectors; embed without a prefix, or pass --pooling to pool every token on purpose",
+                 but xsent pools the prefix's tokens too, so with {from}, {prefix:?}, it would not give this model's \
+                 vectors; embed with --prefix \"\" (no prefix), or choose the pooling (--pooling) to pool every token on purpose",
                 files.pooling.as_ref().map_or(String::new(), |p| p.display().to_string())
             );
         }
@@ -477,9 +485,10 @@ impl SentenceEncoder {
         write_st_files(dir, self.pooling, self.encoder.hidden_size(), &st)?;
         // The prefix as sentence-transformers' default prompt: `SentenceTransformer(dir).encode`
         // prepends it as `xsent embed` does, and xsent reads it back from there.
+        // Also as the query and document prompts, which `encode_query`/`encode_document` use.
         let prompts = match self.prefix.as_str() {
             "" => serde_json::json!({"prompts": {}, "default_prompt_name": null, "similarity_fn_name": "cosine"}),
-            p => serde_json::json!({"prompts": {"default": p}, "default_prompt_name": "default", "similarity_fn_name": "cosine"}),
+            p => serde_json::json!({"prompts": {"query": p, "document": p}, "default_prompt_name": "query", "similarity_fn_name": "cosine"}),
         };
         std::fs::write(dir.join("config_sentence_transformers.json"), serde_json::to_string_pretty(&prompts)?)?;
         Ok(())
@@ -488,6 +497,8 @@ impl SentenceEncoder {
 
 /// The default prompt of a sentence-transformers `config_sentence_transformers.json`
 /// (`prompts[default_prompt_name]`), which `SentenceTransformer.encode` prepends to every text.
+/// As in sentence-transformers, `query` and `document` always exist (empty unless set) and a
+/// null prompt is empty.
 fn st_default_prompt(path: Option<&Path>) -> Result<Option<String>> {
     let Some(path) = path else { return Ok(None) };
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -496,6 +507,7 @@ fn st_default_prompt(path: Option<&Path>) -> Result<Option<String>> {
         serde_json::Value::Null => Ok(None),
         serde_json::Value::String(name) => match &v["prompts"][name] {
             serde_json::Value::String(prompt) => Ok(Some(prompt.clone())),
+            serde_json::Value::Null if v["prompts"].get(name).is_some() || name == "query" || name == "document" => Ok(Some(String::new())),
             _ => bail!(
                 "{}: default_prompt_name is {name:?}, but \"prompts\" has no text prompt of that name; add it, or set default_prompt_name to null",
                 path.display()
@@ -545,8 +557,8 @@ pub fn write_st_files(dir: &Path, pooling: Pooling, dim: usize, st: &StFiles) ->
 /// What xsent uses of `sentence_bert_config.json`: `max_seq_length` (if set) and `do_lower_case`.
 fn read_st_config(path: Option<&Path>) -> Result<(Option<usize>, bool)> {
     let Some(path) = path else { return Ok((None, false)) };
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path)?)
-        .with_context(|| format!("invalid {}", path.display()))?;
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("invalid {}", path.display()))?;
     let max_seq_length = match &v["max_seq_length"] {
         serde_json::Value::Null => None,
         m => match m.as_u64() {
