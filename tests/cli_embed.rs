@@ -275,6 +275,9 @@ fn a_default_prompt_is_prepended_as_sentence_transformers_does() {
     let old = model("old");
     std::fs::write(old.join("xsent.json"), r#"{"prefix": "w5 "}"#).unwrap();
     assert_eq!(rows(&run(&old, &[])), with_prefix);
+    // ... and it wins over a default prompt added later.
+    std::fs::write(old.join("config_sentence_transformers.json"), r#"{"prompts": {"query": "w6 "}, "default_prompt_name": "query"}"#).unwrap();
+    assert_eq!(rows(&run(&old, &[])), with_prefix);
 
     // A default prompt that names no prompt.
     let bad = model("bad");
