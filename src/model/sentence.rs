@@ -483,9 +483,9 @@ impl SentenceEncoder {
         }
         let st = StFiles { max_seq_length: self.max_length, lowercase: self.lowercase, normalize: self.normalize, dense: self.dense.is_some() };
         write_st_files(dir, self.pooling, self.encoder.hidden_size(), &st)?;
-        // The prefix as sentence-transformers' default prompt: `SentenceTransformer(dir).encode`
-        // prepends it as `xsent embed` does, and xsent reads it back from there.
-        // Also as the query and document prompts, which `encode_query`/`encode_document` use.
+        // The prefix as sentence-transformers' default, query and document prompt: its `encode`,
+        // `encode_query` and `encode_document` prepend it as `xsent embed` does, and xsent reads
+        // the default back from there.
         let prompts = match self.prefix.as_str() {
             "" => serde_json::json!({"prompts": {}, "default_prompt_name": null, "similarity_fn_name": "cosine"}),
             p => serde_json::json!({"prompts": {"query": p, "document": p}, "default_prompt_name": "query", "similarity_fn_name": "cosine"}),
