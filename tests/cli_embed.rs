@@ -260,6 +260,16 @@ fn a_default_prompt_is_prepended_as_sentence_transformers_does() {
     assert_eq!(rows(&run(&prompted, &[])), with_prefix);
     // --prefix wins, an empty one too.
     assert_eq!(rows(&run(&prompted, &["--prefix", ""])), without);
+    // --prompt-name picks another prompt (sentence-transformers' prompt_name); document is unset.
+    assert_eq!(rows(&run(&prompted, &["--prompt-name", "passage"])), rows(&run(&plain, &["--prefix", "w6 "])));
+    assert_eq!(rows(&run(&prompted, &["--prompt-name", "document"])), without);
+    let out = run(&prompted, &["--prompt-name", "nope"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("no text prompt named \"nope\"; its prompts are document, passage, query"), "{}", stderr(&out));
+    let out = run(&plain, &["--prompt-name", "query"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("has no config_sentence_transformers.json"), "{}", stderr(&out));
+    assert_eq!(run(&prompted, &["--prompt-name", "query", "--prefix", "w5 "]).status.code(), Some(2), "one or the other");
     // No default prompt, or one that is empty (sentence-transformers' query and document prompts
     // exist even when unset, and a null prompt is empty): nothing is prepended.
     for (name, cfg) in [

@@ -50,6 +50,10 @@ pub struct ModelArgs {
     /// prompt (sentence-transformers' config_sentence_transformers.json), else none; "" for none.
     #[arg(long)]
     pub prefix: Option<String>,
+    /// Use the model's prompt of this name as the prefix (sentence-transformers' prompt_name,
+    /// e.g. query or document).
+    #[arg(long, conflicts_with = "prefix")]
+    pub prompt_name: Option<String>,
     /// Pooling (default: the model's 1_Pooling/config.json, else mean).
     #[arg(long, value_enum)]
     pub pooling: Option<crate::Pooling>,
@@ -87,6 +91,7 @@ impl ModelArgs {
             layers: self.layers,
             pooling: self.pooling,
             prefix: self.prefix.clone(),
+            prompt_name: self.prompt_name.clone(),
             max_length: self.max_length,
             normalize: !self.no_normalize,
             trainable: false,

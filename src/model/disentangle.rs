@@ -203,9 +203,9 @@ impl DisentangledEncoder {
         let text = std::fs::read_to_string(&json).with_context(|| format!("cannot read {}", json.display()))?;
         let saved: SavedModel = serde_json::from_str(&text).with_context(|| format!("invalid {}", json.display()))?;
         ensure!(saved.kind == KIND, "{} is a {:?} model, not {KIND:?}", json.display(), saved.kind);
-        if opts.pooling.is_some() || opts.prefix.is_some() || opts.layers.is_some() {
+        if opts.pooling.is_some() || opts.prefix.is_some() || opts.prompt_name.is_some() || opts.layers.is_some() {
             bail!(
-                "{}: the heads were trained on the base encoder with its saved prefix, pooling and layers; drop --prefix/--pooling/--layers",
+                "{}: the heads were trained on the base encoder with its saved prefix, pooling and layers; drop --prefix/--prompt-name/--pooling/--layers",
                 dir.display()
             );
         }

@@ -95,8 +95,8 @@ pub fn load_embedder(spec: &str, opts: &LoadOptions, head: Option<&str>) -> Resu
             if let Some(h) = head {
                 bail!("--head {h}: {spec} is an averaging model with a single output");
             }
-            if opts.layers.is_some() || opts.pooling.is_some() || opts.max_length.is_some() {
-                bail!("{spec} is an averaging model (mean of unit embeddings): --layers, --pooling and --max-length do not apply to it");
+            if opts.layers.is_some() || opts.pooling.is_some() || opts.max_length.is_some() || opts.prompt_name.is_some() {
+                bail!("{spec} is an averaging model (mean of unit embeddings): --layers, --pooling, --max-length and --prompt-name do not apply to it");
             }
             Ok(Box::new(super::AveragingModel::load(Path::new(spec), opts.normalize, opts.prefix.as_deref())?))
         }

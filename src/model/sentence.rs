@@ -22,6 +22,9 @@ pub struct LoadOptions {
     pub layers: Option<usize>,
     pub pooling: Option<Pooling>,
     pub prefix: Option<String>,
+    /// Use the prompt of this name in the model's `config_sentence_transformers.json` as the
+    /// prefix (sentence-transformers' `prompt_name`); not together with `prefix`.
+    pub prompt_name: Option<String>,
     pub max_length: Option<usize>,
     pub normalize: bool,
     /// Load the weights as trainable variables.
@@ -35,6 +38,7 @@ impl Default for LoadOptions {
             layers: None,
             pooling: None,
             prefix: None,
+            prompt_name: None,
             max_length: None,
             normalize: true,
             trainable: false,
@@ -187,10 +191,19 @@ impl SentenceEncoder {
                 direction: TruncationDirection::Right,
             }))
             .map_err(|e| anyhow!("cannot set truncation on {}: {e}", files.tokenizer.display()))?;
-        let (prefix, from) = match (opts.prefix.clone(), saved.prefix) {
-            (Some(p), _) => (p, "the prefix given"),
-            (None, Some(p)) => (p, "xsent.json's prefix"),
-            (None, None) => (st_default_prompt(files.st_model_config.as_deref())?.unwrap_or_default(), "the model's default prompt"),
+        let st_prompts = files.st_model_config.as_deref();
+        let (prefix, from) = match (opts.prefix.clone(), opts.prompt_name.as_deref(), saved.prefix) {
+            (Some(_), Some(_), _) => bail!("give a prefix or a prompt name, not both"),
+            (Some(p), None, _) => (p, "the prefix given"),
+            (None, Some(name), _) => match st_prompt(st_prompts, Some(name))? {
+                Some(p) => (p, "the prompt named"),
+                None => bail!(
+                    "model {} has no config_sentence_transformers.json, so no prompt named {name:?}; give the text with --prefix",
+                    files.spec
+                ),
+            },
+            (None, None, Some(p)) => (p, "xsent.json's prefix"),
+            (None, None, None) => (st_prompt(st_prompts, None)?.unwrap_or_default(), "the model's default prompt"),
         };
         // sentence-transformers applies any prompt that is not empty, whitespace included.
         if !pools_prompt && !prefix.is_empty() {
@@ -495,25 +508,30 @@ impl SentenceEncoder {
     }
 }
 
-/// The default prompt of a sentence-transformers `config_sentence_transformers.json`
-/// (`prompts[default_prompt_name]`), which `SentenceTransformer.encode` prepends to every text.
-/// As in sentence-transformers, `query` and `document` always exist (empty unless set) and a
-/// null prompt is empty.
-fn st_default_prompt(path: Option<&Path>) -> Result<Option<String>> {
+/// A prompt of a sentence-transformers `config_sentence_transformers.json`: the one named, or
+/// (`name` None) the default one, `prompts[default_prompt_name]`, which `SentenceTransformer.encode`
+/// prepends to every text. As in sentence-transformers, `query` and `document` always exist
+/// (empty unless set) and a null prompt is empty. None: no file, or no default prompt.
+fn st_prompt(path: Option<&Path>, name: Option<&str>) -> Result<Option<String>> {
     let Some(path) = path else { return Ok(None) };
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("invalid {}", path.display()))?;
-    match &v["default_prompt_name"] {
-        serde_json::Value::Null => Ok(None),
-        serde_json::Value::String(name) => match &v["prompts"][name] {
-            serde_json::Value::String(prompt) => Ok(Some(prompt.clone())),
-            serde_json::Value::Null if v["prompts"].get(name).is_some() || name == "query" || name == "document" => Ok(Some(String::new())),
-            _ => bail!(
-                "{}: default_prompt_name is {name:?}, but \"prompts\" has no text prompt of that name; add it, or set default_prompt_name to null",
-                path.display()
-            ),
-        },
-        other => bail!("{}: default_prompt_name is {other}; expected the name of one of its prompts, or null", path.display()),
+    let name = match (name, &v["default_prompt_name"]) {
+        (Some(n), _) => n,
+        (None, serde_json::Value::Null) => return Ok(None),
+        (None, serde_json::Value::String(n)) => n.as_str(),
+        (None, other) => bail!("{}: default_prompt_name is {other}; expected the name of one of its prompts, or null", path.display()),
+    };
+    match &v["prompts"][name] {
+        serde_json::Value::String(prompt) => Ok(Some(prompt.clone())),
+        serde_json::Value::Null if v["prompts"].get(name).is_some() || name == "query" || name == "document" => Ok(Some(String::new())),
+        _ => {
+            let mut names: Vec<&str> = v["prompts"].as_object().map(|m| m.keys().map(String::as_str).collect()).unwrap_or_default();
+            names.extend(["query", "document"]);
+            names.sort_unstable();
+            names.dedup();
+            bail!("{}: there is no text prompt named {name:?}; its prompts are {}", path.display(), names.join(", "))
+        }
     }
 }
 
