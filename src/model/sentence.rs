@@ -196,7 +196,7 @@ impl SentenceEncoder {
             (Some(_), Some(_), _) => bail!("give a prefix or a prompt name, not both"),
             (Some(p), None, _) => (p, "the prefix given"),
             (None, Some(name), _) => match st_prompt(st_prompts, Some(name))? {
-                Some(p) => (p, "the prompt named"),
+                Some(p) => (p, "the prompt --prompt-name names"),
                 None => bail!(
                     "model {} has no config_sentence_transformers.json, so no prompt named {name:?}; give the text with --prefix",
                     files.spec
