@@ -265,11 +265,15 @@ fn a_default_prompt_is_prepended_as_sentence_transformers_does() {
     assert_eq!(rows(&run(&prompted, &["--prompt-name", "document"])), without);
     let out = run(&prompted, &["--prompt-name", "nope"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("no text prompt named \"nope\"; its prompts are document, passage, query"), "{}", stderr(&out));
-    let out = run(&plain, &["--prompt-name", "query"]);
+    assert!(stderr(&out).contains("no prompt named \"nope\"; its prompts are document, passage, query"), "{}", stderr(&out));
+    // Without the file, query and document exist and are empty, as in sentence-transformers.
+    assert_eq!(rows(&run(&plain, &["--prompt-name", "query"])), without);
+    let out = run(&plain, &["--prompt-name", "passage"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("has no config_sentence_transformers.json"), "{}", stderr(&out));
-    assert_eq!(run(&prompted, &["--prompt-name", "query", "--prefix", "w5 "]).status.code(), Some(2), "one or the other");
+    assert!(stderr(&out).contains("no config_sentence_transformers.json") && stderr(&out).contains("its prompts are document, query"), "{}", stderr(&out));
+    let out = run(&prompted, &["--prompt-name", "query", "--prefix", "w5 "]);
+    assert_eq!(out.status.code(), Some(2), "one or the other");
+    assert!(stderr(&out).contains("cannot be used with"), "{}", stderr(&out));
     // No default prompt, or one that is empty (sentence-transformers' query and document prompts
     // exist even when unset, and a null prompt is empty): nothing is prepended.
     for (name, cfg) in [
@@ -289,15 +293,17 @@ fn a_default_prompt_is_prepended_as_sentence_transformers_does() {
     std::fs::write(old.join("config_sentence_transformers.json"), r#"{"prompts": {"query": "w6 "}, "default_prompt_name": "query"}"#).unwrap();
     assert_eq!(rows(&run(&old, &[])), with_prefix);
 
-    // A default prompt that names no prompt.
+    // A default prompt that names no prompt, or no text.
     let bad = model("bad");
-    std::fs::write(bad.join("config_sentence_transformers.json"), r#"{"prompts": {"query": "w5 "}, "default_prompt_name": "passage"}"#).unwrap();
+    std::fs::write(bad.join("config_sentence_transformers.json"), r#"{"prompts": {"query": "w5 ", "n": 5}, "default_prompt_name": "passage"}"#).unwrap();
     let out = run(&bad, &[]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    for w in ["config_sentence_transformers.json", "\"passage\"", "no text prompt"] {
+    for w in ["config_sentence_transformers.json", "no prompt named \"passage\"", "its prompts are document, n, query"] {
         assert!(err.contains(w), "expected {w:?} in {err}");
     }
+    let err = stderr(&run(&bad, &["--prompt-name", "n"]));
+    assert!(err.contains("the prompt \"n\" is 5, not text"), "{err}");
     // Pooling that leaves the prompt out cannot be reproduced with a prompt: refused, not wrong.
     let excl = model("exclude");
     std::fs::create_dir_all(excl.join("1_Pooling")).unwrap();

@@ -113,6 +113,10 @@ fn averaging_model_save_load_embed() {
         let modules = std::fs::read_to_string(dir.path().join(units).join("modules.json")).ok();
         assert_eq!(modules.as_deref().is_some_and(|m| m.contains("models.StaticEmbedding") && m.contains("models.Normalize")), st, "{units}: {modules:?}");
     }
+    // It has no prompts.
+    let opts = xsent::model::LoadOptions { prompt_name: Some("query".into()), ..Default::default() };
+    let e = xsent::model::load_embedder(d.to_str().unwrap(), &opts, None).err().unwrap();
+    assert!(format!("{e:#}").contains("--prompt-name do not apply"), "{e:#}");
     // It is not a transformer encoder: a recipe that needs one says so.
     let e = xsent::SentenceEncoder::load(dir.path().join("word").to_str().unwrap(), &Default::default()).err().unwrap();
     assert!(format!("{e:#}").contains("is an xsent averaging model") && format!("{e:#}").contains("BERT/XLM-R"), "{e:#}");

@@ -195,13 +195,7 @@ impl SentenceEncoder {
         let (prefix, from) = match (opts.prefix.clone(), opts.prompt_name.as_deref(), saved.prefix) {
             (Some(_), Some(_), _) => bail!("give a prefix or a prompt name, not both"),
             (Some(p), None, _) => (p, "the prefix given"),
-            (None, Some(name), _) => match st_prompt(st_prompts, Some(name))? {
-                Some(p) => (p, "the prompt --prompt-name names"),
-                None => bail!(
-                    "model {} has no config_sentence_transformers.json, so no prompt named {name:?}; give the text with --prefix",
-                    files.spec
-                ),
-            },
+            (None, Some(name), _) => (st_prompt(st_prompts, Some(name))?.unwrap_or_default(), "the prompt --prompt-name names"),
             (None, None, Some(p)) => (p, "xsent.json's prefix"),
             (None, None, None) => (st_prompt(st_prompts, None)?.unwrap_or_default(), "the model's default prompt"),
         };
@@ -210,7 +204,8 @@ impl SentenceEncoder {
             bail!(
                 "{}: include_prompt is false (sentence-transformers leaves the prompt's tokens out of the pooling), \
                  but xsent pools the prefix's tokens too, so with {from}, {prefix:?}, it would not give this model's \
-                 vectors; embed with --prefix \"\" (no prefix), or choose the pooling (--pooling) to pool every token on purpose",
+                 vectors; embed without it (--prefix \"\", and no --prompt-name), or choose the pooling (--pooling) to pool \
+                 every token on purpose",
                 files.pooling.as_ref().map_or(String::new(), |p| p.display().to_string())
             );
         }
@@ -511,26 +506,34 @@ impl SentenceEncoder {
 /// A prompt of a sentence-transformers `config_sentence_transformers.json`: the one named, or
 /// (`name` None) the default one, `prompts[default_prompt_name]`, which `SentenceTransformer.encode`
 /// prepends to every text. As in sentence-transformers, `query` and `document` always exist
-/// (empty unless set) and a null prompt is empty. None: no file, or no default prompt.
+/// (empty unless set, with or without the file) and a null prompt is empty. None: no default
+/// prompt.
 fn st_prompt(path: Option<&Path>, name: Option<&str>) -> Result<Option<String>> {
-    let Some(path) = path else { return Ok(None) };
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("invalid {}", path.display()))?;
+    let v: serde_json::Value = match path {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+            serde_json::from_str(&text).with_context(|| format!("invalid {}", path.display()))?
+        }
+        None => serde_json::json!({}),
+    };
+    let file = path.map_or_else(|| "the model (no config_sentence_transformers.json)".to_string(), |p| p.display().to_string());
     let name = match (name, &v["default_prompt_name"]) {
         (Some(n), _) => n,
         (None, serde_json::Value::Null) => return Ok(None),
         (None, serde_json::Value::String(n)) => n.as_str(),
-        (None, other) => bail!("{}: default_prompt_name is {other}; expected the name of one of its prompts, or null", path.display()),
+        (None, other) => bail!("{file}: default_prompt_name is {other}; expected the name of one of its prompts, or null"),
     };
-    match &v["prompts"][name] {
-        serde_json::Value::String(prompt) => Ok(Some(prompt.clone())),
-        serde_json::Value::Null if v["prompts"].get(name).is_some() || name == "query" || name == "document" => Ok(Some(String::new())),
-        _ => {
+    match v["prompts"].get(name) {
+        Some(serde_json::Value::String(prompt)) => Ok(Some(prompt.clone())),
+        Some(serde_json::Value::Null) => Ok(Some(String::new())),
+        None if name == "query" || name == "document" => Ok(Some(String::new())),
+        Some(other) => bail!("{file}: the prompt {name:?} is {other}, not text"),
+        None => {
             let mut names: Vec<&str> = v["prompts"].as_object().map(|m| m.keys().map(String::as_str).collect()).unwrap_or_default();
             names.extend(["query", "document"]);
             names.sort_unstable();
             names.dedup();
-            bail!("{}: there is no text prompt named {name:?}; its prompts are {}", path.display(), names.join(", "))
+            bail!("{file}: there is no prompt named {name:?}; its prompts are {}", names.join(", "))
         }
     }
 }
