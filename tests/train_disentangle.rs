@@ -131,6 +131,8 @@ fn disentangle_trains_saves_heads_and_embeds_with_each_head() {
     assert!(e.contains("disentangle"), "{e}");
     let e = embed(&model, &["--pooling", "cls"], &input).unwrap_err();
     assert!(e.contains("--pooling"), "{e}");
+    let e = embed(&model, &["--prompt-name", "query"], &input).unwrap_err();
+    assert!(e.contains("drop --prefix/--prompt-name"), "{e}");
 
     // A picture of the three spaces: three panels side by side.
     let png = dir.path().join("pca.png");
