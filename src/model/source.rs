@@ -15,7 +15,7 @@ pub struct ModelFiles {
     pub tokenizer: PathBuf,
     /// `1_Pooling/config.json` (or the Pooling module's path in `modules.json`).
     pub pooling: Option<PathBuf>,
-    /// `sentence_bert_config.json` (`max_seq_length`).
+    /// `sentence_bert_config.json` (`max_seq_length`, `do_lower_case`).
     pub st_config: Option<PathBuf>,
     /// `config_sentence_transformers.json` (the default prompt, prepended to every text).
     pub st_model_config: Option<PathBuf>,
