@@ -168,9 +168,13 @@ pub fn read_labelled(specs: &[String], limit: usize) -> Result<Vec<(String, Vec<
             !out.iter().any(|(l, _): &(String, Vec<String>)| l == lang),
             "--input {spec}: the language {lang} is given twice; give each language one file (one colour)"
         );
-        let mut lines = crate::data::read_lines(Path::new(file)).with_context(|| format!("--input {spec}"))?;
-        lines.truncate(limit);
-        ensure!(!lines.is_empty(), "--input {spec}: {file} has no lines");
+        let all = crate::data::read_lines(Path::new(file)).with_context(|| format!("--input {spec}"))?;
+        let blank = all.iter().filter(|l| l.trim().is_empty()).count();
+        if blank > 0 {
+            eprintln!("xsent plot: {blank} blank lines of {file} left out");
+        }
+        let lines: Vec<String> = all.into_iter().filter(|l| !l.trim().is_empty()).take(limit).collect();
+        ensure!(!lines.is_empty(), "--input {spec}: {file} has no sentences (no lines that are not blank)");
         out.push((lang.to_string(), lines));
     }
     Ok(out)

@@ -211,7 +211,7 @@ fn mine_leaves_blank_lines_out_and_outputs_are_checked_first() {
     for (args, want) in [
         (vec!["-o", "/nonexistent/dir/out.tsv"], "the folder /nonexistent/dir does not exist"),
         (vec!["-o", src.to_str().unwrap()], "would destroy the input"),
-        (vec!["--threshold", "nan"], "--threshold NaN is not a number"),
+        (vec!["--threshold", "nan"], "--threshold NaN is not a finite number"),
     ] {
         let out = mine(&args);
         assert_eq!(out.status.code(), Some(1), "{args:?}");
@@ -230,4 +230,65 @@ fn mine_leaves_blank_lines_out_and_outputs_are_checked_first() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--report /nonexistent/r.json: the folder /nonexistent does not exist"));
     assert!(out.stdout.is_empty(), "no table printed before the error");
+}
+
+#[test]
+fn reports_and_outputs_never_replace_an_input_or_a_benchmark_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let words: Vec<String> = (0..10).map(|i| format!("w{i}")).collect();
+    let model = common::tiny_model("tiny-bert", dir.path(), &words);
+    let model = model.to_str().unwrap();
+    let p = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let (pairs, src, tgt) = (p("pairs.tsv"), p("src.txt"), p("tgt.txt"));
+    write(Path::new(&pairs), "w1\tw1\t5\nw1\tw2\t1\n");
+    write(Path::new(&src), "w1 w2\nw3\n");
+    write(Path::new(&tgt), "w2 w1\nw3\n");
+    let bucc = dir.path().join("data/bucc");
+    std::fs::create_dir_all(&bucc).unwrap();
+    let data = p("data");
+    let in_bucc = format!("{}/report.json", bucc.display());
+    let (en, de, txt) = (format!("en={src}"), format!("de={tgt}"), p("pca.txt"));
+    // A corpus whose name ends in .json: `-o` naming it would be taken as the tokenizer's path.
+    let corpus = p("corpus.json");
+    write(Path::new(&corpus), "w1 w2 w3\n");
+    let cases: Vec<(Vec<&str>, String)> = vec![
+        (vec!["eval", "sts", "--model", model, "--pairs", &pairs, "--report", &pairs], format!("--report {pairs} is the input file {pairs}")),
+        (vec!["eval", "xsr", "--model", model, "--src", &src, "--tgt", &tgt, "--report", &tgt], format!("--report {tgt} is the input file {tgt}")),
+        (vec!["eval", "bucc", "--model", model, "--data-dir", &data, "--report", &in_bucc], format!("is inside {data}/bucc, among the benchmark files")),
+        (vec!["tokenizer", "train", "--input", &corpus, "-o", &corpus, "--vocab-size", "20"], format!("-o {corpus} is the input file {corpus}")),
+        (vec!["plot", "pca", "--model", model, "--input", &en, "--input", &de, "-o", &tgt], format!("-o {tgt} is the input file {tgt}")),
+        (vec!["plot", "pca", "--model", model, "--input", &en, "--input", &de, "-o", &txt], "give a path ending in .png".to_string()),
+    ];
+    for (args, want) in &cases {
+        let out = common::xsent().args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(want.as_str()), "{args:?}: {err}");
+    }
+    assert_eq!(std::fs::read_to_string(&pairs).unwrap(), "w1\tw1\t5\nw1\tw2\t1\n");
+    assert_eq!(std::fs::read_to_string(&src).unwrap(), "w1 w2\nw3\n");
+    assert_eq!(std::fs::read_to_string(&tgt).unwrap(), "w2 w1\nw3\n");
+    assert_eq!(std::fs::read_to_string(&corpus).unwrap(), "w1 w2 w3\n");
+    assert!(!Path::new(&in_bucc).exists() && !Path::new(&txt).exists());
+    // mine: a tab inside a sentence would break the output's columns, so it is refused with
+    // the line; a k beyond the lines is said; a negative threshold is a value, not a flag.
+    let tabbed = p("tabbed.txt");
+    write(Path::new(&tabbed), "w1\nw2\tw3\n");
+    let out = common::xsent().args(["mine", "--model", model, "--src-file", &tabbed, "--tgt-file", &tgt]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("{tabbed}:2 holds a tab")), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = common::xsent()
+        .args(["mine", "--model", model, "--src-file", &src, "--tgt-file", &tgt, "--k", "5", "--margin", "distance", "--threshold", "-0.5"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("k = 5 is more than the 2 sources or 2 targets"), "{err}");
+    // Blank lines are no sentences for the picture: left out, and said so.
+    write(Path::new(&src), "w1 w2\n\nw3\n  \n");
+    let png = p("pca.png");
+    let out = common::xsent().args(["plot", "pca", "--model", model, "--input", &en, "--input", &de, "-o", &png]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains(&format!("2 blank lines of {src} left out")) && err.contains("4 sentences in 2 languages"), "{err}");
 }

@@ -40,4 +40,8 @@ fn reader_errors_name_files_and_counts() {
     std::fs::write(d.path().join("tatoeba.abc-eng.eng"), "A\nB\nC\n").unwrap();
     assert_eq!(tatoeba::languages(d.path()).unwrap(), vec!["abc"]);
     assert_eq!(tatoeba::read(d.path(), "abc").unwrap().eng, vec!["A", "B", "C"]);
+    // A blank line is no sentence: the file and line are named.
+    std::fs::write(d.path().join("tatoeba.abc-eng.eng"), "A\n \nC\n").unwrap();
+    let err = tatoeba::read(d.path(), "abc").unwrap_err().to_string();
+    assert!(err.contains("tatoeba.abc-eng.eng:2 is blank"), "{err}");
 }

@@ -50,3 +50,26 @@ fn multi30k_errors_say_what_to_do() {
     let err = xsr_err(["--src", "x.txt", "--tgt", "y.txt", "--langs", "en-de"]);
     assert!(err.contains("add --multi30k"), "{err}");
 }
+
+/// A line pair with a blank side is no query, and a blank distractor no candidate; both are
+/// left out and counted on stderr (as `mine` does).
+#[test]
+fn blank_lines_are_left_out_of_queries_and_candidates() {
+    let dir = tempfile::tempdir().unwrap();
+    let words: Vec<String> = (0..10).map(|i| format!("w{i}")).collect();
+    let model = common::tiny_model("tiny-bert", dir.path(), &words);
+    let f = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let (src, tgt, extra) = (f("src.txt", "w1 w2\n\nw3\nw4 w5\n"), f("tgt.txt", "w2 w1\nw9\n \nw5 w4\n"), f("extra.txt", "w7\n\n"));
+    let out = common::xsent()
+        .args(["eval", "xsr", "--model", model.to_str().unwrap(), "--src", &src, "--tgt", &tgt, "--distractors", &extra])
+        .output()
+        .unwrap();
+    let (table, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("2 line pairs with a blank side left out") && err.contains(&format!("1 blank lines of {extra} left out")), "{err}");
+    assert!(table.contains(&format!("| {src} → {tgt} | 2 | 3 |")), "{table}");
+}

@@ -184,6 +184,11 @@ fn bucc_task(enc: &dyn crate::model::Embedder, b: &BuccArgs) -> Result<Outcome> 
             ensure!(splits.len() == 1, "BUCC {pair}: found splits {splits:?}; with more than one, xsent needs `train` and `test`");
             (None, crate::data::bucc::read(&dir, pair, &splits[0])?)
         };
+        for split in train.iter().chain([&test]) {
+            if let Some(note) = crate::eval::knn::k_note(settings.k, split.src.len(), split.tgt.len()) {
+                eprintln!("xsent eval bucc: {pair} {}: {note}", split.split);
+            }
+        }
         let s = bucc::evaluate(enc, train.as_ref(), &test, settings, a.batch_size)?;
         let label = if s.threshold_from == "oracle" { format!("{:.4} (oracle threshold)", s.scores.threshold) } else { format!("{:.4} (from train)", s.scores.threshold) };
         table += &format!("| {} | {} | {} | {:.2} | {:.2} | {:.2} |", s.pair, s.split, label, s.scores.precision, s.scores.recall, s.scores.f1);
@@ -218,15 +223,16 @@ fn bucc_task(enc: &dyn crate::model::Embedder, b: &BuccArgs) -> Result<Outcome> 
 
 /// Check the data directory, then [`loaded`].
 fn single(a: &Args, task: impl FnOnce(&dyn crate::model::Embedder) -> Result<Outcome>) -> Result<()> {
-    crate::data::data_dir(a.data_dir.as_deref())?;
-    loaded(a, task)
+    let dir = crate::data::data_dir(a.data_dir.as_deref())?;
+    loaded(a, &[], Some(&dir), task)
 }
 
-/// Load the model, run one task, print its table and write its report.
-fn loaded(a: &Args, task: impl FnOnce(&dyn crate::model::Embedder) -> Result<Outcome>) -> Result<()> {
+/// Load the model, run one task, print its table and write its report (checked first against
+/// the task's input files and data directory).
+fn loaded(a: &Args, inputs: &[&Path], data_dir: Option<&Path>, task: impl FnOnce(&dyn crate::model::Embedder) -> Result<Outcome>) -> Result<()> {
     ensure!(a.batch_size > 0, "--batch-size must be at least 1");
     if let Some(r) = &a.report {
-        super::check_output(r, "--report", &[])?;
+        super::check_report(r, inputs, data_dir)?;
     }
     let start = Instant::now();
     let enc = a.model.load()?;
@@ -242,7 +248,8 @@ fn sts(s: StsArgs) -> Result<()> {
     }
     // Read every file before the model loads: a bad file is reported at once.
     let sets = s.pairs.iter().map(|p| crate::data::sts::read_scored_pairs(p)).collect::<Result<Vec<_>>>()?;
-    loaded(a, |enc| scored_pairs_task(enc, &sets, &s.pairs, a.batch_size))
+    let inputs: Vec<&Path> = s.pairs.iter().map(PathBuf::as_path).collect();
+    loaded(a, &inputs, None, |enc| scored_pairs_task(enc, &sets, &s.pairs, a.batch_size))
 }
 
 /// `--pairs`: one row per file, no published columns.
@@ -290,10 +297,10 @@ fn all(b: BuccArgs) -> Result<()> {
 
 fn xsr(a: XsrArgs) -> Result<()> {
     ensure!(a.batch_size > 0, "--batch-size must be at least 1");
-    if let Some(r) = &a.report {
-        super::check_output(r, "--report", &[])?;
-    }
     if a.multi30k {
+        if let Some(r) = &a.report {
+            super::check_report(r, &[], Some(&crate::data::data_dir(a.data_dir.as_deref())?))?;
+        }
         return xsr_multi30k(&a);
     }
     // (clap's `requires` cannot express this: a flag counts as present through its default.)
@@ -302,8 +309,12 @@ fn xsr(a: XsrArgs) -> Result<()> {
     let (Some(src_path), Some(tgt_path)) = (&a.src, &a.tgt) else {
         bail!("pass --src and --tgt (line-aligned files), or --multi30k for the Multi30k preset");
     };
-    let src = crate::data::read_lines(src_path)?;
-    let tgt = crate::data::read_lines(tgt_path)?;
+    if let Some(r) = &a.report {
+        let inputs: Vec<&Path> = [src_path, tgt_path].into_iter().chain(&a.distractors).map(PathBuf::as_path).collect();
+        super::check_report(r, &inputs, None)?;
+    }
+    let mut src = crate::data::read_lines(src_path)?;
+    let mut tgt = crate::data::read_lines(tgt_path)?;
     ensure!(
         src.len() == tgt.len(),
         "{} has {} lines but {} has {}; they must be line-aligned",
@@ -312,9 +323,26 @@ fn xsr(a: XsrArgs) -> Result<()> {
         tgt_path.display(),
         tgt.len()
     );
+    // A pair with a blank side is no query (as `mine` leaves blank lines out), nor is a blank
+    // distractor a candidate.
+    let keep: Vec<bool> = src.iter().zip(&tgt).map(|(s, t)| !s.trim().is_empty() && !t.trim().is_empty()).collect();
+    let blank = keep.iter().filter(|k| !**k).count();
+    if blank > 0 {
+        eprintln!("xsent eval xsr: {blank} line pairs with a blank side left out");
+        let mut k = keep.iter();
+        src.retain(|_| *k.next().expect("one flag per line"));
+        let mut k = keep.iter();
+        tgt.retain(|_| *k.next().expect("one flag per line"));
+    }
+    ensure!(!src.is_empty(), "{} and {} have no line pairs with text on both sides", src_path.display(), tgt_path.display());
     let mut distractors = Vec::new();
     for d in &a.distractors {
-        distractors.extend(crate::data::read_lines(d)?);
+        let lines = crate::data::read_lines(d)?;
+        let blank = lines.iter().filter(|l| l.trim().is_empty()).count();
+        if blank > 0 {
+            eprintln!("xsent eval xsr: {blank} blank lines of {} left out", d.display());
+        }
+        distractors.extend(lines.into_iter().filter(|l| !l.trim().is_empty()));
     }
     let enc = a.model.load()?;
     let (p1, candidates) = crate::eval::xsr::p_at_1(enc.as_ref(), &src, &tgt, &distractors, a.batch_size)?;

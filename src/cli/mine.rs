@@ -36,8 +36,8 @@ pub struct Args {
     /// Target-language sentences, one per line.
     #[arg(long)]
     tgt_file: PathBuf,
-    /// Keep only pairs scoring at least this.
-    #[arg(long)]
+    /// Keep only pairs scoring at least this (may be negative, e.g. with `--margin distance`).
+    #[arg(long, allow_negative_numbers = true)]
     threshold: Option<f64>,
     #[command(flatten)]
     mining: MiningArgs,
@@ -52,15 +52,18 @@ pub struct Args {
 pub fn run(a: Args) -> Result<()> {
     super::check_batch_size(a.batch_size)?;
     if let Some(t) = a.threshold {
-        ensure!(t.is_finite(), "--threshold {t} is not a number: give a margin score such as 1.05");
+        ensure!(t.is_finite(), "--threshold {t} is not a finite number: give a margin score such as 1.05");
     }
     if let Some(out) = &a.output {
         super::check_output(out, "-o", &[&a.src_file, &a.tgt_file])?;
     }
     let s = a.mining.settings()?;
-    let src = non_blank(crate::data::read_lines(&a.src_file)?, &a.src_file);
-    let tgt = non_blank(crate::data::read_lines(&a.tgt_file)?, &a.tgt_file);
+    let src = non_blank(read_checked(&a.src_file)?, &a.src_file);
+    let tgt = non_blank(read_checked(&a.tgt_file)?, &a.tgt_file);
     ensure!(!src.is_empty() && !tgt.is_empty(), "nothing to mine: {} or {} has no non-blank line", a.src_file.display(), a.tgt_file.display());
+    if let Some(note) = crate::eval::knn::k_note(s.k, src.len(), tgt.len()) {
+        eprintln!("xsent mine: {note}");
+    }
     let enc = a.model.load()?;
     let x = Matrix::embed(enc.as_ref(), &src, a.batch_size)?;
     let y = Matrix::embed(enc.as_ref(), &tgt, a.batch_size)?;
@@ -81,6 +84,19 @@ pub fn run(a: Args) -> Result<()> {
 }
 
 /// Blank lines are no sentences to pair: they are left out (and counted on stderr).
+/// The lines of an input file; a tab in one is an error (the output's columns are tab-separated).
+fn read_checked(path: &std::path::Path) -> Result<Vec<String>> {
+    let lines = crate::data::read_lines(path)?;
+    if let Some(i) = lines.iter().position(|l| l.contains('\t')) {
+        anyhow::bail!(
+            "{}:{} holds a tab, which the output's score<TAB>src<TAB>tgt columns cannot carry; replace the tabs first, e.g. with `tr '\\t' ' '`",
+            path.display(),
+            i + 1
+        );
+    }
+    Ok(lines)
+}
+
 fn non_blank(lines: Vec<String>, path: &std::path::Path) -> Vec<String> {
     let n = lines.len();
     let kept: Vec<String> = lines.into_iter().filter(|l| !l.trim().is_empty()).collect();

@@ -121,12 +121,37 @@ pub fn check_output(output: &std::path::Path, flag: &str, inputs: &[&std::path::
             anyhow::bail!("{flag} {}: the folder {} does not exist (create it first)", output.display(), parent.display());
         }
     }
+    check_not_input(output, flag, inputs)
+}
+
+/// Refuse an output path that names one of the input files (hard links and symlinks included).
+pub fn check_not_input(output: &std::path::Path, flag: &str, inputs: &[&std::path::Path]) -> anyhow::Result<()> {
     for input in inputs {
         if same_file(output, input) {
             anyhow::bail!(
                 "{flag} {} is the input file {}: writing it would destroy the input; give another output path",
                 output.display(),
                 input.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Check `--report` before any work: [`check_output`] against the command's input files, and
+/// not inside the benchmark folders of the data directory (`sts/`, `tatoeba/`, `bucc/`,
+/// `parallel/`), where it could replace a benchmark file.
+pub fn check_report(report: &std::path::Path, inputs: &[&std::path::Path], data_dir: Option<&std::path::Path>) -> anyhow::Result<()> {
+    check_output(report, "--report", inputs)?;
+    let Some(dir) = data_dir else { return Ok(()) };
+    let parent = report.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    let Ok(parent) = parent.canonicalize() else { return Ok(()) };
+    for sub in ["sts", "tatoeba", "bucc", "parallel"] {
+        if dir.join(sub).canonicalize().is_ok_and(|d| parent.starts_with(d)) {
+            anyhow::bail!(
+                "--report {} is inside {}, among the benchmark files; write the report elsewhere",
+                report.display(),
+                dir.join(sub).display()
             );
         }
     }

@@ -53,7 +53,14 @@ pub fn run(p: Plot) -> Result<()> {
 fn pca_plot(a: PcaArgs) -> Result<()> {
     ensure!(a.rows >= 1 && a.batch_size >= 1, "--rows and --batch-size must be at least 1");
     ensure!((200..=4000).contains(&a.panel_size), "--panel-size {} is out of range: give 200..=4000 pixels", a.panel_size);
-    super::check_output(&a.output, "-o", &[])?;
+    let files: Vec<&std::path::Path> = a.inputs.iter().filter_map(|s| s.split_once('=')).map(|(_, f)| std::path::Path::new(f)).collect();
+    super::check_output(&a.output, "-o", &files)?;
+    let ext = a.output.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
+    ensure!(
+        matches!(ext.as_deref(), Some("png" | "jpg" | "jpeg" | "bmp")),
+        "-o {}: the picture is written as PNG, JPEG or BMP; give a path ending in .png, .jpg or .bmp",
+        a.output.display()
+    );
     let disentangle = crate::model::embedder::saved_kind(&a.model.model)?.as_deref() == Some(KIND);
     let model = if disentangle {
         ensure!(a.model.head.is_none(), "--head: the picture shows every head of {}", a.model.model);

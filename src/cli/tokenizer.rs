@@ -35,10 +35,12 @@ pub fn run(c: Command) -> Result<()> {
             if a.output.is_file() && !a.output.extension().is_some_and(|e| e == "json") {
                 anyhow::bail!("-o {} is a file: give a folder (tokenizer.json is written into it) or a path ending in .json", a.output.display());
             }
+            let path = if a.output.extension().is_some_and(|e| e == "json") { a.output.clone() } else { a.output.join("tokenizer.json") };
+            let inputs: Vec<&std::path::Path> = a.input.iter().map(PathBuf::as_path).collect();
+            crate::cli::check_not_input(&path, "-o", &inputs)?;
             let lines = vocab::read_corpus(&a.input)?;
             let texts: Vec<&str> = lines.iter().map(String::as_str).collect();
             let tok = vocab::train_subword(&texts, a.model, a.vocab_size, a.lowercase)?;
-            let path = if a.output.extension().is_some_and(|e| e == "json") { a.output.clone() } else { a.output.join("tokenizer.json") };
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
             }

@@ -43,5 +43,10 @@ pub fn read(dir: &Path, lang: &str) -> Result<TatoebaSet> {
     if xx.len() != eng.len() {
         bail!("{} has {} lines but {} has {}; they must be line-aligned", xx_path.display(), xx.len(), eng_path.display(), eng.len());
     }
+    for (path, lines) in [(&xx_path, &xx), (&eng_path, &eng)] {
+        if let Some(i) = lines.iter().position(|l| l.trim().is_empty()) {
+            bail!("{}:{} is blank: every Tatoeba line must hold a sentence (the pair is line {} of both files)", path.display(), i + 1, i + 1);
+        }
+    }
     Ok(TatoebaSet { lang: lang.to_string(), xx, eng })
 }

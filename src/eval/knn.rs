@@ -397,6 +397,14 @@ fn apply_margin(margin: Margin, cos: f64, avg: f64) -> f64 {
     }
 }
 
+/// A note for the user when `k` exceeds the candidates of a side: the margin then averages
+/// over all of them (the neighbourhoods are cut to the side's size).
+pub fn k_note(k: usize, sources: usize, targets: usize) -> Option<String> {
+    (k > sources.min(targets)).then(|| {
+        format!("k = {k} is more than the {sources} sources or {targets} targets: each neighbourhood holds all of that side's sentences")
+    })
+}
+
 /// Margin-scored bitext candidates between normalised `x` (sources) and `y` (targets), best
 /// first: score(x, y) = margin(cos(x, y), Σ_{z∈NNk(x)} cos(x, z)/2k + Σ_{z∈NNk(y)} cos(y, z)/2k).
 pub fn mine(x: &Matrix, y: &Matrix, k: usize, margin: Margin, retrieval: Retrieval) -> Result<Vec<Candidate>> {
