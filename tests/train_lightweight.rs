@@ -126,6 +126,37 @@ fn lightweight_trains_resumes_exactly_and_saves_a_bert_model() {
     assert!((common::cosine(&rows[0], &rows[0]) - 1.0).abs() < 1e-5);
     let norm = rows[0].iter().map(|x| x * x).sum::<f32>().sqrt();
     assert!((norm - 1.0).abs() < 1e-4, "norm {norm}");
+
+    // Its tokenizer adds no special tokens: a line cut exactly at a word boundary is still
+    // reported as cut, and embeds as the words that were kept.
+    let tok = tokenizers::Tokenizer::from_file(s.run("full/final/tokenizer.json")).unwrap();
+    let count = |t: &str| tok.encode(t, true).unwrap().len();
+    let (kept, line) = ("house1 house2 haus3", "house1 house2 haus3 house4 haus5");
+    let (m, n) = (count(kept), count(line));
+    assert!(m >= 2 && n > m, "{m} {n}");
+    let embed = |max: usize, text: &str| {
+        let o = common::xsent()
+            .args(["embed", "--model", s.run("full/final").to_str().unwrap(), "--max-length", &max.to_string()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                use std::io::Write;
+                c.stdin.take().unwrap().write_all(text.as_bytes())?;
+                c.wait_with_output()
+            })
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        (serde_json::from_slice::<Vec<f32>>(&o.stdout).unwrap(), stderr(&o))
+    };
+    let (cut, err) = embed(m, line);
+    assert!(err.contains(&format!("1 of 1 lines were longer than {m} tokens")), "{err}");
+    let (whole, err) = embed(m, kept);
+    assert!(err.is_empty(), "{err}");
+    assert!(common::max_abs_diff(&cut, &whole) < 1e-6);
+    let (_, err) = embed(n, line);
+    assert!(err.is_empty(), "{err}");
 }
 
 #[test]

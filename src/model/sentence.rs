@@ -183,9 +183,14 @@ impl SentenceEncoder {
             }
             None => st_max_length.unwrap_or(model_max).min(config.max_positions()),
         };
+        // tokenizers stops tokenising a text once it reaches the truncation length, so a text
+        // cut exactly there keeps no overflowing part. With special tokens (added after the cut,
+        // which leaves room for them) a cut text always overflows; without them, tokenise one
+        // token further and cut here, so that every cut is seen (and reported).
+        let specials = tokenizer.get_post_processor().map_or(0, |p| tokenizers::PostProcessor::added_tokens(p, false));
         tokenizer
             .with_truncation(Some(TruncationParams {
-                max_length,
+                max_length: if specials == 0 { max_length + 1 } else { max_length },
                 strategy: TruncationStrategy::LongestFirst,
                 stride: 0,
                 direction: TruncationDirection::Right,
@@ -300,10 +305,14 @@ impl SentenceEncoder {
     pub fn tokenize<S: AsRef<str>>(&self, texts: &[S]) -> Result<Vec<Encoded>> {
         let inputs: Vec<String> = texts.iter().map(|t| self.input_text(t.as_ref())).collect();
         let encs = self.tokenizer.encode_batch(inputs, true).map_err(|e| anyhow!("tokenizer failed: {e}"))?;
-        Ok(encs
-            .into_iter()
-            .map(|e| Encoded { truncated: !e.get_overflowing().is_empty(), ids: e.get_ids().to_vec() })
-            .collect())
+        Ok(encs.iter().map(|e| self.encoded(e)).collect())
+    }
+
+    /// The ids of a tokenised text, at most `max_length`, and whether it was cut.
+    fn encoded(&self, e: &tokenizers::Encoding) -> Encoded {
+        let ids = e.get_ids();
+        let keep = ids.len().min(self.max_length);
+        Encoded { truncated: !e.get_overflowing().is_empty() || ids.len() > keep, ids: ids[..keep].to_vec() }
     }
 
     /// Pad a set of tokenised texts into one batch.
@@ -437,8 +446,7 @@ impl SentenceEncoder {
     pub fn token_embeddings<S: AsRef<str>>(&self, texts: &[S], layer: Option<usize>, skip_special: bool, batch_size: usize) -> Result<Vec<Vec<f32>>> {
         let inputs: Vec<String> = texts.iter().map(|t| self.input_text(t.as_ref())).collect();
         let encs = self.tokenizer.encode_batch(inputs, true).map_err(|e| anyhow!("tokenizer failed: {e}"))?;
-        let items: Vec<Encoded> =
-            encs.iter().map(|e| Encoded { truncated: !e.get_overflowing().is_empty(), ids: e.get_ids().to_vec() }).collect();
+        let items: Vec<Encoded> = encs.iter().map(|e| self.encoded(e)).collect();
         let layer = layer.unwrap_or(self.encoder.num_layers());
         let h = self.encoder.hidden_size();
         let mut order: Vec<usize> = (0..items.len()).collect();
