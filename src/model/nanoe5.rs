@@ -179,12 +179,30 @@ fn hf_name(name: &str, h: &Header) -> Result<(String, Vec<usize>)> {
 /// Convert `bin` into a model directory `out` (config.json, model.safetensors and the
 /// sentence-transformers files; tokenizer.json copied from `tokenizer` when given).
 pub fn convert(bin: &Path, out: &Path, tokenizer: Option<&Path>) -> Result<Header> {
+    // The tokenizer is checked before anything is read or written, so a bad path leaves no
+    // half-built directory behind.
+    let tok = tokenizer
+        .map(|t| {
+            tokenizers::Tokenizer::from_file(t)
+                .map_err(|e| anyhow::anyhow!("--tokenizer {} is not a tokenizer.json that the tokenizers library loads: {e}", t.display()))
+        })
+        .transpose()?;
     let buf = std::fs::read(bin).with_context(|| format!("cannot read {}", bin.display()))?;
     let (h, tensors) = parse(&buf).with_context(|| format!("in {}", bin.display()))?;
     for l in 0..h.layers {
         ensure!(
             tensors.contains_key(&format!("encoder.layer.{l}.output.LayerNorm.bias")),
             "{}: layer {l} is incomplete",
+            bin.display()
+        );
+    }
+    if let (Some(t), Some(tok)) = (tokenizer, &tok) {
+        let n = tok.get_vocab_size(true);
+        ensure!(
+            n <= h.vocab,
+            "--tokenizer {} has {n} pieces, more than the {} embeddings of {}: give this model's tokenizer (XLM-R's, 250,002 pieces)",
+            t.display(),
+            h.vocab,
             bin.display()
         );
     }
@@ -288,6 +306,19 @@ mod tests {
             f.extend([0u8; 64]);
             let err = format!("{:#}", parse(&f).unwrap_err());
             assert!(err.contains("overflows") || err.contains("truncated"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_bad_tokenizer_is_refused_before_anything_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let notes = dir.path().join("notes.txt");
+        std::fs::write(&notes, "not a tokenizer\n").unwrap();
+        let out = dir.path().join("out");
+        for t in [notes, dir.path().join("missing.json")] {
+            let err = format!("{:#}", convert(&dir.path().join("no-such.bin"), &out, Some(&t)).unwrap_err());
+            assert!(err.contains(&format!("--tokenizer {} is not a tokenizer.json", t.display())), "{err}");
+            assert!(!out.exists());
         }
     }
 
