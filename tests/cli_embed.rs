@@ -93,6 +93,14 @@ fn npy_and_f32_outputs_hold_the_same_vectors() {
     let raw = std::fs::read(&f32p).unwrap();
     let got: Vec<f32> = raw.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
     assert_eq!(got, want);
+    // A .gz input is read through gzip, as the other commands read it.
+    let gz = dir.path().join("in.txt.gz");
+    let mut enc = flate2::write::GzEncoder::new(std::fs::File::create(&gz).unwrap(), flate2::Compression::default());
+    enc.write_all(b"a\nb b\n\nc c c\n").unwrap();
+    enc.finish().unwrap();
+    let out = embed(&["--model", &e5(), "--input", gz.to_str().unwrap()], b"");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(rows(&out).concat(), want);
     let raw = std::fs::read(&npy).unwrap();
     assert_eq!(&raw[..6], b"\x93NUMPY");
     let header_len = u16::from_le_bytes([raw[8], raw[9]]) as usize;

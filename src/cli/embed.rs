@@ -32,8 +32,15 @@ pub fn run(args: Args) -> Result<()> {
         Some(p) if p.as_os_str() != "-" => {
             anyhow::ensure!(!p.is_dir(), "--input {} is a folder: give a file with one sentence per line", p.display());
             let f = std::fs::File::open(p).with_context(|| format!("cannot open input {}", p.display()))?;
-            let len = f.metadata().map(|m| m.len()).ok();
-            (Box::new(std::io::BufReader::with_capacity(1 << 20, f)), len)
+            if p.extension().is_some_and(|e| e == "gz") {
+                // Read through gzip, as the other commands read `.gz` files (no byte total for
+                // the progress bar: the file's size is not the text's).
+                let gz = flate2::read::MultiGzDecoder::new(std::io::BufReader::new(f));
+                (Box::new(std::io::BufReader::with_capacity(1 << 20, gz)), None)
+            } else {
+                let len = f.metadata().map(|m| m.len()).ok();
+                (Box::new(std::io::BufReader::with_capacity(1 << 20, f)), len)
+            }
         }
         _ => (Box::new(std::io::BufReader::with_capacity(1 << 20, std::io::stdin().lock())), None),
     };
@@ -43,7 +50,7 @@ pub fn run(args: Args) -> Result<()> {
             ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {percent}% ETA {eta}").expect("valid template"),
         ),
         None => ProgressBar::new_spinner()
-            .with_style(ProgressStyle::with_template("{spinner} {msg} (stdin)").expect("valid template")),
+            .with_style(ProgressStyle::with_template("{spinner} {msg}").expect("valid template")),
     };
     let start = std::time::Instant::now();
     let progress = |lines: u64, bytes: u64| {
