@@ -226,6 +226,10 @@ fn resume_refuses_what_would_drop_work_and_a_failed_start_can_be_restarted() {
     let o = s.train(&["--out", run.to_str().unwrap(), "--resume", "--set", "distill.student_layers=1"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("does not have") && stderr(&o).contains("layer.1."), "{}", stderr(&o));
+    // Fewer steps than the run has taken: nothing to train, so it is refused, not re-saved.
+    let o = s.train(&["--out", run.to_str().unwrap(), "--resume", "--set", "train.max_steps=3"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("is at step 4, past the 3 steps this config trains"), "{}", stderr(&o));
     assert!(!run.join("final").exists());
     // An existing run with a checkpoint is never started over.
     let o = s.train(&["--out", run.to_str().unwrap()]);
@@ -396,6 +400,10 @@ fn config_and_data_errors_are_clear() {
         ("distill.projection_fit_size=1", "projection_fit_size must be at least 2"),
         ("distill.source_weight=-1", "distill.source_weight must be a finite number >= 0"),
         ("sp.dim=5", "[sp] is set, but recipe = \"distill\" does not read it"),
+        // A section that lacks its own required `base`: named as another recipe's, all the same.
+        ("disentangle.prefix=\"x\"", "[disentangle] is set, but recipe = \"distill\" does not read it"),
+        ("data.sources.0.max_pairs=0", "max_pairs = 0 reads no pairs"),
+        ("train.keep_last=0", "train.keep_last = 0: the last checkpoint is always kept"),
     ] {
         let o = s.train(&["--set", set, "--out", s.run_dir("v").to_str().unwrap()]);
         assert_eq!(o.status.code(), Some(1), "{set}");

@@ -66,14 +66,28 @@ fn d_pivot() -> String {
     "en".into()
 }
 
+impl SourceKind {
+    /// The name a config gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SourceKind::Tsv => "tsv",
+            SourceKind::Aligned => "aligned",
+            SourceKind::Xnli => "xnli",
+        }
+    }
+}
+
 impl Source {
     pub fn validate(&self) -> Result<()> {
         let need = |v: &Option<PathBuf>, key: &str| -> Result<()> {
             if v.is_none() {
-                bail!("kind = {:?} needs `{key}`", self.kind);
+                bail!("kind = \"{}\" needs `{key}`", self.kind.name());
             }
             Ok(())
         };
+        if self.max_pairs == Some(0) {
+            bail!("max_pairs = 0 reads no pairs: leave it out to read them all");
+        }
         match self.kind {
             SourceKind::Tsv => need(&self.path, "path"),
             SourceKind::Aligned => need(&self.src, "src").and(need(&self.tgt, "tgt")),
@@ -81,6 +95,16 @@ impl Source {
                 need(&self.dir, "dir")?;
                 if self.langs.is_empty() {
                     bail!("kind = \"xnli\" needs `langs`, e.g. [\"de\", \"es\"]");
+                }
+                if self.splits.is_empty() {
+                    bail!("kind = \"xnli\" needs `splits`, e.g. [\"dev\", \"test\"] (the default)");
+                }
+                if self.langs.contains(&self.pivot) {
+                    bail!(
+                        "`langs` lists the pivot {:?}: its pairs would be each sentence with itself; list only the languages paired with {:?}",
+                        self.pivot,
+                        self.pivot
+                    );
                 }
                 Ok(())
             }
@@ -299,7 +323,17 @@ mod tests {
         let e = read_sources(&[Source { langs: vec!["fr".into()], ..src.clone() }], "data.sources").unwrap_err();
         let e = format!("{e:#}");
         assert!(e.contains("dev-en.tsv has 2 rows") && e.contains("dev-fr.tsv has 1"), "{e}");
-        let e = format!("{:#}", read_sources(&[Source { splits: vec!["train".into()], ..src }], "data.sources").unwrap_err());
+        let e = format!("{:#}", read_sources(&[Source { splits: vec!["train".into()], ..src.clone() }], "data.sources").unwrap_err());
         assert!(e.contains("train-en.tsv does not exist"), "{e}");
+        // Settings that would read nothing, or pair English with itself, are refused.
+        for (bad, want) in [
+            (Source { splits: vec![], ..src.clone() }, "kind = \"xnli\" needs `splits`"),
+            (Source { langs: vec!["de".into(), "en".into()], ..src.clone() }, "`langs` lists the pivot \"en\""),
+            (Source { max_pairs: Some(0), ..src.clone() }, "max_pairs = 0 reads no pairs"),
+            (Source { kind: SourceKind::Aligned, src: Some("a".into()), ..src }, "kind = \"aligned\" needs `tgt`"),
+        ] {
+            let e = format!("{:#}", read_sources(&[bad], "data.sources").unwrap_err());
+            assert!(e.contains(want), "{e}");
+        }
     }
 }

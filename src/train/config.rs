@@ -211,17 +211,35 @@ impl Default for DataConfig {
     }
 }
 
+/// The recipes' own sections.
+const RECIPE_SECTIONS: [&str; 5] = ["distill", "disentangle", "dueam", "lightweight", "sp"];
+
+/// The error for a section that the config's recipe does not read: a typo in `recipe`, or a key
+/// set for the wrong recipe (`--set sp.dim=…` on a distill config).
+fn other_recipes_section(name: &str, recipe: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "[{name}] is set, but recipe = {recipe:?} does not read it; remove the section (or the --set that made it), or set recipe = \"{name}\""
+    )
+}
+
 /// Read a config file and apply `--set key=value` overrides.
 pub fn load(path: &Path, sets: &[String]) -> Result<Config> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
     let mut value: toml::Value = toml::from_str(&text).with_context(|| format!("{} is not valid TOML", path.display()))?;
+    for s in sets {
+        apply_set(&mut value, s)?;
+    }
+    // Before the sections' own fields are read: a half-filled section of another recipe (made
+    // by `--set distill.teacher=…` on an sp config) is named as such, not as a missing field.
+    if let Some(recipe) = value.get("recipe").and_then(toml::Value::as_str).filter(|r| RECIPE_SECTIONS.contains(r)) {
+        if let Some(name) = RECIPE_SECTIONS.iter().find(|n| **n != recipe && value.get(**n).is_some()) {
+            return Err(other_recipes_section(name, recipe));
+        }
+    }
     let cfg: Config = if sets.is_empty() {
         // Straight from the text, so that the error shows the line and column.
         toml::from_str(&text).map_err(|e| anyhow::anyhow!("invalid config {}: {}", path.display(), e.to_string().trim_end()))?
     } else {
-        for s in sets {
-            apply_set(&mut value, s)?;
-        }
         value
             .try_into()
             .map_err(|e: toml::de::Error| anyhow::anyhow!("invalid config {} after --set {}: {}", path.display(), sets.join(" "), e.message()))?
@@ -286,6 +304,9 @@ impl Config {
         if t.max_steps == 0 && t.epochs == 0 {
             bail!("set train.max_steps or train.epochs");
         }
+        if t.keep_last == 0 {
+            bail!("train.keep_last = 0: the last checkpoint is always kept (--resume starts from it); give 1 or more");
+        }
         self.optim.validate()?;
         // Each recipe and whether its section is set.
         let sections = [
@@ -327,10 +348,7 @@ impl Config {
         // A section of another recipe would be ignored: a typo in `recipe`, or a key set for
         // the wrong recipe (`--set sp.dim=…` on a distill config).
         if let Some((name, _)) = sections.iter().find(|(name, present)| *present && *name != self.recipe) {
-            bail!(
-                "[{name}] is set, but recipe = {:?} does not read it; remove the section (or the --set that made it), or set recipe = \"{name}\"",
-                self.recipe
-            );
+            return Err(other_recipes_section(name, &self.recipe));
         }
         crate::device::parse_device(&t.device).context("train.device")?;
         crate::data::parallel::validate_sources(&self.data.sources, "data.sources")?;

@@ -252,6 +252,13 @@ impl<'a> Trainer<'a> {
             state = load_checkpoint(&ckpt, &params, &mut opt)?;
             rng.set_word_pos(state.rng_word_pos.parse::<u128>().context("state.json: bad rng_word_pos")?);
             truncate_metrics(&self.out.join("metrics.jsonl"), state.step)?;
+            if state.step > total {
+                bail!(
+                    "--resume: {} is at step {}, past the {total} steps this config trains; raise train.max_steps (or train.epochs) to train further",
+                    self.out.display(),
+                    state.step
+                );
+            }
             eprintln!("xsent train: resuming {} at step {} of {total}", self.out.display(), state.step);
         }
         if let Some(n) = opts.stop_after {
@@ -492,7 +499,7 @@ impl<'a> Trainer<'a> {
         })?;
         // keep-last-K
         let steps = checkpoint_steps(&dir)?;
-        let keep = self.cfg.train.keep_last.max(1);
+        let keep = self.cfg.train.keep_last;
         if steps.len() > keep {
             for s in &steps[..steps.len() - keep] {
                 std::fs::remove_dir_all(dir.join(format!("step-{s}")))?;
