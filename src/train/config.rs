@@ -321,8 +321,10 @@ impl Config {
                 None => bail!("recipe = \"distill\" needs a [distill] section"),
                 Some(d) => d.validate()?,
             },
-            "disentangle" if self.disentangle.is_none() => bail!("recipe = \"disentangle\" needs a [disentangle] section"),
-            "disentangle" => {}
+            "disentangle" => match &self.disentangle {
+                None => bail!("recipe = \"disentangle\" needs a [disentangle] section"),
+                Some(d) => d.validate()?,
+            },
             "sp" => match &self.sp {
                 None => bail!("recipe = \"sp\" needs an [sp] section"),
                 Some(sp) => sp.validate().context("[sp]")?,

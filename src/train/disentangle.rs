@@ -61,6 +61,11 @@ pub struct DisentangleConfig {
     /// Train with L_L (false: the "w/o language loss" ablation).
     #[serde(default = "d_true")]
     pub language_loss: bool,
+    /// Weight of L_R in the total loss (the paper: 1). L_R is a mean over the d dimensions, so
+    /// its size beside the cosine terms depends on the length of the base embeddings: ‖e‖²/d,
+    /// 1/d for unit-length inputs.
+    #[serde(default = "d_one")]
+    pub reconstruction_weight: f64,
     /// Batch size of the base encoder (inference).
     #[serde(default = "d_embed_batch")]
     pub embed_batch_size: usize,
@@ -70,6 +75,16 @@ pub struct DisentangleConfig {
     /// sentences: the meaning embedding starts as the centred base embedding).
     #[serde(default)]
     pub meaning_init: MeaningInit,
+}
+
+impl DisentangleConfig {
+    /// Values that would wreck training silently (checked when the config is loaded).
+    pub fn validate(&self) -> Result<()> {
+        if !(self.reconstruction_weight.is_finite() && self.reconstruction_weight >= 0.0) {
+            bail!("disentangle.reconstruction_weight = {} must be a finite number ≥ 0 (the paper's weight is 1)", self.reconstruction_weight);
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,6 +109,9 @@ fn d_max_length() -> usize {
 }
 fn d_true() -> bool {
     true
+}
+fn d_one() -> f64 {
+    1.0
 }
 fn d_embed_batch() -> usize {
     64
@@ -249,7 +267,7 @@ impl Disentangle {
     }
 
     fn total(&self, t: &Terms) -> Result<Tensor> {
-        let mut total = t.l_r.clone();
+        let mut total = t.l_r.affine(self.cfg.reconstruction_weight, 0.0)?;
         if self.cfg.meaning_loss {
             total = (total + &t.l_m_align)?;
             if self.cfg.meaning_negatives {
@@ -459,6 +477,7 @@ mod tests {
             meaning_loss,
             meaning_negatives: true,
             language_loss,
+            reconstruction_weight: 1.0,
             embed_batch_size: 1,
             meaning_init: MeaningInit::Random,
         };
@@ -524,6 +543,15 @@ mod tests {
         let t = r.losses(&r.heads, &r.train, &[(2, 3)]).unwrap();
         let v: HashMap<String, f64> = t.scalars().unwrap().into_iter().collect();
         assert!((v["l_r"] - (0.25 / 2.0 + 1.0 / 2.0)).abs() < 1e-6, "{v:?}");
+        // The total counts it with its weight.
+        let total = |r: &Disentangle| r.total(&t).unwrap().to_scalar::<f32>().unwrap() as f64;
+        let others = total(&r) - v["l_r"];
+        r.cfg.reconstruction_weight = 10.0;
+        assert!((total(&r) - (others + 10.0 * v["l_r"])).abs() < 1e-5, "{}", total(&r));
+        for bad in [-1.0, f64::NAN, f64::INFINITY] {
+            r.cfg.reconstruction_weight = bad;
+            assert!(r.cfg.validate().unwrap_err().to_string().contains("reconstruction_weight"), "{bad}");
+        }
     }
 
     #[test]
