@@ -84,7 +84,18 @@ fn train_with(
     tk.with_normalizer(Some(normalizer(lowercase))).map_err(|e| anyhow::anyhow!("normaliser: {e}"))?;
     tk.with_pre_tokenizer(Some(pre));
     tk.with_decoder(decoder);
-    tk.train(&mut trainer, kept.iter()).map_err(|e| anyhow::anyhow!("training the vocabulary failed: {e}"))?;
+    tk.train(&mut trainer, kept.iter()).map_err(|e| {
+        let e = e.to_string();
+        if e.contains("not large enough") {
+            let chars: std::collections::HashSet<char> = kept.iter().flat_map(|t| t.chars()).filter(|c| !c.is_whitespace()).collect();
+            anyhow::anyhow!(
+                "training the vocabulary failed: {e}: give a vocabulary size above the number of distinct characters in the text ({} here, before normalisation)",
+                chars.len()
+            )
+        } else {
+            anyhow::anyhow!("training the vocabulary failed: {e}")
+        }
+    })?;
     Ok(tk.into())
 }
 
@@ -208,6 +219,12 @@ mod tests {
         }
         let e = train_subword(&[long.as_str(), ""], SubwordModel::Unigram, 100, false).unwrap_err();
         assert!(format!("{e}").contains("longer than 4192 bytes"), "{e}");
+    }
+
+    #[test]
+    fn a_vocabulary_smaller_than_the_characters_says_how_many_there_are() {
+        let e = format!("{:#}", train_subword(&["abc def", "ghi"], SubwordModel::Unigram, 2, false).unwrap_err());
+        assert!(e.contains("above the number of distinct characters in the text (9 here"), "{e}");
     }
 
     #[test]
