@@ -168,12 +168,11 @@ pub fn read_labelled(specs: &[String], limit: usize) -> Result<Vec<(String, Vec<
             !out.iter().any(|(l, _): &(String, Vec<String>)| l == lang),
             "--input {spec}: the language {lang} is given twice; give each language one file (one colour)"
         );
-        let all = crate::data::read_lines(Path::new(file)).with_context(|| format!("--input {spec}"))?;
-        let blank = all.iter().filter(|l| l.trim().is_empty()).count();
+        let (mut lines, blank) = crate::data::drop_blank(crate::data::read_lines(Path::new(file)).with_context(|| format!("--input {spec}"))?);
         if blank > 0 {
             eprintln!("xsent plot: {blank} blank lines of {file} left out");
         }
-        let lines: Vec<String> = all.into_iter().filter(|l| !l.trim().is_empty()).take(limit).collect();
+        lines.truncate(limit);
         ensure!(!lines.is_empty(), "--input {spec}: {file} has no sentences (no lines that are not blank)");
         out.push((lang.to_string(), lines));
     }

@@ -277,6 +277,11 @@ fn reports_and_outputs_never_replace_an_input_or_a_benchmark_file() {
     let out = common::xsent().args(["mine", "--model", model, "--src-file", &tabbed, "--tgt-file", &tgt]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("{tabbed}:2 holds a tab")), "{}", String::from_utf8_lossy(&out.stderr));
+    // A line of whitespace and tabs is blank, left out like any blank line.
+    write(Path::new(&tabbed), "w1\n\t \nw2\n");
+    let out = common::xsent().args(["mine", "--model", model, "--src-file", &tabbed, "--tgt-file", &tgt]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && err.contains(&format!("1 blank lines of {tabbed} left out")), "{err}");
     let out = common::xsent()
         .args(["mine", "--model", model, "--src-file", &src, "--tgt-file", &tgt, "--k", "5", "--margin", "distance", "--threshold", "-0.5"])
         .output()

@@ -226,10 +226,16 @@ fn resume_refuses_what_would_drop_work_and_a_failed_start_can_be_restarted() {
     let o = s.train(&["--out", run.to_str().unwrap(), "--resume", "--set", "distill.student_layers=1"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("does not have") && stderr(&o).contains("layer.1."), "{}", stderr(&o));
-    // Fewer steps than the run has taken: nothing to train, so it is refused, not re-saved.
+    // Fewer steps than the run has taken: nothing to train, so it is refused, not re-saved, and
+    // the metrics are left as they were.
+    // (A step logged after the checkpoint, as by a run killed before its next checkpoint: an
+    // accepted resume drops it.)
+    let metrics = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap() + "{\"step\":5,\"loss\":1.0}\n";
+    std::fs::write(run.join("metrics.jsonl"), &metrics).unwrap();
     let o = s.train(&["--out", run.to_str().unwrap(), "--resume", "--set", "train.max_steps=3"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("is at step 4, past the 3 steps this config trains"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(run.join("metrics.jsonl")).unwrap(), metrics);
     assert!(!run.join("final").exists());
     // An existing run with a checkpoint is never started over.
     let o = s.train(&["--out", run.to_str().unwrap()]);

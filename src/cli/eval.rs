@@ -325,24 +325,19 @@ fn xsr(a: XsrArgs) -> Result<()> {
     );
     // A pair with a blank side is no query (as `mine` leaves blank lines out), nor is a blank
     // distractor a candidate.
-    let keep: Vec<bool> = src.iter().zip(&tgt).map(|(s, t)| !s.trim().is_empty() && !t.trim().is_empty()).collect();
-    let blank = keep.iter().filter(|k| !**k).count();
-    if blank > 0 {
-        eprintln!("xsent eval xsr: {blank} line pairs with a blank side left out");
-        let mut k = keep.iter();
-        src.retain(|_| *k.next().expect("one flag per line"));
-        let mut k = keep.iter();
-        tgt.retain(|_| *k.next().expect("one flag per line"));
+    let n = src.len();
+    (src, tgt) = src.into_iter().zip(tgt).filter(|(s, t)| !s.trim().is_empty() && !t.trim().is_empty()).unzip();
+    if src.len() < n {
+        eprintln!("xsent eval xsr: {} line pairs with a blank side left out", n - src.len());
     }
     ensure!(!src.is_empty(), "{} and {} have no line pairs with text on both sides", src_path.display(), tgt_path.display());
     let mut distractors = Vec::new();
     for d in &a.distractors {
-        let lines = crate::data::read_lines(d)?;
-        let blank = lines.iter().filter(|l| l.trim().is_empty()).count();
+        let (lines, blank) = crate::data::drop_blank(crate::data::read_lines(d)?);
         if blank > 0 {
             eprintln!("xsent eval xsr: {blank} blank lines of {} left out", d.display());
         }
-        distractors.extend(lines.into_iter().filter(|l| !l.trim().is_empty()));
+        distractors.extend(lines);
     }
     let enc = a.model.load()?;
     let (p1, candidates) = crate::eval::xsr::p_at_1(enc.as_ref(), &src, &tgt, &distractors, a.batch_size)?;

@@ -58,8 +58,8 @@ pub fn run(a: Args) -> Result<()> {
         super::check_output(out, "-o", &[&a.src_file, &a.tgt_file])?;
     }
     let s = a.mining.settings()?;
-    let src = non_blank(read_checked(&a.src_file)?, &a.src_file);
-    let tgt = non_blank(read_checked(&a.tgt_file)?, &a.tgt_file);
+    let src = read_sentences(&a.src_file)?;
+    let tgt = read_sentences(&a.tgt_file)?;
     ensure!(!src.is_empty() && !tgt.is_empty(), "nothing to mine: {} or {} has no non-blank line", a.src_file.display(), a.tgt_file.display());
     if let Some(note) = crate::eval::knn::k_note(s.k, src.len(), tgt.len()) {
         eprintln!("xsent mine: {note}");
@@ -83,25 +83,21 @@ pub fn run(a: Args) -> Result<()> {
     Ok(())
 }
 
-/// Blank lines are no sentences to pair: they are left out (and counted on stderr).
-/// The lines of an input file; a tab in one is an error (the output's columns are tab-separated).
-fn read_checked(path: &std::path::Path) -> Result<Vec<String>> {
+/// The sentences of an input file: blank lines are no sentences to pair, so they are left out
+/// (and counted on stderr); a tab inside a sentence is an error (the output's columns are
+/// tab-separated), with its line number in the file.
+fn read_sentences(path: &std::path::Path) -> Result<Vec<String>> {
     let lines = crate::data::read_lines(path)?;
-    if let Some(i) = lines.iter().position(|l| l.contains('\t')) {
+    if let Some(i) = lines.iter().position(|l| l.contains('\t') && !l.trim().is_empty()) {
         anyhow::bail!(
             "{}:{} holds a tab, which the output's score<TAB>src<TAB>tgt columns cannot carry; replace the tabs first, e.g. with `tr '\\t' ' '`",
             path.display(),
             i + 1
         );
     }
-    Ok(lines)
-}
-
-fn non_blank(lines: Vec<String>, path: &std::path::Path) -> Vec<String> {
-    let n = lines.len();
-    let kept: Vec<String> = lines.into_iter().filter(|l| !l.trim().is_empty()).collect();
-    if kept.len() < n {
-        eprintln!("xsent mine: {} blank lines of {} left out", n - kept.len(), path.display());
+    let (kept, blank) = crate::data::drop_blank(lines);
+    if blank > 0 {
+        eprintln!("xsent mine: {blank} blank lines of {} left out", path.display());
     }
-    kept
+    Ok(kept)
 }

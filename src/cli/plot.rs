@@ -58,7 +58,7 @@ fn pca_plot(a: PcaArgs) -> Result<()> {
     let ext = a.output.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
     ensure!(
         matches!(ext.as_deref(), Some("png" | "jpg" | "jpeg" | "bmp")),
-        "-o {}: the picture is written as PNG, JPEG or BMP; give a path ending in .png, .jpg or .bmp",
+        "-o {}: the picture is written as PNG, JPEG or BMP; give a path ending in .png, .jpg, .jpeg or .bmp",
         a.output.display()
     );
     let disentangle = crate::model::embedder::saved_kind(&a.model.model)?.as_deref() == Some(KIND);

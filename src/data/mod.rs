@@ -27,6 +27,14 @@ pub fn data_dir(arg: Option<&Path>) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// Leave blank (empty or whitespace-only) lines out: the other lines, and how many were blank.
+pub fn drop_blank(lines: Vec<String>) -> (Vec<String>, usize) {
+    let n = lines.len();
+    let kept: Vec<String> = lines.into_iter().filter(|l| !l.trim().is_empty()).collect();
+    let blank = n - kept.len();
+    (kept, blank)
+}
+
 /// Read a UTF-8 text file (gzip-compressed when its name ends in `.gz`) into lines (`\n` or
 /// `\r\n`), with errors that name the file.
 pub fn read_lines(path: &Path) -> Result<Vec<String>> {

@@ -197,10 +197,10 @@ pub fn convert(bin: &Path, out: &Path, tokenizer: Option<&Path>) -> Result<Heade
         );
     }
     if let (Some(t), Some(tok)) = (tokenizer, &tok) {
-        let n = tok.get_vocab_size(true);
+        let top = tok.get_vocab(true).into_values().max().unwrap_or(0) as usize;
         ensure!(
-            n <= h.vocab,
-            "--tokenizer {} has {n} pieces, more than the {} embeddings of {}: give this model's tokenizer (XLM-R's, 250,002 pieces)",
+            top < h.vocab,
+            "--tokenizer {} has token id {top}, beyond the {} embeddings of {}: give this model's tokenizer (XLM-R's, 250,002 pieces)",
             t.display(),
             h.vocab,
             bin.display()

@@ -309,13 +309,8 @@ impl Config {
         }
         self.optim.validate()?;
         // Each recipe and whether its section is set.
-        let sections = [
-            ("distill", self.distill.is_some()),
-            ("disentangle", self.disentangle.is_some()),
-            ("dueam", self.dueam.is_some()),
-            ("lightweight", self.lightweight.is_some()),
-            ("sp", self.sp.is_some()),
-        ];
+        let present = [self.distill.is_some(), self.disentangle.is_some(), self.dueam.is_some(), self.lightweight.is_some(), self.sp.is_some()];
+        let sections: Vec<(&str, bool)> = RECIPE_SECTIONS.into_iter().zip(present).collect();
         match self.recipe.as_str() {
             "distill" => match &self.distill {
                 None => bail!("recipe = \"distill\" needs a [distill] section"),
@@ -343,8 +338,7 @@ impl Config {
                 Some(l) => l.validate().context("[lightweight]")?,
             },
             other => {
-                let known: Vec<&str> = sections.iter().map(|(name, _)| *name).collect();
-                bail!("recipe = {other:?} is not known; this xsent trains: {}", known.join(", "))
+                bail!("recipe = {other:?} is not known; this xsent trains: {}", RECIPE_SECTIONS.join(", "))
             }
         }
         // A section of another recipe would be ignored: a typo in `recipe`, or a key set for

@@ -251,7 +251,6 @@ impl<'a> Trainer<'a> {
             };
             state = load_checkpoint(&ckpt, &params, &mut opt)?;
             rng.set_word_pos(state.rng_word_pos.parse::<u128>().context("state.json: bad rng_word_pos")?);
-            truncate_metrics(&self.out.join("metrics.jsonl"), state.step)?;
             if state.step > total {
                 bail!(
                     "--resume: {} is at step {}, past the {total} steps this config trains; raise train.max_steps (or train.epochs) to train further",
@@ -268,6 +267,10 @@ impl<'a> Trainer<'a> {
                     state.step
                 );
             }
+        }
+        if resume {
+            // Only once the resume is accepted: the metrics after the checkpoint are dropped.
+            truncate_metrics(&self.out.join("metrics.jsonl"), state.step)?;
         }
         std::fs::write(self.out.join("config.toml"), cfg.to_toml()?)?;
         let mut metrics = std::fs::OpenOptions::new()
@@ -499,7 +502,8 @@ impl<'a> Trainer<'a> {
         })?;
         // keep-last-K
         let steps = checkpoint_steps(&dir)?;
-        let keep = self.cfg.train.keep_last;
+        // Config::validate refuses 0; a library caller's config may not have been validated.
+        let keep = self.cfg.train.keep_last.max(1);
         if steps.len() > keep {
             for s in &steps[..steps.len() - keep] {
                 std::fs::remove_dir_all(dir.join(format!("step-{s}")))?;
