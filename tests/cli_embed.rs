@@ -101,6 +101,11 @@ fn npy_and_f32_outputs_hold_the_same_vectors() {
     let out = embed(&["--model", &e5(), "--input", gz.to_str().unwrap()], b"");
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(rows(&out).concat(), want);
+    // Plain text under a .gz name is said to be so.
+    std::fs::write(&gz, "a\nb b\n").unwrap();
+    let out = embed(&["--model", &e5(), "--input", gz.to_str().unwrap()], b"");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("the name ends in .gz, but the file is not gzip-compressed"), "{}", stderr(&out));
     let raw = std::fs::read(&npy).unwrap();
     assert_eq!(&raw[..6], b"\x93NUMPY");
     let header_len = u16::from_le_bytes([raw[8], raw[9]]) as usize;

@@ -27,7 +27,7 @@ pub fn run(args: Args) -> Result<()> {
         let inputs: Vec<&std::path::Path> = args.input.iter().map(PathBuf::as_path).collect();
         super::check_output(out, "-o", &inputs)?;
     }
-    let enc = args.model.load()?;
+    // The input is opened before the model loads, so a bad path is reported at once.
     let (reader, total): (Box<dyn BufRead>, Option<u64>) = match &args.input {
         Some(p) if p.as_os_str() != "-" => {
             anyhow::ensure!(!p.is_dir(), "--input {} is a folder: give a file with one sentence per line", p.display());
@@ -35,7 +35,14 @@ pub fn run(args: Args) -> Result<()> {
             if p.extension().is_some_and(|e| e == "gz") {
                 // Read through gzip, as the other commands read `.gz` files (no byte total for
                 // the progress bar: the file's size is not the text's).
-                let gz = flate2::read::MultiGzDecoder::new(std::io::BufReader::new(f));
+                let mut raw = std::io::BufReader::new(f);
+                let head = raw.fill_buf().with_context(|| format!("cannot read input {}", p.display()))?;
+                anyhow::ensure!(
+                    head.is_empty() || head.starts_with(&[0x1f, 0x8b]),
+                    "--input {}: the name ends in .gz, but the file is not gzip-compressed (rename it if it is plain text)",
+                    p.display()
+                );
+                let gz = flate2::read::MultiGzDecoder::new(raw);
                 (Box::new(std::io::BufReader::with_capacity(1 << 20, gz)), None)
             } else {
                 let len = f.metadata().map(|m| m.len()).ok();
@@ -44,6 +51,7 @@ pub fn run(args: Args) -> Result<()> {
         }
         _ => (Box::new(std::io::BufReader::with_capacity(1 << 20, std::io::stdin().lock())), None),
     };
+    let enc = args.model.load()?;
     let mut sink = Sink::new(args.format, args.output.as_deref(), enc.dim())?;
     let bar = match total {
         Some(t) => ProgressBar::new(t).with_style(
