@@ -270,6 +270,14 @@ fn reports_and_outputs_never_replace_an_input_or_a_benchmark_file() {
     assert_eq!(std::fs::read_to_string(&tgt).unwrap(), "w2 w1\nw3\n");
     assert_eq!(std::fs::read_to_string(&corpus).unwrap(), "w1 w2 w3\n");
     assert!(!Path::new(&in_bucc).exists() && !Path::new(&txt).exists());
+    // eval bucc says when k exceeds a side's sentences, as mine does.
+    write(&bucc.join("de-en.dev.de"), "d1\tw1 w2\nd2\tw3\n");
+    write(&bucc.join("de-en.dev.en"), "e1\tw2 w1\ne2\tw3\ne3\tw4\n");
+    write(&bucc.join("de-en.dev.gold"), "d1\te1\n");
+    let out = common::xsent().args(["eval", "bucc", "--model", model, "--data-dir", &data, "--k", "3"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("de-en dev: k = 3 is more than the 2 sources or 3 targets"), "{err}");
     // mine: a tab inside a sentence would break the output's columns, so it is refused with
     // the line; a k beyond the lines is said; a negative threshold is a value, not a flag.
     let tabbed = p("tabbed.txt");
