@@ -303,9 +303,13 @@ impl SentenceEncoder {
     /// Tokenise each text as [`Self::input_text`] prepares it, truncating to `max_length` tokens
     /// (specials included).
     pub fn tokenize<S: AsRef<str>>(&self, texts: &[S]) -> Result<Vec<Encoded>> {
+        Ok(self.encode_all(texts)?.iter().map(|e| self.encoded(e)).collect())
+    }
+
+    /// The tokenizer's encodings of the texts as [`Self::input_text`] prepares them.
+    fn encode_all<S: AsRef<str>>(&self, texts: &[S]) -> Result<Vec<tokenizers::Encoding>> {
         let inputs: Vec<String> = texts.iter().map(|t| self.input_text(t.as_ref())).collect();
-        let encs = self.tokenizer.encode_batch(inputs, true).map_err(|e| anyhow!("tokenizer failed: {e}"))?;
-        Ok(encs.iter().map(|e| self.encoded(e)).collect())
+        self.tokenizer.encode_batch(inputs, true).map_err(|e| anyhow!("tokenizer failed: {e}"))
     }
 
     /// The ids of a tokenised text, at most `max_length`, and whether it was cut.
@@ -444,8 +448,7 @@ impl SentenceEncoder {
     /// with `skip_special` the tokenizer's special tokens (`[CLS]`, `</s>`, …) are left out too.
     /// Texts are sorted by length and run `batch_size` at a time on the calling thread.
     pub fn token_embeddings<S: AsRef<str>>(&self, texts: &[S], layer: Option<usize>, skip_special: bool, batch_size: usize) -> Result<Vec<Vec<f32>>> {
-        let inputs: Vec<String> = texts.iter().map(|t| self.input_text(t.as_ref())).collect();
-        let encs = self.tokenizer.encode_batch(inputs, true).map_err(|e| anyhow!("tokenizer failed: {e}"))?;
+        let encs = self.encode_all(texts)?;
         let items: Vec<Encoded> = encs.iter().map(|e| self.encoded(e)).collect();
         let layer = layer.unwrap_or(self.encoder.num_layers());
         let h = self.encoder.hidden_size();

@@ -288,7 +288,7 @@ impl Dueam {
             normalize: dc.learner_normalize,
             trainable: true,
             device,
-            prompt_name: None,
+            ..Default::default()
         };
         let mut learner = SentenceEncoder::load(&dc.learner, &opts).with_context(|| format!("loading learner {}", dc.learner))?;
         if let Some(p) = dc.dropout {
