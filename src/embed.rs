@@ -158,7 +158,17 @@ pub fn embed_stream(
     let mut bytes = 0u64;
     loop {
         buf.clear();
-        let n = input.read_until(b'\n', &mut buf).context("cannot read input")?;
+        let n = match input.read_until(b'\n', &mut buf) {
+            Ok(n) => n,
+            Err(e) => {
+                flush_window(enc, &mut pending, sink, batch_size, &mut summary)?;
+                bail!(
+                    "cannot read line {} ({e}); the {} lines before it were embedded and written",
+                    summary.lines + 1,
+                    summary.lines
+                );
+            }
+        };
         bytes += n as u64;
         let at_end = n == 0;
         if !at_end {

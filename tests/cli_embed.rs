@@ -67,6 +67,31 @@ fn invalid_utf8_stops_with_the_line_number_and_keeps_earlier_lines() {
 }
 
 #[test]
+fn a_corrupt_gzip_input_stops_with_the_file_and_line_and_keeps_earlier_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let gz = dir.path().join("in.txt.gz");
+    let member = |text: String| {
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        enc.write_all(text.as_bytes()).unwrap();
+        enc.finish().unwrap()
+    };
+    // A whole gzip member of 1,100 lines, then a second member cut in half.
+    let mut bytes = member((0..1100).map(|i| format!("line {i}\n")).collect());
+    let second = member((0..500).map(|i| format!("more {i}\n")).collect());
+    bytes.extend_from_slice(&second[..second.len() / 2]);
+    std::fs::write(&gz, &bytes).unwrap();
+    let out = embed(&["--model", &e5(), "--batch-size", "8", "--input", gz.to_str().unwrap()], b"");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains(&format!("embedding {}", gz.display())), "{err}");
+    // The decoder hands over what it could inflate of the cut member before it fails.
+    let line: usize = err.split("cannot read line ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()).expect(&err);
+    assert!((1101..1600).contains(&line), "{err}");
+    assert!(err.contains(&format!("the {} lines before it were embedded and written", line - 1)), "{err}");
+    assert_eq!(rows(&out).len(), line - 1, "the lines before the corrupt part must be written");
+}
+
+#[test]
 fn long_lines_are_truncated_and_counted() {
     let long = "word ".repeat(700);
     let input = format!("short\n{long}\nshort again\n{long}\n");

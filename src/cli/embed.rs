@@ -67,7 +67,12 @@ pub fn run(args: Args) -> Result<()> {
         bar.set_message(format!("{lines} lines, {rate:.0} lines/s"));
     };
     let window = (args.batch_size * 32).max(1024);
-    let result = embed_stream(enc.as_ref(), reader, &mut sink, args.batch_size, window, &progress);
+    let source = match &args.input {
+        Some(p) if p.as_os_str() != "-" => p.display().to_string(),
+        _ => "stdin".to_string(),
+    };
+    let result = embed_stream(enc.as_ref(), reader, &mut sink, args.batch_size, window, &progress)
+        .with_context(|| format!("embedding {source}"));
     bar.finish_and_clear();
     // Whatever was embedded before an error is written out (npy header included).
     let finished = sink.finish();
