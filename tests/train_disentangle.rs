@@ -193,6 +193,33 @@ fn the_ablation_switches_drop_their_terms() {
     assert!((part("loss") - sum).abs() < 1e-4, "{v}");
 }
 
+#[test]
+fn meaning_lr_scale_zero_freezes_the_meaning_head_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "meaning_init = \"identity\"\nmeaning_lr_scale = 0.0");
+    let run = dir.path().join("run");
+    let o = train(dir.path(), &cfg, &run, &["--set", "train.epochs=1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let heads = candle_core::safetensors::load(run.join("final/heads.safetensors"), &candle_core::Device::Cpu).unwrap();
+    let w = heads["meaning.weight"].to_vec2::<f32>().unwrap();
+    for (i, row) in w.iter().enumerate() {
+        for (j, x) in row.iter().enumerate() {
+            assert_eq!(*x, if i == j { 1.0 } else { 0.0 }, "meaning.weight[{i}][{j}]");
+        }
+    }
+    assert!(heads["meaning.bias"].to_vec1::<f32>().unwrap().iter().all(|x| *x == 0.0));
+    // The other heads trained at the full rate: the run's copy of the config has the scale.
+    let resolved = std::fs::read_to_string(run.join("config.toml")).unwrap();
+    assert!(resolved.contains("meaning_lr_scale = 0.0"), "{resolved}");
+    let vals = validations(&run);
+    let (first, last) = (&vals[0]["val"], &vals[vals.len() - 1]["val"]);
+    assert!(last["l_l_id"].as_f64().unwrap() < first["l_l_id"].as_f64().unwrap(), "{first} → {last}");
+    // A negative scale is refused when the config is loaded.
+    let o = train(dir.path(), &cfg, &dir.path().join("bad"), &["--set", "disentangle.meaning_lr_scale=-1"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("meaning_lr_scale"), "{}", stderr(&o));
+}
+
 /// Pearson ×100 of `xsent eval sts --pairs PAIRS --model MODEL ARGS…`.
 fn sts_pearson(model: &str, pairs: &Path, args: &[&str]) -> f64 {
     let mut a = vec!["sts", "--model", model, "--pairs", pairs.to_str().unwrap()];

@@ -66,6 +66,11 @@ pub struct DisentangleConfig {
     /// 1/d for unit-length inputs.
     #[serde(default = "d_one")]
     pub reconstruction_weight: f64,
+    /// MLP_M's learning rate as a multiple of `optim.lr` (default 1: one rate for all heads, as
+    /// in the paper). MLP_M starting as the identity is already a good meaning map, while the
+    /// language head starts random and needs the full rate to learn at all.
+    #[serde(default = "d_one")]
+    pub meaning_lr_scale: f64,
     /// Batch size of the base encoder (inference).
     #[serde(default = "d_embed_batch")]
     pub embed_batch_size: usize,
@@ -82,6 +87,9 @@ impl DisentangleConfig {
     pub fn validate(&self) -> Result<()> {
         if !(self.reconstruction_weight.is_finite() && self.reconstruction_weight >= 0.0) {
             bail!("disentangle.reconstruction_weight = {} must be a finite number ≥ 0 (the paper's weight is 1)", self.reconstruction_weight);
+        }
+        if !(self.meaning_lr_scale.is_finite() && self.meaning_lr_scale >= 0.0) {
+            bail!("disentangle.meaning_lr_scale = {} must be a finite number ≥ 0 (1: MLP_M trains at optim.lr like the other heads; 0 freezes it)", self.meaning_lr_scale);
         }
         Ok(())
     }
@@ -352,6 +360,14 @@ impl Recipe for Disentangle {
         self.params.clone()
     }
 
+    fn lr_scale(&self, param: &str) -> f64 {
+        if param.starts_with("meaning.") {
+            self.cfg.meaning_lr_scale
+        } else {
+            1.0
+        }
+    }
+
     fn shardable(&self) -> bool {
         self.table.device().is_cpu()
     }
@@ -478,6 +494,7 @@ mod tests {
             meaning_negatives: true,
             language_loss,
             reconstruction_weight: 1.0,
+            meaning_lr_scale: 1.0,
             embed_batch_size: 1,
             meaning_init: MeaningInit::Random,
         };
@@ -551,6 +568,20 @@ mod tests {
         for bad in [-1.0, f64::NAN, f64::INFINITY] {
             r.cfg.reconstruction_weight = bad;
             assert!(r.cfg.validate().unwrap_err().to_string().contains("reconstruction_weight"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn meaning_lr_scale_applies_to_the_meaning_head_alone() {
+        let mut r = recipe(true, true);
+        r.cfg.meaning_lr_scale = 0.1;
+        assert_eq!(r.lr_scale("meaning.weight"), 0.1);
+        assert_eq!(r.lr_scale("meaning.bias"), 0.1);
+        assert_eq!(r.lr_scale("language.weight"), 1.0);
+        assert_eq!(r.lr_scale("langid.bias"), 1.0);
+        for bad in [-0.1, f64::NAN, f64::INFINITY] {
+            r.cfg.meaning_lr_scale = bad;
+            assert!(r.cfg.validate().unwrap_err().to_string().contains("meaning_lr_scale"), "{bad}");
         }
     }
 

@@ -35,6 +35,8 @@ struct Slot {
     v: Vec<f32>,
     /// Excluded from weight decay (biases and LayerNorm weights, as is customary).
     no_decay: bool,
+    /// This parameter's learning rate as a multiple of the step's (1 unless a recipe sets it).
+    lr_scale: f64,
 }
 
 pub struct AdamW {
@@ -120,9 +122,18 @@ impl AdamW {
             ensure!(var.dtype() == DType::F32, "parameter {name} is {:?}; AdamW needs f32", var.dtype());
             let n = var.elem_count();
             let no_decay = name.ends_with(".bias") || name.contains("LayerNorm") || name.contains("layer_norm");
-            slots.push(Slot { var: var.clone(), name: name.clone(), m: vec![0.0; n], v: vec![0.0; n], no_decay });
+            slots.push(Slot { var: var.clone(), name: name.clone(), m: vec![0.0; n], v: vec![0.0; n], no_decay, lr_scale: 1.0 });
         }
         Ok(Self { cfg, slots, step: 0 })
+    }
+
+    /// Give each parameter its own learning rate, `scale(name)` × the rate passed to
+    /// [`step`](Self::step) (weight decay scales with it, as in a PyTorch parameter group).
+    /// Not part of the checkpointed state: it comes from the config on every start.
+    pub fn set_lr_scales(&mut self, scale: impl Fn(&str) -> f64) {
+        for s in &mut self.slots {
+            s.lr_scale = scale(&s.name);
+        }
     }
 
     /// Global L2 norm of the gradients of all parameters (accumulated in f64; on the CPU one
@@ -155,6 +166,7 @@ impl AdamW {
         for s in &mut self.slots {
             let Some(g) = grads.get(s.var.as_tensor()) else { continue };
             let decay = if s.no_decay { 0.0 } else { self.cfg.weight_decay };
+            let lr = lr * s.lr_scale;
             if s.var.device().is_cpu() {
                 let g = g.contiguous()?;
                 let h = Hyper {
@@ -283,6 +295,31 @@ mod tests {
         let loss = ((a.as_tensor().sqr()?.sum_all()? + b.as_tensor().sqr()?.sum_all()?)? * 0.5)?;
         let grads = loss.backward()?;
         assert!((opt.grad_norm(&grads)? - 5.0).abs() < 1e-6);
+        Ok(())
+    }
+
+    /// A parameter with scale s moves s times as far as one with scale 1 under the same
+    /// gradients (Adam's update is scale-free, so the step is lr × s × update), decay included.
+    #[test]
+    fn lr_scale_multiplies_one_parameters_rate() -> Result<()> {
+        let dev = Device::Cpu;
+        let a = Var::from_vec(vec![1f32, -2.0, 0.5], 3, &dev)?;
+        let b = Var::from_vec(vec![1f32, -2.0, 0.5], 3, &dev)?;
+        let params = Params { vars: vec![("meaning.weight".into(), a.clone()), ("language.weight".into(), b.clone())] };
+        let mut opt = AdamW::new(&params, AdamWConfig { max_grad_norm: None, ..Default::default() })?;
+        opt.set_lr_scales(|name| if name.starts_with("meaning.") { 0.1 } else { 1.0 });
+        for _ in 0..3 {
+            let loss = (a.as_tensor().sqr()?.sum_all()? + b.as_tensor().sqr()?.sum_all()?)?;
+            opt.step(&loss.backward()?, 1e-2)?;
+        }
+        let start = [1f32, -2.0, 0.5];
+        let (ga, gb) = (a.as_tensor().to_vec1::<f32>()?, b.as_tensor().to_vec1::<f32>()?);
+        for i in 0..3 {
+            let (da, db) = (ga[i] - start[i], gb[i] - start[i]);
+            assert!(db.abs() > 1e-3, "the unscaled parameter moved: {db}");
+            // Three small steps: the moves are proportional to within second-order terms.
+            assert!((da / db - 0.1).abs() < 2e-3, "{i}: moved {da} against {db}");
+        }
         Ok(())
     }
 }

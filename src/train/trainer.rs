@@ -43,6 +43,10 @@ pub trait Recipe: Send + Sync {
     fn num_examples(&self) -> usize;
     /// The trainable parameters (stable names: they key checkpoints).
     fn params(&self) -> Params;
+    /// A parameter's learning rate as a multiple of the schedule's (default 1), by name.
+    fn lr_scale(&self, _param: &str) -> f64 {
+        1.0
+    }
     /// Loss of one micro-batch of example indices; randomness (dropout, sampling) from `rng`.
     /// For a [`shardable`](Recipe::shardable) recipe it is called on shards of the batch, from
     /// several threads at once.
@@ -233,6 +237,7 @@ impl<'a> Trainer<'a> {
         let total = Self::total_steps(cfg, n);
         let params = recipe.params();
         let mut opt = AdamW::new(&params, cfg.optim.adamw())?;
+        opt.set_lr_scales(|name| recipe.lr_scale(name));
         let mut rng = Rng::seed_from_u64(cfg.seed);
         let mut state = State {
             step: 0,
