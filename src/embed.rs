@@ -158,15 +158,13 @@ pub fn embed_stream(
     let mut bytes = 0u64;
     loop {
         buf.clear();
+        // What stops the run at this line, if anything: the lines before it are written first.
+        let mut problem = None;
         let n = match input.read_until(b'\n', &mut buf) {
             Ok(n) => n,
             Err(e) => {
-                flush_window(enc, &mut pending, sink, batch_size, &mut summary)?;
-                bail!(
-                    "cannot read line {} ({e}); the {} lines before it were embedded and written",
-                    summary.lines + 1,
-                    summary.lines
-                );
+                problem = Some(format!("cannot be read ({e})"));
+                0
             }
         };
         bytes += n as u64;
@@ -180,16 +178,12 @@ pub fn embed_stream(
             }
             match std::str::from_utf8(&buf) {
                 Ok(s) => pending.push(s.to_string()),
-                Err(e) => {
-                    flush_window(enc, &mut pending, sink, batch_size, &mut summary)?;
-                    bail!(
-                        "line {} is not valid UTF-8 (byte {} of the line); the {} lines before it were embedded and written",
-                        summary.lines + 1,
-                        e.valid_up_to() + 1,
-                        summary.lines
-                    );
-                }
+                Err(e) => problem = Some(format!("is not valid UTF-8 (byte {} of the line)", e.valid_up_to() + 1)),
             }
+        }
+        if let Some(what) = problem {
+            flush_window(enc, &mut pending, sink, batch_size, &mut summary)?;
+            bail!("line {} {what}; the {} lines before it were embedded and written", summary.lines + 1, summary.lines);
         }
         if pending.len() >= window || (at_end && !pending.is_empty()) {
             flush_window(enc, &mut pending, sink, batch_size, &mut summary)?;

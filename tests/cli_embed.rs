@@ -85,8 +85,9 @@ fn a_corrupt_gzip_input_stops_with_the_file_and_line_and_keeps_earlier_lines() {
     let err = stderr(&out);
     assert!(err.contains(&format!("embedding {}", gz.display())), "{err}");
     // The decoder hands over what it could inflate of the cut member before it fails.
-    let line: usize = err.split("cannot read line ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()).expect(&err);
+    let line: usize = err.split("caused by: line ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()).expect(&err);
     assert!((1101..1600).contains(&line), "{err}");
+    assert!(err.contains(&format!("line {line} cannot be read")), "{err}");
     assert!(err.contains(&format!("the {} lines before it were embedded and written", line - 1)), "{err}");
     assert_eq!(rows(&out).len(), line - 1, "the lines before the corrupt part must be written");
 }

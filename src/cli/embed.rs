@@ -28,8 +28,10 @@ pub fn run(args: Args) -> Result<()> {
         super::check_output(out, "-o", &inputs)?;
     }
     // The input is opened before the model loads, so a bad path is reported at once.
-    let (reader, total): (Box<dyn BufRead>, Option<u64>) = match &args.input {
-        Some(p) if p.as_os_str() != "-" => {
+    let file = args.input.as_deref().filter(|p| p.as_os_str() != "-");
+    let source = file.map_or_else(|| "stdin".to_string(), |p| p.display().to_string());
+    let (reader, total): (Box<dyn BufRead>, Option<u64>) = match file {
+        Some(p) => {
             anyhow::ensure!(!p.is_dir(), "--input {} is a folder: give a file with one sentence per line", p.display());
             let f = std::fs::File::open(p).with_context(|| format!("cannot open input {}", p.display()))?;
             if p.extension().is_some_and(|e| e == "gz") {
@@ -67,10 +69,6 @@ pub fn run(args: Args) -> Result<()> {
         bar.set_message(format!("{lines} lines, {rate:.0} lines/s"));
     };
     let window = (args.batch_size * 32).max(1024);
-    let source = match &args.input {
-        Some(p) if p.as_os_str() != "-" => p.display().to_string(),
-        _ => "stdin".to_string(),
-    };
     let result = embed_stream(enc.as_ref(), reader, &mut sink, args.batch_size, window, &progress)
         .with_context(|| format!("embedding {source}"));
     bar.finish_and_clear();
