@@ -220,6 +220,37 @@ fn meaning_lr_scale_zero_freezes_the_meaning_head_alone() {
     assert!(stderr(&o).contains("meaning_lr_scale"), "{}", stderr(&o));
 }
 
+#[test]
+fn a_resumed_run_keeps_meaning_lr_scale_and_ends_where_an_uninterrupted_one_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "meaning_init = \"identity\"\nmeaning_lr_scale = 0.1");
+    let steps = ["--set", "train.max_steps=12", "--set", "train.checkpoint_every=3"];
+    let full = dir.path().join("full");
+    let o = train(dir.path(), &cfg, &full, &steps);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let split = dir.path().join("split");
+    let o = train(dir.path(), &cfg, &split, &[&steps[..], &["--stop-after", "6"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = common::xsent()
+        .args(["train", "--resume", "--out", split.to_str().unwrap()])
+        .env("XSENT_CACHE", dir.path().join("cache"))
+        .output()
+        .unwrap();
+    assert!(o.status.success() && stderr(&o).contains("resuming"), "{}", stderr(&o));
+    let load = |run: &Path| candle_core::safetensors::load(run.join("final/heads.safetensors"), &candle_core::Device::Cpu).unwrap();
+    let (a, b) = (load(&full), load(&split));
+    for (name, t) in &a {
+        let (x, y) = (t.flatten_all().unwrap().to_vec1::<f32>().unwrap(), b[name].flatten_all().unwrap().to_vec1::<f32>().unwrap());
+        assert!(common::max_abs_diff(&x, &y) <= 1e-6, "{name} differs after resume");
+    }
+    // The scale mattered: at one rate MLP_M ends elsewhere.
+    let one = dir.path().join("one");
+    let o = train(dir.path(), &cfg, &one, &[&steps[..], &["--set", "disentangle.meaning_lr_scale=1"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let w = |h: &std::collections::HashMap<String, candle_core::Tensor>| h["meaning.weight"].flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    assert!(common::max_abs_diff(&w(&a), &w(&load(&one))) > 1e-4);
+}
+
 /// Pearson ×100 of `xsent eval sts --pairs PAIRS --model MODEL ARGS…`.
 fn sts_pearson(model: &str, pairs: &Path, args: &[&str]) -> f64 {
     let mut a = vec!["sts", "--model", model, "--pairs", pairs.to_str().unwrap()];
