@@ -196,8 +196,7 @@ fn broken_model_directories_are_refused_with_the_file_named() {
     let words: Vec<String> = (0..10).map(|i| format!("w{i}")).collect();
     let fresh = |name: &str| {
         let d = dir.path().join(name);
-        let m = common::tiny_model("tiny-bert", &d, &words);
-        m
+        common::tiny_model("tiny-bert", &d, &words)
     };
     let check = |model: &std::path::Path, want: &[&str]| {
         let out = embed(&["--model", model.to_str().unwrap()], b"w1 w2\n");

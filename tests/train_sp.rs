@@ -236,7 +236,7 @@ fn sp_recipe_trains_resumes_exactly_and_embeds() {
     std::fs::write(&sts, pairs.iter().map(|(a, b, g)| format!("{a}\t{b}\t{g}\n")).collect::<String>()).unwrap();
     let o = s.train("sts", &["--set", &tok, "--set", &format!("train.val_sts={:?}", sts.to_str().unwrap())]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let last: Value = std::fs::read_to_string(s.run("sts/metrics.jsonl")).unwrap().lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter(|v| v.get("val").is_some()).last().unwrap();
+    let last: Value = std::fs::read_to_string(s.run("sts/metrics.jsonl")).unwrap().lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).rfind(|v| v.get("val").is_some()).unwrap();
     let texts: Vec<&str> = pairs.iter().flat_map(|(a, b, _)| [a.as_str(), b.as_str()]).collect();
     let vecs = common::embed_cli(&s.run("sts/final"), &[], &texts);
     let sim: Vec<f64> = vecs.chunks(2).map(|p| common::cosine(&p[0], &p[1])).collect();

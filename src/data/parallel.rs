@@ -318,7 +318,7 @@ mod tests {
             langs: vec!["de".into()],
             max_pairs: None,
         };
-        let all = read_sources(&[src.clone()], "data.sources").unwrap();
+        let all = read_sources(std::slice::from_ref(&src), "data.sources").unwrap();
         assert_eq!(all.len(), 3, "the repeated premise pair is kept once");
         let e = read_sources(&[Source { langs: vec!["fr".into()], ..src.clone() }], "data.sources").unwrap_err();
         let e = format!("{e:#}");

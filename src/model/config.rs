@@ -84,7 +84,7 @@ impl EncoderConfig {
                 bail!("{name} is 0; a model needs at least 1");
             }
         }
-        if cfg.hidden_size % cfg.num_attention_heads != 0 {
+        if !cfg.hidden_size.is_multiple_of(cfg.num_attention_heads) {
             bail!(
                 "hidden_size {} is not divisible by num_attention_heads {}",
                 cfg.hidden_size,

@@ -18,7 +18,7 @@ const BLOCK_BYTES: usize = 2 + QK / 2;
 
 /// Dequantise Q4_0 blocks into `n` floats.
 pub fn dequantize_q4_0(bytes: &[u8], n: usize) -> Result<Vec<f32>> {
-    ensure!(n % QK == 0, "Q4_0 tensor of {n} elements is not a multiple of {QK}");
+    ensure!(n.is_multiple_of(QK), "Q4_0 tensor of {n} elements is not a multiple of {QK}");
     let blocks = n / QK;
     ensure!(bytes.len() >= blocks * BLOCK_BYTES, "Q4_0 data truncated: {} bytes for {blocks} blocks", bytes.len());
     let mut out = vec![0f32; n];

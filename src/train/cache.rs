@@ -170,7 +170,7 @@ fn encoder_hash(enc: &SentenceEncoder) -> Result<(String, Sha256)> {
     let mut h = Sha256::new();
     let f = &enc.files;
     for p in [&f.config, &f.weights, &f.tokenizer] {
-        let mut file = std::fs::File::open(&p).with_context(|| format!("cannot read {}", p.display()))?;
+        let mut file = std::fs::File::open(p).with_context(|| format!("cannot read {}", p.display()))?;
         std::io::copy(&mut file, &mut h)?;
     }
     if let Some(d) = &enc.dense {

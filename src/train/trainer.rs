@@ -375,7 +375,7 @@ impl<'a> Trainer<'a> {
 
             let interrupted = opts.interrupt.as_ref().is_some_and(|f| f.load(Ordering::SeqCst));
             let stop_here = opts.stop_after == Some(state.step);
-            if state.step % t.log_every.max(1) == 0 || state.step == total || interrupted || stop_here {
+            if state.step.is_multiple_of(t.log_every.max(1)) || state.step == total || interrupted || stop_here {
                 let secs = window.0.elapsed().as_secs_f64().max(1e-9);
                 let sps = window.1 as f64 / secs;
                 window = (Instant::now(), 0);
@@ -400,11 +400,11 @@ impl<'a> Trainer<'a> {
             }
             progress.set(state.step, loss_sum);
             let mut stop_early = false;
-            if t.eval_every > 0 && state.step % t.eval_every == 0 && state.step < total {
+            if t.eval_every > 0 && state.step.is_multiple_of(t.eval_every) && state.step < total {
                 stop_early = self.validate(recipe, sts.as_ref(), &mut metrics, &mut state, &best_metric, best_mode, &progress)?;
             }
             state.rng_word_pos = rng.get_word_pos().to_string();
-            let due = t.checkpoint_every > 0 && state.step % t.checkpoint_every == 0;
+            let due = t.checkpoint_every > 0 && state.step.is_multiple_of(t.checkpoint_every);
             if due || interrupted || stop_here {
                 self.checkpoint(&params, &opt, &state)?;
             }
@@ -762,8 +762,6 @@ fn par_map<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T> {
     });
     slots.into_iter().map(|m| m.into_inner().expect("no worker panicked").expect("every index ran")).collect()
 }
-
-/// `acc + g` over the parameters (`g` itself when there is nothing yet).
 
 /// One micro-batch of a [`coupled`](Recipe::coupled) recipe: shards forward on separate cores,
 /// the coupled loss on a leaf copy of their vectors, then each shard's backward of its weighted

@@ -122,7 +122,7 @@ fn cloud_len(x: &[f32], dim: usize, name: &str) -> Result<usize> {
     ensure!(dim > 0, "WMD: the point dimension is 0");
     ensure!(!x.is_empty(), "WMD: the {name} is empty (a sentence needs at least one token vector)");
     ensure!(
-        x.len() % dim == 0,
+        x.len().is_multiple_of(dim),
         "WMD: the {name} has {} values, not a whole number of {dim}-dimensional points \
          (dimension mismatch?)",
         x.len()
