@@ -70,6 +70,11 @@ fn validations(run: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// The heads a run saved in `final/`.
+fn final_heads(run: &Path) -> std::collections::HashMap<String, candle_core::Tensor> {
+    candle_core::safetensors::load(run.join("final/heads.safetensors"), &candle_core::Device::Cpu).unwrap()
+}
+
 fn embed(model: &Path, extra: &[&str], input: &Path) -> Result<Vec<Vec<f32>>, String> {
     let o = common::xsent()
         .args(["embed", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap()])
@@ -114,7 +119,7 @@ fn disentangle_trains_saves_heads_and_embeds_with_each_head() {
 
     // The meaning vectors are the head applied to the base encoder's vectors, normalised.
     let base = embed(Path::new(&common::e5_small()), &["--prefix", "query: ", "--max-length", "64"], &input).unwrap();
-    let heads = candle_core::safetensors::load(model.join("heads.safetensors"), &candle_core::Device::Cpu).unwrap();
+    let heads = final_heads(&run);
     let w = heads["meaning.weight"].to_vec2::<f32>().unwrap();
     let b = heads["meaning.bias"].to_vec1::<f32>().unwrap();
     for (e, m) in base.iter().zip(&meaning) {
@@ -200,7 +205,7 @@ fn meaning_lr_scale_zero_freezes_the_meaning_head_alone() {
     let run = dir.path().join("run");
     let o = train(dir.path(), &cfg, &run, &["--set", "train.epochs=1"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let heads = candle_core::safetensors::load(run.join("final/heads.safetensors"), &candle_core::Device::Cpu).unwrap();
+    let heads = final_heads(&run);
     let w = heads["meaning.weight"].to_vec2::<f32>().unwrap();
     for (i, row) in w.iter().enumerate() {
         for (j, x) in row.iter().enumerate() {
@@ -237,8 +242,7 @@ fn a_resumed_run_keeps_meaning_lr_scale_and_ends_where_an_uninterrupted_one_does
         .output()
         .unwrap();
     assert!(o.status.success() && stderr(&o).contains("resuming"), "{}", stderr(&o));
-    let load = |run: &Path| candle_core::safetensors::load(run.join("final/heads.safetensors"), &candle_core::Device::Cpu).unwrap();
-    let (a, b) = (load(&full), load(&split));
+    let (a, b) = (final_heads(&full), final_heads(&split));
     for (name, t) in &a {
         let (x, y) = (t.flatten_all().unwrap().to_vec1::<f32>().unwrap(), b[name].flatten_all().unwrap().to_vec1::<f32>().unwrap());
         assert!(common::max_abs_diff(&x, &y) <= 1e-6, "{name} differs after resume");
@@ -248,7 +252,7 @@ fn a_resumed_run_keeps_meaning_lr_scale_and_ends_where_an_uninterrupted_one_does
     let o = train(dir.path(), &cfg, &one, &[&steps[..], &["--set", "disentangle.meaning_lr_scale=1"]].concat());
     assert!(o.status.success(), "{}", stderr(&o));
     let w = |h: &std::collections::HashMap<String, candle_core::Tensor>| h["meaning.weight"].flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    assert!(common::max_abs_diff(&w(&a), &w(&load(&one))) > 1e-4);
+    assert!(common::max_abs_diff(&w(&a), &w(&final_heads(&one))) > 1e-4);
 }
 
 /// Pearson ×100 of `xsent eval sts --pairs PAIRS --model MODEL ARGS…`.
@@ -290,7 +294,7 @@ fn centred_init_starts_the_meaning_head_at_identity_minus_the_mean_embedding() {
     let run = dir.path().join("run");
     let o = train(dir.path(), &cfg, &run, &["--set", "optim.lr=0", "--set", "train.max_steps=1"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let heads = candle_core::safetensors::load(run.join("final/heads.safetensors"), &candle_core::Device::Cpu).unwrap();
+    let heads = final_heads(&run);
     let w = heads["meaning.weight"].to_vec2::<f32>().unwrap();
     for (i, row) in w.iter().enumerate() {
         for (j, &x) in row.iter().enumerate() {

@@ -32,10 +32,11 @@ pub fn run(c: Command) -> Result<()> {
     match c {
         Command::Train(a) => {
             let t0 = std::time::Instant::now();
-            if a.output.is_file() && a.output.extension().is_none_or(|e| e != "json") {
+            let json = a.output.extension().is_some_and(|e| e == "json");
+            if a.output.is_file() && !json {
                 anyhow::bail!("-o {} is a file: give a folder (tokenizer.json is written into it) or a path ending in .json", a.output.display());
             }
-            let path = if a.output.extension().is_some_and(|e| e == "json") { a.output.clone() } else { a.output.join("tokenizer.json") };
+            let path = if json { a.output.clone() } else { a.output.join("tokenizer.json") };
             let inputs: Vec<&std::path::Path> = a.input.iter().map(PathBuf::as_path).collect();
             crate::cli::check_not_input(&path, "-o", &inputs)?;
             let lines = vocab::read_corpus(&a.input)?;
