@@ -92,6 +92,16 @@ impl Setup {
         out
     }
 
+    /// `xsent train --resume --out RUN` (the saved config) with more arguments.
+    fn resume(&self, run: &Path, args: &[&str]) -> Output {
+        common::xsent()
+            .args(["train", "--resume", "--out", run.to_str().unwrap()])
+            .args(args)
+            .env("XSENT_CACHE", self.dir.path().join("cache"))
+            .output()
+            .unwrap()
+    }
+
     fn run_dir(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
@@ -160,6 +170,16 @@ fn resume_continues_the_same_loss_curve() {
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("resuming"), "{}", stderr(&o));
+    // Resuming a run that has ended changes nothing: no step, no second final validation.
+    let before = std::fs::read_to_string(split.join("metrics.jsonl")).unwrap();
+    let o = common::xsent()
+        .args(["train", "--resume", "--out", split.to_str().unwrap()])
+        .env("XSENT_CACHE", s.dir.path().join("cache"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("already ended at step 12") && stderr(&o).contains("nothing to do"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(split.join("metrics.jsonl")).unwrap(), before);
 
     let (a, b) = (curve(&full), curve(&split));
     assert_eq!(a.len(), b.len(), "same number of metrics lines");
@@ -246,7 +266,7 @@ fn resume_refuses_what_would_drop_work_and_a_failed_start_can_be_restarted() {
     // the step-0 validation) leaves config.toml and metrics.jsonl; the same command with the
     // mistake fixed starts it over, and --resume says so.
     let bad = s.run_dir("bad");
-    let o = s.train(&["--out", bad.to_str().unwrap(), "--set", "train.best_metric=\"nope\""]);
+    let o = s.train(&["--out", bad.to_str().unwrap(), "--set", "train.best_metric=\"nope\"", "--set", "train.best_mode=\"max\""]);
     assert_eq!(o.status.code(), Some(1));
     assert!(bad.join("config.toml").is_file());
     let o = s.train(&["--out", bad.to_str().unwrap(), "--resume"]);
@@ -357,6 +377,47 @@ fn ctrl_c_finishes_the_step_checkpoints_and_exits_130() {
 }
 
 #[test]
+fn ctrl_c_before_the_first_step_exits_at_once() {
+    // Enough distinct sentences that the teacher's embeddings take a while (a fresh cache).
+    let s = setup("");
+    let big = s.dir.path().join("big.tsv");
+    let mut text = String::new();
+    for i in 0..200_000u64 {
+        let (a, b) = (i % 60, (i / 60) % 60);
+        text.push_str(&format!("e{a} e{b} e{} e{}\td{a} d{b}\n", (i / 3600) % 60, i % 7));
+    }
+    std::fs::write(&big, text).unwrap();
+    let run = s.run_dir("setup-int");
+    let mut child = common::xsent()
+        .arg("train")
+        .arg("--config")
+        .arg(&s.config)
+        .args(["--out", run.to_str().unwrap(), "--set", &format!("data.sources.0.path=\"{}\"", big.display())])
+        .env("XSENT_CACHE", s.dir.path().join("cache"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(std::io::BufRead::read_line(&mut err, &mut line).unwrap() > 0, "no data line: {seen}");
+        seen.push_str(&line);
+        if line.contains("training pairs") {
+            break;
+        }
+    }
+    let t0 = std::time::Instant::now();
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    let status = child.wait().unwrap();
+    std::io::Read::read_to_string(&mut err, &mut seen).unwrap();
+    assert_eq!(status.code(), Some(130), "{seen}");
+    assert!(seen.contains("interrupted before the first training step"), "{seen}");
+    assert!(t0.elapsed().as_secs() < 10, "it exits at once");
+    assert!(!run.join("checkpoints").exists(), "nothing to checkpoint");
+}
+
+#[test]
 fn a_nan_loss_stops_with_the_step_and_keeps_the_last_checkpoint() {
     let s = setup("");
     let run = s.run_dir("nan");
@@ -379,11 +440,17 @@ fn a_nan_loss_stops_with_the_step_and_keeps_the_last_checkpoint() {
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("at step") && (err.contains("NaN") || err.contains("inf")), "{err}");
-    assert!(err.contains("last good checkpoint"), "{err}");
     assert!(!run.join("final").exists());
     let last = metrics(&run).iter().filter_map(|m| m["step"].as_u64()).max().unwrap();
     assert!(err.contains(&format!("at step {}", last + 1)), "{err}");
     assert!(run.join(format!("checkpoints/step-{last}/params.safetensors")).is_file());
+    // The NaN comes at the step after the newest checkpoint, whose weights gave it: the
+    // message says so instead of calling it good (an earlier checkpoint's wording: unit test
+    // `nan_message_names_the_checkpoint_to_use` in src/train/trainer.rs).
+    assert!(err.contains(&format!("newest checkpoint, {}", run.join(format!("checkpoints/step-{last}")).display())), "{err}");
+    assert!(err.contains("holds the weights that gave this loss") && !err.contains("last good checkpoint"), "{err}");
+    assert_eq!(std::fs::read_dir(run.join("checkpoints")).unwrap().count(), 1, "{err}");
+    assert!(err.contains("no earlier checkpoint is kept"), "{err}");
 }
 
 #[test]
@@ -410,6 +477,10 @@ fn config_and_data_errors_are_clear() {
         ("disentangle.prefix=\"x\"", "[disentangle] is set, but recipe = \"distill\" does not read it"),
         ("data.sources.0.max_pairs=0", "max_pairs = 0 reads no pairs"),
         ("train.keep_last=0", "train.keep_last = 0: the last checkpoint is always kept"),
+        // Another metric than the recipe's: which way is better must be said.
+        ("train.best_metric=\"acc_mean\"", "add --set train.best_mode"),
+        // A value of the wrong type names its key (not only in the echo of the --set).
+        ("train.batch_size=-1", "in `train.batch_size`"),
     ] {
         let o = s.train(&["--set", set, "--out", s.run_dir("v").to_str().unwrap()]);
         assert_eq!(o.status.code(), Some(1), "{set}");
@@ -488,8 +559,55 @@ fn early_stopping_ends_the_run_with_a_final_model() {
     assert_eq!(last, 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("stopping early: mse_x100 has not improved") && stderr(&o).contains("(step 0)"), "{}", stderr(&o));
     assert!(run.join("final/model.safetensors").is_file());
-    let o = s.train(&["--out", s.run_dir("bad").to_str().unwrap(), "--set", "train.best_metric=\"nope\""]);
+    // --resume of the early-stopped run trains no further.
+    let before = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    let o = s.resume(&run, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("already ended at step 2 (early stopping)"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(run.join("metrics.jsonl")).unwrap(), before);
+    // A stop (--stop-after, as Ctrl-C) at the validation where patience runs out ends the run
+    // as early stopping, with its final model, not as an interruption to resume.
+    let stopped = s.run_dir("early-stop-after");
+    let o = s.train(&[
+        "--out",
+        stopped.to_str().unwrap(),
+        "--stop-after",
+        "2",
+        "--set",
+        "train.eval_every=2",
+        "--set",
+        "train.early_stopping_patience=1",
+        "--set",
+        "train.best_metric=\"mse_x100\"",
+        "--set",
+        "train.best_mode=\"max\"",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("stopping early") && !stderr(&o).contains("continue with --resume"), "{}", stderr(&o));
+    assert!(stopped.join("final/model.safetensors").is_file());
+    assert_eq!(metrics(&stopped).len(), metrics(&run).len(), "the same steps and validations");
+    assert!(stopped.join("checkpoints/step-2/state.json").is_file());
+
+    let o = s.train(&["--out", s.run_dir("bad").to_str().unwrap(), "--set", "train.best_metric=\"nope\"", "--set", "train.best_mode=\"min\""]);
     assert!(stderr(&o).contains("nope") && stderr(&o).contains("mse_x100"), "{}", stderr(&o));
+    // Found only at a later validation (none before the first step): the steps trained so far
+    // are checkpointed, and --resume with the metric fixed finishes the run.
+    let late = s.run_dir("late");
+    let o = s.train(&[
+        "--out",
+        late.to_str().unwrap(),
+        "--set",
+        "train.eval_at_start=false",
+        "--set",
+        "train.best_metric=\"nope\"",
+        "--set",
+        "train.best_mode=\"min\"",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("step 4 is checkpointed") && late.join("checkpoints/step-4/state.json").is_file(), "{}", stderr(&o));
+    let o = s.resume(&late, &["--set", "train.best_metric=\"mse_x100\""]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(late.join("final/model.safetensors").is_file());
 }
 
 #[test]

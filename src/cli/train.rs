@@ -36,6 +36,7 @@ pub fn run(a: Args) -> Result<i32> {
         if !saved.is_file() {
             bail!("--resume: {} does not exist; is {} a run directory?", saved.display(), out.display());
         }
+        train::restore_run(&out)?;
         if Trainer::latest_checkpoint(&out)?.is_none() {
             bail!(
                 "--resume: {} has no checkpoint to continue from (the run stopped before its first one); \
@@ -66,9 +67,16 @@ pub fn run(a: Args) -> Result<i32> {
         cfg
     };
     let flag = Arc::new(AtomicBool::new(false));
-    let f = flag.clone();
-    // First Ctrl-C: finish the step, checkpoint, exit 130. Second: exit at once.
+    let started = Arc::new(AtomicBool::new(false));
+    let (f, s) = (flag.clone(), started.clone());
+    // Before the first step (reading data, embedding, the first validation) there is nothing
+    // to checkpoint: Ctrl-C exits at once. Then the first Ctrl-C finishes the step,
+    // checkpoints and exits 130; a second exits at once.
     ctrlc::set_handler(move || {
+        if !s.load(Ordering::SeqCst) {
+            eprintln!("\nxsent train: interrupted before the first training step; nothing to checkpoint, exiting");
+            std::process::exit(130);
+        }
         if f.swap(true, Ordering::SeqCst) {
             eprintln!("\nxsent train: second interrupt, exiting without a checkpoint");
             std::process::exit(130);
@@ -76,7 +84,7 @@ pub fn run(a: Args) -> Result<i32> {
         eprintln!("\nxsent train: interrupted; finishing this step and writing a checkpoint (Ctrl-C again to quit at once)");
     })
     .context("cannot install the Ctrl-C handler")?;
-    let opts = RunOptions { stop_after: a.stop_after, interrupt: Some(flag) };
+    let opts = RunOptions { stop_after: a.stop_after, interrupt: Some(flag), started: Some(started) };
     Ok(match train::train(&cfg, &out, a.resume, &opts)? {
         Outcome::Finished | Outcome::EarlyStopped => 0,
         Outcome::Interrupted if opts.interrupt.as_ref().is_some_and(|f| f.load(Ordering::SeqCst)) => 130,
@@ -103,6 +111,9 @@ const START_ENTRIES: &[&str] = &[
 /// stopped before its first checkpoint (nothing in it can be resumed or loaded), whose files are
 /// then cleared; anything else is refused.
 fn clear_failed_start(out: &std::path::Path) -> Result<()> {
+    // A replacement of best/, final/ or a checkpoint cut short by a crash is undone first, so
+    // that none of them is mistaken for a leftover.
+    train::restore_run(out)?;
     if Trainer::latest_checkpoint(out)?.is_some() || out.join("final").exists() {
         bail!("run directory {} already exists: pass --resume to continue it, or --out for a new run", out.display());
     }

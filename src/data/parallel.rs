@@ -202,11 +202,16 @@ pub fn read_aligned(src: &Path, tgt: &Path, src_lang: &str, tgt_lang: &str) -> R
             b.len()
         );
     }
-    Ok(a.into_iter()
+    let out: Vec<Pair> = a
+        .into_iter()
         .zip(b)
         .filter(|(x, y)| !x.trim().is_empty() && !y.trim().is_empty())
         .map(|(x, y)| Pair { src: x, tgt: y, src_lang: src_lang.into(), tgt_lang: tgt_lang.into() })
-        .collect())
+        .collect();
+    if out.is_empty() {
+        bail!("{} and {} have no pairs (no line where both files have text)", src.display(), tgt.display());
+    }
+    Ok(out)
 }
 
 /// The premise/hypothesis columns of one XNLI file.
@@ -259,6 +264,13 @@ pub fn xnli_pairs(dir: &Path, split: &str, pivot: &str, lang: &str) -> Result<Ve
             }
         }
     }
+    if out.is_empty() {
+        bail!(
+            "{} and {} have no pairs (no row where both have text)",
+            dir.join(format!("{split}-{pivot}.tsv")).display(),
+            dir.join(format!("{split}-{lang}.tsv")).display()
+        );
+    }
     Ok(out)
 }
 
@@ -295,6 +307,10 @@ mod tests {
         enc.finish().unwrap();
         let p = read_aligned(&a, &gz, "en", "de").unwrap();
         assert_eq!(p[2].tgt, "Z");
+        // Files with no line where both sides have text are an error naming both.
+        let blank = write(d.path(), "blank.txt", "\n \n\n");
+        let e = read_aligned(&a, &blank, "en", "de").unwrap_err().to_string();
+        assert!(e.contains("a.txt") && e.contains("blank.txt") && e.contains("no pairs"), "{e}");
     }
 
     #[test]
@@ -305,6 +321,9 @@ mod tests {
         write(d.path(), "dev-fr.tsv", "p1\th1\tneutral\n");
         let p = xnli_pairs(d.path(), "dev", "en", "de").unwrap();
         assert_eq!(p.len(), 4);
+        write(d.path(), "dev-sw.tsv", "\t\tneutral\n \t\tcontradiction\n");
+        let e = xnli_pairs(d.path(), "dev", "en", "sw").unwrap_err().to_string();
+        assert!(e.contains("dev-en.tsv") && e.contains("dev-sw.tsv") && e.contains("no pairs"), "{e}");
         let src = Source {
             kind: SourceKind::Xnli,
             path: None,

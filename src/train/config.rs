@@ -242,7 +242,7 @@ pub fn load(path: &Path, sets: &[String]) -> Result<Config> {
     } else {
         value
             .try_into()
-            .map_err(|e: toml::de::Error| anyhow::anyhow!("invalid config {} after --set {}: {}", path.display(), sets.join(" "), e.message()))?
+            .map_err(|e: toml::de::Error| anyhow::anyhow!("invalid config {} after --set {}: {}", path.display(), sets.join(" "), e.to_string().trim_end()))?
     };
     cfg.validate()?;
     Ok(cfg)

@@ -13,7 +13,7 @@ pub mod wmd;
 
 pub use config::Config;
 pub use optim::{AdamW, AdamWConfig};
-pub use trainer::{Outcome, Recipe, RunOptions, StepLoss, Trainer};
+pub use trainer::{restore_run, Outcome, Recipe, RunOptions, StepLoss, Trainer};
 
 use anyhow::Result;
 use std::path::{Path, PathBuf};

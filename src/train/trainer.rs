@@ -132,6 +132,9 @@ struct State {
     evals_since_best: usize,
     sentences: u64,
     elapsed_s: f64,
+    /// The run ended (all steps, or early stopping) and its final validation is in `best`.
+    #[serde(default)]
+    finished: bool,
 }
 
 /// Options of one invocation (not part of the config).
@@ -141,7 +144,22 @@ pub struct RunOptions {
     pub stop_after: Option<u64>,
     /// Set to stop after the current step (Ctrl-C).
     pub interrupt: Option<Arc<AtomicBool>>,
+    /// Set by the trainer once the first step of this invocation begins (before it, a Ctrl-C
+    /// has nothing to checkpoint and may end the process at once).
+    pub started: Option<Arc<AtomicBool>>,
 }
+
+/// A `train.best_metric` that the validation does not report.
+#[derive(Debug)]
+struct UnknownMetric(String);
+
+impl std::fmt::Display for UnknownMetric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UnknownMetric {}
 
 /// Shuffled data order, reproducible from (seed, epoch) alone.
 struct Sampler {
@@ -248,8 +266,30 @@ impl<'a> Trainer<'a> {
             evals_since_best: 0,
             sentences: 0,
             elapsed_s: 0.0,
+            finished: false,
+        };
+        let (best_metric, best_mode) = {
+            let (m, mode) = recipe.default_best();
+            // The trainer's own STS scores are correlations: higher is better.
+            let own_sts = |metric: &str| metric.starts_with("sts_") && t.val_sts.is_some();
+            match (&t.best_metric, t.best_mode) {
+                (None, mode_set) => (m, mode_set.unwrap_or(mode)),
+                (Some(metric), Some(mode_set)) => (metric.clone(), mode_set),
+                (Some(metric), None) if own_sts(metric) => (metric.clone(), BestMode::Max),
+                (Some(metric), None) if *metric == m => (m, mode),
+                (Some(metric), None) => bail!(
+                    "train.best_metric = {metric:?} is not the {} recipe's own ({m:?}, {}), so whether higher or lower is better \
+                     is unknown: add --set train.best_mode='\"max\"' (or '\"min\"')",
+                    cfg.recipe,
+                    match mode {
+                        BestMode::Max => "higher is better",
+                        BestMode::Min => "lower is better",
+                    }
+                ),
+            }
         };
         std::fs::create_dir_all(&self.out).with_context(|| format!("cannot create run directory {}", self.out.display()))?;
+        restore_run(&self.out)?;
         if resume {
             let Some(ckpt) = Self::latest_checkpoint(&self.out)? else {
                 bail!("--resume: {} has no checkpoint (checkpoints/step-N/) to resume from", self.out.display());
@@ -264,6 +304,25 @@ impl<'a> Trainer<'a> {
                 );
             }
             eprintln!("xsent train: resuming {} at step {} of {total}", self.out.display(), state.step);
+        }
+        // A run that already ended (all steps, or patience ran out under this config) is only
+        // completed, never trained further or validated again.
+        let patience = t.early_stopping_patience;
+        let patience_out = patience > 0 && state.best.is_some() && state.evals_since_best >= patience;
+        let ended = if patience_out { Some(Outcome::EarlyStopped) } else { (state.step == total).then_some(Outcome::Finished) };
+        if let Some(o) = ended {
+            if state.finished && self.out.join("final").is_dir() {
+                eprintln!(
+                    "xsent train: {} already ended at step {} ({}); final/ is in place, nothing to do (raise train.max_steps{} to train further)",
+                    self.out.display(),
+                    state.step,
+                    if o == Outcome::EarlyStopped { "early stopping" } else { "all steps done" },
+                    if o == Outcome::EarlyStopped { " or train.early_stopping_patience" } else { "" }
+                );
+                return Ok(o);
+            }
+        } else {
+            state.finished = false;
         }
         if let Some(n) = opts.stop_after {
             if n <= state.step {
@@ -283,14 +342,6 @@ impl<'a> Trainer<'a> {
             .append(true)
             .open(self.out.join("metrics.jsonl"))
             .with_context(|| format!("cannot open {}", self.out.join("metrics.jsonl").display()))?;
-        let (best_metric, best_mode) = {
-            let (m, mode) = recipe.default_best();
-            let metric = t.best_metric.clone().unwrap_or(m);
-            // The trainer's own STS scores are correlations: higher is better.
-            let mode = if metric.starts_with("sts_") && t.val_sts.is_some() { BestMode::Max } else { mode };
-            (metric, t.best_mode.unwrap_or(mode))
-        };
-
         let mut sampler = Sampler::new(cfg.seed, n, state.epoch, state.pos);
         // The mega-batch of the current micro-batch: first micro-batch, length, examples
         // (filled when longer than one micro-batch).
@@ -299,11 +350,20 @@ impl<'a> Trainer<'a> {
         if state.step == 0 && t.eval_at_start {
             self.validate(recipe, sts.as_ref(), &mut metrics, &mut state, &best_metric, best_mode, &progress)?;
         }
+        if let Some(f) = &opts.started {
+            f.store(true, Ordering::SeqCst);
+        }
         let started = Instant::now();
         let elapsed_before = state.elapsed_s;
         let mut window = (Instant::now(), 0u64);
-        let mut outcome = Outcome::Finished;
-        while state.step < total {
+        let mut outcome = ended.unwrap_or(Outcome::Finished);
+        if opts.interrupt.as_ref().is_some_and(|f| f.load(Ordering::SeqCst)) && ended.is_none() {
+            // Interrupted before the first step of this invocation: nothing new to save.
+            progress.finish();
+            eprintln!("xsent train: interrupted before step {}; nothing new to checkpoint", state.step + 1);
+            return Ok(Outcome::Interrupted);
+        }
+        while ended.is_none() && state.step < total {
             let step_start = Instant::now();
             let lr = cfg.optim.lr_at(state.step, total);
             let mut grads: Option<GradStore> = None;
@@ -401,19 +461,33 @@ impl<'a> Trainer<'a> {
             progress.set(state.step, loss_sum);
             let mut stop_early = false;
             if t.eval_every > 0 && state.step.is_multiple_of(t.eval_every) && state.step < total {
-                stop_early = self.validate(recipe, sts.as_ref(), &mut metrics, &mut state, &best_metric, best_mode, &progress)?;
+                match self.validate(recipe, sts.as_ref(), &mut metrics, &mut state, &best_metric, best_mode, &progress) {
+                    Ok(stop) => stop_early = stop,
+                    Err(e) if e.is::<UnknownMetric>() => {
+                        // Keep the steps trained so far: the mistake is fixed on resume.
+                        state.rng_word_pos = rng.get_word_pos().to_string();
+                        self.checkpoint(&params, &opt, &state)?;
+                        bail!(
+                            "{e}\nstep {} is checkpointed: continue with --resume --out {} --set train.best_metric=NAME",
+                            state.step,
+                            self.out.display()
+                        );
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             state.rng_word_pos = rng.get_word_pos().to_string();
+            if stop_early {
+                // Ends the run (final/ is written below) even if an interrupt came with it.
+                outcome = Outcome::EarlyStopped;
+                break;
+            }
             let due = t.checkpoint_every > 0 && state.step.is_multiple_of(t.checkpoint_every);
             if due || interrupted || stop_here {
                 self.checkpoint(&params, &opt, &state)?;
             }
             if interrupted || stop_here {
                 outcome = Outcome::Interrupted;
-                break;
-            }
-            if stop_early {
-                outcome = Outcome::EarlyStopped;
                 break;
             }
         }
@@ -427,13 +501,27 @@ impl<'a> Trainer<'a> {
             );
             return Ok(outcome);
         }
-        // Final validation, checkpoint and model.
-        if outcome == Outcome::Finished {
-            self.validate(recipe, sts.as_ref(), &mut metrics, &mut state, &best_metric, best_mode, &progress)?;
+        // Final validation (unless it already ran: a resumed run that had ended), checkpoint
+        // and model.
+        let mut unknown_metric = None;
+        if outcome == Outcome::Finished && !state.finished {
+            match self.validate(recipe, sts.as_ref(), &mut metrics, &mut state, &best_metric, best_mode, &progress) {
+                Ok(_) => {}
+                Err(e) if e.is::<UnknownMetric>() => unknown_metric = Some(e),
+                Err(e) => return Err(e),
+            }
         }
         state.rng_word_pos = rng.get_word_pos().to_string();
+        state.finished = unknown_metric.is_none();
         self.checkpoint(&params, &opt, &state)?;
         write_atomically(&self.out.join("final"), |d| recipe.save_model(d))?;
+        if let Some(e) = unknown_metric {
+            bail!(
+                "{e}\nthe trained model is in {} all the same; to validate it and keep the best model, run --resume --out {} --set train.best_metric=NAME",
+                self.out.join("final").display(),
+                self.out.display()
+            );
+        }
         eprintln!("xsent train: done after {} steps; model in {}", state.step, self.out.join("final").display());
         Ok(outcome)
     }
@@ -465,13 +553,15 @@ impl<'a> Trainer<'a> {
         progress.println(&format!("step {}: validation {}", state.step, text.join(", ")));
         let Some(&(_, score)) = scores.iter().find(|(k, _)| k == best_metric) else {
             let names: Vec<&str> = scores.iter().map(|(k, _)| k.as_str()).collect();
-            bail!("train.best_metric = {best_metric:?} is not among the validation scores {names:?}");
+            return Err(UnknownMetric(format!("train.best_metric = {best_metric:?} is not among the validation scores {names:?}")).into());
         };
-        let better = match (state.best, mode) {
-            (None, _) => true,
-            (Some((_, b)), BestMode::Max) => score > b,
-            (Some((_, b)), BestMode::Min) => score < b,
-        };
+        // A NaN score is never the best (and a NaN best would compare false with everything).
+        let better = score.is_finite()
+            && match (state.best, mode) {
+                (None, _) => true,
+                (Some((_, b)), BestMode::Max) => score > b,
+                (Some((_, b)), BestMode::Min) => score < b,
+            };
         if better {
             state.best = Some((state.step, score));
             state.evals_since_best = 0;
@@ -486,9 +576,10 @@ impl<'a> Trainer<'a> {
             state.evals_since_best += 1;
         }
         let p = self.cfg.train.early_stopping_patience;
-        let stop = p > 0 && state.evals_since_best >= p;
-        if stop {
-            let (at, b) = state.best.expect("a validation ran");
+        // Patience counts from a finite best score: a run whose scores were never finite
+        // does not stop on it.
+        let stop = p > 0 && state.best.is_some() && state.evals_since_best >= p;
+        if let (true, Some((at, b))) = (stop, state.best) {
             progress.println(&format!(
                 "xsent train: stopping early: {best_metric} has not improved on {b:.4} (step {at}) in {p} validation(s) (train.early_stopping_patience)"
             ));
@@ -540,9 +631,10 @@ fn add_terms(into: &mut Vec<(String, f64)>, terms: Vec<(String, f64)>) {
     }
 }
 
-/// Write a directory via `NAME.tmp` and a rename, replacing any older one only once the new
-/// one is complete.
+/// Write a directory via `.NAME.tmp` and a rename, replacing any older one only once the new
+/// one is complete and on disk (its files are synced before the rename).
 pub fn write_atomically(dst: &Path, write: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+    restore_replaced(dst)?;
     let name = dst.file_name().and_then(|n| n.to_str()).unwrap_or("dir");
     let tmp = dst.with_file_name(format!(".{name}.tmp"));
     let old = dst.with_file_name(format!(".{name}.old"));
@@ -551,17 +643,73 @@ pub fn write_atomically(dst: &Path, write: impl FnOnce(&Path) -> Result<()>) -> 
     }
     std::fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
     write(&tmp).with_context(|| format!("writing {}", dst.display()))?;
+    sync_tree(&tmp).with_context(|| format!("cannot sync {} to disk", tmp.display()))?;
     if dst.exists() {
         if old.exists() {
             std::fs::remove_dir_all(&old)?;
         }
+        // Between this rename and the next, the previous version is only at `old`:
+        // `restore_replaced` puts it back if the process dies here.
         std::fs::rename(dst, &old)?;
     }
     std::fs::rename(&tmp, dst).with_context(|| format!("cannot move {} into place", dst.display()))?;
+    if let Some(parent) = dst.parent() {
+        sync_dir(parent);
+    }
     if old.exists() {
         std::fs::remove_dir_all(&old)?;
     }
     Ok(())
+}
+
+/// Undo a replacement by [`write_atomically`] that was cut between its two renames: `dst` is
+/// missing and its previous version is `.NAME.old`, which is moved back.
+pub fn restore_replaced(dst: &Path) -> Result<()> {
+    let name = dst.file_name().and_then(|n| n.to_str()).unwrap_or("dir");
+    let old = dst.with_file_name(format!(".{name}.old"));
+    if !dst.exists() && old.is_dir() {
+        std::fs::rename(&old, dst).with_context(|| format!("cannot restore {} from {}", dst.display(), old.display()))?;
+    }
+    Ok(())
+}
+
+/// [`restore_replaced`] for every directory a run writes atomically (`best/`, `final/`,
+/// `checkpoints/step-N/`).
+pub fn restore_run(out: &Path) -> Result<()> {
+    restore_replaced(&out.join("best"))?;
+    restore_replaced(&out.join("final"))?;
+    let dir = out.join("checkpoints");
+    if dir.is_dir() {
+        for e in std::fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))? {
+            let e = e.with_context(|| format!("cannot read {}", dir.display()))?;
+            let name = e.file_name();
+            if let Some(step) = name.to_str().and_then(|n| n.strip_prefix(".step-")?.strip_suffix(".old")) {
+                restore_replaced(&dir.join(format!("step-{step}")))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Flush every file under `dir` (and the directories themselves) to disk.
+fn sync_tree(dir: &Path) -> Result<()> {
+    for e in std::fs::read_dir(dir)? {
+        let p = e?.path();
+        if p.is_dir() {
+            sync_tree(&p)?;
+        } else {
+            std::fs::File::open(&p)?.sync_all()?;
+        }
+    }
+    sync_dir(dir);
+    Ok(())
+}
+
+/// Flush a directory's entries (best effort: not every platform can open a directory).
+fn sync_dir(dir: &Path) {
+    if let Ok(f) = std::fs::File::open(dir) {
+        let _ = f.sync_all();
+    }
 }
 
 fn load_checkpoint(dir: &Path, params: &Params, opt: &mut AdamW) -> Result<State> {
@@ -853,16 +1001,32 @@ fn add_grads(acc: Option<GradStore>, g: GradStore, params: &Params) -> Result<Gr
 }
 
 fn nan_message(step: u64, value: f64, terms: &[(String, f64)], out: &Path) -> Result<String> {
-    let last = Trainer::latest_checkpoint(out)?;
+    let dir = out.join("checkpoints");
+    let kept = checkpoint_steps(&dir)?;
     let terms: Vec<String> = terms.iter().map(|(k, v)| format!("{k} = {v}")).collect();
-    Ok(format!(
-        "the loss is {value} at step {step} ({}); stopped before updating the weights. {}",
-        terms.join(", "),
-        match last {
-            Some(p) => format!("The last good checkpoint is {} (continue from it with --resume, perhaps with a lower optim.lr).", p.display()),
-            None => "No checkpoint was written yet; lower optim.lr or check the data.".into(),
+    let advice = match kept.last() {
+        None => "No checkpoint was written yet; lower optim.lr or check the data.".to_string(),
+        // The newest checkpoint holds the very weights that gave this loss (on this step's
+        // batch): resuming from it repeats the failure unless the batch is the cause.
+        Some(&last) if last + 1 == step => {
+            let earlier = match kept.len() {
+                1 => "no earlier checkpoint is kept (train.keep_last), so start the run again with a lower optim.lr".to_string(),
+                _ => format!(
+                    "an earlier one, {}, may not be (remove the newer ones to --resume from it, perhaps with a lower optim.lr)",
+                    dir.join(format!("step-{}", kept[kept.len() - 2])).display()
+                ),
+            };
+            format!(
+                "The newest checkpoint, {}, holds the weights that gave this loss, so --resume from it repeats it unless this batch's data is the cause; {earlier}.",
+                dir.join(format!("step-{last}")).display()
+            )
         }
-    ))
+        Some(&last) => format!(
+            "The last good checkpoint is {} (continue from it with --resume, perhaps with a lower optim.lr).",
+            dir.join(format!("step-{last}")).display()
+        ),
+    };
+    Ok(format!("the loss is {value} at step {step} ({}); stopped before updating the weights. {advice}", terms.join(", ")))
 }
 
 /// Progress on stderr: a bar on a terminal, else a line every `log_every` steps.
@@ -957,6 +1121,24 @@ mod tests {
     }
 
     #[test]
+    fn nan_message_names_the_checkpoint_to_use() {
+        let d = tempfile::tempdir().unwrap();
+        let m = nan_message(3, f64::NAN, &[("mse".into(), f64::NAN)], d.path()).unwrap();
+        assert!(m.contains("at step 3 (mse = NaN)") && m.contains("No checkpoint was written yet"), "{m}");
+        let ck = d.path().join("checkpoints");
+        for s in [2, 4] {
+            std::fs::create_dir_all(ck.join(format!("step-{s}"))).unwrap();
+        }
+        // The step after the newest checkpoint: that checkpoint gave the NaN; the one before is named.
+        let m = nan_message(5, f64::NAN, &[], d.path()).unwrap();
+        assert!(m.contains(&format!("newest checkpoint, {}", ck.join("step-4").display())), "{m}");
+        assert!(m.contains(&format!("an earlier one, {}", ck.join("step-2").display())), "{m}");
+        // Later: the newest checkpoint predates the trouble.
+        let m = nan_message(7, f64::INFINITY, &[], d.path()).unwrap();
+        assert!(m.contains(&format!("last good checkpoint is {}", ck.join("step-4").display())), "{m}");
+    }
+
+    #[test]
     fn atomic_dir_replacement() {
         let d = tempfile::tempdir().unwrap();
         let dst = d.path().join("final");
@@ -966,5 +1148,19 @@ mod tests {
         assert_eq!(std::fs::read_to_string(dst.join("a")).unwrap(), "1", "a failed write leaves the old dir");
         write_atomically(&dst, |p| Ok(std::fs::write(p.join("b"), "2")?)).unwrap();
         assert!(!dst.join("a").exists() && dst.join("b").exists());
+        // A replacement cut between its two renames (dst moved to .final.old, the new one
+        // still at .final.tmp) is undone: the previous version comes back.
+        std::fs::rename(&dst, d.path().join(".final.old")).unwrap();
+        std::fs::create_dir(d.path().join(".final.tmp")).unwrap();
+        restore_replaced(&dst).unwrap();
+        assert_eq!(std::fs::read_to_string(dst.join("b")).unwrap(), "2");
+        assert!(!d.path().join(".final.old").exists());
+        // The same for a checkpoint, found by `restore_run`.
+        let ck = d.path().join("checkpoints");
+        std::fs::create_dir_all(ck.join(".step-4.old")).unwrap();
+        std::fs::write(ck.join(".step-4.old/state.json"), "{}").unwrap();
+        std::fs::create_dir_all(ck.join("step-2")).unwrap();
+        restore_run(d.path()).unwrap();
+        assert!(ck.join("step-4/state.json").is_file() && ck.join("step-2").is_dir());
     }
 }
