@@ -336,6 +336,54 @@ fn teacher_embeddings_are_cached() {
 }
 
 #[test]
+fn the_teacher_is_normalised_as_its_modules_json_says() {
+    // A teacher whose sentence-transformers pipeline has no Normalize module: its targets are
+    // its raw pooled vectors (seed 003 regresses onto M(s) as it is), unless the config says.
+    let s = setup("");
+    let teacher = s.dir.path().join("tiny-bert");
+    std::fs::write(
+        teacher.join("modules.json"),
+        r#"[{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]"#,
+    )
+    .unwrap();
+    let rows = |run: &str, sets: &[&str]| -> Vec<f32> {
+        let cache = s.dir.path().join(format!("cache-{run}"));
+        let mut args = vec!["train", "--config", s.config.to_str().unwrap(), "--out"];
+        let out = s.run_dir(run);
+        args.push(out.to_str().unwrap());
+        args.extend_from_slice(&["--set", "train.max_steps=1"]);
+        args.extend_from_slice(sets);
+        let o = common::xsent().args(&args).env("XSENT_CACHE", &cache).output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let f = std::fs::read_dir(cache.join("teacher"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|e| e == "safetensors"))
+            .unwrap();
+        load_f32(&f)["embeddings"].clone()
+    };
+    let tsv = std::fs::read_to_string(s.dir.path().join("pairs.tsv")).unwrap();
+    let mut sources: Vec<&str> = tsv.lines().map(|l| l.split('\t').next().unwrap()).collect();
+    sources.sort_unstable();
+    sources.dedup();
+    let raw = common::embed_cli(&teacher, &["--max-length", "16", "--no-normalize"], &sources);
+    let dim = raw[0].len();
+    for (sets, normalised) in [(vec![], false), (vec!["--set", "distill.teacher_normalize=true"], true)] {
+        let cached = rows(if normalised { "n" } else { "raw" }, &sets);
+        assert_eq!(cached.len(), sources.len() * dim);
+        for (i, r) in raw.iter().enumerate() {
+            let norm = r.iter().map(|x| x * x).sum::<f32>().sqrt();
+            assert!((norm - 1.0).abs() > 1e-3, "the raw vectors are not unit length");
+            for (a, b) in r.iter().zip(&cached[i * dim..(i + 1) * dim]) {
+                let want = if normalised { a / norm } else { *a };
+                assert!((want - b).abs() < 1e-5, "normalised {normalised}, sentence {i}: {want} vs {b}");
+            }
+        }
+    }
+}
+
+#[test]
 fn ctrl_c_finishes_the_step_checkpoints_and_exits_130() {
     let s = setup("");
     let run = s.run_dir("int");
@@ -476,6 +524,7 @@ fn config_and_data_errors_are_clear() {
         // A section that lacks its own required `base`: named as another recipe's, all the same.
         ("disentangle.prefix=\"x\"", "[disentangle] is set, but recipe = \"distill\" does not read it"),
         ("data.sources.0.max_pairs=0", "max_pairs = 0 reads no pairs"),
+        ("data.val_size=0", "data.val_size = 0: the distill recipe validates on held-out pairs"),
         ("train.keep_last=0", "train.keep_last = 0: the last checkpoint is always kept"),
         // Another metric than the recipe's: which way is better must be said.
         ("train.best_metric=\"acc_mean\"", "add --set train.best_mode"),
@@ -755,7 +804,7 @@ fn projection_fit_sources_replace_the_training_pairs_for_the_fit() {
     let tsv = plain.dir.path().join("pairs.tsv");
     let same = setup(&format!("[[distill.projection_fit_sources]]\nkind = \"tsv\"\npath = \"{}\"\nsrc_lang = \"en\"\ntgt_lang = \"de\"\n", tsv.display()));
     let (err, v_same) = step0(&same, "same");
-    assert!(err.contains("fitted on") && err.contains("projection_fit_sources"), "{err}");
+    assert!(err.contains("fitted on") && err.contains("projection_fit_sources (0 more held out"), "{err}");
     assert_eq!(v_plain["mse_x100"], v_same["mse_x100"], "{v_plain} {v_same}");
     assert_eq!(v_plain["acc_mean"], v_same["acc_mean"], "{v_plain} {v_same}");
     // Other sentences give another projection (and the teacher embeds them too).
@@ -770,6 +819,13 @@ fn projection_fit_sources_replace_the_training_pairs_for_the_fit() {
     let other = setup(&format!("[[distill.projection_fit_sources]]\nkind = \"tsv\"\npath = \"{}\"\nsrc_lang = \"en\"\ntgt_lang = \"de\"\n", other_tsv.display()));
     let (_, v_other) = step0(&other, "other");
     assert_ne!(v_plain["mse_x100"], v_other["mse_x100"], "{v_plain} {v_other}");
+    // Fit sources split otherwise than the training data (here: more of them): the run's own
+    // validation sentences that land in their training part are held out of the fit too.
+    let fit = |p: &Path| format!("[[distill.projection_fit_sources]]\nkind = \"tsv\"\npath = \"{}\"\nsrc_lang = \"en\"\ntgt_lang = \"de\"\n", p.display());
+    let mixed = setup(&(fit(&tsv) + &fit(&other_tsv)));
+    let (err, _) = step0(&mixed, "mixed");
+    let held: usize = err.split(" more held out").next().and_then(|h| h.rsplit('(').next()).and_then(|n| n.parse().ok()).expect(&err);
+    assert!(held > 0, "{err}");
     // The run's config records the fit sources; without a fitted projection they are an error.
     assert!(std::fs::read_to_string(other.run_dir("other").join("config.toml")).unwrap().contains("[[distill.projection_fit_sources]]"));
     let o = other.train(&["--out", other.run_dir("none").to_str().unwrap(), "--set", "distill.projection=\"random\""]);

@@ -162,6 +162,35 @@ fn weakly_supervised_run_logs_both_terms_validates_and_saves_a_loadable_model() 
 }
 
 #[test]
+fn pairs_with_a_sentence_the_anchor_gives_no_token_are_left_out_before_training() {
+    // An anchor whose normaliser drops control characters (BERT's clean_text): a hypothesis made
+    // of one such character has no token once [CLS] and [SEP] are left out, and its WMD is
+    // undefined. The pairs it is in are left out when the data is built, not met midway.
+    let s = setup("", "");
+    let tok = s.dir.path().join("tiny-bert/tokenizer.json");
+    let mut t: Value = serde_json::from_str(&std::fs::read_to_string(&tok).unwrap()).unwrap();
+    t["normalizer"] = serde_json::json!({"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": false, "strip_accents": null, "lowercase": false});
+    std::fs::write(&tok, t.to_string()).unwrap();
+    for lang in ["en", "de"] {
+        let f = s.dir.path().join(format!("xnli/dev-{lang}.tsv"));
+        let text = std::fs::read_to_string(&f).unwrap();
+        let mut rows: Vec<String> = text.lines().map(String::from).collect();
+        let cols: Vec<&str> = rows[5].split('\t').collect();
+        rows[5] = format!("{}\t\u{1}\t{}", cols[0], cols[2]);
+        std::fs::write(&f, rows.join("\n") + "\n").unwrap();
+    }
+    let run = s.run_dir("run");
+    let o = s.train(&["--out", run.to_str().unwrap(), "--set", "train.batch_size=32", "--set", "train.max_steps=8"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Row 5's hypothesis is now the same text in both languages, so its cross-lingual pairs
+    // repeat its monolingual ones (dropped as duplicates: 158 pairs), and the two left, with the
+    // English and the German premise, are left out.
+    assert!(stderr(&o).contains("158 training pairs"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("left out 2 of the 158 pairs: 1 sentence(s) give the anchor no token"), "{}", stderr(&o));
+    assert_eq!(steps(&run).len(), 8, "every step trained (each pair seen at least once)");
+}
+
+#[test]
 fn loss_switches_train_one_term_only() {
     let s = setup("loss = \"wmd\"", "");
     let run = s.run_dir("wmd");
@@ -283,6 +312,23 @@ fn anchor_token_embeddings_are_the_hidden_states_without_specials_and_padding() 
         }
         assert_eq!(&all[i][h..all[i].len() - h], &bare[i][..], "specials left out");
     }
+    assert_eq!(enc.token_counts(&texts, true).unwrap(), [3, 1]);
+    assert_eq!(enc.token_counts(&texts, false).unwrap(), [5, 3]);
+    // A prefix (an instruction such as "query: ") is not part of the sentence: its tokens are
+    // left out of the cloud too, specials or not.
+    let prefixed = SentenceEncoder::load(m.to_str().unwrap(), &LoadOptions { prefix: Some("e9 e8 ".into()), ..Default::default() }).unwrap();
+    assert_eq!(prefixed.token_counts(&texts, true).unwrap(), [3, 1]);
+    assert_eq!(prefixed.token_counts(&texts, false).unwrap(), [5, 3]);
+    let with_prefix = prefixed.token_embeddings(&texts, None, false, 2).unwrap();
+    assert_eq!((with_prefix[0].len(), with_prefix[1].len()), (5 * h, 3 * h));
+    let e = prefixed.tokenize(&[texts[0]]).unwrap();
+    let b = prefixed.collate(&[&e[0]]).unwrap();
+    let hs: Vec<f32> = prefixed.hidden_states(&b, &mut Mode::Infer).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    assert_eq!(hs.len(), 7 * h, "[CLS] e9 e8 e1 e2 e3 [SEP]");
+    // (Batched with a shorter text: equal to rounding.)
+    let close = |a: &[f32], b: &[f32]| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-5);
+    assert!(close(&with_prefix[0][..h], &hs[..h]), "[CLS] kept");
+    assert!(close(&with_prefix[0][h..], &hs[3 * h..]), "e9 e8 left out");
     let first = enc.token_embeddings(&texts, Some(0), true, 2).unwrap();
     assert_eq!(first[0].len(), 3 * h);
     assert_ne!(first[0], bare[0], "layer 0 is the embedding output");

@@ -450,6 +450,7 @@ impl SentenceEncoder {
     pub fn token_embeddings<S: AsRef<str>>(&self, texts: &[S], layer: Option<usize>, skip_special: bool, batch_size: usize) -> Result<Vec<Vec<f32>>> {
         let encs = self.encode_all(texts)?;
         let items: Vec<Encoded> = encs.iter().map(|e| self.encoded(e)).collect();
+        let kept: Vec<Vec<bool>> = encs.iter().zip(&items).map(|(e, it)| self.sentence_tokens(e, it.ids.len(), skip_special)).collect();
         let layer = layer.unwrap_or(self.encoder.num_layers());
         let h = self.encoder.hidden_size();
         let mut order: Vec<usize> = (0..items.len()).collect();
@@ -460,10 +461,9 @@ impl SentenceEncoder {
             let hidden = self.encoder.forward_layers(&batch.input_ids, &batch.attention_mask, layer, &mut Mode::Infer)?;
             let hidden = hidden.detach().to_dtype(DType::F32)?.to_device(&Device::Cpu)?.to_vec3::<f32>()?;
             for (&i, states) in chunk.iter().zip(hidden) {
-                let special = encs[i].get_special_tokens_mask();
                 let mut cloud = Vec::with_capacity(items[i].ids.len() * h);
-                for (j, row) in states.into_iter().take(items[i].ids.len()).enumerate() {
-                    if !(skip_special && special.get(j).is_some_and(|&s| s == 1)) {
+                for (row, keep) in states.into_iter().zip(&kept[i]) {
+                    if *keep {
                         cloud.extend(row);
                     }
                 }
@@ -471,6 +471,29 @@ impl SentenceEncoder {
             }
         }
         Ok(out)
+    }
+
+    /// How many token vectors [`Self::token_embeddings`] gives for each text (tokenising only).
+    pub fn token_counts<S: AsRef<str>>(&self, texts: &[S], skip_special: bool) -> Result<Vec<usize>> {
+        let encs = self.encode_all(texts)?;
+        Ok(encs.iter().map(|e| self.sentence_tokens(e, self.encoded(e).ids.len(), skip_special).iter().filter(|k| **k).count()).collect())
+    }
+
+    /// Which of the first `n` tokens belong to the text itself: not the prefix's (an
+    /// instruction such as "query: ", not part of the sentence), nor, with `skip_special`, the
+    /// tokenizer's special tokens.
+    fn sentence_tokens(&self, e: &tokenizers::Encoding, n: usize, skip_special: bool) -> Vec<bool> {
+        let special = e.get_special_tokens_mask();
+        let offsets = e.get_offsets();
+        // The input starts with the prefix (see `input_text`): tokens that end within it are its.
+        let prefix_len = self.prefix.trim_start().len();
+        (0..n)
+            .map(|j| {
+                let is_special = special.get(j).is_some_and(|&s| s == 1);
+                let in_prefix = !is_special && prefix_len > 0 && offsets.get(j).is_some_and(|&(_, end)| end <= prefix_len);
+                !(in_prefix || (skip_special && is_special))
+            })
+            .collect()
     }
 
     /// Embed texts (inference), in the input order.

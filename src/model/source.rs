@@ -25,6 +25,9 @@ pub struct ModelFiles {
     /// A sentence-transformers Dense module's directory (`config.json`, `model.safetensors`)
     /// applied after pooling, when `modules.json` lists one.
     pub dense: Option<PathBuf>,
+    /// Whether `modules.json` ends the pipeline with a Normalize module (`None`: no
+    /// `modules.json`, a plain Hugging Face checkpoint).
+    pub declares_normalize: Option<bool>,
 }
 
 const REQUIRED: [&str; 3] = ["config.json", "model.safetensors", "tokenizer.json"];
@@ -108,6 +111,7 @@ pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
         st_model_config: opt("config_sentence_transformers.json"),
         xsent: opt("xsent.json"),
         dense,
+        declares_normalize: declares_normalize(modules.as_deref())?,
     })
 }
 
@@ -142,6 +146,14 @@ fn dense_path(modules: Option<&Path>) -> Result<Option<String>> {
         bail!("{}: xsent supports at most one Dense module, this model has {}", modules.unwrap().display(), dense.len());
     }
     Ok(dense.into_iter().next())
+}
+
+/// Whether `modules.json` lists a Normalize module (`None` without a `modules.json`).
+fn declares_normalize(modules: Option<&Path>) -> Result<Option<bool>> {
+    if modules.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(st_modules(modules)?.iter().any(|(t, _)| t.ends_with(".Normalize"))))
 }
 
 /// Path of the Pooling module's config, from `modules.json` when present.
@@ -243,6 +255,7 @@ pub fn resolve_hub(spec: &str, cache_dir: &Path, offline: bool) -> Result<ModelF
         st_model_config: get("config_sentence_transformers.json", false)?,
         xsent: None,
         dense,
+        declares_normalize: declares_normalize(modules.as_deref())?,
     })
 }
 

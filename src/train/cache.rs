@@ -189,6 +189,11 @@ fn encoder_hash(enc: &SentenceEncoder) -> Result<(String, Sha256)> {
         enc.max_length,
         enc.encoder.num_layers()
     ));
+    // Lowercasing changes the tokens. Hashed only when on, so that the keys of the (many)
+    // models without it stay those of the caches already written.
+    if enc.lowercase {
+        h.update("lowercase\0");
+    }
     Ok((hex(&h.clone().finalize()), h))
 }
 

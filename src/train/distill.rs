@@ -37,6 +37,11 @@ pub struct DistillConfig {
     pub teacher: String,
     #[serde(default)]
     pub teacher_prefix: String,
+    /// L2-normalise the teacher's embeddings (the targets). Default: as the teacher's own
+    /// `modules.json` says (a Normalize module or not, as sentence-transformers runs it); a
+    /// model without `modules.json` is normalised, as `xsent embed` does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub teacher_normalize: Option<bool>,
     /// The trainable student: model directory or hub id.
     pub student: String,
     #[serde(default)]
@@ -62,7 +67,7 @@ pub struct DistillConfig {
     /// minimises the recipe's loss with the encoder frozen).
     #[serde(default)]
     pub projection_fit: FitOn,
-    /// L2-normalise the student's output (the teacher's own setting applies to it).
+    /// L2-normalise the student's output (the teacher's: `teacher_normalize`).
     #[serde(default = "d_true")]
     pub normalize: bool,
     /// What the student learns to reproduce for each source sentence: `teacher` (the teacher's
@@ -199,6 +204,10 @@ pub struct Distill {
 impl Distill {
     pub fn new(cfg: &Config) -> Result<Self> {
         let dc = cfg.distill.as_ref().context("recipe = \"distill\" needs a [distill] section")?;
+        if cfg.data.val_size == 0 {
+            // Every validation (before the first step, at the end) scores held-out pairs.
+            bail!("data.val_size = 0: the distill recipe validates on held-out pairs; set data.val_size > 0 (e.g. 500)");
+        }
         let pairs = read_sources(&cfg.data.sources, "data.sources")?;
         let (train, val) = split_by_source(pairs, cfg.data.val_size, cfg.seed)?;
         eprintln!("xsent train: {} training pairs, {} validation pairs", train.len(), val.len());
@@ -214,8 +223,20 @@ impl Distill {
             None
         } else {
             let pairs = read_sources(&dc.projection_fit_sources, "distill.projection_fit_sources")?;
-            let (pool, _) = split_by_source(pairs, cfg.data.val_size, cfg.seed).context("distill.projection_fit_sources")?;
-            eprintln!("xsent train: the projection is fitted on {} pairs of distill.projection_fit_sources", pool.len());
+            let (mut pool, _) = split_by_source(pairs, cfg.data.val_size, cfg.seed).context("distill.projection_fit_sources")?;
+            // Split as training data is, but other sources split otherwise: the run's own
+            // held-out sentences are taken out too, so that the fit never sees them.
+            let held_out: std::collections::HashSet<&str> = val.iter().map(|p| p.src.as_str()).collect();
+            let before = pool.len();
+            pool.retain(|p| !held_out.contains(p.src.as_str()));
+            eprintln!(
+                "xsent train: the projection is fitted on {} pairs of distill.projection_fit_sources ({} more held out: they hold validation sentences)",
+                pool.len(),
+                before - pool.len()
+            );
+            if pool.is_empty() {
+                bail!("distill.projection_fit_sources: no pair is left once the validation sentences are held out");
+            }
             Some(pool)
         };
         // The teacher embeds the sources, and the fit's sources when they are others.
@@ -230,7 +251,10 @@ impl Distill {
         let teacher = if dc.uses_teacher() {
             let teacher_opts =
                 LoadOptions { device: device.clone(), prefix: Some(dc.teacher_prefix.clone()), max_length: Some(dc.max_length), ..Default::default() };
-            let teacher_enc = SentenceEncoder::load(&dc.teacher, &teacher_opts).with_context(|| format!("loading teacher {}", dc.teacher))?;
+            let mut teacher_enc = SentenceEncoder::load(&dc.teacher, &teacher_opts).with_context(|| format!("loading teacher {}", dc.teacher))?;
+            // The teacher's output as sentence-transformers gives it (seed 003 regresses onto
+            // M(s) itself), unless the config says otherwise; part of the cache key.
+            teacher_enc.normalize = dc.teacher_normalize.or(teacher_enc.files.declares_normalize).unwrap_or(true);
             let (rows, dim) = super::cache::embeddings(&teacher_enc, &teacher_sentences, dc.embed_batch_size, "teacher")?;
             drop(teacher_enc);
             Some((Tensor::from_vec(rows, (teacher_sentences.len(), dim), &Device::Cpu)?, dim))

@@ -280,6 +280,10 @@ impl Dueam {
             }
             Some(a)
         };
+        let data = match &anchor {
+            Some(a) => drop_tokenless(data, a, dc.wmd_skip_special)?,
+            None => data,
+        };
         let opts = LoadOptions {
             prefix: Some(dc.learner_prefix.clone()),
             layers: dc.learner_layers,
@@ -337,6 +341,28 @@ impl Dueam {
         let cache = self.wmd_cache.lock().expect("no worker panicked");
         Ok(batch.iter().map(|i| cache[i]).collect())
     }
+}
+
+/// Leave out the pairs with a sentence the anchor gives no token vector for (e.g. one made of
+/// control characters only, with special tokens left out): its WMD is undefined, and finding
+/// it only when a batch reaches it would stop a run midway. Said on stderr when any are.
+fn drop_tokenless(mut data: PairSet, anchor: &SentenceEncoder, skip_special: bool) -> Result<PairSet> {
+    let t0 = Instant::now();
+    let counts = anchor.token_counts(&data.sentences, skip_special)?;
+    let Some(first) = counts.iter().position(|&c| c == 0) else { return Ok(data) };
+    let before = data.pairs.len();
+    data.pairs.retain(|&(a, b)| counts[a as usize] > 0 && counts[b as usize] > 0);
+    eprintln!(
+        "xsent train: left out {} of the {before} pairs: {} sentence(s) give the anchor no token once special tokens are left out (the first: {:?}; {:.1} s)",
+        before - data.pairs.len(),
+        counts.iter().filter(|&&c| c == 0).count(),
+        data.sentences[first],
+        t0.elapsed().as_secs_f64()
+    );
+    if data.pairs.is_empty() {
+        bail!("dueam: no training pair is left: every pair has a sentence the anchor gives no token for");
+    }
+    Ok(data)
 }
 
 /// The anchor's token clouds of `texts` as the WMD takes them: the output of `layer` (default the
