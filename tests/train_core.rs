@@ -333,6 +333,11 @@ fn teacher_embeddings_are_cached() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("teacher embeddings cached"), "fewer sentences, new key: {}", stderr(&o));
     assert!(stderr(&o).contains("embeddings of all") && stderr(&o).contains("from other cached sets"), "a subset embeds nothing: {}", stderr(&o));
+    // A teacher that lowercases first (sentence_bert_config.json) tokenises otherwise: another key.
+    std::fs::write(s.dir.path().join("tiny-bert/sentence_bert_config.json"), r#"{"max_seq_length": 16, "do_lower_case": true}"#).unwrap();
+    let o = s.train(&["--out", s.run_dir("e").to_str().unwrap(), "--set", "train.max_steps=1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("teacher embeddings cached") && !stderr(&o).contains("from the cache"), "lowercasing, new key: {}", stderr(&o));
 }
 
 #[test]
