@@ -163,20 +163,12 @@ fn resume_continues_the_same_loss_curve() {
     assert!(split.join("checkpoints/step-6/state.json").is_file());
     assert!(!split.join("final").exists());
     // Resuming without --config uses the saved one.
-    let o = common::xsent()
-        .args(["train", "--resume", "--out", split.to_str().unwrap()])
-        .env("XSENT_CACHE", s.dir.path().join("cache"))
-        .output()
-        .unwrap();
+    let o = s.resume(&split, &[]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("resuming"), "{}", stderr(&o));
     // Resuming a run that has ended changes nothing: no step, no second final validation.
     let before = std::fs::read_to_string(split.join("metrics.jsonl")).unwrap();
-    let o = common::xsent()
-        .args(["train", "--resume", "--out", split.to_str().unwrap()])
-        .env("XSENT_CACHE", s.dir.path().join("cache"))
-        .output()
-        .unwrap();
+    let o = s.resume(&split, &[]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("already ended at step 12") && stderr(&o).contains("nothing to do"), "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(split.join("metrics.jsonl")).unwrap(), before);
@@ -595,19 +587,9 @@ fn early_stopping_ends_the_run_with_a_final_model() {
     // MSE falls, so with best_mode = "max" no validation after step 0 counts as better:
     // patience 1 with a validation every 2 steps stops at step 2 of 12.
     let s = setup("");
+    let patience = ["--set", "train.eval_every=2", "--set", "train.early_stopping_patience=1", "--set", "train.best_metric=\"mse_x100\"", "--set", "train.best_mode=\"max\""];
     let run = s.run_dir("early");
-    let o = s.train(&[
-        "--out",
-        run.to_str().unwrap(),
-        "--set",
-        "train.eval_every=2",
-        "--set",
-        "train.early_stopping_patience=1",
-        "--set",
-        "train.best_metric=\"mse_x100\"",
-        "--set",
-        "train.best_mode=\"max\"",
-    ]);
+    let o = s.train(&[&["--out", run.to_str().unwrap()][..], &patience].concat());
     assert!(o.status.success(), "{}", stderr(&o));
     let last = metrics(&run).iter().filter_map(|m| m["step"].as_u64()).max().unwrap();
     assert_eq!(last, 2, "{}", stderr(&o));
@@ -622,20 +604,7 @@ fn early_stopping_ends_the_run_with_a_final_model() {
     // A stop (--stop-after, as Ctrl-C) at the validation where patience runs out ends the run
     // as early stopping, with its final model, not as an interruption to resume.
     let stopped = s.run_dir("early-stop-after");
-    let o = s.train(&[
-        "--out",
-        stopped.to_str().unwrap(),
-        "--stop-after",
-        "2",
-        "--set",
-        "train.eval_every=2",
-        "--set",
-        "train.early_stopping_patience=1",
-        "--set",
-        "train.best_metric=\"mse_x100\"",
-        "--set",
-        "train.best_mode=\"max\"",
-    ]);
+    let o = s.train(&[&["--out", stopped.to_str().unwrap(), "--stop-after", "2"][..], &patience].concat());
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("stopping early") && !stderr(&o).contains("continue with --resume"), "{}", stderr(&o));
     assert!(stopped.join("final/model.safetensors").is_file());
