@@ -172,6 +172,20 @@ fn resume_continues_the_same_loss_curve() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("already ended at step 12") && stderr(&o).contains("nothing to do"), "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(split.join("metrics.jsonl")).unwrap(), before);
+    // The same for a checkpoint written before state.json recorded `finished`: its final
+    // validation is in metrics.jsonl.
+    let state_path = split.join("checkpoints/step-12/state.json");
+    let mut state: Value = serde_json::from_str(&std::fs::read_to_string(&state_path).unwrap()).unwrap();
+    assert_eq!(state["finished"], Value::Bool(true));
+    state.as_object_mut().unwrap().remove("finished");
+    std::fs::write(&state_path, state.to_string()).unwrap();
+    let o = s.resume(&split, &[]);
+    assert!(stderr(&o).contains("already ended at step 12"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(split.join("metrics.jsonl")).unwrap(), before);
+    // --stop-after the last step is the end of the run: final/ is written.
+    let last = s.run_dir("stop-at-end");
+    let o = s.train(&["--out", last.to_str().unwrap(), "--stop-after", "12"]);
+    assert!(o.status.success() && last.join("final/model.safetensors").is_file(), "{}", stderr(&o));
 
     let (a, b) = (curve(&full), curve(&split));
     assert_eq!(a.len(), b.len(), "same number of metrics lines");
@@ -367,7 +381,11 @@ fn the_teacher_is_normalised_as_its_modules_json_says() {
     let raw = common::embed_cli(&teacher, &["--max-length", "16", "--no-normalize"], &sources);
     let dim = raw[0].len();
     for (sets, normalised) in [(vec![], false), (vec!["--set", "distill.teacher_normalize=true"], true)] {
-        let cached = rows(if normalised { "n" } else { "raw" }, &sets);
+        let run = if normalised { "n" } else { "raw" };
+        let cached = rows(run, &sets);
+        // The student's output is normalised as the teacher's is (distill.normalize unset).
+        let modules = std::fs::read_to_string(s.run_dir(run).join("final/modules.json")).unwrap();
+        assert_eq!(modules.contains("Normalize"), normalised, "{modules}");
         assert_eq!(cached.len(), sources.len() * dim);
         for (i, r) in raw.iter().enumerate() {
             let norm = r.iter().map(|x| x * x).sum::<f32>().sqrt();
@@ -495,7 +513,7 @@ fn a_nan_loss_stops_with_the_step_and_keeps_the_last_checkpoint() {
     assert!(err.contains(&format!("newest checkpoint, {}", run.join(format!("checkpoints/step-{last}")).display())), "{err}");
     assert!(err.contains("holds the weights that gave this loss") && !err.contains("last good checkpoint"), "{err}");
     assert_eq!(std::fs::read_dir(run.join("checkpoints")).unwrap().count(), 1, "{err}");
-    assert!(err.contains("no earlier checkpoint is kept"), "{err}");
+    assert!(err.contains("repeats this step exactly") && err.contains("it is the only checkpoint written"), "{err}");
 }
 
 #[test]
@@ -525,6 +543,7 @@ fn config_and_data_errors_are_clear() {
         ("train.keep_last=0", "train.keep_last = 0: the last checkpoint is always kept"),
         // Another metric than the recipe's: which way is better must be said.
         ("train.best_metric=\"acc_mean\"", "add --set train.best_mode"),
+        ("train.best_metric=\"sts_spearman\"", "is scored only with train.val_sts"),
         // A value of the wrong type names its key (not only in the echo of the --set).
         ("train.batch_size=-1", "in `train.batch_size`"),
     ] {

@@ -105,6 +105,8 @@ const START_ENTRIES: &[&str] = &[
     ".init.old",
     ".best.tmp",
     ".best.old",
+    ".config.toml.tmp",
+    ".metrics.jsonl.tmp",
 ];
 
 /// A fresh run into an existing, non-empty directory: allowed only when it holds a run that

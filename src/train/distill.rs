@@ -67,9 +67,10 @@ pub struct DistillConfig {
     /// minimises the recipe's loss with the encoder frozen).
     #[serde(default)]
     pub projection_fit: FitOn,
-    /// L2-normalise the student's output (the teacher's: `teacher_normalize`).
-    #[serde(default = "d_true")]
-    pub normalize: bool,
+    /// L2-normalise the student's output. Default: as the teacher is (`teacher_normalize`),
+    /// so that the student's vectors can match their targets; normalised without a teacher.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub normalize: Option<bool>,
     /// What the student learns to reproduce for each source sentence: `teacher` (the teacher's
     /// embedding, seed 003 §2) or `student` (the student's own embedding before training,
     /// projection included, computed once and cached: self-distillation, which seed 003 §2
@@ -144,9 +145,6 @@ fn d_projection() -> Projection {
 }
 fn d_fit_size() -> usize {
     3000
-}
-fn d_true() -> bool {
-    true
 }
 fn d_one() -> f64 {
     1.0
@@ -248,6 +246,7 @@ impl Distill {
         }
         let teacher_row: HashMap<&str, usize> = teacher_sentences.iter().enumerate().map(|(i, s)| (s.as_str(), i)).collect();
         let device = crate::device::parse_device(&cfg.train.device)?;
+        let mut teacher_normalized = None;
         let teacher = if dc.uses_teacher() {
             let teacher_opts =
                 LoadOptions { device: device.clone(), prefix: Some(dc.teacher_prefix.clone()), max_length: Some(dc.max_length), ..Default::default() };
@@ -255,6 +254,7 @@ impl Distill {
             // The teacher's output as sentence-transformers gives it (seed 003 regresses onto
             // M(s) itself), unless the config says otherwise; part of the cache key.
             teacher_enc.normalize = dc.teacher_normalize.or(teacher_enc.files.declares_normalize).unwrap_or(true);
+            teacher_normalized = Some(teacher_enc.normalize);
             let (rows, dim) = super::cache::embeddings(&teacher_enc, &teacher_sentences, dc.embed_batch_size, "teacher")?;
             drop(teacher_enc);
             Some((Tensor::from_vec(rows, (teacher_sentences.len(), dim), &Device::Cpu)?, dim))
@@ -267,7 +267,7 @@ impl Distill {
             prefix: Some(dc.student_prefix.clone()),
             layers: dc.student_layers,
             max_length: Some(dc.max_length),
-            normalize: dc.normalize,
+            normalize: dc.normalize.or(teacher_normalized).unwrap_or(true),
             trainable: true,
             device: device.clone(),
             ..Default::default()

@@ -353,7 +353,7 @@ fn drop_tokenless(mut data: PairSet, anchor: &SentenceEncoder, skip_special: boo
     let before = data.pairs.len();
     data.pairs.retain(|&(a, b)| counts[a as usize] > 0 && counts[b as usize] > 0);
     eprintln!(
-        "xsent train: left out {} of the {before} pairs: {} sentence(s) give the anchor no token once special tokens are left out (the first: {:?}; {:.1} s)",
+        "xsent train: left out {} of the {before} pairs: {} sentence(s) give the anchor no token of their own (special tokens and anchor_prefix left out; the first: {:?}; {:.1} s)",
         before - data.pairs.len(),
         counts.iter().filter(|&&c| c == 0).count(),
         data.sentences[first],

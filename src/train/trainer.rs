@@ -274,6 +274,9 @@ impl<'a> Trainer<'a> {
             let own_sts = |metric: &str| metric.starts_with("sts_") && t.val_sts.is_some();
             match (&t.best_metric, t.best_mode) {
                 (None, mode_set) => (m, mode_set.unwrap_or(mode)),
+                (Some(metric), _) if metric.starts_with("sts_") && t.val_sts.is_none() => bail!(
+                    "train.best_metric = {metric:?} is scored only with train.val_sts = \"FILE\" (pairs with gold scores, e.g. the STS benchmark's sts-dev.csv)"
+                ),
                 (Some(metric), Some(mode_set)) => (metric.clone(), mode_set),
                 (Some(metric), None) if own_sts(metric) => (metric.clone(), BestMode::Max),
                 (Some(metric), None) if *metric == m => (m, mode),
@@ -310,21 +313,29 @@ impl<'a> Trainer<'a> {
         let patience = t.early_stopping_patience;
         let patience_out = patience > 0 && state.best.is_some() && state.evals_since_best >= patience;
         let ended = if patience_out { Some(Outcome::EarlyStopped) } else { (state.step == total).then_some(Outcome::Finished) };
+        if ended == Some(Outcome::Finished) && !state.finished && self.out.join("final").is_dir() {
+            // Written before checkpoints recorded `finished`: the final validation is logged.
+            state.finished = validation_logged(&self.out.join("metrics.jsonl"), state.step);
+        }
         if let Some(o) = ended {
             if state.finished && self.out.join("final").is_dir() {
                 eprintln!(
-                    "xsent train: {} already ended at step {} ({}); final/ is in place, nothing to do (raise train.max_steps{} to train further)",
+                    "xsent train: {} already ended at step {} ({}); final/ is in place, nothing to do ({} to train further)",
                     self.out.display(),
                     state.step,
                     if o == Outcome::EarlyStopped { "early stopping" } else { "all steps done" },
-                    if o == Outcome::EarlyStopped { " or train.early_stopping_patience" } else { "" }
+                    if o == Outcome::EarlyStopped {
+                        "raise train.early_stopping_patience, or set it to 0,"
+                    } else {
+                        "raise train.max_steps or train.epochs with --set"
+                    }
                 );
                 return Ok(o);
             }
         } else {
             state.finished = false;
         }
-        if let Some(n) = opts.stop_after {
+        if let (Some(n), None) = (opts.stop_after, ended) {
             if n <= state.step {
                 bail!(
                     "--stop-after {n}: the run is already at step {} of {total}; give a later step (or leave --stop-after out to train to the end)",
@@ -336,7 +347,7 @@ impl<'a> Trainer<'a> {
             // Only once the resume is accepted: the metrics after the checkpoint are dropped.
             truncate_metrics(&self.out.join("metrics.jsonl"), state.step)?;
         }
-        std::fs::write(self.out.join("config.toml"), cfg.to_toml()?)?;
+        write_file_atomically(&self.out.join("config.toml"), cfg.to_toml()?.as_bytes())?;
         let mut metrics = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -408,7 +419,7 @@ impl<'a> Trainer<'a> {
                     run_shards(recipe, &shards, examples, &seeds, batch.len(), t.grad_accum, &params)?
                 };
                 if let Some((value, terms)) = mb.non_finite {
-                    bail!(nan_message(state.step + 1, value, &terms, &self.out)?);
+                    bail!(nan_message(state.step + 1, value, &terms, &self.out, t.keep_last)?);
                 }
                 loss_sum += mb.loss;
                 add_terms(&mut terms, mb.terms);
@@ -421,7 +432,7 @@ impl<'a> Trainer<'a> {
             let grads = grads.expect("grad_accum >= 1");
             let grad_norm = opt.grad_norm(&grads)?;
             if !grad_norm.is_finite() {
-                bail!(nan_message(state.step + 1, grad_norm, &[("grad_norm".into(), grad_norm)], &self.out)?);
+                bail!(nan_message(state.step + 1, grad_norm, &[("grad_norm".into(), grad_norm)], &self.out, t.keep_last)?);
             }
             opt.step_with_norm(&grads, lr, grad_norm)?;
             drop(grads);
@@ -434,7 +445,8 @@ impl<'a> Trainer<'a> {
             state.elapsed_s = elapsed_before + started.elapsed().as_secs_f64();
 
             let interrupted = opts.interrupt.as_ref().is_some_and(|f| f.load(Ordering::SeqCst));
-            let stop_here = opts.stop_after == Some(state.step);
+            // A stop at the last step is the end of the run: it finishes (final/ written).
+            let stop_here = opts.stop_after == Some(state.step) && state.step < total;
             if state.step.is_multiple_of(t.log_every.max(1)) || state.step == total || interrupted || stop_here {
                 let secs = window.0.elapsed().as_secs_f64().max(1e-9);
                 let sps = window.1 as f64 / secs;
@@ -544,17 +556,19 @@ impl<'a> Trainer<'a> {
             scores.push(("sts_spearman".into(), r[0].spearman));
             scores.push(("sts_pearson".into(), r[0].pearson));
         }
+        let text: Vec<String> = scores.iter().map(|(k, v)| format!("{k} {v:.4}")).collect();
+        progress.println(&format!("step {}: validation {}", state.step, text.join(", ")));
+        // Checked before the scores are logged: a resume with the metric fixed validates this
+        // step again, and metrics.jsonl keeps one validation per step.
+        let Some(&(_, score)) = scores.iter().find(|(k, _)| k == best_metric) else {
+            let names: Vec<&str> = scores.iter().map(|(k, _)| k.as_str()).collect();
+            return Err(UnknownMetric(format!("train.best_metric = {best_metric:?} is not among the validation scores {names:?}")).into());
+        };
         let mut val = serde_json::Map::new();
         for (k, v) in &scores {
             val.insert(k.clone(), serde_json::json!(v));
         }
         writeln!(metrics, "{}", serde_json::json!({"step": state.step, "val": val, "val_s": t0.elapsed().as_secs_f64()}))?;
-        let text: Vec<String> = scores.iter().map(|(k, v)| format!("{k} {v:.4}")).collect();
-        progress.println(&format!("step {}: validation {}", state.step, text.join(", ")));
-        let Some(&(_, score)) = scores.iter().find(|(k, _)| k == best_metric) else {
-            let names: Vec<&str> = scores.iter().map(|(k, _)| k.as_str()).collect();
-            return Err(UnknownMetric(format!("train.best_metric = {best_metric:?} is not among the validation scores {names:?}")).into());
-        };
         // A NaN score is never the best (and a NaN best would compare false with everything).
         let better = score.is_finite()
             && match (state.best, mode) {
@@ -680,11 +694,17 @@ pub fn restore_run(out: &Path) -> Result<()> {
     restore_replaced(&out.join("final"))?;
     let dir = out.join("checkpoints");
     if dir.is_dir() {
+        let newest = checkpoint_steps(&dir)?.last().copied();
         for e in std::fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))? {
             let e = e.with_context(|| format!("cannot read {}", dir.display()))?;
             let name = e.file_name();
-            if let Some(step) = name.to_str().and_then(|n| n.strip_prefix(".step-")?.strip_suffix(".old")) {
+            let Some(step) = name.to_str().and_then(|n| n.strip_prefix(".step-")?.strip_suffix(".old")?.parse::<u64>().ok()) else { continue };
+            if newest.is_none_or(|n| step > n) {
                 restore_replaced(&dir.join(format!("step-{step}")))?;
+            } else {
+                // Its checkpoint is in place, or older than one that is: a leftover whose
+                // removal was cut short, not a replacement to undo.
+                std::fs::remove_dir_all(e.path()).with_context(|| format!("cannot remove {}", e.path().display()))?;
             }
         }
     }
@@ -757,8 +777,24 @@ fn truncate_metrics(path: &Path, step: u64) -> Result<()> {
     if !out.is_empty() {
         out.push('\n');
     }
-    std::fs::write(path, out)?;
-    Ok(())
+    write_file_atomically(path, out.as_bytes())
+}
+
+/// Whether `metrics.jsonl` holds a validation at `step`.
+fn validation_logged(path: &Path, step: u64) -> bool {
+    std::fs::read_to_string(path).is_ok_and(|text| {
+        text.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).any(|v| v["step"].as_u64() == Some(step) && v.get("val").is_some())
+    })
+}
+
+/// Replace a file through `.NAME.tmp` and a rename: an interruption leaves the old file or the
+/// new one, never a truncated one.
+fn write_file_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
+    let mut f = std::fs::File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
+    f.write_all(bytes).and_then(|_| f.sync_all()).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot move {} into place", path.display()))
 }
 
 /// What the shards of one micro-batch gave.
@@ -1000,7 +1036,7 @@ fn add_grads(acc: Option<GradStore>, g: GradStore, params: &Params) -> Result<Gr
     Ok(acc)
 }
 
-fn nan_message(step: u64, value: f64, terms: &[(String, f64)], out: &Path) -> Result<String> {
+fn nan_message(step: u64, value: f64, terms: &[(String, f64)], out: &Path, keep_last: usize) -> Result<String> {
     let dir = out.join("checkpoints");
     let kept = checkpoint_steps(&dir)?;
     let terms: Vec<String> = terms.iter().map(|(k, v)| format!("{k} = {v}")).collect();
@@ -1010,14 +1046,16 @@ fn nan_message(step: u64, value: f64, terms: &[(String, f64)], out: &Path) -> Re
         // batch): resuming from it repeats the failure unless the batch is the cause.
         Some(&last) if last + 1 == step => {
             let earlier = match kept.len() {
-                1 => "no earlier checkpoint is kept (train.keep_last), so start the run again with a lower optim.lr".to_string(),
+                1 if keep_last <= 1 => "no earlier checkpoint is kept (train.keep_last = 1)".to_string(),
+                1 => "it is the only checkpoint written".to_string(),
                 _ => format!(
-                    "an earlier one, {}, may not be (remove the newer ones to --resume from it, perhaps with a lower optim.lr)",
+                    "an earlier one is {} (move the newer ones away to --resume from it with --set optim.lr=LOWER)",
                     dir.join(format!("step-{}", kept[kept.len() - 2])).display()
                 ),
             };
             format!(
-                "The newest checkpoint, {}, holds the weights that gave this loss, so --resume from it repeats it unless this batch's data is the cause; {earlier}.",
+                "The newest checkpoint, {}, holds the weights that gave this loss, and --resume from it repeats this step exactly; {earlier}. \
+                 Or start a new run (another --out) with a lower optim.lr.",
                 dir.join(format!("step-{last}")).display()
             )
         }
@@ -1123,18 +1161,23 @@ mod tests {
     #[test]
     fn nan_message_names_the_checkpoint_to_use() {
         let d = tempfile::tempdir().unwrap();
-        let m = nan_message(3, f64::NAN, &[("mse".into(), f64::NAN)], d.path()).unwrap();
+        let m = nan_message(3, f64::NAN, &[("mse".into(), f64::NAN)], d.path(), 2).unwrap();
         assert!(m.contains("at step 3 (mse = NaN)") && m.contains("No checkpoint was written yet"), "{m}");
         let ck = d.path().join("checkpoints");
         for s in [2, 4] {
             std::fs::create_dir_all(ck.join(format!("step-{s}"))).unwrap();
         }
         // The step after the newest checkpoint: that checkpoint gave the NaN; the one before is named.
-        let m = nan_message(5, f64::NAN, &[], d.path()).unwrap();
+        let m = nan_message(5, f64::NAN, &[], d.path(), 2).unwrap();
         assert!(m.contains(&format!("newest checkpoint, {}", ck.join("step-4").display())), "{m}");
-        assert!(m.contains(&format!("an earlier one, {}", ck.join("step-2").display())), "{m}");
+        assert!(m.contains("repeats this step exactly"), "{m}");
+        assert!(m.contains(&format!("an earlier one is {}", ck.join("step-2").display())), "{m}");
+        // One checkpoint: because keep_last = 1 removed the others, or because it is the first.
+        std::fs::remove_dir_all(ck.join("step-2")).unwrap();
+        assert!(nan_message(5, f64::NAN, &[], d.path(), 1).unwrap().contains("no earlier checkpoint is kept (train.keep_last = 1)"));
+        assert!(nan_message(5, f64::NAN, &[], d.path(), 3).unwrap().contains("it is the only checkpoint written"));
         // Later: the newest checkpoint predates the trouble.
-        let m = nan_message(7, f64::INFINITY, &[], d.path()).unwrap();
+        let m = nan_message(7, f64::INFINITY, &[], d.path(), 2).unwrap();
         assert!(m.contains(&format!("last good checkpoint is {}", ck.join("step-4").display())), "{m}");
     }
 
@@ -1162,5 +1205,9 @@ mod tests {
         std::fs::create_dir_all(ck.join("step-2")).unwrap();
         restore_run(d.path()).unwrap();
         assert!(ck.join("step-4/state.json").is_file() && ck.join("step-2").is_dir());
+        // A leftover older than an existing checkpoint is removed, not brought back.
+        std::fs::create_dir_all(ck.join(".step-3.old")).unwrap();
+        restore_run(d.path()).unwrap();
+        assert!(!ck.join("step-3").exists() && !ck.join(".step-3.old").exists());
     }
 }
