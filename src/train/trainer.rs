@@ -270,15 +270,15 @@ impl<'a> Trainer<'a> {
         };
         let (best_metric, best_mode) = {
             let (m, mode) = recipe.default_best();
-            // The trainer's own STS scores are correlations: higher is better.
-            let own_sts = |metric: &str| metric.starts_with("sts_") && t.val_sts.is_some();
             match (&t.best_metric, t.best_mode) {
                 (None, mode_set) => (m, mode_set.unwrap_or(mode)),
                 (Some(metric), _) if metric.starts_with("sts_") && t.val_sts.is_none() => bail!(
                     "train.best_metric = {metric:?} is scored only with train.val_sts = \"FILE\" (pairs with gold scores, e.g. the STS benchmark's sts-dev.csv)"
                 ),
                 (Some(metric), Some(mode_set)) => (metric.clone(), mode_set),
-                (Some(metric), None) if own_sts(metric) => (metric.clone(), BestMode::Max),
+                // The trainer's own STS scores (val_sts is set: the arm above) are
+                // correlations: higher is better.
+                (Some(metric), None) if metric.starts_with("sts_") => (metric.clone(), BestMode::Max),
                 (Some(metric), None) if *metric == m => (m, mode),
                 (Some(metric), None) => bail!(
                     "train.best_metric = {metric:?} is not the {} recipe's own ({m:?}, {}), so whether higher or lower is better \
