@@ -832,6 +832,44 @@ fn projection_fit_sources_replace_the_training_pairs_for_the_fit() {
 }
 
 #[test]
+fn val_sources_give_the_validation_pairs_and_leave_training_their_sentences() {
+    let plain = setup("");
+    let tsv = plain.dir.path().join("pairs.tsv");
+    let lines: Vec<String> = std::fs::read_to_string(&tsv).unwrap().lines().map(String::from).collect();
+    // The first 20 training pairs and 5 pairs the training data lacks, one of whose source
+    // sentences is given twice (two translations: one validation pair per source sentence).
+    let mut val: Vec<String> = lines[..20].to_vec();
+    val.extend(["e1 e2 e3 e4 e5 e6 e7 e8 e9\td9 d8", "e1 e2 e3 e4 e5 e6 e7 e8 e9\td1 d2", "e9 e9 e9 e9 e9 e9 e9 e9 e9 e9\td9", "e0 e0 e0 e0 e0 e0 e0 e0 e0 e0\td0"].map(String::from));
+    let val_tsv = plain.dir.path().join("val.tsv");
+    std::fs::write(&val_tsv, val.join("\n") + "\n").unwrap();
+    let distinct_sources = |ls: &[String]| ls.iter().map(|l| l.split('\t').next().unwrap().to_string()).collect::<std::collections::HashSet<_>>();
+    let held = distinct_sources(&lines[..20]);
+    let left_out = lines.iter().filter(|l| held.contains(l.split('\t').next().unwrap())).count();
+    let unique: std::collections::HashSet<&String> = lines.iter().collect();
+    let s = setup(&format!("[[data.val_sources]]\nkind = \"tsv\"\npath = \"{}\"\nsrc_lang = \"en\"\ntgt_lang = \"de\"\n", val_tsv.display()));
+    let run = s.run_dir("v");
+    // val_size is not read when val_sources are given: 0 is accepted.
+    let o = s.train(&["--out", run.to_str().unwrap(), "--set", "train.max_steps=2", "--set", "data.val_size=0"]);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    let n_val = distinct_sources(&val).len();
+    assert_eq!(n_val, 23);
+    assert!(err.contains(&format!("{left_out} pairs of data.sources left out of training")), "{err}");
+    assert!(err.contains(&format!("{} training pairs, {n_val} validation pairs", unique.len() - left_out)), "{err}");
+    assert!(metrics(&run).iter().any(|m| m["val"]["mse_x100"].is_f64()), "validated");
+    assert!(std::fs::read_to_string(run.join("config.toml")).unwrap().contains("[[data.val_sources]]"));
+    // Without them, val_size = 0 is refused before anything runs; a bad entry is named.
+    let o = plain.train(&["--out", plain.run_dir("z").to_str().unwrap(), "--set", "data.val_size=0"]);
+    assert!(!o.status.success() && stderr(&o).contains("or give [[data.val_sources]]"), "{}", stderr(&o));
+    let o = s.train(&["--out", s.run_dir("b").to_str().unwrap(), "--set", "data.val_sources.0.path=\"no/such.tsv\""]);
+    assert!(!o.status.success() && stderr(&o).contains("data.val_sources[0]") && stderr(&o).contains("no/such.tsv"), "{}", stderr(&o));
+    // Validation sentences that are all of the training data leave nothing to train on.
+    std::fs::write(&val_tsv, lines.join("\n") + "\n").unwrap();
+    let o = s.train(&["--out", s.run_dir("all").to_str().unwrap()]);
+    assert!(!o.status.success() && stderr(&o).contains("no pair is left to train on"), "{}", stderr(&o));
+}
+
+#[test]
 fn scored_pairs_are_validated_and_can_pick_the_best_model() {
     let s = setup("");
     // STS-benchmark layout: translations (5), half-translations (2.5), unrelated (0), with ties.

@@ -476,7 +476,7 @@ impl SentenceEncoder {
     /// How many token vectors [`Self::token_embeddings`] gives for each text (tokenising only).
     pub fn token_counts<S: AsRef<str>>(&self, texts: &[S], skip_special: bool) -> Result<Vec<usize>> {
         let encs = self.encode_all(texts)?;
-        Ok(encs.iter().map(|e| self.sentence_tokens(e, self.encoded(e).ids.len(), skip_special).iter().filter(|k| **k).count()).collect())
+        Ok(encs.iter().map(|e| self.sentence_tokens(e, e.get_ids().len().min(self.max_length), skip_special).iter().filter(|k| **k).count()).collect())
     }
 
     /// Which of the first `n` tokens belong to the text itself: not the prefix's (an

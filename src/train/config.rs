@@ -203,11 +203,15 @@ pub struct DataConfig {
     pub sources: Vec<crate::data::parallel::Source>,
     /// Examples (distinct source sentences) held out for validation.
     pub val_size: usize,
+    /// Validate on these sources instead of holding out `val_size` sentences of `sources`
+    /// (which then trains on every pair whose source sentence is not among them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub val_sources: Vec<crate::data::parallel::Source>,
 }
 
 impl Default for DataConfig {
     fn default() -> Self {
-        Self { sources: Vec::new(), val_size: 500 }
+        Self { sources: Vec::new(), val_size: 500, val_sources: Vec::new() }
     }
 }
 
@@ -328,8 +332,8 @@ impl Config {
                 None => bail!("recipe = \"dueam\" needs a [dueam] section"),
                 Some(d) => {
                     d.validate()?;
-                    if !self.data.sources.is_empty() {
-                        bail!("recipe = \"dueam\" builds its pairs from [dueam] xnli_dir/langs/pairs and validates on [[dueam.val_sources]]; remove [[data.sources]]");
+                    if !self.data.sources.is_empty() || !self.data.val_sources.is_empty() {
+                        bail!("recipe = \"dueam\" builds its pairs from [dueam] xnli_dir/langs/pairs and validates on [[dueam.val_sources]]; remove [[data.sources]] and [[data.val_sources]]");
                     }
                 }
             },
@@ -348,6 +352,7 @@ impl Config {
         }
         crate::device::parse_device(&t.device).context("train.device")?;
         crate::data::parallel::validate_sources(&self.data.sources, "data.sources")?;
+        crate::data::parallel::validate_sources(&self.data.val_sources, "data.val_sources")?;
         Ok(())
     }
 

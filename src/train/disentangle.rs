@@ -17,9 +17,8 @@
 //! embeddings.
 
 use super::config::{BestMode, Config};
-use super::distill::split_by_source;
+use super::distill::train_val_pairs;
 use super::trainer::{Recipe, StepLoss};
-use crate::data::parallel::read_sources;
 use crate::eval::knn::{translation_accuracy, Matrix};
 use crate::model::disentangle::{self, BaseSettings, Head, Heads};
 use crate::model::encoder::Rng;
@@ -165,9 +164,7 @@ struct LiveBase {
 impl Disentangle {
     pub fn new(cfg: &Config) -> Result<Self> {
         let dc = cfg.disentangle.clone().context("recipe = \"disentangle\" needs a [disentangle] section")?;
-        let pairs = read_sources(&cfg.data.sources, "data.sources")?;
-        let (train_pairs, val_pairs) = split_by_source(pairs, cfg.data.val_size, cfg.seed)?;
-        eprintln!("xsent train: {} training pairs, {} validation pairs", train_pairs.len(), val_pairs.len());
+        let (train_pairs, val_pairs) = train_val_pairs(cfg)?;
 
         // Every distinct (sentence, language), sorted: the same sentences give the same cache key.
         let mut sentences: Vec<(String, String)> = Vec::new();

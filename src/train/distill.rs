@@ -86,7 +86,8 @@ pub struct DistillConfig {
     pub embed_batch_size: usize,
     /// Fit the projection on these sources (`[[distill.projection_fit_sources]]`, read like
     /// `[[data.sources]]`) instead of the training pairs: split by `seed` and `data.val_size` as
-    /// training data would be, the fit drawn from the training part. Empty: the training pairs.
+    /// training data would be (not split with `[[data.val_sources]]`), the fit drawn from the
+    /// training part less the run's validation sentences. Empty: the training pairs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub projection_fit_sources: Vec<crate::data::parallel::Source>,
     /// Weight of the source term: loss = `source_weight` · MSE(M̂(s), M(s)) + MSE(M̂(t), M(s)).
@@ -202,13 +203,7 @@ pub struct Distill {
 impl Distill {
     pub fn new(cfg: &Config) -> Result<Self> {
         let dc = cfg.distill.as_ref().context("recipe = \"distill\" needs a [distill] section")?;
-        if cfg.data.val_size == 0 {
-            // Every validation (before the first step, at the end) scores held-out pairs.
-            bail!("data.val_size = 0: the distill recipe validates on held-out pairs; set data.val_size > 0 (e.g. 500)");
-        }
-        let pairs = read_sources(&cfg.data.sources, "data.sources")?;
-        let (train, val) = split_by_source(pairs, cfg.data.val_size, cfg.seed)?;
-        eprintln!("xsent train: {} training pairs, {} validation pairs", train.len(), val.len());
+        let (train, val) = train_val_pairs(cfg)?;
 
         // Teacher embeddings of every distinct source sentence, cached.
         // Sorted, so that the same sentences give the same cache key whatever the split.
@@ -221,9 +216,14 @@ impl Distill {
             None
         } else {
             let pairs = read_sources(&dc.projection_fit_sources, "distill.projection_fit_sources")?;
-            let (mut pool, _) = split_by_source(pairs, cfg.data.val_size, cfg.seed).context("distill.projection_fit_sources")?;
-            // Split as training data is, but other sources split otherwise: the run's own
-            // held-out sentences are taken out too, so that the fit never sees them.
+            // Split as training data is (with [[data.val_sources]] it is not split), but other
+            // sources split otherwise: the run's own held-out sentences are taken out too, so
+            // that the fit never sees them.
+            let mut pool = if cfg.data.val_sources.is_empty() {
+                split_by_source(pairs, cfg.data.val_size, cfg.seed).context("distill.projection_fit_sources")?.0
+            } else {
+                pairs
+            };
             let held_out: std::collections::HashSet<&str> = val.iter().map(|p| p.src.as_str()).collect();
             let before = pool.len();
             pool.retain(|p| !held_out.contains(p.src.as_str()));
@@ -443,6 +443,57 @@ fn fit_examples<'a>(train: &'a [Pair], fit_on: FitOn, size: usize, rng: &mut Rng
     }
 }
 
+/// The training and validation pairs of `[data]`: `val_size` sentences held out of `sources`
+/// ([`split_by_source`]), or, with `val_sources`, one pair of each of their distinct source
+/// sentences (languages in turn) to validate and every pair of `sources` whose source sentence
+/// is not among them to train. Prints the two counts.
+pub fn train_val_pairs(cfg: &Config) -> Result<(Vec<Pair>, Vec<Pair>)> {
+    let data = &cfg.data;
+    if data.val_size == 0 && data.val_sources.is_empty() {
+        // Every validation (before the first step, at the end) scores held-out pairs.
+        bail!(
+            "data.val_size = 0: the {} recipe validates on held-out pairs; set data.val_size > 0 (e.g. 500), \
+             or give [[data.val_sources]]",
+            cfg.recipe
+        );
+    }
+    let pairs = read_sources(&data.sources, "data.sources")?;
+    let (train, val) = if data.val_sources.is_empty() {
+        split_by_source(pairs, data.val_size, cfg.seed)?
+    } else {
+        let val = one_pair_per_source(read_sources(&data.val_sources, "data.val_sources")?);
+        let held_out: std::collections::HashSet<&str> = val.iter().map(|p| p.src.as_str()).collect();
+        let before = pairs.len();
+        let train: Vec<Pair> = pairs.into_iter().filter(|p| !held_out.contains(p.src.as_str())).collect();
+        if before > train.len() {
+            eprintln!(
+                "xsent train: {} pairs of data.sources left out of training: their source sentences are in data.val_sources",
+                before - train.len()
+            );
+        }
+        if train.is_empty() {
+            bail!("data.sources: no pair is left to train on once the sentences of data.val_sources are left out");
+        }
+        (train, val)
+    };
+    eprintln!("xsent train: {} training pairs, {} validation pairs", train.len(), val.len());
+    Ok((train, val))
+}
+
+/// One pair per distinct source sentence, in the order read, its languages taken in turn.
+fn one_pair_per_source(pairs: Vec<Pair>) -> Vec<Pair> {
+    let mut by_src: HashMap<&str, Vec<usize>> = HashMap::new();
+    let mut order: Vec<&str> = Vec::new();
+    for (i, p) in pairs.iter().enumerate() {
+        by_src.entry(p.src.as_str()).or_insert_with(|| {
+            order.push(p.src.as_str());
+            Vec::new()
+        }).push(i);
+    }
+    let keep: Vec<usize> = order.iter().enumerate().map(|(k, s)| by_src[s][k % by_src[s].len()]).collect();
+    keep.iter().map(|&i| pairs[i].clone()).collect()
+}
+
 /// Hold out `val_size` distinct source sentences (seeded choice), one pair each, for
 /// validation; every pair of a held-out source sentence leaves the training set.
 pub fn split_by_source(pairs: Vec<Pair>, val_size: usize, seed: u64) -> Result<(Vec<Pair>, Vec<Pair>)> {
@@ -604,6 +655,14 @@ mod tests {
             assert!(train.iter().any(|p| p.src == b.0 && p.tgt == b.1), "{b:?} is a training pair");
         }
         assert_eq!(pairs, fit_examples(&train, FitOn::Pairs, 5, &mut Rng::seed_from_u64(1)), "seeded");
+    }
+
+    #[test]
+    fn one_pair_per_source_takes_languages_in_turn() {
+        let p = |s: &str, t: &str, l: &str| Pair { src: s.into(), tgt: t.into(), src_lang: "en".into(), tgt_lang: l.into() };
+        let pairs = vec![p("a", "a-de", "de"), p("a", "a-fr", "fr"), p("b", "b-de", "de"), p("b", "b-fr", "fr"), p("c", "c-de", "de")];
+        let got: Vec<String> = one_pair_per_source(pairs).into_iter().map(|q| q.tgt).collect();
+        assert_eq!(got, ["a-de", "b-fr", "c-de"]);
     }
 
     #[test]

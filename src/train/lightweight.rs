@@ -30,9 +30,8 @@
 //! generative head (fully connected layer, output bias) is training-only and lives in checkpoints.
 
 use super::config::{BestMode, Config};
-use super::distill::split_by_source;
+use super::distill::train_val_pairs;
 use super::trainer::{write_atomically, Recipe, StepLoss};
-use crate::data::parallel::read_sources;
 use crate::eval::knn::{translation_accuracy, Matrix};
 use crate::model::encoder::{Linear, Rng};
 use crate::model::sentence::{write_st_files, Encoded, StFiles};
@@ -389,9 +388,7 @@ impl Lightweight {
         let lc = cfg.lightweight.clone().context("recipe = \"lightweight\" needs a [lightweight] section")?;
         lc.validate()?;
         let device = crate::device::parse_device(&cfg.train.device)?;
-        let pairs = read_sources(&cfg.data.sources, "data.sources")?;
-        let (train, val) = split_by_source(pairs, cfg.data.val_size, cfg.seed)?;
-        eprintln!("xsent train: {} training pairs, {} validation pairs", train.len(), val.len());
+        let (train, val) = train_val_pairs(cfg)?;
 
         let init = out.join("init");
         if init.is_dir() {

@@ -18,9 +18,8 @@
 //! mega-batch per step (a plain loop, cheap next to the update of the table).
 
 use super::config::{BestMode, Config};
-use super::distill::split_by_source;
+use super::distill::train_val_pairs;
 use super::trainer::{Recipe, StepLoss};
-use crate::data::parallel::read_sources;
 use crate::eval::knn::{translation_accuracy, Matrix};
 use crate::model::averaging::{embed_ids_flat, flatten, AveragingModel, Segmenter, Units};
 use crate::model::encoder::Rng;
@@ -214,9 +213,7 @@ impl SpRecipe {
         if !crate::device::parse_device(&cfg.train.device)?.is_cpu() {
             bail!("the sp recipe trains on the CPU (train.device = \"cpu\"): an averaging model's step is a gather and a sum");
         }
-        let pairs = read_sources(&cfg.data.sources, "data.sources")?;
-        let (train, val) = split_by_source(pairs, cfg.data.val_size, cfg.seed)?;
-        eprintln!("xsent train: {} training pairs, {} validation pairs", train.len(), val.len());
+        let (train, val) = train_val_pairs(cfg)?;
 
         let t0 = std::time::Instant::now();
         let vocab_dir = out.join("vocab");
