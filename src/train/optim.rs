@@ -118,13 +118,20 @@ impl candle_core::InplaceOp2 for Update<'_> {
     }
 }
 
+/// Parameters without weight decay: biases (`….bias`, and a bias named otherwise such as the
+/// lightweight recipe's `head.out_bias`) and LayerNorm weights, as Hugging Face and
+/// sentence-transformers group them.
+fn decay_exempt(name: &str) -> bool {
+    name.ends_with("bias") || name.contains("LayerNorm") || name.contains("layer_norm")
+}
+
 impl AdamW {
     pub fn new(params: &Params, cfg: AdamWConfig) -> Result<Self> {
         let mut slots = Vec::new();
         for (name, var) in &params.vars {
             ensure!(var.dtype() == DType::F32, "parameter {name} is {:?}; AdamW needs f32", var.dtype());
             let n = var.elem_count();
-            let no_decay = name.ends_with(".bias") || name.contains("LayerNorm") || name.contains("layer_norm");
+            let no_decay = decay_exempt(name);
             slots.push(Slot { var: var.clone(), name: name.clone(), m: vec![0.0; n], v: vec![0.0; n], no_decay, lr_scale: 1.0 });
         }
         Ok(Self { cfg, slots, step: 0 })
@@ -299,6 +306,16 @@ mod tests {
         let grads = loss.backward()?;
         assert!((opt.grad_norm(&grads)? - 5.0).abs() < 1e-6);
         Ok(())
+    }
+
+    #[test]
+    fn biases_and_layer_norms_are_not_decayed() {
+        for name in ["encoder.layer.0.attention.self.query.bias", "head.out_bias", "embeddings.LayerNorm.weight", "norm.layer_norm.weight"] {
+            assert!(decay_exempt(name), "{name}");
+        }
+        for name in ["encoder.layer.0.attention.self.query.weight", "embeddings.word_embeddings.weight", "head.transform.weight", "meaning.weight"] {
+            assert!(!decay_exempt(name), "{name}");
+        }
     }
 
     /// A parameter with scale s moves s times as far as one with scale 1 under the same
