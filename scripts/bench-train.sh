@@ -26,10 +26,12 @@
 # finds 32; XNLI dev gives L = 28, s = 3), and both engines run with max length L
 # (distill.max_length; truncation keeps the final </s>). Every input is then exactly L
 # tokens: there is no padding, whatever way an engine groups or pads the 64 sentences, so
-# both compute on exactly 64 x L tokens. xsent gets a TSV with exactly these 32 pairs,
-# data.val_size = 0 and batch_size 32, so each of its steps is one epoch over all 32 pairs
-# (in a shuffled order); it stops with --stop-after N (a checkpoint, no validation). The
-# torch side asserts the shapes itself. The lr is constant (no warm-up) in both.
+# both compute on exactly 64 x L tokens. xsent gets a TSV with exactly these 32 pairs and
+# batch_size 32, so each of its steps is one epoch over all 32 pairs (in a shuffled order);
+# its validation set is one other pair ([[data.val_sources]], never scored: no validation
+# runs before the stop), and it stops with --stop-after N of N+1 steps (a checkpoint, no
+# validation). The torch side asserts the shapes itself. The lr is constant (no warm-up) in
+# both.
 #
 # usage: scripts/bench-train.sh [--steps N] [--skip K] [--rounds R]
 #
@@ -144,6 +146,10 @@ pj="$("$py" "$helper" pick-pairs --xnli-dir "$xnli" --tokenizer "$student/tokeni
 json_field() { "$py" -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
 seq_len="$(json_field "$pj" length)"
 [ "$(wc -l < "$pairs")" -eq "$batch" ] || die "$pairs should hold $batch pairs"
+# xsent's validation set: one pair that is not among them (no validation runs).
+val_pairs="$work/val.tsv"
+printf 'This sentence only fills the validation set.\tDieser Satz füllt nur die Validierungsmenge.\n' > "$val_pairs"
+! cut -f1 "$pairs" | grep -qxF 'This sentence only fills the validation set.' || die "the validation pair is among the batch"
 say "batch: $pj"
 
 # ---- runs -----------------------------------------------------------------------------------
@@ -153,8 +159,9 @@ cores_before="$("$py" "$embed_helper" cpu-check)" || die "the core check failed"
 run_xsent() {  # round -> prints one JSON line (medians of xsent's metrics.jsonl)
     local out="$work/xsent-run-$1" log="$work/xsent-$1.log"
     local src="[{kind=\"tsv\", path=\"$pairs\", src_lang=\"en\", tgt_lang=\"de\"}]"
+    local val="[{kind=\"tsv\", path=\"$val_pairs\", src_lang=\"en\", tgt_lang=\"de\"}]"
     local -a args=(train --config "$config" --out "$out" --stop-after "$steps"
-        --set "train.max_steps=$steps" --set "data.sources=$src" --set data.val_size=0
+        --set "train.max_steps=$((steps + 1))" --set "data.sources=$src" --set "data.val_sources=$val"
         --set "train.batch_size=$batch" --set train.grad_accum=1 --set train.eval_at_start=false
         --set train.eval_every=0 --set train.checkpoint_every=0 --set train.log_every=1
         --set "distill.teacher=$teacher" --set "distill.student=$student"
@@ -165,7 +172,7 @@ run_xsent() {  # round -> prints one JSON line (medians of xsent's metrics.jsonl
         --set optim.warmup_steps=0 --set optim.schedule=constant)
     say "xsent round $1: xsent train, $steps steps"
     (cd "$root" && "$xsent" "${args[@]}") > "$log" 2>&1 || { cat "$log" >&2; die "xsent train failed (log above)"; }
-    grep -q "xsent train: $batch training pairs, 0 validation pairs" "$log" \
+    grep -q "xsent train: $batch training pairs, 1 validation pairs" "$log" \
         || { cat "$log" >&2; die "xsent did not train on exactly the $batch pairs of $pairs (log above)"; }
     [ -f "$out/metrics.jsonl" ] || die "xsent wrote no $out/metrics.jsonl"
     "$py" "$helper" xsent-metrics --metrics "$out/metrics.jsonl" --steps "$steps" --skip "$skip" \
