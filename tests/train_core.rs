@@ -296,6 +296,72 @@ fn resume_refuses_what_would_drop_work_and_a_failed_start_can_be_restarted() {
 }
 
 #[test]
+fn a_damaged_run_directory_loses_nothing_and_says_what_to_do() {
+    let s = setup("");
+    let run = s.run_dir("r");
+    let o = s.train(&["--out", run.to_str().unwrap(), "--stop-after", "8"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (step4, step8) = (run.join("checkpoints/step-4"), run.join("checkpoints/step-8"));
+    assert!(step4.join("state.json").is_file() && step8.join("state.json").is_file());
+    // The newest checkpoint without its state.json: neither resumed past nor deleted.
+    let state8 = std::fs::read_to_string(step8.join("state.json")).unwrap();
+    std::fs::remove_file(step8.join("state.json")).unwrap();
+    for args in [vec!["--out", run.to_str().unwrap(), "--resume"], vec!["--out", run.to_str().unwrap()]] {
+        let o = s.train(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("step-8 has no state.json") && stderr(&o).contains("Move it out of"), "{args:?}: {}", stderr(&o));
+        assert!(step8.join("params.safetensors").is_file() && step8.join("optimizer.safetensors").is_file(), "{args:?}");
+    }
+    // A state.json that does not belong to its checkpoint or to the data.
+    let edited = |key: &str, value: u64| {
+        let mut v: Value = serde_json::from_str(&state8).unwrap();
+        v[key] = value.into();
+        std::fs::write(step8.join("state.json"), v.to_string()).unwrap();
+    };
+    edited("step", 7);
+    let o = s.train(&["--out", run.to_str().unwrap(), "--resume"]);
+    assert!(stderr(&o).contains("says step 7, but it is the checkpoint of step 8"), "{}", stderr(&o));
+    edited("pos", 99999);
+    let o = s.train(&["--out", run.to_str().unwrap(), "--resume"]);
+    assert!(stderr(&o).contains("data position 99999 is past the") && stderr(&o).contains("state.json"), "{}", stderr(&o));
+    std::fs::write(step8.join("state.json"), &state8).unwrap();
+    // Checkpoints without config.toml: --resume needs the config the run was started with,
+    // then goes on and writes config.toml back.
+    std::fs::remove_file(run.join("config.toml")).unwrap();
+    let o = s.train(&["--out", run.to_str().unwrap()]);
+    assert!(stderr(&o).contains("already exists") && stderr(&o).contains("--resume"), "{}", stderr(&o));
+    let o = s.resume(&run, &[]);
+    assert!(stderr(&o).contains("is missing, so the run's config is unknown") && stderr(&o).contains("--resume --config FILE"), "{}", stderr(&o));
+    let o = s.train(&["--out", run.to_str().unwrap(), "--resume"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("resuming with") && run.join("final/model.safetensors").is_file(), "{}", stderr(&o));
+    assert!(run.join("config.toml").is_file());
+    // --out naming a file fails before any work.
+    let file = s.run_dir("afile");
+    std::fs::write(&file, "mine").unwrap();
+    let o = s.train(&["--out", file.to_str().unwrap()]);
+    assert!(stderr(&o).contains("is a file, not a directory") && !stderr(&o).contains("training pairs"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
+    // A user's own config.toml (or metrics.jsonl) in --out is not taken for a failed start.
+    let mine = s.run_dir("mine");
+    std::fs::create_dir_all(&mine).unwrap();
+    let own = format!("# my notes\n{}", std::fs::read_to_string(&s.config).unwrap());
+    std::fs::write(mine.join("config.toml"), &own).unwrap();
+    let o = common::xsent().args(["train", "--config", mine.join("config.toml").to_str().unwrap(), "--out", mine.to_str().unwrap()]).env("XSENT_CACHE", s.dir.path().join("cache")).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("is the run directory's own config.toml"), "{}", stderr(&o));
+    let o = s.train(&["--out", mine.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("that xsent train did not write"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(mine.join("config.toml")).unwrap(), own);
+    std::fs::remove_file(mine.join("config.toml")).unwrap();
+    std::fs::write(mine.join("metrics.jsonl"), "{\"mine\":1}\n").unwrap();
+    let o = s.train(&["--out", mine.to_str().unwrap()]);
+    assert!(stderr(&o).contains("that xsent train did not write"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(mine.join("metrics.jsonl")).unwrap(), "{\"mine\":1}\n");
+}
+
+#[test]
 fn teacher_embeddings_are_cached() {
     let s = setup("");
     let o = s.train(&["--out", s.run_dir("a").to_str().unwrap(), "--set", "train.max_steps=1"]);

@@ -31,13 +31,20 @@ pub fn run(a: Args) -> Result<i32> {
         (None, Some(c)) => config::default_out(c),
         (None, None) => bail!("give --config FILE (and optionally --out DIR), or --resume --out DIR"),
     };
+    if out.exists() && !out.is_dir() {
+        bail!("--out {} is a file, not a directory: give --out a directory for the run", out.display());
+    }
     let saved = out.join("config.toml");
     let cfg = if a.resume {
-        if !saved.is_file() {
-            bail!("--resume: {} does not exist; is {} a run directory?", saved.display(), out.display());
+        if !out.is_dir() {
+            bail!("--resume: {} does not exist; is it a run directory?", out.display());
         }
         train::restore_run(&out)?;
-        if Trainer::latest_checkpoint(&out)?.is_none() {
+        let checkpoint = Trainer::latest_checkpoint(&out)?;
+        if checkpoint.is_none() && !saved.is_file() {
+            bail!("--resume: {} does not exist; is {} a run directory?", saved.display(), out.display());
+        }
+        if checkpoint.is_none() {
             bail!(
                 "--resume: {} has no checkpoint to continue from (the run stopped before its first one); \
                  start it over with --config FILE --out {}",
@@ -45,22 +52,45 @@ pub fn run(a: Args) -> Result<i32> {
                 out.display()
             );
         }
-        let cfg = config::load(&saved, &a.sets)?;
-        if let Some(c) = &a.config {
-            let given = config::load(c, &a.sets)?;
-            if given.to_toml()? != cfg.to_toml()? {
+        if !saved.is_file() {
+            // Checkpoints without the run's config: only the config it was started with can go on.
+            let Some(c) = &a.config else {
                 bail!(
-                    "{} differs from the config the run was started with ({}); resume without --config to use the saved one, \
-                     or change single values with --set",
-                    c.display(),
+                    "--resume: {} is missing, so the run's config is unknown: give the config it was started with, \
+                     --resume --config FILE --out {} (it is written back as {})",
+                    saved.display(),
+                    out.display(),
                     saved.display()
                 );
+            };
+            eprintln!("xsent train: {} is missing; resuming with {}", saved.display(), c.display());
+            config::load(c, &a.sets)?
+        } else {
+            let cfg = config::load(&saved, &a.sets)?;
+            if let Some(c) = &a.config {
+                let given = config::load(c, &a.sets)?;
+                if given.to_toml()? != cfg.to_toml()? {
+                    bail!(
+                        "{} differs from the config the run was started with ({}); resume without --config to use the saved one, \
+                         or change single values with --set",
+                        c.display(),
+                        saved.display()
+                    );
+                }
             }
+            cfg
         }
-        cfg
     } else {
         let Some(c) = &a.config else { bail!("--config FILE is needed (or --resume to continue a run)") };
         let cfg = config::load(c, &a.sets)?;
+        if saved.is_file() && std::fs::canonicalize(c).ok() == std::fs::canonicalize(&saved).ok() {
+            bail!(
+                "--config {} is the run directory's own config.toml, which a new run in --out {} replaces: \
+                 copy it elsewhere and give that as --config, or give --out a new directory (--resume continues the run)",
+                c.display(),
+                out.display()
+            );
+        }
         if out.is_dir() && std::fs::read_dir(&out).with_context(|| format!("cannot read {}", out.display()))?.next().is_some() {
             clear_failed_start(&out)?;
         }
@@ -139,6 +169,21 @@ fn clear_failed_start(out: &std::path::Path) -> Result<()> {
             );
         }
         entries.push(e.path());
+    }
+    // Only files that a start of `xsent train` wrote are cleared: config.toml is written first,
+    // with its header, so a directory with a user's own config.toml or metrics.jsonl is left alone.
+    let cfg_file = out.join("config.toml");
+    let ours = if cfg_file.is_file() {
+        std::fs::read_to_string(&cfg_file).is_ok_and(|t| t.starts_with(config::RUN_CONFIG_HEADER))
+    } else {
+        !out.join("metrics.jsonl").exists()
+    };
+    if !ours {
+        bail!(
+            "--out {} holds a config.toml or metrics.jsonl that xsent train did not write (or an older xsent wrote): \
+             move them elsewhere, or give --out a new or empty directory",
+            out.display()
+        );
     }
     eprintln!("xsent train: {} holds no checkpoint (a start that stopped before its first one); starting it over", out.display());
     for p in entries {

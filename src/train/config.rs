@@ -362,6 +362,15 @@ impl Config {
     }
 }
 
+/// The first line of a run directory's `config.toml`: what tells a run's files from a user's
+/// own of the same name when a new run may clear a failed start.
+pub const RUN_CONFIG_HEADER: &str = "# xsent train: the resolved config of this run, every default written out\n";
+
+/// A run directory's `config.toml`: [`RUN_CONFIG_HEADER`], then the config.
+pub fn run_config_text(cfg: &Config) -> Result<String> {
+    Ok(format!("{RUN_CONFIG_HEADER}{}", cfg.to_toml()?))
+}
+
 /// The default run directory of a config: `runs/<file stem>`.
 pub fn default_out(config: &Path) -> PathBuf {
     PathBuf::from("runs").join(config.file_stem().unwrap_or_default())

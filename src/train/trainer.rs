@@ -224,10 +224,22 @@ impl<'a> Trainer<'a> {
     }
 
     /// The newest checkpoint of a run directory.
+    /// A newest `step-N/` without its `state.json` is an error, not skipped: checkpoints are
+    /// renamed into place whole, so it was damaged, and resuming from an older one would
+    /// overwrite it.
     pub fn latest_checkpoint(out: &Path) -> Result<Option<PathBuf>> {
         let dir = out.join("checkpoints");
-        let complete = checkpoint_steps(&dir)?.into_iter().rev().find(|n| dir.join(format!("step-{n}/state.json")).is_file());
-        Ok(complete.map(|n| dir.join(format!("step-{n}"))))
+        let Some(n) = checkpoint_steps(&dir)?.last().copied() else { return Ok(None) };
+        let newest = dir.join(format!("step-{n}"));
+        if !newest.join("state.json").is_file() {
+            bail!(
+                "{} has no state.json: checkpoints are written whole, so this one was damaged or edited. Move it out of {} \
+                 (or delete it) to resume from the checkpoint before it, or give --out a new directory",
+                newest.display(),
+                dir.display()
+            );
+        }
+        Ok(Some(newest))
     }
 
     /// Train. With `resume`, continue from the newest checkpoint in the run directory.
@@ -298,7 +310,16 @@ impl<'a> Trainer<'a> {
                 bail!("--resume: {} has no checkpoint (checkpoints/step-N/) to resume from", self.out.display());
             };
             state = load_checkpoint(&ckpt, &params, &mut opt)?;
-            rng.set_word_pos(state.rng_word_pos.parse::<u128>().context("state.json: bad rng_word_pos")?);
+            let state_file = ckpt.join("state.json");
+            rng.set_word_pos(state.rng_word_pos.parse::<u128>().with_context(|| format!("{}: bad rng_word_pos", state_file.display()))?);
+            if state.pos > n {
+                bail!(
+                    "{}: data position {} is past the {n} training examples: the checkpoint was written for other data \
+                     (or edited); resume with the data it was started with, or start a new run with --out",
+                    state_file.display(),
+                    state.pos
+                );
+            }
             if state.step > total {
                 bail!(
                     "--resume: {} is at step {}, past the {total} steps this config trains; raise train.max_steps (or train.epochs) to train further",
@@ -347,7 +368,7 @@ impl<'a> Trainer<'a> {
             // Only once the resume is accepted: the metrics after the checkpoint are dropped.
             truncate_metrics(&self.out.join("metrics.jsonl"), state.step)?;
         }
-        write_file_atomically(&self.out.join("config.toml"), cfg.to_toml()?.as_bytes())?;
+        write_file_atomically(&self.out.join("config.toml"), super::config::run_config_text(cfg)?.as_bytes())?;
         let mut metrics = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -732,8 +753,13 @@ fn sync_dir(dir: &Path) {
 }
 
 fn load_checkpoint(dir: &Path, params: &Params, opt: &mut AdamW) -> Result<State> {
-    let state: State = serde_json::from_str(&std::fs::read_to_string(dir.join("state.json"))?)
-        .with_context(|| format!("invalid {}", dir.join("state.json").display()))?;
+    let state_file = dir.join("state.json");
+    let text = std::fs::read_to_string(&state_file).with_context(|| format!("cannot read {}", state_file.display()))?;
+    let state: State = serde_json::from_str(&text).with_context(|| format!("invalid {}", state_file.display()))?;
+    let named = dir.file_name().and_then(|n| n.to_str()?.strip_prefix("step-")?.parse::<u64>().ok());
+    if named.is_some_and(|n| n != state.step) {
+        bail!("{} says step {}, but it is the checkpoint of step {}: it was edited or moved; restore it, or start a new run with --out", state_file.display(), state.step, named.unwrap_or_default());
+    }
     let saved = candle_core::safetensors::load(dir.join("params.safetensors"), &candle_core::Device::Cpu)
         .with_context(|| format!("cannot read {}", dir.join("params.safetensors").display()))?;
     for (name, var) in &params.vars {
