@@ -49,7 +49,11 @@ impl Sink {
                 let Some(p) = output else {
                     bail!("--format npy needs -o FILE (the header, which holds the row count, is written last)")
                 };
-                Out::Npy(NpyWriter::new(open(p)?, dim).with_context(|| format!("cannot write {name}"))?)
+                let mut file = open(p)?;
+                if file.stream_position().is_err() {
+                    bail!("--format npy writes its header (which holds the row count) last, so -o {} must be a file it can seek in, not a pipe or terminal", p.display());
+                }
+                Out::Npy(NpyWriter::new(file, dim).with_context(|| format!("cannot write {name}"))?)
             }
         };
         Ok(Self { out, name })
@@ -206,7 +210,10 @@ fn flush_window(
         return Ok(());
     }
     let texts: Vec<&str> = pending.iter().map(String::as_str).collect();
-    let embedded = enc.embed_checked(&texts, batch_size).with_context(|| {
+    let embedded = enc
+        .embed_checked(&texts, batch_size)
+        .and_then(|e| crate::model::embedder::ensure_finite(&e.rows, &texts).map(|()| e))
+        .with_context(|| {
         format!(
             "embedding lines {}-{}; the {} lines before them were embedded and written",
             summary.lines + 1,

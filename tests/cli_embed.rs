@@ -245,6 +245,38 @@ fn broken_model_directories_are_refused_with_the_file_named() {
     )
     .unwrap();
     check(&m, &["modules.json", "LSTM", "cannot run"]);
+    // A Pooling module listed at a path that is not there (mean pooling would be used instead
+    // of the module's own).
+    let m = fresh("pooling-path");
+    std::fs::write(
+        m.join("modules.json"),
+        r#"[{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+           {"idx": 1, "name": "1", "path": "9_Missing", "type": "sentence_transformers.models.Pooling"}]"#,
+    )
+    .unwrap();
+    check(&m, &["modules.json", "lists a Pooling module", "9_Missing/config.json", "does not exist"]);
+    // Weights that give NaN vectors: an error naming the text, not rows of null (nor, in
+    // `eval`, a correlation computed from NaN cosines).
+    let m = fresh("nan");
+    let weights = m.join("model.safetensors");
+    let mut t = candle_core::safetensors::load(&weights, &candle_core::Device::Cpu).unwrap();
+    let name = t.keys().find(|k| k.contains("word_embeddings")).unwrap().clone();
+    let nan = (t[&name].ones_like().unwrap() * f64::NAN).unwrap();
+    t.insert(name, nan);
+    candle_core::safetensors::save(&t, &weights).unwrap();
+    check(&m, &["NaN or infinite values", "text 1 of 1", "\"w1 w2\""]);
+    let pairs = dir.path().join("g3.tsv");
+    std::fs::write(&pairs, "w1\tw2\t1\nw3\tw4\t2\nw5\tw6\t3\n").unwrap();
+    let o = common::xsent().args(["eval", "sts", "--model", m.to_str().unwrap(), "--pairs", pairs.to_str().unwrap()]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("NaN or infinite values") && !String::from_utf8_lossy(&o.stdout).contains("100.00"), "{}", stderr(&o));
+    // `-o -` is standard output; npy cannot go to a pipe (its header is written last).
+    let out = embed(&["--model", ok.to_str().unwrap(), "-o", "-"], b"w1 w2\n");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(rows(&out).len(), 1);
+    let out = embed(&["--model", ok.to_str().unwrap(), "--format", "npy", "-o", "/dev/stdout"], b"w1 w2\n");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("must be a file it can seek in"), "{}", stderr(&out));
 }
 
 #[test]

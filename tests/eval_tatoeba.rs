@@ -45,3 +45,15 @@ fn reader_errors_name_files_and_counts() {
     let err = tatoeba::read(d.path(), "abc").unwrap_err().to_string();
     assert!(err.contains("tatoeba.abc-eng.eng:2 is blank"), "{err}");
 }
+
+/// A language given twice would count twice in the average: refused, as `eval xsr` refuses a
+/// direction given twice, for every task that takes --langs.
+#[test]
+fn a_language_given_twice_is_refused() {
+    for (task, langs) in [("tatoeba", "deu,fra,deu"), ("bucc", "zh-en,zh-en"), ("sts", "en-en, en-en")] {
+        let o = common::xsent().args(["eval", task, "--model", &common::e5_small(), "--data-dir", &common::data_arg(), "--langs", langs]).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{task}: {err}");
+        assert!(err.contains("--langs lists") && err.contains("twice"), "{task}: {err}");
+    }
+}

@@ -12,7 +12,7 @@ pub struct Args {
     /// Read sentences from this file instead of stdin (`-`: stdin).
     #[arg(long, short = 'i')]
     input: Option<PathBuf>,
-    /// Write vectors here instead of stdout (required for npy).
+    /// Write vectors here instead of stdout (`-`: stdout; npy needs a regular file).
     #[arg(long, short = 'o')]
     output: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "jsonl")]
@@ -23,7 +23,9 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     super::check_batch_size(args.batch_size)?;
-    if let Some(out) = &args.output {
+    // `-o -` is standard output, as `--input -` is standard input.
+    let output = args.output.as_deref().filter(|p| p.as_os_str() != "-");
+    if let Some(out) = output {
         let inputs: Vec<&std::path::Path> = args.input.iter().map(PathBuf::as_path).collect();
         super::check_output(out, "-o", &inputs)?;
     }
@@ -54,7 +56,7 @@ pub fn run(args: Args) -> Result<()> {
         _ => (Box::new(std::io::BufReader::with_capacity(1 << 20, std::io::stdin().lock())), None),
     };
     let enc = args.model.load()?;
-    let mut sink = Sink::new(args.format, args.output.as_deref(), enc.dim())?;
+    let mut sink = Sink::new(args.format, output, enc.dim())?;
     let bar = match total {
         Some(t) => ProgressBar::new(t).with_style(
             ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {percent}% ETA {eta}").expect("valid template"),

@@ -231,6 +231,10 @@ fn single(a: &Args, task: impl FnOnce(&dyn crate::model::Embedder) -> Result<Out
 /// the task's input files and data directory).
 fn loaded(a: &Args, inputs: &[&Path], data_dir: Option<&Path>, task: impl FnOnce(&dyn crate::model::Embedder) -> Result<Outcome>) -> Result<()> {
     ensure!(a.batch_size > 0, "--batch-size must be at least 1");
+    // A set given twice would count twice in the averages.
+    for (i, l) in a.langs.iter().enumerate() {
+        ensure!(!a.langs[..i].iter().any(|k| k.trim() == l.trim()), "--langs lists {} twice; give each once", l.trim());
+    }
     if let Some(r) = &a.report {
         super::check_report(r, inputs, data_dir)?;
     }

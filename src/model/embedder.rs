@@ -31,11 +31,32 @@ pub trait Embedder: Send + Sync {
 }
 
 impl dyn Embedder + '_ {
-    /// Embed texts (inference), in input order.
+    /// Embed texts (inference), in input order; a vector that is not finite is an error
+    /// ([`ensure_finite`]).
     pub fn embed<S: AsRef<str>>(&self, texts: &[S], batch_size: usize) -> Result<Vec<Vec<f32>>> {
         let texts: Vec<&str> = texts.iter().map(AsRef::as_ref).collect();
-        Ok(self.embed_checked(&texts, batch_size)?.rows)
+        let rows = self.embed_checked(&texts, batch_size)?.rows;
+        ensure_finite(&rows, &texts)?;
+        Ok(rows)
     }
+}
+
+/// A NaN or infinite value in a sentence vector is an error naming the text: scores computed
+/// from such vectors (cosines, correlations, nearest neighbours) would be meaningless numbers.
+pub fn ensure_finite(rows: &[Vec<f32>], texts: &[&str]) -> Result<()> {
+    if let Some(i) = rows.iter().position(|r| r.iter().any(|x| !x.is_finite())) {
+        let text = texts.get(i).copied().unwrap_or_default();
+        let shown: String = text.chars().take(60).collect();
+        bail!(
+            "the model gave a vector with NaN or infinite values for text {} of {} ({:?}{}): its weights are broken \
+             (e.g. NaN after a diverged training run) or its activations overflow; no score is computed from it",
+            i + 1,
+            rows.len(),
+            shown,
+            if shown.len() < text.len() { "…" } else { "" }
+        );
+    }
+    Ok(())
 }
 
 impl Embedder for SentenceEncoder {

@@ -91,6 +91,13 @@ pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
     let opt = |rel: &str| Some(dir.join(rel)).filter(|p| p.is_file());
     let modules = opt("modules.json");
     let pooling_rel = pooling_path(modules.as_deref());
+    if let Some(rel) = &pooling_rel {
+        // A Pooling module listed but absent would silently fall back to mean pooling.
+        if !dir.join(rel).is_file() {
+            bail!("{} lists a Pooling module whose config {} does not exist", dir.join("modules.json").display(), dir.join(rel).display());
+        }
+    }
+    let pooling_rel = pooling_rel.unwrap_or_else(|| "1_Pooling/config.json".to_string());
     let dense = match dense_path(modules.as_deref())? {
         Some(rel) => {
             let d = dir.join(&rel);
@@ -156,17 +163,14 @@ fn declares_normalize(modules: Option<&Path>) -> Result<Option<bool>> {
     Ok(Some(st_modules(modules)?.iter().any(|(t, _)| t.ends_with(".Normalize"))))
 }
 
-/// Path of the Pooling module's config, from `modules.json` when present.
-fn pooling_path(modules: Option<&Path>) -> String {
-    let default = "1_Pooling/config.json".to_string();
-    let Some(path) = modules else { return default };
-    let Ok(text) = std::fs::read_to_string(path) else { return default };
-    let Ok(serde_json::Value::Array(mods)) = serde_json::from_str::<serde_json::Value>(&text) else { return default };
+/// Path of the Pooling module's config when `modules.json` lists one.
+fn pooling_path(modules: Option<&Path>) -> Option<String> {
+    let text = std::fs::read_to_string(modules?).ok()?;
+    let serde_json::Value::Array(mods) = serde_json::from_str::<serde_json::Value>(&text).ok()? else { return None };
     mods.iter()
         .find(|m| m["type"].as_str().is_some_and(|t| t.ends_with("Pooling")))
         .and_then(|m| m["path"].as_str())
         .map(|p| format!("{p}/config.json"))
-        .unwrap_or(default)
 }
 
 /// The hub cache directory, as `huggingface_hub` chooses it.
@@ -236,7 +240,11 @@ pub fn resolve_hub(spec: &str, cache_dir: &Path, offline: bool) -> Result<ModelF
     let weights = get("model.safetensors", true)?.unwrap();
     let tokenizer = get("tokenizer.json", true)?.unwrap();
     let modules = get("modules.json", false)?;
-    let pooling = get(&pooling_path(modules.as_deref()), false)?;
+    // A Pooling module that modules.json lists is required, as locally.
+    let pooling = match pooling_path(modules.as_deref()) {
+        Some(rel) => get(&rel, true)?,
+        None => get("1_Pooling/config.json", false)?,
+    };
     let dense = match dense_path(modules.as_deref())? {
         Some(rel) => {
             let cfg = get(&format!("{rel}/config.json"), true)?.unwrap();
