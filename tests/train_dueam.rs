@@ -1,7 +1,8 @@
 //! The DuEAM recipe through `xsent train`, on the tiny fixture checkpoints (a word-level
 //! tokenizer is written beside them; tiny-bert is the anchor, tiny-xlm-roberta the learner) and
 //! a synthetic two-language "XNLI": weakly supervised and unsupervised pairs, the loss switches,
-//! exact resume, validation on held-out aligned files, the final model directory and config errors.
+//! the Sinkhorn solver and its fallback to the exact one, raw token vectors, exact resume,
+//! validation on held-out aligned files, the final model directory and config errors.
 
 mod common;
 
@@ -183,11 +184,50 @@ fn pairs_with_a_sentence_the_anchor_gives_no_token_are_left_out_before_training(
     let o = s.train(&["--out", run.to_str().unwrap(), "--set", "train.batch_size=32", "--set", "train.max_steps=8"]);
     assert!(o.status.success(), "{}", stderr(&o));
     // Row 5's hypothesis is now the same text in both languages, so its cross-lingual pairs
-    // repeat its monolingual ones (dropped as duplicates: 158 pairs), and the two left, with the
-    // English and the German premise, are left out.
-    assert!(stderr(&o).contains("158 training pairs"), "{}", stderr(&o));
+    // repeat its monolingual ones (kept once, as monolingual: 158 pairs, 80 of them
+    // monolingual), and the two left, with the English and the German premise, are left out;
+    // the summary counts the pairs that are trained on.
     assert!(stderr(&o).contains("left out 2 of the 158 pairs: 1 sentence(s) give the anchor no token of their own"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("156 training pairs (78 monolingual, 78 cross-lingual)"), "{}", stderr(&o));
     assert_eq!(steps(&run).len(), 8, "every step trained (each pair seen at least once)");
+}
+
+#[test]
+fn sinkhorn_and_the_token_vector_switches_train() {
+    let s = setup("", "");
+    let short = ["--set", "train.max_steps=2", "--set", "train.eval_at_start=false"];
+    let run = |name: &str, args: &[&str]| {
+        let dir = s.run_dir(name);
+        let o = s.train(&[&["--out", dir.to_str().unwrap()][..], &short, args].concat());
+        assert!(o.status.success(), "{name}: {}", stderr(&o));
+        let st = steps(&dir);
+        assert_eq!(st.len(), 2, "{name}");
+        for m in &st {
+            for k in ["loss", "l_a", "l_b", "d_wmd", "d_euc"] {
+                assert!(m[k].as_f64().unwrap().is_finite(), "{name}: {k} in {m}");
+            }
+            assert!(m["d_wmd"].as_f64().unwrap() > 0.0, "{name}: {m}");
+        }
+        (st, stderr(&o))
+    };
+    let d_wmd = |st: &[Value]| st.iter().map(|m| m["d_wmd"].as_f64().unwrap()).collect::<Vec<_>>();
+    let (exact, _) = run("exact", &[]);
+    // Sinkhorn with its defaults: the same batches, WMDs a little above the exact ones.
+    let (sk, err) = run("sinkhorn", &["--set", "dueam.wmd_solver=\"sinkhorn\""]);
+    assert!(!err.contains("did not converge"), "{err}");
+    for (a, e) in d_wmd(&sk).iter().zip(d_wmd(&exact)) {
+        assert!(*a >= e * (1.0 - 1e-4) && *a <= e * 1.003, "Sinkhorn {a} vs exact {e}");
+    }
+    // Sinkhorn that cannot converge: every pair gets its exact WMD, said once, and the run goes on.
+    let (fb, err) = run("fallback", &["--set", "dueam.wmd_solver=\"sinkhorn\"", "--set", "dueam.sinkhorn_max_iter=1", "--set", "dueam.sinkhorn_tol=1e-12"]);
+    assert_eq!(err.matches("Sinkhorn did not converge in 1 iterations").count(), 1, "{err}");
+    assert!(err.contains("gets the exact WMD instead"), "{err}");
+    for (a, e) in d_wmd(&fb).iter().zip(d_wmd(&exact)) {
+        assert!((a - e).abs() <= 1e-12 * e, "fallback {a} vs exact {e}");
+    }
+    // Raw token vectors with [CLS] and [SEP]: other distances, still a finite loss.
+    let (raw, _) = run("raw", &["--set", "dueam.wmd_normalize=false", "--set", "dueam.wmd_skip_special=false"]);
+    assert!(d_wmd(&raw).iter().zip(d_wmd(&exact)).all(|(a, e)| (a - e).abs() > 1e-3 * e), "{:?} vs {:?}", d_wmd(&raw), d_wmd(&exact));
 }
 
 #[test]

@@ -12,6 +12,7 @@
 use super::parallel::xnli_parallel_rows;
 use anyhow::{bail, Result};
 use rand::{Rng as _, SeedableRng};
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
@@ -21,8 +22,11 @@ pub struct PairSet {
     pub sentences: Vec<String>,
     /// Indices into `sentences`: (first, second).
     pub pairs: Vec<(u32, u32)>,
-    /// How many pairs have both sentences from the same language (the rest are cross-lingual).
-    pub monolingual: usize,
+    /// Per pair: both sentences are from one language (else the pair is cross-lingual). A text
+    /// found in several languages counts for each of them, so a pair is monolingual if some
+    /// language holds both of its sentences (weak: if any row and language gave it as a
+    /// same-language pair).
+    pub mono: Vec<bool>,
 }
 
 impl PairSet {
@@ -32,6 +36,26 @@ impl PairSet {
 
     pub fn is_empty(&self) -> bool {
         self.pairs.is_empty()
+    }
+
+    /// How many pairs are monolingual (the rest are cross-lingual).
+    pub fn monolingual(&self) -> usize {
+        self.mono.iter().filter(|&&m| m).count()
+    }
+
+    /// Keep the pairs `keep` accepts (with their monolingual flags).
+    pub fn retain(&mut self, mut keep: impl FnMut(&(u32, u32)) -> bool) {
+        let mut mono = self.mono.iter();
+        let mut kept = Vec::with_capacity(self.mono.len());
+        self.pairs.retain(|p| {
+            let m = *mono.next().expect("one flag per pair");
+            let k = keep(p);
+            if k {
+                kept.push(m);
+            }
+            k
+        });
+        self.mono = kept;
     }
 
     /// The texts of pair `i`.
@@ -78,12 +102,14 @@ fn check_langs(langs: &[String], splits: &[String]) -> Result<()> {
 /// Weakly supervised pairs from `{split}-{lang}.tsv` of `dir`: monolingual premise–hypothesis
 /// pairs of every language, and with `cross_lingual` the premise of language A with the
 /// hypothesis of language B for every ordered pair of different languages. Rows with an empty
-/// premise or hypothesis are skipped; exact duplicate pairs are kept once.
+/// premise or hypothesis are skipped; exact duplicate pairs are kept once, monolingual if any of
+/// their occurrences is (a hypothesis with the same text in A and B gives (premise in B,
+/// hypothesis) both across and within B).
 pub fn weak_pairs(dir: &Path, splits: &[String], langs: &[String], cross_lingual: bool) -> Result<PairSet> {
     check_langs(langs, splits)?;
     let refs: Vec<&str> = langs.iter().map(String::as_str).collect();
     let mut int = Interner::default();
-    let mut seen = HashSet::new();
+    let mut seen: HashMap<(u32, u32), usize> = HashMap::new();
     let mut out = PairSet::default();
     for split in splits {
         let rows = xnli_parallel_rows(dir, split, &refs)?;
@@ -102,9 +128,13 @@ pub fn weak_pairs(dir: &Path, splits: &[String], langs: &[String], cross_lingual
                         continue;
                     }
                     let pair = (int.id(premise), int.id(hyp));
-                    if seen.insert(pair) {
-                        out.pairs.push(pair);
-                        out.monolingual += usize::from(a == b);
+                    match seen.entry(pair) {
+                        Entry::Occupied(k) => out.mono[*k.get()] |= a == b,
+                        Entry::Vacant(v) => {
+                            v.insert(out.pairs.len());
+                            out.pairs.push(pair);
+                            out.mono.push(a == b);
+                        }
                     }
                 }
             }
@@ -119,7 +149,7 @@ pub fn weak_pairs(dir: &Path, splits: &[String], langs: &[String], cross_lingual
 
 /// Unsupervised pairs: `n` pairs of two different sentences drawn uniformly (seeded) from the
 /// distinct premises and hypotheses of `langs` in `splits`, so a pair is in one language or in
-/// two, at random.
+/// two, at random (monolingual if some language has both texts).
 pub fn unsup_pairs(dir: &Path, splits: &[String], langs: &[String], n: usize, seed: u64) -> Result<PairSet> {
     check_langs(langs, splits)?;
     if n == 0 {
@@ -127,16 +157,20 @@ pub fn unsup_pairs(dir: &Path, splits: &[String], langs: &[String], n: usize, se
     }
     let refs: Vec<&str> = langs.iter().map(String::as_str).collect();
     let mut int = Interner::default();
-    let mut lang_of = Vec::new();
+    // The languages each sentence is found in (ascending; one text can be in several).
+    let mut langs_of: Vec<Vec<usize>> = Vec::new();
     for split in splits {
         let rows = xnli_parallel_rows(dir, split, &refs)?;
         for (li, rows_l) in rows.iter().enumerate() {
             for (p, h) in rows_l {
                 for s in [p, h] {
                     if !s.trim().is_empty() {
-                        let id = int.id(s);
-                        if id as usize == lang_of.len() {
-                            lang_of.push(li);
+                        let id = int.id(s) as usize;
+                        if id == langs_of.len() {
+                            langs_of.push(Vec::new());
+                        }
+                        if langs_of[id].last() != Some(&li) {
+                            langs_of[id].push(li);
                         }
                     }
                 }
@@ -155,7 +189,7 @@ pub fn unsup_pairs(dir: &Path, splits: &[String], langs: &[String], n: usize, se
         if b >= a {
             b += 1;
         }
-        out.monolingual += usize::from(lang_of[a] == lang_of[b]);
+        out.mono.push(langs_of[a].iter().any(|l| langs_of[b].contains(l)));
         out.pairs.push((a as u32, b as u32));
     }
     Ok(out)
@@ -200,7 +234,7 @@ mod tests {
         .collect();
         assert_eq!(got, want);
         assert_eq!(p.len(), want.len(), "no duplicates");
-        assert_eq!(p.monolingual, 5);
+        assert_eq!(p.monolingual(), 5);
         // No translation pair (premise with its own translation) is ever formed.
         assert!(!got.contains(&("P1".into(), "p1".into())));
         // Sentences are stored once.
@@ -208,7 +242,7 @@ mod tests {
 
         let mono = weak_pairs(d.path(), &langs(&["dev"]), &langs(&["en", "de", "fr"]), false).unwrap();
         assert_eq!(mono.len(), 2 + 3 + 3);
-        assert_eq!(mono.monolingual, mono.len());
+        assert_eq!(mono.monolingual(), mono.len());
         let three = weak_pairs(d.path(), &langs(&["dev"]), &langs(&["en", "de", "fr"]), true).unwrap();
         // 8 monolingual; cross: per ordered pair of languages, rows with a premise and a hypothesis.
         assert!(texts(&three).contains(&("q1".into(), "H2".into())) && texts(&three).contains(&("P3".into(), "g3".into())));
@@ -223,13 +257,53 @@ mod tests {
         // P1 H1 H2 P3 | p1 h1 h2 p3 h3 | q1 g1 g2 q3 g3
         assert_eq!(p.sentences.len(), 14);
         assert!(p.pairs.iter().all(|(a, b)| a != b));
-        assert!(p.monolingual > 0 && p.monolingual < p.len(), "both same- and cross-language pairs: {}", p.monolingual);
+        assert!(p.monolingual() > 0 && p.monolingual() < p.len(), "both same- and cross-language pairs: {}", p.monolingual());
         let used: HashSet<u32> = p.pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
         assert_eq!(used.len(), 14, "every sentence is drawn");
         let again = unsup_pairs(d.path(), &langs(&["dev"]), &langs(&["en", "de", "fr"]), 500, 1).unwrap();
         assert_eq!(p.pairs, again.pairs, "seeded");
         let other = unsup_pairs(d.path(), &langs(&["dev"]), &langs(&["en", "de", "fr"]), 500, 2).unwrap();
         assert_ne!(p.pairs, other.pairs);
+    }
+
+    #[test]
+    fn dueam_a_text_shared_by_two_languages_makes_its_pairs_monolingual() {
+        // Row 1's hypothesis is the same text in EN and DE (a name, a number, an untranslated
+        // phrase): (p1, H) is met first as DE premise + EN hypothesis, then as DE's own pair.
+        let d = tempfile::tempdir().unwrap();
+        write(d.path(), "dev-en.tsv", "P1\tH\tneutral\nP2\tX\tneutral\n");
+        write(d.path(), "dev-de.tsv", "p1\tH\tneutral\np2\tx\tneutral\n");
+        for order in [["en", "de"], ["de", "en"]] {
+            let p = weak_pairs(d.path(), &langs(&["dev"]), &langs(&order), true).unwrap();
+            let got: HashSet<(String, String, bool)> = (0..p.len()).map(|i| (p.pair(i).0.to_string(), p.pair(i).1.to_string(), p.mono[i])).collect();
+            let want: HashSet<(String, String, bool)> = [
+                ("P1", "H", true), ("p1", "H", true), // within EN and within DE (also across)
+                ("P2", "X", true), ("p2", "x", true),
+                ("P2", "x", false), ("p2", "X", false),
+            ]
+            .iter()
+            .map(|&(a, b, m)| (a.to_string(), b.to_string(), m))
+            .collect();
+            assert_eq!(got, want, "{order:?}");
+            assert_eq!((p.len(), p.monolingual()), (6, 4), "{order:?}");
+            // Leaving pairs out keeps each pair's flag.
+            let mut q = p.clone();
+            let h = q.sentences.iter().position(|s| s == "H").unwrap() as u32;
+            q.retain(|&(_, b)| b != h);
+            assert_eq!((q.len(), q.monolingual(), q.mono.len()), (4, 2, 4));
+            let kept: HashSet<(String, String, bool)> = (0..q.len()).map(|i| (q.pair(i).0.to_string(), q.pair(i).1.to_string(), q.mono[i])).collect();
+            assert_eq!(kept, want.iter().filter(|(_, b, _)| b != "H").cloned().collect());
+        }
+        // Unsupervised: H is an EN and a DE sentence, so only P1/P2/X with p1/p2/x is cross-lingual.
+        let u = unsup_pairs(d.path(), &langs(&["dev"]), &langs(&["en", "de"]), 400, 3).unwrap();
+        let is_en = |s: &str| ["P1", "P2", "X"].contains(&s);
+        let is_de = |s: &str| ["p1", "p2", "x"].contains(&s);
+        for i in 0..u.len() {
+            let (a, b) = u.pair(i);
+            let cross = (is_en(a) && is_de(b)) || (is_de(a) && is_en(b));
+            assert_eq!(u.mono[i], !cross, "{a:?} {b:?}");
+        }
+        assert!(u.pairs.iter().any(|&(a, b)| [a, b].iter().any(|&k| u.sentences[k as usize] == "H") && [a, b].iter().any(|&k| is_de(&u.sentences[k as usize]))));
     }
 
     #[test]

@@ -75,10 +75,17 @@ pub struct DueamConfig {
     /// `exact` (network simplex) or `sinkhorn` (entropic, `sinkhorn_*` below).
     #[serde(default = "d_solver")]
     pub wmd_solver: SolverKind,
+    /// Sinkhorn's entropic regularisation as a fraction of the pair's largest ground cost (the
+    /// largest token distance), not an absolute value: the solver uses `eps · max_ij ‖a_i − b_j‖`,
+    /// so it does not depend on the scale of the token vectors. Default 3e-3 (about 0.1 % above
+    /// the exact WMD).
     #[serde(default = "d_sk_eps")]
     pub sinkhorn_eps: f64,
+    /// Sinkhorn stops once the plan's row sums are this close to uniform (L1).
     #[serde(default = "d_sk_tol")]
     pub sinkhorn_tol: f64,
+    /// A pair Sinkhorn has not converged for after this many iterations gets its exact WMD
+    /// instead (said once on stderr).
     #[serde(default = "d_sk_iter")]
     pub sinkhorn_max_iter: usize,
     /// Training pairs: `weak` (XNLI premise–hypothesis pairs within and across languages) or
@@ -247,14 +254,7 @@ impl Dueam {
             PairKind::Unsup => unsup_pairs(&dc.xnli_dir, &dc.splits, &dc.langs, dc.unsup_pairs, cfg.seed),
         }
         .with_context(|| format!("dueam: building the {:?} training pairs from {}", dc.pairs, dc.xnli_dir.display()))?;
-        eprintln!(
-            "xsent train: {} training pairs ({} monolingual, {} cross-lingual) over {} distinct sentences ({:.1} s)",
-            data.len(),
-            data.monolingual,
-            data.len() - data.monolingual,
-            data.sentences.len(),
-            t0.elapsed().as_secs_f64()
-        );
+        let build_s = t0.elapsed().as_secs_f64();
         let mut val = Vec::new();
         for (i, s) in dc.val_sources.iter().enumerate() {
             let pairs = s.read().with_context(|| format!("dueam.val_sources[{i}]"))?;
@@ -284,6 +284,17 @@ impl Dueam {
             Some(a) => drop_tokenless(data, a, dc.wmd_skip_special)?,
             None => data,
         };
+        // Counted after the pairs without tokens are left out: the pairs that are trained on.
+        let mut used = vec![false; data.sentences.len()];
+        data.pairs.iter().for_each(|&(a, b)| (used[a as usize], used[b as usize]) = (true, true));
+        eprintln!(
+            "xsent train: {} training pairs ({} monolingual, {} cross-lingual) over {} distinct sentences ({:.1} s)",
+            data.len(),
+            data.monolingual(),
+            data.len() - data.monolingual(),
+            used.iter().filter(|&&u| u).count(),
+            build_s
+        );
         let opts = LoadOptions {
             prefix: Some(dc.learner_prefix.clone()),
             layers: dc.learner_layers,
@@ -351,7 +362,7 @@ fn drop_tokenless(mut data: PairSet, anchor: &SentenceEncoder, skip_special: boo
     let counts = anchor.token_counts(&data.sentences, skip_special)?;
     let Some(first) = counts.iter().position(|&c| c == 0) else { return Ok(data) };
     let before = data.pairs.len();
-    data.pairs.retain(|&(a, b)| counts[a as usize] > 0 && counts[b as usize] > 0);
+    data.retain(|&(a, b)| counts[a as usize] > 0 && counts[b as usize] > 0);
     eprintln!(
         "xsent train: left out {} of the {before} pairs: {} sentence(s) give the anchor no token of their own (special tokens and anchor_prefix left out; the first: {:?}; {:.1} s)",
         before - data.pairs.len(),
