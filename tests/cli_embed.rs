@@ -374,6 +374,12 @@ fn a_default_prompt_is_prepended_as_sentence_transformers_does() {
     }
     let err = stderr(&run(&bad, &["--prompt-name", "n"]));
     assert!(err.contains("the prompt \"n\" is 5, not text"), "{err}");
+    // "prompts" that is not an object is an error, not silently no prompt.
+    std::fs::write(bad.join("config_sentence_transformers.json"), r#"{"prompts": "w5 ", "default_prompt_name": "query"}"#).unwrap();
+    let out = run(&bad, &[]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("config_sentence_transformers.json: \"prompts\" is \"w5 \"; expected an object"), "{err}");
     // Pooling that leaves the prompt out cannot be reproduced with a prompt: refused, not wrong.
     let excl = model("exclude");
     std::fs::create_dir_all(excl.join("1_Pooling")).unwrap();

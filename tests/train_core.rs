@@ -424,6 +424,8 @@ fn the_teacher_is_normalised_as_its_modules_json_says() {
             {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]"#,
     )
     .unwrap();
+    std::fs::create_dir_all(teacher.join("1_Pooling")).unwrap();
+    std::fs::write(teacher.join("1_Pooling/config.json"), r#"{"pooling_mode_mean_tokens": true}"#).unwrap();
     let rows = |run: &str, sets: &[&str]| -> Vec<f32> {
         let cache = s.dir.path().join(format!("cache-{run}"));
         let mut args = vec!["train", "--config", s.config.to_str().unwrap(), "--out"];

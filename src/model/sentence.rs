@@ -551,6 +551,9 @@ fn st_prompt(path: Option<&Path>, name: Option<&str>) -> Result<Option<String>> 
         None => serde_json::json!({}),
     };
     let file = path.map_or_else(|| "the model (no config_sentence_transformers.json)".to_string(), |p| p.display().to_string());
+    if !matches!(v["prompts"], serde_json::Value::Object(_) | serde_json::Value::Null) {
+        bail!("{file}: \"prompts\" is {}; expected an object of prompt names to texts (or leave it out)", v["prompts"]);
+    }
     let name = match (name, &v["default_prompt_name"]) {
         (Some(n), _) => n,
         (None, serde_json::Value::Null) => return Ok(None),
