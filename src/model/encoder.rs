@@ -51,6 +51,69 @@ impl Mode<'_> {
     }
 }
 
+/// One training lookup in a token-embedding table, recorded by [`collect_row_lookups`]: the
+/// table, the distinct rows the lookup used (ascending) and the leaf that holds a copy of them.
+pub struct RowLookup {
+    pub table: Tensor,
+    pub rows: Vec<u32>,
+    pub leaf: candle_core::Var,
+}
+
+thread_local! {
+    static ROW_LOOKUPS: std::cell::RefCell<Option<Vec<RowLookup>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with row-sparse token lookups on this thread and returns the lookups it made.
+///
+/// A batch uses a few thousand rows of a token-embedding table (250,002 × 384 for e5-small), but
+/// the gradient candle builds for a lookup is dense: a zeroed table-sized tensor and a copy of it
+/// per lookup. Inside `f`, a training forward on the CPU instead looks its tokens up in a leaf
+/// copy of the rows it uses (same values, so the same forward) and records it; the caller takes
+/// each leaf's gradient after backward and adds it to the table's gradient row by row (the
+/// trainer's shards do). Outside `f`, and for a table that is not trainable, a lookup is the
+/// plain one and its gradient the dense one.
+pub fn collect_row_lookups<T>(f: impl FnOnce() -> T) -> (T, Vec<RowLookup>) {
+    let before = ROW_LOOKUPS.with(|c| c.replace(Some(Vec::new())));
+    let out = f();
+    let lookups = ROW_LOOKUPS.with(|c| c.replace(before)).unwrap_or_default();
+    (out, lookups)
+}
+
+/// `table[ids]`, row-sparse under [`collect_row_lookups`] (see there).
+fn token_lookup(table: &Tensor, ids: &Tensor, mode: &Mode) -> Result<Tensor> {
+    let sparse = mode.is_train()
+        && table.is_variable()
+        && table.device().is_cpu()
+        && table.dtype() == DType::F32
+        && ids.dtype() == DType::U32
+        && ROW_LOOKUPS.with(|c| c.borrow().is_some());
+    if !sparse {
+        return Ok(table.embedding(ids)?);
+    }
+    let ids: Vec<u32> = ids.to_vec1()?;
+    let mut rows = ids.clone();
+    rows.sort_unstable();
+    rows.dedup();
+    let vocab = table.dim(0)?;
+    if let Some(&max) = rows.last() {
+        if max as usize >= vocab {
+            bail!("token id {max} is out of range for an embedding table of {vocab} rows");
+        }
+    }
+    let local: Vec<u32> = ids.iter().map(|id| rows.partition_point(|r| r < id) as u32).collect();
+    let dev = table.device();
+    let picked = table.detach().index_select(&Tensor::from_slice(&rows, rows.len(), dev)?, 0)?;
+    let leaf = candle_core::Var::from_tensor(&picked)?;
+    let n = local.len();
+    let x = leaf.as_tensor().embedding(&Tensor::from_vec(local, n, dev)?)?;
+    ROW_LOOKUPS.with(|c| {
+        if let Some(v) = c.borrow_mut().as_mut() {
+            v.push(RowLookup { table: table.clone(), rows, leaf });
+        }
+    });
+    Ok(x)
+}
+
 /// `y = x Wᵀ + b` with Hugging Face's `[out, in]` weight layout; 3-D inputs are flattened so one
 /// GEMM covers the whole batch.
 #[derive(Clone, Debug)]
@@ -298,7 +361,7 @@ impl Encoder {
         let pos = self.position_ids(&mask)?;
         let e = &self.embeddings;
         let ids = input_ids.flatten_all()?;
-        let x = e.word.embedding(&ids)?.add(&e.position.embedding(&pos)?)?;
+        let x = token_lookup(&e.word, &ids, mode)?.add(&e.position.embedding(&pos)?)?;
         let x = x.broadcast_add(&e.token_type.get(0)?)?.reshape((b, l, h))?;
         let x = e.norm.forward(&x, mode)?;
         let mut x = mode.dropout(&x, self.hidden_dropout)?;

@@ -13,7 +13,7 @@
 use super::config::{BestMode, Config};
 use super::optim::AdamW;
 use crate::data::sts::StsSet;
-use crate::model::encoder::Rng;
+use crate::model::encoder::{collect_row_lookups, Rng, RowLookup};
 use crate::model::Embedder;
 use crate::model::weights::{self, Params};
 use anyhow::{bail, Context, Result};
@@ -850,6 +850,7 @@ pub fn run_shards(
 ) -> Result<MicroBatch> {
     struct Done {
         grads: Option<GradStore>,
+        rows: RowGrads,
         loss: f64,
         terms: Vec<(String, f64)>,
         sentences: usize,
@@ -861,7 +862,8 @@ pub fn run_shards(
     let one = |i: usize| -> Shard {
         let mut rng = Rng::seed_from_u64(seeds[i]);
         let t0 = Instant::now();
-        let l = recipe.loss_in_megabatch(shards[i], mega, &mut rng)?;
+        let (l, lookups) = collect_row_lookups(|| recipe.loss_in_megabatch(shards[i], mega, &mut rng));
+        let l = l?;
         let fwd = t0.elapsed().as_secs_f64();
         let w = shards[i].len() as f64 / batch_len as f64 / accum as f64;
         let value = l.total.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
@@ -870,9 +872,10 @@ pub fn run_shards(
         }
         let t1 = Instant::now();
         let scaled = if w != 1.0 { (l.total * w)? } else { l.total };
-        let grads = scaled.backward()?;
+        let mut grads = scaled.backward()?;
+        let rows = take_row_grads(&mut grads, &lookups)?;
         let terms = l.terms.into_iter().map(|(k, v)| (k, v * w)).collect();
-        Ok(Ok(Done { grads: Some(grads), loss: value * w, terms, sentences: l.sentences, fwd, bwd: t1.elapsed().as_secs_f64() }))
+        Ok(Ok(Done { grads: Some(grads), rows, loss: value * w, terms, sentences: l.sentences, fwd, bwd: t1.elapsed().as_secs_f64() }))
     };
     let n = shards.len();
     // Shards are folded into the running sum in shard order as they finish, so at most a few
@@ -882,6 +885,7 @@ pub fn run_shards(
         pending: std::collections::BTreeMap<usize, Shard>,
         out: MicroBatch,
         acc: Option<GradStore>,
+        tables: TableGrads,
         error: Option<anyhow::Error>,
     }
     let fold = std::sync::Mutex::new(Fold {
@@ -897,6 +901,7 @@ pub fn run_shards(
             backward_s: 0.0,
         },
         acc: None,
+        tables: TableGrads::default(),
         error: None,
     });
     let finish = |i: usize, r: Shard| {
@@ -927,18 +932,20 @@ pub fn run_shards(
                             f.error.get_or_insert(e);
                         }
                     }
+                    f.tables.add(std::mem::take(&mut d.rows));
                 }
             }
         }
     };
     par_for(n, |i| finish(i, one(i)));
-    let Fold { mut out, acc, error, .. } = fold.into_inner().expect("no worker panicked");
+    let Fold { mut out, acc, tables, error, .. } = fold.into_inner().expect("no worker panicked");
     if let Some(e) = error {
         return Err(e);
     }
     if let Some(a) = acc {
         out.grads = a;
     }
+    tables.into_store(&mut out.grads)?;
     Ok(out)
 }
 
@@ -982,16 +989,17 @@ pub fn run_coupled(recipe: &dyn Recipe, batch: &[usize], shards: &[&[usize]], se
     let n = shards.len();
     let b = batch.len() as f64;
     let accum = accum as f64;
-    let forward = par_map(n, |i| -> Result<(StepLoss, Tensor, f64)> {
+    let forward = par_map(n, |i| -> Result<(StepLoss, Tensor, Vec<RowLookup>, f64)> {
         let mut rng = Rng::seed_from_u64(seeds[i]);
         let t0 = Instant::now();
-        let (l, v) = recipe.shard_forward(shards[i], &mut rng)?;
-        Ok((l, v, t0.elapsed().as_secs_f64()))
+        let (r, lookups) = collect_row_lookups(|| recipe.shard_forward(shards[i], &mut rng));
+        let (l, v) = r?;
+        Ok((l, v, lookups, t0.elapsed().as_secs_f64()))
     });
     let mut out = MicroBatch { grads: GradStore::default(), loss: 0.0, terms: Vec::new(), sentences: 0, non_finite: None, forward_s: 0.0, backward_s: 0.0 };
     let mut parts = Vec::with_capacity(n);
     for (i, r) in forward.into_iter().enumerate() {
-        let (l, v, fwd) = r?;
+        let (l, v, lookups, fwd) = r?;
         let w = shards[i].len() as f64 / b / accum;
         let value = l.total.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
         if !value.is_finite() {
@@ -1001,7 +1009,7 @@ pub fn run_coupled(recipe: &dyn Recipe, batch: &[usize], shards: &[&[usize]], se
         add_terms(&mut out.terms, l.terms.iter().map(|(k, x)| (k.clone(), x * w)).collect());
         out.sentences += l.sentences;
         out.forward_s += fwd;
-        parts.push((l.total, v, w));
+        parts.push((l.total, v, w, lookups));
     }
     let t0 = Instant::now();
     let detached: Vec<Tensor> = parts.iter().map(|p| p.1.detach()).collect();
@@ -1022,27 +1030,90 @@ pub fn run_coupled(recipe: &dyn Recipe, batch: &[usize], shards: &[&[usize]], se
     for (i, p) in parts.iter().enumerate() {
         offsets[i + 1] = offsets[i] + p.1.dim(0)?;
     }
-    let backward = par_map(n, |i| -> Result<(GradStore, f64)> {
+    let backward = par_map(n, |i| -> Result<(GradStore, RowGrads, f64)> {
         let t1 = Instant::now();
-        let (sep, v, w) = &parts[i];
+        let (sep, v, w, lookups) = &parts[i];
         let mut surrogate = (sep * *w)?;
         if let Some(dv) = &dv {
             let g = dv.narrow(0, offsets[i], offsets[i + 1] - offsets[i])?;
             surrogate = (surrogate + v.mul(&g)?.sum_all()?)?;
         }
-        Ok((surrogate.backward()?, t1.elapsed().as_secs_f64()))
+        let mut grads = surrogate.backward()?;
+        let rows = take_row_grads(&mut grads, lookups)?;
+        Ok((grads, rows, t1.elapsed().as_secs_f64()))
     });
     let mut acc = None;
+    let mut tables = TableGrads::default();
     for r in backward {
-        let (g, s) = r?;
+        let (g, rows, s) = r?;
         out.backward_s += s;
         acc = Some(add_grads(acc, g, params)?);
+        tables.add(rows);
     }
     out.backward_s += coupled_s;
     if let Some(a) = acc {
         out.grads = a;
     }
+    tables.into_store(&mut out.grads)?;
     Ok(out)
+}
+
+/// A shard's gradients of its row-sparse token lookups (see [`collect_row_lookups`]), taken out
+/// of its gradient store: per lookup the table, the rows used and their gradient (row-major).
+type RowGrads = Vec<(Tensor, Vec<u32>, Vec<f32>)>;
+
+fn take_row_grads(grads: &mut GradStore, lookups: &[RowLookup]) -> Result<RowGrads> {
+    let mut out = Vec::with_capacity(lookups.len());
+    for l in lookups {
+        if let Some(g) = grads.remove(l.leaf.as_tensor()) {
+            out.push((l.table.clone(), l.rows.clone(), g.flatten_all()?.to_vec1::<f32>()?));
+        }
+    }
+    Ok(out)
+}
+
+/// Token tables' gradients summed row by row from shards' [`RowGrads`] in the order added: one
+/// table-sized buffer per table and step instead of a dense zeroed tensor and copies per lookup.
+/// Each row gets the additions of the dense path, grouped per lookup (so equal to it up to the
+/// rounding of a different order of additions).
+#[derive(Default)]
+struct TableGrads(Vec<(Tensor, Vec<f32>)>);
+
+impl TableGrads {
+    fn add(&mut self, rows: RowGrads) {
+        for (table, ids, vals) in rows {
+            let i = match self.0.iter().position(|(t, _)| t.id() == table.id()) {
+                Some(i) => i,
+                None => {
+                    let n = table.elem_count();
+                    self.0.push((table, vec![0f32; n]));
+                    self.0.len() - 1
+                }
+            };
+            let buf = &mut self.0[i].1;
+            let h = vals.len() / ids.len().max(1);
+            for (k, &r) in ids.iter().enumerate() {
+                let dst = &mut buf[r as usize * h..(r as usize + 1) * h];
+                for (d, v) in dst.iter_mut().zip(&vals[k * h..(k + 1) * h]) {
+                    *d += v;
+                }
+            }
+        }
+    }
+
+    /// Adds each table's gradient into `grads` (after any dense gradient it already holds, e.g.
+    /// of an output layer tied to the table).
+    fn into_store(self, grads: &mut GradStore) -> Result<()> {
+        for (table, buf) in self.0 {
+            let g = Tensor::from_vec(buf, table.shape(), table.device())?;
+            let sum = match grads.get(&table) {
+                Some(dense) => (dense + &g)?,
+                None => g,
+            };
+            grads.insert(&table, sum);
+        }
+        Ok(())
+    }
 }
 
 fn add_grads(acc: Option<GradStore>, g: GradStore, params: &Params) -> Result<GradStore> {
@@ -1236,5 +1307,77 @@ mod tests {
         std::fs::create_dir_all(ck.join(".step-3.old")).unwrap();
         restore_run(d.path()).unwrap();
         assert!(!ck.join("step-3").exists() && !ck.join(".step-3.old").exists());
+    }
+}
+
+#[cfg(test)]
+mod row_lookup_tests {
+    use super::*;
+    use crate::model::config::EncoderConfig;
+    use crate::model::encoder::{Encoder, Mode};
+    use candle_core::{DType, Device};
+    use rand::Rng as _;
+
+    /// A 2-layer BERT with seeded random weights (dropout on).
+    fn tiny() -> (Encoder, candle_nn::VarMap) {
+        let cfg: EncoderConfig = serde_json::from_value(serde_json::json!({
+            "model_type": "bert", "vocab_size": 50, "hidden_size": 8, "num_hidden_layers": 2,
+            "num_attention_heads": 2, "intermediate_size": 16, "max_position_embeddings": 16
+        }))
+        .unwrap();
+        let vm = candle_nn::VarMap::new();
+        let enc = Encoder::load(candle_nn::VarBuilder::from_varmap(&vm, DType::F32, &Device::Cpu), &cfg).unwrap();
+        let mut rng = Rng::seed_from_u64(5);
+        for v in vm.all_vars() {
+            let vals: Vec<f32> = (0..v.elem_count()).map(|_| rng.random::<f32>() - 0.5).collect();
+            v.set(&Tensor::from_vec(vals, v.shape(), &Device::Cpu).unwrap()).unwrap();
+        }
+        (enc, vm)
+    }
+
+    /// Two lookups (token 7 in both), a use of the whole table besides (as a tied output layer
+    /// makes), dropout on: the row-wise table gradient equals candle's dense one.
+    #[test]
+    fn row_sparse_token_lookups_give_the_dense_gradient() {
+        let (enc, _vm) = tiny();
+        let table = enc.word_embeddings().clone();
+        let dev = Device::Cpu;
+        let ids_a = Tensor::new(&[[1u32, 7, 7, 3], [9, 7, 2, 0]], &dev).unwrap();
+        let ids_b = Tensor::new(&[[7u32, 40, 3, 3]], &dev).unwrap();
+        let tied = Tensor::from_vec((0..50 * 8).map(|i| ((i % 13) as f32 - 6.0) / 7.0).collect::<Vec<_>>(), (50, 8), &dev).unwrap();
+        let loss = || -> Tensor {
+            let mut rng = Rng::seed_from_u64(11);
+            let mut total = (table.mul(&tied).unwrap().sum_all().unwrap() * 0.1).unwrap();
+            for ids in [&ids_a, &ids_b] {
+                let mask = ids.ones_like().unwrap();
+                let h = enc.forward(ids, &mask, &mut Mode::Train(&mut rng)).unwrap();
+                total = (total + h.sqr().unwrap().sum_all().unwrap().sqrt().unwrap()).unwrap();
+            }
+            total
+        };
+        let dense_loss = loss();
+        let dense = dense_loss.backward().unwrap().get(&table).unwrap().to_vec2::<f32>().unwrap();
+
+        let (sparse_loss, lookups) = collect_row_lookups(loss);
+        assert_eq!(lookups.len(), 2, "one leaf per lookup");
+        assert_eq!(lookups[0].rows, vec![0, 1, 2, 3, 7, 9]);
+        assert_eq!(sparse_loss.to_scalar::<f32>().unwrap(), dense_loss.to_scalar::<f32>().unwrap(), "the same forward");
+        let mut grads = sparse_loss.backward().unwrap();
+        let rows = take_row_grads(&mut grads, &lookups).unwrap();
+        assert_eq!(rows.len(), 2);
+        let mut tables = TableGrads::default();
+        tables.add(rows);
+        tables.into_store(&mut grads).unwrap();
+        let sparse = grads.get(&table).unwrap().to_vec2::<f32>().unwrap();
+        for (r, (d, s)) in dense.iter().zip(&sparse).enumerate() {
+            for (a, b) in d.iter().zip(s) {
+                assert!((a - b).abs() <= 1e-6 * a.abs().max(1.0), "row {r}: dense {a} vs row-wise {b}");
+            }
+        }
+        // Rows no lookup used get only the tied part.
+        assert_eq!(sparse[5], dense[5]);
+        // Outside collect_row_lookups the lookup is candle's, with its dense gradient.
+        let again = loss().backward().unwrap().get(&table).unwrap().to_vec2::<f32>().unwrap();
+        assert_eq!(again, dense);
     }
 }
