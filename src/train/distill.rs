@@ -480,8 +480,9 @@ pub fn train_val_pairs(cfg: &Config) -> Result<(Vec<Pair>, Vec<Pair>)> {
     Ok((train, val))
 }
 
-/// One pair per distinct source sentence, in the order read, its languages taken in turn.
-fn one_pair_per_source(pairs: Vec<Pair>) -> Vec<Pair> {
+/// The indices of the pairs of each distinct source sentence, and those sentences in the order
+/// first read.
+fn group_by_source(pairs: &[Pair]) -> (HashMap<&str, Vec<usize>>, Vec<&str>) {
     let mut by_src: HashMap<&str, Vec<usize>> = HashMap::new();
     let mut order: Vec<&str> = Vec::new();
     for (i, p) in pairs.iter().enumerate() {
@@ -490,6 +491,12 @@ fn one_pair_per_source(pairs: Vec<Pair>) -> Vec<Pair> {
             Vec::new()
         }).push(i);
     }
+    (by_src, order)
+}
+
+/// One pair per distinct source sentence, in the order read, its languages taken in turn.
+fn one_pair_per_source(pairs: Vec<Pair>) -> Vec<Pair> {
+    let (by_src, order) = group_by_source(&pairs);
     let keep: Vec<usize> = order.iter().enumerate().map(|(k, s)| by_src[s][k % by_src[s].len()]).collect();
     keep.iter().map(|&i| pairs[i].clone()).collect()
 }
@@ -497,14 +504,7 @@ fn one_pair_per_source(pairs: Vec<Pair>) -> Vec<Pair> {
 /// Hold out `val_size` distinct source sentences (seeded choice), one pair each, for
 /// validation; every pair of a held-out source sentence leaves the training set.
 pub fn split_by_source(pairs: Vec<Pair>, val_size: usize, seed: u64) -> Result<(Vec<Pair>, Vec<Pair>)> {
-    let mut by_src: HashMap<&str, Vec<usize>> = HashMap::new();
-    let mut order: Vec<&str> = Vec::new();
-    for (i, p) in pairs.iter().enumerate() {
-        by_src.entry(p.src.as_str()).or_insert_with(|| {
-            order.push(p.src.as_str());
-            Vec::new()
-        }).push(i);
-    }
+    let (by_src, mut order) = group_by_source(&pairs);
     if val_size >= order.len() {
         bail!("data.val_size = {val_size} but the data has only {} distinct source sentences", order.len());
     }

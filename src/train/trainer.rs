@@ -1073,7 +1073,7 @@ fn take_row_grads(grads: &mut GradStore, lookups: &[RowLookup]) -> Result<RowGra
 }
 
 /// Token tables' gradients summed row by row from shards' [`RowGrads`] in the order added: one
-/// table-sized buffer per table and step instead of a dense zeroed tensor and copies per lookup.
+/// table-sized buffer per table and micro-batch instead of a dense zeroed tensor and copies per lookup.
 /// Each row gets the additions of the dense path, grouped per lookup (so equal to it up to the
 /// rounding of a different order of additions).
 #[derive(Default)]
