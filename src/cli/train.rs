@@ -40,11 +40,10 @@ pub fn run(a: Args) -> Result<i32> {
             bail!("--resume: {} does not exist; is it a run directory?", out.display());
         }
         train::restore_run(&out)?;
-        let checkpoint = Trainer::latest_checkpoint(&out)?;
-        if checkpoint.is_none() && !saved.is_file() {
-            bail!("--resume: {} does not exist; is {} a run directory?", saved.display(), out.display());
-        }
-        if checkpoint.is_none() {
+        if Trainer::latest_checkpoint(&out)?.is_none() {
+            if !saved.is_file() {
+                bail!("--resume: {} does not exist; is {} a run directory?", saved.display(), out.display());
+            }
             bail!(
                 "--resume: {} has no checkpoint to continue from (the run stopped before its first one); \
                  start it over with --config FILE --out {}",

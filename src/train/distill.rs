@@ -219,18 +219,15 @@ impl Distill {
             // Split as training data is (with [[data.val_sources]] it is not split), but other
             // sources split otherwise: the run's own held-out sentences are taken out too, so
             // that the fit never sees them.
-            let mut pool = if cfg.data.val_sources.is_empty() {
+            let mut pool: Vec<Pair> = if cfg.data.val_sources.is_empty() {
                 split_by_source(pairs, cfg.data.val_size, cfg.seed).context("distill.projection_fit_sources")?.0
             } else {
                 pairs
             };
-            let held_out: std::collections::HashSet<&str> = val.iter().map(|p| p.src.as_str()).collect();
-            let before = pool.len();
-            pool.retain(|p| !held_out.contains(p.src.as_str()));
+            let held_back = drop_val_sources(&mut pool, &val);
             eprintln!(
-                "xsent train: the projection is fitted on {} pairs of distill.projection_fit_sources ({} more held out: they hold validation sentences)",
-                pool.len(),
-                before - pool.len()
+                "xsent train: the projection is fitted on {} pairs of distill.projection_fit_sources ({held_back} more held out: they hold validation sentences)",
+                pool.len()
             );
             if pool.is_empty() {
                 bail!("distill.projection_fit_sources: no pair is left once the validation sentences are held out");
@@ -462,14 +459,10 @@ pub fn train_val_pairs(cfg: &Config) -> Result<(Vec<Pair>, Vec<Pair>)> {
         split_by_source(pairs, data.val_size, cfg.seed)?
     } else {
         let val = one_pair_per_source(read_sources(&data.val_sources, "data.val_sources")?);
-        let held_out: std::collections::HashSet<&str> = val.iter().map(|p| p.src.as_str()).collect();
-        let before = pairs.len();
-        let train: Vec<Pair> = pairs.into_iter().filter(|p| !held_out.contains(p.src.as_str())).collect();
-        if before > train.len() {
-            eprintln!(
-                "xsent train: {} pairs of data.sources left out of training: their source sentences are in data.val_sources",
-                before - train.len()
-            );
+        let mut train = pairs;
+        let left_out = drop_val_sources(&mut train, &val);
+        if left_out > 0 {
+            eprintln!("xsent train: {left_out} pairs of data.sources left out of training: their source sentences are in data.val_sources");
         }
         if train.is_empty() {
             bail!("data.sources: no pair is left to train on once the sentences of data.val_sources are left out");
@@ -478,6 +471,14 @@ pub fn train_val_pairs(cfg: &Config) -> Result<(Vec<Pair>, Vec<Pair>)> {
     };
     eprintln!("xsent train: {} training pairs, {} validation pairs", train.len(), val.len());
     Ok((train, val))
+}
+
+/// Removes the pairs whose source sentence is one of `val`'s; returns how many.
+fn drop_val_sources(pairs: &mut Vec<Pair>, val: &[Pair]) -> usize {
+    let held_out: std::collections::HashSet<&str> = val.iter().map(|p| p.src.as_str()).collect();
+    let before = pairs.len();
+    pairs.retain(|p| !held_out.contains(p.src.as_str()));
+    before - pairs.len()
 }
 
 /// The indices of the pairs of each distinct source sentence, and those sentences in the order
