@@ -183,6 +183,23 @@ fn user_errors_are_clear() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("would destroy the input"), "{}", stderr(&out));
     assert_eq!(std::fs::read_to_string(&input).unwrap(), "one\ntwo\n");
+    // So would -o naming the file that standard input reads (`-o in.txt < in.txt`).
+    let out = common::xsent()
+        .args(["embed", "--model", &e5(), "-o", input.to_str().unwrap()])
+        .stdin(std::fs::File::open(&input).unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("would destroy the input"), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&input).unwrap(), "one\ntwo\n");
+    let other = dir.path().join("out.jsonl");
+    let out = common::xsent()
+        .args(["embed", "--model", &e5(), "-o", other.to_str().unwrap()])
+        .stdin(std::fs::File::open(&input).unwrap())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&other).unwrap().lines().count(), 2);
     // A model dir with config but no weights names the missing file and how to get it.
     std::fs::copy(common::model("all-MiniLM-L6-v2").join("config.json"), dir.path().join("config.json")).unwrap();
     let out = embed(&["--model", dir.path().to_str().unwrap()], b"x\n");
@@ -227,6 +244,13 @@ fn broken_model_directories_are_refused_with_the_file_named() {
     v["num_attention_heads"] = 0.into();
     std::fs::write(m.join("config.json"), v.to_string()).unwrap();
     check(&m, &["config.json", "num_attention_heads is 0"]);
+    // An activation the encoder does not have: config.json is named, not the weights.
+    let m = fresh("act");
+    let cfg = std::fs::read_to_string(m.join("config.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&cfg).unwrap();
+    v["hidden_act"] = "quick_gelu".into();
+    std::fs::write(m.join("config.json"), v.to_string()).unwrap();
+    check(&m, &["config.json", "hidden_act \"quick_gelu\" is not supported"]);
     // A max_seq_length that is no length.
     let m = fresh("maxlen");
     std::fs::write(m.join("sentence_bert_config.json"), r#"{"max_seq_length": "abc"}"#).unwrap();

@@ -25,8 +25,18 @@ pub fn run(args: Args) -> Result<()> {
     super::check_batch_size(args.batch_size)?;
     // `-o -` is standard output, as `--input -` is standard input.
     let output = args.output.as_deref().filter(|p| p.as_os_str() != "-");
+    anyhow::ensure!(
+        output.is_some() || args.format != Format::Npy,
+        "--format npy needs -o FILE (the header, which holds the row count, is written last)"
+    );
     if let Some(out) = output {
-        let inputs: Vec<&std::path::Path> = args.input.iter().map(PathBuf::as_path).collect();
+        let stdin_file = stdin_regular_file();
+        let inputs: Vec<&std::path::Path> = match args.input.as_deref().filter(|p| p.as_os_str() != "-") {
+            Some(p) => vec![p],
+            // `xsent embed -o sents.txt < sents.txt`: creating the output would empty the input
+            // that standard input reads.
+            None => stdin_file.iter().map(PathBuf::as_path).collect(),
+        };
         super::check_output(out, "-o", &inputs)?;
     }
     // The input is opened before the model loads, so a bad path is reported at once.
@@ -88,4 +98,18 @@ pub fn run(args: Args) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The file standard input reads, when it is a regular file (`< FILE`); None for a pipe, a
+/// terminal or a device such as /dev/null.
+fn stdin_regular_file() -> Option<PathBuf> {
+    #[cfg(unix)]
+    {
+        let p = PathBuf::from("/dev/stdin");
+        std::fs::metadata(&p).ok().filter(std::fs::Metadata::is_file).map(|_| p)
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
 }

@@ -60,7 +60,9 @@ pub fn run(a: Args) -> Result<()> {
     let s = a.mining.settings()?;
     let src = read_sentences(&a.src_file)?;
     let tgt = read_sentences(&a.tgt_file)?;
-    ensure!(!src.is_empty() && !tgt.is_empty(), "nothing to mine: {} or {} has no non-blank line", a.src_file.display(), a.tgt_file.display());
+    for (lines, file) in [(&src, &a.src_file), (&tgt, &a.tgt_file)] {
+        ensure!(!lines.is_empty(), "nothing to mine: {} has no non-blank line", file.display());
+    }
     if let Some(note) = crate::eval::knn::k_note(s.k, src.len(), tgt.len()) {
         eprintln!("xsent mine: {note}");
     }

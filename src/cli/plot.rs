@@ -51,7 +51,8 @@ pub fn run(p: Plot) -> Result<()> {
 }
 
 fn pca_plot(a: PcaArgs) -> Result<()> {
-    ensure!(a.rows >= 1 && a.batch_size >= 1, "--rows and --batch-size must be at least 1");
+    ensure!(a.rows >= 1, "--rows must be at least 1");
+    super::check_batch_size(a.batch_size)?;
     ensure!((200..=4000).contains(&a.panel_size), "--panel-size {} is out of range: give 200..=4000 pixels", a.panel_size);
     let files: Vec<&std::path::Path> = a.inputs.iter().filter_map(|s| s.split_once('=')).map(|(_, f)| std::path::Path::new(f)).collect();
     super::check_output(&a.output, "-o", &files)?;

@@ -47,7 +47,7 @@ impl Matrix {
     pub fn embed<S: AsRef<str>>(enc: &dyn crate::model::Embedder, texts: &[S], batch_size: usize) -> Result<Self> {
         let dim = enc.dim();
         let mut m = Self { data: Vec::with_capacity(texts.len() * dim), dim };
-        for window in texts.chunks(batch_size.max(1) * 128) {
+        for window in texts.chunks(batch_size.clamp(1, usize::MAX / 128) * 128) {
             for row in enc.embed(window, batch_size)? {
                 ensure!(row.len() == dim, "the encoder returned a vector of {} values, expected {dim}", row.len());
                 m.push_normalized(&row);

@@ -67,6 +67,7 @@ impl EncoderConfig {
         let mut cfg: EncoderConfig = serde_json::from_value(raw.clone())?;
         cfg.raw = raw;
         cfg.family()?;
+        super::encoder::check_activation(&cfg.hidden_act)?;
         if let Some(p) = &cfg.position_embedding_type {
             if p != "absolute" {
                 bail!("position_embedding_type = {p:?} is not supported (only \"absolute\")");

@@ -167,6 +167,11 @@ enum Activation {
     Silu,
 }
 
+/// Whether `hidden_act` names an activation the encoder has (checked when config.json is read).
+pub(crate) fn check_activation(name: &str) -> Result<()> {
+    Activation::parse(name).map(|_| ())
+}
+
 impl Activation {
     fn parse(name: &str) -> Result<Self> {
         Ok(match name {

@@ -181,7 +181,8 @@ pub fn read_corpus(files: &[std::path::PathBuf]) -> Result<Vec<String>> {
         out.extend(crate::data::read_lines(f)?.into_iter().filter(|l| !l.trim().is_empty()));
     }
     if out.is_empty() {
-        bail!("the input files have no non-empty lines");
+        let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+        bail!("no text to train on: {} {} no non-blank line", names.join(", "), if names.len() == 1 { "has" } else { "have" });
     }
     Ok(out)
 }
