@@ -57,3 +57,29 @@ fn a_language_given_twice_is_refused() {
         assert!(err.contains("--langs lists") && err.contains("twice"), "{task}: {err}");
     }
 }
+
+/// Bad arguments and missing data are reported before the model loads (the model here does
+/// not exist, so an error naming it would mean the order is wrong).
+#[test]
+fn bad_arguments_and_missing_data_are_reported_before_the_model_loads() {
+    for (args, want) in [
+        (&["tatoeba", "--langs", "deu,xyz"][..], "tatoeba.xyz-eng.xyz is missing"),
+        (&["tatoeba", "--langs", "deu, fra ,xyz"], "tatoeba.xyz-eng.xyz is missing"),
+        (&["tatoeba", "--langs", "deu,,fra"], "--langs has an empty name"),
+        (&["bucc", "--langs", "de-en"], "no BUCC gold file for de-en"),
+        (&["sts", "--langs", "en-xx"], "unknown STS 2017 set \"en-xx\""),
+        (&["tatoeba", "--batch-size", "99999999999"], "--batch-size 99999999999 is out of range"),
+        (&["bucc", "--batch-size", "0"], "--batch-size 0 is out of range"),
+        (&["xsr", "--multi30k", "--batch-size", "0"], "--batch-size 0 is out of range"),
+    ] {
+        let o = common::xsent().arg("eval").args(args).args(["--model", "/nonexistent/model", "--data-dir", &common::data_arg()]).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(want) && !err.contains("/nonexistent/model"), "{args:?}: expected {want:?} in {err}");
+    }
+    // Names are trimmed: " fra " is fra.
+    let o = common::xsent().args(["eval", "tatoeba", "--langs", "deu, fra", "--model", &common::e5_small(), "--prefix", "query: ", "--data-dir", &common::data_arg()]).output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("| deu | 1000 |") && out.contains("| fra | 1000 |"), "{out}");
+}

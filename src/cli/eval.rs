@@ -123,10 +123,18 @@ struct Outcome {
     extra: Option<serde_json::Value>,
 }
 
-fn sts_task(enc: &dyn crate::model::Embedder, a: &Args) -> Result<Outcome> {
+/// `--langs` as given, each name trimmed (`--langs "deu, fra"`).
+fn langs(a: &Args) -> Vec<String> {
+    a.langs.iter().map(|l| l.trim().to_string()).collect()
+}
+
+fn sts_read(a: &Args) -> Result<Vec<crate::data::sts::StsSet>> {
     let dir = crate::data::data_dir(a.data_dir.as_deref())?;
-    let sets = crate::data::sts::read_sts2017(&dir.join("sts"), &a.langs)?;
-    let (scores, bias) = crate::eval::sts::evaluate(enc, &sets, a.batch_size)?;
+    crate::data::sts::read_sts2017(&dir.join("sts"), &langs(a))
+}
+
+fn sts_task(enc: &dyn crate::model::Embedder, sets: &[crate::data::sts::StsSet], batch_size: usize) -> Result<Outcome> {
+    let (scores, bias) = crate::eval::sts::evaluate(enc, sets, batch_size)?;
     let results = scores
         .iter()
         .map(|s| Entry {
@@ -140,11 +148,14 @@ fn sts_task(enc: &dyn crate::model::Embedder, a: &Args) -> Result<Outcome> {
     Ok(Outcome { table: crate::eval::sts::markdown(&scores, bias.as_ref()), results, extra: bias.map(|b| serde_json::json!({"language_bias": b})) })
 }
 
-fn tatoeba_task(enc: &dyn crate::model::Embedder, a: &Args) -> Result<Outcome> {
+fn tatoeba_read(a: &Args) -> Result<Vec<crate::data::tatoeba::TatoebaSet>> {
     let dir = crate::data::data_dir(a.data_dir.as_deref())?.join("tatoeba");
-    let langs = if a.langs.is_empty() { crate::data::tatoeba::languages(&dir)? } else { a.langs.clone() };
-    let sets = langs.iter().map(|l| crate::data::tatoeba::read(&dir, l)).collect::<Result<Vec<_>>>()?;
-    let scores = crate::eval::tatoeba::evaluate(enc, &sets, a.batch_size)?;
+    let langs = if a.langs.is_empty() { crate::data::tatoeba::languages(&dir)? } else { langs(a) };
+    langs.iter().map(|l| crate::data::tatoeba::read(&dir, l)).collect()
+}
+
+fn tatoeba_task(enc: &dyn crate::model::Embedder, sets: &[crate::data::tatoeba::TatoebaSet], batch_size: usize) -> Result<Outcome> {
+    let scores = crate::eval::tatoeba::evaluate(enc, sets, batch_size)?;
     let results: Vec<Entry> = scores
         .iter()
         .map(|s| Entry {
@@ -163,10 +174,41 @@ fn tatoeba_task(enc: &dyn crate::model::Embedder, a: &Args) -> Result<Outcome> {
     })
 }
 
-fn bucc_task(enc: &dyn crate::model::Embedder, b: &BuccArgs) -> Result<Outcome> {
+/// One BUCC language pair's splits: a test split, and a train split to take the threshold from
+/// when the data has both.
+struct BuccPair {
+    pair: String,
+    train: Option<crate::data::bucc::BuccSplit>,
+    test: crate::data::bucc::BuccSplit,
+}
+
+fn bucc_read(b: &BuccArgs) -> Result<Vec<BuccPair>> {
     let a = &b.common;
+    let settings = b.mining.settings()?;
     let dir = crate::data::data_dir(a.data_dir.as_deref())?.join("bucc");
-    let pairs = if a.langs.is_empty() { crate::data::bucc::pairs(&dir)? } else { a.langs.clone() };
+    let pairs = if a.langs.is_empty() { crate::data::bucc::pairs(&dir)? } else { langs(a) };
+    let mut out = Vec::new();
+    for pair in pairs {
+        let splits = crate::data::bucc::splits(&dir, &pair)?;
+        let has = |s: &str| splits.iter().any(|x| x == s);
+        let (train, test) = if has("train") && has("test") {
+            (Some(crate::data::bucc::read(&dir, &pair, "train")?), crate::data::bucc::read(&dir, &pair, "test")?)
+        } else {
+            ensure!(splits.len() == 1, "BUCC {pair}: found splits {splits:?}; with more than one, xsent needs `train` and `test`");
+            (None, crate::data::bucc::read(&dir, &pair, &splits[0])?)
+        };
+        for split in train.iter().chain([&test]) {
+            if let Some(note) = crate::eval::knn::k_note(settings.k, split.src.len(), split.tgt.len()) {
+                eprintln!("xsent eval bucc: {pair} {}: {note}", split.split);
+            }
+        }
+        out.push(BuccPair { pair, train, test });
+    }
+    Ok(out)
+}
+
+fn bucc_task(enc: &dyn crate::model::Embedder, b: &BuccArgs, data: &[BuccPair]) -> Result<Outcome> {
+    let a = &b.common;
     let settings = b.mining.settings()?;
     let published = crate::eval::published::by_system(crate::eval::published_tables::BUCC_F1);
     let mut table = String::from("| BUCC 2018 | split | threshold | P | R | F1 |");
@@ -175,21 +217,8 @@ fn bucc_task(enc: &dyn crate::model::Embedder, b: &BuccArgs) -> Result<Outcome> 
     }
     table += &format!("\n|---|---|---|---:|---:|---:|{}\n", "---:|".repeat(published.len()));
     let mut results = Vec::new();
-    for pair in &pairs {
-        let splits = crate::data::bucc::splits(&dir, pair)?;
-        let has = |s: &str| splits.iter().any(|x| x == s);
-        let (train, test) = if has("train") && has("test") {
-            (Some(crate::data::bucc::read(&dir, pair, "train")?), crate::data::bucc::read(&dir, pair, "test")?)
-        } else {
-            ensure!(splits.len() == 1, "BUCC {pair}: found splits {splits:?}; with more than one, xsent needs `train` and `test`");
-            (None, crate::data::bucc::read(&dir, pair, &splits[0])?)
-        };
-        for split in train.iter().chain([&test]) {
-            if let Some(note) = crate::eval::knn::k_note(settings.k, split.src.len(), split.tgt.len()) {
-                eprintln!("xsent eval bucc: {pair} {}: {note}", split.split);
-            }
-        }
-        let s = bucc::evaluate(enc, train.as_ref(), &test, settings, a.batch_size)?;
+    for BuccPair { pair, train, test } in data {
+        let s = bucc::evaluate(enc, train.as_ref(), test, settings, a.batch_size)?;
         let label = if s.threshold_from == "oracle" { format!("{:.4} (oracle threshold)", s.scores.threshold) } else { format!("{:.4} (from train)", s.scores.threshold) };
         table += &format!("| {} | {} | {} | {:.2} | {:.2} | {:.2} |", s.pair, s.split, label, s.scores.precision, s.scores.recall, s.scores.f1);
         for c in &published {
@@ -221,16 +250,20 @@ fn bucc_task(enc: &dyn crate::model::Embedder, b: &BuccArgs) -> Result<Outcome> 
     Ok(Outcome { table, results, extra: Some(serde_json::json!({"settings": settings})) })
 }
 
-/// Check the data directory, then [`loaded`].
-fn single(a: &Args, task: impl FnOnce(&dyn crate::model::Embedder) -> Result<Outcome>) -> Result<()> {
+/// Check the arguments and the data directory, read the task's data (so a missing file or an
+/// unknown language is reported before the model loads), then [`loaded`].
+fn single<D>(a: &Args, read: impl FnOnce() -> Result<D>, task: impl FnOnce(&dyn crate::model::Embedder, D) -> Result<Outcome>) -> Result<()> {
     let dir = crate::data::data_dir(a.data_dir.as_deref())?;
-    loaded(a, &[], Some(&dir), task)
+    check(a, &[], Some(&dir))?;
+    let data = read()?;
+    loaded(a, |enc| task(enc, data))
 }
 
-/// Load the model, run one task, print its table and write its report (checked first against
-/// the task's input files and data directory).
-fn loaded(a: &Args, inputs: &[&Path], data_dir: Option<&Path>, task: impl FnOnce(&dyn crate::model::Embedder) -> Result<Outcome>) -> Result<()> {
-    ensure!(a.batch_size > 0, "--batch-size must be at least 1");
+/// The checks every task makes before any work: batch size, --langs given twice, and the report
+/// path against the task's input files and data directory.
+fn check(a: &Args, inputs: &[&Path], data_dir: Option<&Path>) -> Result<()> {
+    super::check_batch_size(a.batch_size)?;
+    ensure!(!a.langs.iter().any(|l| l.trim().is_empty()), "--langs has an empty name ({:?}); give names separated by single commas", a.langs.join(","));
     // A set given twice would count twice in the averages.
     for (i, l) in a.langs.iter().enumerate() {
         ensure!(!a.langs[..i].iter().any(|k| k.trim() == l.trim()), "--langs lists {} twice; give each once", l.trim());
@@ -238,6 +271,11 @@ fn loaded(a: &Args, inputs: &[&Path], data_dir: Option<&Path>, task: impl FnOnce
     if let Some(r) = &a.report {
         super::check_report(r, inputs, data_dir)?;
     }
+    Ok(())
+}
+
+/// Load the model, run one task, print its table and write its report.
+fn loaded(a: &Args, task: impl FnOnce(&dyn crate::model::Embedder) -> Result<Outcome>) -> Result<()> {
     let start = Instant::now();
     let enc = a.model.load()?;
     let o = task(enc.as_ref())?;
@@ -248,12 +286,13 @@ fn loaded(a: &Args, inputs: &[&Path], data_dir: Option<&Path>, task: impl FnOnce
 fn sts(s: StsArgs) -> Result<()> {
     let a = &s.common;
     if s.pairs.is_empty() {
-        return single(a, |enc| sts_task(enc, a));
+        return single(a, || sts_read(a), |enc, sets| sts_task(enc, &sets, a.batch_size));
     }
+    let inputs: Vec<&Path> = s.pairs.iter().map(PathBuf::as_path).collect();
+    check(a, &inputs, None)?;
     // Read every file before the model loads: a bad file is reported at once.
     let sets = s.pairs.iter().map(|p| crate::data::sts::read_scored_pairs(p)).collect::<Result<Vec<_>>>()?;
-    let inputs: Vec<&Path> = s.pairs.iter().map(PathBuf::as_path).collect();
-    loaded(a, &inputs, None, |enc| scored_pairs_task(enc, &sets, &s.pairs, a.batch_size))
+    loaded(a, |enc| scored_pairs_task(enc, &sets, &s.pairs, a.batch_size))
 }
 
 /// `--pairs`: one row per file, no published columns.
@@ -275,20 +314,26 @@ fn scored_pairs_task(enc: &dyn crate::model::Embedder, sets: &[crate::data::sts:
 }
 
 fn tatoeba(a: Args) -> Result<()> {
-    single(&a, |enc| tatoeba_task(enc, &a))
+    single(&a, || tatoeba_read(&a), |enc, sets| tatoeba_task(enc, &sets, a.batch_size))
 }
 
 fn bucc(b: BuccArgs) -> Result<()> {
     b.mining.settings()?;
-    single(&b.common, |enc| bucc_task(enc, &b))
+    single(&b.common, || bucc_read(&b), |enc, data| bucc_task(enc, &b, &data))
 }
 
 /// STS 2017, Tatoeba and BUCC with one loaded model, one report.
 fn all(b: BuccArgs) -> Result<()> {
     ensure!(b.common.langs.is_empty(), "--langs selects sets of one task; run the tasks one by one to choose languages");
     b.mining.settings()?;
-    single(&b.common, |enc| {
-        let parts = [("sts17", sts_task(enc, &b.common)?), ("tatoeba", tatoeba_task(enc, &b.common)?), ("bucc2018", bucc_task(enc, &b)?)];
+    let a = &b.common;
+    let read = || Ok((sts_read(a)?, tatoeba_read(a)?, bucc_read(&b)?));
+    single(a, read, |enc, (sts, tatoeba, bucc)| {
+        let parts = [
+            ("sts17", sts_task(enc, &sts, a.batch_size)?),
+            ("tatoeba", tatoeba_task(enc, &tatoeba, a.batch_size)?),
+            ("bucc2018", bucc_task(enc, &b, &bucc)?),
+        ];
         let mut out = Outcome { table: String::new(), results: Vec::new(), extra: Some(serde_json::json!({})) };
         for (name, o) in parts {
             out.table += &format!("## {name}\n\n{}\n", o.table);
@@ -300,7 +345,7 @@ fn all(b: BuccArgs) -> Result<()> {
 }
 
 fn xsr(a: XsrArgs) -> Result<()> {
-    ensure!(a.batch_size > 0, "--batch-size must be at least 1");
+    super::check_batch_size(a.batch_size)?;
     if a.multi30k {
         if let Some(r) = &a.report {
             super::check_report(r, &[], Some(&crate::data::data_dir(a.data_dir.as_deref())?))?;
