@@ -31,8 +31,13 @@ fn e5_small_reproduces_reference_numbers() {
         assert!((got - score).abs() <= 0.1, "{lang}: {got} vs {score}");
         assert_eq!(got, e["scores"]["spearman"].as_f64().unwrap());
     }
+    // Seed 003 §7 pools its multilingual STS set, which has no WMT track: the other six are pooled.
     let bias = &r["extra"]["language_bias"];
-    let mean: f64 = results.iter().map(|e| e["main_score"].as_f64().unwrap()).sum::<f64>() / 7.0;
+    let pooled: Vec<&str> = bias["sets"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(pooled, ["ar-ar", "ar-en", "es-es", "es-en", "en-en", "en-de"]);
+    assert!(table.contains("es-en-wmt left out"), "{table}");
+    let six = results.iter().filter(|e| e["language"] != "es-en-wmt");
+    let mean: f64 = six.map(|e| e["main_score"].as_f64().unwrap()).sum::<f64>() / 6.0;
     assert!((bias["expected"].as_f64().unwrap() - mean).abs() < 1e-9);
 }
 
@@ -118,4 +123,12 @@ fn scored_pair_files_reproduce_sentence_transformers() {
     let out = common::xsent().args(["eval", "sts", "--model", "unused", "--pairs"]).arg(&bad).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("bad.tsv:2"), "{err}");
+    // Pairs the model cannot tell apart (all the same two sentences) have no correlation: an
+    // error naming the set, not a NaN in the table and a null in the report.
+    let same = d.path().join("same.tsv");
+    write(&same, "a cat\ta dog\t1\na cat\ta dog\t3\na cat\ta dog\t5\n");
+    let out = common::xsent().args(["eval", "sts", "--model"]).arg(&model).arg("--pairs").arg(&same).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("STS set same") && err.contains("all 3 pairs the same cosine"), "{err}");
 }
