@@ -1,4 +1,5 @@
-//! BUCC 2018 (seed 000 §6.2, seed 003 §4.2): margin-scored candidates (LASER's mining), a
+//! BUCC 2018 (seed 000 §6.2, seed 003 §4.2): margin-scored candidates (LASER's mining over
+//! distinct sentences), a
 //! threshold for best F1 on a training split applied to the test split, or — with one split —
 //! the best-F1 threshold on that split itself, reported as an oracle threshold.
 
@@ -31,7 +32,10 @@ fn prf(tp: f64, predicted: f64, gold: f64, threshold: f64) -> Prf {
     Prf { precision: 100.0 * p, recall: 100.0 * r, f1: 100.0 * f1, threshold }
 }
 
-/// The threshold (a candidate's score) with the best F1 over candidates sorted best first.
+/// The threshold with the best F1 over candidates sorted best first: as LASER's `BuccOptimize`,
+/// halfway between the last candidate kept and the next (lower) score, so that applied to
+/// another split it keeps what scores between the two; the last candidate's own score when all
+/// are kept.
 pub fn best_threshold(cands: &[Candidate], gold: &HashSet<(usize, usize)>) -> Prf {
     let mut best = prf(0.0, 0.0, gold.len() as f64, f64::INFINITY);
     let mut tp = 0.0;
@@ -43,7 +47,8 @@ pub fn best_threshold(cands: &[Candidate], gold: &HashSet<(usize, usize)>) -> Pr
         if cands.get(i + 1).is_some_and(|n| n.score == c.score) {
             continue;
         }
-        let here = prf(tp, (i + 1) as f64, gold.len() as f64, c.score);
+        let threshold = cands.get(i + 1).map_or(c.score, |n| (c.score + n.score) / 2.0);
+        let here = prf(tp, (i + 1) as f64, gold.len() as f64, threshold);
         if here.f1 > best.f1 {
             best = here;
         }
@@ -59,11 +64,38 @@ pub struct Settings {
     pub retrieval: Retrieval,
 }
 
-/// Candidates of one split.
+/// Candidates of one split, as LASER's `bucc.sh` mines them (`mine_bitexts --unify`, then
+/// `bucc.py`): each distinct sentence is embedded and searched once, so that a sentence met twice
+/// in a side does not fill two of another sentence's k neighbours (seed 000 §6.2: "excluding
+/// duplicates"), and each mined pair of texts stands for every pair of the ids that hold them.
 pub fn candidates(enc: &dyn Embedder, split: &BuccSplit, s: Settings, batch_size: usize) -> Result<Vec<Candidate>> {
-    let x = Matrix::embed(enc, &split.src, batch_size)?;
-    let y = Matrix::embed(enc, &split.tgt, batch_size)?;
-    mine(&x, &y, s.k, s.margin, s.retrieval)
+    let (src, src_ids) = unify(&split.src);
+    let (tgt, tgt_ids) = unify(&split.tgt);
+    let x = Matrix::embed(enc, &src, batch_size)?;
+    let y = Matrix::embed(enc, &tgt, batch_size)?;
+    let mut out = Vec::new();
+    for c in mine(&x, &y, s.k, s.margin, s.retrieval)? {
+        for &i in &src_ids[c.src] {
+            out.extend(tgt_ids[c.tgt].iter().map(|&j| Candidate { src: i, tgt: j, score: c.score }));
+        }
+    }
+    Ok(out)
+}
+
+/// The distinct texts of `lines` in order of first appearance, and for each the indices of the
+/// lines that hold it.
+fn unify(lines: &[String]) -> (Vec<&str>, Vec<Vec<usize>>) {
+    let mut first: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let (mut texts, mut ids): (Vec<&str>, Vec<Vec<usize>>) = (Vec::new(), Vec::new());
+    for (i, l) in lines.iter().enumerate() {
+        let u = *first.entry(l.as_str()).or_insert_with(|| {
+            texts.push(l.as_str());
+            ids.push(Vec::new());
+            texts.len() - 1
+        });
+        ids[u].push(i);
+    }
+    (texts, ids)
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -111,7 +143,8 @@ mod tests {
         // Cut after 2: P 2/2, R 2/4 -> F1 2/3. After 4: P 3/4, R 3/4 -> F1 3/4 (best). After 5: P 3/5, R 3/4 -> F1 2/3.
         let b = best_threshold(&cands, &gold);
         assert!((b.f1 - 75.0).abs() < 1e-9 && (b.precision - 75.0).abs() < 1e-9 && (b.recall - 75.0).abs() < 1e-9, "{b:?}");
-        assert_eq!(b.threshold, 1.0);
+        // Halfway between the last kept score (1.0) and the next (0.9), as LASER's BuccOptimize.
+        assert!((b.threshold - 0.95).abs() < 1e-12, "{b:?}");
         let at = prf_at(&cands, &gold, 1.15);
         assert!((at.precision - 100.0).abs() < 1e-9 && (at.recall - 50.0).abs() < 1e-9);
         assert!((at.f1 - 200.0 / 3.0).abs() < 1e-9);
@@ -119,5 +152,14 @@ mod tests {
         let tied = vec![c(0, 0, 1.0), c(9, 9, 1.0)];
         let b = best_threshold(&tied, &[(0, 0)].into_iter().collect());
         assert!((b.precision - 50.0).abs() < 1e-9);
+        assert_eq!(b.threshold, 1.0, "all kept: the last score itself");
+    }
+
+    #[test]
+    fn unify_keeps_first_appearance_order_and_every_id() {
+        let lines: Vec<String> = ["a", "b", "a", "c", "b"].iter().map(|s| s.to_string()).collect();
+        let (texts, ids) = unify(&lines);
+        assert_eq!(texts, ["a", "b", "c"]);
+        assert_eq!(ids, [vec![0, 2], vec![1, 4], vec![3]]);
     }
 }
