@@ -49,6 +49,30 @@ fn bucc_reader_errors_name_files() {
     assert!(e.contains("zh-en.dev.zh:2: the id zh-1 is already on line 1"), "{e}");
 }
 
+/// A sentence met twice on one side (two ids, one text) is mined once, as LASER's `--unify`,
+/// and the mined pair stands for both ids: both gold pairs are found. Mined line by line, the
+/// greedy `max` retrieval would give the English sentence to one of the two ids only.
+#[test]
+fn bucc_mines_distinct_sentences_and_credits_every_id() {
+    let d = tempfile::tempdir().unwrap();
+    let b = d.path().join("bucc");
+    std::fs::create_dir_all(&b).unwrap();
+    let de = ["Der Hund schläft im Garten.", "Ich trinke jeden Morgen Kaffee.", "Der Hund schläft im Garten.", "Das Wetter ist heute schön."];
+    let en = ["The weather is nice today.", "The dog is sleeping in the garden.", "I drink coffee every morning."];
+    let lines = |ids: &str, texts: &[&str]| texts.iter().enumerate().map(|(i, t)| format!("{ids}-{i}\t{t}\n")).collect::<String>();
+    write(&b.join("de-en.dev.de"), &lines("de", &de));
+    write(&b.join("de-en.dev.en"), &lines("en", &en));
+    write(&b.join("de-en.dev.gold"), "de-0\ten-1\nde-1\ten-2\nde-2\ten-1\nde-3\ten-0\n");
+    let (_, r) = common::eval_report(["bucc", "--model", &common::e5_small(), "--prefix", "query: ", "--k", "2", "--data-dir", d.path().to_str().unwrap()]);
+    let e = &r["results"][0];
+    assert_eq!(e["language"], "de-en");
+    assert_eq!(e["scores"]["gold"], 4);
+    assert_eq!(e["scores"]["candidates"], 4, "{e}");
+    for k in ["precision", "recall", "f1"] {
+        assert_eq!(e["scores"][k].as_f64().unwrap(), 100.0, "{k}: {e}");
+    }
+}
+
 /// 300 Tatoeba deu-eng pairs: src = German, tgt = English shuffled by a fixed rotation.
 fn corpus(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, Vec<String>, Vec<String>) {
     let t = common::data().join("tatoeba");
