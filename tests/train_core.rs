@@ -718,6 +718,46 @@ fn early_stopping_ends_the_run_with_a_final_model() {
     let o = s.resume(&late, &["--set", "train.best_metric=\"mse_x100\""]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(late.join("final/model.safetensors").is_file());
+    // The step-4 validation that failed is run on resume, before step 5: one per step.
+    let vals: Vec<u64> = metrics(&late).iter().filter(|m| m.get("val").is_some()).map(|m| m["step"].as_u64().unwrap()).collect();
+    assert_eq!(vals, [4, 8, 12], "{}", stderr(&o));
+}
+
+/// A resume keeps a best of its own: one that changes the metric starts the best again, and one
+/// from a checkpoint older than best/ moves that best/ aside.
+#[test]
+fn a_resume_keeps_the_best_of_its_own_metric_and_steps() {
+    let s = setup("");
+    let run = s.run_dir("r");
+    let args = ["--set", "train.eval_at_start=false", "--set", "train.checkpoint_every=2"];
+    // Validation at step 4 (the first: the best), checkpoints at 2 and 4.
+    let o = s.train(&[&["--out", run.to_str().unwrap(), "--stop-after", "4"][..], &args].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let best_step = |dir: &Path| -> u64 {
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("xsent-best.json")).unwrap()).unwrap();
+        v["step"].as_u64().unwrap()
+    };
+    assert_eq!(best_step(&run.join("best")), 4);
+    // Back to step 2 (as the NaN advice says: newer checkpoints moved away): best/ holds a step
+    // the resumed run has not trained yet.
+    std::fs::rename(run.join("checkpoints/step-4"), s.run_dir("step-4-away")).unwrap();
+    let o = s.resume(&run, &["--stop-after", "4"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("best/ held step 4, after the checkpoint resumed (step 2)"), "{}", stderr(&o));
+    let aside = run.join("best-step-4-before-resume");
+    assert_eq!(best_step(&aside), 4, "moved aside, not deleted");
+    assert_eq!(best_step(&run.join("best")), 4, "the replayed step 4 is this run's best");
+    // Another metric: the best so far (mse_x100, lower is better) cannot be compared with it.
+    let o = s.resume(&run, &["--set", "train.best_metric=\"acc_mean\"", "--set", "train.best_mode=\"max\"", "--stop-after", "8"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("is mse_x100/min, and this run keeps the best by acc_mean/max"), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(run.join("best/xsent-best.json")).unwrap()).unwrap();
+    assert_eq!(v["step"], 8, "the first acc_mean validation is the best: {v}");
+    assert!(v.get("acc_mean").is_some(), "{v}");
+    // The same metric again: nothing starts over.
+    let o = s.resume(&run, &["--set", "train.best_metric=\"acc_mean\"", "--set", "train.best_mode=\"max\""]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("start again"), "{}", stderr(&o));
 }
 
 #[test]

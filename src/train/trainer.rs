@@ -129,12 +129,21 @@ struct State {
     /// Word position of the ChaCha8 RNG (as a decimal string: it is a u128).
     rng_word_pos: String,
     best: Option<(u64, f64)>,
+    /// What `best` scores: `train.best_metric` and its mode (`sts_spearman/max`); None in
+    /// checkpoints written before it was recorded.
+    #[serde(default)]
+    best_of: Option<String>,
     evals_since_best: usize,
     sentences: u64,
     elapsed_s: f64,
-    /// The run ended (all steps, or early stopping) and its final validation is in `best`.
+    /// The run ended (all steps, or early stopping) and its final validation is in `best`; None
+    /// in checkpoints written before it was recorded.
     #[serde(default)]
-    finished: bool,
+    finished: Option<bool>,
+    /// A validation of this step is still owed: it failed on an unknown `train.best_metric`, and
+    /// a resume runs it before the next step.
+    #[serde(default)]
+    pending_validation: bool,
 }
 
 /// Options of one invocation (not part of the config).
@@ -275,10 +284,12 @@ impl<'a> Trainer<'a> {
             pos: 0,
             rng_word_pos: "0".into(),
             best: None,
+            best_of: None,
             evals_since_best: 0,
             sentences: 0,
             elapsed_s: 0.0,
-            finished: false,
+            finished: Some(false),
+            pending_validation: false,
         };
         let (best_metric, best_mode) = {
             let (m, mode) = recipe.default_best();
@@ -328,18 +339,31 @@ impl<'a> Trainer<'a> {
                 );
             }
             eprintln!("xsent train: resuming {} at step {} of {total}", self.out.display(), state.step);
+            let of = best_of(&best_metric, best_mode);
+            if let (Some((at, b)), Some(was)) = (state.best, state.best_of.as_deref()) {
+                if was != of {
+                    // Scores of another metric (or mode) cannot be compared with this one's.
+                    eprintln!(
+                        "xsent train: the best so far ({b:.4} at step {at}) is {was}, and this run keeps the best by {of}: \
+                         the best and the patience count start again"
+                    );
+                    state.best = None;
+                    state.evals_since_best = 0;
+                }
+            }
+            set_aside_stale_best(&self.out, state.step)?;
         }
         // A run that already ended (all steps, or patience ran out under this config) is only
         // completed, never trained further or validated again.
         let patience = t.early_stopping_patience;
         let patience_out = patience > 0 && state.best.is_some() && state.evals_since_best >= patience;
         let ended = if patience_out { Some(Outcome::EarlyStopped) } else { (state.step == total).then_some(Outcome::Finished) };
-        if ended == Some(Outcome::Finished) && !state.finished && self.out.join("final").is_dir() {
+        if ended == Some(Outcome::Finished) && state.finished.is_none() && self.out.join("final").is_dir() {
             // Written before checkpoints recorded `finished`: the final validation is logged.
-            state.finished = validation_logged(&self.out.join("metrics.jsonl"), state.step);
+            state.finished = Some(validation_logged(&self.out.join("metrics.jsonl"), state.step));
         }
         if let Some(o) = ended {
-            if state.finished && self.out.join("final").is_dir() {
+            if state.finished == Some(true) && self.out.join("final").is_dir() {
                 eprintln!(
                     "xsent train: {} already ended at step {} ({}); final/ is in place, nothing to do ({} to train further)",
                     self.out.display(),
@@ -354,7 +378,7 @@ impl<'a> Trainer<'a> {
                 return Ok(o);
             }
         } else {
-            state.finished = false;
+            state.finished = Some(false);
         }
         if let (Some(n), None) = (opts.stop_after, ended) {
             if n <= state.step {
@@ -379,7 +403,12 @@ impl<'a> Trainer<'a> {
         // (filled when longer than one micro-batch).
         let mut mega = (0u64, recipe.megabatch_len(0).max(1), Vec::<usize>::new());
         let progress = Progress::new(total, state.step);
-        if state.step == 0 && t.eval_at_start {
+        let mut stopped_before = false;
+        if state.pending_validation && ended.is_none() {
+            // The validation of the checkpointed step failed on an unknown metric: run it now.
+            state.pending_validation = false;
+            stopped_before = self.validate(recipe, sts.as_ref(), &mut metrics, &mut state, (&best_metric, best_mode), &progress)?;
+        } else if state.step == 0 && t.eval_at_start {
             self.validate(recipe, sts.as_ref(), &mut metrics, &mut state, (&best_metric, best_mode), &progress)?;
         }
         if let Some(f) = &opts.started {
@@ -388,14 +417,14 @@ impl<'a> Trainer<'a> {
         let started = Instant::now();
         let elapsed_before = state.elapsed_s;
         let mut window = (Instant::now(), 0u64);
-        let mut outcome = ended.unwrap_or(Outcome::Finished);
+        let mut outcome = ended.unwrap_or(if stopped_before { Outcome::EarlyStopped } else { Outcome::Finished });
         if opts.interrupt.as_ref().is_some_and(|f| f.load(Ordering::SeqCst)) && ended.is_none() {
             // Interrupted before the first step of this invocation: nothing new to save.
             progress.finish();
             eprintln!("xsent train: interrupted before step {}; nothing new to checkpoint", state.step + 1);
             return Ok(Outcome::Interrupted);
         }
-        while ended.is_none() && state.step < total {
+        while ended.is_none() && !stopped_before && state.step < total {
             let step_start = Instant::now();
             let lr = cfg.optim.lr_at(state.step, total);
             let mut grads: Option<GradStore> = None;
@@ -497,8 +526,10 @@ impl<'a> Trainer<'a> {
                 match self.validate(recipe, sts.as_ref(), &mut metrics, &mut state, (&best_metric, best_mode), &progress) {
                     Ok(stop) => stop_early = stop,
                     Err(e) if e.is::<UnknownMetric>() => {
-                        // Keep the steps trained so far: the mistake is fixed on resume.
+                        // Keep the steps trained so far: the mistake is fixed on resume, which
+                        // validates this step before training on.
                         state.rng_word_pos = rng.get_word_pos().to_string();
+                        state.pending_validation = true;
                         self.checkpoint(&params, &opt, &state)?;
                         bail!(
                             "{e}\nstep {} is checkpointed: continue with --resume --out {} --set train.best_metric=NAME",
@@ -515,6 +546,8 @@ impl<'a> Trainer<'a> {
                 outcome = Outcome::EarlyStopped;
                 break;
             }
+            // An interrupt that came during the validation stops here too, not a step later.
+            let interrupted = interrupted || opts.interrupt.as_ref().is_some_and(|f| f.load(Ordering::SeqCst));
             let due = t.checkpoint_every > 0 && state.step.is_multiple_of(t.checkpoint_every);
             if due || interrupted || stop_here {
                 self.checkpoint(&params, &opt, &state)?;
@@ -537,7 +570,7 @@ impl<'a> Trainer<'a> {
         // Final validation (unless it already ran: a resumed run that had ended), checkpoint
         // and model.
         let mut unknown_metric = None;
-        if outcome == Outcome::Finished && !state.finished {
+        if outcome == Outcome::Finished && state.finished != Some(true) {
             match self.validate(recipe, sts.as_ref(), &mut metrics, &mut state, (&best_metric, best_mode), &progress) {
                 Ok(_) => {}
                 Err(e) if e.is::<UnknownMetric>() => unknown_metric = Some(e),
@@ -545,7 +578,7 @@ impl<'a> Trainer<'a> {
             }
         }
         state.rng_word_pos = rng.get_word_pos().to_string();
-        state.finished = unknown_metric.is_none();
+        state.finished = Some(unknown_metric.is_none());
         self.checkpoint(&params, &opt, &state)?;
         write_atomically(&self.out.join("final"), |d| recipe.save_model(d))?;
         if let Some(e) = unknown_metric {
@@ -598,6 +631,7 @@ impl<'a> Trainer<'a> {
             };
         if better {
             state.best = Some((state.step, score));
+            state.best_of = Some(best_of(best_metric, mode));
             state.evals_since_best = 0;
             if self.cfg.train.keep_best {
                 write_atomically(&self.out.join("best"), |d| {
@@ -803,6 +837,38 @@ fn truncate_metrics(path: &Path, step: u64) -> Result<()> {
         out.push('\n');
     }
     write_file_atomically(path, out.as_bytes())
+}
+
+/// How `State::best_of` names a metric and its mode (`sts_spearman/max`).
+fn best_of(metric: &str, mode: BestMode) -> String {
+    format!("{metric}/{}", if mode == BestMode::Max { "max" } else { "min" })
+}
+
+/// On resume from a checkpoint older than `best/`, `best/` holds a model of steps after the
+/// checkpoint, which the resumed run replays (the same steps again, or others under a changed
+/// config) and scores against the checkpoint's best. So that `best/` never holds a model this
+/// run did not keep, it is moved aside to `best-step-N-before-resume/` (not deleted); a replay
+/// that scores as well writes it again.
+fn set_aside_stale_best(out: &Path, step: u64) -> Result<()> {
+    let best = out.join("best");
+    let Ok(text) = std::fs::read_to_string(best.join("xsent-best.json")) else { return Ok(()) };
+    let Some(at) = serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["step"].as_u64()) else { return Ok(()) };
+    if at <= step {
+        return Ok(());
+    }
+    let aside = out.join(format!("best-step-{at}-before-resume"));
+    anyhow::ensure!(
+        !aside.exists(),
+        "--resume: {} holds step {at}, after the checkpoint of step {step}, and {} exists already: move one of them away, then resume",
+        best.display(),
+        aside.display()
+    );
+    std::fs::rename(&best, &aside).with_context(|| format!("cannot move {} to {}", best.display(), aside.display()))?;
+    eprintln!(
+        "xsent train: best/ held step {at}, after the checkpoint resumed (step {step}); moved to {} (the resumed run keeps its own best)",
+        aside.display()
+    );
+    Ok(())
 }
 
 /// Whether `metrics.jsonl` holds a validation at `step`.
