@@ -5,7 +5,7 @@ mod common;
 
 use xsent::data::tatoeba;
 
-/// All 90 languages in ../shared/data (about 8 minutes on 2 cores): the average and four languages.
+/// All 90 languages in ../shared/data (7 to 8 minutes on 2 cores): the average and four languages.
 #[test]
 fn e5_small_reproduces_reference_numbers() {
     let (table, r) = common::eval_report(["tatoeba", "--model", &common::e5_small(), "--prefix", "query: ", "--data-dir", &common::data_arg()]);
