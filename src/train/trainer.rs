@@ -86,11 +86,16 @@ pub trait Recipe: Send + Sync {
     }
     /// For a [`coupled`](Recipe::coupled) recipe: the separable part of the loss of a shard (a
     /// mean over its examples) and its examples' vectors `[shard, d]` (both differentiable).
+    /// The trainer weights each shard by its share of the batch's examples, so a term that is a
+    /// mean over something else (e.g. lightweight's token-level `mlm`, a mean over masked
+    /// tokens, whose count varies by row) is weighted per shard, not over the whole batch.
     fn shard_forward(&self, _shard: &[usize], _rng: &mut Rng) -> Result<(StepLoss, Tensor)> {
         bail!("this recipe does not split its loss")
     }
     /// For a [`coupled`](Recipe::coupled) recipe: the coupled part of the loss of `batch` given
-    /// its examples' vectors `[batch, d]` in batch order.
+    /// its examples' vectors `[batch, d]` in batch order. It must be a function of the vectors
+    /// alone: only their gradient is taken from its backward, so a parameter used here (a
+    /// learned temperature, say) would get no update.
     fn coupled_loss(&self, _batch: &[usize], _vectors: &Tensor) -> Result<StepLoss> {
         bail!("this recipe does not split its loss")
     }
