@@ -88,6 +88,31 @@ impl Source {
         if self.max_pairs == Some(0) {
             bail!("max_pairs = 0 reads no pairs: leave it out to read them all");
         }
+        // A key of another kind (an xnli source given `path`, say) would be silently unread.
+        let set = [
+            ("path", self.path.is_some()),
+            ("src", self.src.is_some()),
+            ("tgt", self.tgt.is_some()),
+            ("dir", self.dir.is_some()),
+            ("src_lang", self.src_lang.is_some()),
+            ("tgt_lang", self.tgt_lang.is_some()),
+            ("langs", !self.langs.is_empty()),
+        ];
+        let reads: &[&str] = match self.kind {
+            SourceKind::Tsv => &["path", "src_lang", "tgt_lang"],
+            SourceKind::Aligned => &["src", "tgt", "src_lang", "tgt_lang"],
+            SourceKind::Xnli => &["dir", "langs", "splits", "pivot"],
+        };
+        let unread: Vec<&str> = set.iter().filter(|(k, on)| *on && !reads.contains(k)).map(|(k, _)| *k).collect();
+        if !unread.is_empty() {
+            bail!(
+                "kind = \"{}\" does not read {}: remove {} (it reads {})",
+                self.kind.name(),
+                unread.join(", "),
+                if unread.len() == 1 { "it" } else { "them" },
+                reads.join(", ")
+            );
+        }
         match self.kind {
             SourceKind::Tsv => need(&self.path, "path"),
             SourceKind::Aligned => need(&self.src, "src").and(need(&self.tgt, "tgt")),
@@ -357,7 +382,13 @@ mod tests {
             (Source { splits: vec![], ..src.clone() }, "kind = \"xnli\" needs `splits`"),
             (Source { langs: vec!["de".into(), "en".into()], ..src.clone() }, "`langs` lists the pivot \"en\""),
             (Source { max_pairs: Some(0), ..src.clone() }, "max_pairs = 0 reads no pairs"),
-            (Source { kind: SourceKind::Aligned, src: Some("a".into()), ..src }, "kind = \"aligned\" needs `tgt`"),
+            (Source { kind: SourceKind::Aligned, src: Some("a".into()), dir: None, langs: vec![], ..src.clone() }, "kind = \"aligned\" needs `tgt`"),
+            // A key of another kind would go unread.
+            (Source { path: Some("p.tsv".into()), ..src.clone() }, "kind = \"xnli\" does not read path: remove it"),
+            (
+                Source { kind: SourceKind::Aligned, src: Some("a".into()), tgt: Some("b".into()), ..src },
+                "kind = \"aligned\" does not read dir, langs: remove them (it reads src, tgt, src_lang, tgt_lang)",
+            ),
         ] {
             let e = format!("{:#}", read_sources(&[bad], "data.sources").unwrap_err());
             assert!(e.contains(want), "{e}");
