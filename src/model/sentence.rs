@@ -114,7 +114,17 @@ impl SentenceEncoder {
         if let Some(n) = opts.layers {
             config.truncate_layers(n)?;
         }
-        let tensors = weights::load_encoder_tensors(&files.weights, &opts.device, config.num_hidden_layers)?;
+        // The tokenizer (for XLM-R 250,002 pieces parsed from JSON into maps and a trie) loads on
+        // a second thread while the weights are read.
+        let (tensors, tokenizer) = std::thread::scope(|s| {
+            let tokenizer = s.spawn(|| {
+                Tokenizer::from_file(&files.tokenizer).map_err(|e| anyhow!("cannot load tokenizer {}: {e}", files.tokenizer.display()))
+            });
+            let tensors = weights::load_encoder_tensors(&files.weights, &opts.device, config.num_hidden_layers);
+            let tokenizer = tokenizer.join().unwrap_or_else(|_| Err(anyhow!("loading the tokenizer {} failed (the thread panicked)", files.tokenizer.display())));
+            (tensors, tokenizer)
+        });
+        let tensors = tensors?;
         let (tensors, params) = if opts.trainable {
             let (t, p) = Params::from_tensors(tensors)?;
             (t, Some(p))
@@ -124,8 +134,7 @@ impl SentenceEncoder {
         let vb = VarBuilder::from_tensors(tensors, DType::F32, &opts.device);
         let encoder = Encoder::load(vb, &config).with_context(|| format!("loading weights {}", files.weights.display()))?;
 
-        let mut tokenizer = Tokenizer::from_file(&files.tokenizer)
-            .map_err(|e| anyhow!("cannot load tokenizer {}: {e}", files.tokenizer.display()))?;
+        let mut tokenizer = tokenizer?;
         let pad_id = tokenizer
             .get_padding()
             .map(|p| p.pad_id)
