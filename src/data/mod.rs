@@ -27,6 +27,22 @@ pub fn data_dir(arg: Option<&Path>) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// The distinct strings of `keys` in order of first appearance, and for each the positions in
+/// `keys` where it occurs.
+pub fn group_distinct<'a, I: IntoIterator<Item = &'a str>>(keys: I) -> (Vec<&'a str>, Vec<Vec<usize>>) {
+    let mut first: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let (mut distinct, mut at): (Vec<&str>, Vec<Vec<usize>>) = (Vec::new(), Vec::new());
+    for (i, k) in keys.into_iter().enumerate() {
+        let g = *first.entry(k).or_insert_with(|| {
+            distinct.push(k);
+            at.push(Vec::new());
+            distinct.len() - 1
+        });
+        at[g].push(i);
+    }
+    (distinct, at)
+}
+
 /// Leave blank (empty or whitespace-only) lines out: the other lines, and how many were blank.
 pub fn drop_blank(lines: Vec<String>) -> (Vec<String>, usize) {
     let n = lines.len();
@@ -68,4 +84,14 @@ pub fn require_file(path: &Path, what: &str, expected: &str) -> Result<()> {
     }
     let problem = if path.exists() { "is not a file" } else { "is missing" };
     bail!("{what} file {} {problem}; {expected}", path.display())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn group_distinct_keeps_first_appearance_order_and_every_position() {
+        let (distinct, at) = super::group_distinct(["a", "b", "a", "c", "b"]);
+        assert_eq!(distinct, ["a", "b", "c"]);
+        assert_eq!(at, [vec![0, 2], vec![1, 4], vec![3]]);
+    }
 }

@@ -69,8 +69,8 @@ pub struct Settings {
 /// in a side does not fill two of another sentence's k neighbours (seed 000 §6.2: "excluding
 /// duplicates"), and each mined pair of texts stands for every pair of the ids that hold them.
 pub fn candidates(enc: &dyn Embedder, split: &BuccSplit, s: Settings, batch_size: usize) -> Result<Vec<Candidate>> {
-    let (src, src_ids) = unify(&split.src);
-    let (tgt, tgt_ids) = unify(&split.tgt);
+    let (src, src_ids) = crate::data::group_distinct(split.src.iter().map(String::as_str));
+    let (tgt, tgt_ids) = crate::data::group_distinct(split.tgt.iter().map(String::as_str));
     let x = Matrix::embed(enc, &src, batch_size)?;
     let y = Matrix::embed(enc, &tgt, batch_size)?;
     let mut out = Vec::new();
@@ -80,22 +80,6 @@ pub fn candidates(enc: &dyn Embedder, split: &BuccSplit, s: Settings, batch_size
         }
     }
     Ok(out)
-}
-
-/// The distinct texts of `lines` in order of first appearance, and for each the indices of the
-/// lines that hold it.
-fn unify(lines: &[String]) -> (Vec<&str>, Vec<Vec<usize>>) {
-    let mut first: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-    let (mut texts, mut ids): (Vec<&str>, Vec<Vec<usize>>) = (Vec::new(), Vec::new());
-    for (i, l) in lines.iter().enumerate() {
-        let u = *first.entry(l.as_str()).or_insert_with(|| {
-            texts.push(l.as_str());
-            ids.push(Vec::new());
-            texts.len() - 1
-        });
-        ids[u].push(i);
-    }
-    (texts, ids)
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -155,11 +139,4 @@ mod tests {
         assert_eq!(b.threshold, 1.0, "all kept: the last score itself");
     }
 
-    #[test]
-    fn unify_keeps_first_appearance_order_and_every_id() {
-        let lines: Vec<String> = ["a", "b", "a", "c", "b"].iter().map(|s| s.to_string()).collect();
-        let (texts, ids) = unify(&lines);
-        assert_eq!(texts, ["a", "b", "c"]);
-        assert_eq!(ids, [vec![0, 2], vec![1, 4], vec![3]]);
-    }
 }

@@ -481,31 +481,19 @@ fn drop_val_sources(pairs: &mut Vec<Pair>, val: &[Pair]) -> usize {
     before - pairs.len()
 }
 
-/// The indices of the pairs of each distinct source sentence, and those sentences in the order
-/// first read.
-fn group_by_source(pairs: &[Pair]) -> (HashMap<&str, Vec<usize>>, Vec<&str>) {
-    let mut by_src: HashMap<&str, Vec<usize>> = HashMap::new();
-    let mut order: Vec<&str> = Vec::new();
-    for (i, p) in pairs.iter().enumerate() {
-        by_src.entry(p.src.as_str()).or_insert_with(|| {
-            order.push(p.src.as_str());
-            Vec::new()
-        }).push(i);
-    }
-    (by_src, order)
-}
-
 /// One pair per distinct source sentence, in the order read, its languages taken in turn.
 fn one_pair_per_source(pairs: Vec<Pair>) -> Vec<Pair> {
-    let (by_src, order) = group_by_source(&pairs);
-    let keep: Vec<usize> = order.iter().enumerate().map(|(k, s)| by_src[s][k % by_src[s].len()]).collect();
+    let (_, by_src) = crate::data::group_distinct(pairs.iter().map(|p| p.src.as_str()));
+    let keep: Vec<usize> = by_src.iter().enumerate().map(|(k, idx)| idx[k % idx.len()]).collect();
     keep.iter().map(|&i| pairs[i].clone()).collect()
 }
 
 /// Hold out `val_size` distinct source sentences (seeded choice), one pair each, for
 /// validation; every pair of a held-out source sentence leaves the training set.
 pub fn split_by_source(pairs: Vec<Pair>, val_size: usize, seed: u64) -> Result<(Vec<Pair>, Vec<Pair>)> {
-    let (by_src, mut order) = group_by_source(&pairs);
+    // Each distinct source sentence (in the order first read) and the indices of its pairs.
+    let (_, by_src) = crate::data::group_distinct(pairs.iter().map(|p| p.src.as_str()));
+    let mut order: Vec<usize> = (0..by_src.len()).collect();
     if val_size >= order.len() {
         bail!("data.val_size = {val_size} but the data has only {} distinct source sentences", order.len());
     }
@@ -513,7 +501,7 @@ pub fn split_by_source(pairs: Vec<Pair>, val_size: usize, seed: u64) -> Result<(
     order.shuffle(&mut rng);
     let mut is_val = vec![false; pairs.len()];
     let mut val_idx = Vec::new();
-    for s in &order[..val_size] {
+    for &s in &order[..val_size] {
         let idx = &by_src[s];
         for &i in idx {
             is_val[i] = true;
