@@ -99,7 +99,7 @@ pub fn markdown(scores: &[SetScore], bias: Option<&LanguageBias>) -> String {
             "\nLanguage bias (seed 003 §7, the pairs of {} sets pooled: {}{}): expected {:.2}, actual {:.2}, difference {:+.2}\n",
             b.sets.len(),
             b.sets.join(", "),
-            if scores.iter().any(|s| NOT_POOLED.contains(&s.name.as_str())) { "; es-en-wmt left out, as in the seed" } else { "" },
+            if scores.iter().any(|s| NOT_POOLED.contains(&s.name.as_str())) { format!("; {} left out, as in the seed", NOT_POOLED.join(", ")) } else { String::new() },
             b.expected,
             b.actual,
             b.difference
