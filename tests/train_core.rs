@@ -248,10 +248,21 @@ fn resume_refuses_what_would_drop_work_and_a_failed_start_can_be_restarted() {
     let o = s.train(&["--out", run.to_str().unwrap(), "--resume", "--stop-after", "4"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("--stop-after 4") && stderr(&o).contains("already at step 4"), "{}", stderr(&o));
-    // A smaller model than the checkpoint's would drop trained layers.
+    // What the checkpoint was trained with cannot change on resume: a smaller model would drop
+    // trained layers, another batch size would misplace the data position. Each changed key is
+    // named with both values.
+    let o = s.train(&["--out", run.to_str().unwrap(), "--resume", "--set", "distill.student_layers=1", "--set", "train.batch_size=3"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("--resume cannot change") && e.contains("distill.student_layers: (unset) -> 1") && e.contains("train.batch_size: 8 -> 3"), "{e}");
+    // With the run's config.toml gone, the config given is the run's (nothing to compare it
+    // with): the checkpoint's parameters are still checked against the model's.
+    let saved = std::fs::read_to_string(run.join("config.toml")).unwrap();
+    std::fs::remove_file(run.join("config.toml")).unwrap();
     let o = s.train(&["--out", run.to_str().unwrap(), "--resume", "--set", "distill.student_layers=1"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("does not have") && stderr(&o).contains("layer.1."), "{}", stderr(&o));
+    std::fs::write(run.join("config.toml"), &saved).unwrap();
     // Fewer steps than the run has taken: nothing to train, so it is refused, not re-saved, and
     // the metrics are left as they were.
     // (A step logged after the checkpoint, as by a run killed before its next checkpoint: an

@@ -66,6 +66,16 @@ pub fn run(a: Args) -> Result<i32> {
             config::load(c, &a.sets)?
         } else {
             let cfg = config::load(&saved, &a.sets)?;
+            if !a.sets.is_empty() {
+                let changed = config::changed_on_resume(&config::load(&saved, &[])?, &cfg)?;
+                if !changed.is_empty() {
+                    bail!(
+                        "--resume cannot change what the checkpoint was trained with (the model, the recipe's settings, the seed, \
+                         the data or the batch):\n  {}\nresume without these --set values, or start a new run with --config FILE --out NEW_DIR",
+                        changed.join("\n  ")
+                    );
+                }
+            }
             if let Some(c) = &a.config {
                 let given = config::load(c, &a.sets)?;
                 if given.to_toml()? != cfg.to_toml()? {

@@ -362,6 +362,42 @@ impl Config {
     }
 }
 
+/// The values a `--resume` may not change, `key: saved -> new` for each that differs between
+/// the run's saved config and the one it would resume with: what the checkpoint holds or was
+/// drawn with (`recipe`, `seed`, the recipe's section but for its `embed_batch_size`), and what
+/// fixes the data order and its position (`data`, `train.batch_size`, `train.grad_accum`).
+/// Schedule, optimiser, validation and checkpoint settings may change.
+pub fn changed_on_resume(saved: &Config, new: &Config) -> Result<Vec<String>> {
+    fn flat(prefix: &str, v: &toml::Value, out: &mut std::collections::BTreeMap<String, String>) {
+        match v {
+            toml::Value::Table(t) => {
+                for (k, v) in t {
+                    flat(&if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") }, v, out);
+                }
+            }
+            _ => {
+                out.insert(prefix.to_string(), v.to_string());
+            }
+        }
+    }
+    let (mut a, mut b) = (Default::default(), Default::default());
+    flat("", &toml::Value::try_from(saved)?, &mut a);
+    flat("", &toml::Value::try_from(new)?, &mut b);
+    let section = format!("{}.", saved.recipe);
+    let fixed = |k: &str| {
+        matches!(k, "recipe" | "seed" | "train.batch_size" | "train.grad_accum")
+            || k.starts_with("data.")
+            || (k.starts_with(&section) && !k.ends_with(".embed_batch_size"))
+    };
+    let none = "(unset)".to_string();
+    let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    Ok(keys
+        .into_iter()
+        .filter(|k| fixed(k) && a.get(*k) != b.get(*k))
+        .map(|k| format!("{k}: {} -> {}", a.get(k).unwrap_or(&none), b.get(k).unwrap_or(&none)))
+        .collect())
+}
+
 /// The first line of a run directory's `config.toml`: what tells a run's files from a user's
 /// own of the same name when a new run may clear a failed start.
 pub const RUN_CONFIG_HEADER: &str = "# xsent train: the resolved config of this run, every default written out\n";
