@@ -91,7 +91,8 @@ fn write_f32(w: &mut dyn Write, row: &[f32]) -> Result<()> {
     Ok(())
 }
 
-/// A `.npy` writer for an unknown number of rows: a fixed-size header is rewritten at the end.
+/// A `.npy` writer for an unknown number of rows: a fixed-size header is rewritten at the end
+/// (until then it is one numpy cannot parse).
 pub struct NpyWriter {
     file: std::io::BufWriter<std::fs::File>,
     dim: usize,
@@ -100,8 +101,16 @@ pub struct NpyWriter {
 
 const NPY_HEADER_LEN: usize = 128;
 
-fn npy_header(rows: u64, dim: usize) -> Vec<u8> {
-    let dict = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {dim}), }}");
+/// The header of `rows` × `dim` float32 rows; `rows = None` writes a header that numpy refuses
+/// to parse (`shape` names the file unfinished), so that a run killed before
+/// [`NpyWriter::finish`] leaves a file that fails to load rather than one that loads as empty.
+fn npy_header(rows: Option<u64>, dim: usize) -> Vec<u8> {
+    let shape = match rows {
+        Some(rows) => format!("({rows}, {dim})"),
+        None => "UNFINISHED: xsent embed stopped before the row count".to_string(),
+    };
+    let dict = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+    assert!(dict.len() < NPY_HEADER_LEN - 10, "the npy header holds {} characters", dict.len());
     let mut h = Vec::with_capacity(NPY_HEADER_LEN);
     h.extend_from_slice(b"\x93NUMPY\x01\x00");
     h.extend_from_slice(&((NPY_HEADER_LEN - 10) as u16).to_le_bytes());
@@ -114,7 +123,7 @@ fn npy_header(rows: u64, dim: usize) -> Vec<u8> {
 impl NpyWriter {
     pub fn new(file: std::fs::File, dim: usize) -> Result<Self> {
         let mut file = std::io::BufWriter::with_capacity(1 << 20, file);
-        file.write_all(&npy_header(0, dim))?;
+        file.write_all(&npy_header(None, dim))?;
         Ok(Self { file, dim, rows: 0 })
     }
 
@@ -129,7 +138,7 @@ impl NpyWriter {
         self.file.flush()?;
         let mut f = self.file.into_inner().map_err(|e| e.into_error())?;
         f.seek(SeekFrom::Start(0))?;
-        f.write_all(&npy_header(self.rows, self.dim))?;
+        f.write_all(&npy_header(Some(self.rows), self.dim))?;
         f.flush()?;
         Ok(())
     }
@@ -242,11 +251,14 @@ mod tests {
 
     #[test]
     fn npy_header_is_aligned() {
-        let h = npy_header(12345678901, 384);
+        let h = npy_header(Some(u64::MAX), 4096);
         assert_eq!(h.len(), NPY_HEADER_LEN);
         assert_eq!(h.len() % 64, 0);
         assert_eq!(*h.last().unwrap(), b'\n');
         let text = String::from_utf8_lossy(&h[10..]);
-        assert!(text.contains("'shape': (12345678901, 384)"), "{text}");
+        assert!(text.contains("'shape': (18446744073709551615, 4096)"), "{text}");
+        let h = npy_header(None, 384);
+        assert_eq!(h.len(), NPY_HEADER_LEN);
+        assert!(String::from_utf8_lossy(&h[10..]).contains("'shape': UNFINISHED"));
     }
 }

@@ -104,6 +104,33 @@ fn long_lines_are_truncated_and_counted() {
 }
 
 #[test]
+fn tokenizer_config_model_max_length_is_the_default_length() {
+    // sentence-transformers 6.x saves the maximum length only as tokenizer_config.json's
+    // model_max_length; without a sentence_bert_config.json it is the default, as there.
+    let dir = tempfile::tempdir().unwrap();
+    let words: Vec<String> = (0..10).map(|i| format!("w{i}")).collect();
+    let m = common::tiny_model("tiny-xlm-roberta", dir.path(), &words);
+    let long = ["w1 w2 w3 w4 w5 w6 w7 w8 w9 w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w0"];
+    let full = common::embed_cli(&m, &[], &long);
+    let cut = common::embed_cli(&m, &["--max-length", "8"], &long);
+    assert!(common::max_abs_diff(&full[0], &cut[0]) > 1e-3, "the cut must change the vector");
+    std::fs::write(m.join("tokenizer_config.json"), r#"{"model_max_length": 8}"#).unwrap();
+    assert_eq!(common::embed_cli(&m, &[], &long), cut);
+    // transformers' "no limit" stand-in leaves the model's positions.
+    std::fs::write(m.join("tokenizer_config.json"), r#"{"model_max_length": 1000000000000000019884624838656}"#).unwrap();
+    assert_eq!(common::embed_cli(&m, &[], &long), full);
+    // sentence_bert_config.json's max_seq_length comes first.
+    std::fs::write(m.join("tokenizer_config.json"), r#"{"model_max_length": 8}"#).unwrap();
+    std::fs::write(m.join("sentence_bert_config.json"), r#"{"max_seq_length": 64}"#).unwrap();
+    assert_eq!(common::embed_cli(&m, &[], &long), full);
+    std::fs::remove_file(m.join("sentence_bert_config.json")).unwrap();
+    std::fs::write(m.join("tokenizer_config.json"), r#"{"model_max_length": "long"}"#).unwrap();
+    let out = embed(&["--model", m.to_str().unwrap()], b"w1\n");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("tokenizer_config.json: model_max_length is \"long\""), "{}", stderr(&out));
+}
+
+#[test]
 fn npy_and_f32_outputs_hold_the_same_vectors() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.txt");
@@ -149,6 +176,16 @@ fn npy_and_f32_outputs_hold_the_same_vectors() {
     assert!(check.status.success(), "numpy could not load the file (set XSENT_PYTHON to a python with numpy): {}", String::from_utf8_lossy(&check.stderr));
     let first: f32 = String::from_utf8_lossy(&check.stdout).trim().parse().unwrap();
     assert_eq!(first, want[0]);
+    // A run stopped before its end (killed: the header is written last) leaves a file numpy
+    // refuses, not one it loads as an empty array.
+    let cut = dir.path().join("cut.npy");
+    let mut w = xsent::embed::NpyWriter::new(std::fs::File::create(&cut).unwrap(), 384).unwrap();
+    w.write_row(&want[..384]).unwrap();
+    drop(w);
+    assert_eq!(std::fs::metadata(&cut).unwrap().len(), 128 + 384 * 4);
+    let check = std::process::Command::new(&python).args(["-c", "import sys, numpy as np; np.load(sys.argv[1])"]).arg(&cut).output().unwrap();
+    assert!(!check.status.success(), "numpy loaded an unfinished file");
+    assert!(String::from_utf8_lossy(&check.stderr).contains("UNFINISHED"), "{}", String::from_utf8_lossy(&check.stderr));
 }
 
 #[test]
@@ -237,6 +274,15 @@ fn broken_model_directories_are_refused_with_the_file_named() {
     assert!(tok.contains("5000"));
     std::fs::write(m.join("tokenizer.json"), tok).unwrap();
     check(&m, &["tokenizer.json", "5000", "1000 token embeddings", "does not belong"]);
+    // A padding id past the embeddings: refused at load, not when a batch first needs padding.
+    let m = fresh("pad");
+    let tok = std::fs::read_to_string(m.join("tokenizer.json")).unwrap().replace(
+        "\"padding\":null",
+        r#""padding":{"strategy":"BatchLongest","direction":"Right","pad_to_multiple_of":null,"pad_id":5000,"pad_type_id":0,"pad_token":"[PAD]"}"#,
+    );
+    assert!(tok.contains("5000"));
+    std::fs::write(m.join("tokenizer.json"), tok).unwrap();
+    check(&m, &["tokenizer.json", "padding token id is 5000", "1000 token embeddings"]);
     // A config with no attention heads.
     let m = fresh("heads");
     let cfg = std::fs::read_to_string(m.join("config.json")).unwrap();

@@ -36,6 +36,10 @@ struct StPoolingConfig {
     #[serde(default)]
     pooling_mode_mean_sqrt_len_tokens: bool,
     #[serde(default)]
+    pooling_mode_weightedmean_tokens: bool,
+    #[serde(default)]
+    pooling_mode_lasttoken: bool,
+    #[serde(default)]
     pooling_mode: Option<String>,
     #[serde(default, alias = "embedding_dimension")]
     word_embedding_dimension: Option<usize>,
@@ -73,7 +77,8 @@ impl Pooling {
             return Ok((pooling, c.include_prompt));
         }
         let modes = [c.pooling_mode_cls_token, c.pooling_mode_mean_tokens, c.pooling_mode_max_tokens];
-        if c.pooling_mode_mean_sqrt_len_tokens || modes.iter().filter(|m| **m).count() != 1 {
+        let unsupported = c.pooling_mode_mean_sqrt_len_tokens || c.pooling_mode_weightedmean_tokens || c.pooling_mode_lasttoken;
+        if unsupported || modes.iter().filter(|m| **m).count() != 1 {
             bail!(
                 "{}: xsent supports exactly one of cls, mean or max pooling; pass --pooling to choose",
                 path.display()
@@ -132,4 +137,30 @@ pub fn l2_normalize(x: &Tensor) -> Result<Tensor> {
     let x32 = if x.dtype() == DType::F32 { x.clone() } else { x.to_dtype(DType::F32)? };
     let norm = x32.sqr()?.sum_keepdim(D::Minus1)?.sqrt()?.clamp(1e-12, f64::INFINITY)?;
     Ok(x32.broadcast_div(&norm)?.to_dtype(x.dtype())?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn st_pooling_configs() {
+        let dir = tempfile::tempdir().unwrap();
+        let read = |json: &str| {
+            let p = dir.path().join("config.json");
+            std::fs::write(&p, json).unwrap();
+            Pooling::from_st_config(&p, 8).map_err(|e| format!("{e:#}"))
+        };
+        assert_eq!(read(r#"{"word_embedding_dimension": 8, "pooling_mode_cls_token": true}"#).unwrap(), (Pooling::Cls, true));
+        assert_eq!(read(r#"{"pooling_mode_mean_tokens": true, "include_prompt": false}"#).unwrap(), (Pooling::Mean, false));
+        assert_eq!(read(r#"{"pooling_mode": "max"}"#).unwrap(), (Pooling::Max, true));
+        assert!(read(r#"{"word_embedding_dimension": 9, "pooling_mode_mean_tokens": true}"#).unwrap_err().contains("hidden_size is 8"));
+        // sentence-transformers concatenates every mode set: one that xsent cannot run, alone
+        // or beside another, is refused, never dropped.
+        for extra in ["pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken", "pooling_mode_mean_sqrt_len_tokens", "pooling_mode_max_tokens"] {
+            let e = read(&format!(r#"{{"pooling_mode_mean_tokens": true, "{extra}": true}}"#)).unwrap_err();
+            assert!(e.contains("exactly one of cls, mean or max"), "{extra}: {e}");
+        }
+        assert!(read(r#"{"pooling_mode": "lasttoken"}"#).unwrap_err().contains("not supported"));
+    }
 }

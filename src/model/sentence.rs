@@ -141,6 +141,15 @@ impl SentenceEncoder {
             .or_else(|| ["<pad>", "[PAD]"].iter().find_map(|t| tokenizer.token_to_id(t)))
             .unwrap_or(config.pad_id());
         tokenizer.with_padding(None);
+        if pad_id as usize >= config.vocab_size {
+            bail!(
+                "{}: the padding token id is {pad_id}, but the model has only {} token embeddings (vocab_size in {}): \
+                 fix pad_id in the tokenizer's padding settings",
+                files.tokenizer.display(),
+                config.vocab_size,
+                files.config.display()
+            );
+        }
         if let Some((token, id)) = tokenizer.get_vocab(true).into_iter().max_by_key(|(_, id)| *id) {
             if id as usize >= config.vocab_size {
                 bail!(
@@ -179,7 +188,13 @@ impl SentenceEncoder {
                     .map_err(|e| anyhow!("cannot add lowercasing to {}: {e}", files.tokenizer.display()))?;
             }
         }
-        let model_max = config.max_positions().min(512);
+        // Without a max_seq_length, sentence-transformers takes the tokenizer's
+        // model_max_length (tokenizer_config.json beside tokenizer.json) up to the model's
+        // positions; without either, xsent takes the positions, at most 512.
+        let model_max = match read_model_max_length(&files.tokenizer.with_file_name("tokenizer_config.json"))? {
+            Some(n) => n.min(config.max_positions()),
+            None => config.max_positions().min(512),
+        };
         let max_length = match opts.max_length {
             Some(n) => {
                 if n < 2 || n > config.max_positions() {
@@ -623,6 +638,21 @@ pub fn write_st_files(dir: &Path, pooling: Pooling, dim: usize, st: &StFiles) ->
 }
 
 /// What xsent uses of `sentence_bert_config.json`: `max_seq_length` (if set) and `do_lower_case`.
+/// `model_max_length` of a `tokenizer_config.json` (`None` without the file or the key, or
+/// with transformers' "no limit" stand-in, a number of 1e29 or more).
+fn read_model_max_length(path: &Path) -> Result<Option<usize>> {
+    let Ok(text) = std::fs::read_to_string(path) else { return Ok(None) };
+    let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("invalid {}", path.display()))?;
+    match &v["model_max_length"] {
+        serde_json::Value::Null => Ok(None),
+        m => match m.as_f64() {
+            Some(x) if x >= 1e29 => Ok(None),
+            Some(x) if x >= 2.0 && x.fract() == 0.0 => Ok(Some(x as usize)),
+            _ => bail!("{}: model_max_length is {m}; expected a number of tokens of at least 2 (or remove the key)", path.display()),
+        },
+    }
+}
+
 fn read_st_config(path: Option<&Path>) -> Result<(Option<usize>, bool)> {
     let Some(path) = path else { return Ok((None, false)) };
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
