@@ -3,7 +3,10 @@
 
 mod common;
 
-use std::path::Path;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
 
@@ -75,6 +78,33 @@ fn offline_cache_miss_names_the_file_and_what_to_do() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("tokenizer.json of xsent-test/partial"), "{err}");
     assert!(err.contains("HF_HUB_OFFLINE") && err.contains("local model directory"), "{err}");
+    assert!(err.contains("`huggingface-cli download xsent-test/partial`"), "no revision given, none in the hint: {err}");
+}
+
+/// The download hint keeps the revision the spec named.
+#[test]
+fn offline_cache_miss_hint_keeps_the_revision() {
+    let hub = tempfile::tempdir().unwrap();
+    make_cache(hub.path(), "org/partial", "v1.0", &["config.json", "model.safetensors"]);
+    let err = xsent::model::source::resolve_hub("org/partial@v1.0", hub.path(), true).unwrap_err().to_string();
+    assert!(err.contains("`huggingface-cli download org/partial --revision v1.0`"), "{err}");
+}
+
+/// huggingface_hub stores a commit-hash revision as `snapshots/<commit>/` and writes no
+/// `refs/<commit>` (here only `refs/main`): `org/name@<commit>` still resolves offline.
+#[test]
+fn a_commit_hash_revision_resolves_offline_from_its_snapshot() {
+    let hub = tempfile::tempdir().unwrap();
+    make_cache(hub.path(), "org/name", "main", &ALL);
+    assert!(!hub.path().join(format!("models--org--name/refs/{COMMIT}")).exists());
+    let files = xsent::model::source::resolve_hub(&format!("org/name@{COMMIT}"), hub.path(), true).unwrap();
+    assert!(files.weights.ends_with(format!("snapshots/{COMMIT}/model.safetensors")), "{}", files.weights.display());
+    assert!(files.pooling.as_ref().unwrap().ends_with(format!("snapshots/{COMMIT}/1_Pooling/config.json")));
+    assert_eq!(files.declares_normalize, Some(true), "modules.json of the snapshot (e5's, with Normalize) was read");
+    // Another commit is not in the cache: the hint names it.
+    let other = "fedcba9876543210fedcba9876543210fedcba98";
+    let err = xsent::model::source::resolve_hub(&format!("org/name@{other}"), hub.path(), true).unwrap_err().to_string();
+    assert!(err.contains(&format!("config.json of org/name (revision {other})")) && err.contains(&format!("--revision {other}")), "{err}");
 }
 
 #[test]
@@ -100,4 +130,278 @@ fn a_hub_models_default_prompt_is_read_from_the_cache() {
     assert!(files.st_model_config.as_ref().unwrap().ends_with("config_sentence_transformers.json"));
     let enc = xsent::SentenceEncoder::from_files(files, &xsent::model::LoadOptions::default()).unwrap();
     assert_eq!(enc.prefix, "query: ");
+}
+
+// ---- A hub on 127.0.0.1 ----
+
+/// A fake hub: serves `files` of any repo at any revision as huggingface.co does
+/// (`/ORG/NAME/resolve/REV/FILE`, byte ranges, `x-repo-commit`, `etag`), answers the files in
+/// `status` with that HTTP status, and anything else with 404 `EntryNotFound`. It records each
+/// request's file and Authorization header.
+struct StubHub {
+    url: String,
+    requests: Arc<Mutex<Vec<(String, Option<String>)>>>,
+}
+
+impl StubHub {
+    fn start(files: Vec<(String, Vec<u8>)>, status: &[(&str, u16)]) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let status: Vec<(String, u16)> = status.iter().map(|(f, c)| (f.to_string(), *c)).collect();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&requests);
+        // Serves until the test process ends.
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let _ = serve(stream, &files, &status, &log);
+            }
+        });
+        Self { url, requests }
+    }
+
+    fn requests(&self) -> Vec<(String, Option<String>)> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+fn serve(mut stream: TcpStream, files: &[(String, Vec<u8>)], status: &[(String, u16)], log: &Mutex<Vec<(String, Option<String>)>>) -> std::io::Result<()> {
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+    let (mut range, mut auth) = (None, None);
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h)? == 0 || h.trim().is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':') {
+            match k.trim().to_ascii_lowercase().as_str() {
+                "range" => range = Some(v.trim().to_string()),
+                "authorization" => auth = Some(v.trim().to_string()),
+                _ => {}
+            }
+        }
+    }
+    // "/ORG/NAME/resolve/REV/FILE"
+    let file = path.splitn(6, '/').nth(5).unwrap_or("").to_string();
+    log.lock().unwrap().push((file.clone(), auth));
+    let reply = |head: &str, body: &[u8]| -> Vec<u8> {
+        let mut r = format!("{head}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len()).into_bytes();
+        r.extend_from_slice(body);
+        r
+    };
+    let response = if let Some((_, code)) = status.iter().find(|(f, _)| *f == file) {
+        reply(&format!("HTTP/1.1 {code} Stub Error"), b"stub error")
+    } else if let Some((_, data)) = files.iter().find(|(f, _)| *f == file) {
+        let spec = range.as_deref().and_then(|r| r.strip_prefix("bytes=")).unwrap_or("0-");
+        let (a, b) = spec.split_once('-').unwrap();
+        let a: usize = a.parse().unwrap();
+        let b: usize = if b.is_empty() { data.len() - 1 } else { b.parse().unwrap() };
+        let head = format!(
+            "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {a}-{b}/{}\r\nx-repo-commit: {COMMIT}\r\netag: \"etag-{}\"",
+            data.len(),
+            file.replace('/', "-")
+        );
+        reply(&head, &data[a..=b])
+    } else {
+        reply("HTTP/1.1 404 Not Found\r\nX-Error-Code: EntryNotFound", b"Entry not found")
+    };
+    stream.write_all(&response)
+}
+
+/// A tiny model (tiny-bert with a word-level tokenizer) as a directory and as (file, bytes).
+fn tiny_repo(dir: &Path) -> (PathBuf, Vec<(String, Vec<u8>)>) {
+    let model = common::tiny_model("tiny-bert", dir, &["hello".to_string(), "world".to_string()]);
+    let files = ["config.json", "model.safetensors", "tokenizer.json"].iter().map(|f| (f.to_string(), std::fs::read(model.join(f)).unwrap())).collect();
+    (model, files)
+}
+
+/// `xsent embed --model MODEL` of one line, downloading from `endpoint` (none: offline), with
+/// no token, cache or proxy from this machine's environment unless `envs` sets one.
+fn embed_online(model: &str, endpoint: Option<&str>, envs: &[(&str, &Path)], cwd: Option<&Path>) -> std::process::Output {
+    let mut cmd = common::xsent();
+    cmd.args(["embed", "--model", model, "--prefix", ""]);
+    for k in ["HF_HOME", "HF_HUB_CACHE", "HF_TOKEN", "HF_TOKEN_PATH", "HF_HUB_OFFLINE", "HF_ENDPOINT"] {
+        cmd.env_remove(k);
+    }
+    for k in ["http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"] {
+        cmd.env_remove(k);
+    }
+    match endpoint {
+        Some(e) => cmd.env("HF_ENDPOINT", e),
+        None => cmd.env("HF_HUB_OFFLINE", "1"),
+    };
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    if let Some(d) = cwd {
+        cmd.current_dir(d);
+    }
+    let mut child = cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let _ = child.stdin.take().unwrap().write_all(b"hello world\n");
+    child.wait_with_output().unwrap()
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Only the hub's 404 means an optional file is absent: a 503 (or a rate limit, a dropped
+/// connection) for 1_Pooling/config.json must not silently switch the pooling to the default.
+#[test]
+fn an_optional_file_the_hub_fails_to_serve_is_an_error_not_absent() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, files) = tiny_repo(dir.path());
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+
+    let hub = StubHub::start(files.clone(), &[("1_Pooling/config.json", 503)]);
+    let cache = dir.path().join("cache-busy");
+    let out = embed_online("xsent-test/tiny", Some(&hub.url), &[("HF_HOME", &home), ("HF_HUB_CACHE", &cache)], None);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot get 1_Pooling/config.json of xsent-test/tiny (revision main)") && err.contains("503"), "{err}");
+    assert!(err.contains("only the hub's answer that it does not exist (404)"), "{err}");
+    assert!(err.contains("Retry") && err.contains("HF_HUB_OFFLINE=1") && err.contains("local model directory"), "{err}");
+    // modules.json's 404 before it was taken as absent.
+    assert!(hub.requests().iter().any(|(f, _)| f == "modules.json"), "{:?}", hub.requests());
+
+    // The same files from a hub that answers 404 for every optional one: the model loads and
+    // embeds as its local directory does.
+    let hub = StubHub::start(files, &[]);
+    let cache = dir.path().join("cache-ok");
+    let out = embed_online("xsent-test/tiny", Some(&hub.url), &[("HF_HOME", &home), ("HF_HUB_CACHE", &cache)], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let local = embed_online(model.to_str().unwrap(), None, &[("HF_HOME", &home)], None);
+    assert!(local.status.success(), "{}", stderr(&local));
+    assert_eq!(out.stdout, local.stdout);
+    assert!(hub.requests().iter().any(|(f, _)| f == "sentence_bert_config.json"), "{:?}", hub.requests());
+}
+
+/// The token is found as huggingface_hub finds it: `$HF_HOME/token` even when HF_HUB_CACHE
+/// points elsewhere (hf-hub alone reads only `<cache>/../token`), and HF_TOKEN before it.
+#[test]
+fn the_token_from_hf_home_or_hf_token_is_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, files) = tiny_repo(dir.path());
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(home.join("token"), "hf_from_file\n").unwrap();
+    let hub = StubHub::start(files.clone(), &[]);
+    let cache = dir.path().join("elsewhere/hub");
+    let out = embed_online("xsent-test/tiny", Some(&hub.url), &[("HF_HOME", &home), ("HF_HUB_CACHE", &cache)], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let reqs = hub.requests();
+    assert!(!reqs.is_empty() && reqs.iter().all(|(_, a)| a.as_deref() == Some("Bearer hf_from_file")), "{reqs:?}");
+
+    let hub = StubHub::start(files, &[]);
+    let cache = dir.path().join("elsewhere2/hub");
+    let token = Path::new("hf_from_env");
+    let out = embed_online("xsent-test/tiny", Some(&hub.url), &[("HF_HOME", &home), ("HF_HUB_CACHE", &cache), ("HF_TOKEN", token)], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let reqs = hub.requests();
+    assert!(!reqs.is_empty() && reqs.iter().all(|(_, a)| a.as_deref() == Some("Bearer hf_from_env")), "{reqs:?}");
+}
+
+/// A 401 or 403 says the repo may be private or gated, and how to give a token.
+#[test]
+fn a_refused_download_says_how_to_give_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, files) = tiny_repo(dir.path());
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let hub = StubHub::start(files.clone(), &[("config.json", 401)]);
+    let out = embed_online("xsent-test/gated", Some(&hub.url), &[("HF_HOME", &home), ("HF_HUB_CACHE", &dir.path().join("c1"))], None);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("config.json of xsent-test/gated") && err.contains("401"), "{err}");
+    assert!(err.contains("private or gated (no token was sent)") && err.contains("HF_TOKEN") && err.contains("huggingface-cli login"), "{err}");
+
+    // A token that was sent and refused is named by where it came from.
+    let hub = StubHub::start(files, &[("modules.json", 403)]);
+    let token = Path::new("hf_no_access");
+    let out = embed_online(
+        "xsent-test/gated",
+        Some(&hub.url),
+        &[("HF_HOME", &home), ("HF_HUB_CACHE", &dir.path().join("c2")), ("HF_TOKEN", token)],
+        None,
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("modules.json of xsent-test/gated") && err.contains("the token from HF_TOKEN was sent"), "{err}");
+}
+
+// ---- Local directories ----
+
+/// A sentence-transformers pipeline xsent would run in another order is refused: a Dense
+/// listed before Pooling works on token vectors, but xsent runs Dense after pooling.
+#[test]
+fn a_pipeline_xsent_would_run_in_another_order_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, _) = tiny_repo(dir.path());
+    let write = |rel: &str, text: &str| {
+        let p = model.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    let modules = |mods: &[(&str, &str)]| {
+        let list: Vec<serde_json::Value> = mods
+            .iter()
+            .enumerate()
+            .map(|(i, (t, p))| serde_json::json!({"idx": i, "name": i.to_string(), "path": p, "type": format!("sentence_transformers.models.{t}")}))
+            .collect();
+        write("modules.json", &serde_json::to_string(&list).unwrap());
+    };
+    let dense = r#"{"in_features": 32, "out_features": 8, "bias": true, "activation_function": "torch.nn.modules.linear.Identity"}"#;
+    write("1_Dense/config.json", dense);
+    write("2_Dense/config.json", dense);
+    write("1_Pooling/config.json", r#"{"word_embedding_dimension": 32, "pooling_mode_mean_tokens": true}"#);
+    write("2_Pooling/config.json", r#"{"word_embedding_dimension": 32, "pooling_mode_mean_tokens": true}"#);
+    let spec = model.to_str().unwrap();
+    let resolve = || xsent::model::source::resolve(spec).map(|_| ()).map_err(|e| format!("{e:#}"));
+
+    modules(&[("Transformer", ""), ("Dense", "1_Dense"), ("Pooling", "2_Pooling")]);
+    let err = resolve().unwrap_err();
+    assert!(err.contains(&format!("{}/modules.json lists Dense (1_Dense) before any Pooling module", spec)), "{err}");
+    assert!(err.contains("only after Pooling"), "{err}");
+
+    modules(&[("Transformer", ""), ("Pooling", "1_Pooling"), ("Normalize", "2_Normalize"), ("Dense", "2_Dense")]);
+    let err = resolve().unwrap_err();
+    assert!(err.contains("modules.json lists Normalize (2_Normalize) before Dense (2_Dense)"), "{err}");
+
+    // Dense after Pooling but reading the token vectors (newer sentence-transformers).
+    modules(&[("Transformer", ""), ("Pooling", "1_Pooling"), ("Dense", "2_Dense")]);
+    assert_eq!(resolve(), Ok(()));
+    write("2_Dense/config.json", r#"{"in_features": 32, "out_features": 8, "module_input_name": "token_embeddings"}"#);
+    let err = resolve().unwrap_err();
+    assert!(err.contains("2_Dense/config.json: this Dense module's module_input_name is \"token_embeddings\""), "{err}");
+}
+
+/// `mkdir org; xsent embed -m org/tiny`: the spec is read as a local path, and the message says so.
+#[test]
+fn a_local_folder_named_like_the_org_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("xsent-test")).unwrap();
+    let home = dir.path().join("home");
+    let out = embed_online("xsent-test/tiny", None, &[("HF_HOME", &home)], Some(dir.path()));
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("xsent-test exists as a local directory but has no subdirectory \"tiny\""), "{err}");
+    assert!(err.contains("rename or remove the local folder \"xsent-test\", or run xsent from another directory"), "{err}");
+}
+
+/// A sharded checkpoint gets the advice to re-save it unsharded, not the pytorch_model.bin one.
+#[test]
+fn a_sharded_checkpoint_is_told_to_resave_unsharded() {
+    let dir = tempfile::tempdir().unwrap();
+    let (model, _) = tiny_repo(dir.path());
+    std::fs::rename(model.join("model.safetensors"), model.join("model-00001-of-00002.safetensors")).unwrap();
+    std::fs::write(model.join("model-00002-of-00002.safetensors"), b"").unwrap();
+    let err = format!("{:#}", xsent::model::source::resolve(model.to_str().unwrap()).unwrap_err());
+    assert!(err.contains("holds a sharded checkpoint (model-00001-of-00002.safetensors)"), "{err}");
+    assert!(err.contains("max_shard_size=\"100GB\"") && !err.contains("pytorch_model.bin"), "{err}");
+    std::fs::write(model.join("model.safetensors.index.json"), "{}").unwrap();
+    let err = format!("{:#}", xsent::model::source::resolve(model.to_str().unwrap()).unwrap_err());
+    assert!(err.contains("sharded checkpoint (model.safetensors.index.json)"), "{err}");
 }

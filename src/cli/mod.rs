@@ -58,7 +58,8 @@ pub struct ModelArgs {
     #[arg(long, value_enum)]
     pub pooling: Option<crate::Pooling>,
     /// Truncate inputs to this many tokens, specials included (default: max_seq_length of
-    /// sentence_bert_config.json, else the model's maximum, at most 512).
+    /// sentence_bert_config.json, else model_max_length of tokenizer_config.json up to the
+    /// model's maximum, else the model's maximum, at most 512).
     #[arg(long)]
     pub max_length: Option<usize>,
     /// L2-normalise embeddings (the default).

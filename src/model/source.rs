@@ -1,6 +1,7 @@
 //! Where a model's files come from: a local directory, or a hub id (`org/name[@revision]`)
 //! resolved through the `hf-hub` cache (`HF_HUB_CACHE`, else `$HF_HOME/hub`, else
-//! `~/.cache/huggingface/hub`), downloading when online and `HF_HUB_OFFLINE` is not set.
+//! `~/.cache/huggingface/hub`), downloading when online and `HF_HUB_OFFLINE` is not set (with
+//! the token `huggingface_hub` would send: `HF_TOKEN`, else `$HF_HOME/token`).
 
 use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
@@ -34,10 +35,42 @@ const REQUIRED: [&str; 3] = ["config.json", "model.safetensors", "tokenizer.json
 
 fn how_to_get(file: &str) -> &'static str {
     match file {
-        "model.safetensors" => "xsent reads weights from model.safetensors; a checkpoint with only pytorch_model.bin must be re-saved with transformers' save_pretrained(..., safe_serialization=True)",
+        "model.safetensors" => "xsent reads weights from a single model.safetensors: a checkpoint with only pytorch_model.bin must be re-saved with transformers' save_pretrained(dir, safe_serialization=True), \
+            and a sharded one (model-00001-of-0000N.safetensors) re-saved unsharded with save_pretrained(dir, max_shard_size=\"100GB\")",
         "tokenizer.json" => "xsent needs the fast-tokenizer file tokenizer.json; save it with transformers' AutoTokenizer.from_pretrained(...).save_pretrained(dir)",
         _ => "save the model with transformers' save_pretrained(dir)",
     }
+}
+
+/// What to do about `file` missing from the local directory `dir`: as [`how_to_get`], but
+/// naming a sharded checkpoint when `dir` holds one.
+fn how_to_get_into(dir: &Path, file: &str) -> String {
+    match (file, sharded_weights(dir)) {
+        ("model.safetensors", Some(found)) => format!(
+            "{} holds a sharded checkpoint ({found}), but xsent reads a single model.safetensors: \
+             re-save it unsharded with transformers' save_pretrained(dir, max_shard_size=\"100GB\")",
+            dir.display()
+        ),
+        _ => how_to_get(file).to_string(),
+    }
+}
+
+/// The index file or a shard of a sharded safetensors checkpoint in `dir`, if there is one.
+fn sharded_weights(dir: &Path) -> Option<String> {
+    if dir.join("model.safetensors.index.json").is_file() {
+        return Some("model.safetensors.index.json".to_string());
+    }
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let is_shard = |name: &str| {
+        name.strip_prefix("model-")
+            .and_then(|n| n.strip_suffix(".safetensors"))
+            .and_then(|n| n.split_once("-of-"))
+            .is_some_and(|(i, n)| digits(i) && digits(n))
+    };
+    let mut shards: Vec<String> =
+        std::fs::read_dir(dir).ok()?.filter_map(|e| e.ok()?.file_name().into_string().ok()).filter(|n| is_shard(n)).collect();
+    shards.sort();
+    shards.into_iter().next()
 }
 
 /// Resolve `--model`: an existing directory, else a hub id.
@@ -54,7 +87,17 @@ pub fn resolve(spec: &str) -> Result<ModelFiles> {
         bail!("model {spec:?}: the revision after @ is empty (org/name@REVISION, e.g. @main)");
     }
     let first = spec.split('/').next().unwrap_or("");
-    if looks_like_hub_id(spec) && !Path::new(first).is_dir() {
+    if looks_like_hub_id(spec) && Path::new(first).is_dir() {
+        let rest = &spec[first.len() + 1..];
+        let cwd = std::env::current_dir().map(|d| d.join(first).display().to_string()).unwrap_or_else(|_| format!("./{first}"));
+        bail!(
+            "model {spec:?} not found: {cwd} exists as a local directory but has no subdirectory {rest:?}, \
+             so {spec:?} was taken as a local path, not as a hub id.\n\
+             To load the hub model {spec}, rename or remove the local folder {first:?}, or run xsent from another directory \
+             (paths in configs and --model are relative to the directory xsent runs in)."
+        );
+    }
+    if looks_like_hub_id(spec) {
         return hub_cache_dir().and_then(|cache| resolve_hub(spec, &cache, hub_offline())).map_err(|e| {
             let cwd = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_else(|_| "?".into());
             e.context(format!(
@@ -84,7 +127,7 @@ pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
                 "model directory {} has no {f}: xsent needs config.json, model.safetensors and tokenizer.json there.\n{}.\n\
                  For the bundled models run scripts/setup.sh.",
                 dir.display(),
-                how_to_get(f)
+                how_to_get_into(dir, f)
             );
         }
     }
@@ -104,6 +147,7 @@ pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
             if !d.join("config.json").is_file() {
                 bail!("{} lists a Dense module at {rel}/ but {} does not exist", dir.join("modules.json").display(), d.join("config.json").display());
             }
+            check_dense_config(&d.join("config.json"))?;
             Some(d)
         }
         None => None,
@@ -122,7 +166,8 @@ pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
     })
 }
 
-/// The modules of a sentence-transformers `modules.json` as (type, path).
+/// The modules of a sentence-transformers `modules.json` as (type, path), checked to be a
+/// pipeline xsent runs as sentence-transformers would.
 fn st_modules(modules: Option<&Path>) -> Result<Vec<(String, String)>> {
     let Some(path) = modules else { return Ok(Vec::new()) };
     let text = std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
@@ -134,21 +179,87 @@ fn st_modules(modules: Option<&Path>) -> Result<Vec<(String, String)>> {
     // What xsent runs: the transformer, then pooling, an optional Dense layer and normalisation.
     // Any other module would change the vectors sentence-transformers gives.
     for (t, _) in &mods {
-        let known = ["Transformer", "Pooling", "Dense", "Normalize"].iter().any(|k| t.rsplit('.').next() == Some(k));
-        if !known {
+        if !["Transformer", "Pooling", "Dense", "Normalize"].contains(&module_kind(t)) {
             bail!(
                 "{} lists a module xsent cannot run ({t:?}); xsent runs Transformer, Pooling, Dense and Normalize modules",
                 path.display()
             );
         }
     }
+    check_pipeline(path, &mods)?;
     Ok(mods)
+}
+
+/// `Dense` for `sentence_transformers.models.Dense`.
+fn module_kind(module_type: &str) -> &str {
+    module_type.rsplit('.').next().unwrap_or(module_type)
+}
+
+/// xsent runs the modules in one order, Transformer → Pooling → (Dense) → (Normalize), whatever
+/// `modules.json` says: refuse a list in another order (sentence-transformers runs them in the
+/// listed order, so a Dense before Pooling works on token vectors), rather than give other vectors.
+fn check_pipeline(path: &Path, mods: &[(String, String)]) -> Result<()> {
+    const ORDER: &str = "xsent runs Transformer → Pooling → Dense (optional) → Normalize (optional), in that order";
+    let name = |i: usize| {
+        let (t, p) = &mods[i];
+        if p.is_empty() { format!("{} (module {})", module_kind(t), i) } else { format!("{} ({p})", module_kind(t)) }
+    };
+    let at = |kind: &str| mods.iter().enumerate().filter(|(_, (t, _))| module_kind(t) == kind).map(|(i, _)| i).collect::<Vec<_>>();
+    for kind in ["Transformer", "Pooling", "Normalize"] {
+        if at(kind).len() > 1 {
+            bail!("{} lists {} {kind} modules; {ORDER}", path.display(), at(kind).len());
+        }
+    }
+    if mods.is_empty() || module_kind(&mods[0].0) != "Transformer" {
+        let first = if mods.is_empty() { "nothing".to_string() } else { name(0) };
+        bail!("{}: the first module is {first}, not the Transformer; {ORDER}", path.display());
+    }
+    let pooling = at("Pooling").first().copied();
+    for i in at("Dense").into_iter().chain(at("Normalize")) {
+        if pooling.is_none_or(|p| i < p) {
+            bail!(
+                "{} lists {} before any Pooling module: sentence-transformers runs it on each token's vector, \
+                 but xsent runs a {} module only after Pooling, on the sentence's vector, so it would not give this model's vectors; {ORDER}",
+                path.display(),
+                name(i),
+                module_kind(&mods[i].0)
+            );
+        }
+    }
+    if let Some(i) = pooling.filter(|&i| i != 1) {
+        bail!("{}: {} comes right after the Transformer, not the Pooling module {}; {ORDER}", path.display(), name(1), name(i));
+    }
+    if let Some(i) = at("Normalize").into_iter().find(|&i| i + 1 != mods.len()) {
+        bail!("{} lists {} before {}: xsent normalises last; {ORDER}", path.display(), name(i), name(i + 1));
+    }
+    Ok(())
+}
+
+/// A Dense module's `config.json` must read and write the sentence embedding: newer
+/// sentence-transformers can point a Dense at other features (`module_input_name`,
+/// `module_output_name`), which xsent does not run.
+fn check_dense_config(config: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(config).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", config.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{} is not valid JSON: {e}", config.display()))?;
+    for key in ["module_input_name", "module_output_name"] {
+        match &v[key] {
+            serde_json::Value::Null => {}
+            serde_json::Value::String(s) if s == "sentence_embedding" => {}
+            other => bail!(
+                "{}: this Dense module's {key} is {other}, not \"sentence_embedding\": xsent runs a Dense module only on the pooled \
+                 sentence vector (after Pooling), so it would not give this model's vectors",
+                config.display()
+            ),
+        }
+    }
+    Ok(())
 }
 
 /// Path of the Dense module (relative to the model dir), if `modules.json` lists one.
 fn dense_path(modules: Option<&Path>) -> Result<Option<String>> {
     let dense: Vec<String> =
-        st_modules(modules)?.into_iter().filter(|(t, _)| t.ends_with(".Dense")).map(|(_, p)| p).collect();
+        st_modules(modules)?.into_iter().filter(|(t, _)| module_kind(t) == "Dense").map(|(_, p)| p).collect();
     if dense.len() > 1 {
         bail!("{}: xsent supports at most one Dense module, this model has {}", modules.unwrap().display(), dense.len());
     }
@@ -160,7 +271,7 @@ fn declares_normalize(modules: Option<&Path>) -> Result<Option<bool>> {
     if modules.is_none() {
         return Ok(None);
     }
-    Ok(Some(st_modules(modules)?.iter().any(|(t, _)| t.ends_with(".Normalize"))))
+    Ok(Some(st_modules(modules)?.iter().any(|(t, _)| module_kind(t) == "Normalize")))
 }
 
 /// Path of the Pooling module's config when `modules.json` lists one.
@@ -168,7 +279,7 @@ fn pooling_path(modules: Option<&Path>) -> Option<String> {
     let text = std::fs::read_to_string(modules?).ok()?;
     let serde_json::Value::Array(mods) = serde_json::from_str::<serde_json::Value>(&text).ok()? else { return None };
     mods.iter()
-        .find(|m| m["type"].as_str().is_some_and(|t| t.ends_with("Pooling")))
+        .find(|m| m["type"].as_str().is_some_and(|t| module_kind(t) == "Pooling"))
         .and_then(|m| m["path"].as_str())
         .map(|p| format!("{p}/config.json"))
 }
@@ -190,36 +301,138 @@ pub fn hub_offline() -> bool {
     std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
 }
 
-/// Resolve a hub id through the cache at `cache_dir`; download missing files unless `offline`.
-pub fn resolve_hub(spec: &str, cache_dir: &Path, offline: bool) -> Result<ModelFiles> {
-    let (id, revision) = match spec.split_once('@') {
-        Some((id, rev)) => (id.to_string(), rev.to_string()),
-        None => (spec.to_string(), "main".to_string()),
+/// A hub token: its value, and where it was found (for messages).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HubToken {
+    pub value: String,
+    pub from: String,
+}
+
+/// The hub token as `huggingface_hub` finds it: the `HF_TOKEN` variable, else the file
+/// `HF_TOKEN_PATH`, else `$HF_HOME/token` (`HF_HOME` defaulting to `~/.cache/huggingface`);
+/// empty values count as none. `var` reads an environment variable, `home` is the home
+/// directory. (hf-hub itself only reads `<cache>/../token`, which misses `$HF_HOME/token`
+/// whenever `HF_HUB_CACHE` points elsewhere.)
+pub fn hub_token(var: &dyn Fn(&str) -> Option<String>, home: Option<&Path>) -> Option<HubToken> {
+    let clean = |s: &str| Some(s.trim().to_string()).filter(|t| !t.is_empty());
+    if let Some(value) = var("HF_TOKEN").as_deref().and_then(clean) {
+        return Some(HubToken { value, from: "HF_TOKEN".into() });
+    }
+    let file = match (var("HF_TOKEN_PATH").filter(|p| !p.is_empty()), var("HF_HOME").filter(|p| !p.is_empty())) {
+        (Some(path), _) => PathBuf::from(path),
+        (None, Some(hf_home)) => Path::new(&hf_home).join("token"),
+        (None, None) => home?.join(".cache/huggingface/token"),
     };
-    let repo = hf_hub::Repo::with_revision(id.clone(), hf_hub::RepoType::Model, revision.clone());
-    let cache = hf_hub::Cache::new(cache_dir.to_path_buf()).repo(repo.clone());
-    let api = if offline {
-        None
-    } else {
-        let api = hf_hub::api::sync::ApiBuilder::from_cache(hf_hub::Cache::new(cache_dir.to_path_buf()))
-            .with_progress(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-        let api = match std::env::var("HF_ENDPOINT") {
-            Ok(e) => api.with_endpoint(e),
-            Err(_) => api,
+    let value = std::fs::read_to_string(&file).ok().as_deref().and_then(clean)?;
+    Some(HubToken { value, from: file.display().to_string() })
+}
+
+/// A full commit hash (40 lowercase hex digits), as `huggingface_hub` recognises one.
+fn is_commit_hash(revision: &str) -> bool {
+    revision.len() == 40 && revision.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// A failed hub request: its message, and the HTTP status and `X-Error-Code` when the hub answered.
+struct HubFailure {
+    message: String,
+    status: Option<u16>,
+    error_code: Option<String>,
+}
+
+impl HubFailure {
+    fn new(e: hf_hub::api::sync::ApiError) -> Self {
+        use hf_hub::api::sync::ApiError;
+        let message = e.to_string();
+        let response = match e {
+            ApiError::RequestError(e) => (*e).into_response(),
+            ApiError::TooManyRetries(inner) => return Self { message, ..Self::new(*inner) },
+            _ => None,
         };
-        Some(api.build()?.repo(repo))
-    };
-    let get = |file: &str, required: bool| -> Result<Option<PathBuf>> {
-        if let Some(p) = cache.get(file) {
+        let status = response.as_ref().map(|r| r.status());
+        let error_code = response.as_ref().and_then(|r| r.header("x-error-code")).map(str::to_string);
+        Self { message, status, error_code }
+    }
+
+    /// The hub answered that the file does not exist: a 404, and not for the whole repo or revision.
+    fn file_absent(&self) -> bool {
+        self.status == Some(404) && !matches!(self.error_code.as_deref(), Some("RepoNotFound" | "RevisionNotFound"))
+    }
+}
+
+/// What an optional file sets, for messages.
+fn what_it_sets(file: &str) -> &'static str {
+    match file {
+        "modules.json" => "the model's pipeline (pooling, Dense, normalisation)",
+        "sentence_bert_config.json" => "the maximum length and lowercasing",
+        "config_sentence_transformers.json" => "the default prompt",
+        "tokenizer_config.json" => "the maximum length (model_max_length)",
+        _ => "the pooling",
+    }
+}
+
+/// One hub repository at one revision: its files in the cache, downloaded when online.
+struct HubRepo {
+    id: String,
+    revision: String,
+    /// Whether the spec named the revision (`org/name@rev`).
+    given_revision: bool,
+    cache_dir: PathBuf,
+    cache: hf_hub::CacheRepo,
+    /// `snapshots/<commit>` when the revision is a commit hash: `huggingface_hub` writes no
+    /// `refs/<commit>` for one, which hf-hub's cache needs.
+    snapshot: Option<PathBuf>,
+    api: Option<hf_hub::api::sync::ApiRepo>,
+    token: Option<HubToken>,
+}
+
+impl HubRepo {
+    fn new(spec: &str, cache_dir: &Path, offline: bool) -> Result<Self> {
+        let (id, revision, given_revision) = match spec.split_once('@') {
+            Some((id, rev)) => (id.to_string(), rev.to_string(), true),
+            None => (spec.to_string(), "main".to_string(), false),
+        };
+        let repo = hf_hub::Repo::with_revision(id.clone(), hf_hub::RepoType::Model, revision.clone());
+        let cache = hf_hub::Cache::new(cache_dir.to_path_buf()).repo(repo.clone());
+        let snapshot = is_commit_hash(&revision).then(|| cache_dir.join(repo.folder_name()).join("snapshots").join(&revision));
+        let (api, token) = if offline {
+            (None, None)
+        } else {
+            let token = hub_token(&|k| std::env::var(k).ok(), std::env::home_dir().as_deref());
+            let api = hf_hub::api::sync::ApiBuilder::from_cache(hf_hub::Cache::new(cache_dir.to_path_buf()))
+                .with_token(token.as_ref().map(|t| t.value.clone()))
+                .with_progress(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+            let api = match std::env::var("HF_ENDPOINT") {
+                Ok(e) => api.with_endpoint(e),
+                Err(_) => api,
+            };
+            (Some(api.build()?.repo(repo)), token)
+        };
+        Ok(Self { id, revision, given_revision, cache_dir: cache_dir.to_path_buf(), cache, snapshot, api, token })
+    }
+
+    /// `file` in the cache: under the revision's ref, or in the commit's snapshot.
+    fn cached(&self, file: &str) -> Option<PathBuf> {
+        self.cache.get(file).or_else(|| self.snapshot.as_ref().map(|s| s.join(file)).filter(|p| p.exists()))
+    }
+
+    /// `file` from the cache, else from the hub. An optional file is `None` only when the hub
+    /// says it does not exist (or, offline, when the cache lacks it): any other failure would
+    /// silently change the model's pooling, length or prompt.
+    fn get(&self, file: &str, required: bool) -> Result<Option<PathBuf>> {
+        if let Some(p) = self.cached(file) {
             return Ok(Some(p));
         }
-        let Some(api) = &api else {
+        let Some(api) = &self.api else {
             if required {
                 bail!(
-                    "{file} of {id} (revision {revision}) is not in the hub cache {} and HF_HUB_OFFLINE is set.\n\
-                     Download it while online (run the same command without HF_HUB_OFFLINE, or `huggingface-cli download {id}`), \
+                    "{file} of {} (revision {}) is not in the hub cache {} and HF_HUB_OFFLINE is set.\n\
+                     Download it while online (run the same command without HF_HUB_OFFLINE, or `huggingface-cli download {}{}`), \
                      or pass a local model directory to --model.\n{}.",
-                    cache_dir.display(),
+                    self.id,
+                    self.revision,
+                    self.cache_dir.display(),
+                    self.id,
+                    self.revision_flag(),
                     how_to_get(file)
                 );
             }
@@ -227,18 +440,71 @@ pub fn resolve_hub(spec: &str, cache_dir: &Path, offline: bool) -> Result<ModelF
         };
         match api.get(file) {
             Ok(p) => Ok(Some(p)),
-            Err(e) if required => bail!(
-                "cannot get {file} of {id} (revision {revision}) from the hub: {e}.\n\
-                 The cache is {} (set HF_HOME or HF_HUB_CACHE to use another); with no network, pass a local model directory to --model.\n{}.",
-                cache_dir.display(),
-                how_to_get(file)
-            ),
-            Err(_) => Ok(None),
+            Err(e) => {
+                let failure = HubFailure::new(e);
+                if !required && failure.file_absent() {
+                    return Ok(None);
+                }
+                bail!(self.failure_message(file, required, &failure))
+            }
         }
-    };
+    }
+
+    /// ` --revision REV` when the spec named one.
+    fn revision_flag(&self) -> String {
+        if self.given_revision { format!(" --revision {}", self.revision) } else { String::new() }
+    }
+
+    fn failure_message(&self, file: &str, required: bool, failure: &HubFailure) -> String {
+        let head = format!("cannot get {file} of {} (revision {}) from the hub: {}", self.id, self.revision, failure.message);
+        if matches!(failure.status, Some(401 | 403)) {
+            let sent = match &self.token {
+                Some(t) => format!("the token from {} was sent but does not give access to it", t.from),
+                None => "no token was sent".to_string(),
+            };
+            return format!(
+                "{head}.\n{} may not exist, or be private or gated ({sent}): check the id, accept a gated model's conditions on its hub page, \
+                 and give a token with access in HF_TOKEN or in $HF_HOME/token (`huggingface-cli login` writes it).",
+                self.id
+            );
+        }
+        if failure.status == Some(404) {
+            return format!(
+                "{head}.\nThe cache is {} (set HF_HOME or HF_HUB_CACHE to use another); check the id and revision, or pass a local model directory to --model.\n{}.",
+                self.cache_dir.display(),
+                how_to_get(file)
+            );
+        }
+        let optional = if required {
+            String::new()
+        } else {
+            format!(
+                "{file} is optional, but it sets {}, and only the hub's answer that it does not exist (404) lets xsent go on without it.\n",
+                what_it_sets(file)
+            )
+        };
+        format!(
+            "{head}.\n{optional}Retry later (the hub may be busy or limiting requests, or the network down); or, if the hub cache {} \
+             already holds every file of {} (`huggingface-cli download {}{}` while online), set HF_HUB_OFFLINE=1; \
+             or pass a local model directory to --model.",
+            self.cache_dir.display(),
+            self.id,
+            self.id,
+            self.revision_flag()
+        )
+    }
+}
+
+/// Resolve a hub id through the cache at `cache_dir`; download missing files unless `offline`.
+pub fn resolve_hub(spec: &str, cache_dir: &Path, offline: bool) -> Result<ModelFiles> {
+    let hub = HubRepo::new(spec, cache_dir, offline)?;
+    let get = |file: &str, required: bool| hub.get(file, required);
     let config = get("config.json", true)?.unwrap();
     let weights = get("model.safetensors", true)?.unwrap();
     let tokenizer = get("tokenizer.json", true)?.unwrap();
+    // Read from beside tokenizer.json (model_max_length, the default length without a
+    // sentence_bert_config.json), so only fetched here.
+    get("tokenizer_config.json", false)?;
     let modules = get("modules.json", false)?;
     // A Pooling module that modules.json lists is required, as locally.
     let pooling = match pooling_path(modules.as_deref()) {
@@ -248,6 +514,7 @@ pub fn resolve_hub(spec: &str, cache_dir: &Path, offline: bool) -> Result<ModelF
     let dense = match dense_path(modules.as_deref())? {
         Some(rel) => {
             let cfg = get(&format!("{rel}/config.json"), true)?.unwrap();
+            check_dense_config(&cfg)?;
             get(&format!("{rel}/model.safetensors"), true)?;
             cfg.parent().map(Path::to_path_buf)
         }
@@ -278,5 +545,86 @@ mod tests {
         assert!(!looks_like_hub_id("models/a/b"));
         assert!(!looks_like_hub_id("./models"));
         assert!(!looks_like_hub_id("name"));
+    }
+
+    /// `huggingface_hub`'s order: HF_TOKEN, else HF_TOKEN_PATH, else $HF_HOME/token, else
+    /// ~/.cache/huggingface/token; blank values are no token.
+    #[test]
+    fn hub_token_lookup_order() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let write = |rel: &str, text: &str| {
+            let p = dir.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        let home_file = write("home/.cache/huggingface/token", "from-home\n");
+        let hf_home_file = write("hf/token", " from-hf-home \n");
+        let path_file = write("elsewhere/tok", "from-token-path");
+        write("blank/token", "  \n");
+        let home = dir.join("home");
+        let hf_home = dir.join("hf").display().to_string();
+        let token = |vars: &[(&str, &str)]| {
+            let var = |k: &str| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string());
+            hub_token(&var, Some(&home)).map(|t| (t.value, t.from))
+        };
+        let from = |p: &Path| p.display().to_string();
+        assert_eq!(token(&[("HF_TOKEN", "hf_env"), ("HF_HOME", &hf_home)]), Some(("hf_env".into(), "HF_TOKEN".into())));
+        assert_eq!(token(&[("HF_TOKEN", " "), ("HF_HOME", &hf_home)]), Some(("from-hf-home".into(), from(&hf_home_file))));
+        assert_eq!(token(&[("HF_HOME", &hf_home)]), Some(("from-hf-home".into(), from(&hf_home_file))));
+        let path = from(&path_file);
+        assert_eq!(token(&[("HF_TOKEN_PATH", &path), ("HF_HOME", &hf_home)]), Some(("from-token-path".into(), path.clone())));
+        assert_eq!(token(&[]), Some(("from-home".into(), from(&home_file))));
+        let blank = dir.join("blank").display().to_string();
+        assert_eq!(token(&[("HF_HOME", &blank)]), None, "a blank token file is no token");
+        let missing = dir.join("missing").display().to_string();
+        assert_eq!(token(&[("HF_HOME", &missing)]), None, "$HF_HOME set: ~/.cache/huggingface is not read");
+        assert_eq!(hub_token(&|_| None, None), None);
+    }
+
+    #[test]
+    fn commit_hashes() {
+        assert!(is_commit_hash("0123456789abcdef0123456789abcdef01234567"));
+        assert!(!is_commit_hash("0123456789ABCDEF0123456789abcdef01234567"));
+        assert!(!is_commit_hash("main"));
+        assert!(!is_commit_hash("0123456789abcdef"));
+    }
+
+    #[test]
+    fn pipeline_order() {
+        let check = |kinds: &[(&str, &str)]| {
+            let mods: Vec<(String, String)> =
+                kinds.iter().map(|(t, p)| (format!("sentence_transformers.models.{t}"), p.to_string())).collect();
+            check_pipeline(Path::new("m/modules.json"), &mods).map_err(|e| e.to_string())
+        };
+        let (t, p, d, n) = (("Transformer", ""), ("Pooling", "1_Pooling"), ("Dense", "2_Dense"), ("Normalize", "3_Normalize"));
+        for ok in [vec![t], vec![t, p], vec![t, p, d], vec![t, p, n], vec![t, p, d, n]] {
+            assert_eq!(check(&ok), Ok(()), "{ok:?}");
+        }
+        let err = check(&[t, d, p, n]).unwrap_err();
+        assert!(err.contains("m/modules.json lists Dense (2_Dense) before any Pooling") && err.contains("only after Pooling"), "{err}");
+        let err = check(&[t, p, n, d]).unwrap_err();
+        assert!(err.contains("Normalize (3_Normalize) before Dense (2_Dense)") && err.contains("normalises last"), "{err}");
+        let err = check(&[t, n]).unwrap_err();
+        assert!(err.contains("Normalize (3_Normalize) before any Pooling"), "{err}");
+        let err = check(&[p, t]).unwrap_err();
+        assert!(err.contains("the first module is Pooling (1_Pooling), not the Transformer"), "{err}");
+        let err = check(&[t, p, p]).unwrap_err();
+        assert!(err.contains("2 Pooling modules"), "{err}");
+        assert!(check(&[]).unwrap_err().contains("the first module is nothing"));
+    }
+
+    #[test]
+    fn sharded_checkpoints_are_recognised() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        assert_eq!(sharded_weights(dir), None);
+        std::fs::write(dir.join("model-00002-of-00002.safetensors"), "").unwrap();
+        std::fs::write(dir.join("model-00001-of-00002.safetensors"), "").unwrap();
+        std::fs::write(dir.join("model-extra.safetensors"), "").unwrap();
+        assert_eq!(sharded_weights(dir).as_deref(), Some("model-00001-of-00002.safetensors"));
+        std::fs::write(dir.join("model.safetensors.index.json"), "{}").unwrap();
+        assert_eq!(sharded_weights(dir).as_deref(), Some("model.safetensors.index.json"));
     }
 }
