@@ -60,7 +60,7 @@ fn averaging_model_save_load_embed() {
     for units in [Units::Sp, Units::Word, Units::Trigram] {
         let seg = Segmenter::train(units, &texts, 60, SubwordModel::Unigram, true).unwrap();
         let v = seg.vocab_size();
-        let table = AveragingModel::random_table(v, 8, 1.0, 5);
+        let table = AveragingModel::random_table(v, 8, 1.0, 5).unwrap();
         let d = dir.path().join(units.to_string());
         AveragingModel::save_parts(&d, &seg, 8, &table, false).unwrap();
         // The same vectors by hand: ids from the in-memory segmenter, mean of the rows, unit norm.
@@ -300,4 +300,18 @@ fn sp_config_errors() {
         assert_eq!(o.status.code(), Some(1), "{set}: {}", stderr(&o));
         assert!(stderr(&o).contains(want) && stderr(&o).contains("larger than the") && !stderr(&o).contains("panicked"), "{set}: {}", stderr(&o));
     }
+    // A mega-batch that the annealing would grow past the data later in the run is refused
+    // before the first step (220 training pairs hold at most 27 batches of 8), not when it is
+    // reached.
+    let o = s.train("bad7", &["--set", "sp.megabatch_max=100", "--set", "train.max_steps=400"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("set sp.megabatch_max to at most 27") && !s.run("bad7/checkpoints").exists(), "{}", stderr(&o));
+    let o = s.train("ok7", &["--set", "sp.megabatch_max=27", "--set", "sp.anneal_rate=0", "--set", "train.max_steps=1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // A table that cannot be allocated: an error naming the keys, not an abort.
+    let o = s.train("bad8", &["--set", "sp.dim=1000000000000"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("sp.dim") && stderr(&o).contains("cannot be allocated"), "{}", stderr(&o));
+    let o = s.train("bad9", &["--set", "sp.dropout_kind=\"pieces\""]);
+    assert!(!o.status.success() && stderr(&o).contains("dropout_kind"), "{}", stderr(&o));
 }

@@ -263,12 +263,22 @@ pub struct AveragingModel {
 
 impl AveragingModel {
     /// Embedding rows drawn from N(0, std²) (seed 002 §3.3: the random encoders use N(0, 1)).
-    pub fn random_table(vocab: usize, dim: usize, std: f32, seed: u64) -> Vec<f32> {
+    /// An error, not an abort, when the table cannot be allocated.
+    pub fn random_table(vocab: usize, dim: usize, std: f32, seed: u64) -> Result<Vec<f32>> {
         use rand::SeedableRng;
         use rand_distr::{Distribution, Normal};
         let mut rng = crate::model::encoder::Rng::seed_from_u64(seed);
-        let normal = Normal::new(0f32, std).expect("a valid normal distribution");
-        (0..vocab * dim).map(|_| normal.sample(&mut rng)).collect()
+        let normal = Normal::new(0f32, std).map_err(|e| anyhow::anyhow!("init std {std}: {e}"))?;
+        let len = vocab.checked_mul(dim).filter(|&l| l <= isize::MAX as usize / 4);
+        let mut table = Vec::new();
+        if len.is_none_or(|l| table.try_reserve_exact(l).is_err()) {
+            bail!(
+                "an embedding table of {vocab} units × {dim} dimensions ({:.1} GB) cannot be allocated: lower the dimension or the vocabulary size",
+                vocab as f64 * dim as f64 * 4.0 / 1e9
+            );
+        }
+        table.extend((0..vocab * dim).map(|_| normal.sample(&mut rng)));
+        Ok(table)
     }
 
     /// Write a model directory: xsent.json, model.safetensors, the vocabulary and, for sp and

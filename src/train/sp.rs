@@ -69,9 +69,14 @@ pub struct SpConfig {
     /// Also the hardest source-side negative for each target.
     #[serde(default)]
     pub symmetric: bool,
-    /// Probability of dropping each unit of a sentence in training (at least one is kept).
+    /// Dropout rate in training.
     #[serde(default = "d_dropout")]
     pub dropout: f64,
+    /// What dropout drops: `element` (each value of each looked-up embedding, the kept ones
+    /// scaled by 1/(1 − p): standard dropout, as seed 002 and its authors' code) or `unit` (each
+    /// unit of a sentence whole, the mean taken over the units kept).
+    #[serde(default = "d_dropout_kind")]
+    pub dropout_kind: DropoutKind,
     /// No training: write the randomly initialised encoder (seed 002 Table 2's random rows).
     #[serde(default)]
     pub random: bool,
@@ -100,6 +105,19 @@ fn d_anneal() -> u64 {
 }
 fn d_dropout() -> f64 {
     0.3
+}
+fn d_dropout_kind() -> DropoutKind {
+    DropoutKind::Element
+}
+
+/// What `sp.dropout` drops in training.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DropoutKind {
+    /// Each value of each looked-up embedding (standard dropout, kept values scaled by 1/(1 − p)).
+    Element,
+    /// Each unit of a sentence whole; when every unit of a sentence is drawn, none is dropped.
+    Unit,
 }
 
 impl SpConfig {
@@ -255,7 +273,8 @@ impl SpRecipe {
         let tgt = Side { ids: ids(train.iter().map(|p| p.tgt.as_str()).collect())?, key: tgt_key };
         let val_src = ids(val.iter().map(|p| p.src.as_str()).collect())?;
         let val_tgt = ids(val.iter().map(|p| p.tgt.as_str()).collect())?;
-        let table = AveragingModel::random_table(vocab, sc.dim, sc.init_std as f32, cfg.seed ^ 0x5ba7_e1ed);
+        let table = AveragingModel::random_table(vocab, sc.dim, sc.init_std as f32, cfg.seed ^ 0x5ba7_e1ed)
+            .with_context(|| format!("sp.dim = {}, {vocab} units (sp.vocab_size)", sc.dim))?;
         let table = Var::from_tensor(&Tensor::from_vec(table, (vocab, sc.dim), &Device::Cpu)?)?;
         Ok(Self { dim: sc.dim, cfg: sc, segmenter, table, src, tgt, val_src, val_tgt })
     }
@@ -277,28 +296,10 @@ impl SpRecipe {
         embed_ids_flat(table, self.dim, &flat, &off, true)
     }
 
-    /// The averaged vectors of `sentences` (unit ids), each unit dropped with probability
-    /// `dropout` (at least one kept), as a differentiable `[n, dim]` tensor.
+    /// The averaged vectors of `sentences` (unit ids) under the training dropout
+    /// (`sp.dropout_kind`), as a differentiable `[n, dim]` tensor.
     fn average(&self, sentences: &[&[u32]], rng: &mut Rng) -> Result<Tensor> {
-        let p = self.cfg.dropout;
-        let mut kept: Vec<Vec<u32>> = Vec::with_capacity(sentences.len());
-        for s in sentences {
-            let k: Vec<u32> = if p > 0.0 { s.iter().copied().filter(|_| rng.random::<f64>() >= p).collect() } else { s.to_vec() };
-            kept.push(if k.is_empty() { s.to_vec() } else { k });
-        }
-        let len = kept.iter().map(Vec::len).max().unwrap_or(0).max(1);
-        let n = kept.len();
-        let mut ids = vec![0u32; n * len];
-        let mut w = vec![0f32; n * len];
-        for (r, k) in kept.iter().enumerate() {
-            for (c, &id) in k.iter().enumerate() {
-                ids[r * len + c] = id;
-                w[r * len + c] = 1.0 / k.len() as f32;
-            }
-        }
-        let idx = Tensor::from_vec(ids, n * len, &Device::Cpu)?;
-        let w = Tensor::from_vec(w, (n, len, 1), &Device::Cpu)?;
-        Ok(self.table.as_tensor().index_select(&idx, 0)?.reshape((n, len, self.dim))?.broadcast_mul(&w)?.sum(1)?)
+        average_with_dropout(self.table.as_tensor(), self.dim, sentences, self.cfg.dropout, self.cfg.dropout_kind, rng)
     }
 
     fn trained_table(&self) -> Result<Vec<f32>> {
@@ -309,6 +310,45 @@ impl SpRecipe {
     pub fn save(&self, dir: &Path, trained: bool) -> Result<()> {
         AveragingModel::save_parts(dir, &self.segmenter, self.dim, &self.trained_table()?, trained)
     }
+}
+
+/// The mean of each sentence's rows of `table` (`[vocab, dim]`), under dropout `p` of `kind`
+/// drawn from `rng`, as a differentiable `[n, dim]` tensor.
+pub fn average_with_dropout(table: &Tensor, dim: usize, sentences: &[&[u32]], p: f64, kind: DropoutKind, rng: &mut Rng) -> Result<Tensor> {
+    let unit = p > 0.0 && kind == DropoutKind::Unit;
+    let mut kept: Vec<Vec<u32>> = Vec::with_capacity(sentences.len());
+    for s in sentences {
+        let k: Vec<u32> = if unit { s.iter().copied().filter(|_| rng.random::<f64>() >= p).collect() } else { s.to_vec() };
+        kept.push(if k.is_empty() { s.to_vec() } else { k });
+    }
+    let len = kept.iter().map(Vec::len).max().unwrap_or(0).max(1);
+    let n = kept.len();
+    let mut ids = vec![0u32; n * len];
+    let mut w = vec![0f32; n * len];
+    for (r, k) in kept.iter().enumerate() {
+        for (c, &id) in k.iter().enumerate() {
+            ids[r * len + c] = id;
+            w[r * len + c] = 1.0 / k.len() as f32;
+        }
+    }
+    let idx = Tensor::from_vec(ids, n * len, &Device::Cpu)?;
+    let mut rows = table.index_select(&idx, 0)?;
+    if p > 0.0 && kind == DropoutKind::Element {
+        // Only the values of real units are drawn (padding has weight 0): the same draws
+        // whatever the padding of the batch.
+        // A value is kept when a uniform u32 is at least p · 2³² (one draw per value).
+        let scale = (1.0 / (1.0 - p)) as f32;
+        let drop_below = (p * 4_294_967_296.0) as u64;
+        let mut mask = vec![0f32; n * len * dim];
+        for (r, k) in kept.iter().enumerate() {
+            for m in mask[r * len * dim..][..k.len() * dim].iter_mut() {
+                *m = if rng.random::<u32>() as u64 >= drop_below { scale } else { 0.0 };
+            }
+        }
+        rows = rows.mul(&Tensor::from_vec(mask, (n * len, dim), &Device::Cpu)?)?;
+    }
+    let w = Tensor::from_vec(w, (n, len, 1), &Device::Cpu)?;
+    Ok(rows.reshape((n, len, dim))?.broadcast_mul(&w)?.sum(1)?)
 }
 
 /// `Σ_i mask_i · max(0, δ − cos(a_i, p_i) + cos(a_i, n_i))` over L2-normalised rows: anchors
@@ -442,6 +482,47 @@ impl crate::model::Embedder for SpRecipe {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn dropout_kinds() {
+        // Rows 0..4 of a 4 × 2 table; one sentence of all four units.
+        let table = Tensor::from_vec(vec![1f32, 0., 0., 1., 2., 2., -1., 3.], (4, 2), &Device::Cpu).unwrap();
+        let sent: &[u32] = &[0, 1, 2, 3];
+        let mean = [0.5f32, 1.5];
+        let avg = |p: f64, kind: DropoutKind, seed: u64| -> Vec<f32> {
+            let mut rng = Rng::seed_from_u64(seed);
+            average_with_dropout(&table, 2, &[sent], p, kind, &mut rng).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+        };
+        // No dropout: the plain mean, whatever the kind.
+        assert_eq!(avg(0.0, DropoutKind::Element, 1), mean);
+        assert_eq!(avg(0.0, DropoutKind::Unit, 1), mean);
+        // Unit dropout gives the mean of a non-empty subset of the rows; element dropout zeroes
+        // single values and scales the kept ones by 1/(1 − p), so it reaches vectors no subset
+        // mean does, and it is unbiased: the mean over many draws is the plain mean.
+        let subset_means: Vec<[f32; 2]> = (1u32..16)
+            .map(|m| {
+                let rows: Vec<usize> = (0..4).filter(|i| m & (1 << i) != 0).collect();
+                let k = rows.len() as f32;
+                let t = [[1f32, 0.], [0., 1.], [2., 2.], [-1., 3.]];
+                [rows.iter().map(|&i| t[i][0]).sum::<f32>() / k, rows.iter().map(|&i| t[i][1]).sum::<f32>() / k]
+            })
+            .collect();
+        let is_subset_mean = |v: &[f32]| subset_means.iter().any(|m| (m[0] - v[0]).abs() < 1e-6 && (m[1] - v[1]).abs() < 1e-6);
+        let (mut sum, mut outside) = ([0f64; 2], 0);
+        for seed in 0..4000 {
+            let u = avg(0.5, DropoutKind::Unit, seed);
+            assert!(is_subset_mean(&u), "unit dropout gave {u:?}");
+            let e = avg(0.5, DropoutKind::Element, seed);
+            outside += usize::from(!is_subset_mean(&e));
+            sum[0] += e[0] as f64;
+            sum[1] += e[1] as f64;
+        }
+        assert!(outside > 1000, "element dropout mostly gave subset means ({outside} of 4000 did not)");
+        for (s, m) in sum.iter().zip(mean) {
+            assert!((s / 4000.0 - m as f64).abs() < 0.05, "element dropout mean {} against {m}", s / 4000.0);
+        }
+    }
 
     #[test]
     fn annealing_schedule() {

@@ -279,6 +279,7 @@ impl<'a> Trainer<'a> {
             }
         };
         let total = Self::total_steps(cfg, n);
+        check_megabatches(recipe, total.saturating_mul(t.grad_accum as u64), t.batch_size, n)?;
         let params = recipe.params();
         let mut opt = AdamW::new(&params, cfg.optim.adamw())?;
         opt.set_lr_scales(|name| recipe.lr_scale(name));
@@ -828,6 +829,28 @@ fn load_checkpoint(dir: &Path, params: &Params, opt: &mut AdamW) -> Result<State
         .with_context(|| format!("cannot read {}", opt_path.display()))?;
     opt.load_state(&opt_state, state.step).with_context(|| format!("{}", opt_path.display()))?;
     Ok(state)
+}
+
+/// Refuse, before the first step, a run whose mega-batches (over its `micro_batches`) would
+/// grow larger than the `n` training examples: the mega-batch is a slice of one pass over the
+/// data order, so it cannot hold more. Returns the largest mega-batch, in micro-batches.
+pub fn check_megabatches(recipe: &dyn Recipe, micro_batches: u64, batch_size: usize, n: usize) -> Result<usize> {
+    let (mut first, mut largest) = (0u64, 1usize);
+    while first < micro_batches {
+        let m = recipe.megabatch_len(first).max(1);
+        if m > largest {
+            largest = m;
+            if m.checked_mul(batch_size).is_none_or(|size| size > n) {
+                bail!(
+                    "from micro-batch {first} on, this run's mega-batches hold {m} batches of {batch_size} examples, larger than the {n} training \
+                     examples; set sp.megabatch_max to at most {} (or lower train.batch_size, or add data)",
+                    n / batch_size
+                );
+            }
+        }
+        first += m as u64;
+    }
+    Ok(largest)
 }
 
 /// Drop metrics lines of steps after `step` (written after the checkpoint resumed from).
