@@ -385,15 +385,12 @@ fn val_sts_scores_the_learner_being_trained() {
     let pairs: Vec<(String, String, f64)> =
         (0..20).map(|i| if i % 2 == 0 { (en[i].clone(), de[i].clone(), 5.0) } else { (en[i].clone(), de[(i + 7) % 20].clone(), (i % 5) as f64) }).collect();
     let sts = s.dir.path().join("pairs.sts.tsv");
-    std::fs::write(&sts, pairs.iter().map(|(a, b, g)| format!("{a}\t{b}\t{g}\n")).collect::<String>()).unwrap();
+    common::write_scored_pairs(&sts, &pairs);
     let run = s.run_dir("sts");
     let o = s.train(&["--out", run.to_str().unwrap(), "--set", &format!("train.val_sts={:?}", sts.to_str().unwrap())]);
     assert!(o.status.success(), "{}", stderr(&o));
     let last = metrics(&run).into_iter().rfind(|v| v.get("val").is_some()).unwrap();
-    let texts: Vec<&str> = pairs.iter().flat_map(|(a, b, _)| [a.as_str(), b.as_str()]).collect();
-    let vecs = common::embed_cli(&run.join("final"), &[], &texts);
-    let sim: Vec<f64> = vecs.chunks(2).map(|p| common::cosine(&p[0], &p[1])).collect();
-    let expected = 100.0 * common::spearman(&sim, &pairs.iter().map(|p| p.2).collect::<Vec<_>>());
+    let expected = common::model_spearman(&run.join("final"), &pairs);
     assert_eq!(last["step"].as_u64(), Some(6));
     assert!((last["val"]["sts_spearman"].as_f64().unwrap() - expected).abs() < 1e-3, "{last} vs {expected}");
 }

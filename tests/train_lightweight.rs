@@ -303,20 +303,13 @@ fn gradient_cache_step_equals_one_backward() {
 fn val_sts_scores_the_model_being_trained() {
     // The last validation's Spearman on scored pairs equals the one of the saved model's vectors.
     let s = setup();
-    let pairs: Vec<(String, String, f64)> = corpus(30)
-        .into_iter()
-        .enumerate()
-        .map(|(i, (en, de))| if i % 2 == 0 { (en, de, 5.0) } else { (en, corpus(31)[30 - i].1.clone(), (i % 5) as f64) })
-        .collect();
+    let pairs = common::scored_pairs(&corpus(31));
     let sts = s.run("pairs.sts.tsv");
-    std::fs::write(&sts, pairs.iter().map(|(a, b, g)| format!("{a}\t{b}\t{g}\n")).collect::<String>()).unwrap();
+    common::write_scored_pairs(&sts, &pairs);
     let o = s.train("sts", &["--set", "train.max_steps=4", "--set", &format!("train.val_sts={:?}", sts.to_str().unwrap())]);
     assert!(o.status.success(), "{}", stderr(&o));
     let last = lines(&s.run("sts")).into_iter().rfind(|v| v.get("val").is_some()).unwrap();
-    let texts: Vec<&str> = pairs.iter().flat_map(|(a, b, _)| [a.as_str(), b.as_str()]).collect();
-    let vecs = common::embed_cli(&s.run("sts/final"), &[], &texts);
-    let sim: Vec<f64> = vecs.chunks(2).map(|p| common::cosine(&p[0], &p[1])).collect();
-    let expected = 100.0 * common::spearman(&sim, &pairs.iter().map(|p| p.2).collect::<Vec<_>>());
+    let expected = common::model_spearman(&s.run("sts/final"), &pairs);
     assert_eq!(last["step"].as_u64(), Some(4));
     assert!((last["val"]["sts_spearman"].as_f64().unwrap() - expected).abs() < 1e-3, "{last} vs {expected}");
 }

@@ -227,20 +227,13 @@ fn sp_recipe_trains_resumes_exactly_and_embeds() {
     assert_eq!(rows[0].len(), 16);
     // Validation on scored pairs (`train.val_sts`) reads the live table: at the last step it
     // equals the Spearman of the saved model's vectors.
-    let pairs: Vec<(String, String, f64)> = corpus(30)
-        .into_iter()
-        .enumerate()
-        .map(|(i, (en, de))| if i % 2 == 0 { (en, de, 5.0) } else { (en, corpus(31)[30 - i].1.clone(), (i % 5) as f64) })
-        .collect();
+    let pairs = common::scored_pairs(&corpus(31));
     let sts = s.run("pairs.sts.tsv");
-    std::fs::write(&sts, pairs.iter().map(|(a, b, g)| format!("{a}\t{b}\t{g}\n")).collect::<String>()).unwrap();
+    common::write_scored_pairs(&sts, &pairs);
     let o = s.train("sts", &["--set", &tok, "--set", &format!("train.val_sts={:?}", sts.to_str().unwrap())]);
     assert!(o.status.success(), "{}", stderr(&o));
     let last: Value = std::fs::read_to_string(s.run("sts/metrics.jsonl")).unwrap().lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).rfind(|v| v.get("val").is_some()).unwrap();
-    let texts: Vec<&str> = pairs.iter().flat_map(|(a, b, _)| [a.as_str(), b.as_str()]).collect();
-    let vecs = common::embed_cli(&s.run("sts/final"), &[], &texts);
-    let sim: Vec<f64> = vecs.chunks(2).map(|p| common::cosine(&p[0], &p[1])).collect();
-    let expected = 100.0 * common::spearman(&sim, &pairs.iter().map(|p| p.2).collect::<Vec<_>>());
+    let expected = common::model_spearman(&s.run("sts/final"), &pairs);
     assert_eq!(last["step"].as_u64(), Some(12));
     assert!((last["val"]["sts_spearman"].as_f64().unwrap() - expected).abs() < 1e-3, "{last} vs {expected}");
 }

@@ -204,3 +204,27 @@ pub fn spearman(x: &[f64], y: &[f64]) -> f64 {
     let vb: f64 = b.iter().map(|q| (q - mb).powi(2)).sum();
     cov / (va * vb).sqrt()
 }
+
+/// Write scored pairs as a TSV that `train.val_sts` and `eval sts --pairs` read.
+pub fn write_scored_pairs(path: &std::path::Path, pairs: &[(String, String, f64)]) {
+    std::fs::write(path, pairs.iter().map(|(a, b, g)| format!("{a}\t{b}\t{g}\n")).collect::<String>()).unwrap();
+}
+
+/// Spearman ×100 of the cosines `xsent embed` gives the pairs with `model` against their scores.
+pub fn model_spearman(model: &std::path::Path, pairs: &[(String, String, f64)]) -> f64 {
+    let texts: Vec<&str> = pairs.iter().flat_map(|(a, b, _)| [a.as_str(), b.as_str()]).collect();
+    let vecs = embed_cli(model, &[], &texts);
+    let sim: Vec<f64> = vecs.chunks(2).map(|p| cosine(&p[0], &p[1])).collect();
+    100.0 * spearman(&sim, &pairs.iter().map(|p| p.2).collect::<Vec<_>>())
+}
+
+/// Scored pairs from `pairs`: even ones (translations) score 5, odd ones pair a sentence with
+/// another's translation and score 0–4.
+pub fn scored_pairs(pairs: &[(String, String)]) -> Vec<(String, String, f64)> {
+    let n = pairs.len();
+    pairs
+        .iter()
+        .enumerate()
+        .map(|(i, (en, de))| if i % 2 == 0 { (en.clone(), de.clone(), 5.0) } else { (en.clone(), pairs[n - i].1.clone(), (i % 5) as f64) })
+        .collect()
+}
