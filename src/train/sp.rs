@@ -313,42 +313,41 @@ impl SpRecipe {
 }
 
 /// The mean of each sentence's rows of `table` (`[vocab, dim]`), under dropout `p` of `kind`
-/// drawn from `rng`, as a differentiable `[n, dim]` tensor.
+/// drawn from `rng`, as a differentiable `[n, dim]` tensor. The units of all sentences are
+/// gathered in one unpadded block and summed into their sentences' rows (`index_add`), so the
+/// work (and the element mask) scales with the real units, not with the longest sentence.
 pub fn average_with_dropout(table: &Tensor, dim: usize, sentences: &[&[u32]], p: f64, kind: DropoutKind, rng: &mut Rng) -> Result<Tensor> {
     let unit = p > 0.0 && kind == DropoutKind::Unit;
-    let mut kept: Vec<Vec<u32>> = Vec::with_capacity(sentences.len());
-    for s in sentences {
-        let k: Vec<u32> = if unit { s.iter().copied().filter(|_| rng.random::<f64>() >= p).collect() } else { s.to_vec() };
-        kept.push(if k.is_empty() { s.to_vec() } else { k });
-    }
-    let len = kept.iter().map(Vec::len).max().unwrap_or(0).max(1);
-    let n = kept.len();
-    let mut ids = vec![0u32; n * len];
-    let mut w = vec![0f32; n * len];
-    for (r, k) in kept.iter().enumerate() {
-        for (c, &id) in k.iter().enumerate() {
-            ids[r * len + c] = id;
-            w[r * len + c] = 1.0 / k.len() as f32;
+    let n = sentences.len();
+    let (mut ids, mut seg, mut w) = (Vec::<u32>::new(), Vec::<u32>::new(), Vec::<f32>::new());
+    for (r, s) in sentences.iter().enumerate() {
+        let start = ids.len();
+        if unit {
+            ids.extend(s.iter().copied().filter(|_| rng.random::<f64>() >= p));
         }
+        if ids.len() == start {
+            // No dropout, or every unit drawn: keep them all.
+            ids.extend_from_slice(s);
+        }
+        let k = ids.len() - start;
+        seg.extend(std::iter::repeat_n(r as u32, k));
+        w.extend(std::iter::repeat_n(1.0 / k.max(1) as f32, k));
     }
-    let idx = Tensor::from_vec(ids, n * len, &Device::Cpu)?;
-    let mut rows = table.index_select(&idx, 0)?;
+    if ids.is_empty() {
+        // Only empty sentences: one weightless row keeps the table in the graph.
+        (ids, seg, w) = (vec![0], vec![0], vec![0.0]);
+    }
+    let t = ids.len();
+    let mut rows = table.index_select(&Tensor::from_vec(ids, t, &Device::Cpu)?, 0)?;
     if p > 0.0 && kind == DropoutKind::Element {
-        // Only the values of real units are drawn (padding has weight 0): the same draws
-        // whatever the padding of the batch.
         // A value is kept when a uniform u32 is at least p · 2³² (one draw per value).
         let scale = (1.0 / (1.0 - p)) as f32;
         let drop_below = (p * 4_294_967_296.0) as u64;
-        let mut mask = vec![0f32; n * len * dim];
-        for (r, k) in kept.iter().enumerate() {
-            for m in mask[r * len * dim..][..k.len() * dim].iter_mut() {
-                *m = if rng.random::<u32>() as u64 >= drop_below { scale } else { 0.0 };
-            }
-        }
-        rows = rows.mul(&Tensor::from_vec(mask, (n * len, dim), &Device::Cpu)?)?;
+        let mask: Vec<f32> = (0..t * dim).map(|_| if rng.random::<u32>() as u64 >= drop_below { scale } else { 0.0 }).collect();
+        rows = rows.mul(&Tensor::from_vec(mask, (t, dim), &Device::Cpu)?)?;
     }
-    let w = Tensor::from_vec(w, (n, len, 1), &Device::Cpu)?;
-    Ok(rows.reshape((n, len, dim))?.broadcast_mul(&w)?.sum(1)?)
+    let rows = rows.broadcast_mul(&Tensor::from_vec(w, (t, 1), &Device::Cpu)?)?;
+    Ok(Tensor::zeros((n, dim), candle_core::DType::F32, &Device::Cpu)?.index_add(&Tensor::from_vec(seg, t, &Device::Cpu)?, &rows, 0)?)
 }
 
 /// `Σ_i mask_i · max(0, δ − cos(a_i, p_i) + cos(a_i, n_i))` over L2-normalised rows: anchors
@@ -483,6 +482,71 @@ impl crate::model::Embedder for SpRecipe {
 mod tests {
     use super::*;
     use rand::SeedableRng;
+
+    /// The padded implementation of 9eaa89d (every sentence padded to the longest), kept as the
+        /// reference of [`average_with_dropout`]: the mean of each sentence's rows of `table` (`[vocab, dim]`), under dropout `p` of `kind`
+    /// drawn from `rng`, as a differentiable `[n, dim]` tensor.
+    fn padded_average(table: &Tensor, dim: usize, sentences: &[&[u32]], p: f64, kind: DropoutKind, rng: &mut Rng) -> Result<Tensor> {
+        let unit = p > 0.0 && kind == DropoutKind::Unit;
+        let mut kept: Vec<Vec<u32>> = Vec::with_capacity(sentences.len());
+        for s in sentences {
+            let k: Vec<u32> = if unit { s.iter().copied().filter(|_| rng.random::<f64>() >= p).collect() } else { s.to_vec() };
+            kept.push(if k.is_empty() { s.to_vec() } else { k });
+        }
+        let len = kept.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        let n = kept.len();
+        let mut ids = vec![0u32; n * len];
+        let mut w = vec![0f32; n * len];
+        for (r, k) in kept.iter().enumerate() {
+            for (c, &id) in k.iter().enumerate() {
+                ids[r * len + c] = id;
+                w[r * len + c] = 1.0 / k.len() as f32;
+            }
+        }
+        let idx = Tensor::from_vec(ids, n * len, &Device::Cpu)?;
+        let mut rows = table.index_select(&idx, 0)?;
+        if p > 0.0 && kind == DropoutKind::Element {
+            // Only the values of real units are drawn (padding has weight 0): the same draws
+            // whatever the padding of the batch.
+            // A value is kept when a uniform u32 is at least p · 2³² (one draw per value).
+            let scale = (1.0 / (1.0 - p)) as f32;
+            let drop_below = (p * 4_294_967_296.0) as u64;
+            let mut mask = vec![0f32; n * len * dim];
+            for (r, k) in kept.iter().enumerate() {
+                for m in mask[r * len * dim..][..k.len() * dim].iter_mut() {
+                    *m = if rng.random::<u32>() as u64 >= drop_below { scale } else { 0.0 };
+                }
+            }
+            rows = rows.mul(&Tensor::from_vec(mask, (n * len, dim), &Device::Cpu)?)?;
+        }
+        let w = Tensor::from_vec(w, (n, len, 1), &Device::Cpu)?;
+        Ok(rows.reshape((n, len, dim))?.broadcast_mul(&w)?.sum(1)?)
+    }
+
+    #[test]
+    fn unpadded_average_equals_the_padded_one() {
+        // Random sentences (one empty), every kind and rate: the same values from the same draws,
+        // and the same gradient of the table.
+        let mut g = Rng::seed_from_u64(9);
+        let (vocab, dim) = (50usize, 7usize);
+        let table: Vec<f32> = (0..vocab * dim).map(|_| g.random::<f32>() - 0.5).collect();
+        let sents: Vec<Vec<u32>> = (0..20).map(|i| (0..(i * 7) % 13).map(|_| g.random_range(0..vocab as u32)).collect()).collect();
+        let refs: Vec<&[u32]> = sents.iter().map(Vec::as_slice).collect();
+        for (p, kind) in [(0.0, DropoutKind::Element), (0.3, DropoutKind::Element), (0.3, DropoutKind::Unit), (0.9, DropoutKind::Unit)] {
+            let var = Var::from_tensor(&Tensor::from_vec(table.clone(), (vocab, dim), &Device::Cpu).unwrap()).unwrap();
+            let run = |f: &dyn Fn(&Tensor, &mut Rng) -> Result<Tensor>| -> (Vec<f32>, Vec<f32>) {
+                let mut rng = Rng::seed_from_u64(4);
+                let out = f(var.as_tensor(), &mut rng).unwrap();
+                let loss = (out.sqr().unwrap().sum_all().unwrap() + out.sum_all().unwrap()).unwrap();
+                let grad = loss.backward().unwrap().get(var.as_tensor()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+                (out.flatten_all().unwrap().to_vec1().unwrap(), grad)
+            };
+            let (a, ga) = run(&|t, rng| average_with_dropout(t, dim, &refs, p, kind, rng));
+            let (b, gb) = run(&|t, rng| padded_average(t, dim, &refs, p, kind, rng));
+            let diff = |x: &[f32], y: &[f32]| x.iter().zip(y).map(|(u, v)| (u - v).abs()).fold(0f32, f32::max);
+            assert!(diff(&a, &b) < 1e-6 && diff(&ga, &gb) < 1e-5, "{p} {kind:?}: {} / {}", diff(&a, &b), diff(&ga, &gb));
+        }
+    }
 
     #[test]
     fn dropout_kinds() {
