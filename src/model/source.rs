@@ -132,18 +132,17 @@ pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
         }
     }
     let opt = |rel: &str| Some(dir.join(rel)).filter(|p| p.is_file());
-    let modules = opt("modules.json");
-    let pooling_rel = pooling_path(modules.as_deref());
-    if let Some(rel) = &pooling_rel {
+    let pipeline = pipeline(opt("modules.json").as_deref())?;
+    if let Some(rel) = &pipeline.pooling {
         // A Pooling module listed but absent would silently fall back to mean pooling.
         if !dir.join(rel).is_file() {
             bail!("{} lists a Pooling module whose config {} does not exist", dir.join("modules.json").display(), dir.join(rel).display());
         }
     }
-    let pooling_rel = pooling_rel.unwrap_or_else(|| "1_Pooling/config.json".to_string());
-    let dense = match dense_path(modules.as_deref())? {
+    let pooling_rel = pipeline.pooling.as_deref().unwrap_or("1_Pooling/config.json");
+    let dense = match &pipeline.dense {
         Some(rel) => {
-            let d = dir.join(&rel);
+            let d = dir.join(rel);
             if !d.join("config.json").is_file() {
                 bail!("{} lists a Dense module at {rel}/ but {} does not exist", dir.join("modules.json").display(), d.join("config.json").display());
             }
@@ -157,12 +156,12 @@ pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
         config: dir.join("config.json"),
         weights: dir.join("model.safetensors"),
         tokenizer: dir.join("tokenizer.json"),
-        pooling: opt(&pooling_rel),
+        pooling: opt(pooling_rel),
         st_config: opt("sentence_bert_config.json"),
         st_model_config: opt("config_sentence_transformers.json"),
         xsent: opt("xsent.json"),
         dense,
-        declares_normalize: declares_normalize(modules.as_deref())?,
+        declares_normalize: pipeline.normalize,
     })
 }
 
@@ -256,32 +255,30 @@ fn check_dense_config(config: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Path of the Dense module (relative to the model dir), if `modules.json` lists one.
-fn dense_path(modules: Option<&Path>) -> Result<Option<String>> {
-    let dense: Vec<String> =
-        st_modules(modules)?.into_iter().filter(|(t, _)| module_kind(t) == "Dense").map(|(_, p)| p).collect();
+/// What a `modules.json` says xsent must run, read and checked once.
+#[derive(Default)]
+struct Pipeline {
+    /// The Pooling module's config (relative to the model dir), when one is listed.
+    pooling: Option<String>,
+    /// The Dense module's directory (relative to the model dir), when one is listed.
+    dense: Option<String>,
+    /// Whether a Normalize module is listed (`None` without a `modules.json`).
+    normalize: Option<bool>,
+}
+
+fn pipeline(modules: Option<&Path>) -> Result<Pipeline> {
+    let Some(path) = modules else { return Ok(Pipeline::default()) };
+    let mods = st_modules(Some(path))?;
+    let of = |kind: &'static str| mods.iter().filter(move |(t, _)| module_kind(t) == kind).map(|(_, p)| p);
+    let dense: Vec<&String> = of("Dense").collect();
     if dense.len() > 1 {
-        bail!("{}: xsent supports at most one Dense module, this model has {}", modules.unwrap().display(), dense.len());
+        bail!("{}: xsent supports at most one Dense module, this model has {}", path.display(), dense.len());
     }
-    Ok(dense.into_iter().next())
-}
-
-/// Whether `modules.json` lists a Normalize module (`None` without a `modules.json`).
-fn declares_normalize(modules: Option<&Path>) -> Result<Option<bool>> {
-    if modules.is_none() {
-        return Ok(None);
-    }
-    Ok(Some(st_modules(modules)?.iter().any(|(t, _)| module_kind(t) == "Normalize")))
-}
-
-/// Path of the Pooling module's config when `modules.json` lists one.
-fn pooling_path(modules: Option<&Path>) -> Option<String> {
-    let text = std::fs::read_to_string(modules?).ok()?;
-    let serde_json::Value::Array(mods) = serde_json::from_str::<serde_json::Value>(&text).ok()? else { return None };
-    mods.iter()
-        .find(|m| m["type"].as_str().is_some_and(|t| module_kind(t) == "Pooling"))
-        .and_then(|m| m["path"].as_str())
-        .map(|p| format!("{p}/config.json"))
+    Ok(Pipeline {
+        pooling: of("Pooling").find(|p| !p.is_empty()).map(|p| format!("{p}/config.json")),
+        dense: dense.first().map(|p| p.to_string()),
+        normalize: Some(of("Normalize").next().is_some()),
+    })
 }
 
 /// The hub cache directory, as `huggingface_hub` chooses it.
@@ -505,13 +502,13 @@ pub fn resolve_hub(spec: &str, cache_dir: &Path, offline: bool) -> Result<ModelF
     // Read from beside tokenizer.json (model_max_length, the default length without a
     // sentence_bert_config.json), so only fetched here.
     get("tokenizer_config.json", false)?;
-    let modules = get("modules.json", false)?;
+    let pipeline = pipeline(get("modules.json", false)?.as_deref())?;
     // A Pooling module that modules.json lists is required, as locally.
-    let pooling = match pooling_path(modules.as_deref()) {
-        Some(rel) => get(&rel, true)?,
+    let pooling = match &pipeline.pooling {
+        Some(rel) => get(rel, true)?,
         None => get("1_Pooling/config.json", false)?,
     };
-    let dense = match dense_path(modules.as_deref())? {
+    let dense = match &pipeline.dense {
         Some(rel) => {
             let cfg = get(&format!("{rel}/config.json"), true)?.unwrap();
             check_dense_config(&cfg)?;
@@ -530,7 +527,7 @@ pub fn resolve_hub(spec: &str, cache_dir: &Path, offline: bool) -> Result<ModelF
         st_model_config: get("config_sentence_transformers.json", false)?,
         xsent: None,
         dense,
-        declares_normalize: declares_normalize(modules.as_deref())?,
+        declares_normalize: pipeline.normalize,
     })
 }
 
