@@ -449,14 +449,8 @@ impl<'a> Trainer<'a> {
                     &drawn
                 } else {
                     if mega.2.is_empty() {
-                        let size = match mega.1.checked_mul(t.batch_size) {
-                            Some(m) if m <= n => m,
-                            _ => bail!(
-                                "a mega-batch of {} batches of {} examples is larger than the {n} training examples; lower the recipe's mega-batch size (sp.megabatch_max) or train.batch_size",
-                                mega.1,
-                                t.batch_size
-                            ),
-                        };
+                        // At most the data: check_megabatches refused the run otherwise.
+                        let size = mega.1 * t.batch_size;
                         let mut s = Sampler::at(cfg.seed, n, mega.0 * t.batch_size as u64);
                         mega.2 = s.next_batch(size);
                     }
@@ -833,8 +827,8 @@ fn load_checkpoint(dir: &Path, params: &Params, opt: &mut AdamW) -> Result<State
 
 /// Refuse, before the first step, a run whose mega-batches (over its `micro_batches`) would
 /// grow larger than the `n` training examples: the mega-batch is a slice of one pass over the
-/// data order, so it cannot hold more. Returns the largest mega-batch, in micro-batches.
-pub fn check_megabatches(recipe: &dyn Recipe, micro_batches: u64, batch_size: usize, n: usize) -> Result<usize> {
+/// data order, so it cannot hold more. The step loop walks the same mega-batches.
+pub fn check_megabatches(recipe: &dyn Recipe, micro_batches: u64, batch_size: usize, n: usize) -> Result<()> {
     let (mut first, mut largest) = (0u64, 1usize);
     while first < micro_batches {
         let m = recipe.megabatch_len(first).max(1);
@@ -850,7 +844,7 @@ pub fn check_megabatches(recipe: &dyn Recipe, micro_batches: u64, batch_size: us
         }
         first += m as u64;
     }
-    Ok(largest)
+    Ok(())
 }
 
 /// Drop metrics lines of steps after `step` (written after the checkpoint resumed from).
