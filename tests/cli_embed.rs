@@ -241,7 +241,7 @@ fn user_errors_are_clear() {
     std::fs::copy(common::model("all-MiniLM-L6-v2").join("config.json"), dir.path().join("config.json")).unwrap();
     let out = embed(&["--model", dir.path().to_str().unwrap()], b"x\n");
     let err = stderr(&out);
-    assert!(err.contains("has no model.safetensors") && err.contains("safe_serialization"), "{err}");
+    assert!(err.contains("has no weights") && err.contains("model.safetensors") && err.contains("pytorch_model.bin"), "{err}");
 }
 
 #[test]

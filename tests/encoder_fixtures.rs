@@ -6,6 +6,8 @@ use anyhow::Result;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use rand::SeedableRng;
+use std::collections::HashMap;
+use std::path::PathBuf;
 use xsent::model::{weights, Encoder, EncoderConfig, Mode, Pooling};
 
 struct Expected {
@@ -25,9 +27,15 @@ fn flat(v: &serde_json::Value) -> Vec<f32> {
 }
 
 fn load(name: &str) -> Result<(Encoder, Expected)> {
+    load_with(name, &[common::fixtures().join(name).join("model.safetensors")])
+}
+
+/// The fixture `name`'s encoder read from `weights` (the fixture's own model.safetensors, or
+/// the same checkpoint in another layout), and its expected outputs.
+fn load_with(name: &str, weights: &[PathBuf]) -> Result<(Encoder, Expected)> {
     let dir = common::fixtures().join(name);
     let cfg = EncoderConfig::from_file(&dir.join("config.json"))?;
-    let tensors = weights::load_encoder_tensors(&dir.join("model.safetensors"), &Device::Cpu, cfg.num_hidden_layers)?;
+    let tensors = weights::load_encoder_tensors(weights, &Device::Cpu, cfg.num_hidden_layers)?;
     let enc = Encoder::load(VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu), &cfg)?;
     let e: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json"))?)?;
     let ids: Vec<Vec<u32>> = serde_json::from_value(e["input_ids"].clone())?;
@@ -47,7 +55,11 @@ fn load(name: &str) -> Result<(Encoder, Expected)> {
 }
 
 fn check(name: &str) -> Result<()> {
-    let (enc, e) = load(name)?;
+    check_with(name, &[common::fixtures().join(name).join("model.safetensors")])
+}
+
+fn check_with(name: &str, weights: &[PathBuf]) -> Result<()> {
+    let (enc, e) = load_with(name, weights)?;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
     let mut train_enc = enc.clone();
     train_enc.hidden_dropout = 0.0;
@@ -110,7 +122,7 @@ fn truncated_layers_equal_intermediate_states() -> Result<()> {
     let mut cfg = full_cfg.clone();
     cfg.truncate_layers(1)?;
     assert!(cfg.to_json().contains("\"num_hidden_layers\": 1"));
-    let t1 = weights::load_encoder_tensors(&dir.join("model.safetensors"), &Device::Cpu, 1)?;
+    let t1 = weights::load_encoder_tensors(&[dir.join("model.safetensors")], &Device::Cpu, 1)?;
     assert!(t1.keys().all(|k| !k.starts_with("encoder.layer.1.")), "layer 1 tensors were kept");
     let one = Encoder::load(VarBuilder::from_tensors(t1, DType::F32, &Device::Cpu), &cfg)?;
     let (full, e) = load("tiny-bert-mlm")?;
@@ -118,5 +130,100 @@ fn truncated_layers_equal_intermediate_states() -> Result<()> {
     let b = full.forward_layers(&e.ids, &e.mask, 1, &mut Mode::Infer)?.flatten_all()?.to_vec1::<f32>()?;
     assert_eq!(a, b);
     assert!(cfg.truncate_layers(3).is_err());
+    Ok(())
+}
+
+/// The fixtures re-saved by transformers and sentence-transformers in the other weight layouts
+/// xsent reads (scripts/make-checkpoint-fixtures.py).
+fn resaved(dir: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/checkpoints").join(dir)
+}
+
+/// The shards a checkpoint's index lists, as paths.
+fn shards(index: &std::path::Path) -> Result<Vec<PathBuf>> {
+    let names = xsent::model::source::shard_names(index)?;
+    Ok(names.iter().map(|n| index.parent().unwrap().join(n)).collect())
+}
+
+/// Both tensor maps hold the same names; `want` turns the reference tensor into the one expected.
+fn assert_same_tensors(got: &HashMap<String, Tensor>, reference: &HashMap<String, Tensor>, want: impl Fn(&Tensor) -> Result<Tensor>) -> Result<()> {
+    let mut a: Vec<&String> = got.keys().collect();
+    let mut b: Vec<&String> = reference.keys().collect();
+    a.sort();
+    b.sort();
+    assert_eq!(a, b);
+    for (name, t) in got {
+        assert_eq!(t.dtype(), DType::F32, "{name}");
+        let want = want(&reference[name])?;
+        assert_eq!(t.dims(), want.dims(), "{name}");
+        assert_eq!(t.flatten_all()?.to_vec1::<f32>()?, want.flatten_all()?.to_vec1::<f32>()?, "{name} differs");
+    }
+    Ok(())
+}
+
+/// A BertForMaskedLM saved by torch.save as transformers 4 wrote pytorch_model.bin (`bert.`
+/// names, heads, the decoder sharing the word embeddings' storage): the same tensors as the
+/// fixture's safetensors, and transformers' outputs.
+#[test]
+fn pytorch_bin_matches_transformers() -> Result<()> {
+    let bin = [resaved("bert-mlm-bin").join("pytorch_model.bin")];
+    check_with("tiny-bert-mlm", &bin)?;
+    let reference = weights::load_encoder_tensors(&[common::fixtures().join("tiny-bert-mlm/model.safetensors")], &Device::Cpu, 2)?;
+    assert_same_tensors(&weights::load_encoder_tensors(&bin, &Device::Cpu, 2)?, &reference, |t| Ok(t.clone()))?;
+    // Dropped layers are left out of a PyTorch file as of a safetensors one.
+    let one = weights::load_encoder_tensors(&bin, &Device::Cpu, 1)?;
+    assert!(!one.is_empty() && one.keys().all(|k| !k.starts_with("encoder.layer.1.")));
+    Ok(())
+}
+
+/// A sharded safetensors checkpoint as transformers' save_pretrained(max_shard_size=…) writes it.
+#[test]
+fn sharded_safetensors_match_transformers() -> Result<()> {
+    let files = shards(&resaved("xlmr-mlm-sharded").join("model.safetensors.index.json"))?;
+    assert_eq!(files.len(), 2);
+    check_with("tiny-xlm-roberta-mlm", &files)?;
+    let reference = weights::load_encoder_tensors(&[common::fixtures().join("tiny-xlm-roberta-mlm/model.safetensors")], &Device::Cpu, 2)?;
+    assert_same_tensors(&weights::load_encoder_tensors(&files, &Device::Cpu, 2)?, &reference, |t| Ok(t.clone()))
+}
+
+/// A float16 checkpoint in PyTorch shards: every tensor is read as the fixture's float32 value
+/// rounded to float16, and widened back to float32.
+#[test]
+fn sharded_float16_pytorch_checkpoint_reads_its_values() -> Result<()> {
+    let files = shards(&resaved("xlmr-f16-sharded-bin").join("pytorch_model.bin.index.json"))?;
+    assert_eq!(files.len(), 3);
+    assert!(files.iter().all(|f| f.extension().unwrap() == "bin"));
+    let reference = weights::load_encoder_tensors(&[common::fixtures().join("tiny-xlm-roberta/model.safetensors")], &Device::Cpu, 2)?;
+    let got = weights::load_encoder_tensors(&files, &Device::Cpu, 2)?;
+    assert_same_tensors(&got, &reference, |t| Ok(t.to_dtype(DType::F16)?.to_dtype(DType::F32)?))
+}
+
+/// A sentence-transformers Dense module saved as pytorch_model.bin gives sentence-transformers'
+/// output on the same input.
+#[test]
+fn dense_from_pytorch_bin_matches_sentence_transformers() -> Result<()> {
+    let dense = xsent::model::Dense::load(&resaved("dense-bin"), &Device::Cpu)?;
+    let e: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(common::fixtures().join("tiny-bert/expected.json"))?)?;
+    let input = Tensor::from_vec(flat(&e["mean_pooled"]), (3, 32), &Device::Cpu)?;
+    let want: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(resaved("dense-expected.json"))?)?;
+    let got = dense.forward(&input)?.flatten_all()?.to_vec1::<f32>()?;
+    let d = common::max_abs_diff(&got, &flat(&want["output"]));
+    assert!(d < 1e-6, "Dense output differs by {d}");
+    Ok(())
+}
+
+/// Broken weight files are errors that name the file: a `.bin` that is not PyTorch's zip format
+/// (e.g. the legacy format before PyTorch 1.6), and one tensor in two shards.
+#[test]
+fn broken_weight_files_are_named() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let legacy = dir.path().join("pytorch_model.bin");
+    std::fs::write(&legacy, b"\x80\x02\x8a\x0alegacy pickle, not a zip archive")?;
+    let err = format!("{:#}", weights::load_encoder_tensors(&[legacy.clone()], &Device::Cpu, 2).unwrap_err());
+    assert!(err.contains(&legacy.display().to_string()) && err.contains("zip format") && err.contains("save_pretrained"), "{err}");
+    let sharded = shards(&resaved("xlmr-mlm-sharded").join("model.safetensors.index.json"))?;
+    let twice = [sharded[0].clone(), sharded[1].clone(), sharded[0].clone()];
+    let err = format!("{:#}", weights::load_encoder_tensors(&twice, &Device::Cpu, 2).unwrap_err());
+    assert!(err.contains("is in two weight files"), "{err}");
     Ok(())
 }

@@ -98,7 +98,8 @@ fn a_commit_hash_revision_resolves_offline_from_its_snapshot() {
     make_cache(hub.path(), "org/name", "main", &ALL);
     assert!(!hub.path().join(format!("models--org--name/refs/{COMMIT}")).exists());
     let files = xsent::model::source::resolve_hub(&format!("org/name@{COMMIT}"), hub.path(), true).unwrap();
-    assert!(files.weights.ends_with(format!("snapshots/{COMMIT}/model.safetensors")), "{}", files.weights.display());
+    assert_eq!(files.weights.len(), 1);
+    assert!(files.weights[0].ends_with(format!("snapshots/{COMMIT}/model.safetensors")), "{}", files.weights[0].display());
     assert!(files.pooling.as_ref().unwrap().ends_with(format!("snapshots/{COMMIT}/1_Pooling/config.json")));
     assert_eq!(files.declares_normalize, Some(true), "modules.json of the snapshot (e5's, with Normalize) was read");
     // Another commit is not in the cache: the hint names it.
@@ -112,7 +113,7 @@ fn library_resolution_reads_snapshot_paths() {
     let hub = tempfile::tempdir().unwrap();
     make_cache(hub.path(), "org/name", "main", &ALL);
     let files = xsent::model::source::resolve_hub("org/name", hub.path(), true).unwrap();
-    assert!(files.weights.ends_with(format!("snapshots/{COMMIT}/model.safetensors")));
+    assert!(files.weights[0].ends_with(format!("snapshots/{COMMIT}/model.safetensors")));
     assert!(files.pooling.as_ref().unwrap().ends_with("1_Pooling/config.json"));
     assert!(files.st_config.is_none(), "sentence_bert_config.json was not in this cache");
 }
@@ -222,7 +223,7 @@ fn tiny_repo(dir: &Path) -> (PathBuf, Vec<(String, Vec<u8>)>) {
 fn embed_online(model: &str, endpoint: Option<&str>, envs: &[(&str, &Path)], cwd: Option<&Path>) -> std::process::Output {
     let mut cmd = common::xsent();
     cmd.args(["embed", "--model", model, "--prefix", ""]);
-    for k in ["HF_HOME", "HF_HUB_CACHE", "HF_TOKEN", "HF_TOKEN_PATH", "HF_HUB_OFFLINE", "HF_ENDPOINT"] {
+    for k in ["HF_HOME", "HF_HUB_CACHE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_HUB_OFFLINE", "HF_ENDPOINT"] {
         cmd.env_remove(k);
     }
     for k in ["http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"] {
@@ -391,17 +392,162 @@ fn a_local_folder_named_like_the_org_is_reported() {
     assert!(err.contains("rename or remove the local folder \"xsent-test\", or run xsent from another directory"), "{err}");
 }
 
-/// A sharded checkpoint gets the advice to re-save it unsharded, not the pytorch_model.bin one.
+/// The fixtures re-saved by transformers in other weight layouts (scripts/make-checkpoint-fixtures.py).
+fn resaved(dir: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/checkpoints").join(dir)
+}
+
+/// `fixture` as a model dir with a word-level tokenizer (`model`), and a copy (`other`) whose
+/// weights are the files of `resaved/<layout>` instead of model.safetensors.
+fn model_in_layout(dir: &Path, fixture: &str, layout: &str) -> (PathBuf, PathBuf) {
+    let model = common::tiny_model(fixture, &dir.join("safetensors"), &["hello".to_string(), "world".to_string()]);
+    let other = dir.join(layout);
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::copy(model.join("tokenizer.json"), other.join("tokenizer.json")).unwrap();
+    for e in std::fs::read_dir(resaved(layout)).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), other.join(e.file_name())).unwrap();
+    }
+    (model, other)
+}
+
+/// A local directory with a sharded safetensors checkpoint, a pytorch_model.bin or sharded
+/// PyTorch files embeds as the same checkpoint in one model.safetensors; model.safetensors is
+/// read first when both are there, as transformers does.
 #[test]
-fn a_sharded_checkpoint_is_told_to_resave_unsharded() {
+fn other_weight_layouts_embed_as_safetensors() {
     let dir = tempfile::tempdir().unwrap();
-    let (model, _) = tiny_repo(dir.path());
-    std::fs::rename(model.join("model.safetensors"), model.join("model-00001-of-00002.safetensors")).unwrap();
-    std::fs::write(model.join("model-00002-of-00002.safetensors"), b"").unwrap();
-    let err = format!("{:#}", xsent::model::source::resolve(model.to_str().unwrap()).unwrap_err());
-    assert!(err.contains("holds a sharded checkpoint (model-00001-of-00002.safetensors)"), "{err}");
-    assert!(err.contains("max_shard_size=\"100GB\"") && !err.contains("pytorch_model.bin"), "{err}");
-    std::fs::write(model.join("model.safetensors.index.json"), "{}").unwrap();
-    let err = format!("{:#}", xsent::model::source::resolve(model.to_str().unwrap()).unwrap_err());
-    assert!(err.contains("sharded checkpoint (model.safetensors.index.json)"), "{err}");
+    for (fixture, layout) in [("tiny-xlm-roberta-mlm", "xlmr-mlm-sharded"), ("tiny-bert-mlm", "bert-mlm-bin")] {
+        let (model, other) = model_in_layout(&dir.path().join(layout), fixture, layout);
+        assert!(!other.join("model.safetensors").exists());
+        let want = embed_online(model.to_str().unwrap(), None, &[], None);
+        assert!(want.status.success(), "{}", stderr(&want));
+        let got = embed_online(other.to_str().unwrap(), None, &[], None);
+        assert!(got.status.success(), "{layout}: {}", stderr(&got));
+        assert_eq!(got.stdout, want.stdout, "{layout} embeds differently");
+        let files = xsent::model::source::resolve(other.to_str().unwrap()).unwrap();
+        assert!(files.weights.iter().all(|w| w.starts_with(&other)));
+        assert_eq!(files.weights.len(), if layout.contains("sharded") { 2 } else { 1 });
+    }
+    // The float16 shards: read, so the first-listed is model.safetensors when it is there.
+    let (model, other) = model_in_layout(&dir.path().join("f16"), "tiny-xlm-roberta", "xlmr-f16-sharded-bin");
+    let files = xsent::model::source::resolve(other.to_str().unwrap()).unwrap();
+    assert_eq!(files.weights.len(), 3);
+    let got = embed_online(other.to_str().unwrap(), None, &[], None);
+    assert!(got.status.success(), "{}", stderr(&got));
+    std::fs::copy(model.join("model.safetensors"), other.join("model.safetensors")).unwrap();
+    let files = xsent::model::source::resolve(other.to_str().unwrap()).unwrap();
+    assert_eq!(files.weights, [other.join("model.safetensors")]);
+}
+
+/// Shards without their index, an index naming a missing shard, and a directory without weights
+/// are refused with what to do.
+#[test]
+fn incomplete_sharded_checkpoints_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, other) = model_in_layout(dir.path(), "tiny-xlm-roberta-mlm", "xlmr-mlm-sharded");
+    let resolve = |d: &Path| format!("{:#}", xsent::model::source::resolve(d.to_str().unwrap()).unwrap_err());
+    std::fs::remove_file(other.join("model-00002-of-00002.safetensors")).unwrap();
+    let err = resolve(&other);
+    assert!(err.contains("lists the shard model-00002-of-00002.safetensors, which is not in"), "{err}");
+    std::fs::remove_file(other.join("model.safetensors.index.json")).unwrap();
+    let err = resolve(&other);
+    assert!(err.contains("has no weights") && err.contains("model-00001-of-00002.safetensors"), "{err}");
+    assert!(err.contains("copy the index into it too"), "{err}");
+    std::fs::remove_file(other.join("model-00001-of-00002.safetensors")).unwrap();
+    let err = resolve(&other);
+    assert!(err.contains("has no weights") && err.contains("pytorch_model.bin") && err.contains("from_tf=True"), "{err}");
+}
+
+/// On the hub, the weights are the first of model.safetensors, its sharded index,
+/// pytorch_model.bin and its index that the hub has: the others' 404s are asked first. A failure
+/// other than 404 stops there rather than falling back.
+#[test]
+fn hub_repos_with_other_weight_layouts_download_and_embed() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    for (fixture, layout, asked) in [
+        ("tiny-xlm-roberta-mlm", "xlmr-mlm-sharded", &["model.safetensors", "model.safetensors.index.json"][..]),
+        ("tiny-bert-mlm", "bert-mlm-bin", &["model.safetensors", "model.safetensors.index.json", "pytorch_model.bin"][..]),
+    ] {
+        let (model, other) = model_in_layout(&dir.path().join(layout), fixture, layout);
+        let files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&other)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (e.file_name().into_string().unwrap(), std::fs::read(e.path()).unwrap())
+            })
+            .collect();
+        let hub = StubHub::start(files.clone(), &[]);
+        let cache = dir.path().join(format!("cache-{layout}"));
+        let out = embed_online("xsent-test/tiny", Some(&hub.url), &[("HF_HOME", &home), ("HF_HUB_CACHE", &cache)], None);
+        assert!(out.status.success(), "{layout}: {}", stderr(&out));
+        let local = embed_online(model.to_str().unwrap(), None, &[], None);
+        assert_eq!(out.stdout, local.stdout, "{layout} from the hub embeds differently");
+        let reqs: Vec<String> = hub.requests().into_iter().map(|(f, _)| f).collect();
+        let weight_reqs: Vec<&String> = reqs.iter().filter(|f| f.starts_with("model") || f.starts_with("pytorch_model")).collect();
+        assert!(weight_reqs.iter().take(asked.len()).map(|s| s.as_str()).eq(asked.iter().copied()), "{reqs:?}");
+        for (f, _) in &files {
+            if f.starts_with("model-") || f.starts_with("pytorch_model") {
+                assert!(reqs.contains(f), "{f} was not downloaded: {reqs:?}");
+            }
+        }
+        // Offline, the cache now answers.
+        let out = embed_online("xsent-test/tiny", None, &[("HF_HOME", &home), ("HF_HUB_CACHE", &cache)], None);
+        assert_eq!(out.stdout, local.stdout, "{layout} from the cache: {}", stderr(&out));
+
+        // A 503 for model.safetensors is an error, not a reason to read another file.
+        let hub = StubHub::start(files, &[("model.safetensors", 503)]);
+        let cache = dir.path().join(format!("cache-503-{layout}"));
+        let out = embed_online("xsent-test/tiny", Some(&hub.url), &[("HF_HOME", &home), ("HF_HUB_CACHE", &cache)], None);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("cannot get model.safetensors") && err.contains("which weight file is read"), "{err}");
+    }
+    // A sentence-transformers Dense module whose weights are a pytorch_model.bin (as in older
+    // hub models): fetched after the Dense's model.safetensors 404, and run as locally.
+    let (model, mut files) = tiny_repo(&dir.path().join("dense"));
+    let extra = [
+        (
+            "modules.json",
+            br#"[{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                 {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+                 {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}]"#
+                .to_vec(),
+        ),
+        ("1_Pooling/config.json", br#"{"word_embedding_dimension": 32, "pooling_mode_mean_tokens": true}"#.to_vec()),
+        ("2_Dense/config.json", std::fs::read(resaved("dense-bin/config.json")).unwrap()),
+        ("2_Dense/pytorch_model.bin", std::fs::read(resaved("dense-bin/pytorch_model.bin")).unwrap()),
+    ];
+    for (f, bytes) in &extra {
+        std::fs::create_dir_all(model.join(f).parent().unwrap()).unwrap();
+        std::fs::write(model.join(f), bytes).unwrap();
+        files.push((f.to_string(), bytes.clone()));
+    }
+    let local = embed_online(model.to_str().unwrap(), None, &[], None);
+    assert!(local.status.success(), "{}", stderr(&local));
+    let row: Vec<f64> = serde_json::from_slice(local.stdout.split(|&b| b == b'\n').next().unwrap()).unwrap();
+    assert_eq!(row.len(), 8, "the Dense module maps 32 to 8 dims");
+    let hub = StubHub::start(files, &[]);
+    let cache = dir.path().join("cache-dense");
+    let out = embed_online("xsent-test/tiny", Some(&hub.url), &[("HF_HOME", &home), ("HF_HUB_CACHE", &cache)], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(out.stdout, local.stdout);
+    let reqs: Vec<String> = hub.requests().into_iter().map(|(f, _)| f).collect();
+    let at = |f: &str| reqs.iter().position(|r| r == f).unwrap_or_else(|| panic!("{f} not asked: {reqs:?}"));
+    assert!(at("2_Dense/model.safetensors") < at("2_Dense/pytorch_model.bin"), "{reqs:?}");
+
+    // A repo with no weights xsent reads.
+    let (_, files) = tiny_repo(dir.path());
+    let files: Vec<(String, Vec<u8>)> = files.into_iter().filter(|(f, _)| f != "model.safetensors").collect();
+    let hub = StubHub::start(files, &[]);
+    let cache = dir.path().join("cache-none");
+    let out = embed_online("xsent-test/tiny", Some(&hub.url), &[("HF_HOME", &home), ("HF_HUB_CACHE", &cache)], None);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("has no weights xsent reads") && err.contains("pytorch_model.bin.index.json"), "{err}");
+    let out = embed_online("xsent-test/tiny", None, &[("HF_HOME", &home), ("HF_HUB_CACHE", &cache)], None);
+    let err = stderr(&out);
+    assert!(err.contains("none of the weight files of xsent-test/tiny") && err.contains("HF_HUB_OFFLINE is set"), "{err}");
 }

@@ -16,7 +16,7 @@ use xsent::train::{AdamW, AdamWConfig};
 fn trainable(name: &str) -> Result<(Encoder, Params, EncoderConfig)> {
     let dir = common::fixtures().join(name);
     let cfg = EncoderConfig::from_file(&dir.join("config.json"))?;
-    let t = weights::load_encoder_tensors(&dir.join("model.safetensors"), &Device::Cpu, cfg.num_hidden_layers)?;
+    let t = weights::load_encoder_tensors(&[dir.join("model.safetensors")], &Device::Cpu, cfg.num_hidden_layers)?;
     let (t, params) = Params::from_tensors(t)?;
     let enc = Encoder::load(VarBuilder::from_tensors(t, DType::F32, &Device::Cpu), &cfg)?;
     Ok((enc, params, cfg))
@@ -118,13 +118,13 @@ fn save_load_round_trip_is_exact() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("model.safetensors");
     params.save(&path)?;
-    let loaded = weights::load_encoder_tensors(&path, &Device::Cpu, cfg.num_hidden_layers)?;
+    let loaded = weights::load_encoder_tensors(&[path.clone()], &Device::Cpu, cfg.num_hidden_layers)?;
     for (n, v) in &params.vars {
         let a = v.as_tensor().flatten_all()?.to_vec1::<f32>()?;
         let b = loaded[n].flatten_all()?.to_vec1::<f32>()?;
         assert_eq!(a, b, "{n} changed in the round trip");
     }
-    let original = weights::load_encoder_tensors(&common::fixtures().join("tiny-bert-mlm/model.safetensors"), &Device::Cpu, 2)?;
+    let original = weights::load_encoder_tensors(&[common::fixtures().join("tiny-bert-mlm/model.safetensors")], &Device::Cpu, 2)?;
     let w = "encoder.layer.0.attention.self.query.weight";
     assert_ne!(original[w].flatten_all()?.to_vec1::<f32>()?, loaded[w].flatten_all()?.to_vec1::<f32>()?, "training changed nothing");
     let enc2 = Encoder::load(VarBuilder::from_tensors(loaded, DType::F32, &Device::Cpu), &cfg)?;

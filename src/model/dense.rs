@@ -1,5 +1,6 @@
 //! sentence-transformers' `Dense` module: a linear map (optionally tanh) after pooling, stored as
-//! `N_Dense/config.json` + `N_Dense/model.safetensors` (`linear.weight` `[out, in]`, `linear.bias`).
+//! `N_Dense/config.json` + `N_Dense/model.safetensors` or `pytorch_model.bin` (`linear.weight`
+//! `[out, in]`, `linear.bias`).
 
 use super::encoder::Linear;
 use super::weights::{self, Params};
@@ -61,17 +62,16 @@ impl Dense {
             Some(TANH) => DenseActivation::Tanh,
             Some(other) => bail!("{}: activation_function {other:?} is not supported (Identity, Tanh)", cfg_path.display()),
         };
-        let w_path = dir.join("model.safetensors");
-        ensure!(
-            w_path.is_file(),
-            "Dense module {} has no model.safetensors (xsent does not read pytorch_model.bin; re-save it with safetensors)",
-            dir.display()
-        );
-        let t = candle_core::safetensors::load(&w_path, device).with_context(|| format!("cannot read {}", w_path.display()))?;
+        // sentence-transformers' order: model.safetensors, else pytorch_model.bin.
+        let Some(w_path) = ["model.safetensors", "pytorch_model.bin"].iter().map(|f| dir.join(f)).find(|p| p.is_file()) else {
+            bail!("Dense module {} has no weights: neither model.safetensors nor pytorch_model.bin is there", dir.display());
+        };
+        let t = weights::read_weight_file(&w_path)?;
         let weight = t
             .get("linear.weight")
             .with_context(|| format!("{} has no linear.weight", w_path.display()))?
-            .to_dtype(DType::F32)?;
+            .to_dtype(DType::F32)?
+            .to_device(device)?;
         ensure!(
             weight.dims() == [cfg.out_features, cfg.in_features],
             "{}: linear.weight is {:?}, config says [{}, {}]",
@@ -81,7 +81,7 @@ impl Dense {
             cfg.in_features
         );
         let bias = match (cfg.bias, t.get("linear.bias")) {
-            (true, Some(b)) => b.to_dtype(DType::F32)?,
+            (true, Some(b)) => b.to_dtype(DType::F32)?.to_device(device)?,
             (true, None) => bail!("{} has no linear.bias though its config says bias = true", w_path.display()),
             (false, _) => Tensor::zeros(cfg.out_features, DType::F32, device)?,
         };

@@ -132,7 +132,7 @@ impl SentenceEncoder {
             (tensors, None)
         };
         let vb = VarBuilder::from_tensors(tensors, DType::F32, &opts.device);
-        let encoder = Encoder::load(vb, &config).with_context(|| format!("loading weights {}", files.weights.display()))?;
+        let encoder = Encoder::load(vb, &config).with_context(|| format!("loading weights {}", files.weights[0].display()))?;
 
         let mut tokenizer = tokenizer?;
         let pad_id = tokenizer

@@ -1,7 +1,8 @@
 //! Where a model's files come from: a local directory, or a hub id (`org/name[@revision]`)
 //! resolved through the `hf-hub` cache (`HF_HUB_CACHE`, else `$HF_HOME/hub`, else
 //! `~/.cache/huggingface/hub`), downloading when online and `HF_HUB_OFFLINE` is not set (with
-//! the token `huggingface_hub` would send: `HF_TOKEN`, else `$HF_HOME/token`).
+//! the token `huggingface_hub` would send: `HF_TOKEN`, else `HUGGING_FACE_HUB_TOKEN`, else
+//! `$HF_HOME/token`).
 
 use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
@@ -12,7 +13,9 @@ pub struct ModelFiles {
     /// What the user passed (`models/e5` or `org/name`).
     pub spec: String,
     pub config: PathBuf,
-    pub weights: PathBuf,
+    /// The encoder's weight files: one `model.safetensors` or `pytorch_model.bin`, or the shards
+    /// the checkpoint's `*.index.json` lists (each once, in name order).
+    pub weights: Vec<PathBuf>,
     pub tokenizer: PathBuf,
     /// `1_Pooling/config.json` (or the Pooling module's path in `modules.json`).
     pub pooling: Option<PathBuf>,
@@ -31,41 +34,90 @@ pub struct ModelFiles {
     pub declares_normalize: Option<bool>,
 }
 
-const REQUIRED: [&str; 3] = ["config.json", "model.safetensors", "tokenizer.json"];
+/// The weight files xsent looks for, in the order transformers' `from_pretrained` prefers them:
+/// safetensors (one file, else a sharded checkpoint's index), else PyTorch's.
+pub const WEIGHT_FILES: [&str; 4] =
+    ["model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json"];
+
+const WEIGHT_FORMATS: &str = "model.safetensors, a sharded model.safetensors.index.json with its shards, \
+    pytorch_model.bin (the zip format of PyTorch 1.6 and later) or a sharded pytorch_model.bin.index.json";
 
 fn how_to_get(file: &str) -> &'static str {
     match file {
-        "model.safetensors" => "xsent reads weights from a single model.safetensors: a checkpoint with only pytorch_model.bin must be re-saved with transformers' save_pretrained(dir, safe_serialization=True), \
-            and a sharded one (model-00001-of-0000N.safetensors) re-saved unsharded with save_pretrained(dir, max_shard_size=\"100GB\")",
         "tokenizer.json" => "xsent needs the fast-tokenizer file tokenizer.json; save it with transformers' AutoTokenizer.from_pretrained(...).save_pretrained(dir)",
         _ => "save the model with transformers' save_pretrained(dir)",
     }
 }
 
-/// What to do about `file` missing from the local directory `dir`: as [`how_to_get`], but
-/// naming a sharded checkpoint when `dir` holds one.
-fn how_to_get_into(dir: &Path, file: &str) -> String {
-    match (file, sharded_weights(dir)) {
-        ("model.safetensors", Some(found)) => format!(
-            "{} holds a sharded checkpoint ({found}), but xsent reads a single model.safetensors: \
-             re-save it unsharded with transformers' save_pretrained(dir, max_shard_size=\"100GB\")",
-            dir.display()
-        ),
-        _ => how_to_get(file).to_string(),
+/// A sharded checkpoint's shards, as its index (`model.safetensors.index.json`,
+/// `pytorch_model.bin.index.json`) lists them in `weight_map`: each file once, in name order.
+/// Shards are plain file names beside the index.
+pub fn shard_names(index: &Path) -> Result<Vec<String>> {
+    let text = std::fs::read_to_string(index).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", index.display()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{} is not valid JSON: {e}", index.display()))?;
+    let Some(map) = v["weight_map"].as_object() else {
+        bail!("{} has no \"weight_map\" object (tensor name → shard file), as transformers writes in a sharded checkpoint's index", index.display());
+    };
+    let mut shards = std::collections::BTreeSet::new();
+    for (tensor, file) in map {
+        let Some(file) = file.as_str() else { bail!("{}: the weight_map entry of {tensor} is {file}, not a file name", index.display()) };
+        let plain = !file.is_empty() && file != "." && file != ".." && !file.contains(['/', '\\']);
+        if !plain {
+            bail!("{}: the weight_map entry of {tensor} is {file:?}, not the name of a file beside the index", index.display());
+        }
+        shards.insert(file.to_string());
     }
+    if shards.is_empty() {
+        bail!("{}: its weight_map lists no shards", index.display());
+    }
+    Ok(shards.into_iter().collect())
 }
 
-/// The index file or a shard of a sharded safetensors checkpoint in `dir`, if there is one.
-fn sharded_weights(dir: &Path) -> Option<String> {
-    if dir.join("model.safetensors.index.json").is_file() {
-        return Some("model.safetensors.index.json".to_string());
+/// The weight files of the local directory `dir`, the first of [`WEIGHT_FILES`] it holds.
+fn local_weights(dir: &Path) -> Result<Vec<PathBuf>> {
+    let Some(name) = WEIGHT_FILES.iter().find(|f| dir.join(f).is_file()) else {
+        let hint = match stray_shard(dir) {
+            Some(shard) => format!(
+                "It holds {shard}, a shard of a sharded checkpoint, but not the index that lists the shards \
+                 (model.safetensors.index.json or pytorch_model.bin.index.json): copy the index into it too"
+            ),
+            None => "Save the model with transformers' save_pretrained(dir); TensorFlow or Flax weights must be loaded in \
+                 transformers (from_tf=True / from_flax=True) and saved again"
+                .to_string(),
+        };
+        bail!(
+            "model directory {} has no weights: xsent reads {WEIGHT_FORMATS}.\n{hint}.\nFor the bundled models run scripts/setup.sh.",
+            dir.display()
+        );
+    };
+    let path = dir.join(name);
+    if !name.ends_with(".index.json") {
+        return Ok(vec![path]);
     }
+    shard_names(&path)?
+        .into_iter()
+        .map(|s| {
+            let shard = dir.join(&s);
+            if !shard.is_file() {
+                bail!("{} lists the shard {s}, which is not in {}", path.display(), dir.display());
+            }
+            Ok(shard)
+        })
+        .collect()
+}
+
+/// A shard of a sharded checkpoint in `dir` (`model-00001-of-00002.safetensors`,
+/// `pytorch_model-00001-of-00002.bin`), if there is one.
+fn stray_shard(dir: &Path) -> Option<String> {
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     let is_shard = |name: &str| {
-        name.strip_prefix("model-")
-            .and_then(|n| n.strip_suffix(".safetensors"))
-            .and_then(|n| n.split_once("-of-"))
-            .is_some_and(|(i, n)| digits(i) && digits(n))
+        [("model-", ".safetensors"), ("pytorch_model-", ".bin")].iter().any(|(pre, suf)| {
+            name.strip_prefix(pre)
+                .and_then(|n| n.strip_suffix(suf))
+                .and_then(|n| n.split_once("-of-"))
+                .is_some_and(|(i, n)| digits(i) && digits(n))
+        })
     };
     let mut shards: Vec<String> =
         std::fs::read_dir(dir).ok()?.filter_map(|e| e.ok()?.file_name().into_string().ok()).filter(|n| is_shard(n)).collect();
@@ -121,16 +173,20 @@ fn looks_like_hub_id(spec: &str) -> bool {
 
 /// A local model directory.
 pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
-    for f in REQUIRED {
-        if !dir.join(f).is_file() {
-            bail!(
-                "model directory {} has no {f}: xsent needs config.json, model.safetensors and tokenizer.json there.\n{}.\n\
-                 For the bundled models run scripts/setup.sh.",
-                dir.display(),
-                how_to_get_into(dir, f)
-            );
+    let require = |f: &str| {
+        if dir.join(f).is_file() {
+            return Ok(());
         }
-    }
+        bail!(
+            "model directory {} has no {f}: xsent needs config.json, the weights and tokenizer.json there.\n{}.\n\
+             For the bundled models run scripts/setup.sh.",
+            dir.display(),
+            how_to_get(f)
+        )
+    };
+    require("config.json")?;
+    let weights = local_weights(dir)?;
+    require("tokenizer.json")?;
     let opt = |rel: &str| Some(dir.join(rel)).filter(|p| p.is_file());
     let pipeline = pipeline(opt("modules.json").as_deref())?;
     if let Some(rel) = &pipeline.pooling {
@@ -154,7 +210,7 @@ pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
     Ok(ModelFiles {
         spec: spec.to_string(),
         config: dir.join("config.json"),
-        weights: dir.join("model.safetensors"),
+        weights,
         tokenizer: dir.join("tokenizer.json"),
         pooling: opt(pooling_rel),
         st_config: opt("sentence_bert_config.json"),
@@ -305,15 +361,18 @@ pub struct HubToken {
     pub from: String,
 }
 
-/// The hub token as `huggingface_hub` finds it: the `HF_TOKEN` variable, else the file
+/// The hub token as `huggingface_hub` finds it: the `HF_TOKEN` variable, else the legacy
+/// `HUGGING_FACE_HUB_TOKEN`, else the file
 /// `HF_TOKEN_PATH`, else `$HF_HOME/token` (`HF_HOME` defaulting to `~/.cache/huggingface`);
 /// empty values count as none. `var` reads an environment variable, `home` is the home
 /// directory. (hf-hub itself only reads `<cache>/../token`, which misses `$HF_HOME/token`
 /// whenever `HF_HUB_CACHE` points elsewhere.)
 pub fn hub_token(var: &dyn Fn(&str) -> Option<String>, home: Option<&Path>) -> Option<HubToken> {
     let clean = |s: &str| Some(s.trim().to_string()).filter(|t| !t.is_empty());
-    if let Some(value) = var("HF_TOKEN").as_deref().and_then(clean) {
-        return Some(HubToken { value, from: "HF_TOKEN".into() });
+    for name in ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"] {
+        if let Some(value) = var(name).as_deref().and_then(clean) {
+            return Some(HubToken { value, from: name.into() });
+        }
     }
     let file = match (var("HF_TOKEN_PATH").filter(|p| !p.is_empty()), var("HF_HOME").filter(|p| !p.is_empty())) {
         (Some(path), _) => PathBuf::from(path),
@@ -363,6 +422,10 @@ fn what_it_sets(file: &str) -> &'static str {
         "sentence_bert_config.json" => "the maximum length and lowercasing",
         "config_sentence_transformers.json" => "the default prompt",
         "tokenizer_config.json" => "the maximum length (model_max_length)",
+        f if WEIGHT_FILES.contains(&f) || f.ends_with("/model.safetensors") => {
+            "which weight file is read (xsent goes on to the next of model.safetensors, model.safetensors.index.json, \
+             pytorch_model.bin and pytorch_model.bin.index.json only when the hub says the one before does not exist)"
+        }
         _ => "the pooling",
     }
 }
@@ -447,6 +510,39 @@ impl HubRepo {
         }
     }
 
+    /// The weight files: the first of [`WEIGHT_FILES`] the repo has (in the cache, or on the hub
+    /// when online), with the shards its index lists.
+    fn weights(&self) -> Result<Vec<PathBuf>> {
+        for name in WEIGHT_FILES {
+            let Some(path) = self.get(name, false)? else { continue };
+            if !name.ends_with(".index.json") {
+                return Ok(vec![path]);
+            }
+            let shards = shard_names(&path)?;
+            return shards.iter().map(|s| Ok(self.get(s, true)?.unwrap())).collect();
+        }
+        if self.api.is_none() {
+            bail!(
+                "none of the weight files of {} (revision {}) is in the hub cache {} and HF_HUB_OFFLINE is set; xsent reads {WEIGHT_FORMATS}.\n\
+                 Download them while online (run the same command without HF_HUB_OFFLINE, or `huggingface-cli download {}{}`), \
+                 or pass a local model directory to --model.",
+                self.id,
+                self.revision,
+                self.cache_dir.display(),
+                self.id,
+                self.revision_flag()
+            );
+        }
+        bail!(
+            "{} (revision {}) has no weights xsent reads: the hub has none of {}.\nxsent reads {WEIGHT_FORMATS}; \
+             a repo with only TensorFlow or Flax weights must be loaded in transformers (from_tf=True / from_flax=True), \
+             saved with save_pretrained(dir) and given to --model as that directory.",
+            self.id,
+            self.revision,
+            WEIGHT_FILES.join(", ")
+        )
+    }
+
     /// ` --revision REV` when the spec named one.
     fn revision_flag(&self) -> String {
         if self.given_revision { format!(" --revision {}", self.revision) } else { String::new() }
@@ -497,7 +593,7 @@ pub fn resolve_hub(spec: &str, cache_dir: &Path, offline: bool) -> Result<ModelF
     let hub = HubRepo::new(spec, cache_dir, offline)?;
     let get = |file: &str, required: bool| hub.get(file, required);
     let config = get("config.json", true)?.unwrap();
-    let weights = get("model.safetensors", true)?.unwrap();
+    let weights = hub.weights()?;
     let tokenizer = get("tokenizer.json", true)?.unwrap();
     // Read from beside tokenizer.json (model_max_length, the default length without a
     // sentence_bert_config.json), so only fetched here.
@@ -512,7 +608,10 @@ pub fn resolve_hub(spec: &str, cache_dir: &Path, offline: bool) -> Result<ModelF
         Some(rel) => {
             let cfg = get(&format!("{rel}/config.json"), true)?.unwrap();
             check_dense_config(&cfg)?;
-            get(&format!("{rel}/model.safetensors"), true)?;
+            // As sentence-transformers: model.safetensors, else pytorch_model.bin.
+            if get(&format!("{rel}/model.safetensors"), false)?.is_none() {
+                get(&format!("{rel}/pytorch_model.bin"), true)?;
+            }
             cfg.parent().map(Path::to_path_buf)
         }
         None => None,
@@ -544,8 +643,8 @@ mod tests {
         assert!(!looks_like_hub_id("name"));
     }
 
-    /// `huggingface_hub`'s order: HF_TOKEN, else HF_TOKEN_PATH, else $HF_HOME/token, else
-    /// ~/.cache/huggingface/token; blank values are no token.
+    /// `huggingface_hub`'s order: HF_TOKEN, else HUGGING_FACE_HUB_TOKEN, else HF_TOKEN_PATH, else
+    /// $HF_HOME/token, else ~/.cache/huggingface/token; blank values are no token.
     #[test]
     fn hub_token_lookup_order() {
         let tmp = tempfile::tempdir().unwrap();
@@ -570,6 +669,10 @@ mod tests {
         assert_eq!(token(&[("HF_TOKEN", "hf_env"), ("HF_HOME", &hf_home)]), Some(("hf_env".into(), "HF_TOKEN".into())));
         assert_eq!(token(&[("HF_TOKEN", " "), ("HF_HOME", &hf_home)]), Some(("from-hf-home".into(), from(&hf_home_file))));
         assert_eq!(token(&[("HF_HOME", &hf_home)]), Some(("from-hf-home".into(), from(&hf_home_file))));
+        let legacy = ("HUGGING_FACE_HUB_TOKEN", "hf_legacy");
+        assert_eq!(token(&[legacy, ("HF_HOME", &hf_home)]), Some(("hf_legacy".into(), "HUGGING_FACE_HUB_TOKEN".into())));
+        assert_eq!(token(&[("HF_TOKEN", "hf_env"), legacy]), Some(("hf_env".into(), "HF_TOKEN".into())), "HF_TOKEN comes first");
+        assert_eq!(token(&[("HF_TOKEN", ""), legacy]), Some(("hf_legacy".into(), "HUGGING_FACE_HUB_TOKEN".into())));
         let path = from(&path_file);
         assert_eq!(token(&[("HF_TOKEN_PATH", &path), ("HF_HOME", &hf_home)]), Some(("from-token-path".into(), path.clone())));
         assert_eq!(token(&[]), Some(("from-home".into(), from(&home_file))));
@@ -616,12 +719,36 @@ mod tests {
     fn sharded_checkpoints_are_recognised() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
-        assert_eq!(sharded_weights(dir), None);
+        assert_eq!(stray_shard(dir), None);
         std::fs::write(dir.join("model-00002-of-00002.safetensors"), "").unwrap();
         std::fs::write(dir.join("model-00001-of-00002.safetensors"), "").unwrap();
         std::fs::write(dir.join("model-extra.safetensors"), "").unwrap();
-        assert_eq!(sharded_weights(dir).as_deref(), Some("model-00001-of-00002.safetensors"));
-        std::fs::write(dir.join("model.safetensors.index.json"), "{}").unwrap();
-        assert_eq!(sharded_weights(dir).as_deref(), Some("model.safetensors.index.json"));
+        assert_eq!(stray_shard(dir).as_deref(), Some("model-00001-of-00002.safetensors"));
+        let pth = tempfile::tempdir().unwrap();
+        std::fs::write(pth.path().join("pytorch_model-00003-of-00012.bin"), "").unwrap();
+        assert_eq!(stray_shard(pth.path()).as_deref(), Some("pytorch_model-00003-of-00012.bin"));
+    }
+
+    /// An index's shards: each file once, sorted; entries that are not plain file names beside
+    /// the index are refused, as is an index without a weight_map.
+    #[test]
+    fn shard_index() {
+        let tmp = tempfile::tempdir().unwrap();
+        let index = tmp.path().join("model.safetensors.index.json");
+        let names = |text: &str| {
+            std::fs::write(&index, text).unwrap();
+            shard_names(&index).map_err(|e| e.to_string())
+        };
+        let two = r#"{"metadata": {"total_size": 8}, "weight_map": {"b.weight": "model-00002-of-00002.safetensors",
+            "a.weight": "model-00001-of-00002.safetensors", "a.bias": "model-00001-of-00002.safetensors"}}"#;
+        assert_eq!(names(two).unwrap(), ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]);
+        for bad in [r#"{"weight_map": {"a": "../x.safetensors"}}"#, r#"{"weight_map": {"a": "/abs/x.bin"}}"#, r#"{"weight_map": {"a": ""}}"#] {
+            let err = names(bad).unwrap_err();
+            assert!(err.contains("not the name of a file beside the index"), "{err}");
+        }
+        assert!(names(r#"{"weight_map": {"a": 3}}"#).unwrap_err().contains("not a file name"));
+        assert!(names(r#"{"metadata": {}}"#).unwrap_err().contains("no \"weight_map\""));
+        assert!(names(r#"{"weight_map": {}}"#).unwrap_err().contains("lists no shards"));
+        assert!(names("{").unwrap_err().contains("is not valid JSON"));
     }
 }

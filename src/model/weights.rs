@@ -7,7 +7,7 @@
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, Var};
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Canonical name of a checkpoint tensor, or `None` when it is not part of the encoder.
 fn canonical_name(name: &str, prefix: &str) -> Option<String> {
@@ -41,24 +41,104 @@ fn detect_prefix<'a, I: IntoIterator<Item = &'a String>>(names: I) -> Result<&'s
     )
 }
 
-/// Encoder tensors of a safetensors file as f32 on `device`, under canonical names.
-/// Layers at index `>= keep_layers` are dropped.
-pub fn load_encoder_tensors(path: &Path, device: &Device, keep_layers: usize) -> Result<HashMap<String, Tensor>> {
-    let raw = candle_core::safetensors::load(path, &Device::Cpu)
-        .with_context(|| format!("cannot read weights {}", path.display()))?;
-    let prefix = detect_prefix(raw.keys()).with_context(|| format!("in {}", path.display()))?;
+/// Encoder tensors of a checkpoint as f32 on `device`, under canonical names: its one weight
+/// file or all its shards (safetensors, or PyTorch's `.bin`). Layers at index `>= keep_layers`
+/// are dropped.
+pub fn load_encoder_tensors(paths: &[PathBuf], device: &Device, keep_layers: usize) -> Result<HashMap<String, Tensor>> {
+    let files = paths.iter().map(|p| CheckpointFile::open(p)).collect::<Result<Vec<_>>>()?;
+    let prefix = detect_prefix(files.iter().flat_map(|f| f.names())).with_context(|| format!("in {}", describe(paths)))?;
     let mut out = HashMap::new();
-    for (name, t) in raw {
-        let Some(canon) = canonical_name(&name, prefix) else { continue };
-        if let Some(layer) = layer_index(&canon) {
-            if layer >= keep_layers {
-                continue;
+    let mut from: HashMap<String, &Path> = HashMap::new();
+    for (file, path) in files.iter().zip(paths) {
+        for name in file.names() {
+            let Some(canon) = canonical_name(name, prefix) else { continue };
+            if let Some(layer) = layer_index(&canon) {
+                if layer >= keep_layers {
+                    continue;
+                }
             }
+            if let Some(first) = from.insert(canon.clone(), path) {
+                bail!("tensor {name} is in two weight files of one checkpoint, {} and {}", first.display(), path.display());
+            }
+            let t = file.get(name)?;
+            let t = if t.dtype() == DType::F32 { t } else { t.to_dtype(DType::F32)? };
+            out.insert(canon, t.to_device(device)?);
         }
-        let t = if t.dtype() == DType::F32 { t } else { t.to_dtype(DType::F32)? };
-        out.insert(canon, t.to_device(device)?);
     }
     Ok(out)
+}
+
+/// Every tensor of one weight file (safetensors, or PyTorch's `.bin`), as stored.
+pub fn read_weight_file(path: &Path) -> Result<HashMap<String, Tensor>> {
+    let file = CheckpointFile::open(path)?;
+    file.names().map(|n| Ok((n.clone(), file.get(n)?))).collect()
+}
+
+/// `path`, or for shards the first and how many.
+fn describe(paths: &[PathBuf]) -> String {
+    match paths {
+        [one] => one.display().to_string(),
+        [first, ..] => format!("{} and its {} other shards", first.display(), paths.len() - 1),
+        [] => "no weight files".to_string(),
+    }
+}
+
+/// Whether `path` is a PyTorch checkpoint (`pytorch_model.bin`, its shards, `*.pt`, `*.pth`)
+/// rather than safetensors.
+pub fn is_pytorch_file(path: &Path) -> bool {
+    matches!(path.extension().and_then(|e| e.to_str()), Some("bin" | "pt" | "pth"))
+}
+
+/// One weight file: safetensors, read whole, or a PyTorch checkpoint in the zip format
+/// `torch.save` writes (its pickle is interpreted, never run), read tensor by tensor so that
+/// heads and dropped layers are never read.
+enum CheckpointFile {
+    Safetensors(HashMap<String, Tensor>),
+    Pytorch { path: PathBuf, tensors: candle_core::pickle::PthTensors, names: Vec<String> },
+}
+
+impl CheckpointFile {
+    fn open(path: &Path) -> Result<Self> {
+        if !is_pytorch_file(path) {
+            let t = candle_core::safetensors::load(path, &Device::Cpu).with_context(|| format!("cannot read weights {}", path.display()))?;
+            return Ok(Self::Safetensors(t));
+        }
+        let tensors = candle_core::pickle::PthTensors::new(path, None).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot read the PyTorch checkpoint {}: {e}.\nxsent reads the zip format torch.save has written since PyTorch 1.6 \
+                 (a dict of tensors, as transformers saves pytorch_model.bin); re-save other files with transformers' \
+                 save_pretrained(dir), which writes model.safetensors",
+                path.display()
+            )
+        })?;
+        let mut names: Vec<String> = tensors.tensor_infos().keys().cloned().collect();
+        names.sort();
+        if names.is_empty() {
+            bail!(
+                "the PyTorch checkpoint {} holds no tensors xsent can read: xsent reads a state dict (a dict of tensors), \
+                 as transformers saves pytorch_model.bin",
+                path.display()
+            );
+        }
+        Ok(Self::Pytorch { path: path.to_path_buf(), tensors, names })
+    }
+
+    fn names(&self) -> Box<dyn Iterator<Item = &String> + '_> {
+        match self {
+            Self::Safetensors(t) => Box::new(t.keys()),
+            Self::Pytorch { names, .. } => Box::new(names.iter()),
+        }
+    }
+
+    fn get(&self, name: &str) -> Result<Tensor> {
+        match self {
+            Self::Safetensors(t) => Ok(t[name].clone()),
+            Self::Pytorch { path, tensors, .. } => tensors
+                .get(name)
+                .with_context(|| format!("cannot read tensor {name} of {}", path.display()))?
+                .with_context(|| format!("tensor {name} of {} is not stored where its index says", path.display())),
+        }
+    }
 }
 
 /// Freshly initialised encoder tensors under canonical names, as Hugging Face's BERT

@@ -169,7 +169,7 @@ fn embed_with_progress(enc: &SentenceEncoder, sentences: &[String], batch: usize
 fn encoder_hash(enc: &SentenceEncoder) -> Result<(String, Sha256)> {
     let mut h = Sha256::new();
     let f = &enc.files;
-    for p in [&f.config, &f.weights, &f.tokenizer] {
+    for p in std::iter::once(&f.config).chain(&f.weights).chain([&f.tokenizer]) {
         let mut file = std::fs::File::open(p).with_context(|| format!("cannot read {}", p.display()))?;
         std::io::copy(&mut file, &mut h)?;
     }
