@@ -198,6 +198,19 @@ fn sharded_float16_pytorch_checkpoint_reads_its_values() -> Result<()> {
     assert_same_tensors(&got, &reference, |t| Ok(t.to_dtype(DType::F16)?.to_dtype(DType::F32)?))
 }
 
+/// A bfloat16 safetensors checkpoint: each tensor is read as its bfloat16 value in float32.
+#[test]
+fn bfloat16_safetensors_read_their_values() -> Result<()> {
+    let path = common::fixtures().join("tiny-bert-mlm/model.safetensors");
+    let raw = candle_core::safetensors::load(&path, &Device::Cpu)?;
+    let bf16: HashMap<String, Tensor> = raw.iter().map(|(k, t)| Ok((k.clone(), t.to_dtype(DType::BF16)?))).collect::<Result<_>>()?;
+    let dir = tempfile::tempdir()?;
+    let out = dir.path().join("model.safetensors");
+    candle_core::safetensors::save(&bf16, &out)?;
+    let reference = weights::load_encoder_tensors(&[path], &Device::Cpu, 2)?;
+    assert_same_tensors(&weights::load_encoder_tensors(&[out], &Device::Cpu, 2)?, &reference, |t| Ok(t.to_dtype(DType::BF16)?.to_dtype(DType::F32)?))
+}
+
 /// A sentence-transformers Dense module saved as pytorch_model.bin gives sentence-transformers'
 /// output on the same input.
 #[test]
