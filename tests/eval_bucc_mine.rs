@@ -73,6 +73,32 @@ fn bucc_mines_distinct_sentences_and_credits_every_id() {
     }
 }
 
+/// XTREME's layout (`dev`: the threshold; `test`: scored): the threshold comes from dev and is
+/// named so; a gold line given twice counts once.
+#[test]
+fn bucc_takes_the_threshold_from_dev_in_xtremes_layout() {
+    let d = tempfile::tempdir().unwrap();
+    let b = d.path().join("bucc");
+    std::fs::create_dir_all(&b).unwrap();
+    let de = ["Der Hund schläft im Garten.", "Ich trinke jeden Morgen Kaffee.", "Das Wetter ist heute schön.", "Er liest ein Buch."];
+    let en = ["The weather is nice today.", "The dog is sleeping in the garden.", "I drink coffee every morning.", "Cats like fish."];
+    let lines = |ids: &str, texts: &[&str]| texts.iter().enumerate().map(|(i, t)| format!("{ids}-{i}\t{t}\n")).collect::<String>();
+    for split in ["dev", "test"] {
+        write(&b.join(format!("de-en.{split}.de")), &lines("de", &de));
+        write(&b.join(format!("de-en.{split}.en")), &lines("en", &en));
+    }
+    write(&b.join("de-en.dev.gold"), "de-0\ten-1\nde-1\ten-2\nde-2\ten-0\n");
+    write(&b.join("de-en.test.gold"), "de-0\ten-1\nde-1\ten-2\nde-2\ten-0\nde-0\ten-1\n");
+    let (table, r) = common::eval_report(["bucc", "--model", &common::e5_small(), "--prefix", "query: ", "--k", "2", "--data-dir", d.path().to_str().unwrap()]);
+    assert!(table.contains("(from dev)"), "{table}");
+    let e = &r["results"][0];
+    assert_eq!(e["split"], "test");
+    assert_eq!(e["scores"]["threshold_from"], "dev");
+    assert_eq!(e["scores"]["oracle_threshold"], false);
+    assert_eq!(e["scores"]["gold"], 3, "the repeated gold line counts once: {e}");
+    assert_eq!(e["scores"]["recall"].as_f64().unwrap(), 100.0, "{e}");
+}
+
 /// 300 Tatoeba deu-eng pairs: src = German, tgt = English shuffled by a fixed rotation.
 fn corpus(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, Vec<String>, Vec<String>) {
     let t = common::data().join("tatoeba");
@@ -231,9 +257,31 @@ fn mine_leaves_blank_lines_out_and_outputs_are_checked_first() {
         let f: Vec<&str> = l.split('\t').collect();
         assert!(f.len() == 3 && !f[1].trim().is_empty() && !f[2].trim().is_empty(), "{l:?}");
     }
+    // A line given twice is embedded and mined once, and its pair written once (LASER's --unify).
+    let dup = dir.path().join("dup.txt");
+    write(&dup, "w5\nw3 w4\nw5\nw1 w2\nw5\n");
+    let out = common::xsent()
+        .args(["mine", "--model", model.to_str().unwrap(), "--src-file", src.to_str().unwrap(), "--tgt-file", dup.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("2 of 5 lines of") && err.contains("each text is mined once"), "{err}");
+    let dup_text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(dup_text.lines().filter(|l| l.ends_with("\tw5")).count(), 1, "{dup_text}");
+    assert_eq!(dup_text, text, "the same pairs as with the target given once each");
+    // -o is written whole at the end, readable as a file the shell makes.
+    let tsv = dir.path().join("mined.tsv");
+    let out = mine(&["-o", tsv.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(&tsv).unwrap(), text);
+    use std::os::unix::fs::PermissionsExt;
+    assert_ne!(std::fs::metadata(&tsv).unwrap().permissions().mode() & 0o044, 0, "not a private temporary file's mode");
+    assert!(std::fs::read_dir(dir.path()).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().starts_with(".xsent-mine-")));
     // Output paths that cannot be written, and -o naming an input, are refused before any work.
     for (args, want) in [
         (vec!["-o", "/nonexistent/dir/out.tsv"], "the folder /nonexistent/dir does not exist"),
+        (vec!["-o", "/proc/xsent-mined.tsv"], "-o /proc/xsent-mined.tsv: cannot create a file in /proc"),
         (vec!["-o", src.to_str().unwrap()], "would destroy the input"),
         (vec!["--threshold", "nan"], "--threshold NaN is not a finite number"),
     ] {

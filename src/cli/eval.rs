@@ -17,7 +17,8 @@ pub enum Task {
     /// (or --langs deu,fra,...); accuracy xx→en, en→xx and their mean, averaged over languages.
     Tatoeba(Args),
     /// BUCC 2018 bitext mining: margin-scored candidates, precision/recall/F1 at the best-F1
-    /// threshold (from the train split when present, else the oracle threshold on the one split).
+    /// threshold (from the train, training, dev or sample split when a pair has another split to
+    /// score, test or training; else the oracle threshold on the one split).
     Bucc(BuccArgs),
     /// Cross-lingual sentence retrieval: P@1 of --src lines retrieving the same line of --tgt
     /// among all --tgt lines plus --distractors, or the Multi30k preset (--multi30k).
@@ -190,13 +191,9 @@ fn bucc_read(b: &BuccArgs) -> Result<Vec<BuccPair>> {
     let mut out = Vec::new();
     for pair in pairs {
         let splits = crate::data::bucc::splits(&dir, &pair)?;
-        let has = |s: &str| splits.iter().any(|x| x == s);
-        let (train, test) = if has("train") && has("test") {
-            (Some(crate::data::bucc::read(&dir, &pair, "train")?), crate::data::bucc::read(&dir, &pair, "test")?)
-        } else {
-            ensure!(splits.len() == 1, "BUCC {pair}: found splits {splits:?}; with more than one, xsent needs `train` and `test`");
-            (None, crate::data::bucc::read(&dir, &pair, &splits[0])?)
-        };
+        let (threshold_split, test_split) = crate::eval::bucc::split_roles(&pair, &splits)?;
+        let train = threshold_split.map(|s| crate::data::bucc::read(&dir, &pair, &s)).transpose()?;
+        let test = crate::data::bucc::read(&dir, &pair, &test_split)?;
         for split in train.iter().chain([&test]) {
             if let Some(note) = crate::eval::knn::k_note(settings.k, split.src.len(), split.tgt.len()) {
                 eprintln!("xsent eval bucc: {pair} {}: {note}", split.split);
@@ -219,7 +216,12 @@ fn bucc_task(enc: &dyn crate::model::Embedder, b: &BuccArgs, data: &[BuccPair]) 
     let mut results = Vec::new();
     for BuccPair { pair, train, test } in data {
         let s = bucc::evaluate(enc, train.as_ref(), test, settings, a.batch_size)?;
-        let label = if s.threshold_from == "oracle" { format!("{:.4} (oracle threshold)", s.scores.threshold) } else { format!("{:.4} (from train)", s.scores.threshold) };
+        let label = match s.threshold_from.as_str() {
+            "oracle" if !s.scores.threshold.is_finite() => "none (no gold pair among the candidates)".to_string(),
+            from if !s.scores.threshold.is_finite() => format!("none (no gold pair among the {from} split's candidates)"),
+            "oracle" => format!("{:.4} (oracle threshold)", s.scores.threshold),
+            from => format!("{:.4} (from {from})", s.scores.threshold),
+        };
         table += &format!("| {} | {} | {} | {:.2} | {:.2} | {:.2} |", s.pair, s.split, label, s.scores.precision, s.scores.recall, s.scores.f1);
         for c in &published {
             table += &c.get(pair).map(|(v, _)| format!(" {v:.1} |")).unwrap_or_else(|| " – |".into());

@@ -3,7 +3,7 @@ use crate::eval::bucc::Settings;
 use crate::eval::knn::{mine, Margin, Matrix, Retrieval};
 use anyhow::{ensure, Context, Result};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Margin-mining options, shared by `xsent mine` and `xsent eval bucc|all`.
 #[derive(clap::Args, Debug, Clone, Copy)]
@@ -54,14 +54,40 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(t) = a.threshold {
         ensure!(t.is_finite(), "--threshold {t} is not a finite number: give a margin score such as 1.05");
     }
-    if let Some(out) = &a.output {
-        super::check_output(out, "-o", &[&a.src_file, &a.tgt_file])?;
-    }
+    // `-o` is written as a temporary file beside it, made before any work (so a folder that
+    // cannot be written fails now, not after the embedding) and renamed into place at the end
+    // (so a failed run leaves an earlier file of that name as it was).
+    let tmp = match &a.output {
+        Some(out) => {
+            super::check_output(out, "-o", &[&a.src_file, &a.tgt_file])?;
+            let dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            let mut builder = tempfile::Builder::new();
+            builder.prefix(".xsent-mine-");
+            // As a file the shell creates (0666 less the umask), not a temporary file's 0600.
+            #[cfg(unix)]
+            builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+            let tmp = builder
+                .tempfile_in(dir)
+                .with_context(|| format!("-o {}: cannot create a file in {}", out.display(), dir.display()))?;
+            Some(tmp)
+        }
+        None => None,
+    };
     let s = a.mining.settings()?;
-    let src = read_sentences(&a.src_file)?;
-    let tgt = read_sentences(&a.tgt_file)?;
-    for (lines, file) in [(&src, &a.src_file), (&tgt, &a.tgt_file)] {
+    let src_lines = read_sentences(&a.src_file)?;
+    let tgt_lines = read_sentences(&a.tgt_file)?;
+    for (lines, file) in [(&src_lines, &a.src_file), (&tgt_lines, &a.tgt_file)] {
         ensure!(!lines.is_empty(), "nothing to mine: {} has no non-blank line", file.display());
+    }
+    // Each distinct sentence is embedded and searched once (LASER's `mine_bitexts --unify`, as
+    // `eval bucc`), so copies of a sentence do not fill another's k neighbours; the output holds
+    // each pair of texts once.
+    let (src, _) = crate::data::group_distinct(src_lines.iter().map(String::as_str));
+    let (tgt, _) = crate::data::group_distinct(tgt_lines.iter().map(String::as_str));
+    for (distinct, lines, file) in [(src.len(), src_lines.len(), &a.src_file), (tgt.len(), tgt_lines.len(), &a.tgt_file)] {
+        if distinct < lines {
+            eprintln!("xsent mine: {} of {} lines of {} repeat an earlier line; each text is mined once", lines - distinct, lines, file.display());
+        }
     }
     if let Some(note) = crate::eval::knn::k_note(s.k, src.len(), tgt.len()) {
         eprintln!("xsent mine: {note}");
@@ -71,8 +97,8 @@ pub fn run(a: Args) -> Result<()> {
     let y = Matrix::embed(enc.as_ref(), &tgt, a.batch_size)?;
     let cands = mine(&x, &y, s.k, s.margin, s.retrieval)?;
     drop((x, y));
-    let mut out: Box<dyn Write> = match &a.output {
-        Some(p) => Box::new(std::io::BufWriter::new(std::fs::File::create(p).with_context(|| format!("cannot create {}", p.display()))?)),
+    let mut out: Box<dyn Write + '_> = match &tmp {
+        Some(t) => Box::new(std::io::BufWriter::new(t.as_file())),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
     let mut kept = 0;
@@ -81,6 +107,10 @@ pub fn run(a: Args) -> Result<()> {
         kept += 1;
     }
     out.flush()?;
+    drop(out);
+    if let (Some(t), Some(path)) = (tmp, &a.output) {
+        t.persist(path).map_err(|e| anyhow::anyhow!("cannot move the output into place at {}: {}", path.display(), e.error))?;
+    }
     eprintln!("xsent mine: {kept} pairs written ({} candidates)", cands.len());
     Ok(())
 }

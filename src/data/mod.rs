@@ -52,7 +52,7 @@ pub fn drop_blank(lines: Vec<String>) -> (Vec<String>, usize) {
 }
 
 /// Read a UTF-8 text file (gzip-compressed when its name ends in `.gz`) into lines (`\n` or
-/// `\r\n`), with errors that name the file.
+/// `\r\n`; a leading byte-order mark dropped), with errors that name the file.
 pub fn read_lines(path: &Path) -> Result<Vec<String>> {
     let mut bytes = std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
     if path.extension().is_some_and(|e| e == "gz") {
@@ -69,6 +69,8 @@ pub fn read_lines(path: &Path) -> Result<Vec<String>> {
             bail!("{}: line {line} is not valid UTF-8", path.display())
         }
     };
+    // A UTF-8 byte-order mark (as some Windows editors write) is no part of the first line.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     let lines: Vec<String> = text.lines().map(|l| l.strip_suffix('\r').unwrap_or(l).to_string()).collect();
     if lines.is_empty() {
         bail!("{} is empty", path.display());
@@ -93,5 +95,14 @@ mod tests {
         let (distinct, at) = super::group_distinct(["a", "b", "a", "c", "b"]);
         assert_eq!(distinct, ["a", "b", "c"]);
         assert_eq!(at, [vec![0, 2], vec![1, 4], vec![3]]);
+    }
+
+    /// A UTF-8 byte-order mark is dropped from the first line, and only there.
+    #[test]
+    fn a_byte_order_mark_is_not_part_of_the_first_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("bom.txt");
+        std::fs::write(&p, "\u{feff}zh-1\tni hao\r\n\u{feff}x\n").unwrap();
+        assert_eq!(super::read_lines(&p).unwrap(), ["zh-1\tni hao", "\u{feff}x"]);
     }
 }

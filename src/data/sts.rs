@@ -63,7 +63,7 @@ pub fn read_sts2017(sts_dir: &Path, only: &[String]) -> Result<Vec<StsSet>> {
             };
             let b = b.split('\t').next().unwrap_or(b);
             set.pairs.push((a.to_string(), b.to_string()));
-            set.gold.push(g.trim().parse().with_context(|| format!("{}:{}: not a score: {g:?}", gold.display(), i + 1))?);
+            set.gold.push(score(g, &gold, i)?);
         }
         sets.push(set);
     }
@@ -77,11 +77,20 @@ pub fn read_sts2017(sts_dir: &Path, only: &[String]) -> Result<Vec<StsSet>> {
                 bail!("{}:{}: expected `en<TAB>de<TAB>score`, found {} fields", path.display(), i + 1, f.len());
             }
             set.pairs.push((f[0].to_string(), f[1].to_string()));
-            set.gold.push(f[2].trim().parse().with_context(|| format!("{}:{}: not a score: {:?}", path.display(), i + 1, f[2]))?);
+            set.gold.push(score(f[2], &path, i)?);
         }
         sets.push(set);
     }
     Ok(sets)
+}
+
+/// The gold score `text` on line `i` (0-based) of `path`: a finite number.
+fn score(text: &str, path: &Path, i: usize) -> Result<f64> {
+    let g: f64 = text.trim().parse().with_context(|| format!("{}:{}: not a score: {text:?}", path.display(), i + 1))?;
+    if !g.is_finite() {
+        bail!("{}:{}: not a finite score: {text:?}", path.display(), i + 1);
+    }
+    Ok(g)
 }
 
 /// Sentence pairs with gold similarity scores from one file, for validation during training
@@ -107,10 +116,7 @@ pub fn read_scored_pairs(path: &Path) -> Result<StsSet> {
                 i + 1
             ),
         };
-        let g: f64 = score.trim().parse().with_context(|| format!("{}:{}: not a score: {score:?}", path.display(), i + 1))?;
-        if !g.is_finite() {
-            bail!("{}:{}: not a finite score: {score:?}", path.display(), i + 1);
-        }
+        let g = self::score(score, path, i)?;
         set.pairs.push((a.to_string(), b.to_string()));
         set.gold.push(g);
     }
@@ -151,11 +157,19 @@ mod tests {
         std::fs::write(&plain, "a\tb\t4.2\nc\td\thigh\n").unwrap();
         let e = format!("{:#}", read_scored_pairs(&plain).unwrap_err());
         assert!(e.contains("pairs.tsv:2") && e.contains("not a score"), "{e}");
+        std::fs::write(&plain, "a\tb\t4.2\nc\td\tNaN\n").unwrap();
+        let e = format!("{:#}", read_scored_pairs(&plain).unwrap_err());
+        assert!(e.contains("pairs.tsv:2") && e.contains("not a finite score"), "{e}");
         std::fs::write(&plain, "a\tb\t4.2\n").unwrap();
         assert!(format!("{:#}", read_scored_pairs(&plain).unwrap_err()).contains("at least 2"));
         std::fs::write(&plain, "a\tb\t3\nc\td\t3\n").unwrap();
         assert!(format!("{:#}", read_scored_pairs(&plain).unwrap_err()).contains("constant scores"));
         let e = format!("{:#}", read_scored_pairs(&dir.path().join("missing.csv")).unwrap_err());
         assert!(e.contains("missing.csv") && e.contains("is missing"), "{e}");
+        // STS 2017's own files: a gold score that is no finite number is named, not taken for a
+        // NaN cosine of the model.
+        std::fs::write(dir.path().join("STS2017.en-de.txt"), "a\tb\t4.2\nc\td\tinf\n").unwrap();
+        let e = format!("{:#}", read_sts2017(dir.path(), &["en-de".to_string()]).unwrap_err());
+        assert!(e.contains("STS2017.en-de.txt:2") && e.contains("not a finite score"), "{e}");
     }
 }

@@ -56,6 +56,29 @@ pub fn best_threshold(cands: &[Candidate], gold: &HashSet<(usize, usize)>) -> Pr
     best
 }
 
+/// Which split of a BUCC pair gives the threshold (`None`: the scored split's own, an oracle
+/// threshold) and which is scored, among the splits that have gold, by the names the data comes
+/// with: xsent's `train` + `test`; XTREME's `dev` (BUCC's sample split) + `test` (BUCC's
+/// training split); BUCC's own `sample` + `training` (as XTREME maps them), or `training` +
+/// `test` (LASER's `bucc.sh`). The scored split is `test`, else `training`; the threshold comes
+/// from the first of `train`, `training`, `dev`, `sample` that is another split.
+pub fn split_roles(pair: &str, splits: &[String]) -> Result<(Option<String>, String)> {
+    if let [only] = splits {
+        return Ok((None, only.clone()));
+    }
+    let has = |name: &str| splits.iter().any(|s| s == name);
+    let scored = ["test", "training"].into_iter().find(|n| has(n));
+    let threshold = ["train", "training", "dev", "sample"].into_iter().find(|n| has(n) && Some(*n) != scored);
+    match (threshold, scored) {
+        (Some(t), Some(s)) => Ok((Some(t.to_string()), s.to_string())),
+        _ => anyhow::bail!(
+            "BUCC {pair}: found splits {splits:?} with gold; with more than one, xsent scores `test` (else `training`) with the threshold \
+             of `train`, `training`, `dev` or `sample` (BUCC's names: sample + training; XTREME's: dev + test); \
+             rename the files, or keep one split for an oracle threshold"
+        ),
+    }
+}
+
 /// Mining settings.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Settings {
@@ -86,10 +109,11 @@ pub fn candidates(enc: &dyn Embedder, split: &BuccSplit, s: Settings, batch_size
 pub struct BuccScore {
     pub pair: String,
     pub split: String,
-    /// `train` (threshold chosen on the training split) or `oracle` (on this split's own gold).
+    /// The split the threshold was chosen on (`train`, `dev`, …), or `oracle` (this split's own gold).
     pub threshold_from: String,
     pub scores: Prf,
     pub candidates: usize,
+    /// Distinct gold pairs.
     pub gold: usize,
 }
 
@@ -100,7 +124,7 @@ pub fn evaluate(enc: &dyn Embedder, train: Option<&BuccSplit>, test: &BuccSplit,
     let (scores, from) = match train {
         Some(tr) => {
             let t = best_threshold(&candidates(enc, tr, s, batch_size)?, &gold_set(tr)).threshold;
-            (prf_at(&test_c, &gold_set(test), t), "train")
+            (prf_at(&test_c, &gold_set(test), t), tr.split.as_str())
         }
         None => (best_threshold(&test_c, &gold_set(test)), "oracle"),
     };
@@ -110,13 +134,30 @@ pub fn evaluate(enc: &dyn Embedder, train: Option<&BuccSplit>, test: &BuccSplit,
         threshold_from: from.into(),
         scores,
         candidates: test_c.len(),
-        gold: test.gold.len(),
+        gold: gold_set(test).len(),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The splits that give the threshold and are scored, under xsent's, XTREME's, BUCC's and
+    /// LASER's names; one split is scored with its own (oracle) threshold.
+    #[test]
+    fn split_roles_by_name() {
+        let roles = |names: &[&str]| split_roles("zh-en", &names.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let ok = |t: Option<&str>, s: &str| (t.map(String::from), s.to_string());
+        assert_eq!(roles(&["dev"]).unwrap(), ok(None, "dev"));
+        assert_eq!(roles(&["test", "train"]).unwrap(), ok(Some("train"), "test"));
+        assert_eq!(roles(&["dev", "test"]).unwrap(), ok(Some("dev"), "test"));
+        assert_eq!(roles(&["sample", "training"]).unwrap(), ok(Some("sample"), "training"));
+        assert_eq!(roles(&["training", "test"]).unwrap(), ok(Some("training"), "test"));
+        assert_eq!(roles(&["sample", "training", "test"]).unwrap(), ok(Some("training"), "test"));
+        let err = roles(&["a", "b"]).unwrap_err().to_string();
+        assert!(err.contains("found splits [\"a\", \"b\"]") && err.contains("XTREME's: dev + test"), "{err}");
+        assert!(roles(&["dev", "sample"]).is_err(), "nothing to score");
+    }
 
     #[test]
     fn precision_recall_f1_by_hand() {

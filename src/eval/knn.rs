@@ -410,6 +410,9 @@ pub fn k_note(k: usize, sources: usize, targets: usize) -> Option<String> {
 pub fn mine(x: &Matrix, y: &Matrix, k: usize, margin: Margin, retrieval: Retrieval) -> Result<Vec<Candidate>> {
     let (x2y, y2x) = knn_both(x, y, k)?;
     let (xm, ym) = (x2y.means(), y2x.means());
+    // cos / avg ranks backwards when the neighbourhoods' mean cosine is negative, and is infinite
+    // at 0: refuse rather than mine by a reversed score.
+    let not_positive = std::cell::Cell::new((0usize, f64::INFINITY));
     // Best of each query's k candidates under the margin score.
     let best = |nb: &Neighbours, own: &[f64], other: &[f64]| -> Vec<(usize, f64)> {
         (0..own.len())
@@ -417,13 +420,27 @@ pub fn mine(x: &Matrix, y: &Matrix, k: usize, margin: Margin, retrieval: Retriev
                 let (s, ix) = nb.row(i);
                 s.iter()
                     .zip(ix)
-                    .map(|(&c, &j)| (j as usize, apply_margin(margin, c as f64, (own[i] + other[j as usize]) / 2.0)))
+                    .map(|(&c, &j)| {
+                        let avg = (own[i] + other[j as usize]) / 2.0;
+                        if margin == Margin::Ratio && !(avg > 0.0) {
+                            let (n, low) = not_positive.get();
+                            not_positive.set((n + 1, low.min(avg)));
+                        }
+                        (j as usize, apply_margin(margin, c as f64, avg))
+                    })
                     .fold((0, f64::NEG_INFINITY), |a, b| if b.1 > a.1 { b } else { a })
             })
             .collect()
     };
     let fwd: Vec<Candidate> = best(&x2y, &xm, &ym).into_iter().enumerate().filter(|(_, (_, s))| s.is_finite()).map(|(i, (j, s))| Candidate { src: i, tgt: j, score: s }).collect();
     let bwd: Vec<Candidate> = best(&y2x, &ym, &xm).into_iter().enumerate().filter(|(_, (_, s))| s.is_finite()).map(|(j, (i, s))| Candidate { src: i, tgt: j, score: s }).collect();
+    if let (n @ 1.., low) = not_positive.get() {
+        anyhow::bail!(
+            "the ratio margin divides by the mean cosine of the two sentences' {k} nearest neighbours, but for {n} candidate pairs \
+             it is 0 or less (lowest {low:.4}): these vectors point apart, and cos / mean would rank such candidates backwards. \
+             Use --margin distance (cos − mean) or --margin absolute."
+        );
+    }
     let mut out = match retrieval {
         Retrieval::Fwd => fwd,
         Retrieval::Bwd => bwd,
@@ -461,6 +478,23 @@ mod tests {
 
     fn m(rows: &[[f32; 2]]) -> Matrix {
         Matrix::normalized(&rows.iter().map(|r| r.to_vec()).collect::<Vec<_>>())
+    }
+
+    /// Sides whose vectors point apart (every cosine negative): the ratio margin would rank
+    /// backwards, so it is refused; the distance and absolute margins mine them.
+    #[test]
+    fn ratio_margin_refuses_neighbourhoods_with_a_mean_cosine_of_zero_or_less() {
+        let x = m(&[[1.0, 0.1], [1.0, -0.1]]);
+        let y = m(&[[-1.0, 0.2], [-1.0, -0.2]]);
+        let err = mine(&x, &y, 1, Margin::Ratio, Retrieval::Max).unwrap_err().to_string();
+        assert!(err.contains("for 4 candidate pairs it is 0 or less") && err.contains("--margin distance"), "{err}");
+        for margin in [Margin::Distance, Margin::Absolute] {
+            let c = mine(&x, &y, 1, margin, Retrieval::Max).unwrap();
+            assert_eq!(c.len(), 2, "{margin:?}");
+        }
+        // Positive neighbourhoods are mined by ratio as before.
+        let y = m(&[[1.0, 0.2], [1.0, -0.2]]);
+        assert_eq!(mine(&x, &y, 1, Margin::Ratio, Retrieval::Max).unwrap().len(), 2);
     }
 
     fn plan(query_block: usize, target_block: usize, workers: usize, share_targets: bool) -> Plan {
