@@ -498,3 +498,40 @@ fn do_lower_case_lowercases_prefix_and_text() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("sentence_bert_config.json") && err.contains("do_lower_case"), "{err}");
 }
+
+/// Normalisation follows the model as sentence-transformers runs it: a `modules.json` without a
+/// Normalize module gives the raw pooled vectors, one with it unit vectors, and a plain
+/// checkpoint (no `modules.json`) unit vectors; `--normalize` / `--no-normalize` override.
+#[test]
+fn normalisation_follows_the_models_modules_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let words: Vec<String> = (0..10).map(|i| format!("w{i}")).collect();
+    let model = common::tiny_model("tiny-bert", dir.path(), &words);
+    let norms = |extra: &[&str]| -> Vec<f64> {
+        let out = embed(&[&["--model", model.to_str().unwrap()], extra].concat(), b"w1 w2\nw3\n");
+        assert!(out.status.success(), "{}", stderr(&out));
+        rows(&out).iter().map(|r| r.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt()).collect()
+    };
+    let unit = |n: &[f64]| n.iter().all(|x| (x - 1.0).abs() < 1e-5);
+    assert!(unit(&norms(&[])), "no modules.json: normalised");
+    let raw = norms(&["--no-normalize"]);
+    assert!(!unit(&raw), "the raw pooled vectors of the fixture are not unit vectors: {raw:?}");
+    let modules = |normalize: bool| {
+        let mut m = vec![
+            r#"{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}"#,
+            r#"{"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}"#,
+        ];
+        if normalize {
+            m.push(r#"{"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}"#);
+        }
+        std::fs::write(model.join("modules.json"), format!("[{}]", m.join(","))).unwrap();
+    };
+    std::fs::create_dir_all(model.join("1_Pooling")).unwrap();
+    std::fs::write(model.join("1_Pooling/config.json"), r#"{"word_embedding_dimension": 32, "pooling_mode_mean_tokens": true}"#).unwrap();
+    modules(false);
+    assert_eq!(norms(&[]), raw, "modules.json without Normalize: the raw vectors, as sentence-transformers");
+    assert!(unit(&norms(&["--normalize"])));
+    modules(true);
+    assert!(unit(&norms(&[])));
+    assert_eq!(norms(&["--no-normalize"]), raw);
+}

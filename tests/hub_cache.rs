@@ -538,6 +538,32 @@ fn hub_repos_with_other_weight_layouts_download_and_embed() {
     let at = |f: &str| reqs.iter().position(|r| r == f).unwrap_or_else(|| panic!("{f} not asked: {reqs:?}"));
     assert!(at("2_Dense/model.safetensors") < at("2_Dense/pytorch_model.bin"), "{reqs:?}");
 
+    // A BERT repo without tokenizer.json: its vocab.txt (asked after tokenizer.json's 404),
+    // with the tokenizer_config.json beside it, embeds as the same files locally.
+    let local = dir.path().join("vocab-local");
+    std::fs::create_dir_all(&local).unwrap();
+    let mut vocab: Vec<String> = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world"].map(String::from).to_vec();
+    vocab.extend((vocab.len()..1000).map(|i| format!("w{i}")));
+    let files: Vec<(String, Vec<u8>)> = vec![
+        ("config.json".into(), std::fs::read(common::fixtures().join("tiny-bert/config.json")).unwrap()),
+        ("model.safetensors".into(), std::fs::read(common::fixtures().join("tiny-bert/model.safetensors")).unwrap()),
+        ("vocab.txt".into(), (vocab.join("\n") + "\n").into_bytes()),
+        ("tokenizer_config.json".into(), br#"{"do_lower_case": true, "model_max_length": 64}"#.to_vec()),
+    ];
+    for (f, bytes) in &files {
+        std::fs::write(local.join(f), bytes).unwrap();
+    }
+    let want = embed_online(local.to_str().unwrap(), None, &[], None);
+    assert!(want.status.success(), "{}", stderr(&want));
+    let hub = StubHub::start(files, &[]);
+    let cache = dir.path().join("cache-vocab");
+    let out = embed_online("xsent-test/tiny", Some(&hub.url), &[("HF_HOME", &home), ("HF_HUB_CACHE", &cache)], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(out.stdout, want.stdout);
+    let reqs: Vec<String> = hub.requests().into_iter().map(|(f, _)| f).collect();
+    let at = |f: &str| reqs.iter().position(|r| r == f).unwrap_or_else(|| panic!("{f} not asked: {reqs:?}"));
+    assert!(at("tokenizer.json") < at("vocab.txt") && reqs.contains(&"tokenizer_config.json".to_string()), "{reqs:?}");
+
     // A repo with no weights xsent reads.
     let (_, files) = tiny_repo(dir.path());
     let files: Vec<(String, Vec<u8>)> = files.into_iter().filter(|(f, _)| f != "model.safetensors").collect();

@@ -62,7 +62,8 @@ pub struct ModelArgs {
     /// model's maximum, else the model's maximum, at most 512).
     #[arg(long)]
     pub max_length: Option<usize>,
-    /// L2-normalise embeddings (the default).
+    /// L2-normalise embeddings (the default when the model's modules.json lists a Normalize
+    /// module, as sentence-transformers does, or the model has no modules.json).
     #[arg(long, overrides_with = "no_normalize")]
     pub normalize: bool,
     /// Do not L2-normalise embeddings.
@@ -94,7 +95,14 @@ impl ModelArgs {
             prefix: self.prefix.clone(),
             prompt_name: self.prompt_name.clone(),
             max_length: self.max_length,
-            normalize: !self.no_normalize,
+            // Neither flag: as sentence-transformers runs the model (its Normalize module).
+            normalize: if self.no_normalize {
+                Some(false)
+            } else if self.normalize {
+                Some(true)
+            } else {
+                None
+            },
             trainable: false,
         })
     }

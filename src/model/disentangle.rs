@@ -220,7 +220,7 @@ impl DisentangledEncoder {
             prefix: Some(b.prefix.clone()),
             pooling: Some(b.pooling),
             max_length: Some(opts.max_length.unwrap_or(b.max_length)),
-            normalize: b.normalize,
+            normalize: Some(b.normalize),
             ..Default::default()
         };
         let base = SentenceEncoder::load(&spec, &base_opts).with_context(|| {
@@ -249,7 +249,7 @@ impl DisentangledEncoder {
             heads.langid.weight.dim(0)?,
             saved.languages.len()
         );
-        Ok(Self { base, heads, head, languages: saved.languages, normalize: opts.normalize })
+        Ok(Self { base, heads, head, languages: saved.languages, normalize: opts.normalize.unwrap_or(true) })
     }
 
     /// Base embeddings, meaning and language embeddings of texts, and the predicted language of

@@ -13,6 +13,7 @@ pub mod sentence;
 pub mod source;
 pub mod vocab;
 pub mod weights;
+pub mod wordpiece;
 
 pub use averaging::AveragingModel;
 pub use config::{EncoderConfig, Family};

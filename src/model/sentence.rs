@@ -26,7 +26,9 @@ pub struct LoadOptions {
     /// prefix (sentence-transformers' `prompt_name`); not together with `prefix`.
     pub prompt_name: Option<String>,
     pub max_length: Option<usize>,
-    pub normalize: bool,
+    /// L2-normalise the embeddings; `None`: as sentence-transformers runs the model, i.e. when
+    /// its `modules.json` lists a Normalize module, and for a model without a `modules.json`.
+    pub normalize: Option<bool>,
     /// Load the weights as trainable variables.
     pub trainable: bool,
 }
@@ -40,7 +42,7 @@ impl Default for LoadOptions {
             prefix: None,
             prompt_name: None,
             max_length: None,
-            normalize: true,
+            normalize: None,
             trainable: false,
         }
     }
@@ -110,6 +112,7 @@ impl SentenceEncoder {
     }
 
     pub fn from_files(files: ModelFiles, opts: &LoadOptions) -> Result<Self> {
+        let declares_normalize = files.declares_normalize;
         let mut config = EncoderConfig::from_file(&files.config)?;
         if let Some(n) = opts.layers {
             config.truncate_layers(n)?;
@@ -118,7 +121,7 @@ impl SentenceEncoder {
         // a second thread while the weights are read.
         let (tensors, tokenizer) = std::thread::scope(|s| {
             let tokenizer = s.spawn(|| {
-                Tokenizer::from_file(&files.tokenizer).map_err(|e| anyhow!("cannot load tokenizer {}: {e}", files.tokenizer.display()))
+                super::wordpiece::load_tokenizer(&files.tokenizer)
             });
             let tensors = weights::load_encoder_tensors(&files.weights, &opts.device, config.num_hidden_layers);
             let tokenizer = tokenizer.join().unwrap_or_else(|_| Err(anyhow!("loading the tokenizer {} failed (the thread panicked)", files.tokenizer.display())));
@@ -259,7 +262,7 @@ impl SentenceEncoder {
             dense,
             prefix,
             max_length,
-            normalize: opts.normalize,
+            normalize: opts.normalize.or(declares_normalize).unwrap_or(true),
             lowercase,
             params,
             dense_params,
@@ -538,11 +541,18 @@ impl SentenceEncoder {
             d.save(&dir.join("2_Dense"))?;
         }
         std::fs::write(dir.join("config.json"), self.config.to_json())?;
-        std::fs::copy(&self.files.tokenizer, dir.join("tokenizer.json"))
-            .with_context(|| format!("cannot copy {}", self.files.tokenizer.display()))?;
+        if super::wordpiece::is_vocab_file(&self.files.tokenizer) {
+            // A checkpoint without tokenizer.json: the one transformers would convert its
+            // vocab.txt into (the vocabulary and its settings are copied below too).
+            std::fs::write(dir.join("tokenizer.json"), super::wordpiece::tokenizer_json(&self.files.tokenizer)?)
+                .with_context(|| format!("cannot write {}", dir.join("tokenizer.json").display()))?;
+        } else {
+            std::fs::copy(&self.files.tokenizer, dir.join("tokenizer.json"))
+                .with_context(|| format!("cannot copy {}", self.files.tokenizer.display()))?;
+        }
         // transformers needs these beside tokenizer.json to build the right tokenizer class.
         if let Some(src) = self.files.tokenizer.parent() {
-            for f in ["tokenizer_config.json", "special_tokens_map.json"] {
+            for f in ["tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "added_tokens.json"] {
                 if src.join(f).is_file() {
                     std::fs::copy(src.join(f), dir.join(f)).with_context(|| format!("cannot copy {f}"))?;
                 }

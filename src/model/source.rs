@@ -44,7 +44,9 @@ const WEIGHT_FORMATS: &str = "model.safetensors, a sharded model.safetensors.ind
 
 fn how_to_get(file: &str) -> &'static str {
     match file {
-        "tokenizer.json" => "xsent needs the fast-tokenizer file tokenizer.json; save it with transformers' AutoTokenizer.from_pretrained(...).save_pretrained(dir)",
+        "tokenizer.json" => "xsent reads the fast-tokenizer file tokenizer.json, or for BERT a WordPiece vocab.txt (with its tokenizer_config.json); \
+            for another tokenizer (e.g. XLM-R's sentencepiece.bpe.model alone), save tokenizer.json with transformers' \
+            AutoTokenizer.from_pretrained(dir).save_pretrained(dir)",
         _ => "save the model with transformers' save_pretrained(dir)",
     }
 }
@@ -178,7 +180,7 @@ pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
             return Ok(());
         }
         bail!(
-            "model directory {} has no {f}: xsent needs config.json, the weights and tokenizer.json there.\n{}.\n\
+            "model directory {} has no {f}: xsent needs config.json, the weights and tokenizer.json (or BERT's vocab.txt) there.\n{}.\n\
              For the bundled models run scripts/setup.sh.",
             dir.display(),
             how_to_get(f)
@@ -186,7 +188,13 @@ pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
     };
     require("config.json")?;
     let weights = local_weights(dir)?;
-    require("tokenizer.json")?;
+    // A BERT checkpoint saved without tokenizer.json: its WordPiece vocab.txt.
+    let tokenizer = if !dir.join("tokenizer.json").is_file() && dir.join("vocab.txt").is_file() {
+        dir.join("vocab.txt")
+    } else {
+        require("tokenizer.json")?;
+        dir.join("tokenizer.json")
+    };
     let opt = |rel: &str| Some(dir.join(rel)).filter(|p| p.is_file());
     let pipeline = pipeline(opt("modules.json").as_deref())?;
     if let Some(rel) = &pipeline.pooling {
@@ -211,7 +219,7 @@ pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
         spec: spec.to_string(),
         config: dir.join("config.json"),
         weights,
-        tokenizer: dir.join("tokenizer.json"),
+        tokenizer,
         pooling: opt(pooling_rel),
         st_config: opt("sentence_bert_config.json"),
         st_model_config: opt("config_sentence_transformers.json"),
@@ -421,7 +429,8 @@ fn what_it_sets(file: &str) -> &'static str {
         "modules.json" => "the model's pipeline (pooling, Dense, normalisation)",
         "sentence_bert_config.json" => "the maximum length and lowercasing",
         "config_sentence_transformers.json" => "the default prompt",
-        "tokenizer_config.json" => "the maximum length (model_max_length)",
+        "tokenizer_config.json" => "the maximum length (model_max_length) and a vocab.txt tokenizer's settings",
+        "tokenizer.json" | "vocab.txt" | "special_tokens_map.json" | "added_tokens.json" => "the tokenizer",
         f if WEIGHT_FILES.contains(&f) || f.ends_with("/model.safetensors") => {
             "which weight file is read (xsent goes on to the next of model.safetensors, model.safetensors.index.json, \
              pytorch_model.bin and pytorch_model.bin.index.json only when the hub says the one before does not exist)"
@@ -594,7 +603,19 @@ pub fn resolve_hub(spec: &str, cache_dir: &Path, offline: bool) -> Result<ModelF
     let get = |file: &str, required: bool| hub.get(file, required);
     let config = get("config.json", true)?.unwrap();
     let weights = hub.weights()?;
-    let tokenizer = get("tokenizer.json", true)?.unwrap();
+    // tokenizer.json, else (asked only when the hub says there is none) a BERT vocab.txt.
+    let tokenizer = match get("tokenizer.json", false)? {
+        Some(t) => t,
+        None => match get("vocab.txt", false)? {
+            Some(v) => {
+                for f in ["special_tokens_map.json", "added_tokens.json"] {
+                    get(f, false)?;
+                }
+                v
+            }
+            None => get("tokenizer.json", true)?.unwrap(),
+        },
+    };
     // Read from beside tokenizer.json (model_max_length, the default length without a
     // sentence_bert_config.json), so only fetched here.
     get("tokenizer_config.json", false)?;

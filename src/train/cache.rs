@@ -173,6 +173,10 @@ fn encoder_hash(enc: &SentenceEncoder) -> Result<(String, Sha256)> {
         let mut file = std::fs::File::open(p).with_context(|| format!("cannot read {}", p.display()))?;
         std::io::copy(&mut file, &mut h)?;
     }
+    // A vocab.txt tokenizer takes its settings from the files beside it.
+    if crate::model::wordpiece::is_vocab_file(&f.tokenizer) {
+        h.update(crate::model::wordpiece::tokenizer_json(&f.tokenizer)?);
+    }
     if let Some(d) = &enc.dense {
         h.update(format!("dense {:?} {:?}\0", d.linear.weight.dims(), d.activation));
         for t in [&d.linear.weight, &d.linear.bias] {

@@ -200,7 +200,7 @@ impl Disentangle {
             prefix: Some(dc.prefix.clone()),
             pooling: dc.pooling,
             max_length: Some(dc.max_length),
-            normalize: dc.normalize_input,
+            normalize: Some(dc.normalize_input),
             ..Default::default()
         };
         let base_enc = SentenceEncoder::load(&dc.base, &opts).with_context(|| format!("loading the base encoder {}", dc.base))?;

@@ -264,7 +264,7 @@ impl Distill {
             prefix: Some(dc.student_prefix.clone()),
             layers: dc.student_layers,
             max_length: Some(dc.max_length),
-            normalize: dc.normalize.or(teacher_normalized).unwrap_or(true),
+            normalize: Some(dc.normalize.or(teacher_normalized).unwrap_or(true)),
             trainable: true,
             device: device.clone(),
             ..Default::default()

@@ -300,7 +300,7 @@ impl Dueam {
             layers: dc.learner_layers,
             pooling: Some(Pooling::Mean),
             max_length: Some(dc.max_length),
-            normalize: dc.learner_normalize,
+            normalize: Some(dc.learner_normalize),
             trainable: true,
             device,
             ..Default::default()

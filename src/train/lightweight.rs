@@ -407,7 +407,7 @@ impl Lightweight {
             device: device.clone(),
             pooling: Some(Pooling::Mean),
             max_length: Some(lc.max_length),
-            normalize: false,
+            normalize: Some(false),
             trainable: true,
             ..Default::default()
         };
