@@ -275,9 +275,22 @@ fn mine_leaves_blank_lines_out_and_outputs_are_checked_first() {
     let out = mine(&["-o", tsv.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(std::fs::read_to_string(&tsv).unwrap(), text);
-    use std::os::unix::fs::PermissionsExt;
-    assert_ne!(std::fs::metadata(&tsv).unwrap().permissions().mode() & 0o044, 0, "not a private temporary file's mode");
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let made = dir.path().join("made-by-create.txt");
+    std::fs::File::create(&made).unwrap();
+    assert_eq!(mode(&tsv), mode(&made), "the mode of a file made by create, not a private temporary file's");
     assert!(std::fs::read_dir(dir.path()).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().starts_with(".xsent-mine-")));
+    // Through a symlink: its target is written, the link stays.
+    let link = dir.path().join("link.tsv");
+    std::os::unix::fs::symlink(&made, &link).unwrap();
+    assert!(mine(&["-o", link.to_str().unwrap()]).status.success());
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    assert_eq!(std::fs::read_to_string(&made).unwrap(), text);
+    // Not a regular file: written directly, never replaced (/dev/null stays a device).
+    let out = mine(&["-o", "/dev/null"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device());
     // Output paths that cannot be written, and -o naming an input, are refused before any work.
     for (args, want) in [
         (vec!["-o", "/nonexistent/dir/out.tsv"], "the folder /nonexistent/dir does not exist"),

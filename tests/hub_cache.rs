@@ -493,9 +493,13 @@ fn hub_repos_with_other_weight_layouts_download_and_embed() {
                 assert!(reqs.contains(f), "{f} was not downloaded: {reqs:?}");
             }
         }
-        // Offline, the cache now answers.
+        // Offline, the cache now answers, and says that it reads another file than
+        // model.safetensors without asking the hub whether it has one.
         let out = embed_online("xsent-test/tiny", None, &[("HF_HOME", &home), ("HF_HUB_CACHE", &cache)], None);
         assert_eq!(out.stdout, local.stdout, "{layout} from the cache: {}", stderr(&out));
+        let used = if layout.contains("sharded") { "model.safetensors.index.json" } else { "pytorch_model.bin" };
+        let note = format!("model.safetensors is not in the hub cache and HF_HUB_OFFLINE is set, so the cached {used} is used");
+        assert!(stderr(&out).contains(&note), "{}", stderr(&out));
 
         // A 503 for model.safetensors is an error, not a reason to read another file.
         let hub = StubHub::start(files, &[("model.safetensors", 503)]);

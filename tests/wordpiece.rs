@@ -68,22 +68,34 @@ fn uncased_vocab_txt_tokenizes_as_the_models_tokenizer_json() {
     assert_eq!(pair(&ours), pair(&theirs));
 }
 
-/// Cased (do_lower_case false): the ids transformers' BertTokenizer and BertTokenizerFast give
-/// (tests/data/tokenizers/wordpiece-cased.json, scripts/make-wordpiece-fixtures.py).
+/// Each variant of tests/data/tokenizers (cased; accents kept and Chinese characters not split;
+/// transformers 4's special_tokens_map.json overriding the config, additional special tokens
+/// and added_tokens.json; transformers 5's extra special tokens; a vocab.txt with CRLF line
+/// ends) beside MiniLM's vocab.txt: the ids transformers' Python BertTokenizer gives
+/// (scripts/make-wordpiece-fixtures.py).
 #[test]
-fn cased_vocab_txt_tokenizes_as_transformers() {
-    let dir = tempfile::tempdir().unwrap();
-    let m = minilm_without_tokenizer_json(dir.path(), &["vocab.txt"]);
-    std::fs::write(m.join("tokenizer_config.json"), r#"{"do_lower_case": false, "tokenizer_class": "BertTokenizer"}"#).unwrap();
-    let ours = load_tokenizer(&m.join("vocab.txt")).unwrap();
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tokenizers/wordpiece-cased.json");
-    let want: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let rows = want["rows"].as_array().unwrap();
-    assert!(rows.len() > 700);
-    for r in rows {
-        let text = r["text"].as_str().unwrap();
-        let want: Vec<u32> = serde_json::from_value(r["ids"].clone()).unwrap();
-        assert_eq!(ids(&ours, text).0, want, "{text:?}");
+fn vocab_txt_variants_tokenize_as_transformers() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tokenizers");
+    let want: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data.join("wordpiece-expected.json")).unwrap()).unwrap();
+    let variants = want["variants"].as_object().unwrap();
+    assert_eq!(variants.len(), 5);
+    let vocab = std::fs::read_to_string(minilm().join("vocab.txt")).unwrap();
+    for (name, rows) in variants {
+        let dir = tempfile::tempdir().unwrap();
+        let text = if name == "crlf" { vocab.replace('\n', "\r\n") } else { vocab.clone() };
+        std::fs::write(dir.path().join("vocab.txt"), text).unwrap();
+        for e in std::fs::read_dir(data.join(name)).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
+        }
+        let ours = load_tokenizer(&dir.path().join("vocab.txt")).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        let rows = rows.as_array().unwrap();
+        assert!(rows.len() > 250);
+        for r in rows {
+            let text = r["text"].as_str().unwrap();
+            let want: Vec<u32> = serde_json::from_value(r["ids"].clone()).unwrap();
+            assert_eq!(ids(&ours, text).0, want, "{name}: {text:?}");
+        }
     }
 }
 

@@ -54,22 +54,10 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(t) = a.threshold {
         ensure!(t.is_finite(), "--threshold {t} is not a finite number: give a margin score such as 1.05");
     }
-    // `-o` is written as a temporary file beside it, made before any work (so a folder that
-    // cannot be written fails now, not after the embedding) and renamed into place at the end
-    // (so a failed run leaves an earlier file of that name as it was).
-    let tmp = match &a.output {
+    let sink = match &a.output {
         Some(out) => {
             super::check_output(out, "-o", &[&a.src_file, &a.tgt_file])?;
-            let dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-            let mut builder = tempfile::Builder::new();
-            builder.prefix(".xsent-mine-");
-            // As a file the shell creates (0666 less the umask), not a temporary file's 0600.
-            #[cfg(unix)]
-            builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
-            let tmp = builder
-                .tempfile_in(dir)
-                .with_context(|| format!("-o {}: cannot create a file in {}", out.display(), dir.display()))?;
-            Some(tmp)
+            Some(Sink::open(out)?)
         }
         None => None,
     };
@@ -97,8 +85,9 @@ pub fn run(a: Args) -> Result<()> {
     let y = Matrix::embed(enc.as_ref(), &tgt, a.batch_size)?;
     let cands = mine(&x, &y, s.k, s.margin, s.retrieval)?;
     drop((x, y));
-    let mut out: Box<dyn Write + '_> = match &tmp {
-        Some(t) => Box::new(std::io::BufWriter::new(t.as_file())),
+    let mut out: Box<dyn Write + '_> = match &sink {
+        Some(Sink::Temp(t, _)) => Box::new(std::io::BufWriter::new(t.as_file())),
+        Some(Sink::Direct(f)) => Box::new(std::io::BufWriter::new(f)),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
     let mut kept = 0;
@@ -108,11 +97,45 @@ pub fn run(a: Args) -> Result<()> {
     }
     out.flush()?;
     drop(out);
-    if let (Some(t), Some(path)) = (tmp, &a.output) {
-        t.persist(path).map_err(|e| anyhow::anyhow!("cannot move the output into place at {}: {}", path.display(), e.error))?;
+    if let Some(Sink::Temp(t, path)) = sink {
+        t.persist(&path).map_err(|e| anyhow::anyhow!("cannot move the output into place at {}: {}", path.display(), e.error))?;
     }
     eprintln!("xsent mine: {kept} pairs written ({} candidates)", cands.len());
     Ok(())
+}
+
+/// Where `-o` goes, opened before any work, so that a path that cannot be written fails at once.
+/// A regular file (or a new one; through a symlink, its target) is written as a temporary file
+/// beside it and renamed into place at the end, so a failed run leaves an earlier file as it
+/// was; anything else (`/dev/stdout`, a named pipe, a process substitution) is written directly.
+enum Sink {
+    Temp(tempfile::NamedTempFile, PathBuf),
+    Direct(std::fs::File),
+}
+
+impl Sink {
+    fn open(out: &Path) -> Result<Self> {
+        // Through symlinks to the file they name (a dangling link: where it points).
+        let target = match std::fs::canonicalize(out) {
+            Ok(t) => t,
+            Err(_) => match std::fs::read_link(out) {
+                Ok(link) => out.parent().unwrap_or(Path::new(".")).join(link),
+                Err(_) => out.to_path_buf(),
+            },
+        };
+        if target.exists() && !target.is_file() {
+            let f = std::fs::OpenOptions::new().write(true).open(out).with_context(|| format!("-o {}: cannot open it for writing", out.display()))?;
+            return Ok(Self::Direct(f));
+        }
+        let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(".xsent-mine-");
+        // As a file the shell creates (0666 less the umask), not a temporary file's 0600.
+        #[cfg(unix)]
+        builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+        let tmp = builder.tempfile_in(dir).with_context(|| format!("-o {}: cannot create a file in {}", out.display(), dir.display()))?;
+        Ok(Self::Temp(tmp, target))
+    }
 }
 
 /// The sentences of an input file: blank lines are no sentences to pair, so they are left out

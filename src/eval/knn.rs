@@ -410,8 +410,9 @@ pub fn k_note(k: usize, sources: usize, targets: usize) -> Option<String> {
 pub fn mine(x: &Matrix, y: &Matrix, k: usize, margin: Margin, retrieval: Retrieval) -> Result<Vec<Candidate>> {
     let (x2y, y2x) = knn_both(x, y, k)?;
     let (xm, ym) = (x2y.means(), y2x.means());
-    // cos / avg ranks backwards when the neighbourhoods' mean cosine is negative, and is infinite
-    // at 0: refuse rather than mine by a reversed score.
+    // cos / avg ranks backwards when the neighbourhoods' mean cosine is negative: refuse rather
+    // than mine by a reversed score. (At 0, as for zero vectors, the score is not finite and the
+    // candidate is left out, as before.)
     let not_positive = std::cell::Cell::new((0usize, f64::INFINITY));
     // Best of each query's k candidates under the margin score.
     let best = |nb: &Neighbours, own: &[f64], other: &[f64]| -> Vec<(usize, f64)> {
@@ -422,7 +423,7 @@ pub fn mine(x: &Matrix, y: &Matrix, k: usize, margin: Margin, retrieval: Retriev
                     .zip(ix)
                     .map(|(&c, &j)| {
                         let avg = (own[i] + other[j as usize]) / 2.0;
-                        if margin == Margin::Ratio && !(avg > 0.0) {
+                        if margin == Margin::Ratio && avg < 0.0 {
                             let (n, low) = not_positive.get();
                             not_positive.set((n + 1, low.min(avg)));
                         }
@@ -437,7 +438,7 @@ pub fn mine(x: &Matrix, y: &Matrix, k: usize, margin: Margin, retrieval: Retriev
     if let (n @ 1.., low) = not_positive.get() {
         anyhow::bail!(
             "the ratio margin divides by the mean cosine of the two sentences' {k} nearest neighbours, but for {n} candidate pairs \
-             it is 0 or less (lowest {low:.4}): these vectors point apart, and cos / mean would rank such candidates backwards. \
+             it is negative (lowest {low:.4}): these vectors point apart, and cos / mean would rank such candidates backwards. \
              Use --margin distance (cos − mean) or --margin absolute."
         );
     }
@@ -487,7 +488,7 @@ mod tests {
         let x = m(&[[1.0, 0.1], [1.0, -0.1]]);
         let y = m(&[[-1.0, 0.2], [-1.0, -0.2]]);
         let err = mine(&x, &y, 1, Margin::Ratio, Retrieval::Max).unwrap_err().to_string();
-        assert!(err.contains("for 4 candidate pairs it is 0 or less") && err.contains("--margin distance"), "{err}");
+        assert!(err.contains("for 4 candidate pairs it is negative") && err.contains("--margin distance"), "{err}");
         for margin in [Margin::Distance, Margin::Absolute] {
             let c = mine(&x, &y, 1, margin, Retrieval::Max).unwrap();
             assert_eq!(c.len(), 2, "{margin:?}");
@@ -495,6 +496,12 @@ mod tests {
         // Positive neighbourhoods are mined by ratio as before.
         let y = m(&[[1.0, 0.2], [1.0, -0.2]]);
         assert_eq!(mine(&x, &y, 1, Margin::Ratio, Retrieval::Max).unwrap().len(), 2);
+        // Zero vectors (an averaging model's lines with no known unit) have a mean of 0: their
+        // pairs with each other score no finite value and are left out; the rest are mined.
+        let x = m(&[[1.0, 0.1], [0.0, 0.0]]);
+        let y = m(&[[1.0, 0.2], [0.0, 0.0]]);
+        let c = mine(&x, &y, 1, Margin::Ratio, Retrieval::Max).unwrap();
+        assert_eq!(c.iter().map(|c| (c.src, c.tgt)).collect::<Vec<_>>(), [(0, 0)]);
     }
 
     fn plan(query_block: usize, target_block: usize, workers: usize, share_targets: bool) -> Plan {

@@ -524,6 +524,9 @@ impl HubRepo {
     fn weights(&self) -> Result<Vec<PathBuf>> {
         for name in WEIGHT_FILES {
             let Some(path) = self.get(name, false)? else { continue };
+            if name != WEIGHT_FILES[0] {
+                self.note_fallback(name, WEIGHT_FILES[0]);
+            }
             if !name.ends_with(".index.json") {
                 return Ok(vec![path]);
             }
@@ -550,6 +553,18 @@ impl HubRepo {
             self.revision,
             WEIGHT_FILES.join(", ")
         )
+    }
+
+    /// Offline, a file used in place of a preferred one that is not in the cache may not be what
+    /// the hub would give online: say so on stderr.
+    fn note_fallback(&self, used: &str, preferred: &str) {
+        if self.api.is_none() {
+            eprintln!(
+                "xsent: {} (revision {}): {preferred} is not in the hub cache and HF_HUB_OFFLINE is set, so the cached {used} is used \
+                 (online, the hub's {preferred} would be read if it has one)",
+                self.id, self.revision
+            );
+        }
     }
 
     /// ` --revision REV` when the spec named one.
@@ -608,6 +623,7 @@ pub fn resolve_hub(spec: &str, cache_dir: &Path, offline: bool) -> Result<ModelF
         Some(t) => t,
         None => match get("vocab.txt", false)? {
             Some(v) => {
+                hub.note_fallback("vocab.txt", "tokenizer.json");
                 for f in ["special_tokens_map.json", "added_tokens.json"] {
                     get(f, false)?;
                 }
@@ -629,9 +645,16 @@ pub fn resolve_hub(spec: &str, cache_dir: &Path, offline: bool) -> Result<ModelF
         Some(rel) => {
             let cfg = get(&format!("{rel}/config.json"), true)?.unwrap();
             check_dense_config(&cfg)?;
-            // As sentence-transformers: model.safetensors, else pytorch_model.bin.
-            if get(&format!("{rel}/model.safetensors"), false)?.is_none() {
-                get(&format!("{rel}/pytorch_model.bin"), true)?;
+            // As sentence-transformers: model.safetensors, else pytorch_model.bin; neither is
+            // an error about the first.
+            let (st, bin) = (format!("{rel}/model.safetensors"), format!("{rel}/pytorch_model.bin"));
+            if get(&st, false)?.is_none() {
+                match get(&bin, false)? {
+                    Some(_) => hub.note_fallback(&bin, &st),
+                    None => {
+                        get(&st, true)?;
+                    }
+                }
             }
             cfg.parent().map(Path::to_path_buf)
         }

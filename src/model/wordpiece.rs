@@ -1,9 +1,9 @@
 //! BERT's WordPiece tokenizer from a checkpoint's `vocab.txt`, for checkpoints saved without a
 //! `tokenizer.json` (transformers' slow `BertTokenizer` files). The settings come from
 //! `tokenizer_config.json` (`do_lower_case`, `strip_accents`, `tokenize_chinese_chars`, the
-//! special tokens), else `special_tokens_map.json` for the tokens, else `BertTokenizer`'s
-//! defaults; `added_tokens.json` adds its tokens. The result is the `tokenizer.json` that
-//! transformers' converter (`BertConverter`) makes of the same files.
+//! special tokens, `added_tokens_decoder`), `special_tokens_map.json` and `added_tokens.json`,
+//! read as transformers reads them, else `BertTokenizer`'s defaults. The result is the
+//! `tokenizer.json` that transformers' converter (`BertConverter`) makes of the same files.
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
@@ -44,87 +44,182 @@ fn token_text(v: &Value) -> Option<String> {
     }
 }
 
+/// transformers' tokenizer classes that are BERT's WordPiece tokenizer with BERT's basic
+/// tokenisation (subclasses that change nothing else); any other `tokenizer_class` beside a
+/// vocab.txt (e.g. `BertJapaneseTokenizer`, which splits words with MeCab) is refused.
+const WORDPIECE_CLASSES: [&str; 5] = ["BertTokenizer", "DistilBertTokenizer", "ElectraTokenizer", "MobileBertTokenizer", "SqueezeBertTokenizer"];
+
 /// The `tokenizer.json` text for the WordPiece vocabulary `vocab` (one token per line, the line
-/// number its id) and the settings beside it.
+/// number its id) and the settings beside it, checked to give every added token the id the
+/// files give it.
 pub fn tokenizer_json(vocab: &Path) -> Result<String> {
+    let (json, added) = build(vocab)?;
+    let t = <Tokenizer as std::str::FromStr>::from_str(&json).map_err(|e| anyhow!("cannot build a tokenizer from {}: {e}", vocab.display()))?;
+    for (token, id) in added {
+        if t.token_to_id(&token) != Some(id) {
+            bail!(
+                "{}: the token {token:?} is given the id {id}, but the tokenizer would give it {:?} \
+                 (added tokens take the ids right after the vocabulary, in order); save the tokenizer.json with transformers",
+                vocab.with_file_name("added_tokens.json").display(),
+                t.token_to_id(&token)
+            );
+        }
+    }
+    Ok(json)
+}
+
+/// The tokenizer.json text, and each added token with the id the files give it.
+fn build(vocab: &Path) -> Result<(String, Vec<(String, u32)>)> {
     let text = std::fs::read_to_string(vocab).with_context(|| format!("cannot read {}", vocab.display()))?;
-    // As transformers' `load_vocab`: each line less its newline; a token met twice keeps its
-    // last line.
+    // As transformers' `load_vocab`, which reads the file with Python's universal newlines:
+    // each line less its line break; a token met twice keeps its last line.
+    let text = text.replace("\r\n", "\n").replace('\r', "\n");
     let mut ids = serde_json::Map::new();
     for (i, line) in text.split_inclusive('\n').enumerate() {
-        let token = line.strip_suffix('\n').unwrap_or(line);
-        ids.insert(token.to_string(), json!(i));
+        ids.insert(line.strip_suffix('\n').unwrap_or(line).to_string(), json!(i));
     }
     if ids.is_empty() {
         bail!("{} is empty: a WordPiece vocabulary has one token per line", vocab.display());
     }
+    let config_path = vocab.with_file_name("tokenizer_config.json");
     let config = beside(vocab, "tokenizer_config.json")?.unwrap_or(Value::Null);
     let special_map = beside(vocab, "special_tokens_map.json")?.unwrap_or(Value::Null);
+    if let Some(class) = config["tokenizer_class"].as_str() {
+        let base = class.strip_suffix("Fast").unwrap_or(class);
+        if !WORDPIECE_CLASSES.contains(&base) {
+            bail!(
+                "{}: tokenizer_class is {class:?}, but without a tokenizer.json xsent builds only BERT's WordPiece tokenizer \
+                 ({}); save this model's tokenizer.json with transformers' AutoTokenizer.from_pretrained(dir).save_pretrained(dir)",
+                config_path.display(),
+                WORDPIECE_CLASSES.join(", ")
+            );
+        }
+    }
     let flag = |key: &str, default: bool| -> Result<bool> {
         match &config[key] {
             Value::Null => Ok(default),
             Value::Bool(b) => Ok(*b),
-            other => bail!("{}: {key} is {other}, not true or false", vocab.with_file_name("tokenizer_config.json").display()),
+            other => bail!("{}: {key} is {other}, not true or false", config_path.display()),
         }
     };
     let lowercase = flag("do_lower_case", true)?;
     let chinese = flag("tokenize_chinese_chars", true)?;
+    if !flag("do_basic_tokenize", true)? {
+        bail!("{}: do_basic_tokenize is false, which xsent's WordPiece tokenizer does not do; save this model's tokenizer.json with transformers", config_path.display());
+    }
+    if config["never_split"].as_array().is_some_and(|a| !a.is_empty()) {
+        bail!("{}: never_split lists tokens, which xsent's WordPiece tokenizer does not keep whole; save this model's tokenizer.json with transformers", config_path.display());
+    }
     let strip_accents = match &config["strip_accents"] {
         Value::Null => Value::Null,
         Value::Bool(b) => json!(b),
-        other => bail!("{}: strip_accents is {other}, not true, false or null", vocab.with_file_name("tokenizer_config.json").display()),
+        other => bail!("{}: strip_accents is {other}, not true, false or null", config_path.display()),
     };
-    let special = |key: &str, default: &str| -> Result<(String, u64)> {
-        let token = token_text(&config[key]).or_else(|| token_text(&special_map[key])).unwrap_or_else(|| default.to_string());
-        let id = ids.get(&token).and_then(Value::as_u64).ok_or_else(|| {
-            anyhow!("the {key} {token:?} is not in {} (set by tokenizer_config.json or special_tokens_map.json beside it, else BERT's default)", vocab.display())
-        })?;
-        Ok((token, id))
+    // As transformers: with `added_tokens_decoder` in tokenizer_config.json, it gives the added
+    // tokens and special_tokens_map.json is not read; without it, special_tokens_map.json
+    // overrides the config's tokens, and added_tokens.json adds tokens.
+    let decoder = config["added_tokens_decoder"].as_object();
+    let setting = |key: &str| -> Option<&Value> {
+        let from_map = if decoder.is_none() { Some(&special_map[key]).filter(|v| !v.is_null()) } else { None };
+        from_map.or(Some(&config[key]).filter(|v| !v.is_null()))
     };
-    let (unk, _) = special("unk_token", "[UNK]")?;
-    let (cls, cls_id) = special("cls_token", "[CLS]")?;
-    let (sep, sep_id) = special("sep_token", "[SEP]")?;
-    let mut added: Vec<(u64, String, bool)> = Vec::new();
-    for (key, default) in [("pad_token", "[PAD]"), ("unk_token", "[UNK]"), ("cls_token", "[CLS]"), ("sep_token", "[SEP]"), ("mask_token", "[MASK]")] {
-        let (token, id) = special(key, default)?;
-        if !added.iter().any(|(i, _, _)| *i == id) {
-            added.push((id, token, true));
+    let token_of = |key: &str, default: &str| setting(key).and_then(token_text).unwrap_or_else(|| default.to_string());
+    let mut added: Vec<AddedEntry> = Vec::new();
+    let mut next_id = ids.len() as u64;
+    if let Some(decoder) = decoder {
+        for (id, t) in decoder {
+            let id: u64 = id.parse().map_err(|_| anyhow!("{}: added_tokens_decoder has the key {id:?}, not an id", config_path.display()))?;
+            let Some(content) = token_text(t) else { bail!("{}: added_tokens_decoder {id} has no content", config_path.display()) };
+            let b = |k: &str, d: bool| t[k].as_bool().unwrap_or(d);
+            added.push(AddedEntry { id, content, special: b("special", false), normalized: b("normalized", true), lstrip: b("lstrip", false), rstrip: b("rstrip", false), single_word: b("single_word", false) });
         }
     }
-    // Tokens added after the vocabulary (transformers' added_tokens.json: token → id).
-    if let Some(extra) = beside(vocab, "added_tokens.json")? {
-        let path = vocab.with_file_name("added_tokens.json");
-        let Some(extra) = extra.as_object() else { bail!("{}: expected an object of token → id", path.display()) };
-        for (token, id) in extra {
-            let Some(id) = id.as_u64() else { bail!("{}: the id of {token:?} is {id}, not a number", path.display()) };
-            if let Some(at) = ids.get(token).and_then(Value::as_u64).filter(|&at| at != id) {
-                bail!("{}: {token:?} has id {id}, but it is line {} of {}", path.display(), at + 1, vocab.display());
+    let id_of = |added: &[AddedEntry], token: &str| ids.get(token).and_then(Value::as_u64).or_else(|| added.iter().find(|a| a.content == token).map(|a| a.id));
+    // unk, cls and sep must be tokens of the vocabulary (or added ones); pad and mask are
+    // added as special tokens when they are.
+    let mut named = Vec::new();
+    for (key, default, required) in [("unk_token", "[UNK]", true), ("cls_token", "[CLS]", true), ("sep_token", "[SEP]", true), ("pad_token", "[PAD]", false), ("mask_token", "[MASK]", false)] {
+        let token = token_of(key, default);
+        match id_of(&added, &token) {
+            Some(id) => named.push((key, token, id)),
+            None if required => bail!(
+                "the {key} {token:?} is not in {} (set by tokenizer_config.json or special_tokens_map.json beside it, else BERT's default)",
+                vocab.display()
+            ),
+            None => {}
+        }
+    }
+    // Extra special tokens (transformers 4's `additional_special_tokens`, 5's
+    // `extra_special_tokens`): added as special, after the vocabulary when not in it.
+    let mut extra: Vec<String> = Vec::new();
+    for key in ["additional_special_tokens", "extra_special_tokens"] {
+        if let Some(list) = setting(key).and_then(Value::as_array) {
+            extra.extend(list.iter().filter_map(token_text));
+        }
+    }
+    let mut expected: Vec<(String, u32)> = Vec::new();
+    if decoder.is_none() {
+        if let Some(file) = beside(vocab, "added_tokens.json")? {
+            let path = vocab.with_file_name("added_tokens.json");
+            let Some(file) = file.as_object() else { bail!("{}: expected an object of token → id", path.display()) };
+            let mut entries: Vec<(u64, &String)> = Vec::new();
+            for (token, id) in file {
+                let Some(id) = id.as_u64() else { bail!("{}: the id of {token:?} is {id}, not a number", path.display()) };
+                entries.push((id, token));
             }
-            if !added.iter().any(|(i, _, _)| *i == id) {
-                added.push((id, token.clone(), false));
+            entries.sort();
+            for (id, token) in entries {
+                let special = named.iter().any(|(_, t, _)| t == token) || extra.contains(token);
+                added.push(AddedEntry { id, content: token.clone(), special, normalized: !special, lstrip: false, rstrip: false, single_word: false });
+                expected.push((token.clone(), id as u32));
+                next_id = next_id.max(id + 1);
             }
         }
     }
-    added.sort();
-    let added: Vec<Value> = added
-        .into_iter()
-        .map(|(id, content, special)| {
-            json!({"id": id, "content": content, "single_word": false, "lstrip": false, "rstrip": false, "normalized": !special, "special": special})
+    for (_, token, id) in &named {
+        if !added.iter().any(|a| a.id == *id) {
+            added.push(AddedEntry { id: *id, content: token.clone(), special: true, normalized: false, lstrip: false, rstrip: false, single_word: false });
+        }
+    }
+    for token in extra {
+        match added.iter_mut().find(|a| a.content == token) {
+            Some(a) => a.special = true,
+            None => {
+                let id = match ids.get(&token).and_then(Value::as_u64) {
+                    Some(id) => id,
+                    None => {
+                        next_id += 1;
+                        next_id - 1
+                    }
+                };
+                added.push(AddedEntry { id, content: token, special: true, normalized: false, lstrip: false, rstrip: false, single_word: false });
+            }
+        }
+    }
+    added.sort_by_key(|a| a.id);
+    let added_json: Vec<Value> = added
+        .iter()
+        .map(|a| {
+            json!({"id": a.id, "content": a.content, "single_word": a.single_word, "lstrip": a.lstrip, "rstrip": a.rstrip, "normalized": a.normalized, "special": a.special})
         })
         .collect();
-    let special_token = |t: &str| json!({"SpecialToken": {"id": t, "type_id": 0}});
+    let token_named = |key: &str| named.iter().find(|(k, _, _)| *k == key).map(|(_, t, id)| (t.clone(), *id)).expect("a required token");
+    let (unk, _) = token_named("unk_token");
+    let (cls, cls_id) = token_named("cls_token");
+    let (sep, sep_id) = token_named("sep_token");
+    let special_token = |t: &str, type_id: u32| json!({"SpecialToken": {"id": t, "type_id": type_id}});
     let tokenizer = json!({
         "version": "1.0",
         "truncation": null,
         "padding": null,
-        "added_tokens": added,
+        "added_tokens": added_json,
         "normalizer": {"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": chinese, "strip_accents": strip_accents, "lowercase": lowercase},
         "pre_tokenizer": {"type": "BertPreTokenizer"},
         "post_processor": {
             "type": "TemplateProcessing",
-            "single": [special_token(&cls), {"Sequence": {"id": "A", "type_id": 0}}, special_token(&sep)],
-            "pair": [special_token(&cls), {"Sequence": {"id": "A", "type_id": 0}}, special_token(&sep),
-                     {"Sequence": {"id": "B", "type_id": 1}}, {"SpecialToken": {"id": sep, "type_id": 1}}],
+            "single": [special_token(&cls, 0), {"Sequence": {"id": "A", "type_id": 0}}, special_token(&sep, 0)],
+            "pair": [special_token(&cls, 0), {"Sequence": {"id": "A", "type_id": 0}}, special_token(&sep, 0),
+                     {"Sequence": {"id": "B", "type_id": 1}}, special_token(&sep, 1)],
             "special_tokens": {
                 cls.clone(): {"id": cls, "ids": [cls_id], "tokens": [cls]},
                 sep.clone(): {"id": sep, "ids": [sep_id], "tokens": [sep]},
@@ -133,7 +228,18 @@ pub fn tokenizer_json(vocab: &Path) -> Result<String> {
         "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": true},
         "model": {"type": "WordPiece", "unk_token": unk, "continuing_subword_prefix": "##", "max_input_chars_per_word": 100, "vocab": ids},
     });
-    Ok(tokenizer.to_string())
+    Ok((tokenizer.to_string(), expected))
+}
+
+/// One entry of the tokenizer's added tokens.
+struct AddedEntry {
+    id: u64,
+    content: String,
+    special: bool,
+    normalized: bool,
+    lstrip: bool,
+    rstrip: bool,
+    single_word: bool,
 }
 
 #[cfg(test)]
@@ -166,6 +272,19 @@ mod tests {
         std::fs::write(dir.path().join("tokenizer_config.json"), r#"{"do_lower_case": "yes"}"#).unwrap();
         let err = load_tokenizer(&vocab).unwrap_err().to_string();
         assert!(err.contains("do_lower_case is \"yes\""), "{err}");
+        // Another tokenizer class, and settings xsent does not build, are refused.
+        std::fs::write(dir.path().join("tokenizer_config.json"), r#"{"tokenizer_class": "BertJapaneseTokenizer"}"#).unwrap();
+        let err = load_tokenizer(&vocab).unwrap_err().to_string();
+        assert!(err.contains("tokenizer_class is \"BertJapaneseTokenizer\""), "{err}");
+        std::fs::write(dir.path().join("tokenizer_config.json"), r#"{"tokenizer_class": "DistilBertTokenizerFast", "never_split": ["hello"]}"#).unwrap();
+        assert!(load_tokenizer(&vocab).unwrap_err().to_string().contains("never_split"));
+        std::fs::write(dir.path().join("tokenizer_config.json"), r#"{"do_basic_tokenize": false}"#).unwrap();
+        assert!(load_tokenizer(&vocab).unwrap_err().to_string().contains("do_basic_tokenize"));
+        // An added token whose id leaves a gap after the vocabulary.
+        std::fs::write(dir.path().join("tokenizer_config.json"), "{}").unwrap();
+        std::fs::write(dir.path().join("added_tokens.json"), r#"{"<new>": 12}"#).unwrap();
+        let err = load_tokenizer(&vocab).unwrap_err().to_string();
+        assert!(err.contains("\"<new>\" is given the id 12") && err.contains("Some(9)"), "{err}");
         std::fs::write(&vocab, "").unwrap();
         assert!(load_tokenizer(&vocab).unwrap_err().to_string().contains("is empty"));
     }
