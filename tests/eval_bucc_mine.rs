@@ -110,6 +110,41 @@ fn corpus(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, Vec<String>, V
     (s, g, de, en)
 }
 
+/// Ctrl-C while `mine -o FILE` embeds: exit 130, the temporary file removed, FILE not made.
+#[test]
+fn an_interrupted_mine_leaves_no_temporary_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, t, _, _) = corpus(dir.path());
+    let out_dir = dir.path().join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let out = out_dir.join("mined.tsv");
+    let mut child = common::xsent()
+        .args(["mine", "--model", &common::e5_small(), "--prefix", "query: ", "--src-file"])
+        .arg(&s)
+        .arg("--tgt-file")
+        .arg(&t)
+        .arg("-o")
+        .arg(&out)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The temporary file is made before the model loads; wait for it, then interrupt.
+    let temp = || std::fs::read_dir(&out_dir).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().starts_with(".xsent-mine-"));
+    let start = std::time::Instant::now();
+    while !temp() {
+        assert!(start.elapsed().as_secs() < 60, "no temporary file appeared");
+        assert!(child.try_wait().unwrap().is_none(), "mine ended before it was interrupted");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let killed = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    assert!(!temp(), "the temporary file is left");
+    assert!(!out.exists());
+}
+
 #[test]
 fn mine_writes_sorted_tsv_of_mostly_true_pairs() {
     let dir = tempfile::tempdir().unwrap();

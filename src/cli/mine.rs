@@ -134,6 +134,14 @@ impl Sink {
         #[cfg(unix)]
         builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
         let tmp = builder.tempfile_in(dir).with_context(|| format!("-o {}: cannot create a file in {}", out.display(), dir.display()))?;
+        // Ctrl-C ends the process without running destructors: remove the temporary file
+        // first, and exit as an interrupted command does (130).
+        let path = tmp.path().to_path_buf();
+        ctrlc::set_handler(move || {
+            let _ = std::fs::remove_file(&path);
+            std::process::exit(130);
+        })
+        .context("cannot set the Ctrl-C handler")?;
         Ok(Self::Temp(tmp, target))
     }
 }
