@@ -49,20 +49,25 @@ fn bucc_reader_errors_name_files() {
     assert!(e.contains("zh-en.dev.zh:2: the id zh-1 is already on line 1"), "{e}");
 }
 
+/// Split `split` of the BUCC pair de-en under `bucc`: ids `de-i` / `en-i` for the texts, and the
+/// gold lines as given.
+fn write_de_en_split(bucc: &Path, split: &str, de: &[&str], en: &[&str], gold: &str) {
+    let lines = |ids: &str, texts: &[&str]| texts.iter().enumerate().map(|(i, t)| format!("{ids}-{i}\t{t}\n")).collect::<String>();
+    std::fs::create_dir_all(bucc).unwrap();
+    write(&bucc.join(format!("de-en.{split}.de")), &lines("de", de));
+    write(&bucc.join(format!("de-en.{split}.en")), &lines("en", en));
+    write(&bucc.join(format!("de-en.{split}.gold")), gold);
+}
+
 /// A sentence met twice on one side (two ids, one text) is mined once, as LASER's `--unify`,
 /// and the mined pair stands for both ids: both gold pairs are found. Mined line by line, the
 /// greedy `max` retrieval would give the English sentence to one of the two ids only.
 #[test]
 fn bucc_mines_distinct_sentences_and_credits_every_id() {
     let d = tempfile::tempdir().unwrap();
-    let b = d.path().join("bucc");
-    std::fs::create_dir_all(&b).unwrap();
     let de = ["Der Hund schläft im Garten.", "Ich trinke jeden Morgen Kaffee.", "Der Hund schläft im Garten.", "Das Wetter ist heute schön."];
     let en = ["The weather is nice today.", "The dog is sleeping in the garden.", "I drink coffee every morning."];
-    let lines = |ids: &str, texts: &[&str]| texts.iter().enumerate().map(|(i, t)| format!("{ids}-{i}\t{t}\n")).collect::<String>();
-    write(&b.join("de-en.dev.de"), &lines("de", &de));
-    write(&b.join("de-en.dev.en"), &lines("en", &en));
-    write(&b.join("de-en.dev.gold"), "de-0\ten-1\nde-1\ten-2\nde-2\ten-1\nde-3\ten-0\n");
+    write_de_en_split(&d.path().join("bucc"), "dev", &de, &en, "de-0\ten-1\nde-1\ten-2\nde-2\ten-1\nde-3\ten-0\n");
     let (_, r) = common::eval_report(["bucc", "--model", &common::e5_small(), "--prefix", "query: ", "--k", "2", "--data-dir", d.path().to_str().unwrap()]);
     let e = &r["results"][0];
     assert_eq!(e["language"], "de-en");
@@ -78,17 +83,11 @@ fn bucc_mines_distinct_sentences_and_credits_every_id() {
 #[test]
 fn bucc_takes_the_threshold_from_dev_in_xtremes_layout() {
     let d = tempfile::tempdir().unwrap();
-    let b = d.path().join("bucc");
-    std::fs::create_dir_all(&b).unwrap();
     let de = ["Der Hund schläft im Garten.", "Ich trinke jeden Morgen Kaffee.", "Das Wetter ist heute schön.", "Er liest ein Buch."];
     let en = ["The weather is nice today.", "The dog is sleeping in the garden.", "I drink coffee every morning.", "Cats like fish."];
-    let lines = |ids: &str, texts: &[&str]| texts.iter().enumerate().map(|(i, t)| format!("{ids}-{i}\t{t}\n")).collect::<String>();
-    for split in ["dev", "test"] {
-        write(&b.join(format!("de-en.{split}.de")), &lines("de", &de));
-        write(&b.join(format!("de-en.{split}.en")), &lines("en", &en));
-    }
-    write(&b.join("de-en.dev.gold"), "de-0\ten-1\nde-1\ten-2\nde-2\ten-0\n");
-    write(&b.join("de-en.test.gold"), "de-0\ten-1\nde-1\ten-2\nde-2\ten-0\nde-0\ten-1\n");
+    let b = d.path().join("bucc");
+    write_de_en_split(&b, "dev", &de, &en, "de-0\ten-1\nde-1\ten-2\nde-2\ten-0\n");
+    write_de_en_split(&b, "test", &de, &en, "de-0\ten-1\nde-1\ten-2\nde-2\ten-0\nde-0\ten-1\n");
     let (table, r) = common::eval_report(["bucc", "--model", &common::e5_small(), "--prefix", "query: ", "--k", "2", "--data-dir", d.path().to_str().unwrap()]);
     assert!(table.contains("(from dev)"), "{table}");
     let e = &r["results"][0];

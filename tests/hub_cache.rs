@@ -392,6 +392,23 @@ fn a_local_folder_named_like_the_org_is_reported() {
     assert!(err.contains("rename or remove the local folder \"xsent-test\", or run xsent from another directory"), "{err}");
 }
 
+/// `files`, served by a stub hub as xsent-test/tiny, embed as the local directory `local` does:
+/// that output, and the files the hub was asked for, in order.
+fn embeds_from_hub_as_locally(local: &Path, files: Vec<(String, Vec<u8>)>, home: &Path, cache: &Path) -> (Vec<u8>, Vec<String>) {
+    let want = embed_online(local.to_str().unwrap(), None, &[], None);
+    assert!(want.status.success(), "{}", stderr(&want));
+    let hub = StubHub::start(files, &[]);
+    let out = embed_online("xsent-test/tiny", Some(&hub.url), &[("HF_HOME", home), ("HF_HUB_CACHE", cache)], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(out.stdout, want.stdout, "from the hub, {} embeds differently", local.display());
+    (want.stdout, hub.requests().into_iter().map(|(f, _)| f).collect())
+}
+
+/// Where `file` is among the requests `reqs`.
+fn asked_at(reqs: &[String], file: &str) -> usize {
+    reqs.iter().position(|r| r == file).unwrap_or_else(|| panic!("{file} not asked: {reqs:?}"))
+}
+
 /// The fixtures re-saved by transformers in other weight layouts (scripts/make-checkpoint-fixtures.py).
 fn resaved(dir: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/checkpoints").join(dir)
@@ -529,18 +546,10 @@ fn hub_repos_with_other_weight_layouts_download_and_embed() {
         std::fs::write(model.join(f), bytes).unwrap();
         files.push((f.to_string(), bytes.clone()));
     }
-    let local = embed_online(model.to_str().unwrap(), None, &[], None);
-    assert!(local.status.success(), "{}", stderr(&local));
-    let row: Vec<f64> = serde_json::from_slice(local.stdout.split(|&b| b == b'\n').next().unwrap()).unwrap();
+    let (local, reqs) = embeds_from_hub_as_locally(&model, files, &home, &dir.path().join("cache-dense"));
+    let row: Vec<f64> = serde_json::from_slice(local.split(|&b| b == b'\n').next().unwrap()).unwrap();
     assert_eq!(row.len(), 8, "the Dense module maps 32 to 8 dims");
-    let hub = StubHub::start(files, &[]);
-    let cache = dir.path().join("cache-dense");
-    let out = embed_online("xsent-test/tiny", Some(&hub.url), &[("HF_HOME", &home), ("HF_HUB_CACHE", &cache)], None);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(out.stdout, local.stdout);
-    let reqs: Vec<String> = hub.requests().into_iter().map(|(f, _)| f).collect();
-    let at = |f: &str| reqs.iter().position(|r| r == f).unwrap_or_else(|| panic!("{f} not asked: {reqs:?}"));
-    assert!(at("2_Dense/model.safetensors") < at("2_Dense/pytorch_model.bin"), "{reqs:?}");
+    assert!(asked_at(&reqs, "2_Dense/model.safetensors") < asked_at(&reqs, "2_Dense/pytorch_model.bin"), "{reqs:?}");
 
     // A BERT repo without tokenizer.json: its vocab.txt (asked after tokenizer.json's 404),
     // with the tokenizer_config.json beside it, embeds as the same files locally.
@@ -557,16 +566,8 @@ fn hub_repos_with_other_weight_layouts_download_and_embed() {
     for (f, bytes) in &files {
         std::fs::write(local.join(f), bytes).unwrap();
     }
-    let want = embed_online(local.to_str().unwrap(), None, &[], None);
-    assert!(want.status.success(), "{}", stderr(&want));
-    let hub = StubHub::start(files, &[]);
-    let cache = dir.path().join("cache-vocab");
-    let out = embed_online("xsent-test/tiny", Some(&hub.url), &[("HF_HOME", &home), ("HF_HUB_CACHE", &cache)], None);
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(out.stdout, want.stdout);
-    let reqs: Vec<String> = hub.requests().into_iter().map(|(f, _)| f).collect();
-    let at = |f: &str| reqs.iter().position(|r| r == f).unwrap_or_else(|| panic!("{f} not asked: {reqs:?}"));
-    assert!(at("tokenizer.json") < at("vocab.txt") && reqs.contains(&"tokenizer_config.json".to_string()), "{reqs:?}");
+    let (_, reqs) = embeds_from_hub_as_locally(&local, files, &home, &dir.path().join("cache-vocab"));
+    assert!(asked_at(&reqs, "tokenizer.json") < asked_at(&reqs, "vocab.txt") && reqs.contains(&"tokenizer_config.json".to_string()), "{reqs:?}");
 
     // A repo with no weights xsent reads.
     let (_, files) = tiny_repo(dir.path());

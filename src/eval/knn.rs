@@ -413,7 +413,7 @@ pub fn mine(x: &Matrix, y: &Matrix, k: usize, margin: Margin, retrieval: Retriev
     // cos / avg ranks backwards when the neighbourhoods' mean cosine is negative: refuse rather
     // than mine by a reversed score. (At 0, as for zero vectors, the score is not finite and the
     // candidate is left out, as before.)
-    let not_positive = std::cell::Cell::new((0usize, f64::INFINITY));
+    let negative = std::cell::Cell::new((0usize, f64::INFINITY));
     // Best of each query's k candidates under the margin score.
     let best = |nb: &Neighbours, own: &[f64], other: &[f64]| -> Vec<(usize, f64)> {
         (0..own.len())
@@ -424,8 +424,8 @@ pub fn mine(x: &Matrix, y: &Matrix, k: usize, margin: Margin, retrieval: Retriev
                     .map(|(&c, &j)| {
                         let avg = (own[i] + other[j as usize]) / 2.0;
                         if margin == Margin::Ratio && avg < 0.0 {
-                            let (n, low) = not_positive.get();
-                            not_positive.set((n + 1, low.min(avg)));
+                            let (n, low) = negative.get();
+                            negative.set((n + 1, low.min(avg)));
                         }
                         (j as usize, apply_margin(margin, c as f64, avg))
                     })
@@ -435,7 +435,7 @@ pub fn mine(x: &Matrix, y: &Matrix, k: usize, margin: Margin, retrieval: Retriev
     };
     let fwd: Vec<Candidate> = best(&x2y, &xm, &ym).into_iter().enumerate().filter(|(_, (_, s))| s.is_finite()).map(|(i, (j, s))| Candidate { src: i, tgt: j, score: s }).collect();
     let bwd: Vec<Candidate> = best(&y2x, &ym, &xm).into_iter().enumerate().filter(|(_, (_, s))| s.is_finite()).map(|(j, (i, s))| Candidate { src: i, tgt: j, score: s }).collect();
-    if let (n @ 1.., low) = not_positive.get() {
+    if let (n @ 1.., low) = negative.get() {
         anyhow::bail!(
             "the ratio margin divides by the mean cosine of the two sentences' {k} nearest neighbours, but for {n} candidate pairs \
              it is negative (lowest {low:.4}): these vectors point apart, and cos / mean would rank such candidates backwards. \
@@ -484,7 +484,7 @@ mod tests {
     /// Sides whose vectors point apart (every cosine negative): the ratio margin would rank
     /// backwards, so it is refused; the distance and absolute margins mine them.
     #[test]
-    fn ratio_margin_refuses_neighbourhoods_with_a_mean_cosine_of_zero_or_less() {
+    fn ratio_margin_refuses_neighbourhoods_with_a_negative_mean_cosine() {
         let x = m(&[[1.0, 0.1], [1.0, -0.1]]);
         let y = m(&[[-1.0, 0.2], [-1.0, -0.2]]);
         let err = mine(&x, &y, 1, Margin::Ratio, Retrieval::Max).unwrap_err().to_string();

@@ -85,7 +85,7 @@ fn describe(paths: &[PathBuf]) -> String {
 
 /// Whether `path` is a PyTorch checkpoint (`pytorch_model.bin`, its shards, `*.pt`, `*.pth`)
 /// rather than safetensors.
-pub fn is_pytorch_file(path: &Path) -> bool {
+fn is_pytorch_file(path: &Path) -> bool {
     matches!(path.extension().and_then(|e| e.to_str()), Some("bin" | "pt" | "pth"))
 }
 

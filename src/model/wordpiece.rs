@@ -18,8 +18,7 @@ pub fn is_vocab_file(path: &Path) -> bool {
 /// The tokenizer of `path`: a `tokenizer.json`, or a `vocab.txt` with the files beside it.
 pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
     if is_vocab_file(path) {
-        let json = tokenizer_json(path)?;
-        return <Tokenizer as std::str::FromStr>::from_str(&json).map_err(|e| anyhow!("cannot build a tokenizer from {}: {e}", path.display()));
+        return Ok(checked(path)?.1);
     }
     Tokenizer::from_file(path).map_err(|e| anyhow!("cannot load tokenizer {}: {e}", path.display()))
 }
@@ -53,6 +52,12 @@ const WORDPIECE_CLASSES: [&str; 5] = ["BertTokenizer", "DistilBertTokenizer", "E
 /// number its id) and the settings beside it, checked to give every added token the id the
 /// files give it.
 pub fn tokenizer_json(vocab: &Path) -> Result<String> {
+    Ok(checked(vocab)?.0)
+}
+
+/// The tokenizer.json text of `vocab` and the tokenizer it makes, checked as [`tokenizer_json`]
+/// says.
+fn checked(vocab: &Path) -> Result<(String, Tokenizer)> {
     let (json, added) = build(vocab)?;
     let t = <Tokenizer as std::str::FromStr>::from_str(&json).map_err(|e| anyhow!("cannot build a tokenizer from {}: {e}", vocab.display()))?;
     for (token, id) in added {
@@ -65,7 +70,7 @@ pub fn tokenizer_json(vocab: &Path) -> Result<String> {
             );
         }
     }
-    Ok(json)
+    Ok((json, t))
 }
 
 /// The tokenizer.json text, and each added token with the id the files give it.
