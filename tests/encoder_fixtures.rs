@@ -232,7 +232,7 @@ fn broken_weight_files_are_named() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let legacy = dir.path().join("pytorch_model.bin");
     std::fs::write(&legacy, b"\x80\x02\x8a\x0alegacy pickle, not a zip archive")?;
-    let err = format!("{:#}", weights::load_encoder_tensors(&[legacy.clone()], &Device::Cpu, 2).unwrap_err());
+    let err = format!("{:#}", weights::load_encoder_tensors(std::slice::from_ref(&legacy), &Device::Cpu, 2).unwrap_err());
     assert!(err.contains(&legacy.display().to_string()) && err.contains("zip format") && err.contains("save_pretrained"), "{err}");
     let sharded = shards(&resaved("xlmr-mlm-sharded").join("model.safetensors.index.json"))?;
     let twice = [sharded[0].clone(), sharded[1].clone(), sharded[0].clone()];

@@ -135,13 +135,16 @@ fn a_hub_models_default_prompt_is_read_from_the_cache() {
 
 // ---- A hub on 127.0.0.1 ----
 
+/// The requests a [`StubHub`] saw: each file and its Authorization header.
+type RequestLog = Arc<Mutex<Vec<(String, Option<String>)>>>;
+
 /// A fake hub: serves `files` of any repo at any revision as huggingface.co does
 /// (`/ORG/NAME/resolve/REV/FILE`, byte ranges, `x-repo-commit`, `etag`), answers the files in
 /// `status` with that HTTP status, and anything else with 404 `EntryNotFound`. It records each
 /// request's file and Authorization header.
 struct StubHub {
     url: String,
-    requests: Arc<Mutex<Vec<(String, Option<String>)>>>,
+    requests: RequestLog,
 }
 
 impl StubHub {

@@ -118,7 +118,7 @@ fn save_load_round_trip_is_exact() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("model.safetensors");
     params.save(&path)?;
-    let loaded = weights::load_encoder_tensors(&[path.clone()], &Device::Cpu, cfg.num_hidden_layers)?;
+    let loaded = weights::load_encoder_tensors(std::slice::from_ref(&path), &Device::Cpu, cfg.num_hidden_layers)?;
     for (n, v) in &params.vars {
         let a = v.as_tensor().flatten_all()?.to_vec1::<f32>()?;
         let b = loaded[n].flatten_all()?.to_vec1::<f32>()?;

@@ -1,8 +1,10 @@
 //! The BERT / XLM-R encoder, written once for inference and training.
 //!
 //! Weight names are Hugging Face's (`embeddings.*`, `encoder.layer.N.*`). In [`Mode::Infer`]
-//! it uses candle's fused LayerNorm and softmax kernels (no autograd); in [`Mode::Train`] it uses
-//! differentiable ops (`layer_norm_slow`, `softmax`) and draws dropout masks from a seeded RNG.
+//! it uses candle's fused LayerNorm and the masked-softmax kernel of `model::kernels` (no
+//! autograd); in [`Mode::Train`] it uses differentiable ops (on the CPU custom ops with fused
+//! backward kernels, `model::kernels`; elsewhere `layer_norm_slow` and `softmax`) and draws
+//! dropout masks from a seeded RNG.
 //! Both paths are tested to agree.
 
 use super::config::{EncoderConfig, Family};
@@ -40,14 +42,10 @@ impl Mode<'_> {
                 let mask: Vec<f32> =
                     (0..x.elem_count()).map(|_| if rng.random::<f32>() < p { 0.0 } else { keep }).collect();
                 let mask = Tensor::from_vec(mask, x.shape(), x.device())?.to_dtype(x.dtype())?;
-                Ok(x.mul(&mask)?)
+                super::kernels::dropout_mul(x, &mask)
             }
             _ => Ok(x.clone()),
         }
-    }
-
-    fn softmax(&self, x: &Tensor) -> Result<Tensor> {
-        if self.is_train() { super::kernels::softmax_last_dim_train(x) } else { super::kernels::softmax_last_dim_infer(x) }
     }
 }
 
@@ -128,13 +126,16 @@ impl Linear {
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let dims = x.dims().to_vec();
-        let in_dim = *dims.last().expect("linear input has a last dimension");
-        let rows = x.elem_count() / in_dim;
-        let y = x.reshape((rows, in_dim))?.matmul(&self.weight.t()?)?.broadcast_add(&self.bias)?;
-        let mut out_dims = dims;
-        *out_dims.last_mut().unwrap() = self.weight.dim(0)?;
-        Ok(y.reshape(out_dims)?)
+        if x.rank() != 2 {
+            let dims = x.dims().to_vec();
+            let in_dim = *dims.last().expect("linear input has a last dimension");
+            let mut out_dims = dims;
+            *out_dims.last_mut().unwrap() = self.weight.dim(0)?;
+            return Ok(self.forward(&x.reshape((x.elem_count() / in_dim, in_dim))?)?.reshape(out_dims)?);
+        }
+        let y = x.matmul(&self.weight.t()?)?;
+        // In training (anything tracked) the fused bias add, whose backward is one pass.
+        Ok(if y.track_op() || self.bias.track_op() { super::kernels::bias_add_train(&y, &self.bias)? } else { y.broadcast_add(&self.bias)? })
     }
 }
 
@@ -152,7 +153,7 @@ impl LayerNorm {
 
     fn forward(&self, x: &Tensor, mode: &Mode) -> Result<Tensor> {
         Ok(if mode.is_train() {
-            candle_nn::ops::layer_norm_slow(x, &self.weight, &self.bias, self.eps)?
+            super::kernels::layer_norm_train(x, &self.weight, &self.bias, self.eps)?
         } else {
             candle_nn::ops::layer_norm(&x.contiguous()?, &self.weight, &self.bias, self.eps)?
         })
@@ -366,29 +367,31 @@ impl Encoder {
         let pos = self.position_ids(&mask)?;
         let e = &self.embeddings;
         let ids = input_ids.flatten_all()?;
+        // Activations stay [B·L, H] through the layers (one node less per linear layer in
+        // training, no reshapes around the GEMMs); only attention sees [B, heads, L, d].
         let x = token_lookup(&e.word, &ids, mode)?.add(&e.position.embedding(&pos)?)?;
-        let x = x.broadcast_add(&e.token_type.get(0)?)?.reshape((b, l, h))?;
+        let x = x.broadcast_add(&e.token_type.get(0)?)?;
         let x = e.norm.forward(&x, mode)?;
         let mut x = mode.dropout(&x, self.hidden_dropout)?;
         // Additive mask bias [B, 1, 1, L]: 0 where attended, a large negative where padded.
         let bias = ((mask.ones_like()? - &mask)? * -1e30f64)?.reshape((b, 1, 1, l))?;
         for layer in &self.layers[..n] {
-            x = self.layer_forward(layer, &x, &bias, mode)?;
+            x = self.layer_forward(layer, &x, (b, l), &bias, mode)?;
         }
-        Ok(x)
+        Ok(x.reshape((b, l, h))?)
     }
 
-    fn layer_forward(&self, layer: &Layer, x: &Tensor, bias: &Tensor, mode: &mut Mode) -> Result<Tensor> {
-        let (b, l, h) = x.dims3()?;
+    /// One layer on `x` `[B·L, H]`.
+    fn layer_forward(&self, layer: &Layer, x: &Tensor, (b, l): (usize, usize), bias: &Tensor, mode: &mut Mode) -> Result<Tensor> {
+        let h = self.hidden;
         let (nh, hd) = (self.heads, h / self.heads);
-        let split = |t: Tensor| -> Result<Tensor> { Ok(t.reshape((b, l, nh, hd))?.transpose(1, 2)?.contiguous()?) };
+        let split = |t: Tensor| super::kernels::split_heads(&t, b, l, nh);
         let q = split((layer.query.forward(x)? * (1.0 / (hd as f64).sqrt()))?)?;
         let k = split(layer.key.forward(x)?)?;
         let v = split(layer.value.forward(x)?)?;
-        let scores = q.matmul(&k.t()?)?.broadcast_add(bias)?;
-        let probs = mode.softmax(&scores)?;
+        let probs = super::kernels::masked_softmax(&q.matmul(&k.t()?)?, bias, mode.is_train())?;
         let probs = mode.dropout(&probs, self.attention_dropout)?;
-        let ctx = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, l, h))?;
+        let ctx = super::kernels::merge_heads(&probs.matmul(&v)?)?;
         let a = mode.dropout(&layer.attn_out.forward(&ctx)?, self.hidden_dropout)?;
         let x = layer.attn_norm.forward(&(a + x)?, mode)?;
         let mid = self.act.apply(&layer.intermediate.forward(&x)?, mode)?;

@@ -1,9 +1,14 @@
 //! CPU kernels for what candle computes with scalar libm calls or many small ops: GELU (erf) and
-//! softmax, for inference (no autograd) and for training (custom ops whose backward is a fused
-//! kernel too). Tests check values and gradients against candle's own differentiable ops.
+//! attention's masked softmax, for inference (no autograd) and for training (custom ops whose backward is a fused
+//! kernel too), attention's head split and merge, and for training LayerNorm, the bias add of a
+//! linear layer and the dropout product: candle's backward costs every op a zeroed gradient and an
+//! added copy per input (even for inputs that need no gradient, such as a dropout mask), and its
+//! broadcast ops a strided row reduction, so one fused op with a fused backward saves several
+//! full-size passes. Tests check values and gradients against candle's own
+//! differentiable ops.
 
 use anyhow::Result;
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Shape, Tensor};
 
 /// `erf(x)` as a rational function of `x` on `[-4, 4]` (±1 outside, where f32 erf is ±1):
 /// the approximation Eigen and XLA use for f32; written so that it vectorises.
@@ -134,33 +139,6 @@ pub fn exp_f32(x: f32) -> f32 {
     if underflow { 0.0 } else { p * scale }
 }
 
-/// Softmax over the last dimension.
-struct SoftmaxLastDim;
-
-impl CustomOp1 for SoftmaxLastDim {
-    fn name(&self) -> &'static str {
-        "fast-softmax"
-    }
-
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let CpuStorage::F32(v) = s else { candle_core::bail!("fast-softmax: f32 only") };
-        let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("fast-softmax: contiguous input only") };
-        let n = *l.dims().last().unwrap_or(&1);
-        let mut out = v[a..b].to_vec();
-        for row in out.chunks_exact_mut(n.max(1)) {
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0.0;
-            for x in row.iter_mut() {
-                *x = exp_f32(*x - max);
-                sum += *x;
-            }
-            let inv = 1.0 / sum;
-            row.iter_mut().for_each(|x| *x *= inv);
-        }
-        Ok((CpuStorage::F32(out), l.shape().clone()))
-    }
-}
-
 /// Softmax backward from the output y and the gradient g: `y ⊙ (g − Σ g⊙y)` per row.
 struct SoftmaxGrad;
 
@@ -183,40 +161,335 @@ impl CustomOp2 for SoftmaxGrad {
     }
 }
 
-/// Softmax over the last dimension whose backward is [`SoftmaxGrad`].
-struct SoftmaxTrain;
+/// Softmax over the last dimension of `scores + bias`, where `scores` is `[B, H, Lq, Lk]` and the
+/// additive mask `bias` is `[B, 1, 1, Lk]` (broadcast over heads and query rows), as attention
+/// computes it. Its backward is [`SoftmaxGrad`] for the scores; the bias, made from the attention
+/// mask, gets no gradient.
+struct MaskedSoftmax;
 
-impl CustomOp1 for SoftmaxTrain {
+impl CustomOp2 for MaskedSoftmax {
     fn name(&self) -> &'static str {
-        "fast-softmax-train"
+        "fast-masked-softmax"
+    }
+
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (x, bias) = (one_f32(self.name(), s1, l1)?, one_f32(self.name(), s2, l2)?);
+        let &[b, h, lq, lk] = l1.dims() else { candle_core::bail!("{}: scores of rank 4 expected, got {:?}", self.name(), l1.dims()) };
+        if l2.dims() != [b, 1, 1, lk] {
+            candle_core::bail!("{}: a mask bias of shape [{b}, 1, 1, {lk}] expected, got {:?}", self.name(), l2.dims());
+        }
+        let mut out = x.to_vec();
+        for (r, row) in out.chunks_exact_mut(lk.max(1)).enumerate() {
+            let bias = &bias[(r / (h * lq)) * lk..][..lk];
+            row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0.0;
+            for x in row.iter_mut() {
+                *x = exp_f32(*x - max);
+                sum += *x;
+            }
+            let inv = 1.0 / sum;
+            row.iter_mut().for_each(|x| *x *= inv);
+        }
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    fn bwd(&self, _scores: &Tensor, _bias: &Tensor, res: &Tensor, grad: &Tensor) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        Ok((Some(res.contiguous()?.apply_op2_no_bwd(&grad.contiguous()?, &SoftmaxGrad)?), None))
+    }
+}
+
+/// Attention probabilities `softmax(scores + bias)` (see [`MaskedSoftmax`]): one fused kernel on
+/// CPU f32 (with a fused backward in training), candle's ops elsewhere.
+pub fn masked_softmax(scores: &Tensor, bias: &Tensor, train: bool) -> Result<Tensor> {
+    let cpu_f32 = scores.device().is_cpu() && scores.dtype() == candle_core::DType::F32 && bias.dtype() == candle_core::DType::F32;
+    if cpu_f32 && scores.rank() == 4 {
+        let (scores, bias) = (scores.contiguous()?, bias.contiguous()?);
+        Ok(if train { scores.apply_op2(&bias, MaskedSoftmax)? } else { scores.apply_op2_no_bwd(&bias, &MaskedSoftmax)? })
+    } else {
+        let x = scores.broadcast_add(bias)?;
+        Ok(if train { candle_nn::ops::softmax(&x, candle_core::D::Minus1)? } else { candle_nn::ops::softmax_last_dim(&x)? })
+    }
+}
+
+/// `x ⊙ mask` for dropout (the mask holds 0 or the keep scale), whose backward gives `x` the
+/// gradient times the mask and the mask, drawn by the caller, none (candle's `mul` would also
+/// compute the mask's gradient, a full-size product and sum wasted per dropout).
+struct MaskMul;
+
+impl CustomOp2 for MaskMul {
+    fn name(&self) -> &'static str {
+        "fast-mask-mul"
+    }
+
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        if l1.dims() != l2.dims() {
+            candle_core::bail!("{}: a mask of shape {:?} for an input of shape {:?}", self.name(), l2.dims(), l1.dims());
+        }
+        let (x, m) = two_f32(self.name(), s1, l1, s2, l2)?;
+        Ok((CpuStorage::F32(x.iter().zip(m).map(|(x, m)| x * m).collect()), l1.shape().clone()))
+    }
+
+    fn bwd(&self, x: &Tensor, mask: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        Ok((if x.track_op() { Some(grad.contiguous()?.apply_op2_no_bwd(mask, &MaskMul)?) } else { None }, None))
+    }
+}
+
+/// `x ⊙ mask` with a dropout mask of `x`'s shape (see [`MaskMul`]): a fused op on CPU f32,
+/// candle's `mul` elsewhere.
+pub fn dropout_mul(x: &Tensor, mask: &Tensor) -> Result<Tensor> {
+    if x.device().is_cpu() && x.dtype() == candle_core::DType::F32 && mask.dtype() == candle_core::DType::F32 {
+        Ok(x.contiguous()?.apply_op2(&mask.contiguous()?, MaskMul)?)
+    } else {
+        Ok(x.mul(mask)?)
+    }
+}
+
+/// Attention's head split, `[B·L, heads·d]` → `[B, heads, L, d]` (contiguous), or its inverse
+/// (`merge`); the backward of each is the other.
+struct Heads {
+    b: usize,
+    l: usize,
+    heads: usize,
+    merge: bool,
+}
+
+impl CustomOp1 for Heads {
+    fn name(&self) -> &'static str {
+        if self.merge { "fast-merge-heads" } else { "fast-split-heads" }
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        SoftmaxLastDim.cpu_fwd(s, l)
+        let x = one_f32(self.name(), s, l)?;
+        let (b, len, nh) = (self.b, self.l, self.heads);
+        let d = x.len() / (b * len * nh).max(1);
+        let (want, out_shape) = if self.merge { ([b, nh, len, d].to_vec(), Shape::from((b * len, nh * d))) } else { ([b * len, nh * d].to_vec(), Shape::from((b, nh, len, d))) };
+        if l.dims() != want.as_slice() || d == 0 {
+            candle_core::bail!("{}: shape {:?} for {b} × {len} tokens and {nh} heads", self.name(), l.dims());
+        }
+        let mut out = vec![0f32; x.len()];
+        for bi in 0..b {
+            for h in 0..nh {
+                for t in 0..len {
+                    let split = ((bi * nh + h) * len + t) * d; // [B, heads, L, d]
+                    let flat = (bi * len + t) * nh * d + h * d; // [B·L, heads·d]
+                    let (from, to) = if self.merge { (split, flat) } else { (flat, split) };
+                    out[to..to + d].copy_from_slice(&x[from..from + d]);
+                }
+            }
+        }
+        Ok((CpuStorage::F32(out), out_shape))
     }
 
-    fn bwd(&self, _arg: &Tensor, res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        Ok(Some(res.contiguous()?.apply_op2_no_bwd(&grad.contiguous()?, &SoftmaxGrad)?))
+    fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        let inverse = Heads { merge: !self.merge, ..*self };
+        Ok(Some(grad.contiguous()?.apply_op1_no_bwd(&inverse)?))
     }
 }
 
-/// Softmax over the last dimension for training: fused forward and backward on CPU f32,
-/// candle's differentiable composition elsewhere.
-pub fn softmax_last_dim_train(x: &Tensor) -> Result<Tensor> {
+/// `[B·L, heads·d]` → `[B, heads, L, d]` (contiguous), as attention splits its projections.
+pub fn split_heads(x: &Tensor, b: usize, l: usize, heads: usize) -> Result<Tensor> {
     if x.device().is_cpu() && x.dtype() == candle_core::DType::F32 {
-        Ok(x.contiguous()?.apply_op1(SoftmaxTrain)?)
+        Ok(x.contiguous()?.apply_op1(Heads { b, l, heads, merge: false })?)
     } else {
-        Ok(candle_nn::ops::softmax(x, candle_core::D::Minus1)?)
+        let d = x.dim(1)? / heads;
+        Ok(x.reshape((b, l, heads, d))?.transpose(1, 2)?.contiguous()?)
     }
 }
 
-/// Softmax over the last dimension for inference: the vectorised kernel on CPU f32, candle's
-/// elsewhere.
-pub fn softmax_last_dim_infer(x: &Tensor) -> Result<Tensor> {
+/// `[B, heads, L, d]` → `[B·L, heads·d]`, the inverse of [`split_heads`].
+pub fn merge_heads(x: &Tensor) -> Result<Tensor> {
+    let (b, heads, l, d) = x.dims4()?;
     if x.device().is_cpu() && x.dtype() == candle_core::DType::F32 {
-        Ok(x.contiguous()?.apply_op1_no_bwd(&SoftmaxLastDim)?)
+        Ok(x.contiguous()?.apply_op1(Heads { b, l, heads, merge: true })?)
     } else {
-        Ok(candle_nn::ops::softmax_last_dim(x)?)
+        Ok(x.transpose(1, 2)?.reshape((b * l, heads * d))?)
+    }
+}
+
+/// The f32 data of a contiguous input.
+fn one_f32<'a>(op: &str, s: &'a CpuStorage, l: &Layout) -> candle_core::Result<&'a [f32]> {
+    let CpuStorage::F32(v) = s else { candle_core::bail!("{op}: f32 only") };
+    let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("{op}: contiguous input only") };
+    Ok(&v[a..b])
+}
+
+/// The rows of `x` (`[…, n]`) and a `[n]` vector's data, checked to fit.
+fn rows_and_vec<'a>(op: &str, x: (&'a CpuStorage, &Layout), v: (&'a CpuStorage, &Layout)) -> candle_core::Result<(&'a [f32], &'a [f32], usize)> {
+    let n = *x.1.dims().last().unwrap_or(&1);
+    let (xs, vs) = (one_f32(op, x.0, x.1)?, one_f32(op, v.0, v.1)?);
+    if n == 0 || vs.len() != n || v.1.dims().len() != 1 {
+        candle_core::bail!("{op}: a vector of {n} elements expected, got shape {:?}", v.1.dims());
+    }
+    Ok((xs, vs, n))
+}
+
+/// Mean and `1/√(var + eps)` of a row, in two passes as candle's `layer_norm_slow` does.
+#[inline(always)]
+fn row_stats(row: &[f32], eps: f32) -> (f32, f32) {
+    let n = row.len() as f32;
+    let mean = row.iter().sum::<f32>() / n;
+    let var = row.iter().map(|x| (x - mean) * (x - mean)).sum::<f32>() / n;
+    (mean, 1.0 / (var + eps).sqrt())
+}
+
+/// LayerNorm over the last dimension, `(x − mean) / √(var + eps) · w + b`, whose backward is
+/// [`LayerNormGradX`] and [`LayerNormGradWB`] (the statistics are recomputed from `x`).
+struct LayerNormTrain {
+    eps: f32,
+}
+
+impl CustomOp3 for LayerNormTrain {
+    fn name(&self) -> &'static str {
+        "fast-layer-norm-train"
+    }
+
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout, s3: &CpuStorage, l3: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (x, w, n) = rows_and_vec(self.name(), (s1, l1), (s2, l2))?;
+        let (_, b, _) = rows_and_vec(self.name(), (s1, l1), (s3, l3))?;
+        let mut out = vec![0f32; x.len()];
+        for (o, row) in out.chunks_exact_mut(n).zip(x.chunks_exact(n)) {
+            let (mean, rstd) = row_stats(row, self.eps);
+            for i in 0..n {
+                o[i] = (row[i] - mean) * rstd * w[i] + b[i];
+            }
+        }
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    fn bwd(&self, x: &Tensor, w: &Tensor, b: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let (x, g) = (x.contiguous()?, grad.contiguous()?);
+        let dx = if x.track_op() { Some(x.apply_op3_no_bwd(&w.contiguous()?, &g, &LayerNormGradX { eps: self.eps })?) } else { None };
+        let (dw, db) = if w.track_op() || b.track_op() {
+            let wb = x.apply_op2_no_bwd(&g, &LayerNormGradWB { eps: self.eps })?;
+            (w.track_op().then(|| wb.get(0)).transpose()?, b.track_op().then(|| wb.get(1)).transpose()?)
+        } else {
+            (None, None)
+        };
+        Ok((dx, dw, db))
+    }
+}
+
+/// LayerNorm's gradient for its input, from `x`, the weight `w` and the output gradient `g`:
+/// with `x̂ = (x − mean)·rstd` and `d = g ⊙ w`, `rstd · (d − mean(d) − x̂ · mean(d ⊙ x̂))` per row.
+struct LayerNormGradX {
+    eps: f32,
+}
+
+impl CustomOp3 for LayerNormGradX {
+    fn name(&self) -> &'static str {
+        "fast-layer-norm-grad-x"
+    }
+
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout, s3: &CpuStorage, l3: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (_, w, n) = rows_and_vec(self.name(), (s1, l1), (s2, l2))?;
+        let (x, g) = two_f32(self.name(), s1, l1, s3, l3)?;
+        let mut out = vec![0f32; x.len()];
+        let mut d = vec![0f32; n];
+        for ((o, row), grow) in out.chunks_exact_mut(n).zip(x.chunks_exact(n)).zip(g.chunks_exact(n)) {
+            let (mean, rstd) = row_stats(row, self.eps);
+            let (mut sum_d, mut sum_dx) = (0f32, 0f32);
+            for i in 0..n {
+                d[i] = grow[i] * w[i];
+                sum_d += d[i];
+                sum_dx += d[i] * (row[i] - mean) * rstd;
+            }
+            let (mean_d, mean_dx) = (sum_d / n as f32, sum_dx / n as f32);
+            for i in 0..n {
+                o[i] = rstd * (d[i] - mean_d - (row[i] - mean) * rstd * mean_dx);
+            }
+        }
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+}
+
+/// LayerNorm's gradients for its weight and bias, from `x` and the output gradient `g`: a
+/// `[2, n]` tensor holding `Σ g ⊙ x̂` and `Σ g` over the rows (accumulated in f64).
+struct LayerNormGradWB {
+    eps: f32,
+}
+
+impl CustomOp2 for LayerNormGradWB {
+    fn name(&self) -> &'static str {
+        "fast-layer-norm-grad-wb"
+    }
+
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (x, g) = two_f32(self.name(), s1, l1, s2, l2)?;
+        let n = (*l1.dims().last().unwrap_or(&1)).max(1);
+        let (mut dw, mut db) = (vec![0f64; n], vec![0f64; n]);
+        for (row, grow) in x.chunks_exact(n).zip(g.chunks_exact(n)) {
+            let (mean, rstd) = row_stats(row, self.eps);
+            for i in 0..n {
+                dw[i] += (grow[i] * (row[i] - mean) * rstd) as f64;
+                db[i] += grow[i] as f64;
+            }
+        }
+        let out: Vec<f32> = dw.into_iter().chain(db).map(|v| v as f32).collect();
+        Ok((CpuStorage::F32(out), Shape::from((2, n))))
+    }
+}
+
+/// LayerNorm over the last dimension for training: fused forward and backward on CPU f32,
+/// candle's differentiable composition (`layer_norm_slow`) elsewhere.
+pub fn layer_norm_train(x: &Tensor, w: &Tensor, b: &Tensor, eps: f32) -> Result<Tensor> {
+    if x.device().is_cpu() && [x.dtype(), w.dtype(), b.dtype()].iter().all(|&t| t == candle_core::DType::F32) {
+        Ok(x.contiguous()?.apply_op3(&w.contiguous()?, &b.contiguous()?, LayerNormTrain { eps })?)
+    } else {
+        Ok(candle_nn::ops::layer_norm_slow(x, w, b, eps)?)
+    }
+}
+
+/// `y + b` for a `[rows, n]` `y` and a `[n]` bias, whose backward passes the gradient to `y` and
+/// its column sums (accumulated in f64) to `b`.
+struct BiasAdd;
+
+impl CustomOp2 for BiasAdd {
+    fn name(&self) -> &'static str {
+        "fast-bias-add"
+    }
+
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (y, b, n) = rows_and_vec(self.name(), (s1, l1), (s2, l2))?;
+        let mut out = y.to_vec();
+        for row in out.chunks_exact_mut(n) {
+            row.iter_mut().zip(b).for_each(|(o, b)| *o += b);
+        }
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    fn bwd(&self, y: &Tensor, b: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let db = if b.track_op() { Some(grad.contiguous()?.apply_op1_no_bwd(&ColumnSums)?) } else { None };
+        Ok((y.track_op().then(|| grad.clone()), db))
+    }
+}
+
+/// Column sums of a `[rows, n]` tensor, a `[n]` vector (accumulated in f64).
+struct ColumnSums;
+
+impl CustomOp1 for ColumnSums {
+    fn name(&self) -> &'static str {
+        "fast-column-sums"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let v = one_f32(self.name(), s, l)?;
+        let n = (*l.dims().last().unwrap_or(&1)).max(1);
+        let mut acc = vec![0f64; n];
+        for row in v.chunks_exact(n) {
+            acc.iter_mut().zip(row).for_each(|(a, &x)| *a += x as f64);
+        }
+        Ok((CpuStorage::F32(acc.into_iter().map(|v| v as f32).collect()), Shape::from(n)))
+    }
+}
+
+/// `y + b` with `y` `[rows, n]` and `b` `[n]` for training: a fused op with a fused backward on
+/// CPU f32, candle's `broadcast_add` elsewhere.
+pub fn bias_add_train(y: &Tensor, b: &Tensor) -> Result<Tensor> {
+    if y.device().is_cpu() && y.dtype() == candle_core::DType::F32 && b.dtype() == candle_core::DType::F32 && y.rank() == 2 {
+        Ok(y.contiguous()?.apply_op2(&b.contiguous()?, BiasAdd)?)
+    } else {
+        Ok(y.broadcast_add(b)?)
     }
 }
 
@@ -260,17 +533,29 @@ mod tests {
         assert_eq!(exp_f32(-100.0), 0.0);
     }
 
+    /// A `[2, 3, 5, 37]` score tensor and a `[2, 1, 1, 37]` mask bias with two masked keys.
+    fn scores_and_bias(dev: &candle_core::Device) -> Result<(Tensor, Tensor)> {
+        let xs: Vec<f32> = (0..2 * 3 * 5 * 37).map(|i| ((i * 7919) % 211) as f32 / 13.0 - 8.0).collect();
+        let mut bias = vec![0f32; 2 * 37];
+        bias[3] = -1e30;
+        bias[37 + 30] = -1e30;
+        Ok((Tensor::from_vec(xs, (2, 3, 5, 37), dev)?, Tensor::from_vec(bias, (2, 1, 1, 37), dev)?))
+    }
+
     #[test]
-    fn softmax_matches_candle() -> Result<()> {
-        let xs: Vec<f32> = (0..4 * 37).map(|i| ((i * 7919) % 211) as f32 / 13.0 - 8.0).collect();
-        let mut t = Tensor::from_vec(xs, (4, 37), &candle_core::Device::Cpu)?;
-        // A masked column, as the attention bias makes it.
-        t = t.slice_assign(&[0..4, 3..4], &Tensor::full(-1e30f32, (4, 1), &candle_core::Device::Cpu)?)?;
-        let a = softmax_last_dim_infer(&t)?.flatten_all()?.to_vec1::<f32>()?;
-        let b = candle_nn::ops::softmax(&t, candle_core::D::Minus1)?.flatten_all()?.to_vec1::<f32>()?;
-        let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
-        assert!(worst < 1e-7, "max |softmax difference| {worst}");
-        assert_eq!(a[3], 0.0);
+    fn masked_softmax_matches_candle() -> Result<()> {
+        let (scores, bias) = scores_and_bias(&candle_core::Device::Cpu)?;
+        let want = candle_nn::ops::softmax(&scores.broadcast_add(&bias)?, candle_core::D::Minus1)?;
+        for train in [false, true] {
+            let got = masked_softmax(&scores, &bias, train)?;
+            let worst = max_diff(&got, &want)?;
+            assert!(worst < 1e-7, "max |softmax difference| {worst}");
+        }
+        let p = masked_softmax(&scores, &bias, false)?.flatten_all()?.to_vec1::<f32>()?;
+        // Masked keys get probability 0 in every row of their batch entry only.
+        assert_eq!(p[3], 0.0);
+        assert_eq!(p[3 * 5 * 37 + 30], 0.0);
+        assert!(p[30] > 0.0 && p[3 * 5 * 37 + 3] > 0.0);
         Ok(())
     }
 
@@ -297,9 +582,116 @@ mod tests {
             assert!(dv < tol && dg < tol, "{name}: value diff {dv}, gradient diff {dg}");
             Ok(())
         };
-        check("softmax", &|x| softmax_last_dim_train(x), &|x| Ok(candle_nn::ops::softmax(x, candle_core::D::Minus1)?), 1e-6)?;
         // GELU on finite inputs (|x| <= 50); values up to 5, so 5e-6 is about 1e-6 relative.
         check("gelu", &|x| gelu_erf_train(&x.clamp(-50f32, 50f32)?), &|x| Ok(x.clamp(-50f32, 50f32)?.gelu_erf()?), 5e-6)?;
+        Ok(())
+    }
+
+    /// Largest absolute difference between two tensors' values.
+    fn max_diff(a: &Tensor, b: &Tensor) -> Result<f32> {
+        assert_eq!(a.dims(), b.dims());
+        let (a, b) = (a.flatten_all()?.to_vec1::<f32>()?, b.flatten_all()?.to_vec1::<f32>()?);
+        Ok(a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max))
+    }
+
+    /// Values and the gradients of every input, ours against candle's composition, for a
+    /// three-input op (LayerNorm) or two-input op (bias add) under a weighted sum; differences
+    /// relative to the largest magnitude of candle's tensor (at least 1).
+    fn check_grads(name: &str, inputs: &[Tensor], ours: &dyn Fn(&[Tensor]) -> Result<Tensor>, theirs: &dyn Fn(&[Tensor]) -> Result<Tensor>, tol: f32) -> Result<()> {
+        let va: Vec<candle_core::Var> = inputs.iter().map(candle_core::Var::from_tensor).collect::<candle_core::Result<_>>()?;
+        let vb: Vec<candle_core::Var> = inputs.iter().map(candle_core::Var::from_tensor).collect::<candle_core::Result<_>>()?;
+        let ta: Vec<Tensor> = va.iter().map(|v| v.as_tensor().clone()).collect();
+        let tb: Vec<Tensor> = vb.iter().map(|v| v.as_tensor().clone()).collect();
+        let (ya, yb) = (ours(&ta)?, theirs(&tb)?);
+        let n = ya.elem_count();
+        let w: Vec<f32> = (0..n).map(|i| ((i * 104_729) % 97) as f32 / 48.0 - 1.0).collect();
+        let w = Tensor::from_vec(w, ya.shape(), ya.device())?;
+        let (ga, gb) = (ya.mul(&w)?.sum_all()?.backward()?, yb.mul(&w)?.sum_all()?.backward()?);
+        let rel = |a: &Tensor, b: &Tensor| -> Result<f32> { Ok(max_diff(a, b)? / b.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>()?.max(1.0)) };
+        let dv = rel(&ya, &yb)?;
+        assert!(dv < tol, "{name}: value diff {dv}");
+        for (i, (a, b)) in ta.iter().zip(&tb).enumerate() {
+            let dg = rel(ga.get(a).expect("our gradient"), gb.get(b).expect("candle's gradient"))?;
+            assert!(dg < tol, "{name}: gradient diff {dg} for input {i}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn layer_norm_bias_add_and_masked_softmax_match_candle_gradients() -> Result<()> {
+        let dev = candle_core::Device::Cpu;
+        // Rows of different scales and offsets (one nearly constant, where rstd is large); candle's
+        // composition in f64 as the reference.
+        let (rows, n) = (7, 33);
+        let xs: Vec<f32> = (0..rows * n)
+            .map(|i| {
+                let r = i / n;
+                let v = ((i * 7919) % 401) as f32 / 40.0 - 5.0;
+                if r == 3 { 2.0 + v * 1e-2 } else { v * (r as f32 + 0.5) + r as f32 }
+            })
+            .collect();
+        let x = Tensor::from_vec(xs, (rows, n), &dev)?;
+        let w = Tensor::from_vec((0..n).map(|i| 0.5 + (i % 7) as f32 / 5.0).collect::<Vec<_>>(), n, &dev)?;
+        let b = Tensor::from_vec((0..n).map(|i| (i % 5) as f32 / 10.0 - 0.2).collect::<Vec<_>>(), n, &dev)?;
+        for eps in [1e-12f32, 1e-5] {
+            check_grads(
+                "layer norm",
+                &[x.reshape((1, rows, n))?, w.clone(), b.clone()],
+                &|t| layer_norm_train(&t[0], &t[1], &t[2], eps),
+                &|t| {
+                    let f = |t: &Tensor| t.to_dtype(candle_core::DType::F64);
+                    Ok(candle_nn::ops::layer_norm_slow(&f(&t[0])?, &f(&t[1])?, &f(&t[2])?, eps)?.to_dtype(candle_core::DType::F32)?)
+                },
+                1e-5,
+            )?;
+        }
+        check_grads("bias add", &[x.clone(), b.clone()], &|t| bias_add_train(&t[0], &t[1]), &|t| Ok(t[0].broadcast_add(&t[1])?), 1e-5)?;
+        let (scores, mask) = scores_and_bias(&dev)?;
+        let scores = (scores / 4.0)?;
+        let va = candle_core::Var::from_tensor(&scores)?;
+        let vb = candle_core::Var::from_tensor(&scores)?;
+        let ya = masked_softmax(va.as_tensor(), &mask, true)?;
+        let yb = candle_nn::ops::softmax(&vb.as_tensor().broadcast_add(&mask)?, candle_core::D::Minus1)?;
+        let wts = Tensor::from_vec((0..ya.elem_count()).map(|i| ((i * 104_729) % 97) as f32 / 48.0 - 1.0).collect::<Vec<_>>(), ya.shape(), &dev)?;
+        let (ga, gb) = (ya.mul(&wts)?.sum_all()?.backward()?, yb.mul(&wts)?.sum_all()?.backward()?);
+        let dg = max_diff(ga.get(va.as_tensor()).unwrap(), gb.get(vb.as_tensor()).unwrap())?;
+        assert!(dg < 1e-6, "masked softmax: gradient diff {dg}");
+        // Only the tracked inputs get gradients: a frozen bias gets none, the input still does.
+        let v = candle_core::Var::from_tensor(&x)?;
+        let g = bias_add_train(v.as_tensor(), &b)?.sum_all()?.backward()?;
+        assert!(g.get(&b).is_none() && g.get(v.as_tensor()).is_some());
+        let g = layer_norm_train(v.as_tensor(), &w, &b, 1e-12)?.sum_all()?.backward()?;
+        assert!(g.get(&w).is_none() && g.get(&b).is_none() && g.get(v.as_tensor()).is_some());
+        Ok(())
+    }
+
+    #[test]
+    fn head_split_merge_and_dropout_match_candle() -> Result<()> {
+        let dev = candle_core::Device::Cpu;
+        let (b, l, nh, d) = (3, 5, 4, 6);
+        let x = Tensor::from_vec((0..b * l * nh * d).map(|i| i as f32 * 0.37 - 20.0).collect::<Vec<_>>(), (b * l, nh * d), &dev)?;
+        let theirs = x.reshape((b, l, nh, d))?.transpose(1, 2)?.contiguous()?;
+        let ours = split_heads(&x, b, l, nh)?;
+        assert_eq!(ours.dims(), &[b, nh, l, d]);
+        assert_eq!(max_diff(&ours, &theirs)?, 0.0);
+        assert_eq!(max_diff(&merge_heads(&ours)?, &x)?, 0.0);
+        // Gradients through split, a product with fixed weights and merge, against candle's views.
+        let w = Tensor::from_vec((0..b * nh * l * d).map(|i| ((i * 31) % 17) as f32 - 8.0).collect::<Vec<_>>(), (b, nh, l, d), &dev)?;
+        check_grads(
+            "split/merge heads",
+            std::slice::from_ref(&x),
+            &|t| merge_heads(&split_heads(&t[0], b, l, nh)?.mul(&w)?),
+            &|t| Ok(t[0].reshape((b, l, nh, d))?.transpose(1, 2)?.mul(&w)?.transpose(1, 2)?.reshape((b * l, nh * d))?),
+            1e-7,
+        )?;
+        // Dropout's product: the input's gradient is the mask's product, the mask gets none.
+        let mask = Tensor::from_vec((0..b * l * nh * d).map(|i| if i % 3 == 0 { 0f32 } else { 1.25 }).collect::<Vec<_>>(), (b * l, nh * d), &dev)?;
+        let v = candle_core::Var::from_tensor(&x)?;
+        let y = dropout_mul(v.as_tensor(), &mask)?;
+        assert_eq!(max_diff(&y, &x.mul(&mask)?)?, 0.0);
+        let g = y.mul(&x)?.sum_all()?.backward()?;
+        assert_eq!(max_diff(g.get(v.as_tensor()).unwrap(), &x.mul(&mask)?)?, 0.0);
+        assert!(g.get(&mask).is_none());
         Ok(())
     }
 
