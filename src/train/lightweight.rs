@@ -331,7 +331,7 @@ impl Head {
 
     /// Vocabulary logits `[n, V]` of vectors `[n, H]`.
     fn logits(&self, x: &Tensor, embeddings: &Tensor) -> Result<Tensor> {
-        Ok(self.fc.forward(x)?.matmul(&embeddings.t()?)?.broadcast_add(&self.bias)?)
+        crate::model::kernels::bias_add_train(&self.fc.forward(x)?.matmul(&embeddings.t()?)?, &self.bias)
     }
 }
 
