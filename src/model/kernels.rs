@@ -39,9 +39,7 @@ impl CustomOp1 for GeluErf {
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let CpuStorage::F32(v) = s else { candle_core::bail!("fast-gelu-erf: f32 only") };
-        let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("fast-gelu-erf: contiguous input only") };
-        let out: Vec<f32> = v[a..b]
+        let out: Vec<f32> = one_f32(self.name(), s, l)?
             .iter()
             .map(|&x| 0.5 * x * (1.0 + erf_f32(x * std::f32::consts::FRAC_1_SQRT_2)))
             .collect();
