@@ -133,9 +133,12 @@ impl Linear {
             *out_dims.last_mut().unwrap() = self.weight.dim(0)?;
             return Ok(self.forward(&x.reshape((x.elem_count() / in_dim, in_dim))?)?.reshape(out_dims)?);
         }
-        let y = x.matmul(&self.weight.t()?)?;
-        // In training (anything tracked) the fused bias add, whose backward is one pass.
-        Ok(if y.track_op() || self.bias.track_op() { super::kernels::bias_add_train(&y, &self.bias)? } else { y.broadcast_add(&self.bias)? })
+        // In training (anything tracked) the fused linear op, whose backward gives the weight its
+        // gradient in its own layout and the bias its column sums in one pass.
+        if x.track_op() || self.weight.track_op() || self.bias.track_op() {
+            return super::kernels::linear_train(x, &self.weight, &self.bias);
+        }
+        Ok(x.matmul(&self.weight.t()?)?.broadcast_add(&self.bias)?)
     }
 }
 

@@ -1,7 +1,7 @@
 //! CPU kernels for what candle computes with scalar libm calls or many small ops: GELU (erf) and
 //! attention's masked softmax, for inference (no autograd) and for training (custom ops whose backward is a fused
-//! kernel too), attention's head split and merge, and for training LayerNorm, the bias add of a
-//! linear layer and the dropout product: candle's backward costs every op a zeroed gradient and an
+//! kernel too), attention's head split and merge, and for training LayerNorm, the linear layers
+//! (product and bias in one op) and the dropout product: candle's backward costs every op a zeroed gradient and an
 //! added copy per input (even for inputs that need no gradient, such as a dropout mask), and its
 //! broadcast ops a strided row reduction, so one fused op with a fused backward saves several
 //! full-size passes. Tests check values and gradients against candle's own
@@ -507,6 +507,87 @@ pub fn bias_add_train(y: &Tensor, b: &Tensor) -> Result<Tensor> {
     }
 }
 
+/// `x·Wᵀ + b` for a `[rows, in]` `x`, a `[out, in]` weight and a `[out]` bias: the product as
+/// candle computes `x.matmul(&w.t())` (the same gemm call, so the same values), then the bias.
+/// Its backward gives the weight's gradient as `gradᵀ·x`, already `[out, in]`: candle's
+/// composition sends it through the transpose node, which costs a zeroed `[in, out]` gradient,
+/// an add, and then a zeroed `[out, in]` gradient plus an add that reads the first one column by
+/// column; and the bias add's node costs a zeroed `[rows, out]` gradient plus an add.
+struct LinearTrain;
+
+impl CustomOp3 for LinearTrain {
+    fn name(&self) -> &'static str {
+        "fast-linear"
+    }
+
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout, s3: &CpuStorage, l3: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let name = self.name();
+        let (CpuStorage::F32(x), CpuStorage::F32(w)) = (s1, s2) else { candle_core::bail!("{name}: f32 only") };
+        let b = one_f32(name, s3, l3)?;
+        let (&[m, k], &[n, k2], 1) = (l1.dims(), l2.dims(), l3.dims().len()) else {
+            candle_core::bail!("{name}: [rows, in], [out, in] and [out] expected, got {:?}, {:?}, {:?}", l1.dims(), l2.dims(), l3.dims())
+        };
+        if k != k2 || b.len() != n {
+            candle_core::bail!("{name}: shapes {:?}, {:?}, {:?} do not fit", l1.dims(), l2.dims(), l3.dims());
+        }
+        let mut out = vec![0f32; m * n];
+        if m > 0 && n > 0 && k > 0 {
+            let (xs, ws) = (l1.stride(), l2.stride());
+            let threads = candle_core::utils::get_num_threads();
+            let parallelism = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+            // SAFETY: the layouts describe `m × k` and `n × k` matrices inside `x` and `w` (candle
+            // checked them against the storages), and `out` is a contiguous `m × n` matrix.
+            unsafe {
+                gemm::gemm(
+                    m,
+                    n,
+                    k,
+                    out.as_mut_ptr(),
+                    1,
+                    n as isize,
+                    false,
+                    x[l1.start_offset()..].as_ptr(),
+                    xs[1] as isize,
+                    xs[0] as isize,
+                    // Wᵀ: its column j is the weight's row j.
+                    w[l2.start_offset()..].as_ptr(),
+                    ws[0] as isize,
+                    ws[1] as isize,
+                    0.0,
+                    1.0,
+                    false,
+                    false,
+                    false,
+                    parallelism,
+                )
+            }
+        }
+        for row in out.chunks_exact_mut(n.max(1)) {
+            row.iter_mut().zip(b).for_each(|(o, b)| *o += b);
+        }
+        Ok((CpuStorage::F32(out), Shape::from((m, n))))
+    }
+
+    fn bwd(&self, x: &Tensor, w: &Tensor, b: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let dx = if x.track_op() { Some(grad.matmul(&w.detach())?) } else { None };
+        let dw = if w.track_op() { Some(grad.t()?.matmul(&x.detach())?) } else { None };
+        let db = if b.track_op() { Some(grad.contiguous()?.apply_op1_no_bwd(&ColumnSums)?) } else { None };
+        Ok((dx, dw, db))
+    }
+}
+
+/// `x·Wᵀ + b` with `x` `[rows, in]`, `w` `[out, in]` and `b` `[out]` for training: a fused op
+/// whose backward hands the weight its gradient in its own layout on CPU f32, candle's
+/// `matmul` and [`bias_add_train`] elsewhere.
+pub fn linear_train(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let f32s = [x.dtype(), w.dtype(), b.dtype()].iter().all(|&t| t == candle_core::DType::F32);
+    if x.device().is_cpu() && f32s && x.rank() == 2 && w.rank() == 2 {
+        Ok(x.apply_op3(w, &b.contiguous()?, LinearTrain)?)
+    } else {
+        bias_add_train(&x.matmul(&w.t()?)?, b)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -756,8 +837,7 @@ mod tests {
         let block = |t: &[Tensor], fused: bool| -> Result<Tensor> {
             let x = t[0].narrow(0, 1, b * l)?;
             let lin = |x: &Tensor, i: usize| -> Result<Tensor> {
-                let y = x.matmul(&t[1 + 2 * i].t()?)?;
-                if fused { bias_add_train(&y, &t[2 + 2 * i]) } else { Ok(y.broadcast_add(&t[2 + 2 * i])?) }
+                if fused { linear_train(x, &t[1 + 2 * i], &t[2 + 2 * i]) } else { Ok(x.matmul(&t[1 + 2 * i].t()?)?.broadcast_add(&t[2 + 2 * i])?) }
             };
             let split = |y: Tensor| -> Result<Tensor> { if fused { split_heads(&y, b, l, nh) } else { Ok(y.reshape((b, l, nh, d))?.transpose(1, 2)?.contiguous()?) } };
             let q = split((lin(&x, 0)? * 0.5)?)?;
@@ -776,6 +856,42 @@ mod tests {
         let x = mat(b * l, h, 3)?;
         check_grads("layer norm parameters", &inputs[9..11], &|t| layer_norm_train(&x, &t[0], &t[1], 1e-12), &|t| Ok(candle_nn::ops::layer_norm_slow(&x, &t[0], &t[1], 1e-12)?), 1e-5)?;
         check_grads("bias add parameter", &inputs[2..3], &|t| bias_add_train(&x, &t[0]), &|t| Ok(x.broadcast_add(&t[0])?), 1e-6)?;
+        Ok(())
+    }
+
+    /// The fused linear layer against candle's `x.matmul(&w.t())` plus bias: values equal to the
+    /// last bit (the same gemm call), gradients of every input within rounding, for a contiguous
+    /// input, a column slice (row stride wider than the row) and a transposed one; only tracked
+    /// inputs get gradients.
+    #[test]
+    fn linear_matches_candle() -> Result<()> {
+        let dev = candle_core::Device::Cpu;
+        let val = |n: usize, k: usize| -> Vec<f32> { (0..n).map(|i| (((i + k) * 7919) % 211) as f32 / 105.0 - 1.0).collect() };
+        let (rows, inp, out) = (37, 70, 45);
+        let w = Tensor::from_vec(val(out * inp, 1), (out, inp), &dev)?;
+        let b = Tensor::from_vec(val(out, 2), out, &dev)?;
+        let wide = Tensor::from_vec(val(rows * (inp + 9), 3), (rows, inp + 9), &dev)?;
+        let xs = [
+            Tensor::from_vec(val(rows * inp, 4), (rows, inp), &dev)?,
+            wide.narrow(1, 5, inp)?,
+            Tensor::from_vec(val(rows * inp, 5), (inp, rows), &dev)?.t()?,
+        ];
+        let reference = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> { Ok(x.matmul(&w.t()?)?.broadcast_add(b)?) };
+        for x in &xs {
+            assert_eq!(max_diff(&linear_train(x, &w, &b)?, &reference(x, &w, &b)?)?, 0.0);
+            check_grads("linear", &[x.clone(), w.clone(), b.clone()], &|t| linear_train(&t[0], &t[1], &t[2]), &|t| reference(&t[0], &t[1], &t[2]), 1e-5)?;
+        }
+        // A frozen layer passes the gradient to its input only; an untracked input still gives
+        // the parameters theirs.
+        let v = candle_core::Var::from_tensor(&xs[0])?;
+        let g = linear_train(v.as_tensor(), &w, &b)?.sum_all()?.backward()?;
+        assert!(g.get(&w).is_none() && g.get(&b).is_none() && g.get(v.as_tensor()).is_some());
+        check_grads("linear parameters", &[w.clone(), b.clone()], &|t| linear_train(&xs[1], &t[0], &t[1]), &|t| reference(&xs[1], &t[0], &t[1]), 1e-5)?;
+        // No rows: an empty output; mismatched shapes are refused.
+        let empty = Tensor::zeros((0, inp), candle_core::DType::F32, &dev)?;
+        assert_eq!(linear_train(&empty, &w, &b)?.dims(), &[0, out]);
+        assert!(linear_train(&xs[0], &w.narrow(1, 0, inp - 1)?, &b).is_err());
+        assert!(linear_train(&xs[0], &w, &b.narrow(0, 0, out - 1)?).is_err());
         Ok(())
     }
 
