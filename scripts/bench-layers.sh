@@ -12,7 +12,8 @@
 # usage: scripts/bench-layers.sh [STEPS] [LAYERS...]
 #   STEPS   optimiser steps per depth (default 40; the first 5 are not timed)
 #   LAYERS  depths to measure (default 1 2 4 6)
-# Environment: XSENT_THREADS (default all cores), CARGO_TARGET_DIR.
+# Environment: XSENT_THREADS (default all cores), CARGO_TARGET_DIR, XSENT_BIN (an xsent binary to
+# time instead of building this checkout's: to compare two builds side by side).
 set -euo pipefail
 export LC_ALL=C.UTF-8
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -24,8 +25,13 @@ layers=("$@")
 warmup=5
 [ "$steps" -gt "$warmup" ] || { echo "bench-layers: STEPS must be more than $warmup" >&2; exit 1; }
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target}"
-cargo build --release --quiet --bin xsent
-bin="$CARGO_TARGET_DIR/release/xsent"
+if [ -n "${XSENT_BIN:-}" ]; then
+  bin="$XSENT_BIN"
+  [ -x "$bin" ] || { echo "bench-layers: XSENT_BIN=$bin is not an executable" >&2; exit 1; }
+else
+  cargo build --release --quiet --bin xsent
+  bin="$CARGO_TARGET_DIR/release/xsent"
+fi
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 common=(--set "train.max_steps=$steps" --set train.eval_every=0 --set train.eval_at_start=false
         --set train.checkpoint_every=0 --set train.log_every=1 --set data.val_size=100)
