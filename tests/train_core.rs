@@ -255,6 +255,14 @@ fn resume_refuses_what_would_drop_work_and_a_failed_start_can_be_restarted() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let e = stderr(&o);
     assert!(e.contains("--resume cannot change") && e.contains("distill.student_layers: (unset) -> 1") && e.contains("train.batch_size: 8 -> 3"), "{e}");
+    // So can --unset (the default batch size is not the run's), and a key the config does not
+    // set is named.
+    let o = s.train(&["--out", run.to_str().unwrap(), "--resume", "--unset", "train.batch_size"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("train.batch_size: 8 -> 32"), "{}", stderr(&o));
+    let o = s.train(&["--out", run.to_str().unwrap(), "--resume", "--unset", "train.batch_sise"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("does not set train.batch_sise"), "{}", stderr(&o));
     // With the run's config.toml gone, the config given is the run's (nothing to compare it
     // with): the checkpoint's parameters are still checked against the model's.
     let saved = std::fs::read_to_string(run.join("config.toml")).unwrap();

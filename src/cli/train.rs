@@ -19,6 +19,10 @@ pub struct Args {
     /// Override a config value, e.g. --set train.max_steps=20 --set optim.lr=1e-4 (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     sets: Vec<String>,
+    /// Remove a key of the config, so that its default applies, e.g. --unset train.val_sts
+    /// (repeatable; applied before the --set values).
+    #[arg(long = "unset", value_name = "KEY")]
+    unsets: Vec<String>,
     /// Checkpoint and stop after this optimiser step (continue later with --resume).
     #[arg(long, value_name = "STEP")]
     stop_after: Option<u64>,
@@ -63,21 +67,21 @@ pub fn run(a: Args) -> Result<i32> {
                 );
             };
             eprintln!("xsent train: {} is missing; resuming with {}", saved.display(), c.display());
-            config::load(c, &a.sets)?
+            config::load_with(c, &a.unsets, &a.sets)?
         } else {
-            let cfg = config::load(&saved, &a.sets)?;
-            if !a.sets.is_empty() {
+            let cfg = config::load_with(&saved, &a.unsets, &a.sets)?;
+            if !a.sets.is_empty() || !a.unsets.is_empty() {
                 let changed = config::changed_on_resume(&config::load(&saved, &[])?, &cfg)?;
                 if !changed.is_empty() {
                     bail!(
                         "--resume cannot change what the checkpoint was trained with (the model, the recipe's settings, the seed, \
-                         the data or the batch):\n  {}\nresume without these --set values, or start a new run with --config FILE --out NEW_DIR",
+                         the data or the batch):\n  {}\nresume without these --set/--unset values, or start a new run with --config FILE --out NEW_DIR",
                         changed.join("\n  ")
                     );
                 }
             }
             if let Some(c) = &a.config {
-                let given = config::load(c, &a.sets)?;
+                let given = config::load_with(c, &a.unsets, &a.sets)?;
                 if given.to_toml()? != cfg.to_toml()? {
                     bail!(
                         "{} differs from the config the run was started with ({}); resume without --config to use the saved one, \
@@ -91,7 +95,7 @@ pub fn run(a: Args) -> Result<i32> {
         }
     } else {
         let Some(c) = &a.config else { bail!("--config FILE is needed (or --resume to continue a run)") };
-        let cfg = config::load(c, &a.sets)?;
+        let cfg = config::load_with(c, &a.unsets, &a.sets)?;
         if saved.is_file() && std::fs::canonicalize(c).ok() == std::fs::canonicalize(&saved).ok() {
             bail!(
                 "--config {} is the run directory's own config.toml, which a new run in --out {} replaces: \

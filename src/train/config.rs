@@ -228,8 +228,17 @@ fn other_recipes_section(name: &str, recipe: &str) -> anyhow::Error {
 
 /// Read a config file and apply `--set key=value` overrides.
 pub fn load(path: &Path, sets: &[String]) -> Result<Config> {
+    load_with(path, &[], sets)
+}
+
+/// Read a config file, remove the `--unset` keys (their defaults apply), then apply the `--set`
+/// overrides.
+pub fn load_with(path: &Path, unsets: &[String], sets: &[String]) -> Result<Config> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
     let mut value: toml::Value = toml::from_str(&text).with_context(|| format!("{} is not valid TOML", path.display()))?;
+    for k in unsets {
+        apply_unset(&mut value, k).with_context(|| format!("in config {}", path.display()))?;
+    }
     for s in sets {
         apply_set(&mut value, s)?;
     }
@@ -240,13 +249,16 @@ pub fn load(path: &Path, sets: &[String]) -> Result<Config> {
             return Err(other_recipes_section(name, recipe));
         }
     }
-    let cfg: Config = if sets.is_empty() {
+    let cfg: Config = if sets.is_empty() && unsets.is_empty() {
         // Straight from the text, so that the error shows the line and column.
         toml::from_str(&text).map_err(|e| anyhow::anyhow!("invalid config {}: {}", path.display(), e.to_string().trim_end()))?
     } else {
         value
             .try_into()
-            .map_err(|e: toml::de::Error| anyhow::anyhow!("invalid config {} after --set {}: {}", path.display(), sets.join(" "), e.to_string().trim_end()))?
+            .map_err(|e: toml::de::Error| {
+                let changes: Vec<String> = unsets.iter().map(|k| format!("--unset {k}")).chain(sets.iter().map(|s| format!("--set {s}"))).collect();
+                anyhow::anyhow!("invalid config {} after {}: {}", path.display(), changes.join(" "), e.to_string().trim_end())
+            })?
     };
     cfg.validate()?;
     Ok(cfg)
@@ -294,6 +306,31 @@ pub fn apply_set(root: &mut toml::Value, set: &str) -> Result<()> {
         };
     }
     unreachable!("the loop returns at the last key part")
+}
+
+/// `a.b.c`: remove the key, so that its default applies (an optional setting such as
+/// `train.val_sts` is then off). A key the config does not set is an error (a typo would
+/// otherwise change nothing).
+pub fn apply_unset(root: &mut toml::Value, key: &str) -> Result<()> {
+    let parts: Vec<&str> = key.trim().split('.').collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        bail!("--unset {key:?}: empty key part");
+    }
+    let (last, path) = parts.split_last().expect("split gives at least one part");
+    let mut cur = root;
+    for (i, part) in path.iter().enumerate() {
+        cur = match cur {
+            toml::Value::Table(t) => t.get_mut(*part),
+            toml::Value::Array(a) => part.parse::<usize>().ok().and_then(|idx| a.get_mut(idx)),
+            _ => None,
+        }
+        .ok_or_else(|| anyhow::anyhow!("--unset {key}: the config has no {}", parts[..=i].join(".")))?;
+    }
+    let toml::Value::Table(t) = cur else { bail!("--unset {key}: {} is not a table", path.join(".")) };
+    if t.remove(*last).is_none() {
+        bail!("--unset {key}: the config does not set {key} (nothing to remove; its default already applies)");
+    }
+    Ok(())
 }
 
 impl Config {
@@ -442,6 +479,26 @@ mod tests {
         assert!(e.contains("max_stepz"), "{e}");
         assert!(apply_set(&mut base(), "train.max_steps").is_err());
         assert!(apply_set(&mut base(), "recipe.x=1").unwrap_err().to_string().contains("not a table"));
+    }
+
+    #[test]
+    fn unset_removes_a_key_and_its_default_applies() {
+        let mut v = base();
+        apply_set(&mut v, "train.val_sts=\"dev.csv\"").unwrap();
+        apply_set(&mut v, "train.eval_every=7").unwrap();
+        apply_unset(&mut v, "train.val_sts").unwrap();
+        apply_unset(&mut v, "train.eval_every").unwrap();
+        let c: Config = v.clone().try_into().unwrap();
+        assert_eq!(c.train.val_sts, None);
+        assert_eq!(c.train.eval_every, TrainConfig::default().eval_every);
+        assert_eq!(c.train.max_steps, 5, "other keys stay");
+        // Keys the config does not set, and paths through values, are errors naming the key.
+        let e = apply_unset(&mut v, "train.val_sts").unwrap_err().to_string();
+        assert!(e.contains("does not set train.val_sts"), "{e}");
+        let e = apply_unset(&mut v, "optim.lr").unwrap_err().to_string();
+        assert!(e.contains("has no optim"), "{e}");
+        assert!(apply_unset(&mut v, "train.max_steps.x").unwrap_err().to_string().contains("not a table"));
+        assert!(apply_unset(&mut v, "train..x").is_err());
     }
 
     #[test]
