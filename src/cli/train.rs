@@ -67,9 +67,9 @@ pub fn run(a: Args) -> Result<i32> {
                 );
             };
             eprintln!("xsent train: {} is missing; resuming with {}", saved.display(), c.display());
-            config::load_with(c, &a.unsets, &a.sets)?
+            config::load_with(c, &a.unsets, &a.sets, false)?
         } else {
-            let cfg = config::load_with(&saved, &a.unsets, &a.sets)?;
+            let cfg = config::load_with(&saved, &a.unsets, &a.sets, false)?;
             if !a.sets.is_empty() || !a.unsets.is_empty() {
                 let changed = config::changed_on_resume(&config::load(&saved, &[])?, &cfg)?;
                 if !changed.is_empty() {
@@ -81,11 +81,13 @@ pub fn run(a: Args) -> Result<i32> {
                 }
             }
             if let Some(c) = &a.config {
-                let given = config::load_with(c, &a.unsets, &a.sets)?;
+                // The given file need not set what --unset removes from the saved one (which
+                // writes out every default).
+                let given = config::load_with(c, &a.unsets, &a.sets, true)?;
                 if given.to_toml()? != cfg.to_toml()? {
                     bail!(
                         "{} differs from the config the run was started with ({}); resume without --config to use the saved one, \
-                         or change single values with --set",
+                         or change single values with --set / --unset",
                         c.display(),
                         saved.display()
                     );
@@ -95,7 +97,7 @@ pub fn run(a: Args) -> Result<i32> {
         }
     } else {
         let Some(c) = &a.config else { bail!("--config FILE is needed (or --resume to continue a run)") };
-        let cfg = config::load_with(c, &a.unsets, &a.sets)?;
+        let cfg = config::load_with(c, &a.unsets, &a.sets, false)?;
         if saved.is_file() && std::fs::canonicalize(c).ok() == std::fs::canonicalize(&saved).ok() {
             bail!(
                 "--config {} is the run directory's own config.toml, which a new run in --out {} replaces: \

@@ -488,10 +488,12 @@ impl CustomOp1 for ColumnSums {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
         let v = one_f32(self.name(), s, l)?;
-        let n = (*l.dims().last().unwrap_or(&1)).max(1);
+        let n = *l.dims().last().unwrap_or(&1);
         let mut acc = vec![0f64; n];
-        for row in v.chunks_exact(n) {
-            acc.iter_mut().zip(row).for_each(|(a, &x)| *a += x as f64);
+        if n > 0 {
+            for row in v.chunks_exact(n) {
+                acc.iter_mut().zip(row).for_each(|(a, &x)| *a += x as f64);
+            }
         }
         Ok((CpuStorage::F32(acc.into_iter().map(|v| v as f32).collect()), Shape::from(n)))
     }
@@ -535,8 +537,9 @@ impl CustomOp3 for LinearTrain {
             let (xs, ws) = (l1.stride(), l2.stride());
             let threads = candle_core::utils::get_num_threads();
             let parallelism = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
-            // SAFETY: the layouts describe `m × k` and `n × k` matrices inside `x` and `w` (candle
-            // checked them against the storages), and `out` is a contiguous `m × n` matrix.
+            // SAFETY: by candle's invariant a tensor's layout lies within its storage, so the
+            // layouts describe `m × k` and `n × k` matrices inside `x` and `w`; `out` is a
+            // contiguous `m × n` matrix.
             unsafe {
                 gemm::gemm(
                     m,
@@ -580,8 +583,9 @@ impl CustomOp3 for LinearTrain {
 /// whose backward hands the weight its gradient in its own layout on CPU f32, candle's
 /// `matmul` and [`bias_add_train`] elsewhere.
 pub fn linear_train(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+    anyhow::ensure!(x.rank() == 2 && w.rank() == 2 && b.rank() == 1, "linear_train: [rows, in], [out, in] and [out] expected, got {:?}, {:?}, {:?}", x.dims(), w.dims(), b.dims());
     let f32s = [x.dtype(), w.dtype(), b.dtype()].iter().all(|&t| t == candle_core::DType::F32);
-    if x.device().is_cpu() && f32s && x.rank() == 2 && w.rank() == 2 {
+    if x.device().is_cpu() && f32s {
         Ok(x.apply_op3(w, &b.contiguous()?, LinearTrain)?)
     } else {
         bias_add_train(&x.matmul(&w.t()?)?, b)
@@ -860,38 +864,66 @@ mod tests {
     }
 
     /// The fused linear layer against candle's `x.matmul(&w.t())` plus bias: values equal to the
-    /// last bit (the same gemm call), gradients of every input within rounding, for a contiguous
-    /// input, a column slice (row stride wider than the row) and a transposed one; only tracked
-    /// inputs get gradients.
+    /// last bit (the same gemm call), gradients of every input within rounding, for inputs and
+    /// weights in several layouts (contiguous, a column slice whose rows are wider, a transposed
+    /// matrix, a view at an offset, a broadcast row), each a view of a tracked tensor; only
+    /// tracked inputs get gradients.
     #[test]
     fn linear_matches_candle() -> Result<()> {
         let dev = candle_core::Device::Cpu;
         let val = |n: usize, k: usize| -> Vec<f32> { (0..n).map(|i| (((i + k) * 7919) % 211) as f32 / 105.0 - 1.0).collect() };
         let (rows, inp, out) = (37, 70, 45);
-        let w = Tensor::from_vec(val(out * inp, 1), (out, inp), &dev)?;
-        let b = Tensor::from_vec(val(out, 2), out, &dev)?;
-        let wide = Tensor::from_vec(val(rows * (inp + 9), 3), (rows, inp + 9), &dev)?;
-        let xs = [
-            Tensor::from_vec(val(rows * inp, 4), (rows, inp), &dev)?,
-            wide.narrow(1, 5, inp)?,
-            Tensor::from_vec(val(rows * inp, 5), (inp, rows), &dev)?.t()?,
+        type View = dyn Fn(&Tensor) -> candle_core::Result<Tensor>;
+        // Each case: a base tensor (tracked by the gradient check) and the view the layer reads.
+        let xs: Vec<(Tensor, Box<View>)> = vec![
+            (Tensor::from_vec(val(rows * inp, 4), (rows, inp), &dev)?, Box::new(|t: &Tensor| Ok(t.clone()))),
+            (Tensor::from_vec(val(rows * (inp + 9), 3), (rows, inp + 9), &dev)?, Box::new(move |t: &Tensor| t.narrow(1, 5, inp))),
+            (Tensor::from_vec(val(rows * inp, 5), (inp, rows), &dev)?, Box::new(|t: &Tensor| t.t())),
+            (Tensor::from_vec(val(inp, 6), (1, inp), &dev)?, Box::new(move |t: &Tensor| t.broadcast_as((rows, inp)))),
         ];
+        let ws: Vec<(Tensor, Box<View>)> = vec![
+            (Tensor::from_vec(val(out * inp, 1), (out, inp), &dev)?, Box::new(|t: &Tensor| Ok(t.clone()))),
+            (Tensor::from_vec(val((out + 2) * inp, 7), (out + 2, inp), &dev)?, Box::new(move |t: &Tensor| t.narrow(0, 1, out))),
+            (Tensor::from_vec(val(out * inp, 8), (inp, out), &dev)?, Box::new(|t: &Tensor| t.t())),
+        ];
+        let b = Tensor::from_vec(val(out, 2), out, &dev)?;
         let reference = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> { Ok(x.matmul(&w.t()?)?.broadcast_add(b)?) };
-        for x in &xs {
-            assert_eq!(max_diff(&linear_train(x, &w, &b)?, &reference(x, &w, &b)?)?, 0.0);
-            check_grads("linear", &[x.clone(), w.clone(), b.clone()], &|t| linear_train(&t[0], &t[1], &t[2]), &|t| reference(&t[0], &t[1], &t[2]), 1e-5)?;
+        for (xb, xv) in &xs {
+            for (wb, wv) in &ws {
+                let (x, w) = (xv(xb)?, wv(wb)?);
+                assert_eq!(max_diff(&linear_train(&x, &w, &b)?, &reference(&x, &w, &b)?)?, 0.0);
+                check_grads(
+                    "linear",
+                    &[xb.clone(), wb.clone(), b.clone()],
+                    &|t| linear_train(&xv(&t[0])?, &wv(&t[1])?, &t[2]),
+                    &|t| reference(&xv(&t[0])?, &wv(&t[1])?, &t[2]),
+                    1e-5,
+                )?;
+            }
         }
-        // A frozen layer passes the gradient to its input only; an untracked input still gives
-        // the parameters theirs.
-        let v = candle_core::Var::from_tensor(&xs[0])?;
+        let (x, w) = (xs[0].0.clone(), ws[0].0.clone());
+        // Only the tracked inputs get gradients: a frozen layer passes one to its input only, an
+        // untracked input leaves the parameters theirs, and each parameter alone gets its own.
+        let v = candle_core::Var::from_tensor(&x)?;
         let g = linear_train(v.as_tensor(), &w, &b)?.sum_all()?.backward()?;
         assert!(g.get(&w).is_none() && g.get(&b).is_none() && g.get(v.as_tensor()).is_some());
-        check_grads("linear parameters", &[w.clone(), b.clone()], &|t| linear_train(&xs[1], &t[0], &t[1]), &|t| reference(&xs[1], &t[0], &t[1]), 1e-5)?;
-        // No rows: an empty output; mismatched shapes are refused.
+        let (vw, vb) = (candle_core::Var::from_tensor(&w)?, candle_core::Var::from_tensor(&b)?);
+        let g = linear_train(&x, vw.as_tensor(), vb.as_tensor())?.sum_all()?.backward()?;
+        assert!(g.get(&x).is_none() && g.get(vw.as_tensor()).is_some() && g.get(vb.as_tensor()).is_some());
+        check_grads("linear weight alone", std::slice::from_ref(&w), &|t| linear_train(&x, &t[0], &b), &|t| reference(&x, &t[0], &b), 1e-5)?;
+        check_grads("linear bias alone", std::slice::from_ref(&b), &|t| linear_train(&x, &w, &t[0]), &|t| reference(&x, &w, &t[0]), 1e-6)?;
+        // No rows, no inputs (the bias alone) or no outputs; mismatched shapes are refused.
         let empty = Tensor::zeros((0, inp), candle_core::DType::F32, &dev)?;
         assert_eq!(linear_train(&empty, &w, &b)?.dims(), &[0, out]);
-        assert!(linear_train(&xs[0], &w.narrow(1, 0, inp - 1)?, &b).is_err());
-        assert!(linear_train(&xs[0], &w, &b.narrow(0, 0, out - 1)?).is_err());
+        let (x0, w0) = (Tensor::zeros((rows, 0), candle_core::DType::F32, &dev)?, Tensor::zeros((out, 0), candle_core::DType::F32, &dev)?);
+        assert_eq!(max_diff(&linear_train(&x0, &w0, &b)?, &b.broadcast_as((rows, out))?.contiguous()?)?, 0.0);
+        let (wn, bn) = (Tensor::zeros((0, inp), candle_core::DType::F32, &dev)?, Tensor::zeros(0, candle_core::DType::F32, &dev)?);
+        let vb0 = candle_core::Var::from_tensor(&bn)?;
+        let g = linear_train(&x, &wn, vb0.as_tensor())?.sum_all()?.backward()?;
+        assert_eq!(g.get(vb0.as_tensor()).unwrap().dims(), &[0]);
+        assert!(linear_train(&x, &w.narrow(1, 0, inp - 1)?, &b).is_err());
+        assert!(linear_train(&x, &w, &b.narrow(0, 0, out - 1)?).is_err());
+        assert!(linear_train(&x.unsqueeze(0)?, &w, &b).is_err());
         Ok(())
     }
 

@@ -228,16 +228,17 @@ fn other_recipes_section(name: &str, recipe: &str) -> anyhow::Error {
 
 /// Read a config file and apply `--set key=value` overrides.
 pub fn load(path: &Path, sets: &[String]) -> Result<Config> {
-    load_with(path, &[], sets)
+    load_with(path, &[], sets, false)
 }
 
 /// Read a config file, remove the `--unset` keys (their defaults apply), then apply the `--set`
-/// overrides.
-pub fn load_with(path: &Path, unsets: &[String], sets: &[String]) -> Result<Config> {
+/// overrides. A key to remove that the file does not set is an error, unless `missing_ok`
+/// (a file compared with a run's saved config, which writes out every default).
+pub fn load_with(path: &Path, unsets: &[String], sets: &[String], missing_ok: bool) -> Result<Config> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
     let mut value: toml::Value = toml::from_str(&text).with_context(|| format!("{} is not valid TOML", path.display()))?;
     for k in unsets {
-        apply_unset(&mut value, k).with_context(|| format!("in config {}", path.display()))?;
+        apply_unset(&mut value, k, missing_ok).with_context(|| format!("in config {}", path.display()))?;
     }
     for s in sets {
         apply_set(&mut value, s)?;
@@ -310,27 +311,53 @@ pub fn apply_set(root: &mut toml::Value, set: &str) -> Result<()> {
 
 /// `a.b.c`: remove the key, so that its default applies (an optional setting such as
 /// `train.val_sts` is then off). A key the config does not set is an error (a typo would
-/// otherwise change nothing).
-pub fn apply_unset(root: &mut toml::Value, key: &str) -> Result<()> {
-    let parts: Vec<&str> = key.trim().split('.').collect();
+/// otherwise change nothing), unless `missing_ok`. Entries of a list are not removed one by one:
+/// `--set` the list.
+pub fn apply_unset(root: &mut toml::Value, key: &str, missing_ok: bool) -> Result<()> {
+    let key = key.trim();
+    if key.contains('=') {
+        bail!("--unset {key}: --unset takes a key alone (e.g. --unset train.val_sts); to give a value use --set KEY=VALUE");
+    }
+    let parts: Vec<&str> = key.split('.').collect();
     if parts.iter().any(|p| p.is_empty()) {
-        bail!("--unset {key:?}: empty key part");
+        bail!("--unset {key}: empty key part");
     }
     let (last, path) = parts.split_last().expect("split gives at least one part");
     let mut cur = root;
     for (i, part) in path.iter().enumerate() {
+        let here = parts[..=i].join(".");
         cur = match cur {
-            toml::Value::Table(t) => t.get_mut(*part),
-            toml::Value::Array(a) => part.parse::<usize>().ok().and_then(|idx| a.get_mut(idx)),
-            _ => None,
+            toml::Value::Table(t) => match t.get_mut(*part) {
+                Some(v) => v,
+                None if missing_ok => return Ok(()),
+                None => bail!("--unset {key}: the config does not set {here} (nothing to remove)"),
+            },
+            toml::Value::Array(a) => {
+                let len = a.len();
+                let idx: usize = part.parse().map_err(|_| anyhow::anyhow!("--unset {key}: {part:?} indexes a list and must be a number"))?;
+                match a.get_mut(idx) {
+                    Some(v) => v,
+                    None if missing_ok => return Ok(()),
+                    None => bail!("--unset {key}: index {idx} but the list has {len} entries"),
+                }
+            }
+            _ => bail!("--unset {key}: {} is a value, not a table", parts[..i].join(".")),
+        };
+    }
+    match cur {
+        toml::Value::Table(t) => {
+            if t.remove(*last).is_none() && !missing_ok {
+                bail!("--unset {key}: the config does not set {key} (nothing to remove)");
+            }
+            Ok(())
         }
-        .ok_or_else(|| anyhow::anyhow!("--unset {key}: the config has no {}", parts[..=i].join(".")))?;
+        toml::Value::Array(_) => bail!(
+            "--unset {key}: {} is a list, whose entries are not removed one by one; give the whole list with --set {}=[...]",
+            path.join("."),
+            path.join(".")
+        ),
+        _ => bail!("--unset {key}: {} is a value, not a table", path.join(".")),
     }
-    let toml::Value::Table(t) = cur else { bail!("--unset {key}: {} is not a table", path.join(".")) };
-    if t.remove(*last).is_none() {
-        bail!("--unset {key}: the config does not set {key} (nothing to remove; its default already applies)");
-    }
-    Ok(())
 }
 
 impl Config {
@@ -486,19 +513,30 @@ mod tests {
         let mut v = base();
         apply_set(&mut v, "train.val_sts=\"dev.csv\"").unwrap();
         apply_set(&mut v, "train.eval_every=7").unwrap();
-        apply_unset(&mut v, "train.val_sts").unwrap();
-        apply_unset(&mut v, "train.eval_every").unwrap();
+        apply_unset(&mut v, "train.val_sts", false).unwrap();
+        apply_unset(&mut v, "train.eval_every", false).unwrap();
         let c: Config = v.clone().try_into().unwrap();
         assert_eq!(c.train.val_sts, None);
         assert_eq!(c.train.eval_every, TrainConfig::default().eval_every);
         assert_eq!(c.train.max_steps, 5, "other keys stay");
-        // Keys the config does not set, and paths through values, are errors naming the key.
-        let e = apply_unset(&mut v, "train.val_sts").unwrap_err().to_string();
+        // Keys the config does not set, paths through values, list entries and key=value are
+        // errors naming the key; a file compared with a saved config may lack the key.
+        let e = apply_unset(&mut v, "train.val_sts", false).unwrap_err().to_string();
         assert!(e.contains("does not set train.val_sts"), "{e}");
-        let e = apply_unset(&mut v, "optim.lr").unwrap_err().to_string();
-        assert!(e.contains("has no optim"), "{e}");
-        assert!(apply_unset(&mut v, "train.max_steps.x").unwrap_err().to_string().contains("not a table"));
-        assert!(apply_unset(&mut v, "train..x").is_err());
+        apply_unset(&mut v, "train.val_sts", true).unwrap();
+        let e = apply_unset(&mut v, "optim.lr", false).unwrap_err().to_string();
+        assert!(e.contains("does not set optim"), "{e}");
+        apply_unset(&mut v, "optim.lr", true).unwrap();
+        let e = apply_unset(&mut v, "train.max_steps.x.y", false).unwrap_err().to_string();
+        assert!(e.contains("train.max_steps is a value"), "{e}");
+        apply_set(&mut v, "data.sources=[{kind = \"tsv\", path = \"a.tsv\"}]").unwrap();
+        let e = apply_unset(&mut v, "data.sources.0", false).unwrap_err().to_string();
+        assert!(e.contains("is a list") && e.contains("--set data.sources=[...]"), "{e}");
+        let e = apply_unset(&mut v, "data.sources.3.path", false).unwrap_err().to_string();
+        assert!(e.contains("index 3 but the list has 1 entries"), "{e}");
+        apply_unset(&mut v, " data.sources.0.path ", false).unwrap();
+        assert!(apply_unset(&mut v, "train.max_steps=3", false).unwrap_err().to_string().contains("takes a key alone"));
+        assert!(apply_unset(&mut v, "train..x", false).is_err());
     }
 
     #[test]
