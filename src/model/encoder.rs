@@ -138,7 +138,7 @@ impl Linear {
         if x.track_op() || self.weight.track_op() || self.bias.track_op() {
             return super::kernels::linear_train(x, &self.weight, &self.bias);
         }
-        Ok(x.matmul(&self.weight.t()?)?.broadcast_add(&self.bias)?)
+        super::kernels::linear_infer(x, &self.weight, &self.bias)
     }
 }
 

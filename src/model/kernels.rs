@@ -592,6 +592,18 @@ pub fn linear_train(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
     }
 }
 
+/// `x·Wᵀ + b` without autograd: on CPU f32 the product and the bias in one op (the same values
+/// as candle's `matmul` then `broadcast_add`, one output buffer instead of two), elsewhere
+/// candle's ops.
+pub fn linear_infer(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let f32s = [x.dtype(), w.dtype(), b.dtype()].iter().all(|&t| t == candle_core::DType::F32);
+    if x.device().is_cpu() && f32s && x.rank() == 2 && w.rank() == 2 && b.rank() == 1 {
+        Ok(x.apply_op3_no_bwd(w, &b.contiguous()?, &LinearTrain)?)
+    } else {
+        Ok(x.matmul(&w.t()?)?.broadcast_add(b)?)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -863,8 +875,8 @@ mod tests {
         Ok(())
     }
 
-    /// The fused linear layer against candle's `x.matmul(&w.t())` plus bias: values equal to the
-    /// last bit (the same gemm call), gradients of every input within rounding, for inputs and
+    /// The fused linear layer (training and inference) against candle's `x.matmul(&w.t())` plus
+    /// bias: values equal to the last bit (the same gemm call), gradients of every input within rounding, for inputs and
     /// weights in several layouts (contiguous, a column slice whose rows are wider, a transposed
     /// matrix, a view at an offset, a broadcast row), each a view of a tracked tensor; only
     /// tracked inputs get gradients.
@@ -892,6 +904,7 @@ mod tests {
             for (wb, wv) in &ws {
                 let (x, w) = (xv(xb)?, wv(wb)?);
                 assert_eq!(max_diff(&linear_train(&x, &w, &b)?, &reference(&x, &w, &b)?)?, 0.0);
+                assert_eq!(max_diff(&linear_infer(&x, &w, &b)?, &reference(&x, &w, &b)?)?, 0.0);
                 check_grads(
                     "linear",
                     &[xb.clone(), wb.clone(), b.clone()],
