@@ -1,7 +1,7 @@
 //! CPU kernels for what candle computes with scalar libm calls or many small ops: GELU (erf) and
 //! attention's masked softmax, for inference (no autograd) and for training (custom ops whose backward is a fused
-//! kernel too), attention's head split and merge, and for training LayerNorm, the linear layers
-//! (product and bias in one op) and the dropout product: candle's backward costs every op a zeroed gradient and an
+//! kernel too), attention's head split and merge, the linear layers (product and bias in one op,
+//! with a fused backward for training), and for training LayerNorm and the dropout product: candle's backward costs every op a zeroed gradient and an
 //! added copy per input (even for inputs that need no gradient, such as a dropout mask), and its
 //! broadcast ops a strided row reduction, so one fused op with a fused backward saves several
 //! full-size passes. Tests check values and gradients against candle's own
@@ -515,9 +515,9 @@ pub fn bias_add_train(y: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// composition sends it through the transpose node, which costs a zeroed `[in, out]` gradient,
 /// an add, and then a zeroed `[out, in]` gradient plus an add that reads the first one column by
 /// column; and the bias add's node costs a zeroed `[rows, out]` gradient plus an add.
-struct LinearTrain;
+struct FusedLinear;
 
-impl CustomOp3 for LinearTrain {
+impl CustomOp3 for FusedLinear {
     fn name(&self) -> &'static str {
         "fast-linear"
     }
@@ -586,7 +586,7 @@ pub fn linear_train(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
     anyhow::ensure!(x.rank() == 2 && w.rank() == 2 && b.rank() == 1, "linear_train: [rows, in], [out, in] and [out] expected, got {:?}, {:?}, {:?}", x.dims(), w.dims(), b.dims());
     let f32s = [x.dtype(), w.dtype(), b.dtype()].iter().all(|&t| t == candle_core::DType::F32);
     if x.device().is_cpu() && f32s {
-        Ok(x.apply_op3(w, &b.contiguous()?, LinearTrain)?)
+        Ok(x.apply_op3(w, &b.contiguous()?, FusedLinear)?)
     } else {
         bias_add_train(&x.matmul(&w.t()?)?, b)
     }
@@ -598,7 +598,7 @@ pub fn linear_train(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
 pub fn linear_infer(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
     let f32s = [x.dtype(), w.dtype(), b.dtype()].iter().all(|&t| t == candle_core::DType::F32);
     if x.device().is_cpu() && f32s && x.rank() == 2 && w.rank() == 2 && b.rank() == 1 {
-        Ok(x.apply_op3_no_bwd(w, &b.contiguous()?, &LinearTrain)?)
+        Ok(x.apply_op3_no_bwd(w, &b.contiguous()?, &FusedLinear)?)
     } else {
         Ok(x.matmul(&w.t()?)?.broadcast_add(b)?)
     }
