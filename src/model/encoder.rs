@@ -136,9 +136,9 @@ impl Linear {
         // In training (anything tracked) the fused linear op, whose backward gives the weight its
         // gradient in its own layout and the bias its column sums in one pass.
         if x.track_op() || self.weight.track_op() || self.bias.track_op() {
-            return super::kernels::linear_train(x, &self.weight, &self.bias);
+            return super::kernels::linear(x, &self.weight, &self.bias, true);
         }
-        super::kernels::linear_infer(x, &self.weight, &self.bias)
+        super::kernels::linear(x, &self.weight, &self.bias, false)
     }
 }
 

@@ -101,7 +101,7 @@ impl CustomOp1 for GeluErfTrain {
 
 /// GELU (erf) for training: vectorised forward and backward on CPU f32, candle's op elsewhere.
 pub fn gelu_erf_train(x: &Tensor) -> Result<Tensor> {
-    if x.device().is_cpu() && x.dtype() == candle_core::DType::F32 {
+    if cpu_f32(&[x]) {
         Ok(x.contiguous()?.apply_op1(GeluErfTrain)?)
     } else {
         Ok(x.gelu_erf()?)
@@ -110,7 +110,7 @@ pub fn gelu_erf_train(x: &Tensor) -> Result<Tensor> {
 
 /// GELU (erf) for inference: the vectorised kernel on CPU f32, candle's op elsewhere.
 pub fn gelu_erf_infer(x: &Tensor) -> Result<Tensor> {
-    if x.device().is_cpu() && x.dtype() == candle_core::DType::F32 {
+    if cpu_f32(&[x]) {
         Ok(x.contiguous()?.apply_op1_no_bwd(&GeluErf)?)
     } else {
         Ok(x.gelu_erf()?)
@@ -201,13 +201,12 @@ impl CustomOp2 for MaskedSoftmax {
 /// CPU f32 for a `[B, 1, 1, Lk]` bias that needs no gradient (with a fused backward in training),
 /// candle's ops elsewhere.
 pub fn masked_softmax(scores: &Tensor, bias: &Tensor, train: bool) -> Result<Tensor> {
-    let cpu_f32 = scores.device().is_cpu() && scores.dtype() == candle_core::DType::F32 && bias.dtype() == candle_core::DType::F32;
     // The fused op's shapes, and a bias that needs no gradient (the fused op gives it none).
     let fits = match scores.dims() {
         &[b, _, _, lk] => bias.dims() == [b, 1, 1, lk],
         _ => false,
     };
-    if cpu_f32 && fits && !bias.track_op() {
+    if cpu_f32(&[scores, bias]) && fits && !bias.track_op() {
         let (scores, bias) = (scores.contiguous()?, bias.contiguous()?);
         Ok(if train { scores.apply_op2(&bias, MaskedSoftmax)? } else { scores.apply_op2_no_bwd(&bias, &MaskedSoftmax)? })
     } else {
@@ -242,8 +241,7 @@ impl CustomOp2 for MaskMul {
 /// `x ⊙ mask` with a dropout mask of `x`'s shape (see [`MaskMul`]): a fused op on CPU f32 for a
 /// mask that needs no gradient, candle's `mul` elsewhere.
 pub fn dropout_mul(x: &Tensor, mask: &Tensor) -> Result<Tensor> {
-    let fused = x.device().is_cpu() && x.dtype() == candle_core::DType::F32 && mask.dtype() == candle_core::DType::F32;
-    if fused && x.dims() == mask.dims() && !mask.track_op() {
+    if cpu_f32(&[x, mask]) && x.dims() == mask.dims() && !mask.track_op() {
         Ok(x.contiguous()?.apply_op2(&mask.contiguous()?, MaskMul)?)
     } else {
         Ok(x.mul(mask)?)
@@ -298,7 +296,7 @@ impl CustomOp1 for Heads {
 
 /// `[B·L, heads·d]` → `[B, heads, L, d]` (contiguous), as attention splits its projections.
 pub fn split_heads(x: &Tensor, b: usize, l: usize, heads: usize) -> Result<Tensor> {
-    if x.device().is_cpu() && x.dtype() == candle_core::DType::F32 {
+    if cpu_f32(&[x]) {
         Ok(x.contiguous()?.apply_op1(Heads { b, l, heads, merge: false })?)
     } else {
         let d = x.dim(1)? / heads;
@@ -309,11 +307,16 @@ pub fn split_heads(x: &Tensor, b: usize, l: usize, heads: usize) -> Result<Tenso
 /// `[B, heads, L, d]` → `[B·L, heads·d]`, the inverse of [`split_heads`].
 pub fn merge_heads(x: &Tensor) -> Result<Tensor> {
     let (b, heads, l, d) = x.dims4()?;
-    if x.device().is_cpu() && x.dtype() == candle_core::DType::F32 {
+    if cpu_f32(&[x]) {
         Ok(x.contiguous()?.apply_op1(Heads { b, l, heads, merge: true })?)
     } else {
         Ok(x.transpose(1, 2)?.reshape((b * l, heads * d))?)
     }
+}
+
+/// Whether every tensor is on the CPU and f32: the kernels' domain (elsewhere candle's ops run).
+fn cpu_f32(ts: &[&Tensor]) -> bool {
+    ts.iter().all(|t| t.device().is_cpu() && t.dtype() == candle_core::DType::F32)
 }
 
 /// The f32 data of a contiguous input.
@@ -447,34 +450,10 @@ impl CustomOp2 for LayerNormGradWB {
 /// LayerNorm over the last dimension for training: fused forward and backward on CPU f32,
 /// candle's differentiable composition (`layer_norm_slow`) elsewhere.
 pub fn layer_norm_train(x: &Tensor, w: &Tensor, b: &Tensor, eps: f32) -> Result<Tensor> {
-    if x.device().is_cpu() && [x.dtype(), w.dtype(), b.dtype()].iter().all(|&t| t == candle_core::DType::F32) {
+    if cpu_f32(&[x, w, b]) {
         Ok(x.contiguous()?.apply_op3(&w.contiguous()?, &b.contiguous()?, LayerNormTrain { eps })?)
     } else {
         Ok(candle_nn::ops::layer_norm_slow(x, w, b, eps)?)
-    }
-}
-
-/// `y + b` for a `[rows, n]` `y` and a `[n]` bias, whose backward passes the gradient to `y` and
-/// its column sums (accumulated in f64) to `b`.
-struct BiasAdd;
-
-impl CustomOp2 for BiasAdd {
-    fn name(&self) -> &'static str {
-        "fast-bias-add"
-    }
-
-    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (y, b, n) = rows_and_vec(self.name(), (s1, l1), (s2, l2))?;
-        let mut out = y.to_vec();
-        for row in out.chunks_exact_mut(n) {
-            row.iter_mut().zip(b).for_each(|(o, b)| *o += b);
-        }
-        Ok((CpuStorage::F32(out), l1.shape().clone()))
-    }
-
-    fn bwd(&self, y: &Tensor, b: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        let db = if b.track_op() { Some(grad.contiguous()?.apply_op1_no_bwd(&ColumnSums)?) } else { None };
-        Ok((y.track_op().then(|| grad.clone()), db))
     }
 }
 
@@ -496,16 +475,6 @@ impl CustomOp1 for ColumnSums {
             }
         }
         Ok((CpuStorage::F32(acc.into_iter().map(|v| v as f32).collect()), Shape::from(n)))
-    }
-}
-
-/// `y + b` with `y` `[rows, n]` and `b` `[n]` for training: a fused op with a fused backward on
-/// CPU f32, candle's `broadcast_add` elsewhere.
-pub fn bias_add_train(y: &Tensor, b: &Tensor) -> Result<Tensor> {
-    if y.device().is_cpu() && y.dtype() == candle_core::DType::F32 && b.dtype() == candle_core::DType::F32 && y.rank() == 2 {
-        Ok(y.contiguous()?.apply_op2(&b.contiguous()?, BiasAdd)?)
-    } else {
-        Ok(y.broadcast_add(b)?)
     }
 }
 
@@ -579,29 +548,16 @@ impl CustomOp3 for FusedLinear {
     }
 }
 
-/// `x·Wᵀ + b` with `x` `[rows, in]`, `w` `[out, in]` and `b` `[out]` for training: a fused op
-/// whose backward hands the weight its gradient in its own layout on CPU f32, candle's
-/// `matmul` and [`bias_add_train`] elsewhere.
-pub fn linear_train(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
-    anyhow::ensure!(x.rank() == 2 && w.rank() == 2 && b.rank() == 1, "linear_train: [rows, in], [out, in] and [out] expected, got {:?}, {:?}, {:?}", x.dims(), w.dims(), b.dims());
-    let f32s = [x.dtype(), w.dtype(), b.dtype()].iter().all(|&t| t == candle_core::DType::F32);
-    if x.device().is_cpu() && f32s {
-        Ok(x.apply_op3(w, &b.contiguous()?, FusedLinear)?)
-    } else {
-        bias_add_train(&x.matmul(&w.t()?)?, b)
+/// `x·Wᵀ + b` with `x` `[rows, in]`, `w` `[out, in]` and `b` `[out]`: on CPU f32 one op (the same
+/// values as candle's `matmul` then `broadcast_add`, one output buffer instead of two) whose
+/// backward (`train`) hands the weight its gradient in its own layout; candle's ops elsewhere.
+pub fn linear(x: &Tensor, w: &Tensor, b: &Tensor, train: bool) -> Result<Tensor> {
+    anyhow::ensure!(x.rank() == 2 && w.rank() == 2 && b.rank() == 1, "linear: [rows, in], [out, in] and [out] expected, got {:?}, {:?}, {:?}", x.dims(), w.dims(), b.dims());
+    if !cpu_f32(&[x, w, b]) {
+        return Ok(x.matmul(&w.t()?)?.broadcast_add(b)?);
     }
-}
-
-/// `x·Wᵀ + b` without autograd: on CPU f32 the product and the bias in one op (the same values
-/// as candle's `matmul` then `broadcast_add`, one output buffer instead of two), elsewhere
-/// candle's ops.
-pub fn linear_infer(x: &Tensor, w: &Tensor, b: &Tensor) -> Result<Tensor> {
-    let f32s = [x.dtype(), w.dtype(), b.dtype()].iter().all(|&t| t == candle_core::DType::F32);
-    if x.device().is_cpu() && f32s && x.rank() == 2 && w.rank() == 2 && b.rank() == 1 {
-        Ok(x.apply_op3_no_bwd(w, &b.contiguous()?, &FusedLinear)?)
-    } else {
-        Ok(x.matmul(&w.t()?)?.broadcast_add(b)?)
-    }
+    let b = b.contiguous()?;
+    Ok(if train { x.apply_op3(w, &b, FusedLinear)? } else { x.apply_op3_no_bwd(w, &b, &FusedLinear)? })
 }
 
 #[cfg(test)]
@@ -768,7 +724,8 @@ mod tests {
                 assert!(*o <= (2.0 * c).max(2e-6), "layer norm, eps {eps}: our errors {ours:?}, candle's f32 errors {candle_f32:?}");
             }
         }
-        check_grads("bias add", &[x.clone(), b.clone()], &|t| bias_add_train(&t[0], &t[1]), &|t| Ok(t[0].broadcast_add(&t[1])?), 1e-5)?;
+        let wl = Tensor::from_vec((0..n * n).map(|i| ((i * 31) % 17) as f32 / 8.0 - 1.0).collect::<Vec<_>>(), (n, n), &dev)?;
+        check_grads("linear", &[x.clone(), wl.clone(), b.clone()], &|t| linear(&t[0], &t[1], &t[2], true), &|t| Ok(t[0].matmul(&t[1].t()?)?.broadcast_add(&t[2])?), 1e-5)?;
         let (scores, mask) = scores_and_bias(&dev)?;
         let scores = (scores / 4.0)?;
         let va = candle_core::Var::from_tensor(&scores)?;
@@ -779,10 +736,11 @@ mod tests {
         let (ga, gb) = (ya.mul(&wts)?.sum_all()?.backward()?, yb.mul(&wts)?.sum_all()?.backward()?);
         let dg = max_diff(ga.get(va.as_tensor()).unwrap(), gb.get(vb.as_tensor()).unwrap())?;
         assert!(dg < 1e-6, "masked softmax: gradient diff {dg}");
-        // Only the tracked inputs get gradients: a frozen bias gets none, the input still does.
+        // Only the tracked inputs get gradients: a frozen bias (and weight) gets none, the input
+        // still does.
         let v = candle_core::Var::from_tensor(&x)?;
-        let g = bias_add_train(v.as_tensor(), &b)?.sum_all()?.backward()?;
-        assert!(g.get(&b).is_none() && g.get(v.as_tensor()).is_some());
+        let g = linear(v.as_tensor(), &wl, &b, true)?.sum_all()?.backward()?;
+        assert!(g.get(&wl).is_none() && g.get(&b).is_none() && g.get(v.as_tensor()).is_some());
         let g = layer_norm_train(v.as_tensor(), &w, &b, 1e-12)?.sum_all()?.backward()?;
         assert!(g.get(&w).is_none() && g.get(&b).is_none() && g.get(v.as_tensor()).is_some());
         Ok(())
@@ -853,7 +811,7 @@ mod tests {
         let block = |t: &[Tensor], fused: bool| -> Result<Tensor> {
             let x = t[0].narrow(0, 1, b * l)?;
             let lin = |x: &Tensor, i: usize| -> Result<Tensor> {
-                if fused { linear_train(x, &t[1 + 2 * i], &t[2 + 2 * i]) } else { Ok(x.matmul(&t[1 + 2 * i].t()?)?.broadcast_add(&t[2 + 2 * i])?) }
+                if fused { linear(x, &t[1 + 2 * i], &t[2 + 2 * i], true) } else { Ok(x.matmul(&t[1 + 2 * i].t()?)?.broadcast_add(&t[2 + 2 * i])?) }
             };
             let split = |y: Tensor| -> Result<Tensor> { if fused { split_heads(&y, b, l, nh) } else { Ok(y.reshape((b, l, nh, d))?.transpose(1, 2)?.contiguous()?) } };
             let q = split((lin(&x, 0)? * 0.5)?)?;
@@ -871,7 +829,7 @@ mod tests {
         // Untracked inputs, tracked parameters: only the parameters get gradients, as candle's.
         let x = mat(b * l, h, 3)?;
         check_grads("layer norm parameters", &inputs[9..11], &|t| layer_norm_train(&x, &t[0], &t[1], 1e-12), &|t| Ok(candle_nn::ops::layer_norm_slow(&x, &t[0], &t[1], 1e-12)?), 1e-5)?;
-        check_grads("bias add parameter", &inputs[2..3], &|t| bias_add_train(&x, &t[0]), &|t| Ok(x.broadcast_add(&t[0])?), 1e-6)?;
+        check_grads("linear parameters", &inputs[1..3], &|t| linear(&x, &t[0], &t[1], true), &|t| Ok(x.matmul(&t[0].t()?)?.broadcast_add(&t[1])?), 1e-6)?;
         Ok(())
     }
 
@@ -903,12 +861,12 @@ mod tests {
         for (xb, xv) in &xs {
             for (wb, wv) in &ws {
                 let (x, w) = (xv(xb)?, wv(wb)?);
-                assert_eq!(max_diff(&linear_train(&x, &w, &b)?, &reference(&x, &w, &b)?)?, 0.0);
-                assert_eq!(max_diff(&linear_infer(&x, &w, &b)?, &reference(&x, &w, &b)?)?, 0.0);
+                assert_eq!(max_diff(&linear(&x, &w, &b, true)?, &reference(&x, &w, &b)?)?, 0.0);
+                assert_eq!(max_diff(&linear(&x, &w, &b, false)?, &reference(&x, &w, &b)?)?, 0.0);
                 check_grads(
                     "linear",
                     &[xb.clone(), wb.clone(), b.clone()],
-                    &|t| linear_train(&xv(&t[0])?, &wv(&t[1])?, &t[2]),
+                    &|t| linear(&xv(&t[0])?, &wv(&t[1])?, &t[2], true),
                     &|t| reference(&xv(&t[0])?, &wv(&t[1])?, &t[2]),
                     1e-5,
                 )?;
@@ -918,25 +876,25 @@ mod tests {
         // Only the tracked inputs get gradients: a frozen layer passes one to its input only, an
         // untracked input leaves the parameters theirs, and each parameter alone gets its own.
         let v = candle_core::Var::from_tensor(&x)?;
-        let g = linear_train(v.as_tensor(), &w, &b)?.sum_all()?.backward()?;
+        let g = linear(v.as_tensor(), &w, &b, true)?.sum_all()?.backward()?;
         assert!(g.get(&w).is_none() && g.get(&b).is_none() && g.get(v.as_tensor()).is_some());
         let (vw, vb) = (candle_core::Var::from_tensor(&w)?, candle_core::Var::from_tensor(&b)?);
-        let g = linear_train(&x, vw.as_tensor(), vb.as_tensor())?.sum_all()?.backward()?;
+        let g = linear(&x, vw.as_tensor(), vb.as_tensor(), true)?.sum_all()?.backward()?;
         assert!(g.get(&x).is_none() && g.get(vw.as_tensor()).is_some() && g.get(vb.as_tensor()).is_some());
-        check_grads("linear weight alone", std::slice::from_ref(&w), &|t| linear_train(&x, &t[0], &b), &|t| reference(&x, &t[0], &b), 1e-5)?;
-        check_grads("linear bias alone", std::slice::from_ref(&b), &|t| linear_train(&x, &w, &t[0]), &|t| reference(&x, &w, &t[0]), 1e-6)?;
+        check_grads("linear weight alone", std::slice::from_ref(&w), &|t| linear(&x, &t[0], &b, true), &|t| reference(&x, &t[0], &b), 1e-5)?;
+        check_grads("linear bias alone", std::slice::from_ref(&b), &|t| linear(&x, &w, &t[0], true), &|t| reference(&x, &w, &t[0]), 1e-6)?;
         // No rows, no inputs (the bias alone) or no outputs; mismatched shapes are refused.
         let empty = Tensor::zeros((0, inp), candle_core::DType::F32, &dev)?;
-        assert_eq!(linear_train(&empty, &w, &b)?.dims(), &[0, out]);
+        assert_eq!(linear(&empty, &w, &b, true)?.dims(), &[0, out]);
         let (x0, w0) = (Tensor::zeros((rows, 0), candle_core::DType::F32, &dev)?, Tensor::zeros((out, 0), candle_core::DType::F32, &dev)?);
-        assert_eq!(max_diff(&linear_train(&x0, &w0, &b)?, &b.broadcast_as((rows, out))?.contiguous()?)?, 0.0);
+        assert_eq!(max_diff(&linear(&x0, &w0, &b, true)?, &b.broadcast_as((rows, out))?.contiguous()?)?, 0.0);
         let (wn, bn) = (Tensor::zeros((0, inp), candle_core::DType::F32, &dev)?, Tensor::zeros(0, candle_core::DType::F32, &dev)?);
         let vb0 = candle_core::Var::from_tensor(&bn)?;
-        let g = linear_train(&x, &wn, vb0.as_tensor())?.sum_all()?.backward()?;
+        let g = linear(&x, &wn, vb0.as_tensor(), true)?.sum_all()?.backward()?;
         assert_eq!(g.get(vb0.as_tensor()).unwrap().dims(), &[0]);
-        assert!(linear_train(&x, &w.narrow(1, 0, inp - 1)?, &b).is_err());
-        assert!(linear_train(&x, &w, &b.narrow(0, 0, out - 1)?).is_err());
-        assert!(linear_train(&x.unsqueeze(0)?, &w, &b).is_err());
+        assert!(linear(&x, &w.narrow(1, 0, inp - 1)?, &b, true).is_err());
+        assert!(linear(&x, &w, &b.narrow(0, 0, out - 1)?, true).is_err());
+        assert!(linear(&x.unsqueeze(0)?, &w, &b, true).is_err());
         Ok(())
     }
 

@@ -331,7 +331,7 @@ impl Head {
 
     /// Vocabulary logits `[n, V]` of vectors `[n, H]`.
     fn logits(&self, x: &Tensor, embeddings: &Tensor) -> Result<Tensor> {
-        crate::model::kernels::linear_train(&self.fc.forward(x)?, embeddings, &self.bias)
+        crate::model::kernels::linear(&self.fc.forward(x)?, embeddings, &self.bias, true)
     }
 }
 
