@@ -88,7 +88,8 @@ pub fn markdown(scores: &[SetScore], bias: Option<&LanguageBias>) -> String {
         out += &format!("| {} | {} | {:.2} | {:.2} |", s.name, s.n, s.spearman, s.pearson);
         for p in P.iter().chain(R) {
             out += &match p.get(&s.name) {
-                Some(v) => format!(" {v:.1} |"),
+                // As printed: one decimal, two where the paper gives two (seed 000 Tab. 2).
+                Some(v) => format!(" {:.*} |", if (v * 10.0 - (v * 10.0).round()).abs() < 1e-9 { 1 } else { 2 }, v),
                 None => " – |".into(),
             };
         }
@@ -107,4 +108,35 @@ pub fn markdown(scores: &[SetScore], bias: Option<&LanguageBias>) -> String {
     }
     out += "Published columns: Spearman ×100 as printed in the seeds (EN-ES = es-en track 4a, EN-AR = ar-en), then the Pearson ×100 columns of seed 002 Table 2 (compare with our Pearson); – = not reported.\n";
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every published column names sets that exist, and the table prints each number as the
+    /// paper does, under its system, beside ours.
+    #[test]
+    fn published_columns_name_real_sets_and_print_as_printed() {
+        use super::super::published::{STS17_PEARSON, STS17_SPEARMAN};
+        let names = crate::data::sts::set_names();
+        for p in STS17_SPEARMAN.iter().chain(STS17_PEARSON) {
+            for (set, _) in p.scores {
+                assert!(names.contains(set), "{} ({}): unknown set {set}", p.system, p.source);
+            }
+        }
+        let scores: Vec<SetScore> =
+            ["es-es", "en-de"].iter().map(|n| SetScore { name: n.to_string(), n: 250, spearman: 70.0, pearson: 71.0 }).collect();
+        let t = markdown(&scores, None);
+        let header = t.lines().next().unwrap();
+        for p in STS17_SPEARMAN {
+            assert!(header.contains(&format!(" {} ({}) |", p.system, p.source)), "{}", p.system);
+        }
+        let col = |system: &str| header.split(" |").position(|c| c.trim_start().starts_with(system)).unwrap();
+        let row = |set: &str| t.lines().find(|l| l.starts_with(&format!("| {set} |"))).unwrap().split(" |").map(str::trim).collect::<Vec<_>>();
+        assert_eq!(row("es-es")[col("DuEAM weakly-sup., EN-DE only")], "78.64");
+        assert_eq!(row("en-de")[col("DuEAM weakly-sup., EN-DE only")], "–");
+        assert_eq!(row("en-de")[col("XLM-R←SBERT-paraphrases")], "84.0");
+        assert_eq!(row("es-es")[col("LASER (seed 003")], "79.7");
+    }
 }
