@@ -150,6 +150,31 @@ fn load_f32(path: &Path) -> std::collections::HashMap<String, Vec<f32>> {
 }
 
 #[test]
+fn gradient_accumulation_equals_one_batch_of_the_same_examples() {
+    // Two micro-batches of 8 per step and one batch of 16 draw the same 16 examples in the same
+    // order; with dropout off (the only randomness in a step) they take the same steps: the
+    // logged loss and gradient norm (each micro-batch weighted by 1 / grad_accum) and the
+    // validations agree up to the order of float sums.
+    let s = setup("");
+    let (acc, one) = (s.run_dir("acc"), s.run_dir("one"));
+    let o = s.train(&["--out", acc.to_str().unwrap(), "--set", "distill.dropout=0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = s.train(&["--out", one.to_str().unwrap(), "--set", "distill.dropout=0", "--set", "train.batch_size=16", "--set", "train.grad_accum=1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (a, b) = (curve(&acc), curve(&one));
+    assert_eq!(a.len(), b.len());
+    let mut compared = 0;
+    for (ra, rb) in a.iter().zip(&b) {
+        assert_eq!(ra.iter().map(|x| &x.0).collect::<Vec<_>>(), rb.iter().map(|x| &x.0).collect::<Vec<_>>());
+        for ((k, x), (_, y)) in ra.iter().zip(rb) {
+            assert!((x - y).abs() <= 1e-4 * x.abs().max(y.abs()).max(1e-3), "{k}: {x} with grad_accum 2, {y} with one batch");
+            compared += usize::from(k == "loss" || k == "grad_norm");
+        }
+    }
+    assert_eq!(compared, 24, "12 steps' loss and grad_norm");
+}
+
+#[test]
 fn resume_continues_the_same_loss_curve() {
     let s = setup("");
     let full = s.run_dir("full");
@@ -282,6 +307,20 @@ fn resume_refuses_what_would_drop_work_and_a_failed_start_can_be_restarted() {
     assert!(stderr(&o).contains("is at step 4, past the 3 steps this config trains"), "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(run.join("metrics.jsonl")).unwrap(), metrics);
     assert!(!run.join("final").exists());
+    // A --config given with --resume must be the run's: each key that differs is named.
+    let other = s.run_dir("other.toml");
+    let text = std::fs::read_to_string(&s.config).unwrap().replace("lr = 1e-3", "lr = 2e-3").replace("keep_last = 2", "keep_last = 3");
+    std::fs::write(&other, text).unwrap();
+    let o = common::xsent()
+        .args(["train", "--resume", "--out", run.to_str().unwrap(), "--config", other.to_str().unwrap()])
+        .env("XSENT_CACHE", s.dir.path().join("cache"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("differs from the config the run was started with"), "{e}");
+    assert!(e.contains("optim.lr: 0.001 -> 0.002") && e.contains("train.keep_last: 2 -> 3"), "{e}");
+    assert!(!e.contains("train.max_steps"), "{e}");
     // An existing run with a checkpoint is never started over.
     let o = s.train(&["--out", run.to_str().unwrap()]);
     assert!(stderr(&o).contains("already exists") && stderr(&o).contains("--resume"), "{}", stderr(&o));
@@ -378,6 +417,19 @@ fn a_damaged_run_directory_loses_nothing_and_says_what_to_do() {
     let o = s.train(&["--out", mine.to_str().unwrap()]);
     assert!(stderr(&o).contains("that xsent train did not write"), "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(mine.join("metrics.jsonl")).unwrap(), "{\"mine\":1}\n");
+    // Nor are folders of a user's that have the names of a run's (vocab/, checkpoints/): only
+    // a run's config.toml, its first file, marks them as a run's.
+    std::fs::remove_file(mine.join("metrics.jsonl")).unwrap();
+    for f in ["vocab/tokenizer.json", "checkpoints/model-epoch3.pt"] {
+        std::fs::create_dir_all(mine.join(f).parent().unwrap()).unwrap();
+        std::fs::write(mine.join(f), "mine").unwrap();
+    }
+    let o = s.train(&["--out", mine.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("that xsent train did not write"), "{}", stderr(&o));
+    for f in ["vocab/tokenizer.json", "checkpoints/model-epoch3.pt"] {
+        assert_eq!(std::fs::read_to_string(mine.join(f)).unwrap(), "mine", "{f}");
+    }
 }
 
 #[test]
@@ -630,6 +682,8 @@ fn config_and_data_errors_are_clear() {
         ("train.keep_last=0", "train.keep_last = 0: the last checkpoint is always kept"),
         // Another metric than the recipe's: which way is better must be said.
         ("train.best_metric=\"acc_mean\"", "add --set train.best_mode"),
+        // A mode against the known direction of the metric would keep the worst model.
+        ("train.best_mode=\"max\"", "train.best_mode = \"max\" (higher is better) contradicts train.best_metric \"mse_x100\""),
         ("train.best_metric=\"sts_spearman\"", "is scored only with train.val_sts"),
         // A value of the wrong type names its key (not only in the echo of the --set).
         ("train.batch_size=-1", "in `train.batch_size`"),
@@ -690,10 +744,10 @@ fn config_and_data_errors_are_clear() {
 
 #[test]
 fn early_stopping_ends_the_run_with_a_final_model() {
-    // MSE falls, so with best_mode = "max" no validation after step 0 counts as better:
-    // patience 1 with a validation every 2 steps stops at step 2 of 12.
+    // With lr 0 the weights, and so the validation MSE, stay as they are, and only a lower MSE
+    // counts as better: patience 1 with a validation every 2 steps stops at step 2 of 12.
     let s = setup("");
-    let patience = ["--set", "train.eval_every=2", "--set", "train.early_stopping_patience=1", "--set", "train.best_metric=\"mse_x100\"", "--set", "train.best_mode=\"max\""];
+    let patience = ["--set", "train.eval_every=2", "--set", "train.early_stopping_patience=1", "--set", "train.best_metric=\"mse_x100\"", "--set", "optim.lr=0"];
     let run = s.run_dir("early");
     let o = s.train(&[&["--out", run.to_str().unwrap()][..], &patience].concat());
     assert!(o.status.success(), "{}", stderr(&o));

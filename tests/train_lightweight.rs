@@ -196,6 +196,9 @@ fn task_switches_select_the_loss_terms() {
     let o = s.train("bad3", &["--set", "lightweight.heads=5"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("multiple of lightweight.heads"), "{}", stderr(&o));
+    let o = s.train("bad4", &["--set", "lightweight.hidden=0"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("lightweight.hidden (0) and lightweight.heads (4) must be at least 1"), "{}", stderr(&o));
 }
 
 #[test]

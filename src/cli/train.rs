@@ -39,6 +39,8 @@ pub fn run(a: Args) -> Result<i32> {
         bail!("--out {} is a file, not a directory: give --out a directory for the run", out.display());
     }
     let saved = out.join("config.toml");
+    // Whether this command made --out (a fresh run into a new directory).
+    let mut made_dir = false;
     let cfg = if a.resume {
         if !out.is_dir() {
             bail!("--resume: {} does not exist; is it a run directory?", out.display());
@@ -84,12 +86,14 @@ pub fn run(a: Args) -> Result<i32> {
                 // The given file need not set what --unset removes from the saved one (which
                 // writes out every default).
                 let given = config::load_with(c, &a.unsets, &a.sets, true)?;
-                if given.to_toml()? != cfg.to_toml()? {
+                let differ = config::differences(&cfg, &given)?;
+                if !differ.is_empty() {
                     bail!(
-                        "{} differs from the config the run was started with ({}); resume without --config to use the saved one, \
-                         or change single values with --set / --unset",
+                        "{} differs from the config the run was started with ({}), saved -> given:\n  {}\n\
+                         resume without --config to use the saved one, or change single values with --set / --unset",
                         c.display(),
-                        saved.display()
+                        saved.display(),
+                        differ.join("\n  ")
                     );
                 }
             }
@@ -109,6 +113,12 @@ pub fn run(a: Args) -> Result<i32> {
         if out.is_dir() && std::fs::read_dir(&out).with_context(|| format!("cannot read {}", out.display()))?.next().is_some() {
             clear_failed_start(&out)?;
         }
+        // The resolved config, with its header, is the run directory's first file: what marks
+        // the files after it (a recipe's vocab/ or init/, written before the first step) as
+        // this run's, so that a new run in the same --out may clear them and nothing else.
+        made_dir = !out.exists();
+        std::fs::create_dir_all(&out).with_context(|| format!("cannot create run directory {}", out.display()))?;
+        train::write_run_config(&out, &cfg)?;
         cfg
     };
     let flag = Arc::new(AtomicBool::new(false));
@@ -130,7 +140,19 @@ pub fn run(a: Args) -> Result<i32> {
     })
     .context("cannot install the Ctrl-C handler")?;
     let opts = RunOptions { stop_after: a.stop_after, interrupt: Some(flag), started: Some(started) };
-    Ok(match train::train(&cfg, &out, a.resume, &opts)? {
+    let outcome = train::train(&cfg, &out, a.resume, &opts);
+    if outcome.is_err() && !a.resume {
+        // Refused before it wrote anything but its config (the data, the recipe's settings):
+        // the run directory goes again, as if the command had not run.
+        let only_config = std::fs::read_dir(&out).is_ok_and(|d| d.filter_map(|e| e.ok()).all(|e| e.file_name() == "config.toml"));
+        if only_config {
+            let _ = std::fs::remove_file(&saved);
+            if made_dir {
+                let _ = std::fs::remove_dir(&out);
+            }
+        }
+    }
+    Ok(match outcome? {
         Outcome::Finished | Outcome::EarlyStopped => 0,
         Outcome::Interrupted if opts.interrupt.as_ref().is_some_and(|f| f.load(Ordering::SeqCst)) => 130,
         Outcome::Interrupted => 0,
@@ -186,16 +208,18 @@ fn clear_failed_start(out: &std::path::Path) -> Result<()> {
         entries.push(e.path());
     }
     // Only files that a start of `xsent train` wrote are cleared: config.toml is written first,
-    // with its header, so a directory with a user's own config.toml or metrics.jsonl is left alone.
+    // with its header, so a directory without it holds nobody's run but a user's own files of
+    // these names (a `vocab/` or `checkpoints/` of theirs, say), which are left alone; the one
+    // exception is the temporary file of that first write, cut short.
     let cfg_file = out.join("config.toml");
     let ours = if cfg_file.is_file() {
         std::fs::read_to_string(&cfg_file).is_ok_and(|t| t.starts_with(config::RUN_CONFIG_HEADER))
     } else {
-        !out.join("metrics.jsonl").exists()
+        entries.iter().all(|p| p.file_name().is_some_and(|n| n == ".config.toml.tmp"))
     };
     if !ours {
         bail!(
-            "--out {} holds a config.toml or metrics.jsonl that xsent train did not write (or an older xsent wrote): \
+            "--out {} holds files that xsent train did not write (no config.toml of a run, or one an older xsent wrote): \
              move them elsewhere, or give --out a new or empty directory",
             out.display()
         );

@@ -103,7 +103,12 @@ impl Source {
             SourceKind::Aligned => &["src", "tgt", "src_lang", "tgt_lang"],
             SourceKind::Xnli => &["dir", "langs", "splits", "pivot"],
         };
-        let unread: Vec<&str> = set.iter().filter(|(k, on)| *on && !reads.contains(k)).map(|(k, _)| *k).collect();
+        let mut unread: Vec<&str> = set.iter().filter(|(k, on)| *on && !reads.contains(k)).map(|(k, _)| *k).collect();
+        // `splits` and `pivot` have defaults (written out in a run's config), so only a value
+        // other than the default shows that they were set.
+        if self.kind != SourceKind::Xnli {
+            unread.extend([("splits", self.splits != d_splits()), ("pivot", self.pivot != d_pivot())].iter().filter(|(_, on)| *on).map(|(k, _)| *k));
+        }
         if !unread.is_empty() {
             bail!(
                 "kind = \"{}\" does not read {}: remove {} (it reads {})",
@@ -382,16 +387,24 @@ mod tests {
             (Source { splits: vec![], ..src.clone() }, "kind = \"xnli\" needs `splits`"),
             (Source { langs: vec!["de".into(), "en".into()], ..src.clone() }, "`langs` lists the pivot \"en\""),
             (Source { max_pairs: Some(0), ..src.clone() }, "max_pairs = 0 reads no pairs"),
-            (Source { kind: SourceKind::Aligned, src: Some("a".into()), dir: None, langs: vec![], ..src.clone() }, "kind = \"aligned\" needs `tgt`"),
+            (Source { kind: SourceKind::Aligned, src: Some("a".into()), dir: None, langs: vec![], splits: d_splits(), ..src.clone() }, "kind = \"aligned\" needs `tgt`"),
             // A key of another kind would go unread.
             (Source { path: Some("p.tsv".into()), ..src.clone() }, "kind = \"xnli\" does not read path: remove it"),
             (
-                Source { kind: SourceKind::Aligned, src: Some("a".into()), tgt: Some("b".into()), ..src },
+                Source { kind: SourceKind::Aligned, src: Some("a".into()), tgt: Some("b".into()), splits: d_splits(), ..src.clone() },
                 "kind = \"aligned\" does not read dir, langs: remove them (it reads src, tgt, src_lang, tgt_lang)",
+            ),
+            // Keys with defaults: a value other than the default was set.
+            (
+                Source { kind: SourceKind::Tsv, path: Some("p.tsv".into()), dir: None, langs: vec![], pivot: "de".into(), splits: vec!["x".into()], ..src.clone() },
+                "kind = \"tsv\" does not read splits, pivot: remove them (it reads path, src_lang, tgt_lang)",
             ),
         ] {
             let e = format!("{:#}", read_sources(&[bad], "data.sources").unwrap_err());
             assert!(e.contains(want), "{e}");
         }
+        // The defaults, as a run's config writes them out for every source, are no mistake.
+        let tsv = Source { kind: SourceKind::Tsv, path: Some("p.tsv".into()), dir: None, langs: vec![], pivot: d_pivot(), splits: d_splits(), ..src };
+        tsv.validate().unwrap();
     }
 }

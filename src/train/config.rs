@@ -432,6 +432,20 @@ impl Config {
 /// fixes the data order and its position (`data`, `train.batch_size`, `train.grad_accum`).
 /// Schedule, optimiser, validation and checkpoint settings may change.
 pub fn changed_on_resume(saved: &Config, new: &Config) -> Result<Vec<String>> {
+    let section = format!("{}.", saved.recipe);
+    differences_where(saved, new, |k| {
+        matches!(k, "recipe" | "seed" | "train.batch_size" | "train.grad_accum")
+            || k.starts_with("data.")
+            || (k.starts_with(&section) && !k.ends_with(".embed_batch_size"))
+    })
+}
+
+/// Every key whose value differs between two configs, as `key: first -> second`, in key order.
+pub fn differences(a: &Config, b: &Config) -> Result<Vec<String>> {
+    differences_where(a, b, |_| true)
+}
+
+fn differences_where(saved: &Config, new: &Config, keep: impl Fn(&str) -> bool) -> Result<Vec<String>> {
     fn flat(prefix: &str, v: &toml::Value, out: &mut std::collections::BTreeMap<String, String>) {
         match v {
             toml::Value::Table(t) => {
@@ -447,17 +461,11 @@ pub fn changed_on_resume(saved: &Config, new: &Config) -> Result<Vec<String>> {
     let (mut a, mut b) = (Default::default(), Default::default());
     flat("", &toml::Value::try_from(saved)?, &mut a);
     flat("", &toml::Value::try_from(new)?, &mut b);
-    let section = format!("{}.", saved.recipe);
-    let fixed = |k: &str| {
-        matches!(k, "recipe" | "seed" | "train.batch_size" | "train.grad_accum")
-            || k.starts_with("data.")
-            || (k.starts_with(&section) && !k.ends_with(".embed_batch_size"))
-    };
     let none = "(unset)".to_string();
     let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
     Ok(keys
         .into_iter()
-        .filter(|k| fixed(k) && a.get(*k) != b.get(*k))
+        .filter(|k| keep(k) && a.get(*k) != b.get(*k))
         .map(|k| format!("{k}: {} -> {}", a.get(k).unwrap_or(&none), b.get(k).unwrap_or(&none)))
         .collect())
 }
@@ -482,6 +490,22 @@ mod tests {
 
     fn base() -> toml::Value {
         toml::from_str("recipe = \"distill\"\n[train]\nmax_steps = 5\n[distill]\nteacher = \"t\"\nstudent = \"s\"\n").unwrap()
+    }
+
+    /// The paper-scale distillation config lists the paper's languages, each paired with
+    /// English once.
+    #[test]
+    fn the_paper_distillation_config_has_the_papers_languages() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+        let paper = load(&dir.join("distill-paper.toml"), &["train.device=\"cpu\"".to_string()]).unwrap();
+        let langs: Vec<&str> = paper.data.sources.iter().map(|s| s.tgt_lang.as_deref().unwrap()).collect();
+        assert_eq!(langs.len(), 52);
+        assert!(paper.data.sources.iter().all(|s| s.src_lang.as_deref() == Some("en")));
+        let distinct: std::collections::BTreeSet<&str> = langs.iter().copied().collect();
+        assert_eq!(distinct.len(), langs.len());
+        for l in ["ar", "de", "tr", "fr-ca", "pt-br", "zh-cn", "zh-tw", "ku", "my"] {
+            assert!(distinct.contains(l), "{l}");
+        }
     }
 
     #[test]

@@ -181,7 +181,8 @@ fn d_embed_batch() -> usize {
 impl LightweightConfig {
     pub fn validate(&self) -> Result<()> {
         ensure!(self.layers >= 1, "lightweight.layers must be at least 1");
-        ensure!(self.hidden >= 1 && self.heads >= 1 && self.hidden.is_multiple_of(self.heads), "lightweight.hidden ({}) must be a multiple of lightweight.heads ({})", self.hidden, self.heads);
+        ensure!(self.hidden >= 1 && self.heads >= 1, "lightweight.hidden ({}) and lightweight.heads ({}) must be at least 1", self.hidden, self.heads);
+        ensure!(self.hidden.is_multiple_of(self.heads), "lightweight.hidden ({}) must be a multiple of lightweight.heads ({})", self.hidden, self.heads);
         ensure!(self.ffn >= 1, "lightweight.ffn must be at least 1");
         ensure!(self.max_length >= 2, "lightweight.max_length must be at least 2");
         crate::model::vocab::check_size("lightweight.vocab_size", self.vocab_size)?;

@@ -40,6 +40,12 @@ pub fn build_recipe(cfg: &Config, out: &Path) -> Result<Box<dyn Recipe>> {
     }
 }
 
+/// Write the resolved config as run directory `out`'s `config.toml` (atomically, with the
+/// header that marks it as a run's).
+pub fn write_run_config(out: &Path, cfg: &Config) -> Result<()> {
+    trainer::write_file_atomically(&out.join("config.toml"), config::run_config_text(cfg)?.as_bytes())
+}
+
 /// Train a config into run directory `out` (resuming from its newest checkpoint with `resume`).
 pub fn train(cfg: &Config, out: &Path, resume: bool, opts: &RunOptions) -> Result<Outcome> {
     if cfg.recipe == "sp" && cfg.sp.as_ref().is_some_and(|s| s.random) {

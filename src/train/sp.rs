@@ -458,7 +458,7 @@ impl Recipe for SpRecipe {
 pub fn write_untrained(cfg: &Config, out: &Path) -> Result<()> {
     let recipe = SpRecipe::new(cfg, out)?;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create run directory {}", out.display()))?;
-    std::fs::write(out.join("config.toml"), super::config::run_config_text(cfg)?)?;
+    super::write_run_config(out, cfg)?;
     super::trainer::write_atomically(&out.join("final"), |d| recipe.save(d, false))?;
     eprintln!("xsent train: sp.random = true: untrained encoder written to {}", out.join("final").display());
     Ok(())

@@ -299,6 +299,30 @@ impl<'a> Trainer<'a> {
         };
         let (best_metric, best_mode) = {
             let (m, mode) = recipe.default_best();
+            // A best_mode against the known direction of its metric would keep the worst model
+            // (and stop early on improvement).
+            let name = |d: BestMode| match d {
+                BestMode::Max => "\"max\" (higher is better)",
+                BestMode::Min => "\"min\" (lower is better)",
+            };
+            if let Some(set) = t.best_mode {
+                let metric = t.best_metric.clone().unwrap_or_else(|| m.clone());
+                let known = if metric == m {
+                    Some(mode)
+                } else if metric.starts_with("sts_") {
+                    Some(BestMode::Max)
+                } else {
+                    None
+                };
+                if let Some(k) = known.filter(|k| *k != set) {
+                    bail!(
+                        "train.best_mode = {} contradicts train.best_metric {metric:?}, for which the right mode is {}: \
+                         leave best_mode out (it is known for this metric) or set it to the latter",
+                        name(set),
+                        name(k)
+                    );
+                }
+            }
             match (&t.best_metric, t.best_mode) {
                 (None, mode_set) => (m, mode_set.unwrap_or(mode)),
                 (Some(metric), _) if metric.starts_with("sts_") && t.val_sts.is_none() => bail!(
@@ -398,7 +422,7 @@ impl<'a> Trainer<'a> {
             // Only once the resume is accepted: the metrics after the checkpoint are dropped.
             truncate_metrics(&self.out.join("metrics.jsonl"), state.step)?;
         }
-        write_file_atomically(&self.out.join("config.toml"), super::config::run_config_text(cfg)?.as_bytes())?;
+        super::write_run_config(&self.out, cfg)?;
         let mut metrics = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -902,7 +926,7 @@ fn validation_logged(path: &Path, step: u64) -> bool {
 
 /// Replace a file through `.NAME.tmp` and a rename: an interruption leaves the old file or the
 /// new one, never a truncated one.
-fn write_file_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_file_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp = path.with_file_name(format!(".{name}.tmp"));
     let mut f = std::fs::File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
