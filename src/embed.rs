@@ -31,27 +31,25 @@ enum Out {
 }
 
 impl Sink {
-    pub fn new(format: Format, output: Option<&std::path::Path>, dim: usize) -> Result<Self> {
-        let open = |p: &std::path::Path| -> Result<std::fs::File> {
-            std::fs::File::create(p).with_context(|| format!("cannot create output file {}", p.display()))
-        };
-        let boxed = |out: Option<&std::path::Path>| -> Result<Box<dyn Write>> {
-            Ok(match out {
-                Some(p) => Box::new(std::io::BufWriter::with_capacity(1 << 20, open(p)?)),
+    /// Vectors in `format` to `output` (an open file and the name errors give it), else to
+    /// standard output.
+    pub fn new(format: Format, output: Option<(std::fs::File, String)>, dim: usize) -> Result<Self> {
+        let name = output.as_ref().map_or_else(|| "standard output".to_string(), |(_, n)| n.clone());
+        let boxed = |out: Option<std::fs::File>| -> Box<dyn Write> {
+            match out {
+                Some(f) => Box::new(std::io::BufWriter::with_capacity(1 << 20, f)),
                 None => Box::new(std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock())),
-            })
+            }
         };
-        let name = output.map_or_else(|| "standard output".to_string(), |p| p.display().to_string());
         let out = match format {
-            Format::Jsonl => Out::Jsonl(boxed(output)?),
-            Format::F32 => Out::F32(boxed(output)?),
+            Format::Jsonl => Out::Jsonl(boxed(output.map(|o| o.0))),
+            Format::F32 => Out::F32(boxed(output.map(|o| o.0))),
             Format::Npy => {
-                let Some(p) = output else {
+                let Some((mut file, _)) = output else {
                     bail!("--format npy needs -o FILE (the header, which holds the row count, is written last)")
                 };
-                let mut file = open(p)?;
                 if file.stream_position().is_err() {
-                    bail!("--format npy writes its header (which holds the row count) last, so -o {} must be a file it can seek in, not a pipe or terminal", p.display());
+                    bail!("--format npy writes its header (which holds the row count) last, so -o {name} must be a file it can seek in, not a pipe or terminal");
                 }
                 Out::Npy(NpyWriter::new(file, dim).with_context(|| format!("cannot write {name}"))?)
             }

@@ -10,7 +10,14 @@ static THREADS: OnceLock<usize> = OnceLock::new();
 fn from_env() -> usize {
     ["XSENT_THREADS", "RAYON_NUM_THREADS"]
         .iter()
-        .find_map(|k| std::env::var(k).ok()?.parse::<usize>().ok().filter(|n| *n > 0))
+        .find_map(|k| {
+            let v = std::env::var(k).ok()?;
+            let n = v.trim().parse::<usize>().ok().filter(|n| *n > 0);
+            if n.is_none() {
+                eprintln!("xsent: {k}={v:?} is not a number of threads (1 or more); ignored");
+            }
+            n
+        })
         .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1))
 }
 

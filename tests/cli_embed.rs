@@ -64,6 +64,32 @@ fn invalid_utf8_stops_with_the_line_number_and_keeps_earlier_lines() {
     let err = stderr(&out);
     assert!(err.contains("line 3 is not valid UTF-8"), "{err}");
     assert_eq!(rows(&out).len(), 2, "the lines before the bad one must be written");
+    // Into a file: an earlier output is left as it was, and the rows before the bad line are
+    // kept beside it as FILE.partial (an .npy with its header completed); a run that succeeds
+    // replaces the file and leaves no temporary file.
+    let dir = tempfile::tempdir().unwrap();
+    for fmt in ["jsonl", "npy"] {
+        let o = dir.path().join(format!("v.{fmt}"));
+        std::fs::write(&o, "earlier").unwrap();
+        let out = embed(&["--model", &e5(), "--format", fmt, "-o", o.to_str().unwrap()], b"one\ntwo\nbad \xff byte\nfour\n");
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains("line 3 is not valid UTF-8") && err.contains("is left as it was") && err.contains(&format!("v.{fmt}.partial")), "{err}");
+        assert_eq!(std::fs::read_to_string(&o).unwrap(), "earlier");
+        let partial = std::fs::read(dir.path().join(format!("v.{fmt}.partial"))).unwrap();
+        match fmt {
+            "jsonl" => assert_eq!(String::from_utf8(partial).unwrap().lines().count(), 2),
+            _ => {
+                assert!(String::from_utf8_lossy(&partial[..128]).contains("'shape': (2, 384)"));
+                assert_eq!(partial.len(), 128 + 2 * 384 * 4);
+            }
+        }
+        let out = embed(&["--model", &e5(), "--format", fmt, "-o", o.to_str().unwrap()], b"one\ntwo\n");
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_ne!(std::fs::read(&o).unwrap(), b"earlier");
+    }
+    let names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(names.iter().all(|n| !n.starts_with(".xsent-out-")), "{names:?}");
 }
 
 #[test]
@@ -297,6 +323,34 @@ fn broken_model_directories_are_refused_with_the_file_named() {
     v["hidden_act"] = "quick_gelu".into();
     std::fs::write(m.join("config.json"), v.to_string()).unwrap();
     check(&m, &["config.json", "hidden_act \"quick_gelu\" is not supported"]);
+    // A config.json that does not describe the weights: its key is named, with no backtrace
+    // (candle adds one to its own errors when RUST_BACKTRACE is set).
+    let tiny_layers = serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(ok.join("config.json")).unwrap()).unwrap()["num_hidden_layers"].as_u64().unwrap();
+    for (key, value, want) in [
+        ("num_hidden_layers", tiny_layers + 1, format!("{} layers are to be loaded (num_hidden_layers in config.json, or --layers), but the weights hold {tiny_layers}", tiny_layers + 1)),
+        ("vocab_size", 2000, "config.json's vocab_size, hidden_size give embeddings.word_embeddings.weight the shape [2000,".to_string()),
+        ("intermediate_size", 7, "config.json's intermediate_size, hidden_size give encoder.layer.0.intermediate.dense.weight the shape [7,".to_string()),
+    ] {
+        let m = fresh(&format!("cfg-{key}"));
+        let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(m.join("config.json")).unwrap()).unwrap();
+        v[key] = value.into();
+        std::fs::write(m.join("config.json"), v.to_string()).unwrap();
+        let out = common::xsent().args(["embed", "--model", m.to_str().unwrap()]).env("RUST_BACKTRACE", "1").stdin(Stdio::null()).output().unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains(&want) && err.contains("config.json"), "{key}: {err}");
+        assert!(!err.contains("candle-core"), "{key}: a backtrace: {err}");
+    }
+    // A thread count that is no number is said to be ignored.
+    let out = common::xsent().args(["embed", "--model", ok.to_str().unwrap()]).env("XSENT_THREADS", "two").stdin(Stdio::null()).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("XSENT_THREADS=\"two\" is not a number of threads (1 or more); ignored"), "{}", stderr(&out));
+    // A run directory of xsent train points to its model.
+    let run = dir.path().join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(run.join("config.toml"), "recipe = \"distill\"\n").unwrap();
+    std::fs::rename(fresh("run-model"), run.join("final")).unwrap();
+    check(&run, &["is a run directory of xsent train, not a model", &format!("--model {}", run.join("final").display())]);
     // A max_seq_length that is no length.
     let m = fresh("maxlen");
     std::fs::write(m.join("sentence_bert_config.json"), r#"{"max_seq_length": "abc"}"#).unwrap();

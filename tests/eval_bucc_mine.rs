@@ -47,6 +47,15 @@ fn bucc_reader_errors_name_files() {
     write(&p.join("zh-en.dev.zh"), "zh-1\t你好\nzh-1\t再见\n");
     let e = bucc::read(p, "zh-en", "dev").unwrap_err().to_string();
     assert!(e.contains("zh-en.dev.zh:2: the id zh-1 is already on line 1"), "{e}");
+    // Empty files (a download cut short) are errors, not an F1 of 0.
+    write(&p.join("zh-en.dev.zh"), "zh-1\t你好\n");
+    write(&p.join("zh-en.dev.gold"), "");
+    let e = bucc::read(p, "zh-en", "dev").unwrap_err().to_string();
+    assert!(e.contains("zh-en.dev.gold is empty"), "{e}");
+    write(&p.join("zh-en.dev.gold"), "zh-1\ten-2\n");
+    write(&p.join("zh-en.dev.en"), "");
+    let e = bucc::read(p, "zh-en", "dev").unwrap_err().to_string();
+    assert!(e.contains("zh-en.dev.en is empty"), "{e}");
 }
 
 /// Split `split` of the BUCC pair de-en under `bucc`: ids `de-i` / `en-i` for the texts, and the
@@ -128,7 +137,7 @@ fn an_interrupted_mine_leaves_no_temporary_file() {
         .spawn()
         .unwrap();
     // The temporary file is made before the model loads; wait for it, then interrupt.
-    let temp = || std::fs::read_dir(&out_dir).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().starts_with(".xsent-mine-"));
+    let temp = || std::fs::read_dir(&out_dir).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().starts_with(".xsent-out-"));
     let start = std::time::Instant::now();
     while !temp() {
         assert!(start.elapsed().as_secs() < 60, "no temporary file appeared");
@@ -314,7 +323,7 @@ fn mine_leaves_blank_lines_out_and_outputs_are_checked_first() {
     let made = dir.path().join("made-by-create.txt");
     std::fs::File::create(&made).unwrap();
     assert_eq!(mode(&tsv), mode(&made), "the mode of a file made by create, not a private temporary file's");
-    assert!(std::fs::read_dir(dir.path()).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().starts_with(".xsent-mine-")));
+    assert!(std::fs::read_dir(dir.path()).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().starts_with(".xsent-out-")));
     // Through a symlink: its target is written, the link stays.
     let link = dir.path().join("link.tsv");
     std::os::unix::fs::symlink(&made, &link).unwrap();
@@ -369,6 +378,7 @@ fn reports_and_outputs_never_replace_an_input_or_a_benchmark_file() {
     let (en, de, txt) = (format!("en={src}"), format!("de={tgt}"), p("pca.txt"));
     // A corpus whose name ends in .json: `-o` naming it would be taken as the tokenizer's path.
     let corpus = p("corpus.json");
+    let png_out = p("x.png");
     write(Path::new(&corpus), "w1 w2 w3\n");
     let cases: Vec<(Vec<&str>, String)> = vec![
         (vec!["eval", "sts", "--model", model, "--pairs", &pairs, "--report", &pairs], format!("--report {pairs} is the input file {pairs}")),
@@ -377,6 +387,7 @@ fn reports_and_outputs_never_replace_an_input_or_a_benchmark_file() {
         (vec!["tokenizer", "train", "--input", &corpus, "-o", &corpus, "--vocab-size", "20"], format!("-o {corpus} is the input file {corpus}")),
         (vec!["plot", "pca", "--model", model, "--input", &en, "--input", &de, "-o", &tgt], format!("-o {tgt} is the input file {tgt}")),
         (vec!["plot", "pca", "--model", model, "--input", &en, "--input", &de, "-o", &txt], "give a path ending in .png".to_string()),
+        (vec!["plot", "pca", "--model", model, "--langs", "de,en,de", "-o", &png_out], "--langs lists de twice".to_string()),
     ];
     for (args, want) in &cases {
         let out = common::xsent().args(args).output().unwrap();
@@ -388,6 +399,17 @@ fn reports_and_outputs_never_replace_an_input_or_a_benchmark_file() {
     assert_eq!(std::fs::read_to_string(&src).unwrap(), "w1 w2\nw3\n");
     assert_eq!(std::fs::read_to_string(&tgt).unwrap(), "w2 w1\nw3\n");
     assert_eq!(std::fs::read_to_string(&corpus).unwrap(), "w1 w2 w3\n");
+    // With files of the user's own (--pairs, --src/--tgt) the benchmark folders of the data
+    // directory (XSENT_DATA) are still protected.
+    for args in [
+        vec!["eval", "sts", "--model", model, "--pairs", &pairs, "--report", &in_bucc],
+        vec!["eval", "xsr", "--model", model, "--src", &src, "--tgt", &tgt, "--report", &in_bucc],
+    ] {
+        let out = common::xsent().args(&args).env("XSENT_DATA", &data).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(&format!("is inside {data}/bucc, among the benchmark files")), "{args:?}: {err}");
+    }
     assert!(!Path::new(&in_bucc).exists() && !Path::new(&txt).exists());
     // eval bucc says when k exceeds a side's sentences, as mine does.
     write(&bucc.join("de-en.dev.de"), "d1\tw1 w2\nd2\tw3\n");

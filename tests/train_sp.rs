@@ -49,6 +49,16 @@ fn tokenizer_train_round_trip() {
     let o = common::xsent().args(["tokenizer", "train", "--input", "/nonexistent/x.txt", "--output"]).arg(dir.path().join("z")).output().unwrap();
     assert!(!o.status.success());
     assert!(stderr(&o).contains("/nonexistent/x.txt"), "{}", stderr(&o));
+    assert!(!dir.path().join("z").exists(), "a failed read leaves no output folder");
+    // A model's tokenizer is never replaced (its vectors would change): refused, left as it was.
+    let model = dir.path().join("model");
+    std::fs::create_dir_all(&model).unwrap();
+    std::fs::write(model.join("config.json"), "{}").unwrap();
+    std::fs::write(model.join("tokenizer.json"), "theirs").unwrap();
+    let o = common::xsent().args(["tokenizer", "train", "--vocab-size", "80", "--input"]).arg(&input).arg("-o").arg(&model).output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("holds a model (config.json)"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(model.join("tokenizer.json")).unwrap(), "theirs");
 }
 
 #[test]

@@ -65,8 +65,14 @@ pub fn run(args: Args) -> Result<()> {
         }
         _ => (Box::new(std::io::BufReader::with_capacity(1 << 20, std::io::stdin().lock())), None),
     };
+    // Opened before the model loads: a path that cannot be written fails at once.
+    let out_file = output.map(super::OutputFile::open).transpose()?;
     let enc = args.model.load()?;
-    let mut sink = Sink::new(args.format, output, enc.dim())?;
+    let to = match (&out_file, output) {
+        (Some(f), Some(p)) => Some((f.file().try_clone().with_context(|| format!("cannot write {}", p.display()))?, p.display().to_string())),
+        _ => None,
+    };
+    let mut sink = Sink::new(args.format, to, enc.dim())?;
     let bar = match total {
         Some(t) => ProgressBar::new(t).with_style(
             ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {percent}% ETA {eta}").expect("valid template"),
@@ -84,10 +90,30 @@ pub fn run(args: Args) -> Result<()> {
     let result = embed_stream(enc.as_ref(), reader, &mut sink, args.batch_size, window, &progress)
         .with_context(|| format!("embedding {source}"));
     bar.finish_and_clear();
-    // Whatever was embedded before an error is written out (npy header included).
+    // Whatever was embedded before an error is written out (npy header included): into the
+    // output file on success, else beside it as FILE.partial, the output left as it was.
     let finished = sink.finish();
-    let summary = result?;
-    finished?;
+    let summary = match (result, finished) {
+        (Ok(summary), Ok(())) => {
+            if let Some(f) = out_file {
+                f.commit()?;
+            }
+            summary
+        }
+        (Err(e), _) | (Ok(_), Err(e)) => {
+            if let Some(f) = out_file {
+                if let Some((out, partial)) = f.keep_partial()? {
+                    eprintln!(
+                        "xsent embed: stopped; {} {}, and the rows written before the error are in {}",
+                        out.display(),
+                        if out.exists() { "is left as it was" } else { "is not written" },
+                        partial.display()
+                    );
+                }
+            }
+            return Err(e);
+        }
+    };
     if summary.truncated > 0 {
         eprintln!(
             "xsent embed: {} of {} lines were longer than {} tokens and were truncated (first: line {})",

@@ -291,7 +291,8 @@ fn sts(s: StsArgs) -> Result<()> {
         return single(a, || sts_read(a), |enc, sets| sts_task(enc, &sets, a.batch_size));
     }
     let inputs: Vec<&Path> = s.pairs.iter().map(PathBuf::as_path).collect();
-    check(a, &inputs, None)?;
+    // The benchmark folders stay protected when a data directory is known, though none is read.
+    check(a, &inputs, crate::data::data_dir(a.data_dir.as_deref()).ok().as_deref())?;
     // Read every file before the model loads: a bad file is reported at once.
     let sets = s.pairs.iter().map(|p| crate::data::sts::read_scored_pairs(p)).collect::<Result<Vec<_>>>()?;
     loaded(a, |enc| scored_pairs_task(enc, &sets, &s.pairs, a.batch_size))
@@ -362,7 +363,8 @@ fn xsr(a: XsrArgs) -> Result<()> {
     };
     if let Some(r) = &a.report {
         let inputs: Vec<&Path> = [src_path, tgt_path].into_iter().chain(&a.distractors).map(PathBuf::as_path).collect();
-        super::check_report(r, &inputs, None)?;
+        // The benchmark folders stay protected when a data directory is known (XSENT_DATA).
+        super::check_report(r, &inputs, crate::data::data_dir(None).ok().as_deref())?;
     }
     let mut src = crate::data::read_lines(src_path)?;
     let mut tgt = crate::data::read_lines(tgt_path)?;

@@ -1,9 +1,9 @@
 use super::ModelArgs;
 use crate::eval::bucc::Settings;
 use crate::eval::knn::{mine, Margin, Matrix, Retrieval};
-use anyhow::{ensure, Context, Result};
+use anyhow::{ensure, Result};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Margin-mining options, shared by `xsent mine` and `xsent eval bucc|all`.
 #[derive(clap::Args, Debug, Clone, Copy)]
@@ -57,7 +57,7 @@ pub fn run(a: Args) -> Result<()> {
     let sink = match &a.output {
         Some(out) => {
             super::check_output(out, "-o", &[&a.src_file, &a.tgt_file])?;
-            Some(Sink::open(out)?)
+            Some(super::OutputFile::open(out)?)
         }
         None => None,
     };
@@ -86,8 +86,7 @@ pub fn run(a: Args) -> Result<()> {
     let cands = mine(&x, &y, s.k, s.margin, s.retrieval)?;
     drop((x, y));
     let mut out: Box<dyn Write + '_> = match &sink {
-        Some(Sink::Temp(t, _)) => Box::new(std::io::BufWriter::new(t.as_file())),
-        Some(Sink::Direct(f)) => Box::new(std::io::BufWriter::new(f)),
+        Some(f) => Box::new(std::io::BufWriter::new(f.file())),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
     let mut kept = 0;
@@ -97,53 +96,11 @@ pub fn run(a: Args) -> Result<()> {
     }
     out.flush()?;
     drop(out);
-    if let Some(Sink::Temp(t, path)) = sink {
-        t.persist(&path).map_err(|e| anyhow::anyhow!("cannot move the output into place at {}: {}", path.display(), e.error))?;
+    if let Some(f) = sink {
+        f.commit()?;
     }
     eprintln!("xsent mine: {kept} pairs written ({} candidates)", cands.len());
     Ok(())
-}
-
-/// Where `-o` goes, opened before any work, so that a path that cannot be written fails at once.
-/// A regular file (or a new one; through a symlink, its target) is written as a temporary file
-/// beside it and renamed into place at the end, so a failed run leaves an earlier file as it
-/// was; anything else (`/dev/stdout`, a named pipe, a process substitution) is written directly.
-enum Sink {
-    Temp(tempfile::NamedTempFile, PathBuf),
-    Direct(std::fs::File),
-}
-
-impl Sink {
-    fn open(out: &Path) -> Result<Self> {
-        // Through symlinks to the file they name (a dangling link: where it points).
-        let target = match std::fs::canonicalize(out) {
-            Ok(t) => t,
-            Err(_) => match std::fs::read_link(out) {
-                Ok(link) => out.parent().unwrap_or(Path::new(".")).join(link),
-                Err(_) => out.to_path_buf(),
-            },
-        };
-        if target.exists() && !target.is_file() {
-            let f = std::fs::OpenOptions::new().write(true).open(out).with_context(|| format!("-o {}: cannot open it for writing", out.display()))?;
-            return Ok(Self::Direct(f));
-        }
-        let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let mut builder = tempfile::Builder::new();
-        builder.prefix(".xsent-mine-");
-        // As a file the shell creates (0666 less the umask), not a temporary file's 0600.
-        #[cfg(unix)]
-        builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
-        let tmp = builder.tempfile_in(dir).with_context(|| format!("-o {}: cannot create a file in {}", out.display(), dir.display()))?;
-        // Ctrl-C ends the process without running destructors: remove the temporary file
-        // first, and exit as an interrupted command does (130).
-        let path = tmp.path().to_path_buf();
-        ctrlc::set_handler(move || {
-            let _ = std::fs::remove_file(&path);
-            std::process::exit(130);
-        })
-        .context("cannot set the Ctrl-C handler")?;
-        Ok(Self::Temp(tmp, target))
-    }
 }
 
 /// The sentences of an input file: blank lines are no sentences to pair, so they are left out

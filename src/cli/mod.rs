@@ -167,6 +167,77 @@ pub fn check_report(report: &std::path::Path, inputs: &[&std::path::Path], data_
     Ok(())
 }
 
+/// Where an `-o` file goes, opened before any work, so that a path that cannot be written fails
+/// at once. A regular file (or a new one; through a symlink, its target) is written as a
+/// temporary file beside it and moved into place by [`OutputFile::commit`] when the command
+/// succeeds, so a failed or interrupted run leaves an earlier file as it was; anything else
+/// (`/dev/stdout`, a named pipe, a process substitution) is written directly.
+pub(crate) enum OutputFile {
+    Temp(tempfile::NamedTempFile, std::path::PathBuf),
+    Direct(std::fs::File),
+}
+
+impl OutputFile {
+    pub(crate) fn open(out: &std::path::Path) -> anyhow::Result<Self> {
+        use anyhow::Context;
+        // Through symlinks to the file they name (a dangling link: where it points).
+        let target = match std::fs::canonicalize(out) {
+            Ok(t) => t,
+            Err(_) => match std::fs::read_link(out) {
+                Ok(link) => out.parent().unwrap_or(std::path::Path::new(".")).join(link),
+                Err(_) => out.to_path_buf(),
+            },
+        };
+        if target.exists() && !target.is_file() {
+            let f = std::fs::OpenOptions::new().write(true).open(out).with_context(|| format!("-o {}: cannot open it for writing", out.display()))?;
+            return Ok(Self::Direct(f));
+        }
+        let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+        let mut builder = tempfile::Builder::new();
+        builder.prefix(".xsent-out-");
+        // As a file the shell creates (0666 less the umask), not a temporary file's 0600.
+        #[cfg(unix)]
+        builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
+        let tmp = builder.tempfile_in(dir).with_context(|| format!("-o {}: cannot create a file in {}", out.display(), dir.display()))?;
+        // Ctrl-C ends the process without running destructors: remove the temporary file
+        // first, and exit as an interrupted command does (130).
+        let path = tmp.path().to_path_buf();
+        ctrlc::set_handler(move || {
+            let _ = std::fs::remove_file(&path);
+            std::process::exit(130);
+        })
+        .context("cannot set the Ctrl-C handler")?;
+        Ok(Self::Temp(tmp, target))
+    }
+
+    /// The open file to write.
+    pub(crate) fn file(&self) -> &std::fs::File {
+        match self {
+            Self::Temp(t, _) => t.as_file(),
+            Self::Direct(f) => f,
+        }
+    }
+
+    /// The command succeeded: move what was written into place.
+    pub(crate) fn commit(self) -> anyhow::Result<()> {
+        if let Self::Temp(t, path) = self {
+            t.persist(&path).map_err(|e| anyhow::anyhow!("cannot move the output into place at {}: {}", path.display(), e.error))?;
+        }
+        Ok(())
+    }
+
+    /// The command failed part-way: keep what was written as `FILE.partial` beside the output,
+    /// which is left as it was. Returns the pair (output, partial file); None for a direct output.
+    pub(crate) fn keep_partial(self) -> anyhow::Result<Option<(std::path::PathBuf, std::path::PathBuf)>> {
+        let Self::Temp(t, path) = self else { return Ok(None) };
+        let mut name = path.file_name().unwrap_or_default().to_os_string();
+        name.push(".partial");
+        let partial = path.with_file_name(name);
+        t.persist(&partial).map_err(|e| anyhow::anyhow!("cannot keep the partial output as {}: {}", partial.display(), e.error))?;
+        Ok(Some((path, partial)))
+    }
+}
+
 /// Whether two paths name the same existing file (hard links and symlinks included).
 fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
     let (Ok(ma), Ok(mb)) = (std::fs::metadata(a), std::fs::metadata(b)) else { return false };

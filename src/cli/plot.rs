@@ -70,6 +70,9 @@ fn pca_plot(a: PcaArgs) -> Result<()> {
         None
     };
     let groups = if a.inputs.is_empty() {
+        for (i, l) in a.langs.iter().enumerate() {
+            ensure!(!a.langs[..i].contains(l), "--langs lists {l} twice; give each language once");
+        }
         let langs: Vec<String> = match (&model, a.langs.is_empty()) {
             (_, false) => a.langs.clone(),
             (Some(m), true) => m.languages.clone(),

@@ -39,12 +39,21 @@ pub fn run(c: Command) -> Result<()> {
             let path = if json { a.output.clone() } else { a.output.join("tokenizer.json") };
             let inputs: Vec<&std::path::Path> = a.input.iter().map(PathBuf::as_path).collect();
             crate::cli::check_not_input(&path, "-o", &inputs)?;
-            // The output's place is made and checked before the corpus is read and trained on.
             anyhow::ensure!(!path.is_dir(), "-o {}: {} is a folder; give another path", a.output.display(), path.display());
+            // A model's tokenizer is part of the model: a new vocabulary would silently change
+            // its vectors (the ids no longer match the embeddings it was trained with).
+            if let Some(dir) = path.parent().filter(|d| d.join("config.json").is_file() && path.exists()) {
+                anyhow::bail!(
+                    "-o {}: {} holds a model (config.json) whose tokenizer.json this would replace: give another path",
+                    a.output.display(),
+                    dir.display()
+                );
+            }
+            let lines = vocab::read_corpus(&a.input)?;
+            // The output's place is made once the corpus is read, before it is trained on.
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
             }
-            let lines = vocab::read_corpus(&a.input)?;
             let texts: Vec<&str> = lines.iter().map(String::as_str).collect();
             let tok = vocab::train_subword(&texts, a.model, a.vocab_size, a.lowercase)?;
             tok.save(&path, true).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;

@@ -232,6 +232,40 @@ pub struct Encoder {
     hidden: usize,
 }
 
+/// Whether `tensors` (canonical names) are the weights `cfg` describes: the number of layers and
+/// the shapes that config.json's sizes fix, each named by its key, so that a config.json that
+/// does not belong to the weights is said to be so rather than found as a missing tensor.
+pub fn check_config(tensors: &std::collections::HashMap<String, Tensor>, cfg: &EncoderConfig) -> Result<()> {
+    let found = tensors.keys().filter_map(|k| super::weights::layer_index(k)).max().map_or(0, |m| m + 1);
+    if found < cfg.num_hidden_layers {
+        bail!(
+            "{} layers are to be loaded (num_hidden_layers in config.json, or --layers), but the weights hold {found}: \
+             config.json does not belong to these weights, or --layers asks for more than they have",
+            cfg.num_hidden_layers
+        );
+    }
+    let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
+    let expected: [(&str, [usize; 2], &str); 5] = [
+        ("embeddings.word_embeddings.weight", [cfg.vocab_size, h], "vocab_size, hidden_size"),
+        ("embeddings.position_embeddings.weight", [cfg.max_position_embeddings, h], "max_position_embeddings, hidden_size"),
+        ("embeddings.token_type_embeddings.weight", [cfg.type_vocab_size, h], "type_vocab_size, hidden_size"),
+        ("encoder.layer.0.attention.self.query.weight", [h, h], "hidden_size, hidden_size"),
+        ("encoder.layer.0.intermediate.dense.weight", [i, h], "intermediate_size, hidden_size"),
+    ];
+    for (name, want, keys) in expected {
+        if let Some(t) = tensors.get(name) {
+            if t.dims() != want {
+                bail!(
+                    "config.json's {keys} give {name} the shape {want:?}, but the weights hold {:?}: \
+                     config.json does not belong to these weights (use the model's own)",
+                    t.dims()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Encoder {
     /// Build from a VarBuilder whose names are the canonical Hugging Face ones (no `bert.` prefix).
     pub fn load(vb: VarBuilder, cfg: &EncoderConfig) -> Result<Self> {

@@ -182,6 +182,17 @@ fn hf_name(name: &str, h: &Header) -> Result<(String, Vec<usize>)> {
 /// Convert `bin` into a model directory `out` (config.json, model.safetensors and the
 /// sentence-transformers files; tokenizer.json copied from `tokenizer` when given).
 pub fn convert(bin: &Path, out: &Path, tokenizer: Option<&Path>) -> Result<Header> {
+    // Into a new or empty directory only: over an existing model it would replace some files
+    // and leave others (a Dense layer, a vocab.txt), a mixed model that still loads.
+    if out.exists() {
+        ensure!(out.is_dir(), "OUT_DIR {} is a file: give a new directory for the model", out.display());
+        let full = std::fs::read_dir(out).with_context(|| format!("cannot read {}", out.display()))?.next().is_some();
+        ensure!(
+            !full,
+            "OUT_DIR {} is not empty: give a new or empty directory (remove the old model first to replace it)",
+            out.display()
+        );
+    }
     // The tokenizer is checked before anything is read or written, so a bad path leaves no
     // half-built directory behind.
     let tok = tokenizer
@@ -323,6 +334,25 @@ mod tests {
             assert!(err.contains(&format!("--tokenizer {} is not a tokenizer.json", t.display())), "{err}");
             assert!(!out.exists());
         }
+    }
+
+    #[test]
+    fn an_existing_model_or_file_is_never_written_over() {
+        // A model directory (its own tokenizer.json given as --tokenizer, which a copy onto
+        // itself would empty) and a file: both refused, both left as they were.
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("model");
+        std::fs::create_dir_all(&model).unwrap();
+        std::fs::write(model.join("tokenizer.json"), "{}").unwrap();
+        let file = dir.path().join("out.txt");
+        std::fs::write(&file, "mine").unwrap();
+        let bin = dir.path().join("no-such.bin");
+        let err = format!("{:#}", convert(&bin, &model, Some(&model.join("tokenizer.json"))).unwrap_err());
+        assert!(err.contains("is not empty") && err.contains("new or empty directory"), "{err}");
+        assert_eq!(std::fs::read_to_string(model.join("tokenizer.json")).unwrap(), "{}");
+        let err = format!("{:#}", convert(&bin, &file, None).unwrap_err());
+        assert!(err.contains(&format!("OUT_DIR {} is a file", file.display())), "{err}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
     }
 
     #[test]

@@ -175,6 +175,17 @@ fn looks_like_hub_id(spec: &str) -> bool {
 
 /// A local model directory.
 pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
+    // A run directory of `xsent train` (its config.toml, no config.json): its models are inside.
+    if !dir.join("config.json").exists() && dir.join("config.toml").is_file() {
+        let models: Vec<String> = ["final", "best"]
+            .iter()
+            .filter(|m| dir.join(m).join("config.json").is_file() || dir.join(m).join("xsent.json").is_file())
+            .map(|m| dir.join(m).display().to_string())
+            .collect();
+        if !models.is_empty() {
+            bail!("{} is a run directory of xsent train, not a model: give its model, --model {}", dir.display(), models.join(" or --model "));
+        }
+    }
     let require = |f: &str| {
         if dir.join(f).is_file() {
             return Ok(());
