@@ -76,6 +76,21 @@ fn reader_errors_name_files_and_counts() {
     assert!(err(&["tr-en"]).contains("unusable"));
     assert!(err(&["xx-yy"]).contains("unknown STS 2017 set"));
 
+    // The extended en-de set, `en<TAB>de<TAB>score`.
+    let ende = sts.join("STS2017.en-de.txt");
+    assert!(err(&["en-de"]).contains("STS2017.en-de.txt is missing"), "{}", err(&["en-de"]));
+    write(&ende, "a\tb\t4.0\nc\td\n");
+    let e = err(&["en-de"]);
+    assert!(e.contains("STS2017.en-de.txt:2: expected `en<TAB>de<TAB>score`, found 2 fields"), "{e}");
+    write(&ende, "a\tb\t4.0\nc\td\tsimilar\n");
+    let e = err(&["en-de"]);
+    assert!(e.contains("STS2017.en-de.txt:2: not a score: \"similar\""), "{e}");
+    write(&ende, "a\tb\tinf\n");
+    assert!(err(&["en-de"]).contains("STS2017.en-de.txt:1: not a finite score"), "{}", err(&["en-de"]));
+    write(&ende, "a\tb\t4.0\nc\td\t0.5\n");
+    let sets = read_sts2017(sts, &["en-de".to_string()]).unwrap();
+    assert_eq!((sets[0].pairs.len(), sets[0].gold.clone()), (2, vec![4.0, 0.5]));
+
     write(&input, "a\tb\nc\td\r\n");
     let sets = read_sts2017(sts, &["en-en".to_string()]).unwrap();
     assert_eq!(sets[0].pairs[1], ("c".to_string(), "d".to_string()));

@@ -717,5 +717,15 @@ mod tests {
         assert_eq!((c[0].src, c[0].tgt), (0, 0));
         let inter = mine(&x, &y, 1, Margin::Absolute, Retrieval::Intersect).unwrap();
         assert_eq!(inter.len(), 1);
+        // One direction each: every source's best target (both y0), every target's best source
+        // (y1's is x1, the less negative cosine), as (src, tgt) pairs.
+        let pairs = |r| {
+            let mut p: Vec<(usize, usize)> = mine(&x, &y, 1, Margin::Absolute, r).unwrap().iter().map(|c| (c.src, c.tgt)).collect();
+            p.sort();
+            p
+        };
+        assert_eq!(pairs(Retrieval::Fwd), [(0, 0), (1, 0)]);
+        assert_eq!(pairs(Retrieval::Bwd), [(0, 0), (1, 1)]);
+        assert_eq!(pairs(Retrieval::Intersect), [(0, 0)]);
     }
 }
