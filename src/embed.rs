@@ -22,6 +22,7 @@ pub enum Format {
 pub struct Sink {
     out: Out,
     name: String,
+    rows: u64,
 }
 
 enum Out {
@@ -54,7 +55,12 @@ impl Sink {
                 Out::Npy(NpyWriter::new(file, dim).with_context(|| format!("cannot write {name}"))?)
             }
         };
-        Ok(Self { out, name })
+        Ok(Self { out, name, rows: 0 })
+    }
+
+    /// Rows written so far.
+    pub fn rows(&self) -> u64 {
+        self.rows
     }
 
     pub fn write_row(&mut self, row: &[f32]) -> Result<()> {
@@ -68,7 +74,9 @@ impl Sink {
             Out::F32(w) => write_f32(w, row),
             Out::Npy(n) => n.write_row(row),
         };
-        r.with_context(|| format!("cannot write {}", self.name))
+        r.with_context(|| format!("cannot write {}", self.name))?;
+        self.rows += 1;
+        Ok(())
     }
 
     pub fn finish(self) -> Result<()> {

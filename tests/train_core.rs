@@ -688,10 +688,10 @@ fn config_and_data_errors_are_clear() {
         // A value of the wrong type names its key (not only in the echo of the --set).
         ("train.batch_size=-1", "in `train.batch_size`"),
     ] {
-        let o = s.train(&["--set", set, "--out", s.run_dir("v").to_str().unwrap()]);
+        let o = s.train(&["--set", set, "--out", s.run_dir("nest/v").to_str().unwrap()]);
         assert_eq!(o.status.code(), Some(1), "{set}");
         assert!(stderr(&o).contains(want), "{set}: {}", stderr(&o));
-        assert!(!s.run_dir("v").exists(), "{set}: no run directory for a refused config");
+        assert!(!s.run_dir("nest").exists(), "{set}: no run directory (nor its parent) for a refused config");
     }
     // A key the config does not have: the file, the line and the key in the message's headline.
     let typo = s.dir.path().join("typo.toml");

@@ -59,6 +59,21 @@ fn tokenizer_train_round_trip() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("holds a model (config.json)"), "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(model.join("tokenizer.json")).unwrap(), "theirs");
+    // Nor the vocabulary a run keeps for its resume (vocab/ beside the run's config.toml).
+    let run = dir.path().join("run");
+    std::fs::create_dir_all(run.join("vocab")).unwrap();
+    std::fs::write(run.join("config.toml"), format!("{}recipe = \"sp\"\n", xsent::train::config::RUN_CONFIG_HEADER)).unwrap();
+    std::fs::write(run.join("vocab/tokenizer.json"), "the run's").unwrap();
+    let o = common::xsent().args(["tokenizer", "train", "--vocab-size", "80", "--input"]).arg(&input).arg("-o").arg(run.join("vocab")).output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("is inside the run directory of"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(run.join("vocab/tokenizer.json")).unwrap(), "the run's");
+    // A file of another name in a model directory, or an earlier tokenizer of one's own, is
+    // simply written.
+    for out in [model.join("other.json"), dir.path().join("uni")] {
+        let o = common::xsent().args(["tokenizer", "train", "--vocab-size", "80", "--input"]).arg(&input).arg("-o").arg(&out).output().unwrap();
+        assert!(o.status.success(), "{}: {}", out.display(), stderr(&o));
+    }
 }
 
 #[test]

@@ -66,7 +66,7 @@ pub fn run(args: Args) -> Result<()> {
         _ => (Box::new(std::io::BufReader::with_capacity(1 << 20, std::io::stdin().lock())), None),
     };
     // Opened before the model loads: a path that cannot be written fails at once.
-    let out_file = output.map(super::OutputFile::open).transpose()?;
+    let out_file = output.map(|p| super::OutputFile::open(p, true)).transpose()?;
     let enc = args.model.load()?;
     let to = match (&out_file, output) {
         (Some(f), Some(p)) => Some((f.file().try_clone().with_context(|| format!("cannot write {}", p.display()))?, p.display().to_string())),
@@ -92,6 +92,7 @@ pub fn run(args: Args) -> Result<()> {
     bar.finish_and_clear();
     // Whatever was embedded before an error is written out (npy header included): into the
     // output file on success, else beside it as FILE.partial, the output left as it was.
+    let written = sink.rows() > 0;
     let finished = sink.finish();
     let summary = match (result, finished) {
         (Ok(summary), Ok(())) => {
@@ -101,14 +102,15 @@ pub fn run(args: Args) -> Result<()> {
             summary
         }
         (Err(e), _) | (Ok(_), Err(e)) => {
-            if let Some(f) = out_file {
-                if let Some((out, partial)) = f.keep_partial()? {
-                    eprintln!(
-                        "xsent embed: stopped; {} {}, and the rows written before the error are in {}",
-                        out.display(),
-                        if out.exists() { "is left as it was" } else { "is not written" },
-                        partial.display()
-                    );
+            if let (Some(f), Some(out)) = (out_file, output) {
+                let state = if out.exists() { "is left as it was" } else { "is not written" };
+                match f.keep_partial(written) {
+                    Ok(Some((_, partial))) => {
+                        eprintln!("xsent embed: stopped; {} {state}, and the rows written before the error are in {}", out.display(), partial.display())
+                    }
+                    Ok(None) => eprintln!("xsent embed: stopped before any row; {} {state}", out.display()),
+                    // The embedding error is the one to report.
+                    Err(k) => eprintln!("xsent embed: stopped; {} {state}; {k:#}", out.display()),
                 }
             }
             return Err(e);

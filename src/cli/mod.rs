@@ -169,17 +169,69 @@ pub fn check_report(report: &std::path::Path, inputs: &[&std::path::Path], data_
 
 /// Where an `-o` file goes, opened before any work, so that a path that cannot be written fails
 /// at once. A regular file (or a new one; through a symlink, its target) is written as a
-/// temporary file beside it and moved into place by [`OutputFile::commit`] when the command
-/// succeeds, so a failed or interrupted run leaves an earlier file as it was; anything else
-/// (`/dev/stdout`, a named pipe, a process substitution) is written directly.
+/// temporary file beside it, with the permissions of the file it replaces, and moved into place
+/// by [`OutputFile::commit`] when the command succeeds, so a failed or interrupted run leaves an
+/// earlier file as it was; anything under `/dev/` or `/proc/` (`/dev/stdout`, whatever file
+/// standard output is) and anything not a regular file (a named pipe, a process substitution)
+/// is written directly.
 pub(crate) enum OutputFile {
     Temp(tempfile::NamedTempFile, std::path::PathBuf),
     Direct(std::fs::File),
 }
 
+/// Temporary output files to deal with on Ctrl-C, which ends the process without running
+/// destructors: (temporary file, `FILE.partial`, keep it there rather than remove it).
+static ON_INTERRUPT: std::sync::Mutex<Vec<(std::path::PathBuf, std::path::PathBuf, bool)>> = std::sync::Mutex::new(Vec::new());
+
+/// Register a temporary output file with the process's one Ctrl-C handler (installed on first
+/// use), which keeps or removes each registered file and exits as an interrupted command does (130).
+fn on_interrupt(tmp: &std::path::Path, partial: &std::path::Path, keep: bool) -> anyhow::Result<()> {
+    static HANDLER: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    HANDLER
+        .get_or_init(|| {
+            ctrlc::set_handler(|| {
+                let files = ON_INTERRUPT.lock().map(|v| v.clone()).unwrap_or_default();
+                for (tmp, partial, keep) in files {
+                    if keep && std::fs::rename(&tmp, &partial).is_ok() {
+                        eprintln!("\nxsent: interrupted; the rows written so far are in {}", partial.display());
+                    } else {
+                        let _ = std::fs::remove_file(&tmp);
+                    }
+                }
+                std::process::exit(130);
+            })
+            .map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(|e| anyhow::anyhow!("cannot set the Ctrl-C handler: {e}"))?;
+    if let Ok(mut v) = ON_INTERRUPT.lock() {
+        v.push((tmp.to_path_buf(), partial.to_path_buf(), keep));
+    }
+    Ok(())
+}
+
+/// The temporary file is dealt with: Ctrl-C leaves it alone.
+fn forget_interrupt(tmp: &std::path::Path) {
+    if let Ok(mut v) = ON_INTERRUPT.lock() {
+        v.retain(|e| e.0 != tmp);
+    }
+}
+
+/// `FILE.partial` beside `path`.
+fn partial_path(path: &std::path::Path) -> std::path::PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".partial");
+    path.with_file_name(name)
+}
+
 impl OutputFile {
-    pub(crate) fn open(out: &std::path::Path) -> anyhow::Result<Self> {
+    /// `on_interrupt_keep`: Ctrl-C keeps what was written as `FILE.partial` (rows written as
+    /// they are made, as by `embed`) instead of removing it (output written at the end, as by
+    /// `mine`). Either way the process exits with 130.
+    pub(crate) fn open(out: &std::path::Path, on_interrupt_keep: bool) -> anyhow::Result<Self> {
         use anyhow::Context;
+        let under_dev = |p: &std::path::Path| p.starts_with("/dev") || p.starts_with("/proc");
+        let special = under_dev(out) || std::fs::read_link(out).is_ok_and(|l| under_dev(&l));
         // Through symlinks to the file they name (a dangling link: where it points).
         let target = match std::fs::canonicalize(out) {
             Ok(t) => t,
@@ -188,25 +240,26 @@ impl OutputFile {
                 Err(_) => out.to_path_buf(),
             },
         };
-        if target.exists() && !target.is_file() {
-            let f = std::fs::OpenOptions::new().write(true).open(out).with_context(|| format!("-o {}: cannot open it for writing", out.display()))?;
+        if special || (target.exists() && !target.is_file()) {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .open(out)
+                .with_context(|| format!("-o {}: cannot open it for writing", out.display()))?;
             return Ok(Self::Direct(f));
         }
         let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
         let mut builder = tempfile::Builder::new();
         builder.prefix(".xsent-out-");
-        // As a file the shell creates (0666 less the umask), not a temporary file's 0600.
+        // As a file the shell creates (0666 less the umask), not a temporary file's 0600; a
+        // replaced file's own permissions are copied below.
         #[cfg(unix)]
         builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
         let tmp = builder.tempfile_in(dir).with_context(|| format!("-o {}: cannot create a file in {}", out.display(), dir.display()))?;
-        // Ctrl-C ends the process without running destructors: remove the temporary file
-        // first, and exit as an interrupted command does (130).
-        let path = tmp.path().to_path_buf();
-        ctrlc::set_handler(move || {
-            let _ = std::fs::remove_file(&path);
-            std::process::exit(130);
-        })
-        .context("cannot set the Ctrl-C handler")?;
+        if let Ok(m) = std::fs::metadata(&target) {
+            std::fs::set_permissions(tmp.path(), m.permissions()).with_context(|| format!("-o {}: cannot set the permissions of {}", out.display(), tmp.path().display()))?;
+        }
+        on_interrupt(tmp.path(), &partial_path(&target), on_interrupt_keep)?;
         Ok(Self::Temp(tmp, target))
     }
 
@@ -218,23 +271,46 @@ impl OutputFile {
         }
     }
 
-    /// The command succeeded: move what was written into place.
+    /// The command succeeded: move what was written into place. Where the file cannot be
+    /// replaced by a rename (a bind-mounted file, say), it is copied into it; where that fails
+    /// too, what was written is kept as `FILE.partial` and the error says so.
     pub(crate) fn commit(self) -> anyhow::Result<()> {
-        if let Self::Temp(t, path) = self {
-            t.persist(&path).map_err(|e| anyhow::anyhow!("cannot move the output into place at {}: {}", path.display(), e.error))?;
+        let Self::Temp(t, path) = self else { return Ok(()) };
+        forget_interrupt(t.path());
+        let t = match t.persist(&path) {
+            Ok(_) => return Ok(()),
+            Err(e) => e.file,
+        };
+        if std::fs::copy(t.path(), &path).is_ok() {
+            return Ok(());
         }
-        Ok(())
+        let partial = partial_path(&path);
+        match t.persist(&partial) {
+            Ok(_) => anyhow::bail!("cannot write the output into {}: it is kept as {}", path.display(), partial.display()),
+            Err(e) => {
+                let kept = e.file.into_temp_path().keep().map_err(|e| anyhow::anyhow!("cannot write the output into {}: {}", path.display(), e.error))?;
+                anyhow::bail!("cannot write the output into {}: it is kept as {}", path.display(), kept.display())
+            }
+        }
     }
 
     /// The command failed part-way: keep what was written as `FILE.partial` beside the output,
-    /// which is left as it was. Returns the pair (output, partial file); None for a direct output.
-    pub(crate) fn keep_partial(self) -> anyhow::Result<Option<(std::path::PathBuf, std::path::PathBuf)>> {
+    /// which is left as it was. Returns the pair (output, partial file); None for a direct
+    /// output, or when nothing was written (the temporary file is then removed).
+    pub(crate) fn keep_partial(self, written: bool) -> anyhow::Result<Option<(std::path::PathBuf, std::path::PathBuf)>> {
         let Self::Temp(t, path) = self else { return Ok(None) };
-        let mut name = path.file_name().unwrap_or_default().to_os_string();
-        name.push(".partial");
-        let partial = path.with_file_name(name);
-        t.persist(&partial).map_err(|e| anyhow::anyhow!("cannot keep the partial output as {}: {}", partial.display(), e.error))?;
-        Ok(Some((path, partial)))
+        forget_interrupt(t.path());
+        if !written {
+            return Ok(None);
+        }
+        let partial = partial_path(&path);
+        match t.persist(&partial) {
+            Ok(_) => Ok(Some((path, partial))),
+            Err(e) => {
+                let kept = e.file.into_temp_path().keep().map_err(|e| anyhow::anyhow!("cannot keep the partial output: {}", e.error))?;
+                Ok(Some((path, kept)))
+            }
+        }
     }
 }
 
@@ -285,5 +361,44 @@ pub fn main() -> i32 {
             }
             1
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OutputFile;
+    use std::io::Write;
+
+    /// What was written is never lost: committed into place, kept as FILE.partial when the
+    /// file cannot take it (here a folder put in its place), dropped only when nothing was
+    /// written.
+    #[test]
+    fn an_output_file_is_committed_or_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("v.txt");
+        std::fs::write(&out, "earlier").unwrap();
+        let f = OutputFile::open(&out, false).unwrap();
+        f.file().write_all(b"new").unwrap();
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "earlier", "replaced only at the end");
+        f.commit().unwrap();
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "new");
+
+        let blocked = dir.path().join("w.txt");
+        let f = OutputFile::open(&blocked, false).unwrap();
+        f.file().write_all(b"rows").unwrap();
+        std::fs::create_dir_all(blocked.join("in-the-way")).unwrap();
+        let e = format!("{:#}", f.commit().unwrap_err());
+        assert!(e.contains("it is kept as") && e.contains("w.txt.partial"), "{e}");
+        assert_eq!(std::fs::read_to_string(dir.path().join("w.txt.partial")).unwrap(), "rows");
+
+        let f = OutputFile::open(&dir.path().join("x.txt"), false).unwrap();
+        assert_eq!(f.keep_partial(false).unwrap(), None);
+        let f = OutputFile::open(&dir.path().join("y.txt"), false).unwrap();
+        f.file().write_all(b"some").unwrap();
+        let (o, p) = f.keep_partial(true).unwrap().unwrap();
+        assert_eq!((o.file_name().unwrap(), p.file_name().unwrap()), ("y.txt".as_ref(), "y.txt.partial".as_ref()));
+        let names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        assert!(names.iter().all(|n| !n.starts_with(".xsent-out-")), "{names:?}");
+        assert!(!dir.path().join("x.txt").exists() && !dir.path().join("x.txt.partial").exists());
     }
 }

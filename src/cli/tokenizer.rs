@@ -40,14 +40,26 @@ pub fn run(c: Command) -> Result<()> {
             let inputs: Vec<&std::path::Path> = a.input.iter().map(PathBuf::as_path).collect();
             crate::cli::check_not_input(&path, "-o", &inputs)?;
             anyhow::ensure!(!path.is_dir(), "-o {}: {} is a folder; give another path", a.output.display(), path.display());
-            // A model's tokenizer is part of the model: a new vocabulary would silently change
-            // its vectors (the ids no longer match the embeddings it was trained with).
-            if let Some(dir) = path.parent().filter(|d| d.join("config.json").is_file() && path.exists()) {
-                anyhow::bail!(
-                    "-o {}: {} holds a model (config.json) whose tokenizer.json this would replace: give another path",
-                    a.output.display(),
-                    dir.display()
-                );
+            // A model's tokenizer is part of the model, and a run's vocabulary part of the run
+            // (a resume reloads it): a new vocabulary would silently change their vectors (the
+            // ids no longer match the embeddings they were trained with).
+            if path.file_name().is_some_and(|n| n == "tokenizer.json") && path.exists() {
+                let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+                let model = ["config.json", "xsent.json", "model.safetensors"].iter().find(|f| dir.join(f).is_file());
+                let run = dir.parent().map(|r| r.join("config.toml")).filter(|c| {
+                    std::fs::read_to_string(c).is_ok_and(|t| t.starts_with(crate::train::config::RUN_CONFIG_HEADER))
+                });
+                if let Some(f) = model {
+                    anyhow::bail!("-o {}: {} holds a model ({f}) whose tokenizer.json this would replace: give another path", a.output.display(), dir.display());
+                }
+                if let Some(c) = run {
+                    anyhow::bail!(
+                        "-o {}: {} is inside the run directory of {}, whose tokenizer.json this would replace: give another path",
+                        a.output.display(),
+                        dir.display(),
+                        c.display()
+                    );
+                }
             }
             let lines = vocab::read_corpus(&a.input)?;
             // The output's place is made once the corpus is read, before it is trained on.

@@ -39,8 +39,8 @@ pub fn run(a: Args) -> Result<i32> {
         bail!("--out {} is a file, not a directory: give --out a directory for the run", out.display());
     }
     let saved = out.join("config.toml");
-    // Whether this command made --out (a fresh run into a new directory).
-    let mut made_dir = false;
+    // The folders this command made for --out, itself first (a fresh run into a new directory).
+    let mut made: Vec<std::path::PathBuf> = Vec::new();
     let cfg = if a.resume {
         if !out.is_dir() {
             bail!("--resume: {} does not exist; is it a run directory?", out.display());
@@ -116,7 +116,7 @@ pub fn run(a: Args) -> Result<i32> {
         // The resolved config, with its header, is the run directory's first file: what marks
         // the files after it (a recipe's vocab/ or init/, written before the first step) as
         // this run's, so that a new run in the same --out may clear them and nothing else.
-        made_dir = !out.exists();
+        made = out.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).map(std::path::Path::to_path_buf).collect();
         std::fs::create_dir_all(&out).with_context(|| format!("cannot create run directory {}", out.display()))?;
         train::write_run_config(&out, &cfg)?;
         cfg
@@ -147,8 +147,8 @@ pub fn run(a: Args) -> Result<i32> {
         let only_config = std::fs::read_dir(&out).is_ok_and(|d| d.filter_map(|e| e.ok()).all(|e| e.file_name() == "config.toml"));
         if only_config {
             let _ = std::fs::remove_file(&saved);
-            if made_dir {
-                let _ = std::fs::remove_dir(&out);
+            for d in &made {
+                let _ = std::fs::remove_dir(d);
             }
         }
     }
@@ -225,6 +225,8 @@ fn clear_failed_start(out: &std::path::Path) -> Result<()> {
         );
     }
     eprintln!("xsent train: {} holds no checkpoint (a start that stopped before its first one); starting it over", out.display());
+    // config.toml last: an interruption in between leaves a directory still marked as a run's.
+    entries.sort_by_key(|p| p.file_name().is_some_and(|n| n == "config.toml"));
     for p in entries {
         let r = if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
         r.with_context(|| format!("cannot remove {}", p.display()))?;

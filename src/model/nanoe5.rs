@@ -339,7 +339,8 @@ mod tests {
     #[test]
     fn an_existing_model_or_file_is_never_written_over() {
         // A model directory (its own tokenizer.json given as --tokenizer, which a copy onto
-        // itself would empty) and a file: both refused, both left as they were.
+        // itself would empty) and a file: both refused before anything is read (the packed
+        // file does not exist: a later check would name it instead), both left as they were.
         let dir = tempfile::tempdir().unwrap();
         let model = dir.path().join("model");
         std::fs::create_dir_all(&model).unwrap();

@@ -134,7 +134,7 @@ impl SentenceEncoder {
         } else {
             (tensors, None)
         };
-        super::encoder::check_config(&tensors, &config).with_context(|| format!("{} and {}", files.config.display(), files.weights[0].display()))?;
+        super::encoder::check_config(&tensors, &config).with_context(|| format!("{} and {}", files.config.display(), super::weights::describe(&files.weights)))?;
         let vb = VarBuilder::from_tensors(tensors, DType::F32, &opts.device);
         let encoder = Encoder::load(vb, &config).with_context(|| format!("loading weights {}", files.weights[0].display()))?;
 

@@ -75,7 +75,7 @@ pub fn read_weight_file(path: &Path) -> Result<HashMap<String, Tensor>> {
 }
 
 /// `path`, or for shards the first and how many.
-fn describe(paths: &[PathBuf]) -> String {
+pub(crate) fn describe(paths: &[PathBuf]) -> String {
     match paths {
         [one] => one.display().to_string(),
         [first, ..] => format!("{} and its {} other shards", first.display(), paths.len() - 1),
