@@ -337,7 +337,7 @@ fn mine_leaves_blank_lines_out_and_outputs_are_checked_first() {
     // Output paths that cannot be written, and -o naming an input, are refused before any work.
     for (args, want) in [
         (vec!["-o", "/nonexistent/dir/out.tsv"], "the folder /nonexistent/dir does not exist"),
-        (vec!["-o", "/proc/xsent-mined.tsv"], "-o /proc/xsent-mined.tsv: cannot open it for writing"),
+        (vec!["-o", "/proc/xsent-mined.tsv"], "-o /proc/xsent-mined.tsv: cannot create a file in /proc"),
         (vec!["-o", src.to_str().unwrap()], "would destroy the input"),
         (vec!["--threshold", "nan"], "--threshold NaN is not a finite number"),
     ] {

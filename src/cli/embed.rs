@@ -66,7 +66,7 @@ pub fn run(args: Args) -> Result<()> {
         _ => (Box::new(std::io::BufReader::with_capacity(1 << 20, std::io::stdin().lock())), None),
     };
     // Opened before the model loads: a path that cannot be written fails at once.
-    let out_file = output.map(|p| super::OutputFile::open(p, true)).transpose()?;
+    let out_file = output.map(super::OutputFile::open).transpose()?;
     let enc = args.model.load()?;
     let to = match (&out_file, output) {
         (Some(f), Some(p)) => Some((f.file().try_clone().with_context(|| format!("cannot write {}", p.display()))?, p.display().to_string())),
@@ -102,10 +102,10 @@ pub fn run(args: Args) -> Result<()> {
             summary
         }
         (Err(e), _) | (Ok(_), Err(e)) => {
-            if let (Some(f), Some(out)) = (out_file, output) {
+            if let (Some(f), Some(out)) = (out_file.filter(super::OutputFile::is_temporary), output) {
                 let state = if out.exists() { "is left as it was" } else { "is not written" };
                 match f.keep_partial(written) {
-                    Ok(Some((_, partial))) => {
+                    Ok(Some(partial)) => {
                         eprintln!("xsent embed: stopped; {} {state}, and the rows written before the error are in {}", out.display(), partial.display())
                     }
                     Ok(None) => eprintln!("xsent embed: stopped before any row; {} {state}", out.display()),

@@ -57,7 +57,7 @@ pub fn run(a: Args) -> Result<()> {
     let sink = match &a.output {
         Some(out) => {
             super::check_output(out, "-o", &[&a.src_file, &a.tgt_file])?;
-            Some(super::OutputFile::open(out, false)?)
+            Some(super::OutputFile::open(out)?)
         }
         None => None,
     };

@@ -171,50 +171,38 @@ pub fn check_report(report: &std::path::Path, inputs: &[&std::path::Path], data_
 /// at once. A regular file (or a new one; through a symlink, its target) is written as a
 /// temporary file beside it, with the permissions of the file it replaces, and moved into place
 /// by [`OutputFile::commit`] when the command succeeds, so a failed or interrupted run leaves an
-/// earlier file as it was; anything under `/dev/` or `/proc/` (`/dev/stdout`, whatever file
-/// standard output is) and anything not a regular file (a named pipe, a process substitution)
-/// is written directly.
+/// earlier file as it was. `/dev/stdout` and `/dev/stderr` (and their `/dev/fd/N` and
+/// `/proc/self/fd/N` names) write to the process's own standard output or error, whatever file
+/// that is; anything else that is not a regular file (a named pipe, a process substitution, a
+/// device) is written directly.
 pub(crate) enum OutputFile {
     Temp(tempfile::NamedTempFile, std::path::PathBuf),
     Direct(std::fs::File),
 }
 
-/// Temporary output files to deal with on Ctrl-C, which ends the process without running
-/// destructors: (temporary file, `FILE.partial`, keep it there rather than remove it).
-static ON_INTERRUPT: std::sync::Mutex<Vec<(std::path::PathBuf, std::path::PathBuf, bool)>> = std::sync::Mutex::new(Vec::new());
+/// Temporary output files to remove on Ctrl-C, which ends the process without running
+/// destructors. The handler holds the lock until the process exits, and [`OutputFile::commit`]
+/// and [`OutputFile::keep_partial`] hold it while they move a file, so each file is dealt with
+/// once.
+static ON_INTERRUPT: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
 
-/// Register a temporary output file with the process's one Ctrl-C handler (installed on first
-/// use), which keeps or removes each registered file and exits as an interrupted command does (130).
-fn on_interrupt(tmp: &std::path::Path, partial: &std::path::Path, keep: bool) -> anyhow::Result<()> {
+/// Install the process's one Ctrl-C handler for output files (on first use): it removes every
+/// registered temporary file and exits as an interrupted command does (130).
+fn interrupt_handler() -> anyhow::Result<()> {
     static HANDLER: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
     HANDLER
         .get_or_init(|| {
             ctrlc::set_handler(|| {
-                let files = ON_INTERRUPT.lock().map(|v| v.clone()).unwrap_or_default();
-                for (tmp, partial, keep) in files {
-                    if keep && std::fs::rename(&tmp, &partial).is_ok() {
-                        eprintln!("\nxsent: interrupted; the rows written so far are in {}", partial.display());
-                    } else {
-                        let _ = std::fs::remove_file(&tmp);
-                    }
+                let files = ON_INTERRUPT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                for tmp in files.iter() {
+                    let _ = std::fs::remove_file(tmp);
                 }
                 std::process::exit(130);
             })
             .map_err(|e| e.to_string())
         })
         .clone()
-        .map_err(|e| anyhow::anyhow!("cannot set the Ctrl-C handler: {e}"))?;
-    if let Ok(mut v) = ON_INTERRUPT.lock() {
-        v.push((tmp.to_path_buf(), partial.to_path_buf(), keep));
-    }
-    Ok(())
-}
-
-/// The temporary file is dealt with: Ctrl-C leaves it alone.
-fn forget_interrupt(tmp: &std::path::Path) {
-    if let Ok(mut v) = ON_INTERRUPT.lock() {
-        v.retain(|e| e.0 != tmp);
-    }
+        .map_err(|e| anyhow::anyhow!("cannot set the Ctrl-C handler: {e}"))
 }
 
 /// `FILE.partial` beside `path`.
@@ -224,14 +212,30 @@ fn partial_path(path: &std::path::Path) -> std::path::PathBuf {
     path.with_file_name(name)
 }
 
+/// The standard stream (1 or 2) that `out` names, if it names one.
+fn std_stream(out: &std::path::Path) -> Option<i32> {
+    let s = out.to_str()?;
+    match s {
+        "/dev/stdout" | "/dev/fd/1" | "/proc/self/fd/1" => Some(1),
+        "/dev/stderr" | "/dev/fd/2" | "/proc/self/fd/2" => Some(2),
+        _ => None,
+    }
+}
+
 impl OutputFile {
-    /// `on_interrupt_keep`: Ctrl-C keeps what was written as `FILE.partial` (rows written as
-    /// they are made, as by `embed`) instead of removing it (output written at the end, as by
-    /// `mine`). Either way the process exits with 130.
-    pub(crate) fn open(out: &std::path::Path, on_interrupt_keep: bool) -> anyhow::Result<Self> {
+    pub(crate) fn open(out: &std::path::Path) -> anyhow::Result<Self> {
         use anyhow::Context;
-        let under_dev = |p: &std::path::Path| p.starts_with("/dev") || p.starts_with("/proc");
-        let special = under_dev(out) || std::fs::read_link(out).is_ok_and(|l| under_dev(&l));
+        #[cfg(unix)]
+        if let Some(fd) = std_stream(out) {
+            // The same open file as the stream (its offset, its append mode), not a new one.
+            use std::os::fd::AsFd;
+            let owned = match fd {
+                1 => std::io::stdout().as_fd().try_clone_to_owned(),
+                _ => std::io::stderr().as_fd().try_clone_to_owned(),
+            }
+            .with_context(|| format!("-o {}: cannot open it for writing", out.display()))?;
+            return Ok(Self::Direct(std::fs::File::from(owned)));
+        }
         // Through symlinks to the file they name (a dangling link: where it points).
         let target = match std::fs::canonicalize(out) {
             Ok(t) => t,
@@ -240,26 +244,24 @@ impl OutputFile {
                 Err(_) => out.to_path_buf(),
             },
         };
-        if special || (target.exists() && !target.is_file()) {
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .truncate(true)
-                .open(out)
-                .with_context(|| format!("-o {}: cannot open it for writing", out.display()))?;
+        if target.exists() && !target.is_file() {
+            let f = std::fs::OpenOptions::new().write(true).open(out).with_context(|| format!("-o {}: cannot open it for writing", out.display()))?;
             return Ok(Self::Direct(f));
         }
         let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+        // Before the file exists: a Ctrl-C after it is made finds the handler in place.
+        interrupt_handler()?;
         let mut builder = tempfile::Builder::new();
         builder.prefix(".xsent-out-");
-        // As a file the shell creates (0666 less the umask), not a temporary file's 0600; a
-        // replaced file's own permissions are copied below.
+        // As a file the shell creates (0666 less the umask), not a temporary file's 0600.
         #[cfg(unix)]
         builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
         let tmp = builder.tempfile_in(dir).with_context(|| format!("-o {}: cannot create a file in {}", out.display(), dir.display()))?;
+        ON_INTERRUPT.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(tmp.path().to_path_buf());
+        // A replaced file's own permissions, where the file system lets us (best effort).
         if let Ok(m) = std::fs::metadata(&target) {
-            std::fs::set_permissions(tmp.path(), m.permissions()).with_context(|| format!("-o {}: cannot set the permissions of {}", out.display(), tmp.path().display()))?;
+            let _ = std::fs::set_permissions(tmp.path(), m.permissions());
         }
-        on_interrupt(tmp.path(), &partial_path(&target), on_interrupt_keep)?;
         Ok(Self::Temp(tmp, target))
     }
 
@@ -271,46 +273,45 @@ impl OutputFile {
         }
     }
 
-    /// The command succeeded: move what was written into place. Where the file cannot be
-    /// replaced by a rename (a bind-mounted file, say), it is copied into it; where that fails
-    /// too, what was written is kept as `FILE.partial` and the error says so.
+    /// Whether the output is written under a temporary name (and so can be kept apart).
+    pub(crate) fn is_temporary(&self) -> bool {
+        matches!(self, Self::Temp(..))
+    }
+
+    /// The command succeeded: move what was written into place. Where that rename fails (a
+    /// bind-mounted file, a sticky directory), what was written is kept as `FILE.partial`, FILE
+    /// is left as it was, and the error says so.
     pub(crate) fn commit(self) -> anyhow::Result<()> {
         let Self::Temp(t, path) = self else { return Ok(()) };
-        forget_interrupt(t.path());
-        let t = match t.persist(&path) {
+        let mut pending = ON_INTERRUPT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        pending.retain(|p| p != t.path());
+        let e = match t.persist(&path) {
             Ok(_) => return Ok(()),
-            Err(e) => e.file,
+            Err(e) => e,
         };
-        if std::fs::copy(t.path(), &path).is_ok() {
-            return Ok(());
-        }
-        let partial = partial_path(&path);
-        match t.persist(&partial) {
-            Ok(_) => anyhow::bail!("cannot write the output into {}: it is kept as {}", path.display(), partial.display()),
-            Err(e) => {
-                let kept = e.file.into_temp_path().keep().map_err(|e| anyhow::anyhow!("cannot write the output into {}: {}", path.display(), e.error))?;
-                anyhow::bail!("cannot write the output into {}: it is kept as {}", path.display(), kept.display())
-            }
-        }
+        let kept = keep(e.file, &partial_path(&path))?;
+        anyhow::bail!("cannot move the output into place at {} ({}): it is left as it was, and the output is in {}", path.display(), e.error, kept.display())
     }
 
     /// The command failed part-way: keep what was written as `FILE.partial` beside the output,
-    /// which is left as it was. Returns the pair (output, partial file); None for a direct
-    /// output, or when nothing was written (the temporary file is then removed).
-    pub(crate) fn keep_partial(self, written: bool) -> anyhow::Result<Option<(std::path::PathBuf, std::path::PathBuf)>> {
+    /// which is left as it was, and return where it is; when nothing was written, remove it and
+    /// return None. (A direct output has nothing to keep apart: None.)
+    pub(crate) fn keep_partial(self, written: bool) -> anyhow::Result<Option<std::path::PathBuf>> {
         let Self::Temp(t, path) = self else { return Ok(None) };
-        forget_interrupt(t.path());
+        let mut pending = ON_INTERRUPT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        pending.retain(|p| p != t.path());
         if !written {
             return Ok(None);
         }
-        let partial = partial_path(&path);
-        match t.persist(&partial) {
-            Ok(_) => Ok(Some((path, partial))),
-            Err(e) => {
-                let kept = e.file.into_temp_path().keep().map_err(|e| anyhow::anyhow!("cannot keep the partial output: {}", e.error))?;
-                Ok(Some((path, kept)))
-            }
-        }
+        keep(t, &partial_path(&path)).map(Some)
+    }
+}
+
+/// Keep a temporary file as `partial`, or where that fails under its own name: never delete it.
+fn keep(t: tempfile::NamedTempFile, partial: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
+    match t.persist(partial) {
+        Ok(_) => Ok(partial.to_path_buf()),
+        Err(e) => e.file.into_temp_path().keep().map_err(|e| anyhow::anyhow!("cannot keep the output: {}", e.error)),
     }
 }
 
@@ -377,28 +378,31 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("v.txt");
         std::fs::write(&out, "earlier").unwrap();
-        let f = OutputFile::open(&out, false).unwrap();
+        let f = OutputFile::open(&out).unwrap();
+        assert!(f.is_temporary());
         f.file().write_all(b"new").unwrap();
         assert_eq!(std::fs::read_to_string(&out).unwrap(), "earlier", "replaced only at the end");
         f.commit().unwrap();
         assert_eq!(std::fs::read_to_string(&out).unwrap(), "new");
 
         let blocked = dir.path().join("w.txt");
-        let f = OutputFile::open(&blocked, false).unwrap();
+        let f = OutputFile::open(&blocked).unwrap();
         f.file().write_all(b"rows").unwrap();
         std::fs::create_dir_all(blocked.join("in-the-way")).unwrap();
         let e = format!("{:#}", f.commit().unwrap_err());
-        assert!(e.contains("it is kept as") && e.contains("w.txt.partial"), "{e}");
+        assert!(e.contains("it is left as it was, and the output is in") && e.contains("w.txt.partial"), "{e}");
         assert_eq!(std::fs::read_to_string(dir.path().join("w.txt.partial")).unwrap(), "rows");
 
-        let f = OutputFile::open(&dir.path().join("x.txt"), false).unwrap();
+        let f = OutputFile::open(&dir.path().join("x.txt")).unwrap();
         assert_eq!(f.keep_partial(false).unwrap(), None);
-        let f = OutputFile::open(&dir.path().join("y.txt"), false).unwrap();
+        let f = OutputFile::open(&dir.path().join("y.txt")).unwrap();
         f.file().write_all(b"some").unwrap();
-        let (o, p) = f.keep_partial(true).unwrap().unwrap();
-        assert_eq!((o.file_name().unwrap(), p.file_name().unwrap()), ("y.txt".as_ref(), "y.txt.partial".as_ref()));
+        assert_eq!(f.keep_partial(true).unwrap(), Some(dir.path().join("y.txt.partial")));
         let names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         assert!(names.iter().all(|n| !n.starts_with(".xsent-out-")), "{names:?}");
         assert!(!dir.path().join("x.txt").exists() && !dir.path().join("x.txt.partial").exists());
+        assert!(super::ON_INTERRUPT.lock().unwrap().is_empty(), "every file dealt with is forgotten by the Ctrl-C handler");
+        // A named pipe or device is written directly.
+        assert!(!OutputFile::open(std::path::Path::new("/dev/null")).unwrap().is_temporary());
     }
 }

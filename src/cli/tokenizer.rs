@@ -45,6 +45,8 @@ pub fn run(c: Command) -> Result<()> {
             // ids no longer match the embeddings they were trained with).
             if path.file_name().is_some_and(|n| n == "tokenizer.json") && path.exists() {
                 let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+                // Absolute, so that `-o .` inside a run's vocab/ finds the run above it.
+                let dir = &std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
                 let model = ["config.json", "xsent.json", "model.safetensors"].iter().find(|f| dir.join(f).is_file());
                 let run = dir.parent().map(|r| r.join("config.toml")).filter(|c| {
                     std::fs::read_to_string(c).is_ok_and(|t| t.starts_with(crate::train::config::RUN_CONFIG_HEADER))

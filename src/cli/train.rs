@@ -117,8 +117,13 @@ pub fn run(a: Args) -> Result<i32> {
         // the files after it (a recipe's vocab/ or init/, written before the first step) as
         // this run's, so that a new run in the same --out may clear them and nothing else.
         made = out.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).map(std::path::Path::to_path_buf).collect();
-        std::fs::create_dir_all(&out).with_context(|| format!("cannot create run directory {}", out.display()))?;
-        train::write_run_config(&out, &cfg)?;
+        let written = std::fs::create_dir_all(&out)
+            .with_context(|| format!("cannot create run directory {}", out.display()))
+            .and_then(|()| train::write_run_config(&out, &cfg));
+        if let Err(e) = written {
+            remove_made(&out, &made);
+            return Err(e);
+        }
         cfg
     };
     let flag = Arc::new(AtomicBool::new(false));
@@ -147,9 +152,7 @@ pub fn run(a: Args) -> Result<i32> {
         let only_config = std::fs::read_dir(&out).is_ok_and(|d| d.filter_map(|e| e.ok()).all(|e| e.file_name() == "config.toml"));
         if only_config {
             let _ = std::fs::remove_file(&saved);
-            for d in &made {
-                let _ = std::fs::remove_dir(d);
-            }
+            remove_made(&out, &made);
         }
     }
     Ok(match outcome? {
@@ -157,6 +160,17 @@ pub fn run(a: Args) -> Result<i32> {
         Outcome::Interrupted if opts.interrupt.as_ref().is_some_and(|f| f.load(Ordering::SeqCst)) => 130,
         Outcome::Interrupted => 0,
     })
+}
+
+/// Remove the folders this command made for `--out` (itself first), where empty, with the
+/// temporary file of a config.toml write cut short.
+fn remove_made(out: &std::path::Path, made: &[std::path::PathBuf]) {
+    if !made.is_empty() {
+        let _ = std::fs::remove_file(out.join(".config.toml.tmp"));
+    }
+    for d in made {
+        let _ = std::fs::remove_dir(d);
+    }
 }
 
 /// What `xsent train` writes into a run directory before its first checkpoint.
