@@ -133,24 +133,8 @@ fn an_interrupted_embed_leaves_no_file() {
     let out_dir = dir.path().join("out");
     std::fs::create_dir_all(&out_dir).unwrap();
     let out = out_dir.join("v.jsonl");
-    let mut child = common::xsent()
-        .args(["embed", "--model", &e5(), "--input", input.to_str().unwrap(), "-o", out.to_str().unwrap()])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let temp = || std::fs::read_dir(&out_dir).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().starts_with(".xsent-out-"));
-    let start = std::time::Instant::now();
-    while !temp() {
-        assert!(start.elapsed().as_secs() < 60, "no temporary file appeared");
-        assert!(child.try_wait().unwrap().is_none(), "embed ended before it was interrupted");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    let killed = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
-    assert!(killed.success());
-    let o = child.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(130), "{}", stderr(&o));
-    let names: Vec<String> = std::fs::read_dir(&out_dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let (status, names) = common::interrupt_once_writing(&["embed", "--model", &e5(), "--input", input.to_str().unwrap(), "-o", out.to_str().unwrap()], &out_dir);
+    assert_eq!(status.code(), Some(130), "{status:?}");
     assert!(names.is_empty(), "{names:?}");
 }
 

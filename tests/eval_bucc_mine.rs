@@ -126,31 +126,12 @@ fn an_interrupted_mine_leaves_no_temporary_file() {
     let out_dir = dir.path().join("out");
     std::fs::create_dir_all(&out_dir).unwrap();
     let out = out_dir.join("mined.tsv");
-    let mut child = common::xsent()
-        .args(["mine", "--model", &common::e5_small(), "--prefix", "query: ", "--src-file"])
-        .arg(&s)
-        .arg("--tgt-file")
-        .arg(&t)
-        .arg("-o")
-        .arg(&out)
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    // The temporary file is made before the model loads; wait for it, then interrupt.
-    let temp = || std::fs::read_dir(&out_dir).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().starts_with(".xsent-out-"));
-    let start = std::time::Instant::now();
-    while !temp() {
-        assert!(start.elapsed().as_secs() < 60, "no temporary file appeared");
-        assert!(child.try_wait().unwrap().is_none(), "mine ended before it was interrupted");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    let killed = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
-    assert!(killed.success());
-    let status = child.wait().unwrap();
+    let (status, names) = common::interrupt_once_writing(
+        &["mine", "--model", &common::e5_small(), "--prefix", "query: ", "--src-file", s.to_str().unwrap(), "--tgt-file", t.to_str().unwrap(), "-o", out.to_str().unwrap()],
+        &out_dir,
+    );
     assert_eq!(status.code(), Some(130), "{status:?}");
-    assert!(!temp(), "the temporary file is left");
-    assert!(!out.exists());
+    assert!(names.is_empty(), "the temporary file (or an output) is left: {names:?}");
 }
 
 #[test]

@@ -228,3 +228,23 @@ pub fn scored_pairs(pairs: &[(String, String)]) -> Vec<(String, String, f64)> {
         .map(|(i, (en, de))| if i % 2 == 0 { (en.clone(), de.clone(), 5.0) } else { (en.clone(), pairs[n - i].1.clone(), (i % 5) as f64) })
         .collect()
 }
+
+/// Run `xsent ARGS` whose `-o` file is in `out_dir`, interrupt it (SIGINT) once its temporary
+/// output file appears there (it is made before the model loads), and return its exit status
+/// and what is left in `out_dir`.
+#[allow(dead_code)]
+pub fn interrupt_once_writing(args: &[&str], out_dir: &std::path::Path) -> (std::process::ExitStatus, Vec<String>) {
+    let mut child = xsent().args(args).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let names = || -> Vec<String> { std::fs::read_dir(out_dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect() };
+    let start = std::time::Instant::now();
+    while !names().iter().any(|n| n.starts_with(".xsent-out-")) {
+        assert!(start.elapsed().as_secs() < 60, "no temporary file appeared");
+        assert!(child.try_wait().unwrap().is_none(), "{args:?} ended before it was interrupted");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let killed = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    (status, names())
+}
