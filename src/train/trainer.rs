@@ -299,22 +299,24 @@ impl<'a> Trainer<'a> {
         };
         let (best_metric, best_mode) = {
             let (m, mode) = recipe.default_best();
-            // A best_mode against the known direction of its metric would keep the worst model
-            // (and stop early on improvement).
+            let metric = t.best_metric.clone().unwrap_or_else(|| m.clone());
+            // The direction known for the metric: the recipe's own, or the trainer's STS scores,
+            // correlations (higher is better).
+            let known = if metric == m {
+                Some(mode)
+            } else if metric.starts_with("sts_") {
+                Some(BestMode::Max)
+            } else {
+                None
+            };
             let name = |d: BestMode| match d {
                 BestMode::Max => "\"max\" (higher is better)",
                 BestMode::Min => "\"min\" (lower is better)",
             };
-            if let Some(set) = t.best_mode {
-                let metric = t.best_metric.clone().unwrap_or_else(|| m.clone());
-                let known = if metric == m {
-                    Some(mode)
-                } else if metric.starts_with("sts_") {
-                    Some(BestMode::Max)
-                } else {
-                    None
-                };
-                if let Some(k) = known.filter(|k| *k != set) {
+            if let (Some(set), Some(k)) = (t.best_mode, known) {
+                // Against the known direction it would keep the worst model (and stop early on
+                // improvement).
+                if set != k {
                     bail!(
                         "train.best_mode = {} contradicts train.best_metric {metric:?}, for which the right mode is {}: \
                          leave best_mode out (it is known for this metric) or set it to the latter",
@@ -323,17 +325,14 @@ impl<'a> Trainer<'a> {
                     );
                 }
             }
-            match (&t.best_metric, t.best_mode) {
-                (None, mode_set) => (m, mode_set.unwrap_or(mode)),
-                (Some(metric), _) if metric.starts_with("sts_") && t.val_sts.is_none() => bail!(
+            if t.best_metric.is_some() && metric.starts_with("sts_") && t.val_sts.is_none() {
+                bail!(
                     "train.best_metric = {metric:?} is scored only with train.val_sts = \"FILE\" (pairs with gold scores, e.g. the STS benchmark's sts-dev.csv)"
-                ),
-                (Some(metric), Some(mode_set)) => (metric.clone(), mode_set),
-                // The trainer's own STS scores (val_sts is set: the arm above) are
-                // correlations: higher is better.
-                (Some(metric), None) if metric.starts_with("sts_") => (metric.clone(), BestMode::Max),
-                (Some(metric), None) if *metric == m => (m, mode),
-                (Some(metric), None) => bail!(
+                );
+            }
+            match t.best_mode.or(known) {
+                Some(chosen) => (metric, chosen),
+                None => bail!(
                     "train.best_metric = {metric:?} is not the {} recipe's own ({m:?}, {}), so whether higher or lower is better \
                      is unknown: add --set train.best_mode='\"max\"' (or '\"min\"')",
                     cfg.recipe,
