@@ -186,6 +186,18 @@ pub(crate) enum OutputFile {
 /// once.
 static ON_INTERRUPT: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
 
+/// The list of [`ON_INTERRUPT`], locked (a panic elsewhere leaves it usable).
+fn pending() -> std::sync::MutexGuard<'static, Vec<std::path::PathBuf>> {
+    ON_INTERRUPT.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Take `tmp` off the Ctrl-C list, returning the lock for the caller to hold while it moves the file.
+fn unregister(tmp: &std::path::Path) -> std::sync::MutexGuard<'static, Vec<std::path::PathBuf>> {
+    let mut p = pending();
+    p.retain(|f| f != tmp);
+    p
+}
+
 /// Install the process's one Ctrl-C handler for output files (on first use): it removes every
 /// registered temporary file and exits as an interrupted command does (130).
 fn interrupt_handler() -> anyhow::Result<()> {
@@ -193,7 +205,7 @@ fn interrupt_handler() -> anyhow::Result<()> {
     HANDLER
         .get_or_init(|| {
             ctrlc::set_handler(|| {
-                let files = ON_INTERRUPT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let files = pending();
                 for tmp in files.iter() {
                     let _ = std::fs::remove_file(tmp);
                 }
@@ -257,7 +269,7 @@ impl OutputFile {
         #[cfg(unix)]
         builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
         let tmp = builder.tempfile_in(dir).with_context(|| format!("-o {}: cannot create a file in {}", out.display(), dir.display()))?;
-        ON_INTERRUPT.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(tmp.path().to_path_buf());
+        pending().push(tmp.path().to_path_buf());
         // A replaced file's own permissions, where the file system lets us (best effort).
         if let Ok(m) = std::fs::metadata(&target) {
             let _ = std::fs::set_permissions(tmp.path(), m.permissions());
@@ -283,8 +295,7 @@ impl OutputFile {
     /// is left as it was, and the error says so.
     pub(crate) fn commit(self) -> anyhow::Result<()> {
         let Self::Temp(t, path) = self else { return Ok(()) };
-        let mut pending = ON_INTERRUPT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        pending.retain(|p| p != t.path());
+        let _held = unregister(t.path());
         let e = match t.persist(&path) {
             Ok(_) => return Ok(()),
             Err(e) => e,
@@ -298,8 +309,7 @@ impl OutputFile {
     /// return None. (A direct output has nothing to keep apart: None.)
     pub(crate) fn keep_partial(self, written: bool) -> anyhow::Result<Option<std::path::PathBuf>> {
         let Self::Temp(t, path) = self else { return Ok(None) };
-        let mut pending = ON_INTERRUPT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        pending.retain(|p| p != t.path());
+        let _held = unregister(t.path());
         if !written {
             return Ok(None);
         }

@@ -48,9 +48,7 @@ pub fn run(c: Command) -> Result<()> {
                 // Absolute, so that `-o .` inside a run's vocab/ finds the run above it.
                 let dir = &std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
                 let model = ["config.json", "xsent.json", "model.safetensors"].iter().find(|f| dir.join(f).is_file());
-                let run = dir.parent().map(|r| r.join("config.toml")).filter(|c| {
-                    std::fs::read_to_string(c).is_ok_and(|t| t.starts_with(crate::train::config::RUN_CONFIG_HEADER))
-                });
+                let run = dir.parent().map(|r| r.join("config.toml")).filter(|c| crate::train::config::is_run_config(c));
                 if let Some(f) = model {
                     anyhow::bail!("-o {}: {} holds a model ({f}) whose tokenizer.json this would replace: give another path", a.output.display(), dir.display());
                 }

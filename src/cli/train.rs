@@ -227,7 +227,7 @@ fn clear_failed_start(out: &std::path::Path) -> Result<()> {
     // exception is the temporary file of that first write, cut short.
     let cfg_file = out.join("config.toml");
     let ours = if cfg_file.is_file() {
-        std::fs::read_to_string(&cfg_file).is_ok_and(|t| t.starts_with(config::RUN_CONFIG_HEADER))
+        config::is_run_config(&cfg_file)
     } else {
         entries.iter().all(|p| p.file_name().is_some_and(|n| n == ".config.toml.tmp"))
     };

@@ -23,7 +23,7 @@ pub fn p_at_1(enc: &dyn Embedder, src: &[String], tgt: &[String], distractors: &
     let vecs = super::embed_unique(enc, src.iter().chain(all.iter().copied()).map(String::as_str), batch_size)?;
     let q = rows(&vecs, src.iter());
     let t = rows(&vecs, all.iter().copied());
-    Ok((p_at_1_by(&q, &t, |i, j| all[j] == &tgt[i])?, all.len()))
+    Ok((p_at_1_vectors(&q, &t, |i, j| all[j] == &tgt[i])?, all.len()))
 }
 
 /// The vectors of `texts`, in order, as L2-normalised rows (every text is a key of `vecs`).
@@ -31,13 +31,8 @@ fn rows<'a>(vecs: &HashMap<String, Vec<f32>>, texts: impl Iterator<Item = &'a St
     Matrix::normalized(&texts.map(|s| vecs[s.as_str()].clone()).collect::<Vec<_>>())
 }
 
-/// P@1 ×100 when query i's answer is target i.
-pub fn p_at_1_vectors(q: &Matrix, t: &Matrix) -> Result<f64> {
-    p_at_1_by(q, t, |_, _| false)
-}
-
 /// P@1 ×100 when query i's answer is target i, or any target j with `same_text(i, j)`.
-fn p_at_1_by(q: &Matrix, t: &Matrix, same_text: impl Fn(usize, usize) -> bool) -> Result<f64> {
+pub fn p_at_1_vectors(q: &Matrix, t: &Matrix, same_text: impl Fn(usize, usize) -> bool) -> Result<f64> {
     let nb = knn(q, t, 1)?;
     let hits = (0..q.rows()).filter(|&i| nb.row(i).1.first().is_some_and(|&j| j as usize == i || same_text(i, j as usize))).count();
     Ok(100.0 * hits as f64 / q.rows().max(1) as f64)
@@ -164,7 +159,7 @@ pub fn evaluate_multi30k(enc: &dyn Embedder, sets: &[Multi30kSet], batch_size: u
     sets.iter()
         .map(|s| {
             ensure!(s.queries.len() <= s.candidates.len(), "{}: {} queries but only {} candidates", s.direction(), s.queries.len(), s.candidates.len());
-            let p_at_1 = p_at_1_by(&rows(&vecs, s.queries.iter()), &rows(&vecs, s.candidates.iter()), |i, j| s.candidates[j] == s.candidates[i])?;
+            let p_at_1 = p_at_1_vectors(&rows(&vecs, s.queries.iter()), &rows(&vecs, s.candidates.iter()), |i, j| s.candidates[j] == s.candidates[i])?;
             Ok(Multi30kScore { direction: s.direction(), queries: s.queries.len(), candidates: s.candidates.len(), p_at_1 })
         })
         .collect()
@@ -208,7 +203,7 @@ mod tests {
         // q0 -> t0 (hit); q1 is nearest to the distractor t2 (miss).
         let q = m(&[[1.0, 0.0], [0.0, 1.0]]);
         let t = m(&[[1.0, 0.1], [1.0, 1.0], [0.1, 1.0]]);
-        assert_eq!(p_at_1_vectors(&q, &t).unwrap(), 50.0);
+        assert_eq!(p_at_1_vectors(&q, &t, |_, _| false).unwrap(), 50.0);
     }
 
     /// A target line repeated in the target file: the query of the later copy retrieves the
@@ -218,9 +213,9 @@ mod tests {
         let m = |r: &[[f32; 2]]| Matrix::normalized(&r.iter().map(|x| x.to_vec()).collect::<Vec<_>>());
         let q = m(&[[1.0, 0.2], [1.0, 0.3], [0.0, 1.0]]);
         let t = m(&[[1.0, 0.1], [1.0, 0.1], [0.1, 1.0]]);
-        assert_eq!(p_at_1_vectors(&q, &t).unwrap(), 100.0 * 2.0 / 3.0, "by index alone query 1 misses");
+        assert_eq!(p_at_1_vectors(&q, &t, |_, _| false).unwrap(), 100.0 * 2.0 / 3.0, "by index alone query 1 misses");
         let texts = ["same", "same", "other"];
-        assert_eq!(p_at_1_by(&q, &t, |i, j| texts[i] == texts[j]).unwrap(), 100.0);
+        assert_eq!(p_at_1_vectors(&q, &t, |i, j| texts[i] == texts[j]).unwrap(), 100.0);
     }
 
     #[test]
@@ -229,7 +224,7 @@ mod tests {
         // t2 is an exact copy of the gold t0 (same text, same vector): the tie goes to index 0.
         let q = m(&[[1.0, 0.2]]);
         let t = m(&[[1.0, 0.1], [0.0, 1.0], [1.0, 0.1]]);
-        assert_eq!(p_at_1_vectors(&q, &t).unwrap(), 100.0);
+        assert_eq!(p_at_1_vectors(&q, &t, |_, _| false).unwrap(), 100.0);
     }
 
     fn write_gz(path: &Path, lines: &[&str]) {

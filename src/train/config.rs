@@ -474,6 +474,11 @@ fn differences_where(saved: &Config, new: &Config, keep: impl Fn(&str) -> bool) 
 /// own of the same name when a new run may clear a failed start.
 pub const RUN_CONFIG_HEADER: &str = "# xsent train: the resolved config of this run, every default written out\n";
 
+/// Whether `path` is a `config.toml` that `xsent train` wrote (it starts with [`RUN_CONFIG_HEADER`]).
+pub fn is_run_config(path: &Path) -> bool {
+    std::fs::read_to_string(path).is_ok_and(|t| t.starts_with(RUN_CONFIG_HEADER))
+}
+
 /// A run directory's `config.toml`: [`RUN_CONFIG_HEADER`], then the config.
 pub fn run_config_text(cfg: &Config) -> Result<String> {
     Ok(format!("{RUN_CONFIG_HEADER}{}", cfg.to_toml()?))
