@@ -2,7 +2,7 @@
 # One distillation step, xsent vs PyTorch (sentence-transformers), side by side.
 #
 # What one "step" is, in both engines: a full optimiser step of the distill recipe
-# (configs/distill.toml) on one batch of 32 parallel pairs (English src, German tgt):
+# (configs/distill-direct.toml) on one batch of 32 parallel pairs (English src, German tgt):
 #   student = multilingual-e5-small ("query: " prefix, max length L below): Transformer (train
 #             mode, dropout 0.1 as in its config) -> mean Pooling -> Dense 384->384 (identity
 #             activation, initialised by ridge least squares on the 32 English sentences, like
@@ -105,7 +105,7 @@ torch_version="${BENCH_TORCH_VERSION:-2.15.0}"
 st_version="${BENCH_ST_VERSION:-6.2.0}"
 student="$models/multilingual-e5-small"
 teacher="$models/all-MiniLM-L6-v2"
-config="$root/configs/distill.toml"
+config="$root/configs/distill-direct.toml"
 
 # Both engines get the same thread limits.
 export XSENT_THREADS=$threads RAYON_NUM_THREADS=$threads OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads

@@ -78,7 +78,7 @@ train_args() {
     local common=(--set train.max_steps=2 --set train.eval_at_start=false --set train.eval_every=0
         --set train.checkpoint_every=0)
     case "$1" in
-        distill) echo configs/distill.toml "${common[@]}" --set data.sources.0.max_pairs=400 \
+        distill) echo configs/distill-direct.toml "${common[@]}" --set data.sources.0.max_pairs=400 \
             --set data.val_size=20 --set distill.projection_fit_size=200 \
             --set "train.val_sts=\"$work/val-sts.csv\"" ;;
         dueam) echo configs/dueam.toml "${common[@]}" ;;
