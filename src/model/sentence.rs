@@ -94,6 +94,8 @@ pub struct SentenceEncoder {
     /// The Dense module's trainable parameters (when loaded trainable and present).
     pub dense_params: Option<Params>,
     tokenizer: Tokenizer,
+    /// Texts over twice this many bytes are cut before tokenising ([`super::long_text`]).
+    cut_budget: Option<usize>,
     pad_id: u32,
     device: Device,
 }
@@ -267,6 +269,7 @@ impl SentenceEncoder {
             lowercase,
             params,
             dense_params,
+            cut_budget: super::long_text::cut_budget(&tokenizer),
             tokenizer,
             pad_id,
             device: opts.device.clone(),
@@ -334,10 +337,11 @@ impl SentenceEncoder {
         Ok(self.encode_all(texts)?.iter().map(|e| self.encoded(e)).collect())
     }
 
-    /// The tokenizer's encodings of the texts as [`Self::input_text`] prepares them.
+    /// The tokenizer's encodings of the texts as [`Self::input_text`] prepares them (a long
+    /// text cut first where that leaves the kept tokens as they are: [`super::long_text`]).
     fn encode_all<S: AsRef<str>>(&self, texts: &[S]) -> Result<Vec<tokenizers::Encoding>> {
         let inputs: Vec<String> = texts.iter().map(|t| self.input_text(t.as_ref())).collect();
-        self.tokenizer.encode_batch(inputs, true).map_err(|e| anyhow!("tokenizer failed: {e}"))
+        super::long_text::encode(&self.tokenizer, &inputs, self.cut_budget)
     }
 
     /// The ids of a tokenised text, at most `max_length`, and whether it was cut.
