@@ -3,7 +3,7 @@
 //! An encoder keeps the first `max_length` tokens of a text. The tokenizer stops making tokens
 //! there, but it normalises and pre-tokenises all of the text first: an 18 MB line took 25 s
 //! and 2 GB to give 256 tokens. A text much longer than it can use is therefore tokenised up to
-//! a space near [`cut_budget`] bytes. When the tokenizer splits words at spaces, every word
+//! a space near [`BYTES_PER_TOKEN`] bytes per token of the limit. When the tokenizer splits words at spaces, every word
 //! before that space is tokenised as in the whole text; the cut stands only when the tokenizer
 //! still reached its limit within the head and its last token ends [`MARGIN`] bytes or more
 //! before the cut, so that nothing at the cut (a normalisation spanning the space) can reach
@@ -22,12 +22,12 @@ pub const BYTES_PER_TOKEN: usize = 16;
 /// Bytes between the end of the last token the tokenizer made and the cut.
 pub const MARGIN: usize = 64;
 
-/// The cut's byte budget for this tokenizer (its truncation set), or `None` when it has no
-/// truncation or its pre-tokenizer does not split words at a space (a cut could then change
-/// the pieces anywhere in a run of unsplit text, and texts are always tokenised whole).
-pub fn cut_budget(tokenizer: &Tokenizer) -> Option<usize> {
+/// The cut's byte budget and the tokenizer's limit (its truncation length), or `None` when it
+/// has no truncation or its pre-tokenizer does not split words at a space (a cut could then
+/// change the pieces anywhere in a run of unsplit text, and texts are always tokenised whole).
+fn budget(tokenizer: &Tokenizer) -> Option<(usize, usize)> {
     let limit = tokenizer.get_truncation()?.max_length;
-    tokenizer.get_pre_tokenizer().filter(|p| splits_at_spaces(p)).map(|_| limit.saturating_mul(BYTES_PER_TOKEN).max(256))
+    tokenizer.get_pre_tokenizer().filter(|p| splits_at_spaces(p)).map(|_| (limit.saturating_mul(BYTES_PER_TOKEN).max(256), limit))
 }
 
 /// Whether every ASCII space of the raw text ends a piece: the text before it is then
@@ -74,18 +74,18 @@ fn made(e: &Encoding) -> (usize, usize) {
     (n, end)
 }
 
-/// Tokenise `inputs` with `tokenizer`, cutting long texts at `budget` bytes as the module
-/// describes; `None`: never cut.
-pub fn encode(tokenizer: &Tokenizer, inputs: &[String], budget: Option<usize>) -> Result<Vec<Encoding>> {
-    Ok(encode_counted(tokenizer, inputs, budget)?.0)
+/// Tokenise `inputs` with `tokenizer` (its truncation set), cutting long texts first where
+/// the module says it is safe.
+pub fn encode(tokenizer: &Tokenizer, inputs: &[String]) -> Result<Vec<Encoding>> {
+    Ok(encode_counted(tokenizer, inputs)?.0)
 }
 
 /// [`encode`], and how many texts were tokenised cut and how many were cut, then tokenised
 /// whole after all (for the tests).
 #[doc(hidden)]
-pub fn encode_counted(tokenizer: &Tokenizer, inputs: &[String], budget: Option<usize>) -> Result<(Vec<Encoding>, usize, usize)> {
+pub fn encode_counted(tokenizer: &Tokenizer, inputs: &[String]) -> Result<(Vec<Encoding>, usize, usize)> {
     let run = |texts: Vec<&str>| tokenizer.encode_batch(texts, true).map_err(|e| anyhow!("tokenizer failed: {e}"));
-    let (Some(budget), Some(limit)) = (budget, tokenizer.get_truncation().map(|t| t.max_length)) else {
+    let Some((budget, limit)) = budget(tokenizer) else {
         return Ok((run(inputs.iter().map(String::as_str).collect())?, 0, 0));
     };
     let cuts: Vec<Option<usize>> = inputs.iter().map(|t| cut_point(t, budget)).collect();

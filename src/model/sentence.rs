@@ -94,8 +94,6 @@ pub struct SentenceEncoder {
     /// The Dense module's trainable parameters (when loaded trainable and present).
     pub dense_params: Option<Params>,
     tokenizer: Tokenizer,
-    /// Texts over twice this many bytes are cut before tokenising ([`super::long_text`]).
-    cut_budget: Option<usize>,
     pad_id: u32,
     device: Device,
 }
@@ -269,7 +267,6 @@ impl SentenceEncoder {
             lowercase,
             params,
             dense_params,
-            cut_budget: super::long_text::cut_budget(&tokenizer),
             tokenizer,
             pad_id,
             device: opts.device.clone(),
@@ -341,7 +338,7 @@ impl SentenceEncoder {
     /// text cut first where that leaves the kept tokens as they are: [`super::long_text`]).
     fn encode_all<S: AsRef<str>>(&self, texts: &[S]) -> Result<Vec<tokenizers::Encoding>> {
         let inputs: Vec<String> = texts.iter().map(|t| self.input_text(t.as_ref())).collect();
-        super::long_text::encode(&self.tokenizer, &inputs, self.cut_budget)
+        super::long_text::encode(&self.tokenizer, &inputs)
     }
 
     /// The ids of a tokenised text, at most `max_length`, and whether it was cut.
