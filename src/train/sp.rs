@@ -223,8 +223,9 @@ pub struct SpRecipe {
 
 impl SpRecipe {
     /// The recipe for run directory `out`. A vocabulary learned from the data is kept in
-    /// `out/vocab/` and reused from there by a resumed run: the `tokenizers` unigram trainer
-    /// breaks ties in hash-map order, so learning it again could number the pieces differently.
+    /// `out/vocab/` and reused from there by a resumed run (learning a unigram vocabulary again
+    /// gives the same one, [`crate::model::vocab::train_subword`], but takes time; a BPE one could
+    /// number its pieces differently).
     pub fn new(cfg: &Config, out: &Path) -> Result<Self> {
         let sc = cfg.sp.clone().context("recipe = \"sp\" needs an [sp] section")?;
         sc.validate()?;
