@@ -219,6 +219,8 @@ pub struct SpRecipe {
     tgt: Side,
     val_src: Vec<Vec<u32>>,
     val_tgt: Vec<Vec<u32>>,
+    /// What decontamination dropped.
+    overlaps: Vec<crate::data::decontam::Overlap>,
 }
 
 impl SpRecipe {
@@ -232,7 +234,8 @@ impl SpRecipe {
         if !crate::device::parse_device(&cfg.train.device)?.is_cpu() {
             bail!("the sp recipe trains on the CPU (train.device = \"cpu\"): an averaging model's step is a gather and a sum");
         }
-        let (train, val) = train_val_pairs(cfg)?;
+        let mut decontam = super::decontam::Decontam::new(cfg)?;
+        let (train, val) = train_val_pairs(cfg, &mut decontam)?;
 
         let t0 = std::time::Instant::now();
         let vocab_dir = out.join("vocab");
@@ -277,7 +280,7 @@ impl SpRecipe {
         let table = AveragingModel::random_table(vocab, sc.dim, sc.init_std as f32, cfg.seed ^ 0x5ba7_e1ed)
             .with_context(|| format!("sp.dim = {}, {vocab} units (sp.vocab_size)", sc.dim))?;
         let table = Var::from_tensor(&Tensor::from_vec(table, (vocab, sc.dim), &Device::Cpu)?)?;
-        Ok(Self { dim: sc.dim, cfg: sc, segmenter, table, src, tgt, val_src, val_tgt })
+        Ok(Self { dim: sc.dim, cfg: sc, segmenter, table, src, tgt, val_src, val_tgt, overlaps: decontam.overlaps })
     }
 
     /// The table's current values.
@@ -367,6 +370,10 @@ fn l2_rows(t: &Tensor) -> Result<Tensor> {
 impl Recipe for SpRecipe {
     fn embedder(&self) -> Option<&dyn crate::model::Embedder> {
         Some(self)
+    }
+
+    fn overlaps(&self) -> &[crate::data::decontam::Overlap] {
+        &self.overlaps
     }
 
     fn num_examples(&self) -> usize {
