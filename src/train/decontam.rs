@@ -16,8 +16,8 @@ pub struct Decontam {
 
 impl Decontam {
     /// The benchmark sets under `data.eval_dir` (else `XSENT_DATA`, else `../shared/data`), and
-    /// the config's own validation files (`train.val_sts`, `data.val_sources`,
-    /// `dueam.val_sources`) and `data.eval_pairs` / `data.eval_lines`.
+    /// the config's own validation files (`train.val_sts`, `dueam.val_sources`) and
+    /// `data.eval_pairs` / `data.eval_lines`.
     pub fn new(cfg: &Config) -> Result<Self> {
         if !cfg.data.decontaminate {
             eprintln!("xsent train: decontamination is off (data.decontaminate = false): training data is not checked against the evaluation sets");
@@ -94,10 +94,10 @@ pub fn sets(cfg: &Config) -> Result<Vec<EvalSet>> {
     if let Some(p) = &cfg.train.val_sts {
         own("train.val_sts".into(), vec![(p.into(), Layout::ScoredPairs)]);
     }
-    for (key, list) in [("data.val_sources", &d.val_sources), ("dueam.val_sources", &cfg.dueam.as_ref().map(|c| c.val_sources.clone()).unwrap_or_default())] {
-        for (i, s) in list.iter().enumerate() {
-            own(format!("{key}[{i}]"), source_files(s));
-        }
+    // (`data.val_sources` are held out of training by their source sentences already: see
+    // `train_val_pairs`.)
+    for (i, s) in cfg.dueam.iter().flat_map(|c| &c.val_sources).enumerate() {
+        own(format!("dueam.val_sources[{i}]"), source_files(s));
     }
     for p in &d.eval_pairs {
         anyhow::ensure!(p.is_file(), "data.eval_pairs: {} is not a file", p.display());

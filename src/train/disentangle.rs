@@ -516,6 +516,7 @@ mod tests {
             val_negatives: vec![(2, 3)],
             base: BaseSettings { model: String::new(), resolved: None, prefix: String::new(), pooling: Pooling::Mean, max_length: 8, normalize: false },
             live: None,
+            overlaps: Vec::new(),
         }
     }
 
