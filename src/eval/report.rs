@@ -35,9 +35,10 @@ impl Report {
         std::fs::write(path, serde_json::to_string_pretty(self)? + "\n").with_context(|| format!("cannot write report {}", path.display()))
     }
 
-    /// Read a report that `eval --report` wrote.
+    /// Read a report that `eval --report` wrote (gzip-compressed when its name ends in `.gz`, as
+    /// the run records in docs/results/runs keep them).
     pub fn read(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read report {}", path.display()))?;
+        let text = crate::data::read_lines(path).with_context(|| format!("cannot read report {}", path.display()))?.join("\n");
         serde_json::from_str(&text).with_context(|| format!("{} is not a report of xsent eval --report", path.display()))
     }
 }
