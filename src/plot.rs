@@ -179,74 +179,6 @@ pub fn read_labelled(specs: &[String], limit: usize) -> Result<Vec<(String, Vec<
     Ok(out)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Points spread along (1, 1, 0) with small noise along (1, -1, 0): PC1 is that direction and
-    /// explains almost all the variance.
-    #[test]
-    fn pca_finds_the_main_axis() {
-        let rows: Vec<Vec<f32>> = (0..50)
-            .map(|i| {
-                let t = i as f32 - 25.0;
-                let e = if i % 2 == 0 { 0.1 } else { -0.1 };
-                vec![t + e + 3.0, t - e - 1.0, 2.0]
-            })
-            .collect();
-        let p = pca(&rows, 2).unwrap();
-        assert!(p.explained[0] > 0.999, "{:?}", p.explained);
-        assert!(p.explained[0] >= p.explained[1]);
-        // Coordinates on PC1 are t·√2 (centred), sign fixed positive along (1, 1).
-        let first = p.coords[0][0];
-        let last = p.coords[49][0];
-        assert!((last - first - 49.0 * 2f64.sqrt()).abs() < 1e-3, "{first} {last}");
-        let mean: f64 = p.coords.iter().map(|c| c[0]).sum::<f64>() / 50.0;
-        assert!(mean.abs() < 1e-9);
-    }
-
-    #[test]
-    fn pca_rejects_bad_input() {
-        assert!(pca(&[vec![1.0, 2.0]], 1).is_err());
-        assert!(pca(&[vec![1.0, 2.0], vec![1.0]], 1).is_err());
-        assert!(pca(&[vec![1.0], vec![2.0]], 2).is_err());
-    }
-
-    #[test]
-    fn scatter_png_writes_a_png_of_the_requested_size() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("p.png");
-        let panels = vec![
-            Panel { title: "a".into(), points: vec![(0.0, 0.0, 0), (1.0, 2.0, 1)] },
-            Panel { title: "b".into(), points: vec![(3.0, 3.0, 1)] },
-        ];
-        scatter_png(&path, &panels, &["en".into(), "de".into()], 200).unwrap();
-        let bytes = std::fs::read(&path).unwrap();
-        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
-        // IHDR: width and height, big-endian, at bytes 16..24.
-        let w = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
-        let h = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
-        assert_eq!(w, 400);
-        assert_eq!(h, 200 + 30 + 22);
-        let too_many: Vec<String> = (0..21).map(|i| i.to_string()).collect();
-        assert!(scatter_png(&path, &panels, &too_many, 100).is_err());
-    }
-
-    #[test]
-    fn labelled_inputs_need_one_file_per_language() {
-        let dir = tempfile::tempdir().unwrap();
-        let a = dir.path().join("a.txt");
-        std::fs::write(&a, "one\ntwo\nthree\n").unwrap();
-        let spec = |l: &str| format!("{l}={}", a.display());
-        let got = read_labelled(&[spec("en"), spec("de")], 2).unwrap();
-        assert_eq!(got, vec![("en".to_string(), vec!["one".to_string(), "two".to_string()]), ("de".to_string(), vec!["one".to_string(), "two".to_string()])]);
-        let e = read_labelled(&[spec("en"), spec("en")], 2).unwrap_err().to_string();
-        assert!(e.contains("the language en is given twice"), "{e}");
-        let e = read_labelled(&["en".to_string()], 2).unwrap_err().to_string();
-        assert!(e.contains("expected LANG=FILE"), "{e}");
-    }
-}
-
 /// One panel of curves: a metric over steps, one line per run.
 pub struct Curves {
     pub title: String,
@@ -295,6 +227,8 @@ pub fn run_curves(runs: &[std::path::PathBuf], only: &[String]) -> Result<Vec<Cu
         per_run.push(series);
         bests.push(best);
     }
+    // The loss first, then the validation metrics as first logged.
+    names.sort_by_key(|n| n != "loss");
     for o in only {
         ensure!(names.contains(o), "--metrics {o}: no run logged it; these did: {}", names.join(", "));
     }
@@ -363,4 +297,72 @@ pub fn curves_png(path: &Path, panels: &[Curves], runs: &[String], panel_px: u32
     };
     draw().map_err(|e| anyhow!("cannot draw {}: {e}", path.display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Points spread along (1, 1, 0) with small noise along (1, -1, 0): PC1 is that direction and
+    /// explains almost all the variance.
+    #[test]
+    fn pca_finds_the_main_axis() {
+        let rows: Vec<Vec<f32>> = (0..50)
+            .map(|i| {
+                let t = i as f32 - 25.0;
+                let e = if i % 2 == 0 { 0.1 } else { -0.1 };
+                vec![t + e + 3.0, t - e - 1.0, 2.0]
+            })
+            .collect();
+        let p = pca(&rows, 2).unwrap();
+        assert!(p.explained[0] > 0.999, "{:?}", p.explained);
+        assert!(p.explained[0] >= p.explained[1]);
+        // Coordinates on PC1 are t·√2 (centred), sign fixed positive along (1, 1).
+        let first = p.coords[0][0];
+        let last = p.coords[49][0];
+        assert!((last - first - 49.0 * 2f64.sqrt()).abs() < 1e-3, "{first} {last}");
+        let mean: f64 = p.coords.iter().map(|c| c[0]).sum::<f64>() / 50.0;
+        assert!(mean.abs() < 1e-9);
+    }
+
+    #[test]
+    fn pca_rejects_bad_input() {
+        assert!(pca(&[vec![1.0, 2.0]], 1).is_err());
+        assert!(pca(&[vec![1.0, 2.0], vec![1.0]], 1).is_err());
+        assert!(pca(&[vec![1.0], vec![2.0]], 2).is_err());
+    }
+
+    #[test]
+    fn scatter_png_writes_a_png_of_the_requested_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.png");
+        let panels = vec![
+            Panel { title: "a".into(), points: vec![(0.0, 0.0, 0), (1.0, 2.0, 1)] },
+            Panel { title: "b".into(), points: vec![(3.0, 3.0, 1)] },
+        ];
+        scatter_png(&path, &panels, &["en".into(), "de".into()], 200).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+        // IHDR: width and height, big-endian, at bytes 16..24.
+        let w = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
+        let h = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
+        assert_eq!(w, 400);
+        assert_eq!(h, 200 + 30 + 22);
+        let too_many: Vec<String> = (0..21).map(|i| i.to_string()).collect();
+        assert!(scatter_png(&path, &panels, &too_many, 100).is_err());
+    }
+
+    #[test]
+    fn labelled_inputs_need_one_file_per_language() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.txt");
+        std::fs::write(&a, "one\ntwo\nthree\n").unwrap();
+        let spec = |l: &str| format!("{l}={}", a.display());
+        let got = read_labelled(&[spec("en"), spec("de")], 2).unwrap();
+        assert_eq!(got, vec![("en".to_string(), vec!["one".to_string(), "two".to_string()]), ("de".to_string(), vec!["one".to_string(), "two".to_string()])]);
+        let e = read_labelled(&[spec("en"), spec("en")], 2).unwrap_err().to_string();
+        assert!(e.contains("the language en is given twice"), "{e}");
+        let e = read_labelled(&["en".to_string()], 2).unwrap_err().to_string();
+        assert!(e.contains("expected LANG=FILE"), "{e}");
+    }
 }

@@ -1168,13 +1168,18 @@ fn plot_run_draws_the_curves_of_runs() {
     let png = s.run_dir("curves.png");
     let o = common::xsent().args(["plot", "run"]).args(&runs).arg("-o").arg(&png).output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("6 panels (loss, acc_mean, acc_src2tgt, acc_tgt2src, mse_src_x100, mse_x100) of 2 runs"), "{}", stderr(&o));
+    let size = |png: &Path| {
+        let bytes = std::fs::read(png).unwrap();
+        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+        (u32::from_be_bytes(bytes[16..20].try_into().unwrap()), u32::from_be_bytes(bytes[20..24].try_into().unwrap()))
+    };
+    assert_eq!(size(&png), (1500, 2 * 375 + 30 + 22), "three columns of 500 × 375, two rows, one legend row");
+    let o = common::xsent().args(["plot", "run"]).args(&runs).args(["--metrics", "loss,mse_x100", "-o"]).arg(&png).output().unwrap();
     assert!(stderr(&o).contains("2 panels (loss, mse_x100) of 2 runs"), "{}", stderr(&o));
-    let bytes = std::fs::read(&png).unwrap();
-    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
-    let w = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
-    assert_eq!(w, 1000, "two panels of 500 pixels side by side");
+    assert_eq!(size(&png).0, 1000, "two panels side by side");
     let o = common::xsent().args(["plot", "run"]).args(&runs).args(["--metrics", "nope", "-o"]).arg(&png).output().unwrap();
-    assert!(!o.status.success() && stderr(&o).contains("--metrics nope: no run logged it; these did: loss, mse_x100"), "{}", stderr(&o));
+    assert!(!o.status.success() && stderr(&o).contains("--metrics nope: no run logged it; these did: loss, acc_mean, acc_src2tgt, acc_tgt2src, mse_src_x100, mse_x100"), "{}", stderr(&o));
     let o = common::xsent().args(["plot", "run"]).arg(s.run_dir("none")).arg("-o").arg(&png).output().unwrap();
     assert!(!o.status.success() && stderr(&o).contains("is ") && stderr(&o).contains("a run directory of xsent train?"), "{}", stderr(&o));
 }

@@ -355,7 +355,7 @@ fn unigram_vocabulary_is_reproducible() {
     // The re-added characters are there: single characters scored m, m + 1e-4, m + 2e-4, … in
     // character order.
     let v: Value = serde_json::from_str(&first).unwrap();
-    let mut singles: Vec<(String, f64)> = v["model"]["vocab"]
+    let singles: Vec<(String, f64)> = v["model"]["vocab"]
         .as_array()
         .unwrap()
         .iter()

@@ -5,6 +5,7 @@ use anyhow::{ensure, Context, Result};
 use std::path::PathBuf;
 
 #[derive(clap::Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process
 pub enum Plot {
     /// Scatter the first two principal components of embeddings of parallel sentences, coloured
     /// by language (PNG). A disentangle model gives three panels: base, meaning and language

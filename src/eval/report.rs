@@ -51,9 +51,7 @@ pub fn compare(this: &[Entry], other: &Report, other_path: &Path) -> Result<(Str
     use super::bootstrap::{paired, show, Items};
     let key = |e: &Entry| (e.task.clone(), e.split.clone(), e.language.clone());
     let others: std::collections::HashMap<_, &Items> = other.results.iter().filter_map(|e| e.items.as_ref().map(|i| (key(e), i))).collect();
-    let mut table = format!(
-        "| task | set | this | other | difference | 95 % CI | p |\n|---|---|---:|---:|---:|---:|---:|\n"
-    );
+    let mut table = String::from("| task | set | this | other | difference | 95 % CI | p |\n|---|---|---:|---:|---:|---:|---:|\n");
     let mut json = Vec::new();
     let mut by_task: Vec<(String, Vec<(&Items, &Items)>)> = Vec::new();
     for e in this {
