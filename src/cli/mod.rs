@@ -1,6 +1,7 @@
 //! The command line, thin over the library.
 
 mod convert;
+mod data;
 mod embed;
 mod eval;
 mod mine;
@@ -38,6 +39,9 @@ enum Command {
     /// Convert foreign model formats into a Hugging Face model directory.
     #[command(subcommand)]
     Convert(convert::Convert),
+    /// Training data: `xsent data audit` checks a config's sources against the evaluation sets.
+    #[command(subcommand)]
+    Data(data::Command),
 }
 
 /// Options shared by every command that loads a model.
@@ -351,12 +355,13 @@ pub fn main() -> i32 {
     let cli = Cli::parse();
     match cli.command {
         Command::Embed(_) | Command::Eval(_) | Command::Mine(_) | Command::Train(_) | Command::Plot(_) => crate::parallel::init_data_parallel(),
-        Command::Convert(_) | Command::Tokenizer(_) => {}
+        Command::Convert(_) | Command::Tokenizer(_) | Command::Data(_) => {}
     }
     let result = match cli.command {
         Command::Embed(args) => embed::run(args).map(|()| 0),
         Command::Convert(c) => convert::run(c).map(|()| 0),
         Command::Tokenizer(c) => tokenizer::run(c).map(|()| 0),
+        Command::Data(c) => data::run(c).map(|()| 0),
         Command::Eval(t) => eval::run(t).map(|()| 0),
         Command::Mine(a) => mine::run(a).map(|()| 0),
         Command::Train(a) => train::run(a),

@@ -1,5 +1,6 @@
 //! Evaluation: one file per benchmark, plus metrics, published numbers and reports.
 
+pub mod bootstrap;
 pub mod bucc;
 pub mod knn;
 pub mod metrics;

@@ -350,6 +350,8 @@ pub struct Lightweight {
     val_src: Vec<String>,
     val_tgt: Vec<String>,
     mask_id: u32,
+    /// What decontamination dropped.
+    overlaps: Vec<crate::data::decontam::Overlap>,
 }
 
 /// Write the initial model directory (vocabulary, config, seeded random weights) into `dir`.
@@ -382,14 +384,15 @@ fn write_init(lc: &LightweightConfig, texts: &[&str], seed: u64, dir: &Path) -> 
 
 impl Lightweight {
     /// The recipe for run directory `out`. The initial model (learned vocabulary, seeded random
-    /// weights) is written once to `out/init/` and read from there by a resumed run: the
-    /// `tokenizers` unigram trainer breaks ties in hash-map order, so learning the vocabulary
-    /// again could number the pieces differently.
+    /// weights) is written once to `out/init/` and read from there by a resumed run (a unigram
+    /// vocabulary learned again would be the same, but a BPE one could number its pieces
+    /// differently).
     pub fn new(cfg: &Config, out: &Path) -> Result<Self> {
         let lc = cfg.lightweight.clone().context("recipe = \"lightweight\" needs a [lightweight] section")?;
         lc.validate()?;
         let device = crate::device::parse_device(&cfg.train.device)?;
-        let (train, val) = train_val_pairs(cfg)?;
+        let mut decontam = super::decontam::Decontam::new(cfg)?;
+        let (train, val) = train_val_pairs(cfg, &mut decontam)?;
 
         let init = out.join("init");
         if init.is_dir() {
@@ -459,6 +462,7 @@ impl Lightweight {
             val_src: val.iter().map(|p| p.src.clone()).collect(),
             val_tgt: val.iter().map(|p| p.tgt.clone()).collect(),
             mask_id,
+            overlaps: decontam.overlaps,
         })
     }
 
@@ -517,6 +521,10 @@ impl Lightweight {
 impl Recipe for Lightweight {
     fn embedder(&self) -> Option<&dyn crate::model::Embedder> {
         Some(&self.infer)
+    }
+
+    fn overlaps(&self) -> &[crate::data::decontam::Overlap] {
+        &self.overlaps
     }
 
     fn num_examples(&self) -> usize {

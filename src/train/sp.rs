@@ -219,19 +219,23 @@ pub struct SpRecipe {
     tgt: Side,
     val_src: Vec<Vec<u32>>,
     val_tgt: Vec<Vec<u32>>,
+    /// What decontamination dropped.
+    overlaps: Vec<crate::data::decontam::Overlap>,
 }
 
 impl SpRecipe {
     /// The recipe for run directory `out`. A vocabulary learned from the data is kept in
-    /// `out/vocab/` and reused from there by a resumed run: the `tokenizers` unigram trainer
-    /// breaks ties in hash-map order, so learning it again could number the pieces differently.
+    /// `out/vocab/` and reused from there by a resumed run (learning a unigram vocabulary again
+    /// gives the same one, [`crate::model::vocab::train_subword`], but takes time; a BPE one could
+    /// number its pieces differently).
     pub fn new(cfg: &Config, out: &Path) -> Result<Self> {
         let sc = cfg.sp.clone().context("recipe = \"sp\" needs an [sp] section")?;
         sc.validate()?;
         if !crate::device::parse_device(&cfg.train.device)?.is_cpu() {
             bail!("the sp recipe trains on the CPU (train.device = \"cpu\"): an averaging model's step is a gather and a sum");
         }
-        let (train, val) = train_val_pairs(cfg)?;
+        let mut decontam = super::decontam::Decontam::new(cfg)?;
+        let (train, val) = train_val_pairs(cfg, &mut decontam)?;
 
         let t0 = std::time::Instant::now();
         let vocab_dir = out.join("vocab");
@@ -276,7 +280,7 @@ impl SpRecipe {
         let table = AveragingModel::random_table(vocab, sc.dim, sc.init_std as f32, cfg.seed ^ 0x5ba7_e1ed)
             .with_context(|| format!("sp.dim = {}, {vocab} units (sp.vocab_size)", sc.dim))?;
         let table = Var::from_tensor(&Tensor::from_vec(table, (vocab, sc.dim), &Device::Cpu)?)?;
-        Ok(Self { dim: sc.dim, cfg: sc, segmenter, table, src, tgt, val_src, val_tgt })
+        Ok(Self { dim: sc.dim, cfg: sc, segmenter, table, src, tgt, val_src, val_tgt, overlaps: decontam.overlaps })
     }
 
     /// The table's current values.
@@ -366,6 +370,10 @@ fn l2_rows(t: &Tensor) -> Result<Tensor> {
 impl Recipe for SpRecipe {
     fn embedder(&self) -> Option<&dyn crate::model::Embedder> {
         Some(self)
+    }
+
+    fn overlaps(&self) -> &[crate::data::decontam::Overlap] {
+        &self.overlaps
     }
 
     fn num_examples(&self) -> usize {
