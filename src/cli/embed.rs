@@ -106,18 +106,18 @@ pub fn run(args: Args) -> Result<()> {
                 let state = if out.exists() { "is left as it was" } else { "is not written" };
                 match f.keep_partial(written) {
                     Ok(Some(partial)) => {
-                        eprintln!("xsent embed: stopped; {} {state}, and the rows written before the error are in {}", out.display(), partial.display())
+                        errln!("xsent embed: stopped; {} {state}, and the rows written before the error are in {}", out.display(), partial.display())
                     }
-                    Ok(None) => eprintln!("xsent embed: stopped before any row; {} {state}", out.display()),
+                    Ok(None) => errln!("xsent embed: stopped before any row; {} {state}", out.display()),
                     // The embedding error is the one to report.
-                    Err(k) => eprintln!("xsent embed: stopped; {} {state}; {k:#}", out.display()),
+                    Err(k) => errln!("xsent embed: stopped; {} {state}; {k:#}", out.display()),
                 }
             }
             return Err(e);
         }
     };
     if summary.truncated > 0 {
-        eprintln!(
+        errln!(
             "xsent embed: {} of {} lines were longer than {} tokens and were truncated (first: line {})",
             summary.truncated,
             summary.lines,

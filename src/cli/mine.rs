@@ -74,11 +74,11 @@ pub fn run(a: Args) -> Result<()> {
     let (tgt, _) = crate::data::group_distinct(tgt_lines.iter().map(String::as_str));
     for (distinct, lines, file) in [(src.len(), src_lines.len(), &a.src_file), (tgt.len(), tgt_lines.len(), &a.tgt_file)] {
         if distinct < lines {
-            eprintln!("xsent mine: {} of {} lines of {} repeat an earlier line; each text is mined once", lines - distinct, lines, file.display());
+            errln!("xsent mine: {} of {} lines of {} repeat an earlier line; each text is mined once", lines - distinct, lines, file.display());
         }
     }
     if let Some(note) = crate::eval::knn::k_note(s.k, src.len(), tgt.len()) {
-        eprintln!("xsent mine: {note}");
+        errln!("xsent mine: {note}");
     }
     let enc = a.model.load()?;
     let x = Matrix::embed(enc.as_ref(), &src, a.batch_size)?;
@@ -99,7 +99,7 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(f) = sink {
         f.commit()?;
     }
-    eprintln!("xsent mine: {kept} pairs written ({} candidates)", cands.len());
+    errln!("xsent mine: {kept} pairs written ({} candidates)", cands.len());
     Ok(())
 }
 
@@ -117,7 +117,7 @@ fn read_sentences(path: &std::path::Path) -> Result<Vec<String>> {
     }
     let (kept, blank) = crate::data::drop_blank(lines);
     if blank > 0 {
-        eprintln!("xsent mine: {blank} blank lines of {} left out", path.display());
+        errln!("xsent mine: {blank} blank lines of {} left out", path.display());
     }
     Ok(kept)
 }

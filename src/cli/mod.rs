@@ -371,9 +371,9 @@ pub fn main() -> i32 {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&e) => 0,
         Err(e) => {
-            eprintln!("xsent: error: {e}");
+            errln!("xsent: error: {e}");
             for cause in e.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
+                errln!("  caused by: {cause}");
             }
             1
         }

@@ -68,7 +68,7 @@ pub fn run(a: Args) -> Result<i32> {
                     saved.display()
                 );
             };
-            eprintln!("xsent train: {} is missing; resuming with {}", saved.display(), c.display());
+            errln!("xsent train: {} is missing; resuming with {}", saved.display(), c.display());
             config::load_with(c, &a.unsets, &a.sets, false)?
         } else {
             let cfg = config::load_with(&saved, &a.unsets, &a.sets, false)?;
@@ -134,14 +134,14 @@ pub fn run(a: Args) -> Result<i32> {
     // checkpoints and exits 130; a second exits at once.
     ctrlc::set_handler(move || {
         if !s.load(Ordering::SeqCst) {
-            eprintln!("\nxsent train: interrupted before the first training step; nothing to checkpoint, exiting");
+            errln!("\nxsent train: interrupted before the first training step; nothing to checkpoint, exiting");
             std::process::exit(130);
         }
         if f.swap(true, Ordering::SeqCst) {
-            eprintln!("\nxsent train: second interrupt, exiting without a checkpoint");
+            errln!("\nxsent train: second interrupt, exiting without a checkpoint");
             std::process::exit(130);
         }
-        eprintln!("\nxsent train: interrupted; finishing this step and writing a checkpoint (Ctrl-C again to quit at once)");
+        errln!("\nxsent train: interrupted; finishing this step and writing a checkpoint (Ctrl-C again to quit at once)");
     })
     .context("cannot install the Ctrl-C handler")?;
     let opts = RunOptions { stop_after: a.stop_after, interrupt: Some(flag), started: Some(started) };
@@ -238,7 +238,7 @@ fn clear_failed_start(out: &std::path::Path) -> Result<()> {
             out.display()
         );
     }
-    eprintln!("xsent train: {} holds no checkpoint (a start that stopped before its first one); starting it over", out.display());
+    errln!("xsent train: {} holds no checkpoint (a start that stopped before its first one); starting it over", out.display());
     // config.toml last: an interruption in between leaves a directory still marked as a run's.
     entries.sort_by_key(|p| p.file_name().is_some_and(|n| n == "config.toml"));
     for p in entries {

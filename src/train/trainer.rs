@@ -371,12 +371,12 @@ impl<'a> Trainer<'a> {
                     state.step
                 );
             }
-            eprintln!("xsent train: resuming {} at step {} of {total}", self.out.display(), state.step);
+            errln!("xsent train: resuming {} at step {} of {total}", self.out.display(), state.step);
             let of = best_of(&best_metric, best_mode);
             if let (Some((at, b)), Some(was)) = (state.best, state.best_of.as_deref()) {
                 if was != of {
                     // Scores of another metric (or mode) cannot be compared with this one's.
-                    eprintln!(
+                    errln!(
                         "xsent train: the best so far ({b:.4} at step {at}) is {was}, and this run keeps the best by {of}: \
                          the best and the patience count start again"
                     );
@@ -397,7 +397,7 @@ impl<'a> Trainer<'a> {
         }
         if let Some(o) = ended {
             if state.finished == Some(true) && self.out.join("final").is_dir() {
-                eprintln!(
+                errln!(
                     "xsent train: {} already ended at step {} ({}); final/ is in place, nothing to do ({} to train further)",
                     self.out.display(),
                     state.step,
@@ -457,7 +457,7 @@ impl<'a> Trainer<'a> {
         if opts.interrupt.as_ref().is_some_and(|f| f.load(Ordering::SeqCst)) && ended.is_none() {
             // Interrupted before the first step of this invocation: nothing new to save.
             progress.finish();
-            eprintln!("xsent train: interrupted before step {}; nothing new to checkpoint", state.step + 1);
+            errln!("xsent train: interrupted before step {}; nothing new to checkpoint", state.step + 1);
             return Ok(Outcome::Interrupted);
         }
         while ended.is_none() && !stopped_before && state.step < total {
@@ -589,7 +589,7 @@ impl<'a> Trainer<'a> {
         }
         progress.finish();
         if outcome == Outcome::Interrupted {
-            eprintln!(
+            errln!(
                 "xsent train: stopped after step {}; checkpoint in {}; continue with --resume --out {}",
                 state.step,
                 self.out.join(format!("checkpoints/step-{}", state.step)).display(),
@@ -618,7 +618,7 @@ impl<'a> Trainer<'a> {
                 self.out.display()
             );
         }
-        eprintln!("xsent train: done after {} steps; model in {}", state.step, self.out.join("final").display());
+        errln!("xsent train: done after {} steps; model in {}", state.step, self.out.join("final").display());
         Ok(outcome)
     }
 
@@ -916,7 +916,7 @@ fn set_aside_stale_best(out: &Path, step: u64) -> Result<()> {
         aside.display()
     );
     std::fs::rename(&best, &aside).with_context(|| format!("cannot move {} to {}", best.display(), aside.display()))?;
-    eprintln!(
+    errln!(
         "xsent train: best/ held step {at}, after the checkpoint resumed (step {step}); moved to {} (the resumed run keeps its own best)",
         aside.display()
     );
@@ -1320,7 +1320,7 @@ impl Progress {
                 let done = (step - self.start_step) as f64;
                 let secs = self.start.elapsed().as_secs_f64();
                 let eta = if done > 0.0 { secs / done * (self.total - step) as f64 } else { 0.0 };
-                eprintln!("step {step}/{} loss {loss:.5} {sps:.1} sent/s ETA {}", self.total, fmt_secs(eta));
+                errln!("step {step}/{} loss {loss:.5} {sps:.1} sent/s ETA {}", self.total, fmt_secs(eta));
             }
         }
     }
@@ -1328,7 +1328,7 @@ impl Progress {
     fn println(&self, msg: &str) {
         match &self.bar {
             Some(b) => b.println(msg),
-            None => eprintln!("{msg}"),
+            None => errln!("{msg}"),
         }
     }
 
