@@ -34,7 +34,10 @@ pub fn data() -> PathBuf {
 }
 
 pub fn xsent() -> std::process::Command {
-    std::process::Command::new(env!("CARGO_BIN_EXE_xsent"))
+    // XSENT_TEST_BIN: run the CLI tests against another build (e.g. to see a test fail on an
+    // older one).
+    let bin = std::env::var_os("XSENT_TEST_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_xsent").into());
+    std::process::Command::new(bin)
 }
 
 /// The multilingual-e5-small directory made by setup.sh, as a command-line argument.
