@@ -33,6 +33,11 @@ fn tiny_distill(steps: u64, extra: &str) -> common::TrainSetup {
     s
 }
 
+/// `xsent train --resume --out RUN ARGS` (the run's own config).
+fn resume(s: &common::TrainSetup, name: &str, args: &[&str]) -> Output {
+    common::xsent().arg("train").arg("--resume").arg("--out").arg(s.run(name)).args(args).output().unwrap()
+}
+
 fn train_cmd(s: &common::TrainSetup, out: &Path, args: &[&str]) -> Command {
     let mut c = common::xsent();
     c.arg("train").arg("--config").arg(&s.config).arg("--out").arg(out).args(args);
@@ -86,4 +91,175 @@ fn embed_finishes_with_stderr_closed() {
     let status = child.wait().unwrap();
     assert!(status.success(), "{status:?}");
     assert_eq!(text.lines().count(), 2);
+}
+
+// ---- 3. No silent wrong results ----
+
+/// The lock file of a run directory held by this test process, naming `pid` and `host`.
+fn hold_lock(dir: &Path, pid: u32, host: &str) -> std::fs::File {
+    std::fs::create_dir_all(dir).unwrap();
+    let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(dir.join(".xsent.lock")).unwrap();
+    f.try_lock().unwrap();
+    std::fs::write(dir.join(".xsent.lock"), format!("{{\"pid\": {pid}, \"host\": \"{host}\", \"started_unix\": 0}}\n")).unwrap();
+    f
+}
+
+/// Names and sizes of the files under `dir`, sorted (what a refused command must leave alone).
+fn listing(dir: &Path) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p.clone());
+            }
+            let name = p.strip_prefix(dir).unwrap().display().to_string();
+            // The lock file's contents are the holder's (here the test's own).
+            let len = if name == ".xsent.lock" { 0 } else { std::fs::metadata(&p).unwrap().len() };
+            out.push((name, len));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A run directory in use is refused, fresh or resumed, naming the holder, and nothing in it
+/// changes; once the holder is gone its lock is taken over with a message. Two real runs on one
+/// --out: the second is refused while the first trains, and SIGTERM stops the first as Ctrl-C
+/// does (a checkpoint to resume from).
+#[test]
+fn a_run_directory_is_locked_for_its_whole_run() {
+    let s = tiny_distill(4, "");
+    let out = s.run("r");
+    let o = s.train("r", &["--stop-after", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let before = listing(&out);
+    let held = hold_lock(&out, 4242, "elsewhere");
+    for resumed in [true, false] {
+        let o = if resumed { resume(&s, "r", &[]) } else { s.train("r", &[]) };
+        let args = resumed;
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("is in use by another xsent train (pid 4242 on host elsewhere"), "{args:?}: {}", stderr(&o));
+        assert_eq!(listing(&out), before, "{args:?}");
+    }
+    // A new --out is refused too while locked (a directory that does not exist yet cannot be).
+    let fresh = s.run("fresh");
+    let _f = hold_lock(&fresh, 4243, "elsewhere");
+    let o = s.train("fresh", &[]);
+    assert!(stderr(&o).contains("pid 4243"), "{}", stderr(&o));
+    assert!(!fresh.join("config.toml").exists());
+    // The holder dies without releasing the file: the next run takes over, saying so.
+    drop(held);
+    let o = resume(&s, "r", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("taking over the lock") && stderr(&o).contains("pid 4242"), "{}", stderr(&o));
+
+    // Two real runs: B is refused while A trains; SIGTERM makes A checkpoint and stop.
+    let slow = tiny_distill(100_000, "");
+    let a_out = slow.run("a");
+    let a_log = slow.run("a.log");
+    let mut a = train_cmd(&slow, &a_out, &["--set", "train.checkpoint_every=0"]).stderr(std::fs::File::create(&a_log).unwrap()).spawn().unwrap();
+    let start = std::time::Instant::now();
+    while !std::fs::read_to_string(a_out.join("metrics.jsonl")).is_ok_and(|t| t.contains("\"loss\"")) {
+        assert!(start.elapsed().as_secs() < 60 && a.try_wait().unwrap().is_none(), "run A did not start training");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let o = slow.train("a", &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains(&format!("in use by another xsent train (pid {}", a.id())), "{}", stderr(&o));
+    let o = resume(&slow, "a", &[]);
+    assert!(stderr(&o).contains(&format!("pid {}", a.id())), "{}", stderr(&o));
+    assert!(Command::new("kill").args(["-TERM", &a.id().to_string()]).status().unwrap().success());
+    let status = a.wait().unwrap();
+    let log = std::fs::read_to_string(&a_log).unwrap();
+    assert_eq!(status.code(), Some(130), "SIGTERM finishes the step and checkpoints, as Ctrl-C: {log}");
+    assert!(log.contains("interrupted; finishing this step"), "{log}");
+    let steps: Vec<String> = std::fs::read_dir(a_out.join("checkpoints")).expect(&log).map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(steps.len() == 1 && steps[0].starts_with("step-"), "{steps:?}");
+}
+
+/// A checkpoint whose params changed on disk (one flipped bit) is not resumed from: the run
+/// falls back to the checkpoint before it, says so, keeps the damaged one aside, and ends with
+/// the weights of an uninterrupted run. keep_last = 1 still keeps that fallback.
+#[test]
+fn a_damaged_checkpoint_falls_back_to_the_one_before() {
+    let s = tiny_distill(8, "");
+    let o = s.train("whole", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let run = s.run("r");
+    let o = s.train("r", &["--stop-after", "6", "--set", "train.keep_last=1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let ck = run.join("checkpoints");
+    assert!(ck.join("step-4").is_dir() && ck.join("step-6").is_dir(), "two checkpoints kept with keep_last = 1");
+    let params = ck.join("step-6/params.safetensors");
+    let mut bytes = std::fs::read(&params).unwrap();
+    let at = bytes.len() - 100;
+    bytes[at] ^= 0x10;
+    std::fs::write(&params, &bytes).unwrap();
+    let o = resume(&s, "r", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("checkpoint step-6 is damaged (params.safetensors does not match its checksum") && e.contains("resumes from step-4"), "{e}");
+    assert!(run.join("checkpoints/damaged-step-6/params.safetensors").is_file(), "the damaged checkpoint is kept aside");
+    let a = std::fs::read(s.run("whole").join("final/model.safetensors")).unwrap();
+    let b = std::fs::read(run.join("final/model.safetensors")).unwrap();
+    assert!(a == b, "resumed from step 4, the run ends with the uninterrupted run's weights");
+    // Every checkpoint damaged: nothing moved, each named.
+    for step in ["step-8", "step-6"] {
+        if ck.join(step).is_dir() {
+            std::fs::write(ck.join(step).join("state.json"), "{}").unwrap();
+        }
+    }
+    let o = resume(&s, "r", &["--set", "train.max_steps=10"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no checkpoint in") && stderr(&o).contains("state.json does not match its checksum"), "{}", stderr(&o));
+}
+
+/// A config.json with fewer layers than its weights hold is an error naming the unused
+/// tensors; --layers runs fewer layers on purpose and --allow-unused-weights loads them anyway.
+#[test]
+fn unused_weights_are_an_error_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let words: Vec<String> = (0..10).map(|i| format!("w{i}")).collect();
+    let m = common::tiny_model("tiny-bert", dir.path(), &words);
+    let cfg = m.join("config.json");
+    let text = std::fs::read_to_string(&cfg).unwrap().replace("\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1");
+    std::fs::write(&cfg, text).unwrap();
+    let run = |args: &[&str]| {
+        let mut c = common::xsent();
+        c.args(["embed", "--model"]).arg(&m).args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"w1 w2\n").unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let o = run(&[]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains("16 tensor(s)") && e.contains("encoder.layer.1.*") && e.contains("--layers 1") && e.contains("--allow-unused-weights"), "{e}");
+    let a = run(&["--layers", "1"]);
+    let b = run(&["--allow-unused-weights"]);
+    assert!(a.status.success() && b.status.success(), "{}{}", stderr(&a), stderr(&b));
+    assert_eq!(a.stdout, b.stdout);
+}
+
+// ---- 4. Leftovers and small losses ----
+
+/// A checkpoint write cut short (`.step-N.tmp`, `.best.tmp`) is removed on resume, and
+/// warmup_steps past the run's steps is warned about.
+#[test]
+fn leftovers_of_a_killed_run_are_removed_on_resume() {
+    let s = tiny_distill(6, "");
+    let run = s.run("r");
+    let o = s.train("r", &["--stop-after", "2", "--set", "optim.warmup_steps=50"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("optim.warmup_steps = 50 is more than the 6 steps"), "{}", stderr(&o));
+    for tmp in ["checkpoints/.step-4.tmp", ".best.tmp"] {
+        std::fs::create_dir_all(run.join(tmp)).unwrap();
+        std::fs::write(run.join(tmp).join("params.safetensors"), "half").unwrap();
+    }
+    let o = resume(&s, "r", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!run.join("checkpoints/.step-4.tmp").exists() && !run.join(".best.tmp").exists());
+    assert!(stderr(&o).contains(".step-4.tmp, left by a write that was cut short"), "{}", stderr(&o));
 }

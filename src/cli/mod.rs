@@ -83,6 +83,11 @@ pub struct ModelArgs {
     /// or language).
     #[arg(long)]
     pub head: Option<String>,
+    /// Load weights that hold tensors the model does not use (e.g. more layers than
+    /// config.json's num_hidden_layers); without it that is an error naming them. (--layers N
+    /// runs fewer layers on purpose.)
+    #[arg(long)]
+    pub allow_unused_weights: bool,
 }
 
 impl ModelArgs {
@@ -108,6 +113,7 @@ impl ModelArgs {
                 None
             },
             trainable: false,
+            allow_unused_weights: self.allow_unused_weights,
         })
     }
 }

@@ -31,6 +31,9 @@ pub struct LoadOptions {
     pub normalize: Option<bool>,
     /// Load the weights as trainable variables.
     pub trainable: bool,
+    /// Load weights that hold tensors the model does not use (more layers than config.json
+    /// says, say); otherwise that is an error naming them.
+    pub allow_unused_weights: bool,
 }
 
 impl Default for LoadOptions {
@@ -44,8 +47,28 @@ impl Default for LoadOptions {
             max_length: None,
             normalize: None,
             trainable: false,
+            allow_unused_weights: false,
         }
     }
+}
+
+/// Tensor names for a message: the layers they belong to as ranges (`encoder.layer.6-11.*`),
+/// then the first few others.
+fn summarize_names(names: &[String]) -> String {
+    let mut layers: Vec<usize> = names.iter().filter_map(|n| weights::layer_index(n)).collect();
+    layers.sort_unstable();
+    layers.dedup();
+    let mut parts = Vec::new();
+    if let (Some(first), Some(last)) = (layers.first(), layers.last()) {
+        let which = if first == last { first.to_string() } else if last - first + 1 == layers.len() { format!("{first}-{last}") } else { format!("{layers:?}") };
+        parts.push(format!("encoder.layer.{which}.*"));
+    }
+    let others: Vec<&String> = names.iter().filter(|n| weights::layer_index(n).is_none()).collect();
+    parts.extend(others.iter().take(5).map(|n| n.to_string()));
+    if others.len() > 5 {
+        parts.push(format!("and {} more", others.len() - 5));
+    }
+    parts.join(", ")
 }
 
 /// `xsent.json` of a model an earlier xsent trained: its prefix, applied when it is loaded. (Models
@@ -123,11 +146,31 @@ impl SentenceEncoder {
             let tokenizer = s.spawn(|| {
                 super::wordpiece::load_tokenizer(&files.tokenizer)
             });
-            let tensors = weights::load_encoder_tensors(&files.weights, &opts.device, config.num_hidden_layers);
+            let tensors = weights::load_encoder_tensors_noting(&files.weights, &opts.device, config.num_hidden_layers);
             let tokenizer = tokenizer.join().unwrap_or_else(|_| Err(anyhow!("loading the tokenizer {} failed (the thread panicked)", files.tokenizer.display())));
             (tensors, tokenizer)
         });
-        let tensors = tensors?;
+        let (tensors, dropped) = tensors?;
+        if !opts.allow_unused_weights {
+            // Layers that --layers leaves out on purpose are not unused.
+            let mut unused = if opts.layers.is_some() { Vec::new() } else { dropped };
+            unused.extend(super::encoder::unused_tensors(&tensors, &config));
+            if !unused.is_empty() {
+                bail!(
+                    "{} holds {} tensor(s) that the model {} describes does not use: {}. config.json does not describe these \
+                     weights (use the model's own config.json){}; or load them anyway with --allow-unused-weights",
+                    super::weights::describe(&files.weights),
+                    unused.len(),
+                    files.config.display(),
+                    summarize_names(&unused),
+                    if unused.iter().any(|n| weights::layer_index(n).is_some_and(|l| l >= config.num_hidden_layers)) {
+                        format!(", or run only the first {} layers on purpose with --layers {}", config.num_hidden_layers, config.num_hidden_layers)
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+        }
         let (tensors, params) = if opts.trainable {
             let (t, p) = Params::from_tensors(tensors)?;
             (t, Some(p))
