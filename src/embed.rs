@@ -5,6 +5,7 @@
 //! Invalid UTF-8 stops the run with the line number after everything before it is written.
 
 use crate::model::Embedder;
+use crate::whole_rows::RowWriter;
 use anyhow::{bail, Context, Result};
 use std::io::{BufRead, Seek, SeekFrom, Write};
 
@@ -26,8 +27,8 @@ pub struct Sink {
 }
 
 enum Out {
-    Jsonl(Box<dyn Write>),
-    F32(Box<dyn Write>),
+    Jsonl(RowWriter<Box<dyn Write>>),
+    F32(RowWriter<Box<dyn Write>>),
     Npy(NpyWriter),
 }
 
@@ -36,11 +37,12 @@ impl Sink {
     /// standard output.
     pub fn new(format: Format, output: Option<(std::fs::File, String)>, dim: usize) -> Result<Self> {
         let name = output.as_ref().map_or_else(|| "standard output".to_string(), |(_, n)| n.clone());
-        let boxed = |out: Option<std::fs::File>| -> Box<dyn Write> {
-            match out {
-                Some(f) => Box::new(std::io::BufWriter::with_capacity(1 << 20, f)),
-                None => Box::new(std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock())),
-            }
+        // Rows are passed on whole (an interrupted run never ends its output with a cut row).
+        let boxed = |out: Option<std::fs::File>| -> RowWriter<Box<dyn Write>> {
+            RowWriter::new(match out {
+                Some(f) => Box::new(f),
+                None => Box::new(std::io::stdout().lock()),
+            })
         };
         let out = match format {
             Format::Jsonl => Out::Jsonl(boxed(output.map(|o| o.0))),
@@ -67,11 +69,10 @@ impl Sink {
         let r = match &mut self.out {
             // Through `io::Error`, which keeps the writer's own error (its kind, e.g. a closed pipe)
             // where serde_json's error would hide it from the error chain.
-            Out::Jsonl(w) => serde_json::to_writer(&mut *w, row)
-                .map_err(std::io::Error::from)
-                .and_then(|()| w.write_all(b"\n"))
+            Out::Jsonl(w) => w
+                .row(|b| serde_json::to_writer(&mut *b, row).map_err(std::io::Error::from).and_then(|()| b.write_all(b"\n")))
                 .map_err(anyhow::Error::from),
-            Out::F32(w) => write_f32(w, row),
+            Out::F32(w) => w.row(|b| write_f32(b, row)).map_err(anyhow::Error::from),
             Out::Npy(n) => n.write_row(row),
         };
         r.with_context(|| format!("cannot write {}", self.name))?;
@@ -88,12 +89,10 @@ impl Sink {
     }
 }
 
-fn write_f32(w: &mut dyn Write, row: &[f32]) -> Result<()> {
-    let mut bytes = Vec::with_capacity(row.len() * 4);
+fn write_f32(w: &mut dyn Write, row: &[f32]) -> std::io::Result<()> {
     for x in row {
-        bytes.extend_from_slice(&x.to_le_bytes());
+        w.write_all(&x.to_le_bytes())?;
     }
-    w.write_all(&bytes)?;
     Ok(())
 }
 

@@ -16,6 +16,7 @@ pub mod model;
 pub mod parallel;
 pub mod plot;
 pub mod train;
+pub mod whole_rows;
 
 pub use model::{Encoder, EncoderConfig, Pooling, SentenceEncoder};
 

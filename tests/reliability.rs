@@ -263,3 +263,106 @@ fn leftovers_of_a_killed_run_are_removed_on_resume() {
     assert!(!run.join("checkpoints/.step-4.tmp").exists() && !run.join(".best.tmp").exists());
     assert!(stderr(&o).contains(".step-4.tmp, left by a write that was cut short"), "{}", stderr(&o));
 }
+
+/// SIGTERM and SIGHUP end `xsent embed -o FILE` as Ctrl-C does: exit 130, and no temporary
+/// `.xsent-out-*` file left beside the output.
+#[test]
+fn sigterm_and_sighup_leave_no_temporary_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "a sentence to embed, again and again\n".repeat(20_000)).unwrap();
+    let model = common::model("all-MiniLM-L6-v2");
+    for sig in ["TERM", "HUP"] {
+        let out_dir = dir.path().join(sig);
+        std::fs::create_dir_all(&out_dir).unwrap();
+        let out = out_dir.join("v.jsonl");
+        let args = ["embed", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap(), "-o", out.to_str().unwrap()];
+        let (status, names) = common::signal_once_writing(sig, &args, &out_dir);
+        assert_eq!(status.code(), Some(130), "{sig}: {status:?}");
+        assert!(names.is_empty(), "{sig}: {names:?}");
+    }
+}
+
+/// Interrupted while its reader is slow, `xsent embed` to a pipe ends its output at a row
+/// boundary: whole f32 rows, whole JSON lines (a buffered writer used to leave a cut row).
+#[test]
+fn output_to_a_pipe_interrupted_ends_with_a_whole_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, (0..6000).map(|i| format!("sentence number {i} of many\n")).collect::<String>()).unwrap();
+    let model = common::model("all-MiniLM-L6-v2");
+    for format in ["f32", "jsonl"] {
+        let mut child = common::xsent()
+            .args(["embed", "--format", format, "--model"])
+            .arg(&model)
+            .arg("--input")
+            .arg(&input)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let mut got = vec![0u8; 4096];
+        stdout.read_exact(&mut got).unwrap();
+        // The pipe fills and the writer blocks in the middle of its buffer: interrupt it there.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+        stdout.read_to_end(&mut got).unwrap();
+        let status = child.wait().unwrap();
+        assert!(got.len() > 4096);
+        match format {
+            "f32" => assert_eq!(got.len() % (384 * 4), 0, "{} bytes: a cut row", got.len()),
+            _ => {
+                assert_eq!(got.last(), Some(&b'\n'), "a cut line");
+                for l in String::from_utf8(got).unwrap().lines() {
+                    assert_eq!(serde_json::from_str::<Vec<f32>>(l).unwrap().len(), 384);
+                }
+            }
+        }
+        assert_eq!(status.code(), Some(130), "{format}: {status:?}");
+    }
+}
+
+/// A failed run never replaces an earlier run's FILE.partial (its rows go to FILE.partial.1),
+/// and a read-only -o file is refused unless --force.
+#[test]
+fn earlier_partial_files_and_read_only_outputs_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::model("all-MiniLM-L6-v2");
+    let out = dir.path().join("v.jsonl");
+    let embed = |args: &[&str], input: &[u8]| {
+        let mut child = common::xsent()
+            .args(["embed", "--model"])
+            .arg(&model)
+            .arg("-o")
+            .arg(&out)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), input).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let o = embed(&[], b"one\ntwo\n\xff\n");
+    assert_eq!(o.status.code(), Some(1));
+    let first = std::fs::read(dir.path().join("v.jsonl.partial")).unwrap();
+    let o = embed(&[], b"three\n\xff\n");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("v.jsonl.partial.1") && stderr(&o).contains("holds an earlier run's rows and is left as it was"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(dir.path().join("v.jsonl.partial")).unwrap(), first);
+    assert_eq!(std::fs::read_to_string(dir.path().join("v.jsonl.partial.1")).unwrap().lines().count(), 1);
+
+    std::fs::write(&out, "mine").unwrap();
+    let mut perm = std::fs::metadata(&out).unwrap().permissions();
+    perm.set_readonly(true);
+    std::fs::set_permissions(&out, perm).unwrap();
+    let o = embed(&[], b"one\n");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("is read-only") && stderr(&o).contains("--force"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "mine");
+    let o = embed(&["--force"], b"one\n");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), 1);
+}

@@ -19,6 +19,9 @@ pub struct Args {
     format: Format,
     #[arg(long, default_value_t = 64)]
     batch_size: usize,
+    /// Replace -o FILE even when it is read-only.
+    #[arg(long)]
+    force: bool,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -66,7 +69,10 @@ pub fn run(args: Args) -> Result<()> {
         _ => (Box::new(std::io::BufReader::with_capacity(1 << 20, std::io::stdin().lock())), None),
     };
     // Opened before the model loads: a path that cannot be written fails at once.
-    let out_file = output.map(super::OutputFile::open).transpose()?;
+    let out_file = output.map(|o| super::OutputFile::open(o, args.force)).transpose()?;
+    // Ctrl-C (SIGTERM, SIGHUP) removes a temporary output file, and lets rows being written to
+    // a pipe or terminal through whole.
+    super::interrupt_handler()?;
     let enc = args.model.load()?;
     let to = match (&out_file, output) {
         (Some(f), Some(p)) => Some((f.file().try_clone().with_context(|| format!("cannot write {}", p.display()))?, p.display().to_string())),
@@ -106,7 +112,9 @@ pub fn run(args: Args) -> Result<()> {
                 let state = if out.exists() { "is left as it was" } else { "is not written" };
                 match f.keep_partial(written) {
                     Ok(Some(partial)) => {
-                        errln!("xsent embed: stopped; {} {state}, and the rows written before the error are in {}", out.display(), partial.display())
+                        let plain = super::partial_path(out);
+                        let earlier = if partial == plain { String::new() } else { format!(" ({} holds an earlier run's rows and is left as it was)", plain.display()) };
+                        errln!("xsent embed: stopped; {} {state}, and the rows written before the error are in {}{earlier}", out.display(), partial.display())
                     }
                     Ok(None) => errln!("xsent embed: stopped before any row; {} {state}", out.display()),
                     // The embedding error is the one to report.

@@ -208,9 +208,10 @@ fn unregister(tmp: &std::path::Path) -> std::sync::MutexGuard<'static, Vec<std::
     p
 }
 
-/// Install the process's one Ctrl-C handler for output files (on first use): it removes every
-/// registered temporary file and exits as an interrupted command does (130).
-fn interrupt_handler() -> anyhow::Result<()> {
+/// Install the process's one handler of Ctrl-C, SIGTERM and SIGHUP for outputs (on first use):
+/// it removes every registered temporary file, lets a write of whole rows in progress end
+/// ([`crate::whole_rows`]), and exits as an interrupted command does (130).
+pub(crate) fn interrupt_handler() -> anyhow::Result<()> {
     static HANDLER: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
     HANDLER
         .get_or_init(|| {
@@ -218,6 +219,13 @@ fn interrupt_handler() -> anyhow::Result<()> {
                 let files = pending();
                 for tmp in files.iter() {
                     let _ = std::fs::remove_file(tmp);
+                }
+                // Rows being passed to a pipe or terminal are let through whole.
+                if !crate::whole_rows::close_gate() {
+                    errln!(
+                        "xsent: interrupted while the output's reader took nothing for {} s: the output may end in a cut row",
+                        crate::whole_rows::GATE_WAIT.as_secs()
+                    );
                 }
                 std::process::exit(130);
             })
@@ -228,7 +236,7 @@ fn interrupt_handler() -> anyhow::Result<()> {
 }
 
 /// `FILE.partial` beside `path`.
-fn partial_path(path: &std::path::Path) -> std::path::PathBuf {
+pub(crate) fn partial_path(path: &std::path::Path) -> std::path::PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".partial");
     path.with_file_name(name)
@@ -245,7 +253,9 @@ fn std_stream(out: &std::path::Path) -> Option<i32> {
 }
 
 impl OutputFile {
-    pub(crate) fn open(out: &std::path::Path) -> anyhow::Result<Self> {
+    /// Open `-o out`; a read-only file (no write permission for anyone) is refused unless
+    /// `force` (`--force`): its mode says it is not to be replaced, and root's writes ignore it.
+    pub(crate) fn open(out: &std::path::Path, force: bool) -> anyhow::Result<Self> {
         use anyhow::Context;
         #[cfg(unix)]
         if let Some(fd) = std_stream(out) {
@@ -266,6 +276,13 @@ impl OutputFile {
                 Err(_) => out.to_path_buf(),
             },
         };
+        if !force && std::fs::metadata(&target).is_ok_and(|m| m.is_file() && m.permissions().readonly()) {
+            anyhow::bail!(
+                "-o {} is read-only: xsent does not replace a read-only file; give another path, make it writable (chmod u+w), \
+                 or pass --force to replace it",
+                out.display()
+            );
+        }
         if target.exists() && !target.is_file() {
             let f = std::fs::OpenOptions::new().write(true).open(out).with_context(|| format!("-o {}: cannot open it for writing", out.display()))?;
             return Ok(Self::Direct(f));
@@ -327,12 +344,29 @@ impl OutputFile {
     }
 }
 
-/// Keep a temporary file as `partial`, or where that fails under its own name: never delete it.
+/// Keep a temporary file as `partial`, or where that exists (an earlier run's rows) as the first
+/// free `partial.1`, `partial.2`, …, or where that fails under its own name: never delete it,
+/// nor replace anything.
 fn keep(t: tempfile::NamedTempFile, partial: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
-    match t.persist(partial) {
-        Ok(_) => Ok(partial.to_path_buf()),
-        Err(e) => e.file.into_temp_path().keep().map_err(|e| anyhow::anyhow!("cannot keep the output: {}", e.error)),
+    let mut t = t;
+    for i in 0u32.. {
+        let name = if i == 0 {
+            partial.to_path_buf()
+        } else {
+            let mut n = partial.as_os_str().to_os_string();
+            n.push(format!(".{i}"));
+            n.into()
+        };
+        match t.persist_noclobber(&name) {
+            Ok(_) => return Ok(name),
+            Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => t = e.file,
+            Err(e) => {
+                t = e.file;
+                break;
+            }
+        }
     }
+    t.into_temp_path().keep().map_err(|e| anyhow::anyhow!("cannot keep the output: {}", e.error))
 }
 
 /// Whether two paths name the same existing file (hard links and symlinks included).
@@ -399,7 +433,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("v.txt");
         std::fs::write(&out, "earlier").unwrap();
-        let f = OutputFile::open(&out).unwrap();
+        let f = OutputFile::open(&out, false).unwrap();
         assert!(f.is_temporary());
         f.file().write_all(b"new").unwrap();
         assert_eq!(std::fs::read_to_string(&out).unwrap(), "earlier", "replaced only at the end");
@@ -407,16 +441,16 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&out).unwrap(), "new");
 
         let blocked = dir.path().join("w.txt");
-        let f = OutputFile::open(&blocked).unwrap();
+        let f = OutputFile::open(&blocked, false).unwrap();
         f.file().write_all(b"rows").unwrap();
         std::fs::create_dir_all(blocked.join("in-the-way")).unwrap();
         let e = format!("{:#}", f.commit().unwrap_err());
         assert!(e.contains("it is left as it was, and the output is in") && e.contains("w.txt.partial"), "{e}");
         assert_eq!(std::fs::read_to_string(dir.path().join("w.txt.partial")).unwrap(), "rows");
 
-        let f = OutputFile::open(&dir.path().join("x.txt")).unwrap();
+        let f = OutputFile::open(&dir.path().join("x.txt"), false).unwrap();
         assert_eq!(f.keep_partial(false).unwrap(), None);
-        let f = OutputFile::open(&dir.path().join("y.txt")).unwrap();
+        let f = OutputFile::open(&dir.path().join("y.txt"), false).unwrap();
         f.file().write_all(b"some").unwrap();
         assert_eq!(f.keep_partial(true).unwrap(), Some(dir.path().join("y.txt.partial")));
         let names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
@@ -424,6 +458,6 @@ mod tests {
         assert!(!dir.path().join("x.txt").exists() && !dir.path().join("x.txt.partial").exists());
         assert!(super::ON_INTERRUPT.lock().unwrap().is_empty(), "every file dealt with is forgotten by the Ctrl-C handler");
         // A named pipe or device is written directly.
-        assert!(!OutputFile::open(std::path::Path::new("/dev/null")).unwrap().is_temporary());
+        assert!(!OutputFile::open(std::path::Path::new("/dev/null"), false).unwrap().is_temporary());
     }
 }
