@@ -366,3 +366,103 @@ fn earlier_partial_files_and_read_only_outputs_are_kept() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), 1);
 }
+
+// ---- 2. Memory bounded by settings, not by input ----
+
+/// Run `xsent ARGS` with `stdin` as its input and `XSENT_THREADS=2`; return its peak RSS in
+/// bytes (wait4's ru_maxrss) and exit status. A run whose RSS passes `kill_above` is killed
+/// there (a build without the bounds would otherwise take the machine's memory) and fails.
+fn peak_rss(args: &[&str], stdin: &Path, kill_above: u64) -> (u64, std::process::ExitStatus) {
+    use std::os::unix::process::ExitStatusExt;
+    // Reaped by wait4 below, not by Child::wait.
+    #[allow(clippy::zombie_processes)]
+    let child = common::xsent()
+        .args(args)
+        .env("XSENT_THREADS", "2")
+        .stdin(std::fs::File::open(stdin).unwrap())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    loop {
+        let mut status = 0;
+        // SAFETY: plain wait4 on our own child, into locals.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) };
+        assert!(r >= 0, "wait4 failed");
+        if r == pid {
+            return (ru.ru_maxrss as u64 * 1024, std::process::ExitStatus::from_raw(status));
+        }
+        let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()))
+            .unwrap_or(0)
+            * 1024;
+        if rss > kill_above {
+            // SAFETY: a signal to our own child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("xsent {args:?} passed {} MB of RSS (more than 3 times the formula's bound): memory is not bounded", rss >> 20);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// docs/reliability.md's peak-memory formula beyond the loaded model (R0), in bytes: tokenising a
+/// text of `text_bytes` (at most --max-line-bytes), the window's text, and `workers` batches of
+/// `tokens` tokens of length `len` in flight on a model of `heads`, `hidden`, `inter`.
+fn formula(text_bytes: u64, window_bytes: u64, workers: u64, tokens: u64, len: u64, (heads, hidden, inter): (u64, u64, u64)) -> u64 {
+    200 * text_bytes + 3 * window_bytes + workers * 4 * tokens * (2 * heads * len + 12 * hidden + 2 * inter)
+}
+
+/// Peak RSS stays within the documented formula whatever the input: a 100 MB line without
+/// spaces (letters and NULs with MiniLM, CJK with e5: 9–13 GB before), and 2,048 long lines at
+/// --batch-size 2048 (one batch of 2,048 texts before), within 10 % of the formula, whose R0 (the
+/// loaded model and runtime) is a one-line run of the same model.
+#[test]
+fn peak_memory_follows_the_formula_on_pathological_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    const MIB: u64 = 1 << 20;
+    let minilm = common::model("all-MiniLM-L6-v2");
+    let e5 = common::model("multilingual-e5-small");
+    let (minilm, e5) = (minilm.to_str().unwrap(), e5.to_str().unwrap());
+    // (model, heads, hidden, intermediate, max_length)
+    let dims = |m: &str| if m == minilm { ((12, 384, 1536), 256) } else { ((12, 384, 1536), 512) };
+    let base = |m: &str| {
+        std::fs::write(&input, "one short line\n").unwrap();
+        let (b, status) = peak_rss(&["embed", "--model", m], &input, 8 << 30);
+        assert!(status.success());
+        b
+    };
+    let (base_minilm, base_e5) = (base(minilm), base(e5));
+    let unit = "字".repeat(1 << 10);
+    for (i, m) in [minilm, minilm, e5].into_iter().enumerate() {
+        let mut bytes = match i {
+            0 => vec![b'a'; 100_000_000],
+            1 => vec![0u8; 100_000_000],
+            _ => unit.repeat(100_000_000 / unit.len()).into_bytes(),
+        };
+        bytes.push(b'\n');
+        std::fs::write(&input, &bytes).unwrap();
+        drop(bytes);
+        let (d, len) = dims(m);
+        let base = if m == minilm { base_minilm } else { base_e5 };
+        // One text of 1 MiB (--max-line-bytes), one batch of at most max_length tokens.
+        // Within 10 % (R0 itself varies by that much between runs: e5's by 1.09-1.22 GB).
+        let bound = (base + formula(MIB, MIB, 1, len, len, d)) * 11 / 10;
+        let (peak, status) = peak_rss(&["embed", "--model", m], &input, 3 * bound);
+        assert!(status.success(), "case {i}: {status:?}");
+        assert!(peak <= bound, "case {i}: peak {} MB over the formula's {} MB (base {} MB)", peak >> 20, bound >> 20, base >> 20);
+    }
+    // 2,048 lines of 240 words, all in one window, at --batch-size 2048 (64 tokens each, to
+    // keep the test short: the batches' bound is what is checked).
+    let words: Vec<String> = (0..240).map(|i| format!("word{}", i * 7919 % 1000)).collect();
+    let line = words.join(" ") + "\n";
+    std::fs::write(&input, line.repeat(2048)).unwrap();
+    let (d, _) = dims(minilm);
+    let bound = (base_minilm + formula(line.len() as u64, 2048 * line.len() as u64, 2, 8192, 64, d)) * 11 / 10;
+    let (peak, status) = peak_rss(&["embed", "--model", minilm, "--batch-size", "2048", "--max-length", "64"], &input, 3 * bound);
+    assert!(status.success(), "{status:?}");
+    assert!(peak <= bound, "2,048 long lines: peak {} MB over the formula's {} MB (base {} MB)", peak >> 20, bound >> 20, base_minilm >> 20);
+}

@@ -1,9 +1,13 @@
 use super::ModelArgs;
-use crate::embed::{embed_stream, Format, Sink};
+use crate::embed::{embed_stream, Format, Limits, Sink};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::BufRead;
 use std::path::PathBuf;
+
+/// Bytes of text read before they are embedded together (with 32 batches' worth of lines, the
+/// bound on the window: see docs/reliability.md).
+pub const WINDOW_BYTES: usize = 16 << 20;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -92,8 +96,13 @@ pub fn run(args: Args) -> Result<()> {
         let rate = lines as f64 / start.elapsed().as_secs_f64().max(1e-9);
         bar.set_message(format!("{lines} lines, {rate:.0} lines/s"));
     };
-    let window = (args.batch_size * 32).max(1024);
-    let result = embed_stream(enc.as_ref(), reader, &mut sink, args.batch_size, window, &progress)
+    let limits = Limits {
+        batch_size: args.batch_size,
+        window: (args.batch_size * 32).max(1024),
+        window_bytes: WINDOW_BYTES,
+        max_line_bytes: args.model.max_line_bytes,
+    };
+    let result = embed_stream(enc.as_ref(), reader, &mut sink, limits, &progress)
         .with_context(|| format!("embedding {source}"));
     bar.finish_and_clear();
     // Whatever was embedded before an error is written out (npy header included): into the
@@ -124,6 +133,17 @@ pub fn run(args: Args) -> Result<()> {
             return Err(e);
         }
     };
+    if summary.cut > 0 {
+        errln!(
+            "xsent embed: {} of {} lines were longer than {} bytes and only their first {} bytes were read and embedded \
+             (first: line {}); --max-line-bytes reads more of them",
+            summary.cut,
+            summary.lines,
+            args.model.max_line_bytes,
+            args.model.max_line_bytes,
+            summary.first_cut.unwrap_or(0)
+        );
+    }
     if summary.truncated > 0 {
         errln!(
             "xsent embed: {} of {} lines were longer than {} tokens and were truncated (first: line {})",

@@ -88,6 +88,17 @@ pub struct ModelArgs {
     /// runs fewer layers on purpose.)
     #[arg(long)]
     pub allow_unused_weights: bool,
+    /// At most this many tokens in one batch, padding included (batches hold fewer than
+    /// --batch-size texts when these are long): what bounds a batch's memory. See
+    /// docs/reliability.md for the peak-memory formula.
+    #[arg(long, value_name = "N", default_value_t = crate::model::sentence::DEFAULT_MAX_BATCH_TOKENS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_batch_tokens: usize,
+    /// Read and tokenise at most this many bytes of a line (1 MiB by default); a longer line is
+    /// cut there, counted as truncated and warned about. A line reaches the model's maximum
+    /// length long before, unless it is mostly characters the tokenizer drops (NULs, controls,
+    /// whitespace runs).
+    #[arg(long, value_name = "BYTES", default_value_t = crate::model::sentence::DEFAULT_MAX_TEXT_BYTES, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_line_bytes: usize,
 }
 
 impl ModelArgs {
@@ -114,6 +125,8 @@ impl ModelArgs {
             },
             trainable: false,
             allow_unused_weights: self.allow_unused_weights,
+            max_batch_tokens: self.max_batch_tokens,
+            max_text_bytes: self.max_line_bytes,
         })
     }
 }
