@@ -466,3 +466,28 @@ fn peak_memory_follows_the_formula_on_pathological_input() {
     assert!(status.success(), "{status:?}");
     assert!(peak <= bound, "2,048 long lines: peak {} MB over the formula's {} MB (base {} MB)", peak >> 20, bound >> 20, base_minilm >> 20);
 }
+
+/// `kill -9` runs no handler and leaves the temporary output behind: the next run into the
+/// same folder removes it (its process is gone), saying so, and the earlier output is intact.
+#[test]
+fn a_killed_runs_temporary_output_is_removed_by_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "a sentence to embed, again and again\n".repeat(20_000)).unwrap();
+    let model = common::model("all-MiniLM-L6-v2");
+    let out_dir = dir.path().join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let out = out_dir.join("v.jsonl");
+    std::fs::write(&out, "earlier\n").unwrap();
+    let args = ["embed", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap(), "-o", out.to_str().unwrap()];
+    let (status, names) = common::signal_once_writing("KILL", &args, &out_dir);
+    assert_eq!(status.code(), None);
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "earlier\n");
+    std::fs::write(&input, "one line\n").unwrap();
+    let o = common::xsent().args(args).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("the unfinished output of xsent process") && stderr(&o).contains("which is gone"), "{}", stderr(&o));
+    let names: Vec<String> = std::fs::read_dir(&out_dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, ["v.jsonl"]);
+}

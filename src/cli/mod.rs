@@ -248,6 +248,32 @@ pub(crate) fn interrupt_handler() -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot set the Ctrl-C handler: {e}"))
 }
 
+/// How the temporary files of outputs begin: `.xsent-out-PID-HOST.RANDOM`.
+const TEMP_PREFIX: &str = ".xsent-out-";
+
+/// Remove the temporary outputs in `dir` left by xsent processes of this machine that are gone
+/// (killed with `kill -9`, or by the OOM killer), saying so. Best effort: on systems without
+/// /proc nothing is removed.
+fn remove_stale_temporaries(dir: &std::path::Path) {
+    if !std::path::Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let host = crate::train::lock::host();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(TEMP_PREFIX)) else { continue };
+        let Some((pid, rest)) = rest.split_once('-') else { continue };
+        let Some((their_host, _)) = rest.rsplit_once('.') else { continue };
+        if their_host != host || pid.parse::<u32>().is_err() || std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if std::fs::remove_file(e.path()).is_ok() {
+            errln!("xsent: removed {}, the unfinished output of xsent process {pid}, which is gone", e.path().display());
+        }
+    }
+}
+
 /// `FILE.partial` beside `path`.
 pub(crate) fn partial_path(path: &std::path::Path) -> std::path::PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
@@ -303,8 +329,12 @@ impl OutputFile {
         let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
         // Before the file exists: a Ctrl-C after it is made finds the handler in place.
         interrupt_handler()?;
+        remove_stale_temporaries(dir);
         let mut builder = tempfile::Builder::new();
-        builder.prefix(".xsent-out-");
+        // Named by the process and machine that write it, so that a later run can tell a file
+        // left by a killed one (`kill -9` runs no handler) from one being written.
+        let prefix = format!("{TEMP_PREFIX}{}-{}.", std::process::id(), crate::train::lock::host());
+        builder.prefix(&prefix);
         // As a file the shell creates (0666 less the umask), not a temporary file's 0600.
         #[cfg(unix)]
         builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));

@@ -21,8 +21,8 @@ pub struct RunLock {
     path: PathBuf,
 }
 
-/// This machine's name, for the lock file.
-fn host() -> String {
+/// This machine's name (for the lock file, and the names of temporary outputs).
+pub(crate) fn host() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())
