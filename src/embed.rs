@@ -39,10 +39,14 @@ impl Sink {
         let name = output.as_ref().map_or_else(|| "standard output".to_string(), |(_, n)| n.clone());
         // Rows are passed on whole (an interrupted run never ends its output with a cut row).
         let boxed = |out: Option<std::fs::File>| -> RowWriter<Box<dyn Write>> {
-            RowWriter::new(match out {
-                Some(f) => Box::new(f),
-                None => Box::new(std::io::stdout().lock()),
-            })
+            match out {
+                Some(f) => match f.try_clone() {
+                    // A file is cut back to whole rows if a write fails part-way (a full disk).
+                    Ok(c) if f.metadata().is_ok_and(|m| m.is_file()) => RowWriter::for_file(Box::new(f), c),
+                    _ => RowWriter::new(Box::new(f)),
+                },
+                None => RowWriter::new(Box::new(std::io::stdout().lock())),
+            }
         };
         let out = match format {
             Format::Jsonl => Out::Jsonl(boxed(output.map(|o| o.0))),

@@ -52,11 +52,21 @@ pub fn close_gate() -> bool {
 pub struct RowWriter<W: Write> {
     inner: W,
     buf: Vec<u8>,
+    /// Bytes passed on whole so far.
+    committed: u64,
+    /// The file `inner` writes, cut back to the rows passed on whole when a write fails part-way
+    /// (a full disk), so that what is kept of it ends with a whole row.
+    file: Option<std::fs::File>,
 }
 
 impl<W: Write> RowWriter<W> {
     pub fn new(inner: W) -> Self {
-        Self { inner, buf: Vec::with_capacity(CHUNK) }
+        Self { inner, buf: Vec::with_capacity(CHUNK), committed: 0, file: None }
+    }
+
+    /// A writer into `file` (through `inner`), which a failed write cuts back to whole rows.
+    pub fn for_file(inner: W, file: std::fs::File) -> Self {
+        Self { file: Some(file), ..Self::new(inner) }
     }
 
     /// Add one row, written by `f` into the buffer whole.
@@ -75,11 +85,20 @@ impl<W: Write> RowWriter<W> {
     /// Pass every row gathered on to the output, and flush it.
     pub fn flush(&mut self) -> std::io::Result<()> {
         let _held = gate();
-        if !self.buf.is_empty() {
-            self.inner.write_all(&self.buf)?;
-            self.buf.clear();
+        let r = if self.buf.is_empty() { Ok(()) } else { self.inner.write_all(&self.buf) }.and_then(|()| self.inner.flush());
+        match r {
+            Ok(()) => {
+                self.committed += self.buf.len() as u64;
+                self.buf.clear();
+                Ok(())
+            }
+            Err(e) => {
+                if let Some(f) = &self.file {
+                    let _ = f.set_len(self.committed);
+                }
+                Err(e)
+            }
         }
-        self.inner.flush()
     }
 }
 
@@ -98,6 +117,33 @@ mod tests {
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
+    }
+
+    /// A file that takes 10 bytes, then fails as a full disk does: it is cut back to the rows
+    /// passed on whole before.
+    #[test]
+    fn a_failed_write_leaves_whole_rows() {
+        struct Full(std::fs::File, usize);
+        impl Write for Full {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                if self.1 == 0 {
+                    return Err(std::io::Error::other("no space"));
+                }
+                let n = b.len().min(self.1);
+                self.1 -= n;
+                self.0.write(&b[..n])
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let f = tempfile::tempfile().unwrap();
+        let mut w = RowWriter::for_file(Full(f.try_clone().unwrap(), 10), f.try_clone().unwrap());
+        w.row(|b| b.write_all(b"abcd\n")).unwrap();
+        w.flush().unwrap();
+        w.row(|b| b.write_all(b"efgh\nijkl\n")).unwrap();
+        assert!(w.flush().is_err());
+        assert_eq!(f.metadata().unwrap().len(), 5);
     }
 
     #[test]

@@ -330,12 +330,13 @@ fn earlier_partial_files_and_read_only_outputs_are_kept() {
     let dir = tempfile::tempdir().unwrap();
     let model = common::model("all-MiniLM-L6-v2");
     let out = dir.path().join("v.jsonl");
+    // -o relative to the working folder, as typed.
     let embed = |args: &[&str], input: &[u8]| {
         let mut child = common::xsent()
+            .current_dir(dir.path())
             .args(["embed", "--model"])
             .arg(&model)
-            .arg("-o")
-            .arg(&out)
+            .args(["-o", "v.jsonl"])
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -347,6 +348,7 @@ fn earlier_partial_files_and_read_only_outputs_are_kept() {
     };
     let o = embed(&[], b"one\ntwo\n\xff\n");
     assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("v.jsonl.partial") && !stderr(&o).contains("earlier run"), "{}", stderr(&o));
     let first = std::fs::read(dir.path().join("v.jsonl.partial")).unwrap();
     let o = embed(&[], b"three\n\xff\n");
     assert_eq!(o.status.code(), Some(1));
@@ -365,6 +367,36 @@ fn earlier_partial_files_and_read_only_outputs_are_kept() {
     let o = embed(&["--force"], b"one\n");
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(&out).unwrap().lines().count(), 1);
+}
+
+/// A full disk (here a 2 MiB file size limit, whose SIGXFSZ is ignored as a shell's `trap '' XFSZ`
+/// does, so that the write fails as on a full disk) stops embed with an error; the rows written
+/// before it are kept in FILE.partial and end with a whole row (a cut one before).
+#[test]
+fn a_full_disk_keeps_whole_rows() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "a sentence to embed, again and again\n".repeat(3000)).unwrap();
+    let model = common::model("all-MiniLM-L6-v2");
+    let out = dir.path().join("v.f32");
+    let mut cmd = common::xsent();
+    cmd.args(["embed", "--format", "f32", "--model"]).arg(&model).arg("--input").arg(&input).arg("-o").arg(&out);
+    // SAFETY: async-signal-safe calls only, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let limit = libc::rlimit { rlim_cur: 2 << 20, rlim_max: 2 << 20 };
+            if libc::signal(libc::SIGXFSZ, libc::SIG_IGN) == libc::SIG_ERR || libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let o = cmd.output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("File too large") && stderr(&o).contains("v.f32.partial"), "{}", stderr(&o));
+    let kept = std::fs::metadata(dir.path().join("v.f32.partial")).unwrap().len();
+    assert!(kept > 0 && kept % (384 * 4) == 0, "{kept} bytes kept: not whole rows of 384 floats");
 }
 
 // ---- 2. Memory bounded by settings, not by input ----

@@ -122,7 +122,8 @@ pub fn run(args: Args) -> Result<()> {
                 match f.keep_partial(written) {
                     Ok(Some(partial)) => {
                         let plain = super::partial_path(out);
-                        let earlier = if partial == plain { String::new() } else { format!(" ({} holds an earlier run's rows and is left as it was)", plain.display()) };
+                        // Both lie in one folder (`partial` named from the absolute path).
+                        let earlier = if partial.file_name() == plain.file_name() { String::new() } else { format!(" ({} holds an earlier run's rows and is left as it was)", plain.display()) };
                         errln!("xsent embed: stopped; {} {state}, and the rows written before the error are in {}{earlier}", out.display(), partial.display())
                     }
                     Ok(None) => errln!("xsent embed: stopped before any row; {} {state}", out.display()),
