@@ -102,8 +102,11 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
+    /// The model, on `--device`; the command's exact kNN searches run there too.
     pub fn load(&self) -> anyhow::Result<Box<dyn crate::model::Embedder>> {
-        crate::model::load_embedder(&self.model, &self.options()?, self.head.as_deref())
+        let opts = self.options()?;
+        crate::eval::knn_gpu::search_on(&opts.device);
+        crate::model::load_embedder(&self.model, &opts, self.head.as_deref())
     }
 
     /// The load options these flags give.

@@ -43,7 +43,7 @@ fn diagonal_hits(sim: &Tensor) -> Result<Vec<bool>> {
 pub fn score(set: &TatoebaSet, vecs: &HashMap<String, Vec<f32>>) -> Result<LangScore> {
     let x = matrix(&set.xx.iter().map(|s| &vecs[s]).collect::<Vec<_>>())?;
     let e = matrix(&set.eng.iter().map(|s| &vecs[s]).collect::<Vec<_>>())?;
-    let sim = x.matmul(&e.t()?)?;
+    let sim = crate::model::matmul::matmul(&x, &e.t()?)?;
     let items = super::bootstrap::Items::hits(&[&diagonal_hits(&sim)?, &diagonal_hits(&sim.t()?.contiguous()?)?]);
     let [mean, xx_to_en, en_to_xx] = items.scores(None)[..] else { unreachable!("two directions give three scores") };
     let mean_ci95 = super::bootstrap::intervals(&items)[0];

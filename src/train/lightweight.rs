@@ -34,6 +34,7 @@ use super::distill::train_val_pairs;
 use super::trainer::{write_atomically, Recipe, StepLoss};
 use crate::eval::knn::{translation_accuracy, Matrix};
 use crate::model::encoder::{Linear, Rng};
+use crate::model::matmul::matmul;
 use crate::model::sentence::{write_st_files, Encoded, StFiles};
 use crate::model::vocab::{self, SubwordModel};
 use crate::model::weights::{self, Params};
@@ -286,7 +287,7 @@ pub fn kl_sparse(logits: &Tensor, q: &[Sparse], n: usize) -> Result<Tensor> {
 /// Eq. 5: mean over rows of the cross-entropy of `u·vᵀ` rows and columns against the diagonal.
 pub fn align_loss(u: &Tensor, v: &Tensor) -> Result<Tensor> {
     let b = u.dim(0)?;
-    let s = u.matmul(&v.t()?)?;
+    let s = matmul(u, &v.t()?)?;
     let diag = Tensor::arange(0u32, b as u32, u.device())?;
     let rows = candle_nn::loss::cross_entropy(&s, &diag)?;
     let cols = candle_nn::loss::cross_entropy(&s.t()?.contiguous()?, &diag)?;
@@ -298,8 +299,8 @@ pub fn align_loss(u: &Tensor, v: &Tensor) -> Result<Tensor> {
 /// cosine is floored at 1e-12.
 pub fn sim_loss(u: &Tensor, v: &Tensor) -> Result<Tensor> {
     let b = u.dim(0)?;
-    let a = candle_nn::ops::softmax(&u.matmul(&u.t()?)?, D::Minus1)?;
-    let c = candle_nn::ops::softmax(&v.matmul(&v.t()?)?, D::Minus1)?;
+    let a = candle_nn::ops::softmax(&matmul(u, &u.t()?)?, D::Minus1)?;
+    let c = candle_nn::ops::softmax(&matmul(v, &v.t()?)?, D::Minus1)?;
     let cos = ((a - c)? * std::f64::consts::FRAC_PI_2)?.cos()?;
     let cos = cos.maximum(1e-12)?;
     Ok((cos.log()?.sum_all()?.neg()? / b as f64)?)
