@@ -72,6 +72,7 @@ probe() {
     local dt
     dt="$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')"
     rows+=("| $name | $H | $L | $dt | $N |")
+    say "  handled $H, lost nothing $L, $dt s: $N"
     total=$((total + 1))
     [ "$H" = yes ] && n_handled=$((n_handled + 1))
     [ "$L" = yes ] && n_lost=$((n_lost + 1))
@@ -136,8 +137,17 @@ resume() { local out="$1"; shift; "$xsent" train --resume --out "$out" "$@"; }
 # The uninterrupted run every resumed one is compared with.
 train ref > ref.log 2>&1 || { cat ref.log >&2; die "the reference training run failed"; }
 same_as_ref() { cmp -s ref/final/model.safetensors "$1/final/model.safetensors"; }
-# Wait until run $1 has logged a step (it is training), at most 60 s.
-wait_training() { local i; for ((i = 0; i < 3000; i++)); do grep -q '"loss"' "$1/metrics.jsonl" 2> /dev/null && return 0; sleep 0.02; done; return 1; }
+# Wait until run $1 (process $2) has logged a step (it is training), at most 60 s; false when
+# the process ended first.
+wait_training() {
+    local i
+    for ((i = 0; i < 3000; i++)); do
+        grep -q '"loss"' "$1/metrics.jsonl" 2> /dev/null && return 0
+        kill -0 "$2" 2> /dev/null || return 1
+        sleep 0.02
+    done
+    return 1
+}
 # A one-line run of each model: R0 of the memory formula.
 printf 'one short line\n' > one.txt
 peak "$xsent" embed -m "$minilm" -i one.txt > /dev/null; R0_minilm=$PEAK_MB
@@ -168,8 +178,8 @@ probe_embed_reader_stops() {
     H=$(yn [ "$rc" = 0 ] && [ ! -s err.txt ]); L=yes; N="\`embed | head -1\`: exit $rc, quiet"
 }
 probe_eval_stdout_closed() {
-    printf 'a cat sits\ta cat is sitting\t4.5\na dog runs\tstocks fell\t0.2\nit rains\tit is raining\t5\n' > pairs.tsv
-    "$xsent" eval sts -m "$minilm" --pairs pairs.tsv --report rep.json >&-; local rc=$?
+    printf 'a cat sits\ta cat is sitting\t4.5\na dog runs\tstocks fell\t0.2\nit rains\tit is raining\t5\n' > sts.tsv
+    "$xsent" eval sts -m "$minilm" --pairs sts.tsv --report rep.json >&-; local rc=$?
     H=$(yn [ "$rc" = 0 ]); L=$(yn [ -s rep.json ]); N="exit $rc; report written"
 }
 
@@ -193,10 +203,10 @@ import itertools
 w = open('$XSENT_DATA/tatoeba/tatoeba.deu-eng.eng').read().split()
 it = itertools.cycle(w)
 print('\n'.join(' '.join(next(it) for _ in range(240)) for _ in range(2048)))" > long.txt
-    peak "$xsent" embed -m "$minilm" -i long.txt --batch-size 2048 --max-length 128 --format f32 > long.f32; local rc=$?
-    local b; b=$(bound_mb "$R0_minilm" "$(head -n 1 long.txt | wc -c)" "$(stat -c %s long.txt)" "$XSENT_THREADS" 8192 128)
+    peak "$xsent" embed -m "$minilm" -i long.txt --batch-size 2048 --max-length 64 --format f32 > long.f32; local rc=$?
+    local b; b=$(bound_mb "$R0_minilm" "$(head -n 1 long.txt | wc -c)" "$(stat -c %s long.txt)" "$XSENT_THREADS" 8192 64)
     H=$(yn [ "$rc" = 0 ] && [ "$PEAK_MB" -le "$b" ]); L=$(yn [ "$(rows_f32 long.f32 384)" = 2048 ])
-    N="exit $rc, peak $PEAK_MB MB (bound $b; max-length 128)"
+    N="exit $rc, peak $PEAK_MB MB (bound $b; max-length 64)"
 }
 probe_10M_lines_streamed() {
     yes "house1 house2 house3" | head -n 100000 > small.txt
@@ -209,20 +219,20 @@ probe_10M_lines_streamed() {
 # ---- 3. no silent wrong results ----------------------------------------------------------
 probe_two_fresh_runs_one_out() {
     rm -rf c; train c > c1.log 2>&1 & local a=$!
-    wait_training c; train c > c2.log 2>&1; local rc=$?
+    wait_training c $a; train c > c2.log 2>&1; local rc=$?
     wait $a; local rca=$?
     H=$(yn [ "$rc" = 1 ] && grep -q "in use by another xsent train (pid $a" c2.log && [ "$rca" = 0 ]); L=$(yn same_as_ref c)
     N="second: exit $rc, $(grep -o 'in use by another xsent train (pid [0-9]*' c2.log | head -1)"
 }
 probe_resume_while_running() {
     rm -rf c; train c > c1.log 2>&1 & local a=$!
-    wait_training c; resume c > c2.log 2>&1; local rc=$?
+    wait_training c $a; resume c > c2.log 2>&1; local rc=$?
     wait $a
     H=$(yn [ "$rc" = 1 ] && grep -q "pid $a" c2.log); L=$(yn same_as_ref c); N="--resume refused while pid $a trains"
 }
 probe_lock_of_killed_run_taken_over() {
     rm -rf k; train k > k1.log 2>&1 & local a=$!
-    wait_training k; kill -9 $a; wait $a 2> /dev/null
+    wait_training k $a; kill -9 $a; wait $a 2> /dev/null
     resume k > k2.log 2>&1; local rc=$?
     H=$(yn [ "$rc" = 0 ] && grep -q "taking over the lock" k2.log); L=$(yn same_as_ref k); N="kill -9, then --resume: exit $rc"
 }
@@ -252,7 +262,7 @@ probe_every_checkpoint_damaged() {
 # ---- 4. signals, kills, leftovers ----------------------------------------------------------
 signal_train() { # SIG
     rm -rf s; train s > s1.log 2>&1 & local a=$!
-    wait_training s; kill -"$1" $a; wait $a; local rc=$?
+    wait_training s $a; kill -"$1" $a; wait $a; local rc=$?
     resume s > s2.log 2>&1; local rc2=$?
     H=$(yn [ "$rc" = 130 ] && [ "$rc2" = 0 ]); L=$(yn same_as_ref s); N="SIG$1: exit $rc, checkpoint; --resume: exit $rc2"
 }
@@ -264,7 +274,7 @@ probe_kill9_train_random_steps() {
     for i in 1 2 3; do
         if [ -d r ]; then resume r > r$i.log 2>&1 & else train r > r$i.log 2>&1 & fi
         local a=$!
-        wait_training r
+        wait_training r $a
         sleep "$(awk -v s=$RANDOM 'BEGIN { printf "%.2f", 0.2 + (s % 100) / 100 }')"
         kill -9 $a 2> /dev/null; wait $a 2> /dev/null
         steps="$steps $(ls r/checkpoints 2> /dev/null | sed -n 's/^step-//p' | sort -n | tail -1)"
