@@ -77,7 +77,8 @@ probe() {
     [ "$H" = yes ] && n_handled=$((n_handled + 1))
     [ "$L" = yes ] && n_lost=$((n_lost + 1))
 }
-yn() { if "$@"; then echo yes; else echo no; fi; }
+# yes when the shell condition $1 (evaluated here, with the caller's variables) holds.
+yn() { if eval "$1"; then echo yes; else echo no; fi; }
 # Peak RSS (MB) of the last `peak` run, and its exit status.
 peak() { /usr/bin/time -f '%M' -o "$work/peak.txt" "$@"; local rc=$?; PEAK_MB=$(($(tail -n 1 "$work/peak.txt" | tr -dc 0-9) / 1024)); return $rc; }
 rows_f32() { echo $(($(stat -c %s "$1") / (4 * $2))); }
@@ -155,47 +156,48 @@ peak "$xsent" embed -m "$e5" -i one.txt > /dev/null; R0_e5=$PEAK_MB
 
 # ---- 1. closed output streams ------------------------------------------------------------
 probe_train_log_reader_gone() {
-    train a 2>&1 | head -n 2; local rc=${PIPESTATUS[0]}
-    H=$(yn [ "$rc" = 0 ]); L=$(yn same_as_ref a); N="\`train 2>&1 | head -2\`: exit $rc"
+    rm -rf a; train a 2>&1 | head -n 2; local rc=${PIPESTATUS[0]}
+    H=$(yn '[ "$rc" = 0 ]'); L=$(yn 'same_as_ref a'); N="\`train 2>&1 | head -2\`: exit $rc"
 }
 probe_train_stderr_closed() {
-    train a 2>&-; local rc=$?
-    H=$(yn [ "$rc" = 0 ]); L=$(yn same_as_ref a); N="\`train 2>&-\`: exit $rc"
+    rm -rf a; train a 2>&-; local rc=$?
+    H=$(yn '[ "$rc" = 0 ]'); L=$(yn 'same_as_ref a'); N="\`train 2>&-\`: exit $rc"
 }
 probe_embed_stderr_closed() {
     { echo short; printf 'word %.0s' {1..400}; echo; } > in.txt
     "$xsent" embed -m "$minilm" -i in.txt > out.jsonl 2>&-; local rc=$?
-    H=$(yn [ "$rc" = 0 ]); L=$(yn [ "$(wc -l < out.jsonl)" = 2 ]); N="exit $rc, $(wc -l < out.jsonl) of 2 rows"
+    H=$(yn '[ "$rc" = 0 ]'); L=$(yn '[ "$(wc -l < out.jsonl)" = 2 ]'); N="exit $rc, $(wc -l < out.jsonl) of 2 rows"
 }
 probe_embed_stdout_closed() {
     echo hello > in.txt
     "$xsent" embed -m "$minilm" -i in.txt >&- 2> err.txt; local rc=$?
-    H=$(yn [ "$rc" != 101 ] && ! grep -q panicked err.txt); L=yes; N="exit $rc: $(head -c 90 err.txt | tr '\n' ' ')"
+    H=$(yn '[ "$rc" != 101 ] && ! grep -q panicked err.txt'); L=yes; N="exit $rc: $(head -c 90 err.txt | tr '\n' ' ')"
 }
 probe_embed_reader_stops() {
     yes "a line" | head -n 5000 > in.txt
     "$xsent" embed -m "$minilm" -i in.txt 2> err.txt | head -n 1 > /dev/null; local rc=${PIPESTATUS[0]}
-    H=$(yn [ "$rc" = 0 ] && [ ! -s err.txt ]); L=yes; N="\`embed | head -1\`: exit $rc, quiet"
+    H=$(yn '[ "$rc" = 0 ] && [ ! -s err.txt ]'); L=yes; N="\`embed | head -1\`: exit $rc, quiet"
 }
 probe_eval_stdout_closed() {
     printf 'a cat sits\ta cat is sitting\t4.5\na dog runs\tstocks fell\t0.2\nit rains\tit is raining\t5\n' > sts.tsv
     "$xsent" eval sts -m "$minilm" --pairs sts.tsv --report rep.json >&-; local rc=$?
-    H=$(yn [ "$rc" = 0 ]); L=$(yn [ -s rep.json ]); N="exit $rc; report written"
+    H=$(yn '[ "$rc" = 0 ]'); L=$(yn '[ -s rep.json ]'); N="exit $rc; report written"
 }
 
 # ---- 2. memory bounded by settings -------------------------------------------------------
-# Bound (MB) of docs/reliability.md: 1.1 x (R0 + 200 M + 3 W + P x 4 T (2 heads L + 12 H + 2 I)).
+# Bound (MB) of docs/reliability.md: 1.1 x (R0 + 300 M + 3 W + P x 4 T (2 heads L + 12 H + 2 I)).
 bound_mb() { awk -v r0="$1" -v m="$2" -v w="$3" -v p="$4" -v t="$5" -v l="$6" \
-    'BEGIN { printf "%d", 1.1 * (r0 + (200 * m + 3 * w + p * 4 * t * (2 * 12 * l + 12 * 384 + 2 * 1536)) / 1048576) }'; }
+    'BEGIN { printf "%d", 1.1 * (r0 + (300 * m + 3 * w + p * 4 * t * (2 * 12 * l + 12 * 384 + 2 * 1536)) / 1048576) }'; }
 line_probe() { # model R0 maxlen python-expression
     python3 -c "import sys; sys.stdout.buffer.write($4 + b'\n')" > big.txt
     peak "$xsent" embed -m "$1" -i big.txt --format f32 > big.f32; local rc=$?
     local b; b=$(bound_mb "$2" 1048576 1048576 1 "$3" "$3")
-    H=$(yn [ "$rc" = 0 ] && [ "$PEAK_MB" -le "$b" ]); L=$(yn [ "$(rows_f32 big.f32 384)" = 1 ])
+    H=$(yn '[ "$rc" = 0 ] && [ "$PEAK_MB" -le "$b" ]'); L=$(yn '[ "$(rows_f32 big.f32 384)" = 1 ]')
     N="exit $rc, peak $PEAK_MB MB (bound $b, R0 $2)"
 }
 probe_line_100MB_letters_minilm() { line_probe "$minilm" "$R0_minilm" 256 "b'a' * 100_000_000"; }
-probe_line_100MB_nuls_minilm() { line_probe "$minilm" "$R0_minilm" 256 "b'\\\\0' * 100_000_000"; }
+probe_line_100MB_nuls_minilm() { line_probe "$minilm" "$R0_minilm" 256 "b'\\0' * 100_000_000"; }
+probe_line_100MB_punctuation_minilm() { line_probe "$minilm" "$R0_minilm" 256 "b'!' * 100_000_000"; }
 probe_line_100MB_cjk_e5() { line_probe "$e5" "$R0_e5" 512 "('字' * 33_333_333).encode()"; }
 probe_2048_long_lines_batch_2048() {
     python3 -c "
@@ -205,14 +207,14 @@ it = itertools.cycle(w)
 print('\n'.join(' '.join(next(it) for _ in range(240)) for _ in range(2048)))" > long.txt
     peak "$xsent" embed -m "$minilm" -i long.txt --batch-size 2048 --max-length 64 --format f32 > long.f32; local rc=$?
     local b; b=$(bound_mb "$R0_minilm" "$(head -n 1 long.txt | wc -c)" "$(stat -c %s long.txt)" "$XSENT_THREADS" 8192 64)
-    H=$(yn [ "$rc" = 0 ] && [ "$PEAK_MB" -le "$b" ]); L=$(yn [ "$(rows_f32 long.f32 384)" = 2048 ])
+    H=$(yn '[ "$rc" = 0 ] && [ "$PEAK_MB" -le "$b" ]'); L=$(yn '[ "$(rows_f32 long.f32 384)" = 2048 ]')
     N="exit $rc, peak $PEAK_MB MB (bound $b; max-length 64)"
 }
 probe_10M_lines_streamed() {
     yes "house1 house2 house3" | head -n 100000 > small.txt
     peak "$xsent" embed -m "$tiny" -i small.txt --format f32 > /dev/null; local small=$PEAK_MB
     yes "house1 house2 house3" | head -n 10000000 | peak "$xsent" embed -m "$tiny" --format f32 | wc -c > bytes.txt; local rc=${PIPESTATUS[2]}
-    H=$(yn [ "$rc" = 0 ] && [ "$PEAK_MB" -le $((small * 11 / 10 + 16)) ]); L=$(yn [ "$(cat bytes.txt)" = $((10000000 * 32 * 4)) ])
+    H=$(yn '[ "$rc" = 0 ] && [ "$PEAK_MB" -le $((small * 11 / 10 + 16)) ]'); L=$(yn '[ "$(cat bytes.txt)" = $((10000000 * 32 * 4)) ]')
     N="exit $rc, peak $PEAK_MB MB for 10M lines, $small MB for 100k"
 }
 
@@ -221,34 +223,34 @@ probe_two_fresh_runs_one_out() {
     rm -rf c; train c > c1.log 2>&1 & local a=$!
     wait_training c $a; train c > c2.log 2>&1; local rc=$?
     wait $a; local rca=$?
-    H=$(yn [ "$rc" = 1 ] && grep -q "in use by another xsent train (pid $a" c2.log && [ "$rca" = 0 ]); L=$(yn same_as_ref c)
+    H=$(yn '[ "$rc" = 1 ] && grep -q "in use by another xsent train (pid $a" c2.log && [ "$rca" = 0 ]'); L=$(yn 'same_as_ref c')
     N="second: exit $rc, $(grep -o 'in use by another xsent train (pid [0-9]*' c2.log | head -1)"
 }
 probe_resume_while_running() {
     rm -rf c; train c > c1.log 2>&1 & local a=$!
     wait_training c $a; resume c > c2.log 2>&1; local rc=$?
     wait $a
-    H=$(yn [ "$rc" = 1 ] && grep -q "pid $a" c2.log); L=$(yn same_as_ref c); N="--resume refused while pid $a trains"
+    H=$(yn '[ "$rc" = 1 ] && grep -q "pid $a" c2.log'); L=$(yn 'same_as_ref c'); N="--resume refused while pid $a trains"
 }
 probe_lock_of_killed_run_taken_over() {
     rm -rf k; train k > k1.log 2>&1 & local a=$!
     wait_training k $a; kill -9 $a; wait $a 2> /dev/null
     resume k > k2.log 2>&1; local rc=$?
-    H=$(yn [ "$rc" = 0 ] && grep -q "taking over the lock" k2.log); L=$(yn same_as_ref k); N="kill -9, then --resume: exit $rc"
+    H=$(yn '[ "$rc" = 0 ] && grep -q "taking over the lock" k2.log'); L=$(yn 'same_as_ref k'); N="kill -9, then --resume: exit $rc"
 }
 probe_config_fewer_layers_than_weights() {
     rm -rf m2; cp -r "$tiny" m2; sed -i 's/"num_hidden_layers": 2/"num_hidden_layers": 1/' m2/config.json
     echo house1 > in.txt
     "$xsent" embed -m m2 -i in.txt > /dev/null 2> err.txt; local rc=$?
     "$xsent" embed -m m2 -i in.txt --layers 1 > /dev/null 2>&1; local rc2=$?
-    H=$(yn [ "$rc" = 1 ] && grep -q "encoder.layer.1" err.txt && [ "$rc2" = 0 ]); L=yes; N="refused naming encoder.layer.1.*; --layers 1 runs"
+    H=$(yn '[ "$rc" = 1 ] && grep -q "encoder.layer.1" err.txt && [ "$rc2" = 0 ]'); L=yes; N="refused naming encoder.layer.1.*; --layers 1 runs"
 }
 probe_bit_flip_in_checkpoint() {
     rm -rf f; train f --stop-after 20 > /dev/null 2>&1
     python3 -c "
 p = 'f/checkpoints/step-20/params.safetensors'; b = bytearray(open(p, 'rb').read()); b[-100] ^= 0x10; open(p, 'wb').write(b)"
     resume f > f.log 2>&1; local rc=$?
-    H=$(yn [ "$rc" = 0 ] && grep -q "step-20 is damaged" f.log); L=$(yn same_as_ref f && [ -d f/checkpoints/damaged-step-20 ])
+    H=$(yn '[ "$rc" = 0 ] && grep -q "step-20 is damaged" f.log'); L=$(yn 'same_as_ref f && [ -d f/checkpoints/damaged-step-20 ]')
     N="fell back to step-15; final weights = uninterrupted run's"
 }
 probe_every_checkpoint_damaged() {
@@ -256,7 +258,7 @@ probe_every_checkpoint_damaged() {
     for s in g/checkpoints/step-*; do echo '{}' > "$s/state.json"; done
     local before; before=$(ls g/checkpoints)
     resume g > g.log 2>&1; local rc=$?
-    H=$(yn [ "$rc" = 1 ] && grep -q "no checkpoint in" g.log); L=$(yn [ "$(ls g/checkpoints)" = "$before" ]); N="clear error, nothing moved"
+    H=$(yn '[ "$rc" = 1 ] && grep -q "no checkpoint in" g.log'); L=$(yn '[ "$(ls g/checkpoints)" = "$before" ]'); N="clear error, nothing moved"
 }
 
 # ---- 4. signals, kills, leftovers ----------------------------------------------------------
@@ -264,7 +266,7 @@ signal_train() { # SIG
     rm -rf s; train s > s1.log 2>&1 & local a=$!
     wait_training s $a; kill -"$1" $a; wait $a; local rc=$?
     resume s > s2.log 2>&1; local rc2=$?
-    H=$(yn [ "$rc" = 130 ] && [ "$rc2" = 0 ]); L=$(yn same_as_ref s); N="SIG$1: exit $rc, checkpoint; --resume: exit $rc2"
+    H=$(yn '[ "$rc" = 130 ] && [ "$rc2" = 0 ]'); L=$(yn 'same_as_ref s'); N="SIG$1: exit $rc, checkpoint; --resume: exit $rc2"
 }
 probe_sigint_train() { signal_train INT; }
 probe_sigterm_train() { signal_train TERM; }
@@ -280,29 +282,29 @@ probe_kill9_train_random_steps() {
         steps="$steps $(ls r/checkpoints 2> /dev/null | sed -n 's/^step-//p' | sort -n | tail -1)"
     done
     resume r > r4.log 2>&1; local rc=$?
-    H=$(yn [ "$rc" = 0 ]); L=$(yn same_as_ref r); N="killed at checkpoints$steps, resumed: identical weights"
+    H=$(yn '[ "$rc" = 0 ]'); L=$(yn 'same_as_ref r'); N="killed at checkpoints$steps, resumed: identical weights"
 }
 probe_stale_step_tmp_removed() {
     rm -rf t; train t --stop-after 10 > /dev/null 2>&1
     mkdir -p t/checkpoints/.step-12.tmp && echo half > t/checkpoints/.step-12.tmp/params.safetensors
     resume t > t.log 2>&1; local rc=$?
-    H=$(yn [ "$rc" = 0 ] && [ ! -e t/checkpoints/.step-12.tmp ] && grep -q "cut short" t.log); L=$(yn same_as_ref t); N="removed with a message"
+    H=$(yn '[ "$rc" = 0 ] && [ ! -e t/checkpoints/.step-12.tmp ] && grep -q "cut short" t.log'); L=$(yn 'same_as_ref t'); N="removed with a message"
 }
 probe_warmup_past_max_steps() {
     rm -rf w; train w --set train.max_steps=5 --set optim.warmup_steps=50 > w.log 2>&1; local rc=$?
-    H=$(yn [ "$rc" = 0 ] && grep -q "warmup_steps = 50 is more than" w.log); L=yes; N="warned"
+    H=$(yn '[ "$rc" = 0 ] && grep -q "warmup_steps = 50 is more than" w.log'); L=yes; N="warned"
 }
 probe_resume_without_checkpoint() {
     rm -rf e; mkdir e
     resume e > e.log 2>&1; local rc=$?
-    H=$(yn [ "$rc" = 1 ] && ! grep -q panicked e.log); L=$(yn [ -z "$(ls -A e)" ]); N="$(head -c 80 e.log | tr '\n' ' ')"
+    H=$(yn '[ "$rc" = 1 ] && ! grep -q panicked e.log'); L=$(yn '[ -z "$(ls -A e)" ]'); N="$(head -c 80 e.log | tr '\n' ' ')"
 }
 big_input() { yes "a sentence to embed, again and again" | head -n 20000 > big_in.txt; }
 probe_sigterm_embed_to_file() {
     big_input; rm -rf o; mkdir o; echo earlier > o/v.jsonl
     "$xsent" embed -m "$minilm" -i big_in.txt -o o/v.jsonl 2> /dev/null & local a=$!
     sleep 2; kill -TERM $a; wait $a; local rc=$?
-    H=$(yn [ "$rc" = 130 ] && no_temp o); L=$(yn [ "$(cat o/v.jsonl)" = earlier ]); N="exit $rc, no .xsent-out-* left, earlier file intact"
+    H=$(yn '[ "$rc" = 130 ] && no_temp o'); L=$(yn '[ "$(cat o/v.jsonl)" = earlier ]'); N="exit $rc, no .xsent-out-* left, earlier file intact"
 }
 probe_kill9_embed_to_file() {
     big_input; rm -rf o; mkdir o; echo earlier > o/v.jsonl
@@ -310,7 +312,7 @@ probe_kill9_embed_to_file() {
     sleep 2; kill -9 $a; wait $a 2> /dev/null
     local left; left=$(ls -A o | grep -c '^\.xsent-out-')
     echo one > one_in.txt; "$xsent" embed -m "$minilm" -i one_in.txt -o o/v.jsonl 2> k.log; local rc=$?
-    H=$(yn [ "$rc" = 0 ] && no_temp o && grep -q "which is gone" k.log); L=yes
+    H=$(yn '[ "$rc" = 0 ] && no_temp o && grep -q "which is gone" k.log'); L=yes
     N="$left temporary file left by kill -9, removed by the next run"
 }
 probe_earlier_partial_kept() {
@@ -318,7 +320,7 @@ probe_earlier_partial_kept() {
     printf 'one\ntwo\n\xff\n' | "$xsent" embed -m "$minilm" -o p/v.jsonl 2> /dev/null
     local first; first=$(md5sum < p/v.jsonl.partial)
     printf 'three\n\xff\n' | "$xsent" embed -m "$minilm" -o p/v.jsonl 2> p.log; local rc=$?
-    H=$(yn [ "$rc" = 1 ] && grep -q "v.jsonl.partial.1" p.log); L=$(yn [ "$(md5sum < p/v.jsonl.partial)" = "$first" ] && [ -s p/v.jsonl.partial.1 ])
+    H=$(yn '[ "$rc" = 1 ] && grep -q "v.jsonl.partial.1" p.log'); L=$(yn '[ "$(md5sum < p/v.jsonl.partial)" = "$first" ] && [ -s p/v.jsonl.partial.1 ]')
     N="second failure's rows in FILE.partial.1"
 }
 probe_read_only_output() {
@@ -326,7 +328,7 @@ probe_read_only_output() {
     echo hi | "$xsent" embed -m "$minilm" -o ro.jsonl 2> ro.log; local rc=$?
     local kept; kept=$(cat ro.jsonl)
     echo hi | "$xsent" embed -m "$minilm" -o ro.jsonl --force 2> /dev/null; local rc2=$?
-    H=$(yn [ "$rc" = 1 ] && grep -q read-only ro.log && [ "$rc2" = 0 ]); L=$(yn [ "$kept" = mine ]); N="refused; --force replaces"
+    H=$(yn '[ "$rc" = 1 ] && grep -q read-only ro.log && [ "$rc2" = 0 ]'); L=$(yn '[ "$kept" = mine ]'); N="refused; --force replaces"
 }
 probe_f32_pipe_interrupted() {
     yes "sentence number of many" | head -n 6000 > six.txt
@@ -340,12 +342,12 @@ got += p.stdout.read()
 print(p.wait(), len(got), len(got) % 1536)
 EOF
     local rc n cut; read -r rc n cut < f32.txt
-    H=$(yn [ "$rc" = 130 ]); L=$(yn [ "$cut" = 0 ]); N="SIGINT with the pipe full: $n bytes, $cut past the last whole row"
+    H=$(yn '[ "$rc" = 130 ]'); L=$(yn '[ "$cut" = 0 ]'); N="SIGINT with the pipe full: $n bytes, $cut past the last whole row"
 }
 probe_invalid_utf8_line() {
     rm -rf u; mkdir u
     printf 'one\ntwo\nbad \xff\nfour\n' | "$xsent" embed -m "$minilm" -o u/v.jsonl 2> u.log; local rc=$?
-    H=$(yn [ "$rc" = 1 ] && grep -q "line 3 is not valid UTF-8" u.log); L=$(yn [ "$(wc -l < u/v.jsonl.partial)" = 2 ]); N="error names line 3; 2 rows kept"
+    H=$(yn '[ "$rc" = 1 ] && grep -q "line 3 is not valid UTF-8" u.log'); L=$(yn '[ "$(wc -l < u/v.jsonl.partial)" = 2 ]'); N="error names line 3; 2 rows kept"
 }
 probe_truncated_gzip() {
     yes "a line of text" | head -n 50000 | gzip > full.gz
@@ -353,7 +355,7 @@ probe_truncated_gzip() {
     rm -rf z; mkdir z
     "$xsent" embed -m "$tiny" -i cut.txt.gz -o z/v.f32 --format f32 2> z.log; local rc=$?
     local n; n=$(rows_f32 z/v.f32.partial 32 2> /dev/null || echo 0)
-    H=$(yn [ "$rc" = 1 ] && grep -q "cut.txt.gz" z.log && ! grep -q panicked z.log); L=$(yn [ "$n" -gt 0 ])
+    H=$(yn '[ "$rc" = 1 ] && grep -q "cut.txt.gz" z.log && ! grep -q panicked z.log'); L=$(yn '[ "$n" -gt 0 ]')
     N="exit $rc; $n rows before the cut kept: $(grep -o 'line [0-9]* [a-z ]*' z.log | head -1)"
 }
 probe_non_utf8_paths() {
@@ -361,7 +363,7 @@ probe_non_utf8_paths() {
     rm -rf "$d"; mkdir "$d"; printf 'house1\nhouse2\n' > "$d/$f"
     "$xsent" embed -m "$tiny" -i "$d/$f" -o "$d/$o" 2> /dev/null; local rc=$?
     train $'run\xff' --set train.max_steps=10 > /dev/null 2>&1; local rc2=$?
-    H=$(yn [ "$rc" = 0 ] && [ "$rc2" = 0 ]); L=$(yn [ "$(wc -l < "$d/$o")" = 2 ] && [ -f $'run\xff/final/model.safetensors' ])
+    H=$(yn '[ "$rc" = 0 ] && [ "$rc2" = 0 ]'); local run=$'run\xff'; L=$(yn '[ "$(wc -l < "$d/$o")" = 2 ] && [ -f "$run/final/model.safetensors" ]')
     N="embed -i/-o and train --out with non-UTF-8 names"
 }
 # A full disk: a 2 MB tmpfs when root may mount one, else a 1 MB file size limit.
@@ -375,7 +377,7 @@ probe_disk_full_embed() {
     big_input
     if [ "$how" = tmpfs ]; then "$xsent" embed -m "$minilm" -i big_in.txt -o full1/v.jsonl 2> d.log; else (ulimit -f 1024; "$xsent" embed -m "$minilm" -i big_in.txt -o full1/v.jsonl 2> d.log); fi
     local rc=$?
-    H=$(yn [ "$rc" = 1 ] && ! grep -q panicked d.log && no_temp full1); L=$(yn [ "$(cat full1/v.jsonl)" = earlier ])
+    H=$(yn '[ "$rc" = 1 ] && ! grep -q panicked d.log && no_temp full1'); L=$(yn '[ "$(cat full1/v.jsonl)" = earlier ]')
     N="$how: exit $rc, $(grep -o 'No space left on device\|File too large' d.log | head -1)"
 }
 probe_disk_full_train_then_resume() {
@@ -385,21 +387,21 @@ probe_disk_full_train_then_resume() {
     # Space again: the run moves to a roomy disk and resumes.
     rm -rf moved; cp -r full2/run moved
     resume moved > t2.log 2>&1; local rc2=$?
-    H=$(yn [ "$rc" != 0 ] && [ "$rc" != 101 ] && [ "$rc2" = 0 ]); L=$(yn same_as_ref moved)
+    H=$(yn '[ "$rc" != 0 ] && [ "$rc" != 101 ] && [ "$rc2" = 0 ]'); L=$(yn 'same_as_ref moved')
     N="$how: exit $rc ($(grep -o 'No space left on device\|File too large' t1.log | head -1)), resumed elsewhere"
 }
 probe_npy_to_a_pipe() {
     echo hi | "$xsent" embed -m "$minilm" --format npy -o /dev/stdout 2> n.log | cat > /dev/null; local rc=${PIPESTATUS[1]}
-    H=$(yn [ "$rc" = 1 ] && grep -q "npy" n.log); L=yes; N="clear error"
+    H=$(yn '[ "$rc" = 1 ] && grep -q "npy" n.log'); L=yes; N="clear error"
 }
 probe_empty_input() {
     : > empty.txt
     "$xsent" embed -m "$minilm" -i empty.txt > e.jsonl 2> /dev/null; local rc=$?
-    H=$(yn [ "$rc" = 0 ]); L=$(yn [ ! -s e.jsonl ]); N="no rows, exit $rc"
+    H=$(yn '[ "$rc" = 0 ]'); L=$(yn '[ ! -s e.jsonl ]'); N="no rows, exit $rc"
 }
 
 for p in train_log_reader_gone train_stderr_closed embed_stderr_closed embed_stdout_closed embed_reader_stops eval_stdout_closed \
-    line_100MB_letters_minilm line_100MB_nuls_minilm line_100MB_cjk_e5 2048_long_lines_batch_2048 10M_lines_streamed \
+    line_100MB_letters_minilm line_100MB_nuls_minilm line_100MB_punctuation_minilm line_100MB_cjk_e5 2048_long_lines_batch_2048 10M_lines_streamed \
     two_fresh_runs_one_out resume_while_running lock_of_killed_run_taken_over config_fewer_layers_than_weights \
     bit_flip_in_checkpoint every_checkpoint_damaged \
     sigint_train sigterm_train sighup_train kill9_train_random_steps stale_step_tmp_removed warmup_past_max_steps \

@@ -48,7 +48,8 @@ pub struct LoadOptions {
 pub const DEFAULT_MAX_BATCH_TOKENS: usize = 8192;
 
 /// Default of [`LoadOptions::max_text_bytes`] (`--max-line-bytes`): 1 MiB. Tokenising takes up to
-/// about 200 bytes of memory per byte of text (measured: spaceless CJK on MiniLM's tokenizer),
+/// about 270 bytes of memory per byte of text (measured: ASCII punctuation without spaces on
+/// MiniLM's tokenizer, each byte a word of its own; spaceless CJK about 100),
 /// and a text that is not mostly characters the tokenizer drops reaches the 512 tokens of the
 /// longest models long before (WordPiece's worst case, 512 words of over 100 characters, each an
 /// unknown token, is 207 KB).
