@@ -396,7 +396,7 @@ fn a_full_disk_keeps_whole_rows() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("File too large") && stderr(&o).contains("v.f32.partial"), "{}", stderr(&o));
     let kept = std::fs::metadata(dir.path().join("v.f32.partial")).unwrap().len();
-    assert!(kept > 0 && kept % (384 * 4) == 0, "{kept} bytes kept: not whole rows of 384 floats");
+    assert!(kept > 0 && kept.is_multiple_of(384 * 4), "{kept} bytes kept: not whole rows of 384 floats");
 }
 
 // ---- 2. Memory bounded by settings, not by input ----
