@@ -145,12 +145,12 @@ resume() { local out="$1"; shift; xsent_here train --resume --out "$out" "$@"; }
 # The uninterrupted run every resumed one is compared with.
 train ref > ref.log 2>&1 || { cat ref.log >&2; die "the reference training run failed"; }
 same_as_ref() { cmp -s ref/final/model.safetensors "$1/final/model.safetensors"; }
-# Wait until run $1 (process $2) has logged a step (it is training), at most 60 s; false when
-# the process ended first.
+# Wait until run $1 (process $2) has written a checkpoint (so that it can be resumed), at most
+# 60 s; false when the process ended first.
 wait_training() {
     local i
     for ((i = 0; i < 3000; i++)); do
-        grep -q '"loss"' "$1/metrics.jsonl" 2> /dev/null && return 0
+        compgen -G "$1/checkpoints/step-*" > /dev/null && return 0
         kill -0 "$2" 2> /dev/null || return 1
         sleep 0.02
     done
