@@ -376,10 +376,11 @@ probe_non_utf8_paths() {
 # A full disk: a 2 MB tmpfs when root may mount one, else a 1 MB file size limit.
 small_disk() {
     rm -rf "$1"; mkdir -p "$1"
-    if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size="$2" tmpfs "$1" 2> /dev/null; then mounts+=("$1"); echo tmpfs; else echo ulimit; fi
+    # Sets HOW (not echoed: the mount must be recorded in this shell, for the clean-up).
+    if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size="$2" tmpfs "$1" 2> /dev/null; then mounts+=("$work/$1"); HOW=tmpfs; else HOW=ulimit; fi
 }
 probe_disk_full_embed() {
-    local how; how=$(small_disk full1 2m)
+    small_disk full1 2m; local how=$HOW
     echo earlier > full1/v.jsonl
     big_input
     if [ "$how" = tmpfs ]; then "$xsent" embed -m "$minilm" -i big_in.txt -o full1/v.jsonl 2> d.log; else (ulimit -f 1024; "$xsent" embed -m "$minilm" -i big_in.txt -o full1/v.jsonl 2> d.log); fi
@@ -388,7 +389,7 @@ probe_disk_full_embed() {
     N="$how: exit $rc, $(grep -o 'No space left on device\|File too large' d.log | head -1)"
 }
 probe_disk_full_train_then_resume() {
-    local how; how=$(small_disk full2 1500k)
+    small_disk full2 1500k; local how=$HOW
     if [ "$how" = tmpfs ]; then train full2/run > t1.log 2>&1; else (ulimit -f 600; train full2/run > t1.log 2>&1); fi
     local rc=$?
     # Space again: the run moves to a roomy disk and resumes.
