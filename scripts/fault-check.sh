@@ -17,7 +17,8 @@
 # models/multilingual-e5-small (scripts/setup.sh), the tiny fixtures (XSENT_FIXTURES, default
 # ../shared/fixtures) for the training probes, XSENT_DATA (default ../shared/data) for
 # decontamination, GNU time, python3. The full-disk probes mount a small tmpfs when run as
-# root (else they use `ulimit -f`). About 10 minutes on 2 cores, most of it the 10M-line probe.
+# root (else they use `ulimit -f`). On 2 busy cores: 2.5 minutes without the memory probes
+# (--skip '10M_lines\|100MB\|2048_long'), about 20 with them (the 10M lines 15 of those).
 set -uo pipefail
 export LC_ALL=C
 
@@ -75,6 +76,7 @@ probe() {
     "probe_$name" > "$work/$name.log" 2>&1
     local dt
     dt="$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')"
+    N=${N//|/\\|}
     rows+=("| $name | $H | $L | $dt | $N |")
     say "  handled $H, lost nothing $L, $dt s: $N"
     total=$((total + 1))
@@ -178,7 +180,7 @@ probe_embed_stderr_closed() {
 probe_embed_stdout_closed() {
     echo hello > in.txt
     "$xsent" embed -m "$minilm" -i in.txt >&- 2> err.txt; local rc=$?
-    H=$(yn '[ "$rc" != 101 ] && ! grep -q panicked err.txt'); L=yes; N="exit $rc: $(head -c 90 err.txt | tr '\n' ' ')"
+    H=$(yn '[ "$rc" != 101 ] && ! grep -q panicked err.txt'); L=yes; N="exit $rc (Rust's runtime opened /dev/null as stdout) $(head -c 90 err.txt | tr '\n' ' ')"
 }
 probe_embed_reader_stops() {
     yes "a line" | head -n 5000 > in.txt
