@@ -335,7 +335,7 @@ pub fn candle_ops_forced() -> bool {
             Ok("candle") => true,
             Ok("") | Ok("fused") | Err(_) => false,
             Ok(other) => {
-                eprintln!("xsent: XSENT_KERNELS={other:?} is not \"candle\" or \"fused\"; the fused CPU kernels are used");
+                crate::errln!("xsent: XSENT_KERNELS={other:?} is not \"candle\" or \"fused\"; the fused CPU kernels are used");
                 false
             }
         })
