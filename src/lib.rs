@@ -11,6 +11,7 @@ pub mod embed;
 pub mod eval;
 pub mod model;
 pub mod parallel;
+pub mod places;
 pub mod plot;
 pub mod train;
 

@@ -1,6 +1,8 @@
 //! The command line, thin over the library.
 
+mod config;
 mod convert;
+mod data;
 mod embed;
 mod eval;
 mod mine;
@@ -38,14 +40,22 @@ enum Command {
     /// Convert foreign model formats into a Hugging Face model directory.
     #[command(subcommand)]
     Convert(convert::Convert),
+    /// The built-in training configs: `xsent config list`, `xsent config show NAME`.
+    #[command(subcommand)]
+    Config(config::Command),
+    /// The benchmark data: `xsent data list`, `xsent data fetch SET`.
+    #[command(subcommand)]
+    Data(data::Command),
 }
 
 /// Options shared by every command that loads a model.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ModelArgs {
     /// Model directory (config.json, model.safetensors, tokenizer.json) or hub id org/name[@revision].
+    /// Default: multilingual-e5-small in $XSENT_MODELS, else ~/.cache/xsent/models (where
+    /// scripts/setup.sh installs it).
     #[arg(long, short = 'm')]
-    pub model: String,
+    pub model: Option<String>,
     /// Text prepended to every input (e5 models want "query: "). Default: the model's default
     /// prompt (sentence-transformers' config_sentence_transformers.json), else none; "" for none.
     #[arg(long)]
@@ -83,7 +93,18 @@ pub struct ModelArgs {
 
 impl ModelArgs {
     pub fn load(&self) -> anyhow::Result<Box<dyn crate::model::Embedder>> {
-        crate::model::load_embedder(&self.model, &self.options()?, self.head.as_deref())
+        crate::model::load_embedder(&self.spec()?, &self.options()?, self.head.as_deref())
+    }
+
+    /// The model to load: `--model`, else the default model's directory (said once on stderr).
+    pub fn spec(&self) -> anyhow::Result<String> {
+        if let Some(m) = &self.model {
+            return Ok(m.clone());
+        }
+        let dir = crate::places::default_model()?;
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| eprintln!("xsent: model {} (the default; --model chooses another)", dir.display()));
+        Ok(dir.display().to_string())
     }
 
     /// The load options these flags give.
@@ -351,7 +372,7 @@ pub fn main() -> i32 {
     let cli = Cli::parse();
     match cli.command {
         Command::Embed(_) | Command::Eval(_) | Command::Mine(_) | Command::Train(_) | Command::Plot(_) => crate::parallel::init_data_parallel(),
-        Command::Convert(_) | Command::Tokenizer(_) => {}
+        Command::Convert(_) | Command::Tokenizer(_) | Command::Config(_) | Command::Data(_) => {}
     }
     let result = match cli.command {
         Command::Embed(args) => embed::run(args).map(|()| 0),
@@ -361,6 +382,8 @@ pub fn main() -> i32 {
         Command::Mine(a) => mine::run(a).map(|()| 0),
         Command::Train(a) => train::run(a),
         Command::Plot(p) => plot::run(p).map(|()| 0),
+        Command::Config(c) => config::run(c).map(|()| 0),
+        Command::Data(c) => data::run(c).map(|()| 0),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,100 @@
+use crate::data::{fetch, registry};
+use anyhow::{bail, Result};
+use std::path::PathBuf;
+
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Download data sets from their public sources (pinned commits, checked by sha256) into
+    /// the data directory, in the layout the evaluators read. Interrupted downloads resume.
+    /// The source is https://raw.githubusercontent.com, or the mirror XSENT_DATA_MIRROR names
+    /// (the same OWNER/REPO/COMMIT/PATH layout).
+    Fetch {
+        /// Data sets: tatoeba, sts17, stsb, bucc, xnli, multi30k, or all.
+        #[arg(required = true)]
+        sets: Vec<String>,
+        /// Where to put them (default: $XSENT_DATA, else ~/.cache/xsent/data).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// List the data sets and which are in the data directory.
+    List {
+        /// The data directory to look in (default: the one the evaluators read: $XSENT_DATA,
+        /// else ~/.cache/xsent/data, else ../shared/data beside xsent's checkout).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+}
+
+pub fn run(c: Command) -> Result<()> {
+    match c {
+        Command::Fetch { sets, data_dir } => fetch_sets(&sets, data_dir),
+        Command::List { data_dir } => list(data_dir),
+    }
+}
+
+fn fetch_sets(names: &[String], data_dir: Option<PathBuf>) -> Result<()> {
+    let mut sets: Vec<&registry::DataSet> = Vec::new();
+    for n in names {
+        let n = n.trim();
+        let found: Vec<&registry::DataSet> = match n {
+            "all" => registry::SETS.iter().collect(),
+            _ => match registry::find(n) {
+                Some(s) => vec![s],
+                None => bail!("there is no data set {n:?}; the data sets are {}, or all (`xsent data list`)", registry::names()),
+            },
+        };
+        for s in found {
+            if !sets.iter().any(|t| t.name == s.name) {
+                sets.push(s);
+            }
+        }
+    }
+    let dir = data_dir.unwrap_or_else(crate::places::data_home);
+    if dir.exists() && !dir.is_dir() {
+        bail!("the data directory {} is a file: give a folder (--data-dir or XSENT_DATA)", dir.display());
+    }
+    let base = fetch::base_url();
+    if base != fetch::GITHUB_RAW {
+        eprintln!("xsent data fetch: from the mirror {base} (XSENT_DATA_MIRROR)");
+    }
+    for s in sets {
+        let done = fetch::fetch(s, &dir, &base)?;
+        let already = if done.present > 0 { format!(" ({} in place already)", done.present) } else { String::new() };
+        if done.files == 0 {
+            eprintln!("xsent data fetch: {}: all {} files in place in {}", s.name, s.files.len(), dir.display());
+        } else {
+            eprintln!("xsent data fetch: {}: {} files ({}) fetched into {}{already}", s.name, done.files, mb(done.bytes), dir.display());
+        }
+    }
+    Ok(())
+}
+
+fn list(data_dir: Option<PathBuf>) -> Result<()> {
+    let (dir, from) = match data_dir {
+        Some(d) => (d, "--data-dir"),
+        None => crate::places::data_dir(),
+    };
+    println!("data directory: {} ({from}{})", dir.display(), if dir.is_dir() { "" } else { "; it does not exist yet" });
+    println!("{:<9} {:>6} {:>9}  {:<11} about", "set", "files", "size", "state");
+    for s in registry::SETS {
+        let (n, _) = fetch::present(s, &dir);
+        let state = match n {
+            0 => "missing".to_string(),
+            n if n == s.files.len() => "present".to_string(),
+            n => format!("{n} of {}", s.files.len()),
+        };
+        let total: u64 = s.files.iter().map(|f| f.size).sum();
+        println!("{:<9} {:>6} {:>9}  {:<11} {}", s.name, s.files.len(), mb(total), state, s.about);
+    }
+    let home = crate::places::data_home();
+    eprintln!(
+        "xsent data: `xsent data fetch SET` (or all) downloads into {}{}",
+        home.display(),
+        if home == dir { "" } else { ", which the evaluators read once it exists (XSENT_DATA chooses another folder)" }
+    );
+    Ok(())
+}
+
+fn mb(bytes: u64) -> String {
+    format!("{:.1} MB", bytes as f64 / 1e6)
+}
