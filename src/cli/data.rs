@@ -1,4 +1,8 @@
+//! `xsent data`: the benchmark data (`fetch`, `list`) and the data a config trains on, checked
+//! against the evaluation sets (`audit`).
+
 use crate::data::{fetch, registry};
+use crate::train::config;
 use anyhow::{bail, Result};
 use std::path::PathBuf;
 
@@ -23,13 +27,46 @@ pub enum Command {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
+    /// Print how a config's training, fitting and validation sources overlap the evaluation sets
+    /// (by sentence, lower-cased, spaces collapsed), without training: what `xsent train` drops
+    /// with `data.decontaminate = true` (the default).
+    Audit(AuditArgs),
+}
+
+#[derive(clap::Args)]
+pub struct AuditArgs {
+    /// The training config: a file, or the name of a built-in config (`xsent config list`).
+    #[arg(long, short = 'c')]
+    config: PathBuf,
+    /// Override a config value, as `xsent train --set` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
+    /// Also write the table as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 pub fn run(c: Command) -> Result<()> {
     match c {
         Command::Fetch { sets, data_dir } => fetch_sets(&sets, data_dir),
         Command::List { data_dir } => list(data_dir),
+        Command::Audit(a) => audit(a),
     }
+}
+
+fn audit(a: AuditArgs) -> Result<()> {
+    let cfg = config::load_from(config::find(&a.config)?, &[], &a.sets, false)?;
+    let t0 = std::time::Instant::now();
+    let overlaps = crate::train::decontam::audit(&cfg)?;
+    let seconds = t0.elapsed().as_secs_f64();
+    for o in &overlaps {
+        println!("{}", o.markdown());
+    }
+    println!("(read and checked in {seconds:.1} s)");
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_string_pretty(&overlaps)? + "\n").map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?;
+    }
+    Ok(())
 }
 
 fn fetch_sets(names: &[String], data_dir: Option<PathBuf>) -> Result<()> {

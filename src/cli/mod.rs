@@ -43,7 +43,8 @@ enum Command {
     /// The built-in training configs: `xsent config list`, `xsent config show NAME`.
     #[command(subcommand)]
     Config(config::Command),
-    /// The benchmark data: `xsent data list`, `xsent data fetch SET`.
+    /// The benchmark data: `xsent data list`, `xsent data fetch SET`; `xsent data audit` checks a
+    /// config's training sources against the evaluation sets.
     #[command(subcommand)]
     Data(data::Command),
 }
@@ -92,8 +93,11 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
+    /// The model, on `--device`; the command's exact kNN searches run there too.
     pub fn load(&self) -> anyhow::Result<Box<dyn crate::model::Embedder>> {
-        crate::model::load_embedder(&self.spec()?, &self.options()?, self.head.as_deref())
+        let opts = self.options()?;
+        crate::eval::knn_gpu::search_on(&opts.device);
+        crate::model::load_embedder(&self.spec()?, &opts, self.head.as_deref())
     }
 
     /// The model to load: `--model`, else the default model's directory (said once on stderr).
@@ -378,12 +382,12 @@ pub fn main() -> i32 {
         Command::Embed(args) => embed::run(args).map(|()| 0),
         Command::Convert(c) => convert::run(c).map(|()| 0),
         Command::Tokenizer(c) => tokenizer::run(c).map(|()| 0),
+        Command::Data(c) => data::run(c).map(|()| 0),
         Command::Eval(t) => eval::run(t).map(|()| 0),
         Command::Mine(a) => mine::run(a).map(|()| 0),
         Command::Train(a) => train::run(a),
         Command::Plot(p) => plot::run(p).map(|()| 0),
         Command::Config(c) => config::run(c).map(|()| 0),
-        Command::Data(c) => data::run(c).map(|()| 0),
     };
     match result {
         Ok(code) => code,

@@ -207,11 +207,32 @@ pub struct DataConfig {
     /// (which then trains on every pair whose source sentence is not among them).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub val_sources: Vec<crate::data::parallel::Source>,
+    /// Drop every training (and projection-fitting) pair with a side in an evaluation set: the
+    /// benchmark sets under `eval_dir`, the config's validation files and `eval_pairs` /
+    /// `eval_lines` ([`crate::data::decontam`]).
+    pub decontaminate: bool,
+    /// The benchmark data whose sets are checked (default: `XSENT_DATA`, else `../shared/data`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eval_dir: Option<PathBuf>,
+    /// More evaluation sets to keep out of training: files of scored pairs (as `eval sts --pairs`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub eval_pairs: Vec<PathBuf>,
+    /// More evaluation sets to keep out of training: one sentence per line (as `eval xsr --src/--tgt`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub eval_lines: Vec<PathBuf>,
 }
 
 impl Default for DataConfig {
     fn default() -> Self {
-        Self { sources: Vec::new(), val_size: 500, val_sources: Vec::new() }
+        Self {
+            sources: Vec::new(),
+            val_size: 500,
+            val_sources: Vec::new(),
+            decontaminate: true,
+            eval_dir: None,
+            eval_pairs: Vec::new(),
+            eval_lines: Vec::new(),
+        }
     }
 }
 
@@ -583,6 +604,13 @@ impl Config {
         }
         sources(&mut out, "data.sources", &mut self.data.sources);
         sources(&mut out, "data.val_sources", &mut self.data.val_sources);
+        path(&mut out, "data.eval_dir", self.data.eval_dir.as_mut());
+        for (i, p) in self.data.eval_pairs.iter_mut().enumerate() {
+            path(&mut out, &format!("data.eval_pairs.{i}"), Some(p));
+        }
+        for (i, p) in self.data.eval_lines.iter_mut().enumerate() {
+            path(&mut out, &format!("data.eval_lines.{i}"), Some(p));
+        }
         if let Some(d) = self.distill.as_mut() {
             text(&mut out, "distill.teacher", PathKind::Model, &mut d.teacher);
             text(&mut out, "distill.student", PathKind::Model, &mut d.student);

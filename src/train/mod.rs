@@ -3,6 +3,7 @@
 pub mod builtin;
 pub mod cache;
 pub mod config;
+pub mod decontam;
 pub mod disentangle;
 pub mod distill;
 pub mod dueam;
