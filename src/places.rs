@@ -4,7 +4,7 @@
 //! | place | variable | default |
 //! |---|---|---|
 //! | cache | `XSENT_CACHE` | `~/.cache/xsent` |
-//! | models | `XSENT_MODELS` | `<cache>/models` (where `scripts/setup.sh` installs them) |
+//! | models | `XSENT_MODELS` | `<cache>/models` (where `scripts/setup.sh` installs them), else `models/` of the checkout xsent was built from |
 //! | data | `XSENT_DATA` | `<cache>/data` (where `xsent data fetch` writes), else `../shared/data` beside the checkout xsent was built from |
 //!
 //! Training configs name these places as `${XSENT_MODELS}`, `${XSENT_DATA}` and `${XSENT_CACHE}`
@@ -32,9 +32,22 @@ pub fn cache_dir() -> PathBuf {
     var("XSENT_CACHE").unwrap_or_else(|| home().join(".cache/xsent"))
 }
 
-/// Where the models live: `XSENT_MODELS`, else `<cache>/models`.
+/// Where the models live: `XSENT_MODELS`; else `<cache>/models` when it exists; else the
+/// `models/` folder of the checkout xsent was built from, when it exists (an older setup made
+/// the models there); else `<cache>/models`.
 pub fn models_dir() -> PathBuf {
-    var("XSENT_MODELS").unwrap_or_else(|| cache_dir().join("models"))
+    if let Some(p) = var("XSENT_MODELS") {
+        return p;
+    }
+    let cache = cache_dir().join("models");
+    if cache.is_dir() {
+        return cache;
+    }
+    let checkout = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+    if checkout.is_dir() {
+        return checkout;
+    }
+    cache
 }
 
 /// The default model's directory, checked to hold a model: its path, or an error that says
