@@ -235,12 +235,21 @@ impl Http {
     }
 
     /// Download `url` into `part`, resuming what it holds. `size`: the file's pinned size (an
-    /// archive's is not pinned; it is capped at [`MAX_ARCHIVE`]).
+    /// archive's is not pinned; it is capped at [`MAX_ARCHIVE`]). A failure that leaves `part`
+    /// empty removes it.
     fn download(&self, url: &str, part: &Path, what: &str, size: Option<u64>) -> Result<()> {
-        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(part).with_context(|| format!("cannot create {}", part.display()))?;
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(part).with_context(|| format!("cannot create {}", part.display()))?;
         if file.try_lock().is_err() {
             bail!("{} is being written by another xsent data fetch: wait for it to finish, then run the command again", part.display());
         }
+        let r = self.download_into(file, url, part, what, size);
+        if r.is_err() && std::fs::metadata(part).is_ok_and(|m| m.len() == 0) {
+            let _ = std::fs::remove_file(part);
+        }
+        r
+    }
+
+    fn download_into(&self, mut file: std::fs::File, url: &str, part: &Path, what: &str, size: Option<u64>) -> Result<()> {
         let cap = size.unwrap_or(MAX_ARCHIVE);
         let mut counted = false;
         for attempt in 1..=TRIES {
