@@ -344,7 +344,7 @@ def paper_config(a):
         c["dueam"]["xnli_dir"] = xnli
         for v in c["dueam"].get("val_sources", []):
             for k in ("src", "tgt"):
-                v[k] = v[k].replace("../shared/data", a.data)
+                v[k] = v[k].replace("${XSENT_DATA}", a.data).replace("../shared/data", a.data)
     if r in ("distill", "lightweight", "sp"):
         c.setdefault("data", {})["sources"] = sources
         c["data"]["val_size"] = 200

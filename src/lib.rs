@@ -16,6 +16,7 @@ pub mod eval;
 pub mod gpu;
 pub mod model;
 pub mod parallel;
+pub mod places;
 pub mod plot;
 pub mod train;
 pub mod whole_rows;

@@ -31,7 +31,7 @@ pub enum Task {
 pub struct Args {
     #[command(flatten)]
     model: ModelArgs,
-    /// Benchmark data directory (default: $XSENT_DATA).
+    /// Benchmark data directory (default: $XSENT_DATA, else ~/.cache/xsent/data, else ../shared/data beside xsent's checkout).
     #[arg(long)]
     data_dir: Option<PathBuf>,
     /// Only these sets / languages / pairs (comma-separated; not with `eval all`); default all present.
@@ -84,7 +84,7 @@ pub struct XsrArgs {
     /// test_2017_flickr and val in y (3,014 candidates), from <data dir>/parallel/multi30k.
     #[arg(long, conflicts_with_all = ["src", "tgt", "distractors"])]
     multi30k: bool,
-    /// Benchmark data directory for --multi30k (default: $XSENT_DATA).
+    /// Benchmark data directory for --multi30k (default: $XSENT_DATA, else ~/.cache/xsent/data, else ../shared/data beside xsent's checkout).
     #[arg(long)]
     data_dir: Option<PathBuf>,
     /// Directions for --multi30k, comma-separated (default: en-de,de-en,en-fr,fr-en).
@@ -113,7 +113,7 @@ pub fn run(task: Task) -> Result<()> {
 fn write_report(model: &ModelArgs, path: Option<&Path>, prefix: &str, start: Instant, results: Vec<Entry>, extra: Option<serde_json::Value>) -> Result<()> {
     let Some(path) = path else { return Ok(()) };
     Report {
-        model: model.model.clone(),
+        model: model.spec()?,
         prefix: prefix.into(),
         xsent_version: crate::VERSION.into(),
         date: utc_now(),
@@ -138,7 +138,7 @@ fn langs(a: &Args) -> Vec<String> {
 
 fn sts_read(a: &Args) -> Result<Vec<crate::data::sts::StsSet>> {
     let dir = crate::data::data_dir(a.data_dir.as_deref())?;
-    crate::data::sts::read_sts2017(&dir.join("sts"), &langs(a))
+    crate::data::sts::read_sts2017(&crate::data::set_dir(&dir, "sts", "sts17")?, &langs(a))
 }
 
 fn sts_task(enc: &dyn crate::model::Embedder, sets: &[crate::data::sts::StsSet], batch_size: usize) -> Result<Outcome> {
@@ -158,7 +158,7 @@ fn sts_task(enc: &dyn crate::model::Embedder, sets: &[crate::data::sts::StsSet],
 }
 
 fn tatoeba_read(a: &Args) -> Result<Vec<crate::data::tatoeba::TatoebaSet>> {
-    let dir = crate::data::data_dir(a.data_dir.as_deref())?.join("tatoeba");
+    let dir = crate::data::set_dir(&crate::data::data_dir(a.data_dir.as_deref())?, "tatoeba", "tatoeba")?;
     let langs = if a.langs.is_empty() { crate::data::tatoeba::languages(&dir)? } else { langs(a) };
     langs.iter().map(|l| crate::data::tatoeba::read(&dir, l)).collect()
 }
@@ -195,7 +195,7 @@ struct BuccPair {
 fn bucc_read(b: &BuccArgs) -> Result<Vec<BuccPair>> {
     let a = &b.common;
     let settings = b.mining.settings()?;
-    let dir = crate::data::data_dir(a.data_dir.as_deref())?.join("bucc");
+    let dir = crate::data::set_dir(&crate::data::data_dir(a.data_dir.as_deref())?, "bucc", "bucc")?;
     let pairs = if a.langs.is_empty() { crate::data::bucc::pairs(&dir)? } else { langs(a) };
     let mut out = Vec::new();
     for pair in pairs {
@@ -462,7 +462,7 @@ fn xsr(a: XsrArgs) -> Result<()> {
 fn xsr_multi30k(a: &XsrArgs) -> Result<()> {
     use crate::eval::xsr;
     let start = Instant::now();
-    let dir = crate::data::data_dir(a.data_dir.as_deref())?.join("parallel").join("multi30k");
+    let dir = crate::data::set_dir(&crate::data::data_dir(a.data_dir.as_deref())?, "parallel/multi30k", "multi30k")?;
     let directions: Vec<String> = if a.langs.is_empty() { xsr::MULTI30K_DIRECTIONS.iter().map(|d| d.to_string()).collect() } else { a.langs.iter().map(|d| d.trim().to_string()).collect() };
     for (i, d) in directions.iter().enumerate() {
         ensure!(!directions[..i].contains(d), "--langs lists {d} twice; give each direction once");

@@ -1,5 +1,6 @@
 //! The command line, thin over the library.
 
+mod config;
 mod convert;
 mod data;
 mod embed;
@@ -39,7 +40,11 @@ enum Command {
     /// Convert foreign model formats into a Hugging Face model directory.
     #[command(subcommand)]
     Convert(convert::Convert),
-    /// Training data: `xsent data audit` checks a config's sources against the evaluation sets.
+    /// The built-in training configs: `xsent config list`, `xsent config show NAME`.
+    #[command(subcommand)]
+    Config(config::Command),
+    /// The benchmark data: `xsent data list`, `xsent data fetch SET`; `xsent data audit` checks a
+    /// config's training sources against the evaluation sets.
     #[command(subcommand)]
     Data(data::Command),
 }
@@ -48,8 +53,10 @@ enum Command {
 #[derive(clap::Args, Debug, Clone)]
 pub struct ModelArgs {
     /// Model directory (config.json, model.safetensors, tokenizer.json) or hub id org/name[@revision].
+    /// Default: multilingual-e5-small in $XSENT_MODELS, else ~/.cache/xsent/models (where
+    /// scripts/setup.sh installs it).
     #[arg(long, short = 'm')]
-    pub model: String,
+    pub model: Option<String>,
     /// Text prepended to every input (e5 models want "query: "). Default: the model's default
     /// prompt (sentence-transformers' config_sentence_transformers.json), else none; "" for none.
     #[arg(long)]
@@ -106,7 +113,18 @@ impl ModelArgs {
     pub fn load(&self) -> anyhow::Result<Box<dyn crate::model::Embedder>> {
         let opts = self.options()?;
         crate::eval::knn_gpu::search_on(&opts.device);
-        crate::model::load_embedder(&self.model, &opts, self.head.as_deref())
+        crate::model::load_embedder(&self.spec()?, &opts, self.head.as_deref())
+    }
+
+    /// The model to load: `--model`, else the default model's directory (said once on stderr).
+    pub fn spec(&self) -> anyhow::Result<String> {
+        if let Some(m) = &self.model {
+            return Ok(m.clone());
+        }
+        let dir = crate::places::default_model()?;
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| errln!("xsent: model {} (the default; --model chooses another)", dir.display()));
+        Ok(dir.display().to_string())
     }
 
     /// The load options these flags give.
@@ -441,7 +459,7 @@ pub fn main() -> i32 {
     let cli = Cli::parse();
     match cli.command {
         Command::Embed(_) | Command::Eval(_) | Command::Mine(_) | Command::Train(_) | Command::Plot(_) => crate::parallel::init_data_parallel(),
-        Command::Convert(_) | Command::Tokenizer(_) | Command::Data(_) => {}
+        Command::Convert(_) | Command::Tokenizer(_) | Command::Config(_) | Command::Data(_) => {}
     }
     let result = match cli.command {
         Command::Embed(args) => embed::run(args).map(|()| 0),
@@ -452,6 +470,7 @@ pub fn main() -> i32 {
         Command::Mine(a) => mine::run(a).map(|()| 0),
         Command::Train(a) => train::run(a),
         Command::Plot(p) => plot::run(p).map(|()| 0),
+        Command::Config(c) => config::run(c).map(|()| 0),
     };
     match result {
         Ok(code) => code,

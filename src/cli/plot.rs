@@ -53,7 +53,7 @@ pub struct PcaArgs {
     /// Sentences of your own instead of XNLI: LANG=FILE, one sentence per line (repeatable).
     #[arg(long = "input", value_name = "LANG=FILE")]
     inputs: Vec<String>,
-    /// Benchmark data directory (default: $XSENT_DATA).
+    /// Benchmark data directory (default: $XSENT_DATA, else ~/.cache/xsent/data, else ../shared/data beside xsent's checkout).
     #[arg(long)]
     data_dir: Option<PathBuf>,
     /// Width and height of each panel in pixels.
@@ -100,10 +100,11 @@ fn pca_plot(a: PcaArgs) -> Result<()> {
         "-o {}: the picture is written as PNG, JPEG or BMP; give a path ending in .png, .jpg, .jpeg or .bmp",
         a.output.display()
     );
-    let disentangle = crate::model::embedder::saved_kind(&a.model.model)?.as_deref() == Some(KIND);
+    let spec = a.model.spec()?;
+    let disentangle = crate::model::embedder::saved_kind(&spec)?.as_deref() == Some(KIND);
     let model = if disentangle {
-        ensure!(a.model.head.is_none(), "--head: the picture shows every head of {}", a.model.model);
-        Some(DisentangledEncoder::load(std::path::Path::new(&a.model.model), &a.model.options()?, Head::Meaning)?)
+        ensure!(a.model.head.is_none(), "--head: the picture shows every head of {spec}");
+        Some(DisentangledEncoder::load(std::path::Path::new(&spec), &a.model.options()?, Head::Meaning)?)
     } else {
         None
     };
@@ -116,7 +117,7 @@ fn pca_plot(a: PcaArgs) -> Result<()> {
             (Some(m), true) => m.languages.clone(),
             (None, true) => XNLI_LANGS.iter().map(|s| s.to_string()).collect(),
         };
-        let dir = crate::data::data_dir(a.data_dir.as_deref())?.join("xnli");
+        let dir = crate::data::set_dir(&crate::data::data_dir(a.data_dir.as_deref())?, "xnli", "xnli")?;
         let refs: Vec<&str> = langs.iter().map(String::as_str).collect();
         let rows = crate::data::parallel::xnli_parallel_rows(&dir, &a.split, &refs)
             .with_context(|| format!("reading XNLI {} for the languages {}", a.split, langs.join(",")))?;
@@ -142,7 +143,7 @@ fn pca_plot(a: PcaArgs) -> Result<()> {
         }
         None => {
             let enc = a.model.load()?;
-            vec![(a.model.model.clone(), enc.embed(&texts, a.batch_size)?)]
+            vec![(spec.clone(), enc.embed(&texts, a.batch_size)?)]
         }
     };
     let mut panels = Vec::new();

@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The recipe's TOML config (configs/distill.toml, …). With --resume it may be left out:
-    /// the run directory's config.toml is used.
+    /// The recipe's TOML config: a file, or the name of a built-in config (dueam, distill, …;
+    /// `xsent config list`) when no such file exists. Paths in a file are relative to its
+    /// folder. With --resume it may be left out: the run directory's config.toml is used.
     #[arg(long, short = 'c')]
     config: Option<PathBuf>,
     /// Run directory (default: runs/<config name>).
@@ -27,11 +28,20 @@ pub struct Args {
     /// Checkpoint and stop after this optimiser step (continue later with --resume).
     #[arg(long, value_name = "STEP")]
     stop_after: Option<u64>,
+    /// Check the config and stop: print it resolved (every default written out, paths made
+    /// absolute) and say whether every model, file and folder it names exists; train nothing.
+    #[arg(long, conflicts_with_all = ["resume", "stop_after", "out"])]
+    check: bool,
 }
 
 /// Returns the process exit code: 0 when done, 130 when interrupted.
 pub fn run(a: Args) -> Result<i32> {
-    let out = match (&a.out, &a.config) {
+    let from = a.config.as_deref().map(config::find).transpose()?;
+    if a.check {
+        let Some(from) = from else { bail!("--check needs --config FILE (or the name of a built-in config)") };
+        return check(from, &a);
+    }
+    let out = match (&a.out, &from) {
         (Some(o), _) => o.clone(),
         (None, Some(c)) => config::default_out(c),
         (None, None) => bail!("give --config FILE (and optionally --out DIR), or --resume --out DIR"),
@@ -91,6 +101,7 @@ fn entries_besides_lock(out: &std::path::Path) -> Option<Vec<String>> {
 /// [`run`] once the run directory `out` exists and is locked.
 fn run_locked(a: &Args, out: &std::path::Path, saved: &std::path::Path, wrote_config: &mut bool) -> Result<i32> {
     let out = out.to_path_buf();
+    let from = a.config.as_deref().map(config::find).transpose()?;
     let cfg = if a.resume {
         train::restore_run(&out)?;
         if Trainer::latest_checkpoint(&out)?.is_none() {
@@ -106,7 +117,7 @@ fn run_locked(a: &Args, out: &std::path::Path, saved: &std::path::Path, wrote_co
         }
         if !saved.is_file() {
             // Checkpoints without the run's config: only the config it was started with can go on.
-            let Some(c) = &a.config else {
+            let Some(c) = from else {
                 bail!(
                     "--resume: {} is missing, so the run's config is unknown: give the config it was started with, \
                      --resume --config FILE --out {} (it is written back as {})",
@@ -115,12 +126,13 @@ fn run_locked(a: &Args, out: &std::path::Path, saved: &std::path::Path, wrote_co
                     saved.display()
                 );
             };
-            errln!("xsent train: {} is missing; resuming with {}", saved.display(), c.display());
-            config::load_with(c, &a.unsets, &a.sets, false)?
+            errln!("xsent train: {} is missing; resuming with {}", saved.display(), c.name());
+            config::load_from(c, &a.unsets, &a.sets, false)?
         } else {
-            let cfg = config::load_with(saved, &a.unsets, &a.sets, false)?;
+            let run = config::ConfigFrom::Run(saved);
+            let cfg = config::load_from(run, &a.unsets, &a.sets, false)?;
             if !a.sets.is_empty() || !a.unsets.is_empty() {
-                let changed = config::changed_on_resume(&config::load(saved, &[])?, &cfg)?;
+                let changed = config::changed_on_resume(&config::load_from(run, &[], &[], false)?, &cfg)?;
                 if !changed.is_empty() {
                     bail!(
                         "--resume cannot change what the checkpoint was trained with (the model, the recipe's settings, the seed, \
@@ -129,16 +141,16 @@ fn run_locked(a: &Args, out: &std::path::Path, saved: &std::path::Path, wrote_co
                     );
                 }
             }
-            if let Some(c) = &a.config {
+            if let Some(c) = from {
                 // The given file need not set what --unset removes from the saved one (which
                 // writes out every default).
-                let given = config::load_with(c, &a.unsets, &a.sets, true)?;
+                let given = config::load_from(c, &a.unsets, &a.sets, true)?;
                 let differ = config::differences(&cfg, &given)?;
                 if !differ.is_empty() {
                     bail!(
                         "{} differs from the config the run was started with ({}), saved -> given:\n  {}\n\
                          resume without --config to use the saved one, or change single values with --set / --unset",
-                        c.display(),
+                        c.name(),
                         saved.display(),
                         differ.join("\n  ")
                     );
@@ -147,15 +159,17 @@ fn run_locked(a: &Args, out: &std::path::Path, saved: &std::path::Path, wrote_co
             cfg
         }
     } else {
-        let Some(c) = &a.config else { bail!("--config FILE is needed (or --resume to continue a run)") };
-        let cfg = config::load_with(c, &a.unsets, &a.sets, false)?;
-        if saved.is_file() && std::fs::canonicalize(c).ok() == std::fs::canonicalize(saved).ok() {
-            bail!(
-                "--config {} is the run directory's own config.toml, which a new run in --out {} replaces: \
-                 copy it elsewhere and give that as --config, or give --out a new directory (--resume continues the run)",
-                c.display(),
-                out.display()
-            );
+        let Some(c) = from else { bail!("--config FILE is needed (or --resume to continue a run)") };
+        let cfg = config::load_from(c, &a.unsets, &a.sets, false)?;
+        if let config::ConfigFrom::File(file) = c {
+            if saved.is_file() && std::fs::canonicalize(file).ok() == std::fs::canonicalize(saved).ok() {
+                bail!(
+                    "--config {} is the run directory's own config.toml, which a new run in --out {} replaces: \
+                     copy it elsewhere and give that as --config, or give --out a new directory (--resume continues the run)",
+                    file.display(),
+                    out.display()
+                );
+            }
         }
         if !entries_besides_lock(&out).with_context(|| format!("cannot read {}", out.display()))?.is_empty() {
             clear_failed_start(&out)?;
@@ -192,6 +206,40 @@ fn run_locked(a: &Args, out: &std::path::Path, saved: &std::path::Path, wrote_co
         Outcome::Interrupted if opts.interrupt.as_ref().is_some_and(|f| f.load(Ordering::SeqCst)) => 130,
         Outcome::Interrupted => 0,
     })
+}
+
+/// `--check`: print the resolved config on stdout, and on stderr each path it names with
+/// whether it exists; an error when one does not.
+fn check(from: config::ConfigFrom, a: &Args) -> Result<i32> {
+    let mut cfg = config::load_from(from, &a.unsets, &a.sets, false)?;
+    out!("{}", cfg.to_toml()?);
+    let mut missing = Vec::new();
+    for f in cfg.paths_mut() {
+        let v = f.get();
+        let p = std::path::Path::new(&v);
+        let state = match f.kind {
+            config::PathKind::Model if p.is_dir() => "model directory",
+            config::PathKind::Model if !p.is_absolute() => "hub id (not checked: the hub is asked when the run starts)",
+            config::PathKind::File if p.is_dir() => "folder",
+            config::PathKind::File if p.is_file() => "file",
+            _ => {
+                missing.push(format!("{} = {v}", f.key));
+                "MISSING"
+            }
+        };
+        errln!("xsent train --check: {} = {v}: {state}", f.key);
+    }
+    if !missing.is_empty() {
+        bail!(
+            "{}: {} of its paths do not exist:\n  {}\n(benchmark data: `xsent data fetch`; models: scripts/setup.sh; \
+             paths of your own: edit the config or --set KEY=PATH)",
+            from.name(),
+            missing.len(),
+            missing.join("\n  ")
+        );
+    }
+    errln!("xsent train --check: {}: recipe {}, every path exists", from.name(), cfg.recipe);
+    Ok(0)
 }
 
 /// Remove the folders this command made for `--out` (itself first), where empty, with the

@@ -267,10 +267,11 @@ impl Overlap {
     }
 }
 
-/// The benchmark data directory for decontamination: `XSENT_DATA`, else `../shared/data` when
-/// it exists (the checkout's neighbour, as the tests and CI have it).
+/// The benchmark data directory for decontamination, when it exists: the one the evaluators
+/// read ([`crate::places::data_dir`]: `XSENT_DATA`, else `~/.cache/xsent/data`, else
+/// `../shared/data` beside the checkout).
 pub fn default_data_dir() -> Option<PathBuf> {
-    std::env::var_os("XSENT_DATA").map(PathBuf::from).or_else(|| Some(PathBuf::from("../shared/data"))).filter(|p| p.is_dir())
+    Some(crate::places::data_dir().0).filter(|p| p.is_dir())
 }
 
 #[cfg(test)]

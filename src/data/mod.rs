@@ -2,7 +2,9 @@
 
 pub mod bucc;
 pub mod decontam;
+pub mod fetch;
 pub mod parallel;
+pub mod registry;
 pub mod sts;
 pub mod tatoeba;
 pub mod xnli;
@@ -10,22 +12,38 @@ pub mod xnli;
 use anyhow::{bail, Result};
 use std::path::{Path, PathBuf};
 
-/// The data directory: `--data-dir`, else `XSENT_DATA`.
+/// The data directory: `--data-dir`, else `XSENT_DATA`, else the default places
+/// ([`crate::places::data_dir`]).
 pub fn data_dir(arg: Option<&Path>) -> Result<PathBuf> {
-    let dir = match arg {
-        Some(p) => p.to_path_buf(),
-        None => match std::env::var_os("XSENT_DATA") {
-            Some(p) => PathBuf::from(p),
-            None => bail!("no data directory: pass --data-dir DIR or set XSENT_DATA (the benchmark files, e.g. ../shared/data)"),
-        },
+    let (dir, from) = match arg {
+        Some(p) => (p.to_path_buf(), "--data-dir"),
+        None => crate::places::data_dir(),
     };
     if dir.is_file() {
-        bail!("data directory {} is a file (from --data-dir or XSENT_DATA): give the folder that holds sts/, tatoeba/, bucc/ …", dir.display());
+        bail!("data directory {} ({from}) is a file: give the folder that holds sts/, tatoeba/, bucc/ …", dir.display());
     }
     if !dir.is_dir() {
-        bail!("data directory {} does not exist (from --data-dir or XSENT_DATA)", dir.display());
+        if arg.is_none() && std::env::var_os("XSENT_DATA").is_none_or(|v| v.is_empty()) {
+            bail!(
+                "no benchmark data: {} does not exist. Download the benchmarks with `xsent data fetch all` \
+                 (or one set: `xsent data fetch tatoeba`; `xsent data list` shows them), \
+                 or name a folder that holds them with --data-dir DIR or XSENT_DATA",
+                dir.display()
+            );
+        }
+        bail!("data directory {} ({from}) does not exist; `xsent data fetch all` downloads the benchmarks into it", dir.display());
     }
     Ok(dir)
+}
+
+/// `dir/sub`, the folder of one benchmark in the data directory `dir`, or an error that says how
+/// to fetch it (`set`, the name `xsent data fetch` takes).
+pub fn set_dir(dir: &Path, sub: &str, set: &str) -> Result<PathBuf> {
+    let p = dir.join(sub);
+    if !p.is_dir() {
+        bail!("{} does not exist: the data directory {} has no {set} data; download it with `xsent data fetch {set}`", p.display(), dir.display());
+    }
+    Ok(p)
 }
 
 /// The distinct strings of `keys` in order of first appearance, and for each the positions in

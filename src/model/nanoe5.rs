@@ -180,7 +180,8 @@ fn hf_name(name: &str, h: &Header) -> Result<(String, Vec<usize>)> {
 }
 
 /// Convert `bin` into a model directory `out` (config.json, model.safetensors and the
-/// sentence-transformers files; tokenizer.json copied from `tokenizer` when given).
+/// sentence-transformers files with e5's prompts, [`e5_prompts`]; tokenizer.json copied from
+/// `tokenizer` when given).
 pub fn convert(bin: &Path, out: &Path, tokenizer: Option<&Path>) -> Result<Header> {
     // Into a new or empty directory only: over an existing model it would replace some files
     // and leave others (a Dense layer, a vocab.txt), a mixed model that still loads.
@@ -259,7 +260,21 @@ pub fn convert(bin: &Path, out: &Path, tokenizer: Option<&Path>) -> Result<Heade
     // multilingual-e5-small's sentence-transformers setup: mean pooling, 512 tokens, normalised.
     let st = super::sentence::StFiles { max_seq_length: 512.min(h.max_pos), lowercase: false, normalize: true, dense: false };
     super::sentence::write_st_files(out, super::Pooling::Mean, h.hidden, &st)?;
+    std::fs::write(out.join("config_sentence_transformers.json"), serde_json::to_string_pretty(&e5_prompts())?)?;
     Ok(h)
+}
+
+/// multilingual-e5-small's prompts as sentence-transformers reads them from
+/// `config_sentence_transformers.json`: "query: " by default (`encode`, `encode_query`, `xsent
+/// embed`), "passage: " for documents. sentence-transformers' `encode_document` takes the first
+/// of the prompts `document`, `passage`, `corpus` and adds an empty `document` prompt when there
+/// is none, so `document` is written too.
+pub fn e5_prompts() -> serde_json::Value {
+    serde_json::json!({
+        "prompts": {"query": "query: ", "document": "passage: ", "passage": "passage: "},
+        "default_prompt_name": "query",
+        "similarity_fn_name": "cosine",
+    })
 }
 
 #[cfg(test)]

@@ -148,24 +148,27 @@ pub fn resolve(spec: &str) -> Result<ModelFiles> {
             "model {spec:?} not found: {cwd} exists as a local directory but has no subdirectory {rest:?}, \
              so {spec:?} was taken as a local path, not as a hub id.\n\
              To load the hub model {spec}, rename or remove the local folder {first:?}, or run xsent from another directory \
-             (paths in configs and --model are relative to the directory xsent runs in)."
+             (--model is relative to the directory xsent runs in)."
         );
     }
     if looks_like_hub_id(spec) {
         return hub_cache_dir().and_then(|cache| resolve_hub(spec, &cache, hub_offline())).map_err(|e| {
             let cwd = std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_else(|_| "?".into());
             e.context(format!(
-                "model {spec:?}: there is no such directory under {cwd}, so it was looked up as a hub id (paths in configs and --model are relative to the directory xsent runs in)"
+                "model {spec:?}: there is no such directory under {cwd}, so it was looked up as a hub id (--model is relative to the directory xsent runs in)"
             ))
         });
     }
     bail!(
         "model {spec:?} not found: it is not a directory, nor a hub id of the form org/name.\n\
-         The bundled models are made by scripts/setup.sh under models/ (e.g. --model models/multilingual-e5-small)."
+         The bundled models are made by scripts/setup.sh in {} (without --model, xsent uses {} there).",
+        crate::places::models_dir().display(),
+        crate::places::DEFAULT_MODEL
     )
 }
 
-fn looks_like_hub_id(spec: &str) -> bool {
+/// Whether `spec` has the form of a hub id, `org/name[@revision]`.
+pub fn looks_like_hub_id(spec: &str) -> bool {
     let id = spec.split('@').next().unwrap_or("");
     let parts: Vec<&str> = id.split('/').collect();
     parts.len() == 2

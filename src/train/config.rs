@@ -248,6 +248,84 @@ fn other_recipes_section(name: &str, recipe: &str) -> anyhow::Error {
     )
 }
 
+/// Where a config's text comes from, which decides what its relative paths are relative to
+/// ([`Config::paths_mut`] lists them). Paths given by `--set` are relative to the current
+/// directory.
+#[derive(Clone, Copy)]
+pub enum ConfigFrom<'a> {
+    /// A file: relative paths in it are relative to its folder.
+    File(&'a Path),
+    /// A config of `configs/` compiled into xsent: it names places by variables, and a relative
+    /// path in it is relative to the current directory.
+    BuiltIn(&'static super::builtin::BuiltIn),
+    /// A run directory's `config.toml`: written with absolute paths; a relative one (written by
+    /// an older xsent) is relative to the current directory, as it was then.
+    Run(&'a Path),
+}
+
+impl ConfigFrom<'_> {
+    /// The config as messages name it: its path, or `built-in config NAME`.
+    pub fn name(&self) -> String {
+        match self {
+            Self::File(p) | Self::Run(p) => p.display().to_string(),
+            Self::BuiltIn(b) => format!("built-in config {}", b.name),
+        }
+    }
+
+    fn text(&self) -> Result<String> {
+        match self {
+            Self::File(p) | Self::Run(p) => std::fs::read_to_string(p).with_context(|| format!("cannot read config {}", p.display())),
+            Self::BuiltIn(b) => Ok(b.text.to_string()),
+        }
+    }
+
+    /// The folder relative paths of the config are relative to.
+    fn base(&self) -> Result<PathBuf> {
+        let cwd = std::env::current_dir().context("cannot read the current directory")?;
+        Ok(match self {
+            Self::File(p) => cwd.join(p.parent().unwrap_or(Path::new(""))),
+            Self::BuiltIn(_) | Self::Run(_) => cwd,
+        })
+    }
+}
+
+/// What a path of a config names: a model (a directory, or a hub id when no such directory
+/// exists) or a file or folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathKind {
+    Model,
+    File,
+}
+
+/// A path-valued setting of a config, by key (`data.sources.0.src`).
+pub struct PathField<'a> {
+    pub key: String,
+    pub kind: PathKind,
+    value: PathValue<'a>,
+}
+
+enum PathValue<'a> {
+    Text(&'a mut String),
+    Path(&'a mut PathBuf),
+}
+
+impl PathField<'_> {
+    /// The value as written.
+    pub fn get(&self) -> String {
+        match &self.value {
+            PathValue::Text(t) => t.to_string(),
+            PathValue::Path(p) => p.display().to_string(),
+        }
+    }
+
+    fn set(&mut self, v: String) {
+        match &mut self.value {
+            PathValue::Text(t) => **t = v,
+            PathValue::Path(p) => **p = PathBuf::from(v),
+        }
+    }
+}
+
 /// Read a config file and apply `--set key=value` overrides.
 pub fn load(path: &Path, sets: &[String]) -> Result<Config> {
     load_with(path, &[], sets, false)
@@ -257,10 +335,17 @@ pub fn load(path: &Path, sets: &[String]) -> Result<Config> {
 /// overrides. A key to remove that the file does not set is an error, unless `missing_ok`
 /// (a file compared with a run's saved config, which writes out every default).
 pub fn load_with(path: &Path, unsets: &[String], sets: &[String], missing_ok: bool) -> Result<Config> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
-    let mut value: toml::Value = toml::from_str(&text).with_context(|| format!("{} is not valid TOML", path.display()))?;
+    load_from(ConfigFrom::File(path), unsets, sets, missing_ok)
+}
+
+/// [`load_with`] for a config from anywhere: its paths made absolute ([`ConfigFrom`]) with
+/// `${XSENT_DATA}`-style variables expanded ([`crate::places::expand`]).
+pub fn load_from(from: ConfigFrom, unsets: &[String], sets: &[String], missing_ok: bool) -> Result<Config> {
+    let name = from.name();
+    let text = from.text()?;
+    let mut value: toml::Value = toml::from_str(&text).with_context(|| format!("{name} is not valid TOML"))?;
     for k in unsets {
-        apply_unset(&mut value, k, missing_ok).with_context(|| format!("in config {}", path.display()))?;
+        apply_unset(&mut value, k, missing_ok).with_context(|| format!("in config {name}"))?;
     }
     for s in sets {
         apply_set(&mut value, s)?;
@@ -272,19 +357,65 @@ pub fn load_with(path: &Path, unsets: &[String], sets: &[String], missing_ok: bo
             return Err(other_recipes_section(name, recipe));
         }
     }
-    let cfg: Config = if sets.is_empty() && unsets.is_empty() {
+    let mut cfg: Config = if sets.is_empty() && unsets.is_empty() {
         // Straight from the text, so that the error shows the line and column.
-        toml::from_str(&text).map_err(|e| anyhow::anyhow!("invalid config {}: {}", path.display(), e.to_string().trim_end()))?
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("invalid config {name}: {}", e.to_string().trim_end()))?
     } else {
         value
             .try_into()
             .map_err(|e: toml::de::Error| {
                 let changes: Vec<String> = unsets.iter().map(|k| format!("--unset {k}")).chain(sets.iter().map(|s| format!("--set {s}"))).collect();
-                anyhow::anyhow!("invalid config {} after {}: {}", path.display(), changes.join(" "), e.to_string().trim_end())
+                anyhow::anyhow!("invalid config {name} after {}: {}", changes.join(" "), e.to_string().trim_end())
             })?
     };
     cfg.validate()?;
+    let base = from.base()?;
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let set_keys: Vec<&str> = sets.iter().filter_map(|s| s.split_once('=')).map(|(k, _)| k.trim()).collect();
+    for mut f in cfg.paths_mut() {
+        let by_set = set_keys.iter().any(|k| f.key == *k || f.key.strip_prefix(k).is_some_and(|r| r.starts_with('.')));
+        let (base, said) = if by_set { (cwd.as_path(), "--set") } else { (base.as_path(), "config") };
+        let v = resolve_path(&f.get(), f.kind, base, &cwd)
+            .with_context(|| format!("{name}: {} = {:?} ({said})", f.key, f.get()))?;
+        f.set(v);
+    }
     Ok(cfg)
+}
+
+/// A path of a config made absolute: variables expanded, then a relative path joined to `base`
+/// (a model path that is no directory there but has the form `org/name` stays a hub id). A
+/// relative path that exists only relative to `cwd` is refused with a hint: older xsent read
+/// config paths relative to the current directory.
+fn resolve_path(value: &str, kind: PathKind, base: &Path, cwd: &Path) -> Result<String> {
+    let expanded = crate::places::expand(value)?;
+    let p = Path::new(&expanded);
+    if p.is_absolute() {
+        return Ok(expanded);
+    }
+    let rel = p.strip_prefix(".").unwrap_or(p);
+    let joined = base.join(rel);
+    if kind == PathKind::Model && !joined.is_dir() && crate::model::source::looks_like_hub_id(&expanded) {
+        if base != cwd && cwd.join(rel).is_dir() {
+            bail!(
+                "no model directory {} (paths in a config are relative to its folder), but {} is one; \
+                 write \"${{XSENT_MODELS}}/NAME\" for a model that scripts/setup.sh installed, a path relative to the config's folder, \
+                 or an absolute path (older xsent read config paths relative to the current directory)",
+                joined.display(),
+                cwd.join(rel).display()
+            );
+        }
+        return Ok(expanded);
+    }
+    if base != cwd && !joined.exists() && cwd.join(rel).exists() {
+        bail!(
+            "{} does not exist (paths in a config are relative to its folder), but {} does; \
+             write \"${{XSENT_DATA}}/…\" for the benchmark data, a path relative to the config's folder, \
+             or an absolute path (older xsent read config paths relative to the current directory)",
+            joined.display(),
+            cwd.join(rel).display()
+        );
+    }
+    Ok(joined.display().to_string())
 }
 
 /// `a.b.c=value`: the value is TOML (`20`, `2e-5`, `true`, `"text"`, `["de", "fr"]`); anything
@@ -446,6 +577,63 @@ impl Config {
     pub fn to_toml(&self) -> Result<String> {
         Ok(toml::to_string_pretty(self)?)
     }
+
+    /// Every path the config holds (models, data files and folders, tokenizers), by key. A new
+    /// path-valued setting must be listed here, so that it resolves as the others do.
+    pub fn paths_mut(&mut self) -> Vec<PathField<'_>> {
+        fn text<'a>(out: &mut Vec<PathField<'a>>, key: &str, kind: PathKind, v: &'a mut String) {
+            if !v.is_empty() {
+                out.push(PathField { key: key.into(), kind, value: PathValue::Text(v) });
+            }
+        }
+        fn path<'a>(out: &mut Vec<PathField<'a>>, key: &str, v: Option<&'a mut PathBuf>) {
+            if let Some(v) = v.filter(|v| !v.as_os_str().is_empty()) {
+                out.push(PathField { key: key.into(), kind: PathKind::File, value: PathValue::Path(v) });
+            }
+        }
+        fn sources<'a>(out: &mut Vec<PathField<'a>>, key: &str, list: &'a mut [crate::data::parallel::Source]) {
+            for (i, s) in list.iter_mut().enumerate() {
+                path(out, &format!("{key}.{i}.path"), s.path.as_mut());
+                path(out, &format!("{key}.{i}.src"), s.src.as_mut());
+                path(out, &format!("{key}.{i}.tgt"), s.tgt.as_mut());
+                path(out, &format!("{key}.{i}.dir"), s.dir.as_mut());
+            }
+        }
+        let mut out = Vec::new();
+        if let Some(v) = self.train.val_sts.as_mut() {
+            text(&mut out, "train.val_sts", PathKind::File, v);
+        }
+        sources(&mut out, "data.sources", &mut self.data.sources);
+        sources(&mut out, "data.val_sources", &mut self.data.val_sources);
+        path(&mut out, "data.eval_dir", self.data.eval_dir.as_mut());
+        for (i, p) in self.data.eval_pairs.iter_mut().enumerate() {
+            path(&mut out, &format!("data.eval_pairs.{i}"), Some(p));
+        }
+        for (i, p) in self.data.eval_lines.iter_mut().enumerate() {
+            path(&mut out, &format!("data.eval_lines.{i}"), Some(p));
+        }
+        if let Some(d) = self.distill.as_mut() {
+            text(&mut out, "distill.teacher", PathKind::Model, &mut d.teacher);
+            text(&mut out, "distill.student", PathKind::Model, &mut d.student);
+            sources(&mut out, "distill.projection_fit_sources", &mut d.projection_fit_sources);
+        }
+        if let Some(d) = self.disentangle.as_mut() {
+            text(&mut out, "disentangle.base", PathKind::Model, &mut d.base);
+        }
+        if let Some(d) = self.dueam.as_mut() {
+            text(&mut out, "dueam.anchor", PathKind::Model, &mut d.anchor);
+            text(&mut out, "dueam.learner", PathKind::Model, &mut d.learner);
+            path(&mut out, "dueam.xnli_dir", Some(&mut d.xnli_dir));
+            sources(&mut out, "dueam.val_sources", &mut d.val_sources);
+        }
+        if let Some(l) = self.lightweight.as_mut() {
+            path(&mut out, "lightweight.tokenizer", l.tokenizer.as_mut());
+        }
+        if let Some(s) = self.sp.as_mut() {
+            path(&mut out, "sp.tokenizer", s.tokenizer.as_mut());
+        }
+        out
+    }
 }
 
 /// The values a `--resume` may not change, `key: saved -> new` for each that differs between
@@ -506,9 +694,38 @@ pub fn run_config_text(cfg: &Config) -> Result<String> {
     Ok(format!("{RUN_CONFIG_HEADER}{}", cfg.to_toml()?))
 }
 
-/// The default run directory of a config: `runs/<file stem>`.
-pub fn default_out(config: &Path) -> PathBuf {
-    PathBuf::from("runs").join(config.file_stem().unwrap_or_default())
+/// The default run directory of a config: `runs/<file stem>` (a built-in's: `runs/<name>`).
+pub fn default_out(config: &ConfigFrom) -> PathBuf {
+    match config {
+        ConfigFrom::File(p) | ConfigFrom::Run(p) => PathBuf::from("runs").join(p.file_stem().unwrap_or_default()),
+        ConfigFrom::BuiltIn(b) => PathBuf::from("runs").join(b.name),
+    }
+}
+
+/// The config `--config ARG` names: the file ARG when it exists, else the built-in config of
+/// that name (`dueam` or `dueam.toml`), saying on stderr which one is used.
+pub fn find(arg: &Path) -> Result<ConfigFrom<'_>> {
+    let builtin = arg.to_str().and_then(super::builtin::find);
+    if arg.is_file() {
+        if builtin.is_some() {
+            errln!("xsent train: config {} (the file; the built-in config of that name is not used)", arg.display());
+        }
+        return Ok(ConfigFrom::File(arg));
+    }
+    if arg.exists() {
+        bail!("--config {} is not a file: give a config file, or the name of a built-in config ({})", arg.display(), super::builtin::names());
+    }
+    match builtin {
+        Some(b) => {
+            errln!("xsent train: config {} (built in; no file {} here; `xsent config show {}` prints it)", b.name, arg.display(), b.name);
+            Ok(ConfigFrom::BuiltIn(b))
+        }
+        None => bail!(
+            "--config {}: no such file, and no built-in config of that name; the built-in ones are {} (`xsent config list`)",
+            arg.display(),
+            super::builtin::names()
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -620,6 +837,6 @@ mod tests {
         }
         assert!(n >= 10, "only {n} configs in {}", dir.display());
         let distill = load(&dir.join("distill.toml"), &[]).unwrap();
-        assert_eq!(distill.train.val_sts.as_deref(), Some("../shared/data/sts/stsbenchmark/sts-dev.csv"));
+        assert_eq!(distill.train.val_sts, Some(crate::places::data_dir().0.join("sts/stsbenchmark/sts-dev.csv").display().to_string()));
     }
 }

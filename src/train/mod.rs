@@ -1,5 +1,6 @@
 //! Training: the shared trainer (config, optimiser, checkpoints, resume) and the recipes.
 
+pub mod builtin;
 pub mod cache;
 pub mod checksums;
 pub mod config;
@@ -21,13 +22,9 @@ pub use trainer::{restore_run, Outcome, Recipe, RunOptions, StepLoss, Trainer};
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 
-/// xsent's cache directory: `XSENT_CACHE`, else `~/.cache/xsent`.
+/// xsent's cache directory: `XSENT_CACHE`, else `~/.cache/xsent` ([`crate::places::cache_dir`]).
 pub fn cache_dir() -> PathBuf {
-    if let Some(p) = std::env::var_os("XSENT_CACHE") {
-        return PathBuf::from(p);
-    }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
-    home.join(".cache/xsent")
+    crate::places::cache_dir()
 }
 
 /// Build the recipe a config names, for run directory `out` (where a recipe may keep what it
