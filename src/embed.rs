@@ -3,6 +3,12 @@
 //! Lines are read in windows; each window is tokenised, sorted by length into batches (little
 //! padding), embedded, and written back in input order. An empty line embeds the empty text.
 //! Invalid UTF-8 stops the run with the line number after everything before it is written.
+//!
+//! Windows are cut by the input's bytes, not by line counts: a window holds the lines that
+//! start in one span of [`Windows::bytes`] bytes of the file (at most [`Windows::lines`] of
+//! them, counted from the span's first line). The vectors of a line depend a little (in the
+//! last bits) on the other lines of its batch, so this rule is what lets a shard that starts at
+//! a span boundary ([`crate::shard`]) form the same batches as a run over the whole file.
 
 use crate::model::Embedder;
 use anyhow::{bail, Context, Result};
@@ -110,7 +116,7 @@ const NPY_HEADER_LEN: usize = 128;
 /// The header of `rows` × `dim` float32 rows; `rows = None` writes a header that numpy refuses
 /// to parse (`shape` names the file unfinished), so that a run killed before
 /// [`NpyWriter::finish`] leaves a file that fails to load rather than one that loads as empty.
-fn npy_header(rows: Option<u64>, dim: usize) -> Vec<u8> {
+pub fn npy_header(rows: Option<u64>, dim: usize) -> Vec<u8> {
     let shape = match rows {
         Some(rows) => format!("({rows}, {dim})"),
         None => "UNFINISHED: xsent embed stopped before the row count".to_string(),
@@ -162,20 +168,48 @@ pub struct Summary {
 /// Progress callback: (lines done, bytes read).
 pub type Progress<'a> = &'a dyn Fn(u64, u64);
 
-/// Embed every line of `input` into `sink`, `window` lines at a time.
+/// How lines are grouped into windows (each window is sorted by length into batches).
+#[derive(Debug, Clone, Copy)]
+pub struct Windows {
+    /// Most lines in one window.
+    pub lines: usize,
+    /// A window holds only lines that start in one span `[j × bytes, (j + 1) × bytes)` of the
+    /// file's bytes.
+    pub bytes: u64,
+    /// Where in the file the input starts (a shard's first byte; 0 for a whole file).
+    pub start: u64,
+}
+
+/// The default `--window-bytes`: about as many lines of ordinary sentences as the windows of
+/// `--batch-size 64` hold (2,048).
+pub const DEFAULT_WINDOW_BYTES: u64 = 256 << 10;
+
+/// Embed every line of `input` into `sink`, one window at a time.
 pub fn embed_stream(
     enc: &dyn Embedder,
     mut input: impl BufRead,
     sink: &mut Sink,
     batch_size: usize,
-    window: usize,
+    windows: Windows,
     progress: Progress,
 ) -> Result<Summary> {
+    anyhow::ensure!(windows.bytes > 0 && windows.lines > 0, "windows of {} bytes and {} lines hold nothing", windows.bytes, windows.lines);
     let mut summary = Summary::default();
-    let mut pending: Vec<String> = Vec::with_capacity(window);
+    let mut pending: Vec<String> = Vec::with_capacity(windows.lines.min(1 << 16));
+    // The byte span of the lines in `pending`.
+    let mut span = 0u64;
     let mut buf = Vec::new();
     let mut bytes = 0u64;
     loop {
+        // A line that starts in another byte span than the pending lines closes their window.
+        let here = (windows.start + bytes) / windows.bytes;
+        if here != span {
+            if !pending.is_empty() {
+                flush_window(enc, &mut pending, sink, batch_size, &mut summary)?;
+                progress(summary.lines, bytes);
+            }
+            span = here;
+        }
         buf.clear();
         // What stops the run at this line, if anything: the lines before it are written first.
         let mut problem = None;
@@ -204,7 +238,7 @@ pub fn embed_stream(
             flush_window(enc, &mut pending, sink, batch_size, &mut summary)?;
             bail!("line {} {what}; the {} lines before it were embedded and written", summary.lines + 1, summary.lines);
         }
-        if pending.len() >= window || (at_end && !pending.is_empty()) {
+        if pending.len() >= windows.lines || (at_end && !pending.is_empty()) {
             flush_window(enc, &mut pending, sink, batch_size, &mut summary)?;
             progress(summary.lines, bytes);
         }

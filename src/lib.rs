@@ -12,6 +12,7 @@ pub mod eval;
 pub mod model;
 pub mod parallel;
 pub mod plot;
+pub mod shard;
 pub mod train;
 
 pub use model::{Encoder, EncoderConfig, Pooling, SentenceEncoder};

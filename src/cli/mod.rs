@@ -20,6 +20,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Embed sentences, one per line, from stdin or --input.
+    #[command(mut_arg("model", |a| a.required(false).required_unless_present("merge")))]
     Embed(embed::Args),
     /// Evaluate a model on a benchmark with the papers' protocols.
     #[command(subcommand)]
