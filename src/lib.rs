@@ -9,6 +9,7 @@ pub mod data;
 pub mod device;
 pub mod embed;
 pub mod eval;
+pub mod index;
 pub mod model;
 pub mod parallel;
 pub mod plot;

@@ -458,8 +458,10 @@ pub fn join(dir: &Path, manifests: &[Manifest], out: &mut dyn std::io::Write) ->
         let path = dir.join(&m.output.file);
         let f = std::fs::File::open(&path).with_context(|| format!("cannot open {} (shard {}/{})", path.display(), m.shard, m.shards))?;
         let mut r = HashingReader::new(std::io::BufReader::with_capacity(1 << 20, f));
+        let mut header_bytes = 0;
         if npy {
-            let (hrows, dim) = read_npy_header(&mut r).with_context(|| format!("{} is not a finished .npy file", path.display()))?;
+            let (hrows, dim, header) = crate::index::vectors::read_npy_header(&mut r).with_context(|| format!("{} is not a finished .npy file", path.display()))?;
+            header_bytes = header;
             ensure!(
                 hrows == m.rows && dim == m.output.dim,
                 "{}: its header says {hrows} × {dim}, its manifest {} × {}",
@@ -470,7 +472,7 @@ pub fn join(dir: &Path, manifests: &[Manifest], out: &mut dyn std::io::Write) ->
         }
         let body = std::io::copy(&mut r, out).with_context(|| format!("cannot copy {}", path.display()))?;
         let sha = r.digest();
-        let total = if npy { body + npy_header_len(&path)? } else { body };
+        let total = body + header_bytes;
         ensure!(
             total == m.output.bytes && sha == m.output.sha256,
             "{} has changed since shard {}/{} wrote it ({total} bytes, sha256 {}; its manifest says {} bytes, {}): run that shard again",
@@ -483,51 +485,6 @@ pub fn join(dir: &Path, manifests: &[Manifest], out: &mut dyn std::io::Write) ->
         );
     }
     Ok(rows)
-}
-
-/// The header length of an .npy file.
-fn npy_header_len(path: &Path) -> Result<u64> {
-    let mut f = std::fs::File::open(path)?;
-    let mut pre = [0u8; 12];
-    f.read_exact(&mut pre[..10])?;
-    Ok(match pre[6] {
-        1 => 10 + u16::from_le_bytes([pre[8], pre[9]]) as u64,
-        _ => {
-            f.read_exact(&mut pre[10..12])?;
-            12 + u32::from_le_bytes([pre[8], pre[9], pre[10], pre[11]]) as u64
-        }
-    })
-}
-
-/// Read an .npy header of float32 rows: (rows, dim).
-pub fn read_npy_header(r: &mut dyn Read) -> Result<(u64, usize)> {
-    let mut pre = [0u8; 10];
-    r.read_exact(&mut pre)?;
-    ensure!(&pre[..6] == b"\x93NUMPY", "no .npy magic");
-    let len = match pre[6] {
-        1 => u16::from_le_bytes([pre[8], pre[9]]) as usize,
-        2 | 3 => {
-            let mut more = [0u8; 2];
-            r.read_exact(&mut more)?;
-            u32::from_le_bytes([pre[8], pre[9], more[0], more[1]]) as usize
-        }
-        v => bail!("npy format version {v} is unknown"),
-    };
-    ensure!(len <= 1 << 20, "an npy header of {len} bytes");
-    let mut h = vec![0u8; len];
-    r.read_exact(&mut h)?;
-    let h = String::from_utf8_lossy(&h);
-    let descr_ok = h.contains("'descr': '<f4'") || h.contains("\"descr\": \"<f4\"");
-    ensure!(descr_ok, "not little-endian float32 ('descr' of {h:?})");
-    ensure!(h.contains("'fortran_order': False"), "not in C order ({h:?})");
-    let shape = h.split("'shape':").nth(1).and_then(|s| s.split_once('(')).and_then(|(_, s)| s.split_once(')')).map(|(s, _)| s.to_string());
-    let Some(shape) = shape else { bail!("no shape in the header {h:?} (an unfinished file?)") };
-    let dims: Vec<&str> = shape.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
-    let parse = |s: &str| s.parse::<u64>().map_err(|_| anyhow::anyhow!("shape ({shape}) is not numbers"));
-    match dims.as_slice() {
-        [r, d] => Ok((parse(r)?, parse(d)? as usize)),
-        _ => bail!("shape ({shape}) is not two-dimensional"),
-    }
 }
 
 #[cfg(test)]
