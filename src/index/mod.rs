@@ -596,9 +596,9 @@ fn read_u64s(r: &mut dyn Read, n: usize) -> Result<Vec<u64>> {
 /// Search `queries` (all of them, [`QUERY_CHUNK`] at a time) in every index of `indexes`
 /// (loaded one at a time by `load`), merging their top-k lists. The lists probed are computed
 /// once for indexes that share a quantizer.
-pub fn search_all(
+pub fn search_all<I: std::borrow::Borrow<Ivf>>(
     count: usize,
-    mut load: impl FnMut(usize) -> Result<Ivf>,
+    mut load: impl FnMut(usize) -> Result<I>,
     queries: &mut dyn Rows,
     k: usize,
     nprobe: usize,
@@ -609,7 +609,8 @@ pub fn search_all(
     let mut probes: Option<(String, Vec<u32>)> = None;
     let mut dim = None;
     for i in 0..count {
-        let index = load(i)?;
+        let loaded = load(i)?;
+        let index: &Ivf = loaded.borrow();
         if *dim.get_or_insert(index.meta.dim) != index.meta.dim {
             bail!("the indexes have vectors of {} and {} values", dim.unwrap_or(0), index.meta.dim);
         }

@@ -65,7 +65,7 @@ fn sharded_search_equals_unsharded_search() {
             .windows(2)
             .map(|w| Ivf::build(quant.clone(), &mut SliceRows { data: &x[w[0] * d..w[1] * d], dim: d }, w[0] as u64, vec![], 2).unwrap())
             .collect();
-        let got = search_all(shards.len(), |i| Ok(shards[i].clone()), &mut SliceRows { data: &q, dim: d }, 4, nprobe, 2).unwrap();
+        let got = search_all(shards.len(), |i| Ok(&shards[i]), &mut SliceRows { data: &q, dim: d }, 4, nprobe, 2).unwrap();
         assert_eq!(got, want, "one quantizer, nprobe {nprobe}");
         if nprobe == 20 {
             let own: Vec<Ivf> = cuts
@@ -76,7 +76,7 @@ fn sharded_search_equals_unsharded_search() {
                     Ivf::build(qz, &mut s, w[0] as u64, vec![], 2).unwrap()
                 })
                 .collect();
-            let got = search_all(own.len(), |i| Ok(own[i].clone()), &mut SliceRows { data: &q, dim: d }, 4, 7, 2).unwrap();
+            let got = search_all(own.len(), |i| Ok(&own[i]), &mut SliceRows { data: &q, dim: d }, 4, 7, 2).unwrap();
             assert_eq!(got, want, "own quantizers, every list probed");
         }
     }
