@@ -3,6 +3,7 @@
 mod convert;
 mod embed;
 mod eval;
+mod index;
 mod mine;
 mod plot;
 mod tokenizer;
@@ -27,7 +28,11 @@ enum Command {
     Eval(eval::Task),
     /// Mine parallel sentences from two monolingual files with margin scoring (LASER's
     /// mine_bitexts): TSV `score<TAB>src<TAB>tgt`, best first.
+    #[command(mut_arg("model", |a| a.required(false).required_unless_present("src_knn")))]
     Mine(mine::Args),
+    /// Approximate nearest neighbours: build and search IVF indexes of vector files.
+    #[command(subcommand)]
+    Index(index::Command),
     /// Train a model with one of the recipes (configs/*.toml).
     Train(train::Args),
     /// Draw pictures of embedding spaces (PNG).
@@ -351,7 +356,9 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 pub fn main() -> i32 {
     let cli = Cli::parse();
     match cli.command {
-        Command::Embed(_) | Command::Eval(_) | Command::Mine(_) | Command::Train(_) | Command::Plot(_) => crate::parallel::init_data_parallel(),
+        Command::Embed(_) | Command::Eval(_) | Command::Mine(_) | Command::Train(_) | Command::Plot(_) | Command::Index(_) => {
+            crate::parallel::init_data_parallel()
+        }
         Command::Convert(_) | Command::Tokenizer(_) => {}
     }
     let result = match cli.command {
@@ -360,6 +367,7 @@ pub fn main() -> i32 {
         Command::Tokenizer(c) => tokenizer::run(c).map(|()| 0),
         Command::Eval(t) => eval::run(t).map(|()| 0),
         Command::Mine(a) => mine::run(a).map(|()| 0),
+        Command::Index(c) => index::run(c).map(|()| 0),
         Command::Train(a) => train::run(a),
         Command::Plot(p) => plot::run(p).map(|()| 0),
     };

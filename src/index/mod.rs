@@ -20,6 +20,7 @@
 
 pub mod dot;
 pub mod kmeans;
+pub mod mine;
 pub mod synthetic;
 pub mod topk;
 pub mod vectors;
