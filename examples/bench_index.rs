@@ -205,7 +205,7 @@ fn main() -> Result<()> {
             let mut nlist_used = 0;
             for (db, queries, rows_file, truth_file) in [(&y, &x, "x_rows.npy", "x2y.npy"), (&x, &y, "y_rows.npy", "y2x.npy")] {
                 let t = Instant::now();
-                let mut src = VectorSet::open(&[db.clone()], None)?;
+                let mut src = VectorSet::open(std::slice::from_ref(db), None)?;
                 let q = Quantizer::train(&mut src, &params, threads)?;
                 train_s += t.elapsed().as_secs_f64();
                 let index = Ivf::build(q, &mut src, 0, vec![], threads)?;
@@ -216,7 +216,7 @@ fn main() -> Result<()> {
                 let want = truth_rows(truth_file)?;
                 total += rows.len() * k;
                 for (i, &np) in nprobe.iter().enumerate() {
-                    let mut qs = VectorSet::open(&[queries.clone()], None)?;
+                    let mut qs = VectorSet::open(std::slice::from_ref(queries), None)?;
                     let t = Instant::now();
                     let knn = search_all(1, |_| Ok(&index), &mut qs, k, np, threads)?;
                     search_s[i] += t.elapsed().as_secs_f64();

@@ -24,8 +24,9 @@ stopped. A task whose xsent fails or is killed is retried up to --max-retries ti
 `max_retries` with `retry_exceptions`). The lines of SRC and TGT must be distinct and
 non-blank (`awk 'NF && !seen[$0]++'`): row i of the vectors is line i.
 
-Without --address the driver starts Ray in this process (`ray.init()`); `--address auto`
-joins a running cluster (`ray start --head` ...). Task logs are in WORK/logs/.
+Without --address the driver starts a local Ray on 127.0.0.1 (--local-cpus worker slots) and
+stops it at the end; `--address auto` joins a running cluster (`ray start --head` ...). Task
+logs are in WORK/logs/; while a task's xsent runs, its pid is in WORK/running/TASK.pid.
 """
 import argparse
 import json
@@ -44,7 +45,8 @@ def parse():
     ap.add_argument("--work", required=True, help="shared folder for shards, indexes and logs")
     ap.add_argument("-o", "--output", required=True)
     ap.add_argument("--shards", type=int, default=8)
-    ap.add_argument("--address", default=None, help="Ray cluster address (default: start Ray here)")
+    ap.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray here)")
+    ap.add_argument("--local-cpus", type=int, help="CPUs of the local Ray started without --address (default: all)")
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--nprobe", type=int, default=16)
     ap.add_argument("--nlist", type=int)
@@ -103,7 +105,11 @@ def main():
     for d in ("logs", "running"):
         os.makedirs(os.path.join(work, d), exist_ok=True)
     xsent = os.path.abspath(a.xsent)
-    ray.init(address=a.address, logging_level="WARNING", log_to_driver=False)
+    if a.address:
+        ray.init(address=a.address, logging_level="WARNING", log_to_driver=False)
+    else:
+        # A local cluster on 127.0.0.1, stopped with the driver.
+        ray.init(num_cpus=a.local_cpus, _node_ip_address="127.0.0.1", include_dashboard=False, logging_level="WARNING", log_to_driver=False)
 
     @ray.remote(num_cpus=a.threads, max_retries=a.max_retries, retry_exceptions=True)
     def task(name, argv, output):
