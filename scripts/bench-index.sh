@@ -9,7 +9,7 @@
 # at equal recall (the smallest nprobe of each engine that reaches --target recall).
 #
 # usage: scripts/bench-index.sh [--n N] [--dim D] [--centres C] [--noise S] [--k K]
-#                               [--nprobe 1,2,4,8,16,32] [--queries Q] [--nlist L]
+#                               [--nprobe 1,2,4,8,16,32,64,128] [--queries Q] [--nlist L]
 #                               [--iterations I] [--target 0.95] [--seed S] [--no-faiss]
 #                               [--real]
 #
@@ -45,7 +45,7 @@ set -euo pipefail
 export LC_ALL=C
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-n=1000000 dim=384 centres=10000 noise=0.5 k=4 nprobe=1,2,4,8,16,32 queries=2000 nlist= iterations=10
+n=1000000 dim=384 centres=10000 noise=0.5 k=4 nprobe=1,2,4,8,16,32,64,128 queries=2000 nlist= iterations=10
 target=0.95 seed=0 faiss=1 real=
 while [ $# -gt 0 ]; do
     case "$1" in

@@ -86,8 +86,8 @@ for side in de en; do
     "$XSENT_BIN" embed --model "$model" --input "$work/$side.txt" --format npy -o "$ref/$side.npy" 2>> "$ref/log"
     "$XSENT_BIN" index build --vectors "$ref/$side.npy" --codec f32 --seed 0 -o "$ref/$side.ivf" 2>> "$ref/log"
 done
-"$XSENT_BIN" index search --index "$ref/en.ivf" --queries "$ref/de.npy" -k 4 --nprobe 16 -o "$ref/de.knn.npy" 2>> "$ref/log"
-"$XSENT_BIN" index search --index "$ref/de.ivf" --queries "$ref/en.npy" -k 4 --nprobe 16 -o "$ref/en.knn.npy" 2>> "$ref/log"
+"$XSENT_BIN" index search --index "$ref/en.ivf" --queries "$ref/de.npy" -k 4 --nprobe 64 -o "$ref/de.knn.npy" 2>> "$ref/log"
+"$XSENT_BIN" index search --index "$ref/de.ivf" --queries "$ref/en.npy" -k 4 --nprobe 64 -o "$ref/en.knn.npy" 2>> "$ref/log"
 "$XSENT_BIN" mine --src-file "$work/de.txt" --tgt-file "$work/en.txt" --src-knn "$ref/de.knn.npy" --tgt-knn "$ref/en.knn.npy" \
     --k 4 -o "$ref/mined.tsv" 2>> "$ref/log"
 

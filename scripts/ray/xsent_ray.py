@@ -48,7 +48,7 @@ def parse():
     ap.add_argument("--address", default=None, help="Ray cluster address (default: start a local Ray here)")
     ap.add_argument("--local-cpus", type=int, help="CPUs of the local Ray started without --address (default: all)")
     ap.add_argument("--k", type=int, default=4)
-    ap.add_argument("--nprobe", type=int, default=16)
+    ap.add_argument("--nprobe", type=int, default=64)
     ap.add_argument("--nlist", type=int)
     ap.add_argument("--codec", default="f32", choices=["f32", "int8"])
     ap.add_argument("--seed", type=int, default=0)
