@@ -2,7 +2,7 @@
 """Sharded embedding, IVF indexing and margin mining of two text files over a Ray cluster.
 
   xsent_ray.py --xsent BIN --model MODEL --src SRC.txt --tgt TGT.txt --work DIR -o MINED.tsv
-               [--shards 8] [--address auto] [--k 4] [--nprobe 16] [--nlist N] [--codec f32]
+               [--shards 8] [--address auto] [--k 4] [--nprobe 64] [--nlist N] [--codec f32]
                [--max-retries 3] [--threads 1] [-- EXTRA EMBED OPTIONS]
 
 Ray schedules; xsent does the work: every task runs the xsent binary on one shard, with its
