@@ -15,9 +15,23 @@ pub fn parse_device(spec: &str) -> Result<Device> {
     cuda(ordinal)
 }
 
+/// One [`Device`] per GPU for the whole process: candle gives every `Device::new_cuda` a new
+/// identity (its own context handle, stream and cuBLAS handle), and tensors of two identities
+/// cannot meet in one op, so a recipe that parsed the device twice would fail.
 #[cfg(feature = "cuda")]
 fn cuda(ordinal: usize) -> Result<Device> {
-    Device::new_cuda(ordinal).with_context(|| format!("cannot open CUDA device {ordinal}"))
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static OPENED: OnceLock<Mutex<HashMap<usize, Device>>> = OnceLock::new();
+    let mut opened = OPENED.get_or_init(Default::default).lock().expect("no thread panicked while opening a GPU");
+    if let Some(d) = opened.get(&ordinal) {
+        return Ok(d.clone());
+    }
+    let d = Device::new_cuda(ordinal).with_context(|| {
+        format!("cannot open CUDA device {ordinal}: is there an NVIDIA GPU with that index and a driver for CUDA 13 (nvidia-smi lists them)?")
+    })?;
+    opened.insert(ordinal, d.clone());
+    Ok(d)
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -179,6 +179,126 @@ pub fn read_labelled(specs: &[String], limit: usize) -> Result<Vec<(String, Vec<
     Ok(out)
 }
 
+/// One panel of curves: a metric over steps, one line per run.
+pub struct Curves {
+    pub title: String,
+    /// Per run: `(step, value)` points in step order.
+    pub lines: Vec<Vec<(f64, f64)>>,
+    /// Per run: the step the run kept as its best model and its value there, if this panel's
+    /// metric is the one that chose it.
+    pub best: Vec<Option<(f64, f64)>>,
+}
+
+/// The training curves of run directories: `loss` from the step lines of each `metrics.jsonl`,
+/// and every validation metric from its `"val"` lines (`only`: just these metrics, by name);
+/// a run's best step (its `best/xsent-best.json`) is marked on its metric's panel.
+pub fn run_curves(runs: &[std::path::PathBuf], only: &[String]) -> Result<Vec<Curves>> {
+    let mut names: Vec<String> = Vec::new();
+    let mut per_run: Vec<std::collections::HashMap<String, Vec<(f64, f64)>>> = Vec::new();
+    let mut bests: Vec<Option<(String, f64)>> = Vec::new();
+    for run in runs {
+        let path = run.join("metrics.jsonl");
+        let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {} (is {} a run directory of xsent train?)", path.display(), run.display()))?;
+        let mut series: std::collections::HashMap<String, Vec<(f64, f64)>> = std::collections::HashMap::new();
+        let mut push = |name: &str, step: f64, v: &serde_json::Value| {
+            if let Some(v) = v.as_f64().filter(|v| v.is_finite()) {
+                if !series.contains_key(name) && !names.iter().any(|n| n == name) {
+                    names.push(name.to_string());
+                }
+                series.entry(name.to_string()).or_default().push((step, v));
+            }
+        };
+        for (i, line) in text.lines().enumerate() {
+            let v: serde_json::Value = serde_json::from_str(line).with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
+            let Some(step) = v["step"].as_f64() else { continue };
+            if let Some(val) = v["val"].as_object() {
+                for (k, x) in val {
+                    push(k, step, x);
+                }
+            } else if v.get("loss").is_some() {
+                push("loss", step, &v["loss"]);
+            }
+        }
+        let best = std::fs::read_to_string(run.join("best/xsent-best.json")).ok().and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok()).and_then(|b| {
+            let step = b["step"].as_f64()?;
+            let metric = b.as_object()?.keys().find(|k| *k != "step")?.clone();
+            Some((metric, step))
+        });
+        per_run.push(series);
+        bests.push(best);
+    }
+    // The loss first, then the validation metrics as first logged.
+    names.sort_by_key(|n| n != "loss");
+    for o in only {
+        ensure!(names.contains(o), "--metrics {o}: no run logged it; these did: {}", names.join(", "));
+    }
+    let chosen: Vec<&String> = names.iter().filter(|n| only.is_empty() || only.contains(n)).collect();
+    ensure!(!chosen.is_empty(), "the runs' metrics.jsonl hold no step or validation lines yet");
+    Ok(chosen
+        .into_iter()
+        .map(|name| {
+            let lines: Vec<Vec<(f64, f64)>> = per_run.iter().map(|s| s.get(name).cloned().unwrap_or_default()).collect();
+            let best = bests
+                .iter()
+                .zip(&lines)
+                .map(|(b, line)| b.as_ref().filter(|(m, _)| m == name).and_then(|(_, step)| line.iter().find(|p| p.0 == *step).copied()))
+                .collect();
+            Curves { title: name.clone(), lines, best }
+        })
+        .collect())
+}
+
+/// Draw curve panels in a grid of up to three columns, runs coloured alike in every panel, a
+/// filled circle at each run's best step, one legend of the run names.
+pub fn curves_png(path: &Path, panels: &[Curves], runs: &[String], panel_px: u32) -> Result<()> {
+    ensure!(!panels.is_empty(), "nothing to plot");
+    check_groups(runs.len())?;
+    register_font()?;
+    let cols = panels.len().min(3);
+    let rows = panels.len().div_ceil(cols);
+    let legend_h = 30 + 22 * runs.len().div_ceil(4) as u32;
+    let (w, h) = (panel_px * cols as u32, (panel_px * 3 / 4) * rows as u32);
+    let draw = || -> std::result::Result<(), Box<dyn std::error::Error>> {
+        let root = BitMapBackend::new(path, (w, h + legend_h)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let (top, legend) = root.split_vertically(h);
+        for (area, panel) in top.split_evenly((rows, cols)).iter().zip(panels) {
+            let (x0, x1) = bounds(panel.lines.iter().flatten().map(|p| p.0));
+            let (y0, y1) = bounds(panel.lines.iter().flatten().map(|p| p.1));
+            let mut chart = ChartBuilder::on(area)
+                .caption(&panel.title, ("sans-serif", 18))
+                .margin(12)
+                .x_label_area_size(30)
+                .y_label_area_size(55)
+                .build_cartesian_2d(x0..x1, y0..y1)?;
+            chart.configure_mesh().light_line_style(WHITE).x_desc("step").label_style(("sans-serif", 12)).draw()?;
+            for (i, (line, best)) in panel.lines.iter().zip(&panel.best).enumerate() {
+                let (r, g, b) = PALETTE[i % PALETTE.len()];
+                let colour = RGBColor(r, g, b);
+                chart.draw_series(LineSeries::new(line.iter().copied(), colour.stroke_width(2)))?;
+                if line.len() < 30 {
+                    chart.draw_series(line.iter().map(|&p| Circle::new(p, 2, colour.filled())))?;
+                }
+                if let Some(p) = best {
+                    chart.draw_series([Circle::new(*p, 7, colour.filled()), Circle::new(*p, 7, BLACK.stroke_width(1))])?;
+                }
+            }
+        }
+        let per_row = 4usize;
+        let col_w = w as i32 / per_row as i32;
+        for (i, name) in runs.iter().enumerate() {
+            let (r, g, b) = PALETTE[i % PALETTE.len()];
+            let (cx, cy) = ((i % per_row) as i32 * col_w + 20, 15 + (i / per_row) as i32 * 22);
+            legend.draw(&Rectangle::new([(cx - 6, cy + 5), (cx + 6, cy + 9)], RGBColor(r, g, b).filled()))?;
+            legend.draw(&Text::new(name.clone(), (cx + 12, cy), ("sans-serif", 16)))?;
+        }
+        root.present()?;
+        Ok(())
+    };
+    draw().map_err(|e| anyhow!("cannot draw {}: {e}", path.display()))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

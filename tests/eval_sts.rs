@@ -30,7 +30,12 @@ fn e5_small_reproduces_reference_numbers() {
         let got = e["main_score"].as_f64().unwrap();
         assert!((got - score).abs() <= 0.1, "{lang}: {got} vs {score}");
         assert_eq!(got, e["scores"]["spearman"].as_f64().unwrap());
+        // The bootstrap interval holds the score; on 250 pairs it is a few points wide.
+        let ci: Vec<f64> = e["scores"]["spearman_ci95"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        assert!(ci[0] < got && got < ci[1] && (1.0..30.0).contains(&(ci[1] - ci[0])), "{lang}: {got} {ci:?}");
+        assert_eq!(e["items"]["sim"].as_array().unwrap().len(), 250);
     }
+    assert!(table.contains("| en-en | 250 | 86.5") && table.contains("95 % CI: percentile bootstrap"), "{table}");
     // Seed 003 §7 pools its multilingual STS set, which has no WMT track: the other six are pooled.
     let bias = &r["extra"]["language_bias"];
     let pooled: Vec<&str> = bias["sets"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
@@ -146,4 +151,49 @@ fn scored_pair_files_reproduce_sentence_transformers() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("STS set same") && err.contains("all 3 pairs the same cosine"), "{err}");
+}
+
+/// `--compare`: the paired difference of each set and of the mean, as the two reports' own
+/// scores give it, with an interval that holds it; a model against its own report differs by
+/// exactly 0; a report of other sets is refused.
+#[test]
+fn compare_gives_paired_differences() {
+    let d = tempfile::tempdir().unwrap();
+    let mini = d.path().join("minilm.json");
+    let minilm = common::model("all-MiniLM-L6-v2").display().to_string();
+    let args = |model: &str| vec!["sts".to_string(), "--model".into(), model.into(), "--data-dir".into(), common::data_arg(), "--langs".into(), "en-en,es-es".into()];
+    let o = common::xsent().arg("eval").args(args(&minilm)).arg("--report").arg(&mini).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&mini).unwrap()).unwrap();
+    let mut e5 = args(&common::e5_small());
+    e5.extend(["--prefix".into(), "query: ".into(), "--compare".into(), mini.display().to_string()]);
+    let (table, r) = common::eval_report(e5);
+    assert!(table.contains("## Compared with"), "{table}");
+    let diffs = r["extra"]["compare"]["differences"].as_array().unwrap();
+    assert_eq!(diffs.len(), 3, "two sets and their mean: {diffs:?}");
+    let score = |rep: &serde_json::Value, lang: &str| rep["results"].as_array().unwrap().iter().find(|e| e["language"] == lang).unwrap()["main_score"].as_f64().unwrap();
+    for lang in ["en-en", "es-es"] {
+        let diff = diffs.iter().find(|x| x["language"] == lang).unwrap()["difference"].clone();
+        let want = score(&r, lang) - score(&m, lang);
+        let got = diff["difference"].as_f64().unwrap();
+        assert!((got - want).abs() < 1e-9, "{lang}: {got} vs {want}");
+        let ci = [diff["ci95"][0].as_f64().unwrap(), diff["ci95"][1].as_f64().unwrap()];
+        assert!(ci[0] <= got && got <= ci[1], "{lang}: {got} {ci:?}");
+    }
+    // Against itself.
+    let mut again = args(&minilm);
+    again.extend(["--compare".into(), mini.display().to_string()]);
+    let (_, a) = common::eval_report(again);
+    for x in a["extra"]["compare"]["differences"].as_array().unwrap() {
+        assert_eq!(x["difference"]["difference"].as_f64(), Some(0.0), "{x}");
+        assert_eq!(x["difference"]["ci95"], serde_json::json!([0.0, 0.0]), "{x}");
+    }
+    // Other sets: nothing to pair.
+    let o = common::xsent()
+        .args(["eval", "sts", "--model", &minilm, "--data-dir", &common::data_arg(), "--langs", "ar-ar", "--compare"])
+        .arg(&mini)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("has no scores of the sets scored here"), "{err}");
 }

@@ -112,10 +112,12 @@ fn stderr(o: &Output) -> String {
 }
 
 fn metrics(run: &Path) -> Vec<Value> {
+    // The steps and validations (not the line with what decontamination dropped).
     std::fs::read_to_string(run.join("metrics.jsonl"))
         .unwrap()
         .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v.get("decontamination").is_none())
         .collect()
 }
 
@@ -1009,7 +1011,8 @@ fn projection_fit_sources_replace_the_training_pairs_for_the_fit() {
     // The error names the entry of the list it came from, not [[data.sources]].
     let err = stderr(&o);
     assert!(!o.status.success() && err.contains("distill.projection_fit_sources[0]") && err.contains("no/such.tsv"), "{err}");
-    assert!(!err.contains("data.sources"), "{err}");
+    let error: Vec<&str> = err.lines().filter(|l| l.starts_with("xsent: error") || l.trim_start().starts_with("caused by")).collect();
+    assert!(!error.is_empty() && !error.iter().any(|l| l.contains("data.sources")), "{err}");
 }
 
 #[test]
@@ -1098,4 +1101,85 @@ fn scored_pairs_are_validated_and_can_pick_the_best_model() {
     std::fs::write(&sts, "a\tb\t5\nc d\t1\n").unwrap();
     let o = s.train(&["--out", s.run_dir("sts-bad").to_str().unwrap(), "--set", &val_sts]);
     assert!(!o.status.success() && stderr(&o).contains("sts-dev.csv:2"), "{}", stderr(&o));
+}
+
+/// Decontamination: training pairs with a side in an evaluation set (here a benchmark folder of
+/// our own with an STS 2017 track and Tatoeba files, and a file of `data.eval_lines`) are
+/// dropped, counted in the log and in metrics.jsonl, and listed by `xsent data audit`; with
+/// `data.decontaminate = false` they are trained on.
+#[test]
+fn training_pairs_in_evaluation_sets_are_dropped() {
+    let s = setup("");
+    let pairs: Vec<(String, String)> = std::fs::read_to_string(s.dir.path().join("pairs.tsv"))
+        .unwrap()
+        .lines()
+        .map(|l| l.split_once('\t').map(|(a, b)| (a.to_string(), b.to_string())).unwrap())
+        .collect();
+    let bench = s.dir.path().join("bench");
+    std::fs::create_dir_all(bench.join("sts/STS2017.eval.v1.1")).unwrap();
+    std::fs::create_dir_all(bench.join("tatoeba")).unwrap();
+    // Pair 0's source (upper-cased, spaces doubled: the same sentence normalised) in an STS
+    // track; pair 1's target in Tatoeba; pair 2's source in an eval_lines file.
+    let shout = pairs[0].0.to_uppercase().replace(' ', "  ");
+    std::fs::write(bench.join("sts/STS2017.eval.v1.1/STS.input.track5.en-en.txt"), format!("{shout}\tsomething else\n")).unwrap();
+    std::fs::write(bench.join("tatoeba/tatoeba.deu-eng.deu"), format!("{}\n", pairs[1].1)).unwrap();
+    std::fs::write(bench.join("tatoeba/tatoeba.deu-eng.eng"), "unrelated\n").unwrap();
+    let lines = s.dir.path().join("mine.txt");
+    std::fs::write(&lines, format!("{}\n", pairs[2].0)).unwrap();
+    let hits = |a: &str| pairs.iter().filter(|(x, y)| [x, y].iter().any(|t| t.to_lowercase() == a.to_lowercase())).count();
+    let expected = [hits(&pairs[0].0), hits(&pairs[1].1), hits(&pairs[2].0)];
+    let dir = format!("data.eval_dir=\"{}\"", bench.display());
+    let extra = format!("data.eval_lines=[\"{}\"]", lines.display());
+    let run = s.run_dir("clean");
+    let o = s.train(&["--out", run.to_str().unwrap(), "--set", &dir, "--set", &extra, "--set", "train.max_steps=1"]);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    let dropped: usize = expected.iter().sum();
+    assert!(err.contains(&format!("decontamination: {dropped} of 150 pairs of data.sources dropped")), "{err}");
+    assert!(err.contains(&format!("STS 2017 track5.en-en {}", expected[0])) && err.contains(&format!("Tatoeba {}", expected[1])), "{err}");
+    let first: Value = serde_json::from_str(std::fs::read_to_string(run.join("metrics.jsonl")).unwrap().lines().next().unwrap()).unwrap();
+    let d = &first["decontamination"][0];
+    assert_eq!((d["source"].as_str(), d["pairs"].as_u64(), d["dropped"].as_u64()), (Some("data.sources"), Some(150), Some(dropped as u64)), "{first}");
+    assert_eq!(d["by_set"]["Tatoeba"].as_u64(), Some(expected[1] as u64), "{first}");
+    assert!(err.contains(&format!("{} training pairs", 150 - dropped - 16)), "{err}");
+    // The audit prints the same counts without training.
+    let o = common::xsent().args(["data", "audit", "--config"]).arg(&s.config).args(["--set", &dir, "--set", &extra]).output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(out.contains(&format!("data.sources: 150 pairs, {dropped} dropped")), "{out}");
+    assert!(out.contains(&format!("| STS 2017 track5.en-en | Test | 2 | {} | 1 |", expected[0])), "{out}");
+    // Off: every pair trains.
+    let run = s.run_dir("off");
+    let o = s.train(&["--out", run.to_str().unwrap(), "--set", &dir, "--set", "data.decontaminate=false", "--set", "train.max_steps=1"]);
+    assert!(o.status.success() && stderr(&o).contains("134 training pairs") && stderr(&o).contains("decontamination is off"), "{}", stderr(&o));
+    assert!(!std::fs::read_to_string(run.join("metrics.jsonl")).unwrap().contains("decontamination"));
+}
+
+/// `xsent plot run`: the loss and validation curves of two runs in one PNG, one panel per
+/// metric (or those asked for), an unknown metric named with the ones there are.
+#[test]
+fn plot_run_draws_the_curves_of_runs() {
+    let s = setup("");
+    let runs: Vec<PathBuf> = ["a", "b"].iter().map(|n| s.run_dir(n)).collect();
+    for (i, run) in runs.iter().enumerate() {
+        let o = s.train(&["--out", run.to_str().unwrap(), "--set", "train.max_steps=8", "--set", &format!("seed={}", 7 + i)]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let png = s.run_dir("curves.png");
+    let o = common::xsent().args(["plot", "run"]).args(&runs).arg("-o").arg(&png).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("6 panels (loss, acc_mean, acc_src2tgt, acc_tgt2src, mse_src_x100, mse_x100) of 2 runs"), "{}", stderr(&o));
+    let size = |png: &Path| {
+        let bytes = std::fs::read(png).unwrap();
+        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+        (u32::from_be_bytes(bytes[16..20].try_into().unwrap()), u32::from_be_bytes(bytes[20..24].try_into().unwrap()))
+    };
+    assert_eq!(size(&png), (1500, 2 * 375 + 30 + 22), "three columns of 500 × 375, two rows, one legend row");
+    let o = common::xsent().args(["plot", "run"]).args(&runs).args(["--metrics", "loss,mse_x100", "-o"]).arg(&png).output().unwrap();
+    assert!(stderr(&o).contains("2 panels (loss, mse_x100) of 2 runs"), "{}", stderr(&o));
+    assert_eq!(size(&png).0, 1000, "two panels side by side");
+    let o = common::xsent().args(["plot", "run"]).args(&runs).args(["--metrics", "nope", "-o"]).arg(&png).output().unwrap();
+    assert!(!o.status.success() && stderr(&o).contains("--metrics nope: no run logged it; these did: loss, acc_mean, acc_src2tgt, acc_tgt2src, mse_src_x100, mse_x100"), "{}", stderr(&o));
+    let o = common::xsent().args(["plot", "run"]).arg(s.run_dir("none")).arg("-o").arg(&png).output().unwrap();
+    assert!(!o.status.success() && stderr(&o).contains("is ") && stderr(&o).contains("a run directory of xsent train?"), "{}", stderr(&o));
 }

@@ -40,6 +40,10 @@ pub struct Args {
     /// Write a JSON report here.
     #[arg(long)]
     report: Option<PathBuf>,
+    /// Compare with another model's report of the same sets (`--report` of an earlier run): the
+    /// paired bootstrap difference of each score and of each task's mean, with its 95 % interval.
+    #[arg(long, value_name = "REPORT.json")]
+    compare: Option<PathBuf>,
     #[arg(long, default_value_t = 64)]
     batch_size: usize,
 }
@@ -89,6 +93,9 @@ pub struct XsrArgs {
     /// Write a JSON report here.
     #[arg(long)]
     report: Option<PathBuf>,
+    /// Compare with another model's report of the same sets (as `eval sts --compare`).
+    #[arg(long, value_name = "REPORT.json")]
+    compare: Option<PathBuf>,
     #[arg(long, default_value_t = 64)]
     batch_size: usize,
 }
@@ -143,7 +150,8 @@ fn sts_task(enc: &dyn crate::model::Embedder, sets: &[crate::data::sts::StsSet],
             split: "test".into(),
             language: s.name.clone(),
             main_score: s.spearman,
-            scores: serde_json::json!({"spearman": s.spearman, "pearson": s.pearson, "pairs": s.n}),
+            scores: serde_json::json!({"spearman": s.spearman, "pearson": s.pearson, "pairs": s.n, "spearman_ci95": s.spearman_ci95, "pearson_ci95": s.pearson_ci95}),
+            items: Some(s.items.clone()),
         })
         .collect();
     Ok(Outcome { table: crate::eval::sts::markdown(&scores, bias.as_ref()), results, extra: bias.map(|b| serde_json::json!({"language_bias": b})) })
@@ -164,14 +172,15 @@ fn tatoeba_task(enc: &dyn crate::model::Embedder, sets: &[crate::data::tatoeba::
             split: "test".into(),
             language: format!("{}-eng", s.lang),
             main_score: s.mean,
-            scores: serde_json::json!({"xx_to_en": s.xx_to_en, "en_to_xx": s.en_to_xx, "mean": s.mean, "pairs": s.n}),
+            scores: serde_json::json!({"xx_to_en": s.xx_to_en, "en_to_xx": s.en_to_xx, "mean": s.mean, "pairs": s.n, "mean_ci95": s.mean_ci95}),
+            items: Some(s.items.clone()),
         })
         .collect();
     let average = results.iter().map(|e| e.main_score).sum::<f64>() / results.len().max(1) as f64;
     Ok(Outcome {
         table: crate::eval::tatoeba::markdown(&scores),
         results,
-        extra: Some(serde_json::json!({"average": average, "languages": scores.len()})),
+        extra: Some(serde_json::json!({"average": average, "average_ci95": crate::eval::tatoeba::average_ci95(&scores), "languages": scores.len()})),
     })
 }
 
@@ -208,11 +217,11 @@ fn bucc_task(enc: &dyn crate::model::Embedder, b: &BuccArgs, data: &[BuccPair]) 
     let a = &b.common;
     let settings = b.mining.settings()?;
     let published = crate::eval::published::by_system(crate::eval::published_tables::BUCC_F1);
-    let mut table = String::from("| BUCC 2018 | split | threshold | P | R | F1 |");
+    let mut table = String::from("| BUCC 2018 | split | threshold | P | R | F1 | 95 % CI |");
     for c in &published {
         table += &format!(" {} |", c.system);
     }
-    table += &format!("\n|---|---|---|---:|---:|---:|{}\n", "---:|".repeat(published.len()));
+    table += &format!("\n|---|---|---|---:|---:|---:|---:|{}\n", "---:|".repeat(published.len()));
     let mut results = Vec::new();
     for BuccPair { pair, train, test } in data {
         let s = bucc::evaluate(enc, train.as_ref(), test, settings, a.batch_size)?;
@@ -222,7 +231,16 @@ fn bucc_task(enc: &dyn crate::model::Embedder, b: &BuccArgs, data: &[BuccPair]) 
             "oracle" => format!("{:.4} (oracle threshold)", s.scores.threshold),
             from => format!("{:.4} (from {from})", s.scores.threshold),
         };
-        table += &format!("| {} | {} | {} | {:.2} | {:.2} | {:.2} |", s.pair, s.split, label, s.scores.precision, s.scores.recall, s.scores.f1);
+        table += &format!(
+            "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {} |",
+            s.pair,
+            s.split,
+            label,
+            s.scores.precision,
+            s.scores.recall,
+            s.scores.f1,
+            crate::eval::bootstrap::show(s.f1_ci95)
+        );
         for c in &published {
             table += &c.get(pair).map(|(v, _)| format!(" {v:.1} |")).unwrap_or_else(|| " – |".into());
         }
@@ -236,12 +254,14 @@ fn bucc_task(enc: &dyn crate::model::Embedder, b: &BuccArgs, data: &[BuccPair]) 
                 "f1": s.scores.f1, "precision": s.scores.precision, "recall": s.scores.recall,
                 "threshold": s.scores.threshold, "threshold_from": s.threshold_from,
                 "oracle_threshold": s.threshold_from == "oracle",
-                "candidates": s.candidates, "gold": s.gold,
+                "candidates": s.candidates, "gold": s.gold, "f1_ci95": s.f1_ci95,
             }),
+            items: Some(s.items.clone()),
         });
     }
     table += &format!(
-        "\nMining: {} margin, {} retrieval, k = {}. Published columns: F1 ×100 on the BUCC test sets as printed in the seeds (not comparable to an oracle threshold on the sample split).\n",
+        "\n95 % CI of F1: {}; an oracle threshold is chosen again on each resample.\nMining: {} margin, {} retrieval, k = {}. Published columns: F1 ×100 on the BUCC test sets as printed in the seeds (not comparable to an oracle threshold on the sample split).\n",
+        crate::eval::bootstrap::DESCRIPTION,
         settings.margin.to_possible_value().expect("a value").get_name(),
         settings.retrieval.to_possible_value().expect("a value").get_name(),
         settings.k
@@ -276,6 +296,9 @@ fn check(a: &Args, inputs: &[&Path], data_dir: Option<&Path>) -> Result<()> {
     if let Some(r) = &a.report {
         super::check_report(r, inputs, data_dir)?;
     }
+    if let Some(c) = &a.compare {
+        Report::read(c)?;
+    }
     Ok(())
 }
 
@@ -283,9 +306,20 @@ fn check(a: &Args, inputs: &[&Path], data_dir: Option<&Path>) -> Result<()> {
 fn loaded(a: &Args, task: impl FnOnce(&dyn crate::model::Embedder) -> Result<Outcome>) -> Result<()> {
     let start = Instant::now();
     let enc = a.model.load()?;
-    let o = task(enc.as_ref())?;
+    let mut o = task(enc.as_ref())?;
     print!("{}", o.table);
+    compare_with(a.compare.as_deref(), &o.results, &mut o.extra)?;
     write_report(&a.model, a.report.as_deref(), enc.prefix(), start, o.results, o.extra)
+}
+
+/// `--compare`: print the paired differences against another report and keep them in this
+/// run's report (`extra.compare`).
+fn compare_with(path: Option<&Path>, results: &[Entry], extra: &mut Option<serde_json::Value>) -> Result<()> {
+    let Some(path) = path else { return Ok(()) };
+    let (table, json) = crate::eval::report::compare(results, &Report::read(path)?, path)?;
+    print!("\n## Compared with {}\n\n{table}", path.display());
+    extra.get_or_insert_with(|| serde_json::json!({}))["compare"] = json;
+    Ok(())
 }
 
 fn sts(s: StsArgs) -> Result<()> {
@@ -304,18 +338,21 @@ fn sts(s: StsArgs) -> Result<()> {
 /// `--pairs`: one row per file, no published columns.
 fn scored_pairs_task(enc: &dyn crate::model::Embedder, sets: &[crate::data::sts::StsSet], paths: &[PathBuf], batch_size: usize) -> Result<Outcome> {
     let (scores, _) = crate::eval::sts::evaluate(enc, sets, batch_size)?;
-    let mut table = String::from("| scored pairs | pairs | Spearman ×100 | Pearson ×100 |\n|---|---:|---:|---:|\n");
+    use crate::eval::bootstrap::show;
+    let mut table = String::from("| scored pairs | pairs | Spearman ×100 | 95 % CI | Pearson ×100 | 95 % CI |\n|---|---:|---:|---:|---:|---:|\n");
     let mut results = Vec::new();
     for (sc, path) in scores.iter().zip(paths) {
-        table += &format!("| {} | {} | {:.2} | {:.2} |\n", sc.name, sc.n, sc.spearman, sc.pearson);
+        table += &format!("| {} | {} | {:.2} | {} | {:.2} | {} |\n", sc.name, sc.n, sc.spearman, show(sc.spearman_ci95), sc.pearson, show(sc.pearson_ci95));
         results.push(Entry {
             task: "sts".into(),
             split: path.display().to_string(),
             language: sc.name.clone(),
             main_score: sc.spearman,
-            scores: serde_json::json!({"spearman": sc.spearman, "pearson": sc.pearson, "pairs": sc.n}),
+            scores: serde_json::json!({"spearman": sc.spearman, "pearson": sc.pearson, "pairs": sc.n, "spearman_ci95": sc.spearman_ci95, "pearson_ci95": sc.pearson_ci95}),
+            items: Some(sc.items.clone()),
         });
     }
+    table += &format!("\n95 % CI: {}\n", crate::eval::bootstrap::DESCRIPTION);
     Ok(Outcome { table, results, extra: None })
 }
 
@@ -369,6 +406,9 @@ fn xsr(a: XsrArgs) -> Result<()> {
         // The benchmark folders stay protected when a data directory is known (XSENT_DATA).
         super::check_report(r, &inputs, crate::data::data_dir(None).ok().as_deref())?;
     }
+    if let Some(c) = &a.compare {
+        Report::read(c)?;
+    }
     let mut src = crate::data::read_lines(src_path)?;
     let mut tgt = crate::data::read_lines(tgt_path)?;
     ensure!(
@@ -396,16 +436,29 @@ fn xsr(a: XsrArgs) -> Result<()> {
         distractors.extend(lines);
     }
     let enc = a.model.load()?;
-    let (p1, candidates) = crate::eval::xsr::p_at_1(enc.as_ref(), &src, &tgt, &distractors, a.batch_size)?;
-    println!("| XSR | queries | candidates | P@1 ×100 |\n|---|---:|---:|---:|\n| {} → {} | {} | {} | {:.2} |", src_path.display(), tgt_path.display(), src.len(), candidates, p1);
+    let (items, candidates) = crate::eval::xsr::p_at_1(enc.as_ref(), &src, &tgt, &distractors, a.batch_size)?;
+    let (p1, ci) = (items.scores(None)[0], crate::eval::bootstrap::intervals(&items)[0]);
+    println!(
+        "| XSR | queries | candidates | P@1 ×100 | 95 % CI |\n|---|---:|---:|---:|---:|\n| {} → {} | {} | {} | {:.2} | {} |\n\n95 % CI: {}",
+        src_path.display(),
+        tgt_path.display(),
+        src.len(),
+        candidates,
+        p1,
+        crate::eval::bootstrap::show(ci),
+        crate::eval::bootstrap::DESCRIPTION
+    );
     let results = vec![Entry {
         task: "xsr".into(),
         split: "test".into(),
         language: format!("{} -> {}", src_path.display(), tgt_path.display()),
         main_score: p1,
-        scores: serde_json::json!({"p_at_1": p1, "queries": src.len(), "candidates": candidates}),
+        scores: serde_json::json!({"p_at_1": p1, "queries": src.len(), "candidates": candidates, "p_at_1_ci95": ci}),
+        items: Some(items),
     }];
-    write_report(&a.model, a.report.as_deref(), enc.prefix(), start, results, None)
+    let mut extra = None;
+    compare_with(a.compare.as_deref(), &results, &mut extra)?;
+    write_report(&a.model, a.report.as_deref(), enc.prefix(), start, results, extra)
 }
 
 /// The Multi30k preset: every direction's files are read (and checked) before the model loads.
@@ -428,10 +481,13 @@ fn xsr_multi30k(a: &XsrArgs) -> Result<()> {
             split: xsr::MULTI30K_SPLIT.into(),
             language: s.direction.clone(),
             main_score: s.p_at_1,
-            scores: serde_json::json!({"p_at_1": s.p_at_1, "queries": s.queries, "candidates": s.candidates}),
+            scores: serde_json::json!({"p_at_1": s.p_at_1, "queries": s.queries, "candidates": s.candidates, "p_at_1_ci95": s.p_at_1_ci95}),
+            items: Some(s.items.clone()),
         })
         .collect();
     let mean = scores.iter().map(|s| s.p_at_1).sum::<f64>() / scores.len().max(1) as f64;
-    let extra = serde_json::json!({"mean_p_at_1": mean, "directions": scores.len()});
-    write_report(&a.model, a.report.as_deref(), enc.prefix(), start, results, Some(extra))
+    let mean_ci = crate::eval::bootstrap::mean_interval(&scores.iter().map(|s| &s.items).collect::<Vec<_>>());
+    let mut extra = Some(serde_json::json!({"mean_p_at_1": mean, "mean_p_at_1_ci95": mean_ci, "directions": scores.len()}));
+    compare_with(a.compare.as_deref(), &results, &mut extra)?;
+    write_report(&a.model, a.report.as_deref(), enc.prefix(), start, results, extra)
 }

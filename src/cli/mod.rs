@@ -1,6 +1,7 @@
 //! The command line, thin over the library.
 
 mod convert;
+mod data;
 mod embed;
 mod eval;
 mod index;
@@ -44,6 +45,9 @@ enum Command {
     /// Convert foreign model formats into a Hugging Face model directory.
     #[command(subcommand)]
     Convert(convert::Convert),
+    /// Training data: `xsent data audit` checks a config's sources against the evaluation sets.
+    #[command(subcommand)]
+    Data(data::Command),
 }
 
 /// Options shared by every command that loads a model.
@@ -88,8 +92,11 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
+    /// The model, on `--device`; the command's exact kNN searches run there too.
     pub fn load(&self) -> anyhow::Result<Box<dyn crate::model::Embedder>> {
-        crate::model::load_embedder(&self.model, &self.options()?, self.head.as_deref())
+        let opts = self.options()?;
+        crate::eval::knn_gpu::search_on(&opts.device);
+        crate::model::load_embedder(&self.model, &opts, self.head.as_deref())
     }
 
     /// The load options these flags give.
@@ -359,12 +366,13 @@ pub fn main() -> i32 {
         Command::Embed(_) | Command::Eval(_) | Command::Mine(_) | Command::Train(_) | Command::Plot(_) | Command::Index(_) => {
             crate::parallel::init_data_parallel()
         }
-        Command::Convert(_) | Command::Tokenizer(_) => {}
+        Command::Convert(_) | Command::Tokenizer(_) | Command::Data(_) => {}
     }
     let result = match cli.command {
         Command::Embed(args) => embed::run(args).map(|()| 0),
         Command::Convert(c) => convert::run(c).map(|()| 0),
         Command::Tokenizer(c) => tokenizer::run(c).map(|()| 0),
+        Command::Data(c) => data::run(c).map(|()| 0),
         Command::Eval(t) => eval::run(t).map(|()| 0),
         Command::Mine(a) => mine::run(a).map(|()| 0),
         Command::Index(c) => index::run(c).map(|()| 0),

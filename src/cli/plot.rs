@@ -5,11 +5,32 @@ use anyhow::{ensure, Context, Result};
 use std::path::PathBuf;
 
 #[derive(clap::Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once per process
 pub enum Plot {
     /// Scatter the first two principal components of embeddings of parallel sentences, coloured
     /// by language (PNG). A disentangle model gives three panels: base, meaning and language
     /// embeddings, each with its own PCA.
     Pca(PcaArgs),
+    /// Draw the training curves of run directories (PNG): the loss and every validation metric
+    /// of their metrics.jsonl, one panel per metric, runs overlaid, a filled circle at the step
+    /// each run kept as its best model.
+    Run(RunArgs),
+}
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// Run directories of `xsent train` (each holds metrics.jsonl).
+    #[arg(required = true, num_args = 1..)]
+    runs: Vec<PathBuf>,
+    /// Output PNG file.
+    #[arg(long, short = 'o')]
+    output: PathBuf,
+    /// Only these metrics (comma-separated: loss, and the validation metrics' names).
+    #[arg(long, value_delimiter = ',')]
+    metrics: Vec<String>,
+    /// Width of each panel in pixels (height: three quarters of it).
+    #[arg(long, default_value_t = 500)]
+    panel_size: u32,
 }
 
 #[derive(clap::Args)]
@@ -47,7 +68,24 @@ const XNLI_LANGS: [&str; 15] = ["ar", "bg", "de", "el", "en", "es", "fr", "hi", 
 pub fn run(p: Plot) -> Result<()> {
     match p {
         Plot::Pca(a) => pca_plot(a),
+        Plot::Run(a) => run_plot(a),
     }
+}
+
+fn run_plot(a: RunArgs) -> Result<()> {
+    ensure!((200..=4000).contains(&a.panel_size), "--panel-size {} is out of range: give 200..=4000 pixels", a.panel_size);
+    let metrics: Vec<std::path::PathBuf> = a.runs.iter().map(|r| r.join("metrics.jsonl")).collect();
+    super::check_output(&a.output, "-o", &metrics.iter().map(PathBuf::as_path).collect::<Vec<_>>())?;
+    ensure!(
+        a.output.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case("png")),
+        "-o {}: the picture is a PNG; give a file name ending in .png",
+        a.output.display()
+    );
+    let names: Vec<String> = a.runs.iter().map(|r| r.display().to_string()).collect();
+    let panels = crate::plot::run_curves(&a.runs, &a.metrics)?;
+    crate::plot::curves_png(&a.output, &panels, &names, a.panel_size)?;
+    eprintln!("xsent plot: {} panels ({}) of {} runs in {}", panels.len(), panels.iter().map(|p| p.title.as_str()).collect::<Vec<_>>().join(", "), a.runs.len(), a.output.display());
+    Ok(())
 }
 
 fn pca_plot(a: PcaArgs) -> Result<()> {

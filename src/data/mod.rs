@@ -1,6 +1,7 @@
 //! Readers for the benchmark and corpus files. Every error names the file (and line).
 
 pub mod bucc;
+pub mod decontam;
 pub mod parallel;
 pub mod sts;
 pub mod tatoeba;

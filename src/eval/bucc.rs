@@ -125,6 +125,12 @@ pub struct BuccScore {
     pub candidates: usize,
     /// Distinct gold pairs.
     pub gold: usize,
+    /// Bootstrap 95 % interval of F1 ([`super::bootstrap`]: source sentences resampled; an
+    /// oracle threshold chosen again on each resample, one from another split kept).
+    pub f1_ci95: super::bootstrap::Interval,
+    /// The candidates and gold pairs of each source sentence.
+    #[serde(skip)]
+    pub items: super::bootstrap::Items,
 }
 
 /// Evaluate `test` with the threshold chosen on `train` when given, else the oracle threshold.
@@ -138,6 +144,7 @@ pub fn evaluate(enc: &dyn Embedder, train: Option<&BuccSplit>, test: &BuccSplit,
         }
         None => (best_threshold(&test_c, &gold_set(test)), "oracle"),
     };
+    let items = mining_items(&test_c, test, (from != "oracle").then_some(scores.threshold));
     Ok(BuccScore {
         pair: test.pair.clone(),
         split: test.split.clone(),
@@ -145,7 +152,25 @@ pub fn evaluate(enc: &dyn Embedder, train: Option<&BuccSplit>, test: &BuccSplit,
         scores,
         candidates: test_c.len(),
         gold: gold_set(test).len(),
+        f1_ci95: super::bootstrap::intervals(&items)[0],
+        items,
     })
+}
+
+/// The bootstrap items of a scored split: its candidates (sorted best first, as mined) with
+/// their gold flags, and the distinct gold pairs of each source sentence.
+fn mining_items(cands: &[Candidate], split: &BuccSplit, threshold: Option<f64>) -> super::bootstrap::Items {
+    let gold: HashSet<(usize, usize)> = split.gold.iter().copied().collect();
+    let mut per_src = std::collections::BTreeMap::new();
+    for &(s, _) in &gold {
+        *per_src.entry(s as u32).or_insert(0u32) += 1;
+    }
+    super::bootstrap::Items::Mining {
+        units: split.src.len(),
+        candidates: cands.iter().map(|c| (c.src as u32, c.score, gold.contains(&(c.src, c.tgt)))).collect(),
+        gold: per_src.into_iter().collect(),
+        threshold,
+    }
 }
 
 #[cfg(test)]

@@ -266,6 +266,9 @@ fn scan<const BOTH: bool>(
 fn search(queries: &Matrix, targets: &Matrix, k: usize, plan: Plan, both: bool) -> Result<(Neighbours, Option<Neighbours>)> {
     queries.check("queries")?;
     targets.check("targets")?;
+    if let Some(dev) = super::knn_gpu::device() {
+        return super::knn_gpu::search(queries, targets, k, both, &dev);
+    }
     let (n, m) = (queries.rows(), targets.rows());
     ensure!(queries.dim == targets.dim || n == 0 || m == 0, "dimension mismatch: {} vs {}", queries.dim, targets.dim);
     ensure!(n <= u32::MAX as usize && m <= u32::MAX as usize, "kNN indices are 32-bit: {n} × {m} rows is too many");
@@ -289,7 +292,7 @@ fn search(queries: &Matrix, targets: &Matrix, k: usize, plan: Plan, both: bool) 
                 Some(blocks) => blocks[i].clone(),
                 None => targets.block(t0, width)?,
             };
-            let p = q.matmul(&t.t()?)?;
+            let p = crate::model::matmul::matmul(&q, &t.t()?)?;
             let (storage, layout) = p.storage_and_layout();
             let Storage::Cpu(cpu) = &*storage else { return Err(anyhow!("kNN block product is not on the CPU")) };
             ensure!(layout.is_contiguous(), "kNN block product is not contiguous");

@@ -1,7 +1,9 @@
 //! Evaluation: one file per benchmark, plus metrics, published numbers and reports.
 
+pub mod bootstrap;
 pub mod bucc;
 pub mod knn;
+pub mod knn_gpu;
 pub mod metrics;
 pub mod published;
 pub mod published_tables;

@@ -1,21 +1,24 @@
 //! JSON reports of evaluation runs.
 
 use anyhow::{Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 /// One score line of a report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Entry {
     pub task: String,
     pub split: String,
     pub language: String,
     pub main_score: f64,
     pub scores: serde_json::Value,
+    /// The per-item outcomes behind the scores, for intervals and `--compare`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items: Option<super::bootstrap::Items>,
 }
 
 /// A whole run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     pub model: String,
     pub prefix: String,
@@ -23,7 +26,7 @@ pub struct Report {
     pub date: String,
     pub seconds: f64,
     pub results: Vec<Entry>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extra: Option<serde_json::Value>,
 }
 
@@ -31,6 +34,54 @@ impl Report {
     pub fn write(&self, path: &Path) -> Result<()> {
         std::fs::write(path, serde_json::to_string_pretty(self)? + "\n").with_context(|| format!("cannot write report {}", path.display()))
     }
+
+    /// Read a report that `eval --report` wrote (gzip-compressed when its name ends in `.gz`, as
+    /// the run records in docs/results/runs keep them).
+    pub fn read(path: &Path) -> Result<Self> {
+        let text = crate::data::read_lines(path).with_context(|| format!("cannot read report {}", path.display()))?.join("\n");
+        serde_json::from_str(&text).with_context(|| format!("{} is not a report of xsent eval --report", path.display()))
+    }
+}
+
+/// Paired bootstrap differences between this run's entries and another report's for the same
+/// sets (same task, split and language; entries without items, or absent from the other
+/// report, are left out), per set and as the mean over each task's sets: the markdown table
+/// and its JSON.
+pub fn compare(this: &[Entry], other: &Report, other_path: &Path) -> Result<(String, serde_json::Value)> {
+    use super::bootstrap::{paired, show, Items};
+    let key = |e: &Entry| (e.task.clone(), e.split.clone(), e.language.clone());
+    let others: std::collections::HashMap<_, &Items> = other.results.iter().filter_map(|e| e.items.as_ref().map(|i| (key(e), i))).collect();
+    let mut table = String::from("| task | set | this | other | difference | 95 % CI | p |\n|---|---|---:|---:|---:|---:|---:|\n");
+    let mut json = Vec::new();
+    let mut by_task: Vec<(String, Vec<(&Items, &Items)>)> = Vec::new();
+    for e in this {
+        let (Some(mine), Some(theirs)) = (e.items.as_ref(), others.get(&key(e))) else { continue };
+        let d = paired(&[mine], &[theirs]).with_context(|| format!("{} {} against {}", e.task, e.language, other_path.display()))?;
+        table += &format!("| {} | {} | {:.2} | {:.2} | {:+.2} | {} | {:.3} |\n", e.task, e.language, d.this, d.other, d.difference, show(d.ci95), d.p);
+        json.push(serde_json::json!({"task": e.task, "split": e.split, "language": e.language, "difference": d}));
+        match by_task.iter_mut().find(|(t, _)| *t == e.task) {
+            Some((_, v)) => v.push((mine, theirs)),
+            None => by_task.push((e.task.clone(), vec![(mine, theirs)])),
+        }
+    }
+    anyhow::ensure!(!json.is_empty(), "{} has no scores of the sets scored here (same task, split and language, with per-item data: reports of xsent 0.1 from before --compare lack it)", other_path.display());
+    for (task, pairs) in &by_task {
+        if pairs.len() < 2 {
+            continue;
+        }
+        let (a, b): (Vec<&Items>, Vec<&Items>) = pairs.iter().copied().unzip();
+        let d = paired(&a, &b)?;
+        let name = format!("mean of {} sets", pairs.len());
+        table += &format!("| {task} | **{name}** | {:.2} | {:.2} | **{:+.2}** | {} | {:.3} |\n", d.this, d.other, d.difference, show(d.ci95), d.p);
+        json.push(serde_json::json!({"task": task, "language": name, "difference": d}));
+    }
+    table += &format!(
+        "\nThis run minus {} ({}), paired: {}; p: the share of resamples whose difference is 0 or of the other sign.\n",
+        other_path.display(),
+        other.model,
+        super::bootstrap::DESCRIPTION
+    );
+    Ok((table, serde_json::json!({"against": other_path.display().to_string(), "model": other.model, "differences": json})))
 }
 
 /// Current UTC time as `YYYY-MM-DDTHH:MM:SSZ`.

@@ -1,6 +1,7 @@
 //! STS 2017 (seed 003 §4.1): Spearman ×100 of cosine similarity vs gold (main score), Pearson
 //! ×100, and the language-bias score of seed 003 §7 (Table 8).
 
+use super::bootstrap::show;
 use super::metrics::{cosine, pearson, spearman};
 use crate::data::sts::StsSet;
 use crate::model::Embedder;
@@ -15,6 +16,12 @@ pub struct SetScore {
     pub spearman: f64,
     /// Pearson r × 100.
     pub pearson: f64,
+    /// Bootstrap 95 % intervals ([`super::bootstrap`]).
+    pub spearman_ci95: super::bootstrap::Interval,
+    pub pearson_ci95: super::bootstrap::Interval,
+    /// The cosine and gold score of each pair.
+    #[serde(skip)]
+    pub items: super::bootstrap::Items,
 }
 
 /// Seed 003 §7: the pairs of the multilingual STS sets pooled into one set. A model whose similarities are comparable across
@@ -52,7 +59,9 @@ pub fn evaluate(enc: &dyn Embedder, sets: &[StsSet], batch_size: usize) -> Resul
             };
             anyhow::bail!("STS set {}: the correlation is undefined: {why}", set.name);
         }
-        scores.push(SetScore { name: set.name.clone(), n: sim.len(), spearman: 100.0 * rho, pearson: 100.0 * r });
+        let items = super::bootstrap::Items::Correlation { sim: sim.clone(), gold: set.gold.clone() };
+        let ci = super::bootstrap::intervals(&items);
+        scores.push(SetScore { name: set.name.clone(), n: sim.len(), spearman: 100.0 * rho, pearson: 100.0 * r, spearman_ci95: ci[0], pearson_ci95: ci[1], items });
         all_sim.push(sim);
     }
     let pooled: Vec<usize> = (0..sets.len()).filter(|&i| !NOT_POOLED.contains(&sets[i].name.as_str())).collect();
@@ -74,18 +83,18 @@ pub const NOT_POOLED: &[&str] = &["es-en-wmt"];
 /// The markdown table: our scores and the published ones for the same sets.
 pub fn markdown(scores: &[SetScore], bias: Option<&LanguageBias>) -> String {
     use super::published::{STS17_PEARSON as R, STS17_SPEARMAN as P};
-    let mut out = String::from("| STS 2017 | pairs | Spearman ×100 | Pearson ×100 |");
+    let mut out = String::from("| STS 2017 | pairs | Spearman ×100 | 95 % CI | Pearson ×100 | 95 % CI |");
     for p in P {
         out += &format!(" {} ({}) |", p.system, p.source);
     }
     for p in R {
         out += &format!(" Pearson: {} ({}) |", p.system, p.source);
     }
-    out += "\n|---|---:|---:|---:|";
+    out += "\n|---|---:|---:|---:|---:|---:|";
     out += &"---:|".repeat(P.len() + R.len());
     out += "\n";
     for s in scores {
-        out += &format!("| {} | {} | {:.2} | {:.2} |", s.name, s.n, s.spearman, s.pearson);
+        out += &format!("| {} | {} | {:.2} | {} | {:.2} | {} |", s.name, s.n, s.spearman, show(s.spearman_ci95), s.pearson, show(s.pearson_ci95));
         for p in P.iter().chain(R) {
             out += &match p.get(&s.name) {
                 // As printed: one decimal, two where the paper gives two (seed 000 Tab. 2).
@@ -106,6 +115,7 @@ pub fn markdown(scores: &[SetScore], bias: Option<&LanguageBias>) -> String {
             b.difference
         );
     }
+    out += &format!("95 % CI: {}\n", super::bootstrap::DESCRIPTION);
     out += "Published columns: Spearman ×100 as printed in the seeds (EN-ES = es-en track 4a, EN-AR = ar-en), then the Pearson ×100 columns of seed 002 Table 2 (compare with our Pearson); – = not reported.\n";
     out
 }
@@ -126,7 +136,18 @@ mod tests {
             }
         }
         let scores: Vec<SetScore> =
-            ["es-es", "en-de"].iter().map(|n| SetScore { name: n.to_string(), n: 250, spearman: 70.0, pearson: 71.0 }).collect();
+            ["es-es", "en-de"]
+                .iter()
+                .map(|n| SetScore {
+                    name: n.to_string(),
+                    n: 250,
+                    spearman: 70.0,
+                    pearson: 71.0,
+                    spearman_ci95: [68.0, 72.0],
+                    pearson_ci95: [69.0, 73.0],
+                    items: super::super::bootstrap::Items::Correlation { sim: vec![], gold: vec![] },
+                })
+                .collect();
         let t = markdown(&scores, None);
         let header = t.lines().next().unwrap();
         for p in STS17_SPEARMAN {

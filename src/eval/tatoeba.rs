@@ -15,6 +15,11 @@ pub struct LangScore {
     pub xx_to_en: f64,
     pub en_to_xx: f64,
     pub mean: f64,
+    /// Bootstrap 95 % interval of `mean` ([`super::bootstrap`]).
+    pub mean_ci95: super::bootstrap::Interval,
+    /// Hit or miss of each query, xx→en then en→xx.
+    #[serde(skip)]
+    pub items: super::bootstrap::Items,
 }
 
 /// Rows L2-normalised, as one `[n, d]` tensor.
@@ -28,21 +33,21 @@ fn matrix(rows: &[&Vec<f32>]) -> Result<Tensor> {
     Ok(Tensor::from_vec(flat, (rows.len(), d), &Device::Cpu)?)
 }
 
-/// Fraction ×100 of rows of `sim` whose maximum is on the diagonal (first maximum on ties).
-fn diagonal_accuracy(sim: &Tensor) -> Result<f64> {
+/// Whether each row of `sim` has its maximum on the diagonal (first maximum on ties).
+fn diagonal_hits(sim: &Tensor) -> Result<Vec<bool>> {
     let best = sim.argmax(1)?.to_vec1::<u32>()?;
-    let hits = best.iter().enumerate().filter(|(i, &j)| *i as u32 == j).count();
-    Ok(100.0 * hits as f64 / best.len().max(1) as f64)
+    Ok(best.iter().enumerate().map(|(i, &j)| i as u32 == j).collect())
 }
 
 /// Score one language pair from precomputed embeddings.
 pub fn score(set: &TatoebaSet, vecs: &HashMap<String, Vec<f32>>) -> Result<LangScore> {
     let x = matrix(&set.xx.iter().map(|s| &vecs[s]).collect::<Vec<_>>())?;
     let e = matrix(&set.eng.iter().map(|s| &vecs[s]).collect::<Vec<_>>())?;
-    let sim = x.matmul(&e.t()?)?;
-    let xx_to_en = diagonal_accuracy(&sim)?;
-    let en_to_xx = diagonal_accuracy(&sim.t()?.contiguous()?)?;
-    Ok(LangScore { lang: set.lang.clone(), n: set.xx.len(), xx_to_en, en_to_xx, mean: (xx_to_en + en_to_xx) / 2.0 })
+    let sim = crate::model::matmul::matmul(&x, &e.t()?)?;
+    let items = super::bootstrap::Items::hits(&[&diagonal_hits(&sim)?, &diagonal_hits(&sim.t()?.contiguous()?)?]);
+    let [mean, xx_to_en, en_to_xx] = items.scores(None)[..] else { unreachable!("two directions give three scores") };
+    let mean_ci95 = super::bootstrap::intervals(&items)[0];
+    Ok(LangScore { lang: set.lang.clone(), n: set.xx.len(), xx_to_en, en_to_xx, mean, mean_ci95, items })
 }
 
 /// Evaluate every set; sentences met again anywhere in the run are embedded once.
@@ -52,19 +57,24 @@ pub fn evaluate(enc: &dyn Embedder, sets: &[TatoebaSet], batch_size: usize) -> R
     sets.iter().map(|s| score(s, &vecs)).collect()
 }
 
+/// The bootstrap interval of the average over languages (each language resampled on its own).
+pub fn average_ci95(scores: &[LangScore]) -> super::bootstrap::Interval {
+    super::bootstrap::mean_interval(&scores.iter().map(|s| &s.items).collect::<Vec<_>>())
+}
+
 /// Markdown table with the published numbers beside ours (one column per system, each value
 /// from the first seed table that reports the language), and the average over languages.
 pub fn markdown(scores: &[LangScore]) -> String {
     let cols = super::published::by_system(super::published_tables::TATOEBA);
-    let mut out = String::from("| Tatoeba | pairs | xx→en | en→xx | mean |");
+    let mut out = String::from("| Tatoeba | pairs | xx→en | en→xx | mean | 95 % CI |");
     for c in &cols {
         out += &format!(" {} |", c.system);
     }
-    out += "\n|---|---:|---:|---:|---:|";
+    out += "\n|---|---:|---:|---:|---:|---:|";
     out += &"---:|".repeat(cols.len());
     out += "\n";
     for s in scores {
-        out += &format!("| {} | {} | {:.2} | {:.2} | {:.2} |", s.lang, s.n, s.xx_to_en, s.en_to_xx, s.mean);
+        out += &format!("| {} | {} | {:.2} | {:.2} | {:.2} | {} |", s.lang, s.n, s.xx_to_en, s.en_to_xx, s.mean, super::bootstrap::show(s.mean_ci95));
         for c in &cols {
             out += &c.get(&s.lang).map(|(v, _)| format!(" {v:.1} |")).unwrap_or_else(|| " – |".into());
         }
@@ -73,14 +83,16 @@ pub fn markdown(scores: &[LangScore]) -> String {
     let n = scores.len().max(1) as f64;
     let avg = |f: fn(&LangScore) -> f64| scores.iter().map(f).sum::<f64>() / n;
     out += &format!(
-        "| **average ({} languages)** | | {:.2} | {:.2} | **{:.2}** |{}\n",
+        "| **average ({} languages)** | | {:.2} | {:.2} | **{:.2}** | {} |{}\n",
         scores.len(),
         avg(|s| s.xx_to_en),
         avg(|s| s.en_to_xx),
         avg(|s| s.mean),
+        super::bootstrap::show(average_ci95(scores)),
         " |".repeat(cols.len())
     );
-    out += "\nPublished columns: accuracy ×100 (mean of both directions) as printed in the seeds, from the first table listing the language; – = not reported.\n";
+    out += &format!("\n95 % CI: {} (the average: within each language).\n", super::bootstrap::DESCRIPTION);
+    out += "Published columns: accuracy ×100 (mean of both directions) as printed in the seeds, from the first table listing the language; – = not reported.\n";
     for c in &cols {
         out += &format!("- {}: {}\n", c.system, c.sources());
     }

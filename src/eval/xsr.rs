@@ -9,6 +9,7 @@
 //! (same text, same vector: no model can tell them apart) counts as a hit too: a distractor
 //! that copies the gold, or a target line repeated in the target file, never costs one.
 
+use super::bootstrap::Items;
 use super::knn::{knn, Matrix};
 use crate::model::Embedder;
 use anyhow::{bail, ensure, Context, Result};
@@ -16,14 +17,14 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// `src[i]`'s translation is `tgt[i]`; the candidates are `tgt` followed by `distractors`.
-/// Returns P@1 ×100 and the number of candidates.
-pub fn p_at_1(enc: &dyn Embedder, src: &[String], tgt: &[String], distractors: &[String], batch_size: usize) -> Result<(f64, usize)> {
+/// Returns each query's hit and the number of candidates (P@1 is `hits.scores(None)[0]`).
+pub fn p_at_1(enc: &dyn Embedder, src: &[String], tgt: &[String], distractors: &[String], batch_size: usize) -> Result<(Items, usize)> {
     ensure!(src.len() == tgt.len(), "{} source and {} target sentences: they must be line-aligned", src.len(), tgt.len());
     let all: Vec<&String> = tgt.iter().chain(distractors).collect();
     let vecs = super::embed_unique(enc, src.iter().chain(all.iter().copied()).map(String::as_str), batch_size)?;
     let q = rows(&vecs, src.iter());
     let t = rows(&vecs, all.iter().copied());
-    Ok((p_at_1_vectors(&q, &t, |i, j| all[j] == &tgt[i])?, all.len()))
+    Ok((Items::hits(&[&hits_at_1(&q, &t, |i, j| all[j] == &tgt[i])?]), all.len()))
 }
 
 /// The vectors of `texts`, in order, as L2-normalised rows (every text is a key of `vecs`).
@@ -33,9 +34,14 @@ fn rows<'a>(vecs: &HashMap<String, Vec<f32>>, texts: impl Iterator<Item = &'a St
 
 /// P@1 ×100 when query i's answer is target i, or any target j with `same_text(i, j)`.
 pub fn p_at_1_vectors(q: &Matrix, t: &Matrix, same_text: impl Fn(usize, usize) -> bool) -> Result<f64> {
+    let hits = hits_at_1(q, t, same_text)?;
+    Ok(100.0 * hits.iter().filter(|h| **h).count() as f64 / hits.len().max(1) as f64)
+}
+
+/// Per query of [`p_at_1_vectors`]: whether its nearest candidate is its answer.
+pub fn hits_at_1(q: &Matrix, t: &Matrix, same_text: impl Fn(usize, usize) -> bool) -> Result<Vec<bool>> {
     let nb = knn(q, t, 1)?;
-    let hits = (0..q.rows()).filter(|&i| nb.row(i).1.first().is_some_and(|&j| j as usize == i || same_text(i, j as usize))).count();
-    Ok(100.0 * hits as f64 / q.rows().max(1) as f64)
+    Ok((0..q.rows()).map(|i| nb.row(i).1.first().is_some_and(|&j| j as usize == i || same_text(i, j as usize))).collect())
 }
 
 /// Multi30k split of the queries (and of their translations, the first candidates).
@@ -149,6 +155,10 @@ pub struct Multi30kScore {
     pub candidates: usize,
     /// P@1 ×100.
     pub p_at_1: f64,
+    /// Bootstrap 95 % interval of `p_at_1` ([`super::bootstrap`]).
+    pub p_at_1_ci95: super::bootstrap::Interval,
+    /// Hit or miss of each query.
+    pub items: Items,
 }
 
 /// P@1 of every set. Each distinct sentence of the run is embedded once, so a language used in
@@ -159,8 +169,10 @@ pub fn evaluate_multi30k(enc: &dyn Embedder, sets: &[Multi30kSet], batch_size: u
     sets.iter()
         .map(|s| {
             ensure!(s.queries.len() <= s.candidates.len(), "{}: {} queries but only {} candidates", s.direction(), s.queries.len(), s.candidates.len());
-            let p_at_1 = p_at_1_vectors(&rows(&vecs, s.queries.iter()), &rows(&vecs, s.candidates.iter()), |i, j| s.candidates[j] == s.candidates[i])?;
-            Ok(Multi30kScore { direction: s.direction(), queries: s.queries.len(), candidates: s.candidates.len(), p_at_1 })
+            let hits = hits_at_1(&rows(&vecs, s.queries.iter()), &rows(&vecs, s.candidates.iter()), |i, j| s.candidates[j] == s.candidates[i])?;
+            let items = Items::hits(&[&hits]);
+            let (p_at_1, p_at_1_ci95) = (items.scores(None)[0], super::bootstrap::intervals(&items)[0]);
+            Ok(Multi30kScore { direction: s.direction(), queries: s.queries.len(), candidates: s.candidates.len(), p_at_1, p_at_1_ci95, items })
         })
         .collect()
 }
@@ -169,13 +181,15 @@ pub fn evaluate_multi30k(enc: &dyn Embedder, sets: &[Multi30kSet], batch_size: u
 /// for reference.
 pub fn multi30k_markdown(scores: &[Multi30kScore]) -> String {
     let arrow = |d: &str| d.replacen('-', " → ", 1);
-    let mut out = String::from("| Multi30k XSR | queries | candidates | P@1 ×100 |\n|---|---:|---:|---:|\n");
+    let mut out = String::from("| Multi30k XSR | queries | candidates | P@1 ×100 | 95 % CI |\n|---|---:|---:|---:|---:|\n");
     for s in scores {
-        out += &format!("| {} | {} | {} | {:.2} |\n", arrow(&s.direction), s.queries, s.candidates, s.p_at_1);
+        out += &format!("| {} | {} | {} | {:.2} | {} |\n", arrow(&s.direction), s.queries, s.candidates, s.p_at_1, super::bootstrap::show(s.p_at_1_ci95));
     }
     let mean = scores.iter().map(|s| s.p_at_1).sum::<f64>() / scores.len().max(1) as f64;
     let plural = if scores.len() == 1 { "" } else { "s" };
-    out += &format!("| **mean ({} direction{plural})** | | | **{mean:.2}** |\n", scores.len());
+    let mean_ci = super::bootstrap::mean_interval(&scores.iter().map(|s| &s.items).collect::<Vec<_>>());
+    out += &format!("| **mean ({} direction{plural})** | | | **{mean:.2}** | {} |\n", scores.len(), super::bootstrap::show(mean_ci));
+    out += &format!("\n95 % CI: {} (the mean: within each direction).\n", super::bootstrap::DESCRIPTION);
     out += &format!(
         "\nQueries: {MULTI30K_QUERIES} in the source language; candidates: {} in the target language, in that order (a hit: the top-1 candidate is the query's own line; ties go to the lower index).\n",
         MULTI30K_CANDIDATES.join(" + ")
@@ -290,10 +304,14 @@ mod tests {
 
     #[test]
     fn multi30k_table_has_a_mean_row_and_the_published_footnote() {
-        let s = |d: &str, p| Multi30kScore { direction: d.into(), queries: 1000, candidates: 3014, p_at_1: p };
-        let t = multi30k_markdown(&[s("en-de", 99.0), s("cs-en", 97.0)]);
-        assert!(t.contains("| en → de | 1000 | 3014 | 99.00 |"), "{t}");
-        assert!(t.contains("| **mean (2 directions)** | | | **98.00** |"), "{t}");
+        // 99 and 97 hits of 100 queries.
+        let s = |d: &str, hits: usize| {
+            let items = Items::hits(&[&(0..100).map(|i| i < hits).collect::<Vec<bool>>()]);
+            Multi30kScore { direction: d.into(), queries: 100, candidates: 3014, p_at_1: items.scores(None)[0], p_at_1_ci95: [90.0, 100.0], items }
+        };
+        let t = multi30k_markdown(&[s("en-de", 99), s("cs-en", 97)]);
+        assert!(t.contains("| en → de | 100 | 3014 | 99.00 | [90.00, 100.00] |"), "{t}");
+        assert!(t.contains("| **mean (2 directions)** | | | **98.00** | ["), "{t}");
         assert!(t.contains("seed 001 Tab. 4 P@1 ×100: en → de 86.3 (Europarl"), "{t}");
     }
 }

@@ -30,12 +30,19 @@ impl Mode<'_> {
         matches!(self, Mode::Train(_))
     }
 
-    /// Inverted dropout with a mask drawn from the seeded RNG; identity in inference.
+    /// Inverted dropout with a mask drawn from the seeded RNG; identity in inference. On the CPU
+    /// the mask is drawn element by element; on a GPU (and on the CPU under `XSENT_KERNELS=candle`)
+    /// one seed is drawn and the device computes the mask from it ([`super::dropout`]).
     pub fn dropout(&mut self, x: &Tensor, p: f64) -> Result<Tensor> {
         match self {
             Mode::Train(rng) if p > 0.0 => {
                 if p >= 1.0 {
                     return Ok(x.zeros_like()?);
+                }
+                if !x.device().is_cpu() || super::kernels::candle_ops_forced() {
+                    if let Some(y) = super::dropout::apply(x, p, rng.random::<u64>())? {
+                        return Ok(y);
+                    }
                 }
                 let keep = (1.0 / (1.0 - p)) as f32;
                 let p = p as f32;
@@ -82,6 +89,7 @@ fn token_lookup(table: &Tensor, ids: &Tensor, mode: &Mode) -> Result<Tensor> {
     let sparse = mode.is_train()
         && table.is_variable()
         && table.device().is_cpu()
+        && !super::kernels::candle_ops_forced()
         && table.dtype() == DType::F32
         && ids.dtype() == DType::U32
         && ROW_LOOKUPS.with(|c| c.borrow().is_some());
@@ -358,6 +366,9 @@ impl Encoder {
     /// Position ids from the attention mask: BERT `0..L`; XLM-R `pad + 1 + cumsum(mask)` on
     /// attended tokens and `pad` elsewhere (as Hugging Face computes them, but from the mask).
     fn position_ids(&self, mask: &Tensor) -> Result<Tensor> {
+        if !mask.device().is_cpu() {
+            return self.position_ids_on_device(mask);
+        }
         let (b, l) = mask.dims2()?;
         let rows = mask.to_dtype(DType::F32)?.to_vec2::<f32>()?;
         let mut pos = Vec::with_capacity(b * l);
@@ -384,6 +395,29 @@ impl Encoder {
             }
         }
         Ok(Tensor::from_vec(pos, (b * l,), mask.device())?)
+    }
+
+    /// [`Self::position_ids`] computed where the mask lives (a GPU), without reading it back:
+    /// BERT `0..L`; XLM-R `pad + cumsum(mask) · mask + pad · (1 − mask)`, the same integers. The
+    /// range check uses the longest position the padded length allows.
+    fn position_ids_on_device(&self, mask: &Tensor) -> Result<Tensor> {
+        let (b, l) = mask.dims2()?;
+        let max_pos = self.embeddings.position.dim(0)?;
+        let last = match self.family {
+            Family::Bert => l.saturating_sub(1),
+            Family::XlmRoberta => self.pad_id as usize + l,
+        };
+        if l > 0 && last >= max_pos {
+            bail!("input of {l} tokens needs position {last} but the model has {max_pos} position embeddings; lower --max-length");
+        }
+        let pos = match self.family {
+            Family::Bert => Tensor::arange(0u32, l as u32, mask.device())?.unsqueeze(0)?.broadcast_as((b, l))?.contiguous()?,
+            Family::XlmRoberta => {
+                let m = mask.to_dtype(DType::F32)?;
+                (m.cumsum(1)?.mul(&m)? + self.pad_id as f64)?.to_dtype(DType::U32)?
+            }
+        };
+        Ok(pos.flatten_all()?)
     }
 
     /// `input_ids` `[B, L]` (u32), `attention_mask` `[B, L]` (1 = token, 0 = padding; any dtype).
@@ -426,13 +460,43 @@ impl Encoder {
         let q = split((layer.query.forward(x)? * (1.0 / (hd as f64).sqrt()))?)?;
         let k = split(layer.key.forward(x)?)?;
         let v = split(layer.value.forward(x)?)?;
-        let probs = super::kernels::masked_softmax(&q.matmul(&k.t()?)?, bias, mode.is_train())?;
+        let probs = super::kernels::masked_softmax(&super::matmul::matmul(&q, &k.t()?)?, bias, mode.is_train())?;
         let probs = mode.dropout(&probs, self.attention_dropout)?;
-        let ctx = super::kernels::merge_heads(&probs.matmul(&v)?)?;
+        let ctx = super::kernels::merge_heads(&super::matmul::matmul(&probs, &v)?)?;
         let a = mode.dropout(&layer.attn_out.forward(&ctx)?, self.hidden_dropout)?;
         let x = layer.attn_norm.forward(&(a + x)?, mode)?;
         let mid = self.act.apply(&layer.intermediate.forward(&x)?, mode)?;
         let o = mode.dropout(&layer.output.forward(&mid)?, self.hidden_dropout)?;
         layer.out_norm.forward(&(o + x)?, mode)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encoder(model_type: &str) -> Encoder {
+        let cfg: EncoderConfig = serde_json::from_value(serde_json::json!({
+            "model_type": model_type, "vocab_size": 50, "hidden_size": 8, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "intermediate_size": 16, "max_position_embeddings": 12, "pad_token_id": 1
+        }))
+        .unwrap();
+        let vm = candle_nn::VarMap::new();
+        Encoder::load(VarBuilder::from_varmap(&vm, DType::F32, &Device::Cpu), &cfg).unwrap()
+    }
+
+    /// The GPU's position ids (computed from the mask where it lives) are the CPU's, for both
+    /// families, padded rows included; both refuse a length the model has no positions for.
+    #[test]
+    fn position_ids_on_the_device_equal_the_host_ones() {
+        for family in ["bert", "xlm-roberta"] {
+            let e = encoder(family);
+            let mask = Tensor::from_vec(vec![1f32, 1., 1., 0., 0., 1., 1., 1., 1., 1., 1., 0., 0., 0., 0.], (3, 5), &Device::Cpu).unwrap();
+            let host = e.position_ids(&mask).unwrap().to_vec1::<u32>().unwrap();
+            let dev = e.position_ids_on_device(&mask).unwrap().to_vec1::<u32>().unwrap();
+            assert_eq!(host, dev, "{family}");
+            let long = Tensor::ones((1, 12), DType::F32, &Device::Cpu).unwrap();
+            assert_eq!(e.position_ids(&long).is_err(), e.position_ids_on_device(&long).is_err(), "{family}");
+        }
     }
 }

@@ -314,9 +314,43 @@ pub fn merge_heads(x: &Tensor) -> Result<Tensor> {
     }
 }
 
-/// Whether every tensor is on the CPU and f32: the kernels' domain (elsewhere candle's ops run).
+/// Whether every tensor is on the CPU and f32: the kernels' domain (elsewhere candle's ops run),
+/// unless [`candle_ops_forced`].
 fn cpu_f32(ts: &[&Tensor]) -> bool {
-    ts.iter().all(|t| t.device().is_cpu() && t.dtype() == candle_core::DType::F32)
+    !candle_ops_forced() && ts.iter().all(|t| t.device().is_cpu() && t.dtype() == candle_core::DType::F32)
+}
+
+thread_local! {
+    static FORCED_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the CPU runs what a GPU runs: candle's ops instead of these kernels, operands made
+/// contiguous for cuBLAS ([`super::matmul`]), dense token-table gradients and the optimiser's
+/// device path. Set for a process by `XSENT_KERNELS=candle` (tests of the GPU's code paths on a
+/// machine without one), or on one thread by [`with_candle_ops`].
+pub fn candle_ops_forced() -> bool {
+    static FROM_ENV: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    FORCED_HERE.with(|f| f.get())
+        || *FROM_ENV.get_or_init(|| match std::env::var("XSENT_KERNELS").as_deref() {
+            Ok("candle") => true,
+            Ok("") | Ok("fused") | Err(_) => false,
+            Ok(other) => {
+                eprintln!("xsent: XSENT_KERNELS={other:?} is not \"candle\" or \"fused\"; the fused CPU kernels are used");
+                false
+            }
+        })
+}
+
+/// `f()` with [`candle_ops_forced`] on this thread (for tests).
+pub fn with_candle_ops<T>(f: impl FnOnce() -> T) -> T {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            FORCED_HERE.with(|c| c.set(self.0));
+        }
+    }
+    let _reset = Reset(FORCED_HERE.with(|c| c.replace(true)));
+    f()
 }
 
 /// The f32 data of a contiguous input.
@@ -541,8 +575,8 @@ impl CustomOp3 for FusedLinear {
     }
 
     fn bwd(&self, x: &Tensor, w: &Tensor, b: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let dx = if x.track_op() { Some(grad.matmul(&w.detach())?) } else { None };
-        let dw = if w.track_op() { Some(grad.t()?.matmul(&x.detach())?) } else { None };
+        let dx = if x.track_op() { Some(grad.matmul(&w.detach())?) } else { None }; // CPU only
+        let dw = if w.track_op() { Some(grad.t()?.matmul(&x.detach())?) } else { None }; // CPU only
         let db = if b.track_op() { Some(grad.contiguous()?.apply_op1_no_bwd(&ColumnSums)?) } else { None };
         Ok((dx, dw, db))
     }
@@ -554,7 +588,7 @@ impl CustomOp3 for FusedLinear {
 pub fn linear(x: &Tensor, w: &Tensor, b: &Tensor, train: bool) -> Result<Tensor> {
     anyhow::ensure!(x.rank() == 2 && w.rank() == 2 && b.rank() == 1, "linear: [rows, in], [out, in] and [out] expected, got {:?}, {:?}, {:?}", x.dims(), w.dims(), b.dims());
     if !cpu_f32(&[x, w, b]) {
-        return Ok(x.matmul(&w.t()?)?.broadcast_add(b)?);
+        return Ok(super::matmul::matmul(x, &w.t()?)?.broadcast_add(b)?);
     }
     let b = b.contiguous()?;
     Ok(if train { x.apply_op3(w, &b, FusedLinear)? } else { x.apply_op3_no_bwd(w, &b, &FusedLinear)? })
@@ -826,6 +860,9 @@ mod tests {
             if fused { layer_norm_train(&r, &t[9], &t[10], 1e-12) } else { Ok(candle_nn::ops::layer_norm_slow(&r, &t[9], &t[10], 1e-12)?) }
         };
         check_grads("attention block", &inputs, &|t| block(t, true), &|t| block(t, false), 1e-5)?;
+        // The same block through the fallbacks a GPU runs (candle's ops, operands made
+        // contiguous for cuBLAS), forced on the CPU, against the fused kernels.
+        check_grads("attention block, GPU fallbacks", &inputs, &|t| with_candle_ops(|| block(t, true)), &|t| block(t, true), 1e-5)?;
         // Untracked inputs, tracked parameters: only the parameters get gradients, as candle's.
         let x = mat(b * l, h, 3)?;
         check_grads("layer norm parameters", &inputs[9..11], &|t| layer_norm_train(&x, &t[0], &t[1], 1e-12), &|t| Ok(candle_nn::ops::layer_norm_slow(&x, &t[0], &t[1], 1e-12)?), 1e-5)?;
@@ -895,6 +932,52 @@ mod tests {
         assert!(linear(&x, &w.narrow(1, 0, inp - 1)?, &b, true).is_err());
         assert!(linear(&x, &w, &b.narrow(0, 0, out - 1)?, true).is_err());
         assert!(linear(&x.unsqueeze(0)?, &w, &b, true).is_err());
+        Ok(())
+    }
+
+    /// The fallbacks a GPU runs, forced on the CPU, against the fused kernels: the linear layer
+    /// on every view layout of [`linear_matches_candle`] (where CUDA's matmul needs copies), the
+    /// inference ops, and f64 inputs (which always take the fallbacks).
+    #[test]
+    fn candle_fallbacks_match_the_fused_kernels() -> Result<()> {
+        let dev = candle_core::Device::Cpu;
+        let val = |n: usize, k: usize| -> Vec<f32> { (0..n).map(|i| (((i + k) * 7919) % 211) as f32 / 105.0 - 1.0).collect() };
+        let (rows, inp, out) = (9, 12, 7);
+        let wide = Tensor::from_vec(val(rows * (inp + 4), 1), (rows, inp + 4), &dev)?;
+        let tall = Tensor::from_vec(val((out + 3) * inp, 2), (out + 3, inp), &dev)?;
+        let b = Tensor::from_vec(val(out, 3), out, &dev)?;
+        // A column slice of x, rows 2.. of the weight, and both transposed from their storage.
+        let views = |t: &[Tensor]| -> Result<(Tensor, Tensor)> { Ok((t[0].narrow(1, 3, inp)?, t[1].narrow(0, 2, out)?)) };
+        check_grads(
+            "linear on views",
+            &[wide.clone(), tall.clone(), b.clone()],
+            &|t| with_candle_ops(|| views(t).and_then(|(x, w)| linear(&x, &w, &t[2], true))),
+            &|t| views(t).and_then(|(x, w)| linear(&x, &w, &t[2], true)),
+            1e-6,
+        )?;
+        let wt = Tensor::from_vec(val(inp * out, 4), (inp, out), &dev)?;
+        check_grads(
+            "linear, transposed weight",
+            &[wide.clone(), wt, b.clone()],
+            &|t| with_candle_ops(|| linear(&t[0].narrow(1, 1, inp)?, &t[1].t()?, &t[2], true)),
+            &|t| linear(&t[0].narrow(1, 1, inp)?, &t[1].t()?, &t[2], true),
+            1e-6,
+        )?;
+        let (x, w) = views(&[wide.clone(), tall.clone()])?;
+        assert!(max_diff(&with_candle_ops(|| linear(&x, &w, &b, false))?, &linear(&x, &w, &b, false)?)? < 1e-6);
+        let (scores, bias) = scores_and_bias(&dev)?;
+        for train in [false, true] {
+            let d = max_diff(&with_candle_ops(|| masked_softmax(&scores, &bias, train))?, &masked_softmax(&scores, &bias, train)?)?;
+            assert!(d < 1e-6, "masked softmax (train {train}): {d}");
+        }
+        let g = wide.affine(3.0, 0.0)?;
+        assert!(max_diff(&with_candle_ops(|| gelu_erf_infer(&g))?, &gelu_erf_infer(&g)?)? < 1e-6);
+        check_grads("gelu", std::slice::from_ref(&g), &|t| with_candle_ops(|| gelu_erf_train(&t[0])), &|t| gelu_erf_train(&t[0]), 1e-6)?;
+        // f64 needs no switch: it is outside the kernels' domain.
+        let x64 = x.to_dtype(candle_core::DType::F64)?;
+        let w64 = w.to_dtype(candle_core::DType::F64)?;
+        let y64 = linear(&x64, &w64, &b.to_dtype(candle_core::DType::F64)?, true)?.to_dtype(candle_core::DType::F32)?;
+        assert!(max_diff(&y64, &linear(&x, &w, &b, true)?)? < 1e-5);
         Ok(())
     }
 

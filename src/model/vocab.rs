@@ -82,9 +82,27 @@ fn train_with(
     let mut tk: TokenizerImpl<ModelWrapper, NormalizerWrapper, PreTokenizerWrapper, tokenizers::PostProcessorWrapper, DecoderWrapper> =
         TokenizerImpl::new(model);
     tk.with_normalizer(Some(normalizer(lowercase))).map_err(|e| anyhow::anyhow!("normaliser: {e}"))?;
-    tk.with_pre_tokenizer(Some(pre));
+    tk.with_pre_tokenizer(Some(pre.clone()));
     tk.with_decoder(decoder);
-    tk.train(&mut trainer, kept.iter()).map_err(|e| {
+    let trained = match &mut trainer {
+        // The crate's unigram trainer takes its words from a hash map (a new random order in every
+        // process), and ties in its scores follow that order; its E-step sums per-thread partial
+        // counts in an order that depends on work stealing. Words are counted here and handed over
+        // sorted, and the trainer runs on one thread, so that the same text gives the same
+        // tokenizer.json, byte for byte.
+        TrainerWrapper::UnigramTrainer(ut) => {
+            let words = word_counts(&normalizer(lowercase), &pre, &kept)?;
+            let mut model = Unigram::default();
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().context("a one-thread pool for the unigram trainer")?;
+            pool.install(|| ut.do_train(words, &mut model)).and_then(|special| {
+                tk.with_model(canonical_unigram(&model)?);
+                tk.add_special_tokens(special)?;
+                Ok(())
+            })
+        }
+        _ => tk.train(&mut trainer, kept.iter()).map(|_| ()),
+    };
+    trained.map_err(|e| {
         let e = e.to_string();
         if e.contains("not large enough") {
             let chars: std::collections::HashSet<char> = kept.iter().flat_map(|t| t.chars()).filter(|c| !c.is_whitespace()).collect();
@@ -99,7 +117,82 @@ fn train_with(
     Ok(tk.into())
 }
 
+/// Words of `texts` (normalised and pre-tokenised as the tokenizer will) with their counts,
+/// sorted by word: the unigram trainer's input in a fixed order.
+fn word_counts(norm: &NormalizerWrapper, pre: &PreTokenizerWrapper, texts: &[&str]) -> Result<Vec<(String, u32)>> {
+    use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
+    let mut counts: std::collections::BTreeMap<String, u32> = std::collections::BTreeMap::new();
+    for t in texts {
+        let mut n = NormalizedString::from(*t);
+        norm.normalize(&mut n).map_err(|e| anyhow::anyhow!("normalising {t:?}: {e}"))?;
+        let mut p = PreTokenizedString::from(n);
+        pre.pre_tokenize(&mut p).map_err(|e| anyhow::anyhow!("pre-tokenising {t:?}: {e}"))?;
+        for (w, _, _) in p.get_splits(OffsetReferential::Original, OffsetType::Byte) {
+            *counts.entry(w.to_owned()).or_insert(0) += 1;
+        }
+    }
+    Ok(counts.into_iter().collect())
+}
+
+/// The trained unigram model with the two orders its trainer leaves to a hash set made fixed
+/// (tokenizers 0.23, `UnigramTrainer::finalize`): every character of the text is kept, and those
+/// the EM steps dropped come back with the scores `m`, `m + 1e-4`, `m + 2e-4`, … (`m` the lowest
+/// score of the EM model) in hash order; then the pieces are sorted by score, ties in insertion
+/// order. Here the returned characters get those scores in character order, and ties are broken
+/// by the piece's text. The special tokens in front (`<unk>`, id 0) stay where they are.
+fn canonical_unigram(model: &Unigram) -> tokenizers::Result<Unigram> {
+    let all: Vec<(String, f64)> = model.iter().cloned().collect();
+    let specials = all.iter().take_while(|(p, _)| p == UNK).count();
+    let (head, rest) = all.split_at(specials);
+    let mut rest = rest.to_vec();
+    // The re-added characters: the longest run of single characters scored exactly m + penalty_k,
+    // k = 0, 1, 2, …, accumulated as the trainer does, over the candidates for m.
+    let single = |p: &str| p.chars().nth(1).is_none() && !p.is_empty();
+    let mut by_score: HashMap<u64, Vec<usize>> = HashMap::new();
+    for (i, (p, s)) in rest.iter().enumerate() {
+        if single(p) {
+            by_score.entry(s.to_bits()).or_default().push(i);
+        }
+    }
+    // The run starts at `m`, the EM model's lowest score, which the first returned character shares
+    // with the pieces the EM model itself scored lowest: every single character at `m` joins the
+    // run (which of them the trainer returned is not known), then exactly one per step.
+    let mut best: (usize, Vec<usize>) = (0, Vec::new());
+    for (&bits, start) in &by_score {
+        let m = f64::from_bits(bits);
+        let mut run = start.clone();
+        let mut steps = 0;
+        let mut penalty = 0.0001;
+        while let Some([j]) = by_score.get(&(m + penalty).to_bits()).map(Vec::as_slice) {
+            run.push(*j);
+            steps += 1;
+            penalty += 0.0001;
+        }
+        // The longest run; equal lengths by the lowest start score, for a fixed choice.
+        let (best_steps, best_run) = &best;
+        if steps > *best_steps || (steps == *best_steps && steps > 0 && best_run.first().is_some_and(|&b| m < rest[b].1)) {
+            best = (steps, run);
+        }
+    }
+    let best = best.1;
+    if best.len() > 1 {
+        let mut scores: Vec<f64> = best.iter().map(|&i| rest[i].1).collect();
+        scores.sort_by(f64::total_cmp);
+        let mut chars: Vec<String> = best.iter().map(|&i| rest[i].0.clone()).collect();
+        chars.sort_unstable();
+        for (&i, (c, s)) in best.iter().zip(chars.into_iter().zip(scores)) {
+            rest[i] = (c, s);
+        }
+    }
+    rest.sort_by(|(p, a), (q, b)| b.total_cmp(a).then_with(|| p.cmp(q)));
+    let unk = (specials > 0).then_some(0);
+    Unigram::from(head.iter().cloned().chain(rest).collect(), unk, model.byte_fallback())
+}
+
 /// Learn a shared SentencePiece-style vocabulary of about `vocab_size` pieces from `texts`.
+/// A unigram vocabulary is the same for the same text, byte for byte (its trainer runs on one
+/// thread, on words in a fixed order, [`canonical_unigram`]). A BPE one is not: the `tokenizers`
+/// BPE trainer numbers words in hash order, and merges of equal count follow those numbers.
 pub fn train_subword(texts: &[&str], kind: SubwordModel, vocab_size: usize, lowercase: bool) -> Result<Tokenizer> {
     check_size("the vocabulary size", vocab_size)?;
     let meta = Metaspace::new('▁', PrependScheme::Always, true);
@@ -226,6 +319,50 @@ mod tests {
     fn a_vocabulary_smaller_than_the_characters_says_how_many_there_are() {
         let e = format!("{:#}", train_subword(&["abc def", "ghi"], SubwordModel::Unigram, 2, false).unwrap_err());
         assert!(e.contains("above the number of distinct characters in the text (9 here"), "{e}");
+    }
+
+    /// The same text gives the same unigram tokenizer.json, byte for byte, however the crate's
+    /// hash maps are seeded: words with equal counts (here every word appears as often as its
+    /// twin with the letters swapped) must not be ordered by hash.
+    #[test]
+    fn unigram_vocabulary_is_the_same_every_time() {
+        let words: Vec<String> = (0..400u32)
+            .map(|i| {
+                let a = char::from(b'a' + (i % 26) as u8);
+                let b = char::from(b'a' + (i / 26 % 26) as u8);
+                format!("{a}{b}{a}x{b}{a} {b}{a}{b}x{a}{b}")
+            })
+            .collect();
+        let texts: Vec<&str> = words.iter().map(String::as_str).collect();
+        let train = || train_subword(&texts, SubwordModel::Unigram, 120, false).unwrap().to_string(false).unwrap();
+        let first = train();
+        for _ in 0..6 {
+            assert!(train() == first, "two trainings on the same text gave different tokenizer.json");
+        }
+    }
+
+    /// The trainer's two hash orders, as in a 16k vocabulary of the lightweight config: the lowest
+    /// EM score `m` is shared by EM pieces and the first returned character, then one character per
+    /// step of 1e-4. Two assignments of the same characters to those scores give one model.
+    #[test]
+    fn returned_characters_get_their_scores_in_one_order() {
+        let m = -15.078912236482179;
+        let model = |chars: [&str; 5]| {
+            let mut v: Vec<(String, f64)> = vec![(UNK.into(), 0.0), ("ab".into(), -3.0), ("«".into(), -15.06)];
+            let scores = [m + 0.0001 + 0.0001, m + 0.0001, m, m, m];
+            v.extend(chars.iter().zip(scores).map(|(c, s)| (c.to_string(), s)));
+            v.push(("§x".into(), m));
+            Unigram::from(v, Some(0), false).unwrap()
+        };
+        let a = canonical_unigram(&model(["„", "–", "\t", "§", "Â"])).unwrap();
+        let b = canonical_unigram(&model(["Â", "„", "§", "–", "\t"])).unwrap();
+        let pieces = |u: &Unigram| u.iter().cloned().collect::<Vec<_>>();
+        assert_eq!(pieces(&a), pieces(&b));
+        // The scores are kept; only which character has which changed.
+        let mut scores: Vec<f64> = pieces(&a).iter().map(|p| p.1).collect();
+        scores.sort_by(f64::total_cmp);
+        assert_eq!(scores.iter().filter(|&&s| s == m).count(), 4);
+        assert_eq!(pieces(&a)[0].0, UNK);
     }
 
     #[test]

@@ -207,11 +207,32 @@ pub struct DataConfig {
     /// (which then trains on every pair whose source sentence is not among them).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub val_sources: Vec<crate::data::parallel::Source>,
+    /// Drop every training (and projection-fitting) pair with a side in an evaluation set: the
+    /// benchmark sets under `eval_dir`, the config's validation files and `eval_pairs` /
+    /// `eval_lines` ([`crate::data::decontam`]).
+    pub decontaminate: bool,
+    /// The benchmark data whose sets are checked (default: `XSENT_DATA`, else `../shared/data`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eval_dir: Option<PathBuf>,
+    /// More evaluation sets to keep out of training: files of scored pairs (as `eval sts --pairs`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub eval_pairs: Vec<PathBuf>,
+    /// More evaluation sets to keep out of training: one sentence per line (as `eval xsr --src/--tgt`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub eval_lines: Vec<PathBuf>,
 }
 
 impl Default for DataConfig {
     fn default() -> Self {
-        Self { sources: Vec::new(), val_size: 500, val_sources: Vec::new() }
+        Self {
+            sources: Vec::new(),
+            val_size: 500,
+            val_sources: Vec::new(),
+            decontaminate: true,
+            eval_dir: None,
+            eval_pairs: Vec::new(),
+            eval_lines: Vec::new(),
+        }
     }
 }
 

@@ -153,6 +153,8 @@ pub struct Disentangle {
     /// (`train.val_sts`), with the base embeddings of the texts it has seen: the same texts are
     /// scored at every validation, and only the heads change.
     live: Option<LiveBase>,
+    /// What decontamination dropped.
+    overlaps: Vec<crate::data::decontam::Overlap>,
 }
 
 struct LiveBase {
@@ -164,7 +166,8 @@ struct LiveBase {
 impl Disentangle {
     pub fn new(cfg: &Config) -> Result<Self> {
         let dc = cfg.disentangle.clone().context("recipe = \"disentangle\" needs a [disentangle] section")?;
-        let (train_pairs, val_pairs) = train_val_pairs(cfg)?;
+        let mut decontam = super::decontam::Decontam::new(cfg)?;
+        let (train_pairs, val_pairs) = train_val_pairs(cfg, &mut decontam)?;
 
         // Every distinct (sentence, language), sorted: the same sentences give the same cache key.
         let mut sentences: Vec<(String, String)> = Vec::new();
@@ -234,7 +237,7 @@ impl Disentangle {
             .iter()
             .map(|e| (draw(&val_pools[e.s_lang as usize], e.s, &mut val_rng), draw(&val_pools[e.t_lang as usize], e.t, &mut val_rng)))
             .collect();
-        Ok(Self { cfg: dc, heads, infer, params, table, languages, train, pools, val, val_negatives, base, live })
+        Ok(Self { cfg: dc, heads, infer, params, table, languages, train, pools, val, val_negatives, base, live, overlaps: decontam.overlaps })
     }
 
     /// The loss terms of examples with their s′, t′, and the number of pairs.
@@ -349,6 +352,10 @@ fn draw(pool: &[u32], not: u32, rng: &mut Rng) -> u32 {
 }
 
 impl Recipe for Disentangle {
+    fn overlaps(&self) -> &[crate::data::decontam::Overlap] {
+        &self.overlaps
+    }
+
     fn num_examples(&self) -> usize {
         self.train.len()
     }
@@ -509,6 +516,7 @@ mod tests {
             val_negatives: vec![(2, 3)],
             base: BaseSettings { model: String::new(), resolved: None, prefix: String::new(), pooling: Pooling::Mean, max_length: 8, normalize: false },
             live: None,
+            overlaps: Vec::new(),
         }
     }
 

@@ -198,12 +198,15 @@ pub struct Distill {
     dim: usize,
     embed_batch: usize,
     source_weight: f64,
+    /// What decontamination dropped.
+    overlaps: Vec<crate::data::decontam::Overlap>,
 }
 
 impl Distill {
     pub fn new(cfg: &Config) -> Result<Self> {
         let dc = cfg.distill.as_ref().context("recipe = \"distill\" needs a [distill] section")?;
-        let (train, val) = train_val_pairs(cfg)?;
+        let mut decontam = super::decontam::Decontam::new(cfg)?;
+        let (train, val) = train_val_pairs(cfg, &mut decontam)?;
 
         // Teacher embeddings of every distinct source sentence, cached.
         // Sorted, so that the same sentences give the same cache key whatever the split.
@@ -215,7 +218,7 @@ impl Distill {
         let fit_pool = if dc.projection_fit_sources.is_empty() {
             None
         } else {
-            let pairs = read_sources(&dc.projection_fit_sources, "distill.projection_fit_sources")?;
+            let pairs = decontam.pairs("distill.projection_fit_sources", read_sources(&dc.projection_fit_sources, "distill.projection_fit_sources")?);
             // Split as training data is (with [[data.val_sources]] it is not split), but other
             // sources split otherwise: the run's own held-out sentences are taken out too, so
             // that the fit never sees them.
@@ -338,7 +341,18 @@ impl Distill {
                 (Tensor::from_vec(rows, (sources.len(), d), &Device::Cpu)?, d)
             }
         };
-        Ok(Self { student, infer, train, val, teacher_rows, teacher, dim, embed_batch: dc.embed_batch_size, source_weight: dc.source_weight })
+        Ok(Self {
+            student,
+            infer,
+            train,
+            val,
+            teacher_rows,
+            teacher,
+            dim,
+            embed_batch: dc.embed_batch_size,
+            source_weight: dc.source_weight,
+            overlaps: decontam.overlaps,
+        })
     }
 
     fn teacher_batch(&self, pairs: &[&Pair]) -> Result<Tensor> {
@@ -350,6 +364,10 @@ impl Distill {
 impl Recipe for Distill {
     fn embedder(&self) -> Option<&dyn crate::model::Embedder> {
         Some(&self.infer)
+    }
+
+    fn overlaps(&self) -> &[crate::data::decontam::Overlap] {
+        &self.overlaps
     }
 
     fn num_examples(&self) -> usize {
@@ -444,7 +462,7 @@ fn fit_examples<'a>(train: &'a [Pair], fit_on: FitOn, size: usize, rng: &mut Rng
 /// ([`split_by_source`]), or, with `val_sources`, one pair of each of their distinct source
 /// sentences (languages in turn) to validate and every pair of `sources` whose source sentence
 /// is not among them to train. Prints the two counts.
-pub fn train_val_pairs(cfg: &Config) -> Result<(Vec<Pair>, Vec<Pair>)> {
+pub fn train_val_pairs(cfg: &Config, dc: &mut super::decontam::Decontam) -> Result<(Vec<Pair>, Vec<Pair>)> {
     let data = &cfg.data;
     if data.val_size == 0 && data.val_sources.is_empty() {
         // Every validation (before the first step, at the end) scores held-out pairs.
@@ -454,7 +472,7 @@ pub fn train_val_pairs(cfg: &Config) -> Result<(Vec<Pair>, Vec<Pair>)> {
             cfg.recipe
         );
     }
-    let pairs = read_sources(&data.sources, "data.sources")?;
+    let pairs = dc.pairs("data.sources", read_sources(&data.sources, "data.sources")?);
     let (train, val) = if data.val_sources.is_empty() {
         split_by_source(pairs, data.val_size, cfg.seed)?
     } else {

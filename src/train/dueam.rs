@@ -242,6 +242,8 @@ pub struct Dueam {
     embed_batch: usize,
     /// WMD of each training example computed so far.
     wmd_cache: Mutex<HashMap<usize, f64>>,
+    /// What decontamination dropped.
+    overlaps: Vec<crate::data::decontam::Overlap>,
 }
 
 impl Dueam {
@@ -254,6 +256,8 @@ impl Dueam {
             PairKind::Unsup => unsup_pairs(&dc.xnli_dir, &dc.splits, &dc.langs, dc.unsup_pairs, cfg.seed),
         }
         .with_context(|| format!("dueam: building the {:?} training pairs from {}", dc.pairs, dc.xnli_dir.display()))?;
+        let mut decontam = super::decontam::Decontam::new(cfg)?;
+        let data = decontam.pair_set("dueam.xnli_dir", data);
         let build_s = t0.elapsed().as_secs_f64();
         let mut val = Vec::new();
         for (i, s) in dc.val_sources.iter().enumerate() {
@@ -325,6 +329,7 @@ impl Dueam {
             solver: dc.solver(),
             embed_batch: dc.embed_batch_size.max(1),
             wmd_cache: Mutex::new(HashMap::new()),
+            overlaps: decontam.overlaps,
         })
     }
 
@@ -445,6 +450,10 @@ pub fn dueam_loss(s: &Tensor, t: &Tensor, wmd: Option<&[f64]>, lambda: f64, term
 impl Recipe for Dueam {
     fn embedder(&self) -> Option<&dyn crate::model::Embedder> {
         Some(&self.infer)
+    }
+
+    fn overlaps(&self) -> &[crate::data::decontam::Overlap] {
+        &self.overlaps
     }
 
     fn num_examples(&self) -> usize {

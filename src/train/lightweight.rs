@@ -34,6 +34,7 @@ use super::distill::train_val_pairs;
 use super::trainer::{write_atomically, Recipe, StepLoss};
 use crate::eval::knn::{translation_accuracy, Matrix};
 use crate::model::encoder::{Linear, Rng};
+use crate::model::matmul::matmul;
 use crate::model::sentence::{write_st_files, Encoded, StFiles};
 use crate::model::vocab::{self, SubwordModel};
 use crate::model::weights::{self, Params};
@@ -286,7 +287,7 @@ pub fn kl_sparse(logits: &Tensor, q: &[Sparse], n: usize) -> Result<Tensor> {
 /// Eq. 5: mean over rows of the cross-entropy of `u·vᵀ` rows and columns against the diagonal.
 pub fn align_loss(u: &Tensor, v: &Tensor) -> Result<Tensor> {
     let b = u.dim(0)?;
-    let s = u.matmul(&v.t()?)?;
+    let s = matmul(u, &v.t()?)?;
     let diag = Tensor::arange(0u32, b as u32, u.device())?;
     let rows = candle_nn::loss::cross_entropy(&s, &diag)?;
     let cols = candle_nn::loss::cross_entropy(&s.t()?.contiguous()?, &diag)?;
@@ -298,8 +299,8 @@ pub fn align_loss(u: &Tensor, v: &Tensor) -> Result<Tensor> {
 /// cosine is floored at 1e-12.
 pub fn sim_loss(u: &Tensor, v: &Tensor) -> Result<Tensor> {
     let b = u.dim(0)?;
-    let a = candle_nn::ops::softmax(&u.matmul(&u.t()?)?, D::Minus1)?;
-    let c = candle_nn::ops::softmax(&v.matmul(&v.t()?)?, D::Minus1)?;
+    let a = candle_nn::ops::softmax(&matmul(u, &u.t()?)?, D::Minus1)?;
+    let c = candle_nn::ops::softmax(&matmul(v, &v.t()?)?, D::Minus1)?;
     let cos = ((a - c)? * std::f64::consts::FRAC_PI_2)?.cos()?;
     let cos = cos.maximum(1e-12)?;
     Ok((cos.log()?.sum_all()?.neg()? / b as f64)?)
@@ -350,6 +351,8 @@ pub struct Lightweight {
     val_src: Vec<String>,
     val_tgt: Vec<String>,
     mask_id: u32,
+    /// What decontamination dropped.
+    overlaps: Vec<crate::data::decontam::Overlap>,
 }
 
 /// Write the initial model directory (vocabulary, config, seeded random weights) into `dir`.
@@ -382,14 +385,15 @@ fn write_init(lc: &LightweightConfig, texts: &[&str], seed: u64, dir: &Path) -> 
 
 impl Lightweight {
     /// The recipe for run directory `out`. The initial model (learned vocabulary, seeded random
-    /// weights) is written once to `out/init/` and read from there by a resumed run: the
-    /// `tokenizers` unigram trainer breaks ties in hash-map order, so learning the vocabulary
-    /// again could number the pieces differently.
+    /// weights) is written once to `out/init/` and read from there by a resumed run (a unigram
+    /// vocabulary learned again would be the same, but a BPE one could number its pieces
+    /// differently).
     pub fn new(cfg: &Config, out: &Path) -> Result<Self> {
         let lc = cfg.lightweight.clone().context("recipe = \"lightweight\" needs a [lightweight] section")?;
         lc.validate()?;
         let device = crate::device::parse_device(&cfg.train.device)?;
-        let (train, val) = train_val_pairs(cfg)?;
+        let mut decontam = super::decontam::Decontam::new(cfg)?;
+        let (train, val) = train_val_pairs(cfg, &mut decontam)?;
 
         let init = out.join("init");
         if init.is_dir() {
@@ -459,6 +463,7 @@ impl Lightweight {
             val_src: val.iter().map(|p| p.src.clone()).collect(),
             val_tgt: val.iter().map(|p| p.tgt.clone()).collect(),
             mask_id,
+            overlaps: decontam.overlaps,
         })
     }
 
@@ -517,6 +522,10 @@ impl Lightweight {
 impl Recipe for Lightweight {
     fn embedder(&self) -> Option<&dyn crate::model::Embedder> {
         Some(&self.infer)
+    }
+
+    fn overlaps(&self) -> &[crate::data::decontam::Overlap] {
+        &self.overlaps
     }
 
     fn num_examples(&self) -> usize {

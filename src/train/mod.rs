@@ -2,6 +2,7 @@
 
 pub mod cache;
 pub mod config;
+pub mod decontam;
 pub mod disentangle;
 pub mod distill;
 pub mod dueam;

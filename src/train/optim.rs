@@ -2,7 +2,12 @@
 //!
 //! On the CPU each parameter is updated by one pass over its memory (no temporaries), in
 //! parallel for large tensors; `candle_nn::AdamW` allocates a dozen tensors per parameter per
-//! step. Other devices use the same arithmetic through tensor ops.
+//! step. On a GPU the moments live on the GPU beside the parameter, and one kernel per
+//! parameter updates parameter and moments in place (`optim_cuda`, the CPU kernel's arithmetic
+//! in the same order, without fused multiply-adds); elsewhere (and on the CPU under
+//! `XSENT_KERNELS=candle`) the same arithmetic runs as tensor ops whose results are copied into
+//! the parameter's and the moments' own buffers. The global gradient norm is summed on the
+//! device and read back once per step.
 
 use crate::model::weights::Params;
 use anyhow::{ensure, Result};
@@ -31,8 +36,11 @@ impl Default for AdamWConfig {
 struct Slot {
     var: Var,
     name: String,
+    /// The moments on the host (the CPU's fused kernel), empty when they are [`Slot::dev`].
     m: Vec<f32>,
     v: Vec<f32>,
+    /// The moments on the parameter's device (a GPU, or the CPU under `XSENT_KERNELS=candle`).
+    dev: Option<(Var, Var)>,
     /// Excluded from weight decay (biases and LayerNorm weights, as is customary).
     no_decay: bool,
     /// This parameter's learning rate as a multiple of the step's (1 unless a recipe sets it).
@@ -69,6 +77,14 @@ struct Hyper {
     eps: f32,
     decay: f32,
     grad_scale: f32,
+}
+
+impl Hyper {
+    /// The kernel's arguments in its order.
+    #[cfg(feature = "cuda")]
+    fn cuda(&self) -> [f32; 8] {
+        [self.lr, self.b1, self.b2, self.bc1, self.bc2, self.eps, self.decay, self.grad_scale]
+    }
 }
 
 /// One parallel chunk of the update: parameters, gradients, first and second moments.
@@ -132,7 +148,13 @@ impl AdamW {
             ensure!(var.dtype() == DType::F32, "parameter {name} is {:?}; AdamW needs f32", var.dtype());
             let n = var.elem_count();
             let no_decay = decay_exempt(name);
-            slots.push(Slot { var: var.clone(), name: name.clone(), m: vec![0.0; n], v: vec![0.0; n], no_decay, lr_scale: 1.0 });
+            let slot = if on_device(var) {
+                let z = || Var::zeros(var.shape(), DType::F32, var.device());
+                Slot { var: var.clone(), name: name.clone(), m: Vec::new(), v: Vec::new(), dev: Some((z()?, z()?)), no_decay, lr_scale: 1.0 }
+            } else {
+                Slot { var: var.clone(), name: name.clone(), m: vec![0.0; n], v: vec![0.0; n], dev: None, no_decay, lr_scale: 1.0 }
+            };
+            slots.push(slot);
         }
         Ok(Self { cfg, slots, step: 0 })
     }
@@ -150,10 +172,20 @@ impl AdamW {
     /// pass over each gradient's memory, no temporaries).
     pub fn grad_norm(&self, grads: &GradStore) -> Result<f64> {
         let mut sq = 0f64;
+        // Off the host, each gradient's Σg² stays on its device until all are queued: one read
+        // (and one wait for the device) per step instead of one per parameter.
+        let mut queued: Vec<Tensor> = Vec::new();
         for s in &self.slots {
             if let Some(g) = grads.get(s.var.as_tensor()) {
-                sq += sum_of_squares(g)?;
+                if s.dev.is_some() {
+                    queued.push(g.to_dtype(DType::F32)?.sqr()?.sum_all()?);
+                } else {
+                    sq += sum_of_squares(g)?;
+                }
             }
+        }
+        if !queued.is_empty() {
+            sq += Tensor::stack(&queued, 0)?.to_dtype(DType::F64)?.to_vec1::<f64>()?.iter().sum::<f64>();
         }
         Ok(sq.sqrt())
     }
@@ -177,32 +209,38 @@ impl AdamW {
             let Some(g) = grads.get(s.var.as_tensor()) else { continue };
             let decay = if s.no_decay { 0.0 } else { self.cfg.weight_decay };
             let lr = lr * s.lr_scale;
-            if s.var.device().is_cpu() {
-                let g = g.contiguous()?;
-                let h = Hyper {
-                    lr: lr as f32,
-                    b1: b1 as f32,
-                    b2: b2 as f32,
-                    bc1: (1.0 - b1.powi(t)) as f32,
-                    bc2: (1.0 - b2.powi(t)) as f32,
-                    eps: self.cfg.eps as f32,
-                    decay: decay as f32,
-                    grad_scale: grad_scale as f32,
-                };
-                let op = Update { m: RefCell::new(&mut s.m), v: RefCell::new(&mut s.v), h };
-                s.var.as_tensor().inplace_op2(&g, &op)?;
-            } else {
-                // Same arithmetic with tensor ops; the moments live on the host between steps.
-                let dev = s.var.device();
-                let shape = s.var.shape();
-                let g = (g * grad_scale)?;
-                let m = ((Tensor::from_slice(&s.m, shape, dev)? * b1)? + (&g * (1.0 - b1))?)?;
-                let v = ((Tensor::from_slice(&s.v, shape, dev)? * b2)? + (g.sqr()? * (1.0 - b2))?)?;
-                let upd = ((&m / (1.0 - b1.powi(t)))? / ((&v / (1.0 - b2.powi(t)))?.sqrt()? + self.cfg.eps)?)?;
-                let p = ((s.var.as_tensor() * (1.0 - lr * decay))? - (upd * lr)?)?;
-                s.var.set(&p)?;
-                s.m = m.flatten_all()?.to_vec1()?;
-                s.v = v.flatten_all()?.to_vec1()?;
+            let h = Hyper {
+                lr: lr as f32,
+                b1: b1 as f32,
+                b2: b2 as f32,
+                bc1: (1.0 - b1.powi(t)) as f32,
+                bc2: (1.0 - b2.powi(t)) as f32,
+                eps: self.cfg.eps as f32,
+                decay: decay as f32,
+                grad_scale: grad_scale as f32,
+            };
+            let g = g.contiguous()?;
+            match &s.dev {
+                None => {
+                    let op = Update { m: RefCell::new(&mut s.m), v: RefCell::new(&mut s.v), h };
+                    s.var.as_tensor().inplace_op2(&g, &op)?;
+                }
+                #[cfg(feature = "cuda")]
+                Some((m, v)) if s.var.device().is_cuda() => crate::gpu::adamw_update(s.var.as_tensor(), &g, m.as_tensor(), v.as_tensor(), &h.cuda())?,
+                Some((m, v)) => {
+                    // The kernel's arithmetic as tensor ops, in f32 and in the same order (so
+                    // the same values), each result copied into the buffer it replaces.
+                    let scalar = |x: f32| Tensor::new(x, g.device());
+                    let g = g.affine(h.grad_scale as f64, 0.0)?;
+                    let m_new = (m.as_tensor().affine(h.b1 as f64, 0.0)? + g.affine((1.0 - h.b1) as f64, 0.0)?)?;
+                    let v_new = (v.as_tensor().affine(h.b2 as f64, 0.0)? + g.affine((1.0 - h.b2) as f64, 0.0)?.mul(&g)?)?;
+                    let denom = v_new.broadcast_div(&scalar(h.bc2)?)?.sqrt()?.affine(1.0, h.eps as f64)?;
+                    let upd = m_new.broadcast_div(&scalar(h.bc1)?)?.div(&denom)?;
+                    let p = (s.var.as_tensor().affine((1.0 - h.lr * h.decay) as f64, 0.0)? - upd.affine(h.lr as f64, 0.0)?)?;
+                    m.set(&m_new)?;
+                    v.set(&v_new)?;
+                    s.var.set(&p)?;
+                }
             }
         }
         Ok(StepStats { grad_norm })
@@ -213,8 +251,12 @@ impl AdamW {
         let dev = candle_core::Device::Cpu;
         let mut out = HashMap::new();
         for s in &self.slots {
-            out.insert(format!("m.{}", s.name), Tensor::from_slice(&s.m, s.var.shape(), &dev)?);
-            out.insert(format!("v.{}", s.name), Tensor::from_slice(&s.v, s.var.shape(), &dev)?);
+            let (m, v) = match &s.dev {
+                None => (Tensor::from_slice(&s.m, s.var.shape(), &dev)?, Tensor::from_slice(&s.v, s.var.shape(), &dev)?),
+                Some((m, v)) => (m.as_tensor().to_device(&dev)?, v.as_tensor().to_device(&dev)?),
+            };
+            out.insert(format!("m.{}", s.name), m);
+            out.insert(format!("v.{}", s.name), v);
         }
         Ok(out)
     }
@@ -222,16 +264,32 @@ impl AdamW {
     /// Restore moments saved by [`state_tensors`](Self::state_tensors) and the step count.
     pub fn load_state(&mut self, state: &HashMap<String, Tensor>, step: u64) -> Result<()> {
         for s in &mut self.slots {
-            for (key, dst) in [(format!("m.{}", s.name), &mut s.m), (format!("v.{}", s.name), &mut s.v)] {
+            let n = s.var.elem_count();
+            let get = |key: String| -> Result<Tensor> {
                 let t = state.get(&key).ok_or_else(|| anyhow::anyhow!("optimiser state has no {key}"))?;
-                let vals = t.flatten_all()?.to_vec1::<f32>()?;
-                ensure!(vals.len() == dst.len(), "optimiser state {key}: {} values, parameter has {}", vals.len(), dst.len());
-                *dst = vals;
+                ensure!(t.elem_count() == n, "optimiser state {key}: {} values, parameter has {n}", t.elem_count());
+                Ok(t.to_dtype(DType::F32)?)
+            };
+            let (m, v) = (get(format!("m.{}", s.name))?, get(format!("v.{}", s.name))?);
+            match &s.dev {
+                None => {
+                    s.m = m.flatten_all()?.to_vec1::<f32>()?;
+                    s.v = v.flatten_all()?.to_vec1::<f32>()?;
+                }
+                Some((dm, dv)) => {
+                    dm.set(&m.reshape(s.var.shape())?.to_device(s.var.device())?)?;
+                    dv.set(&v.reshape(s.var.shape())?.to_device(s.var.device())?)?;
+                }
             }
         }
         self.step = step;
         Ok(())
     }
+}
+
+/// Whether a parameter's moments live on its device ([`Slot::dev`]).
+fn on_device(var: &Var) -> bool {
+    !var.device().is_cpu() || crate::model::kernels::candle_ops_forced()
 }
 
 /// Σx² of a tensor in f64.
@@ -292,6 +350,51 @@ mod tests {
         let got = var.as_tensor().flatten_all()?.to_vec1::<f32>()?;
         let max_err = got.iter().zip(&p).map(|(a, b)| (*a as f64 - b).abs()).fold(0.0, f64::max);
         assert!(max_err < 1e-5, "max error {max_err}");
+        Ok(())
+    }
+
+    /// The device path (moments in tensors, the update as tensor ops copied into place), forced
+    /// on the CPU, gives the CPU kernel's values bit for bit (decay included; without clipping,
+    /// whose scale comes from a norm summed in another order); its gradient norms agree to
+    /// rounding, and its state round-trips through a checkpoint's tensors.
+    #[test]
+    fn device_path_equals_the_cpu_kernel() -> Result<()> {
+        let dev = Device::Cpu;
+        let init: Vec<f32> = (0..5_000).map(|i| ((i * 7919 % 1000) as f32 / 500.0) - 1.0).collect();
+        type Run = (Vec<f32>, Vec<f32>, HashMap<String, Tensor>, Vec<f64>);
+        let run = |forced: bool| -> Result<Run> {
+            let body = || -> Result<_> {
+                let w = Var::from_vec(init.clone(), (50, 100), &dev)?;
+                let b = Var::from_vec(init[..100].to_vec(), 100, &dev)?;
+                let params = Params { vars: vec![("l.weight".into(), w.clone()), ("l.bias".into(), b.clone())] };
+                let mut opt = AdamW::new(&params, AdamWConfig { max_grad_norm: None, ..Default::default() })?;
+                assert_eq!(opt.slots.iter().all(|s| s.dev.is_some()), forced);
+                let mut norms = Vec::new();
+                for step in 1..=4 {
+                    let loss = (w.as_tensor().sqr()?.sum_all()? * 0.5)?.add(&b.as_tensor().sqr()?.sum_all()?)?;
+                    norms.push(opt.step(&loss.backward()?, 1e-2 / step as f64)?.grad_norm);
+                }
+                let state = opt.state_tensors()?;
+                // A fresh optimiser restores the state exactly.
+                let mut again = AdamW::new(&params, AdamWConfig::default())?;
+                again.load_state(&state, opt.step)?;
+                for (k, t) in again.state_tensors()? {
+                    assert_eq!(t.flatten_all()?.to_vec1::<f32>()?, state[&k].flatten_all()?.to_vec1::<f32>()?, "{k}");
+                }
+                Ok((w.as_tensor().flatten_all()?.to_vec1::<f32>()?, b.as_tensor().to_vec1::<f32>()?, state, norms))
+            };
+            if forced { crate::model::kernels::with_candle_ops(body) } else { body() }
+        };
+        let (w1, b1, s1, n1) = run(false)?;
+        let (w2, b2, s2, n2) = run(true)?;
+        assert_eq!(w1, w2);
+        assert_eq!(b1, b2);
+        for (k, t) in &s1 {
+            assert_eq!(t.flatten_all()?.to_vec1::<f32>()?, s2[k].flatten_all()?.to_vec1::<f32>()?, "{k}");
+        }
+        for (a, b) in n1.iter().zip(&n2) {
+            assert!((a - b).abs() <= 1e-6 * a, "gradient norms {n1:?} against {n2:?}");
+        }
         Ok(())
     }
 

@@ -184,7 +184,17 @@ pub fn hardest_negatives(queries: &[f32], q_keys: &[(u32, u32)], cands: &[f32], 
     }
     let q = Tensor::from_slice(queries, (nq, dim), &Device::Cpu)?;
     let c = Tensor::from_slice(cands, (nc, dim), &Device::Cpu)?;
-    let sims: Vec<f32> = q.matmul(&c.t()?)?.flatten_all()?.to_vec1()?;
+    hardest_of(&q, q_keys, &c, c_keys)
+}
+
+/// [`hardest_negatives`] of query and candidate rows already in tensors (on any device): the
+/// similarities are computed there and read back, the choice is made here.
+fn hardest_of(q: &Tensor, q_keys: &[(u32, u32)], c: &Tensor, c_keys: &[(u32, u32)]) -> Result<Vec<Option<usize>>> {
+    let (nq, nc) = (q_keys.len(), c_keys.len());
+    if nq == 0 || nc == 0 {
+        return Ok(vec![None; nq]);
+    }
+    let sims: Vec<f32> = crate::model::matmul::matmul(q, &c.t()?)?.flatten_all()?.to_vec1()?;
     Ok((0..nq)
         .map(|i| {
             let (ks, kt) = q_keys[i];
@@ -203,6 +213,9 @@ pub fn hardest_negatives(queries: &[f32], q_keys: &[(u32, u32)], cands: &[f32], 
         .collect())
 }
 
+/// Each example's hardest negative (an index into the mega-batch), if it has one.
+type Negatives = Vec<Option<usize>>;
+
 /// One side's unit ids of every example.
 struct Side {
     ids: Vec<Vec<u32>>,
@@ -219,19 +232,21 @@ pub struct SpRecipe {
     tgt: Side,
     val_src: Vec<Vec<u32>>,
     val_tgt: Vec<Vec<u32>>,
+    /// What decontamination dropped.
+    overlaps: Vec<crate::data::decontam::Overlap>,
 }
 
 impl SpRecipe {
     /// The recipe for run directory `out`. A vocabulary learned from the data is kept in
-    /// `out/vocab/` and reused from there by a resumed run: the `tokenizers` unigram trainer
-    /// breaks ties in hash-map order, so learning it again could number the pieces differently.
+    /// `out/vocab/` and reused from there by a resumed run (learning a unigram vocabulary again
+    /// gives the same one, [`crate::model::vocab::train_subword`], but takes time; a BPE one could
+    /// number its pieces differently).
     pub fn new(cfg: &Config, out: &Path) -> Result<Self> {
         let sc = cfg.sp.clone().context("recipe = \"sp\" needs an [sp] section")?;
         sc.validate()?;
-        if !crate::device::parse_device(&cfg.train.device)?.is_cpu() {
-            bail!("the sp recipe trains on the CPU (train.device = \"cpu\"): an averaging model's step is a gather and a sum");
-        }
-        let (train, val) = train_val_pairs(cfg)?;
+        let device = crate::device::parse_device(&cfg.train.device)?;
+        let mut decontam = super::decontam::Decontam::new(cfg)?;
+        let (train, val) = train_val_pairs(cfg, &mut decontam)?;
 
         let t0 = std::time::Instant::now();
         let vocab_dir = out.join("vocab");
@@ -275,18 +290,52 @@ impl SpRecipe {
         let val_tgt = ids(val.iter().map(|p| p.tgt.as_str()).collect())?;
         let table = AveragingModel::random_table(vocab, sc.dim, sc.init_std as f32, cfg.seed ^ 0x5ba7_e1ed)
             .with_context(|| format!("sp.dim = {}, {vocab} units (sp.vocab_size)", sc.dim))?;
-        let table = Var::from_tensor(&Tensor::from_vec(table, (vocab, sc.dim), &Device::Cpu)?)?;
-        Ok(Self { dim: sc.dim, cfg: sc, segmenter, table, src, tgt, val_src, val_tgt })
+        let table = Var::from_tensor(&Tensor::from_vec(table, (vocab, sc.dim), &Device::Cpu)?.to_device(&device)?)?;
+        Ok(Self { dim: sc.dim, cfg: sc, segmenter, table, src, tgt, val_src, val_tgt, overlaps: decontam.overlaps })
     }
 
-    /// The table's current values.
+    /// The table's current values (a copy read back from a GPU).
     fn with_table<T>(&self, f: impl FnOnce(&[f32]) -> Result<T>) -> Result<T> {
         let t = self.table.as_tensor();
+        if !t.device().is_cpu() {
+            return f(&t.flatten_all()?.to_vec1::<f32>()?);
+        }
         let (storage, layout) = t.storage_and_layout();
         let Storage::Cpu(cpu) = &*storage else { bail!("the sp table is not on the CPU") };
         ensure!(layout.is_contiguous(), "the sp table is not contiguous");
         let s = &cpu.as_slice::<f32>()?[layout.start_offset()..][..t.elem_count()];
         f(s)
+    }
+
+    /// Hardest target-side (and, when symmetric, source-side) negatives of `batch` among `mega`
+    /// with the current table, on the table's device: on the CPU by averaging loops over its
+    /// memory, elsewhere (and on the CPU under `XSENT_KERNELS=candle`) by the gather and sum of
+    /// [`average_with_dropout`] there, without dropout.
+    fn negatives(&self, batch: &[usize], mega: &[usize], bk: &[(u32, u32)], mk: &[(u32, u32)]) -> Result<(Negatives, Negatives)> {
+        if self.table.device().is_cpu() && !crate::model::kernels::candle_ops_forced() {
+            return self.with_table(|table| {
+                let qs = self.encode(table, &self.src, batch)?;
+                let ct = self.encode(table, &self.tgt, mega)?;
+                let nt = hardest_negatives(&qs, bk, &ct, mk, self.dim)?;
+                let ns = if self.cfg.symmetric {
+                    let qt = self.encode(table, &self.tgt, batch)?;
+                    let cs = self.encode(table, &self.src, mega)?;
+                    hardest_negatives(&qt, bk, &cs, mk, self.dim)?
+                } else {
+                    Vec::new()
+                };
+                Ok((nt, ns))
+            });
+        }
+        let table = self.table.as_tensor().detach();
+        let mut no_draws = <Rng as rand::SeedableRng>::seed_from_u64(0);
+        let mut vectors = |side: &Side, idx: &[usize]| -> Result<Tensor> {
+            let sents: Vec<&[u32]> = idx.iter().map(|&i| side.ids[i].as_slice()).collect();
+            crate::model::pooling::l2_normalize(&average_with_dropout(&table, self.dim, &sents, 0.0, DropoutKind::Unit, &mut no_draws)?)
+        };
+        let nt = hardest_of(&vectors(&self.src, batch)?, bk, &vectors(&self.tgt, mega)?, mk)?;
+        let ns = if self.cfg.symmetric { hardest_of(&vectors(&self.tgt, batch)?, bk, &vectors(&self.src, mega)?, mk)? } else { Vec::new() };
+        Ok((nt, ns))
     }
 
     /// Normalised sentence vectors of the examples `idx` of one side, `[n, dim]`.
@@ -313,9 +362,11 @@ impl SpRecipe {
 }
 
 /// The mean of each sentence's rows of `table` (`[vocab, dim]`), under dropout `p` of `kind`
-/// drawn from `rng`, as a differentiable `[n, dim]` tensor. The units of all sentences are
-/// gathered in one unpadded block and summed into their sentences' rows (`index_add`), so the
-/// work (and the element mask) scales with the real units, not with the longest sentence.
+/// drawn from `rng`, as a differentiable `[n, dim]` tensor on the table's device. The units of
+/// all sentences are gathered in one unpadded block and summed into their sentences' rows
+/// (`index_add`), so the work (and the element mask) scales with the real units, not with the
+/// longest sentence. Element dropout off the CPU draws one seed and computes its mask on the
+/// device ([`crate::model::dropout`]).
 pub fn average_with_dropout(table: &Tensor, dim: usize, sentences: &[&[u32]], p: f64, kind: DropoutKind, rng: &mut Rng) -> Result<Tensor> {
     let unit = p > 0.0 && kind == DropoutKind::Unit;
     let n = sentences.len();
@@ -338,16 +389,24 @@ pub fn average_with_dropout(table: &Tensor, dim: usize, sentences: &[&[u32]], p:
         (ids, seg, w) = (vec![0], vec![0], vec![0.0]);
     }
     let t = ids.len();
-    let mut rows = table.index_select(&Tensor::from_vec(ids, t, &Device::Cpu)?, 0)?;
+    let dev = table.device();
+    let mut rows = table.index_select(&Tensor::from_vec(ids, t, dev)?, 0)?;
     if p > 0.0 && kind == DropoutKind::Element {
-        // A value is kept when a uniform u32 is at least p · 2³² (one draw per value).
-        let scale = (1.0 / (1.0 - p)) as f32;
-        let drop_below = (p * 4_294_967_296.0) as u64;
-        let mask: Vec<f32> = (0..t * dim).map(|_| if rng.random::<u32>() as u64 >= drop_below { scale } else { 0.0 }).collect();
-        rows = rows.mul(&Tensor::from_vec(mask, (t, dim), &Device::Cpu)?)?;
+        let on_device = !dev.is_cpu() || crate::model::kernels::candle_ops_forced();
+        let hashed = if on_device { crate::model::dropout::apply(&rows, p, rng.random::<u64>())? } else { None };
+        rows = match hashed {
+            Some(r) => r,
+            None => {
+                // A value is kept when a uniform u32 is at least p · 2³² (one draw per value).
+                let scale = (1.0 / (1.0 - p)) as f32;
+                let drop_below = (p * 4_294_967_296.0) as u64;
+                let mask: Vec<f32> = (0..t * dim).map(|_| if rng.random::<u32>() as u64 >= drop_below { scale } else { 0.0 }).collect();
+                rows.mul(&Tensor::from_vec(mask, (t, dim), dev)?)?
+            }
+        };
     }
-    let rows = rows.broadcast_mul(&Tensor::from_vec(w, (t, 1), &Device::Cpu)?)?;
-    Ok(Tensor::zeros((n, dim), candle_core::DType::F32, &Device::Cpu)?.index_add(&Tensor::from_vec(seg, t, &Device::Cpu)?, &rows, 0)?)
+    let rows = rows.broadcast_mul(&Tensor::from_vec(w, (t, 1), dev)?)?;
+    Ok(Tensor::zeros((n, dim), candle_core::DType::F32, dev)?.index_add(&Tensor::from_vec(seg, t, dev)?, &rows, 0)?)
 }
 
 /// `Σ_i mask_i · max(0, δ − cos(a_i, p_i) + cos(a_i, n_i))` over L2-normalised rows: anchors
@@ -366,6 +425,10 @@ fn l2_rows(t: &Tensor) -> Result<Tensor> {
 impl Recipe for SpRecipe {
     fn embedder(&self) -> Option<&dyn crate::model::Embedder> {
         Some(self)
+    }
+
+    fn overlaps(&self) -> &[crate::data::decontam::Overlap] {
+        &self.overlaps
     }
 
     fn num_examples(&self) -> usize {
@@ -389,19 +452,7 @@ impl Recipe for SpRecipe {
         let keys = |idx: &[usize]| -> Vec<(u32, u32)> { idx.iter().map(|&i| (self.src.key[i], self.tgt.key[i])).collect() };
         let (bk, mk) = (keys(batch), keys(mega));
         // Hardest negatives among the mega-batch, with the current table and no dropout.
-        let (neg_t, neg_s) = self.with_table(|table| {
-            let qs = self.encode(table, &self.src, batch)?;
-            let ct = self.encode(table, &self.tgt, mega)?;
-            let nt = hardest_negatives(&qs, &bk, &ct, &mk, self.dim)?;
-            let ns = if self.cfg.symmetric {
-                let qt = self.encode(table, &self.tgt, batch)?;
-                let cs = self.encode(table, &self.src, mega)?;
-                hardest_negatives(&qt, &bk, &cs, &mk, self.dim)?
-            } else {
-                Vec::new()
-            };
-            Ok((nt, ns))
-        })?;
+        let (neg_t, neg_s) = self.negatives(batch, mega, &bk, &mk)?;
         // Sentences: sources, targets, target negatives (and source negatives). An example
         // without a negative uses its own sentence as a stand-in, masked out of the loss.
         let mut sents: Vec<&[u32]> = Vec::with_capacity(4 * b);
@@ -413,7 +464,7 @@ impl Recipe for SpRecipe {
         }
         let v = l2_rows(&self.average(&sents, rng)?)?;
         let (s, t, tn) = (v.narrow(0, 0, b)?, v.narrow(0, b, b)?, v.narrow(0, 2 * b, b)?);
-        let mask = |negs: &[Option<usize>]| Tensor::from_vec(negs.iter().map(|n| if n.is_some() { 1f32 } else { 0.0 }).collect::<Vec<_>>(), b, &Device::Cpu);
+        let mask = |negs: &[Option<usize>]| Tensor::from_vec(negs.iter().map(|n| if n.is_some() { 1f32 } else { 0.0 }).collect::<Vec<_>>(), b, v.device());
         let delta = self.cfg.margin;
         let h_t = margin_hinge(&s, &t, &tn, &mask(&neg_t)?, delta)?;
         let mut terms = vec![("hinge_tgt".to_string(), h_t.to_scalar::<f32>()? as f64 / b as f64)];

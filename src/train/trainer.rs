@@ -101,6 +101,10 @@ pub trait Recipe: Send + Sync {
     }
     /// Validation scores by name.
     fn validate(&mut self) -> Result<Vec<(String, f64)>>;
+    /// What decontamination dropped from the recipe's training data (one entry per source).
+    fn overlaps(&self) -> &[crate::data::decontam::Overlap] {
+        &[]
+    }
     /// The model being trained as an inference embedder (sharing the trained weights), for
     /// the trainer's own validation on scored pairs (`train.val_sts`). None: the recipe cannot
     /// embed new text while it trains.
@@ -427,6 +431,9 @@ impl<'a> Trainer<'a> {
             .append(true)
             .open(self.out.join("metrics.jsonl"))
             .with_context(|| format!("cannot open {}", self.out.join("metrics.jsonl").display()))?;
+        if !resume && !recipe.overlaps().is_empty() {
+            writeln!(metrics, "{}", super::decontam::metrics_line(recipe.overlaps()))?;
+        }
         let mut sampler = Sampler::new(cfg.seed, n, state.epoch, state.pos);
         // The mega-batch of the current micro-batch: first micro-batch, length, examples
         // (filled when longer than one micro-batch).

@@ -1,0 +1,34 @@
+//! With `--features cuda`: xsent's own CUDA kernels (src/gpu/*.cu) compiled to PTX by nvcc
+//! (`NVCC`, else `nvcc` on PATH; scripts/build-cuda.sh provides one), for
+//! `compute_$CUDA_COMPUTE_CAP` (default 75, which a newer GPU's driver compiles for itself at
+//! load). Without the feature nothing is built.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn main() {
+    println!("cargo::rerun-if-changed=build.rs");
+    println!("cargo::rerun-if-env-changed=CARGO_FEATURE_CUDA");
+    if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
+        return;
+    }
+    println!("cargo::rerun-if-changed=src/gpu");
+    println!("cargo::rerun-if-env-changed=NVCC");
+    println!("cargo::rerun-if-env-changed=CUDA_COMPUTE_CAP");
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let nvcc = std::env::var("NVCC").unwrap_or_else(|_| "nvcc".into());
+    let cap = std::env::var("CUDA_COMPUTE_CAP").ok().filter(|c| !c.trim().is_empty()).unwrap_or_else(|| "75".into());
+    let cap = cap.trim().trim_start_matches("sm_").trim_start_matches("compute_").to_string();
+    for name in ["adamw", "dropout"] {
+        let src = format!("src/gpu/{name}.cu");
+        let ptx = out.join(format!("{name}.ptx"));
+        // -fmad=false: no fused multiply-adds, so the kernels round as the CPU code does.
+        let status = Command::new(&nvcc)
+            .args(["--ptx", "-O3", "-fmad=false", "-std=c++17", &format!("-arch=compute_{cap}"), "-o"])
+            .arg(&ptx)
+            .arg(&src)
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run {nvcc} to compile {src} ({e}): --features cuda needs the CUDA toolkit; scripts/build-cuda.sh fetches one"));
+        assert!(status.success(), "{nvcc} failed on {src}");
+    }
+}

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# A distill and a DuEAM training step on a GPU, xsent against PyTorch on the same card, side by
+# side in one run (fp32 both; bf16 once train.precision exists).
+#
+# usage: scripts/bench-train-gpu.sh --student DIR --teacher DIR [--data DIR] [--steps 14]
+#                                   [--batch 32] [--dry-run]
+#
+# Both engines train the same model directory (a sentence-transformers directory: Transformer,
+# mean Pooling, Normalize) on batches of --batch XNLI dev pairs (premise in English and German),
+# max length 128, AdamW (weight decay 0.01, none on biases and LayerNorm), global-norm clipping
+# at 1.0, train mode (dropout as the model's config says):
+#   distill: loss MSE(student(en), T) + MSE(student(de), T), T the teacher's vectors of the
+#            English side, computed before the steps (xsent: distill.projection = "none").
+#   dueam:   L_A − 0.003·L_B on the learner's mean-pooled vectors (no Normalize); torch gets
+#            fixed WMDs, xsent computes its anchor's WMDs in the step on a first epoch, so its
+#            step is reported twice: whole, and without the anchor's time (the part torch does).
+# sentences/s = 2 × batch / median step time of the steps after the first 4 (warm-up); the
+# ratio xsent/torch has the target >= 0.8. Lines starting RESULT are read by gpu-check.sh.
+#
+# Environment: XSENT_BIN (default target-cuda/release/xsent), XSENT_PYTHON (default python3),
+# XSENT_DATA (default ../shared/data, for xnli/), CUDA libraries on LD_LIBRARY_PATH.
+set -uo pipefail
+export LC_ALL=C.UTF-8
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+py="${XSENT_PYTHON:-python3}"
+xsent="${XSENT_BIN:-$root/target-cuda/release/xsent}"
+data="${XSENT_DATA:-$root/../shared/data}"
+helper="$root/scripts/gpu_check.py"
+student="" teacher="" steps=14 batch=32 dry=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --student) student="${2:-}"; shift 2 ;;
+        --teacher) teacher="${2:-}"; shift 2 ;;
+        --data) data="${2:-}"; shift 2 ;;
+        --steps) steps="${2:-}"; shift 2 ;;
+        --batch) batch="${2:-}"; shift 2 ;;
+        --dry-run) dry=1; shift ;;
+        -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "bench-train-gpu: unknown argument $1 (see --help)" >&2; exit 64 ;;
+    esac
+done
+die() { printf 'bench-train-gpu: error: %s\n' "$*" >&2; exit 1; }
+for d in "$student" "$teacher"; do [ -n "$d" ] && [ -f "$d/modules.json" ] || die "--student and --teacher must be sentence-transformers model directories"; done
+[ -x "$xsent" ] || die "no xsent binary at $xsent (scripts/build-cuda.sh builds one; set XSENT_BIN)"
+[ -f "$data/xnli/dev-en.tsv" ] && [ -f "$data/xnli/dev-de.tsv" ] || die "no $data/xnli/dev-{en,de}.tsv (set XSENT_DATA or --data)"
+"$py" -c 'import torch, sentence_transformers' 2>/dev/null || die "$py lacks torch or sentence-transformers"
+if [ "$dry" = 1 ]; then
+    echo "bench-train-gpu: would train distill and dueam for $steps steps of $batch pairs on each engine"
+    exit 0
+fi
+# XSENT_BENCH_DEVICE=cpu: gpu-check.sh's rehearsal without a GPU (the numbers mean nothing).
+bdev="${XSENT_BENCH_DEVICE:-cuda}"
+if [ "$bdev" = cuda ]; then
+    command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || die "no NVIDIA GPU here (nvidia-smi finds none)"
+fi
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+n=$((steps * batch))
+paste <(cut -f1 "$data/xnli/dev-en.tsv") <(cut -f1 "$data/xnli/dev-de.tsv") | awk -F'\t' 'length($1) > 0 && length($2) > 0 && !seen[$1]++' | head -n "$n" >"$tmp/pairs.tsv"
+[ "$(wc -l <"$tmp/pairs.tsv")" -eq "$n" ] || die "fewer than $n distinct XNLI dev premises"
+common="[train]
+device = \"$bdev\"
+max_steps = $steps
+batch_size = $batch
+log_every = 1
+eval_every = 0
+checkpoint_every = 0
+[optim]
+lr = 2e-5
+schedule = \"constant\"
+warmup_steps = 0
+weight_decay = 0.01
+max_grad_norm = 1.0"
+cat >"$tmp/distill.toml" <<EOF
+recipe = "distill"
+seed = 1
+[distill]
+teacher = "$teacher"
+student = "$student"
+max_length = 128
+projection = "none"
+$common
+[data]
+val_size = 8
+[[data.sources]]
+kind = "tsv"
+path = "$tmp/pairs.tsv"
+src_lang = "en"
+tgt_lang = "de"
+EOF
+cat >"$tmp/dueam.toml" <<EOF
+recipe = "dueam"
+seed = 1
+[dueam]
+anchor = "$student"
+learner = "$student"
+max_length = 128
+pairs = "weak"
+xnli_dir = "$data/xnli"
+splits = ["dev"]
+langs = ["en", "de"]
+[[dueam.val_sources]]
+kind = "aligned"
+src = "$data/parallel/multi30k/val.en.gz"
+tgt = "$data/parallel/multi30k/val.de.gz"
+src_lang = "en"
+tgt_lang = "de"
+$common
+EOF
+echo "GPU: $([ "$bdev" = cuda ] && nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n1 || echo "none: a rehearsal on the CPU"); batch $batch pairs, $steps steps, median of steps 5..$steps"
+printf '%-8s | %-30s | %12s | %12s | %7s\n' recipe "xsent" "xsent sent/s" "torch sent/s" ratio
+for r in distill dueam; do
+    "$xsent" train --config "$tmp/$r.toml" --out "$tmp/run-$r" >"$tmp/$r.log" 2>&1 || { tail -n 5 "$tmp/$r.log" >&2; die "xsent train $r failed"; }
+    xj=$("$py" "$helper" xsent-sps --metrics "$tmp/run-$r/metrics.jsonl" --skip 4) || die "no step times in xsent's metrics"
+    args=(--student "$student" --pairs "$tmp/pairs.tsv" --batch "$batch" --steps "$steps")
+    [ "$r" = distill ] && args+=(--teacher "$teacher")
+    tj=$("$py" "$helper" torch-train "$r" "${args[@]}") || die "torch $r failed"
+    read -r xsps xstep tsps <<<"$("$py" -c 'import json,sys; x,t=json.loads(sys.argv[1]),json.loads(sys.argv[2]); print(x["sentences_per_s"], x["step_s"], t["sentences_per_s"])' "$xj" "$tj")"
+    what="whole step"
+    if [ "$r" = dueam ]; then
+        # The anchor's share (its forward and the WMDs), from the step's anchor_ms_per_pair.
+        anchor=$("$py" -c 'import json,statistics,sys; rows=[json.loads(l) for l in open(sys.argv[1]) if "\"loss\"" in l][4:]; print(statistics.median(r.get("anchor_ms_per_pair", 0.0) * int(sys.argv[2]) / 1e3 for r in rows))' "$tmp/run-$r/metrics.jsonl" "$batch")
+        whole=$(printf %.0f "$xsps")
+        xsps=$("$py" -c "print(2 * $batch / max($xstep - $anchor, 1e-9))")
+        what="without the anchor ($whole whole)"
+    fi
+    ratio=$("$py" -c "print($xsps / $tsps)")
+    ok=$("$py" -c "print('true' if $ratio >= 0.8 else 'false')")
+    printf '%-8s | %-30s | %12.0f | %12.0f | %6.2fx\n' "$r" "$what" "$xsps" "$tsps" "$ratio"
+    echo "RESULT train $r step | xsent $(printf %.0f "$xsps") sent/s ($what), torch $(printf %.0f "$tsps"): $(printf %.2f "$ratio")x | $ok"
+done
