@@ -596,9 +596,12 @@ fn read_u64s(r: &mut dyn Read, n: usize) -> Result<Vec<u64>> {
     Ok(out)
 }
 
+/// Probe lists kept across index shards: at most this many bytes (`queries × nprobe × 4`).
+pub const PROBE_CACHE_BYTES: usize = 1 << 30;
+
 /// Search `queries` (all of them, [`QUERY_CHUNK`] at a time) in every index of `indexes`
 /// (loaded one at a time by `load`), merging their top-k lists. The lists probed are computed
-/// once for indexes that share a quantizer.
+/// once for indexes that share a quantizer, when they fit in [`PROBE_CACHE_BYTES`].
 pub fn search_all<I: std::borrow::Borrow<Ivf>>(
     count: usize,
     mut load: impl FnMut(usize) -> Result<I>,
@@ -609,7 +612,9 @@ pub fn search_all<I: std::borrow::Borrow<Ivf>>(
 ) -> Result<Knn> {
     let nq = queries.rows() as usize;
     let mut out = Knn::empty(nq, k);
-    let mut probes: Option<(String, Vec<u32>)> = None;
+    let cacheable = (nq as u128) * (nprobe as u128) * 4 <= PROBE_CACHE_BYTES as u128;
+    // The quantizer's hash and the probes of each query chunk.
+    let mut cache: Option<(String, Vec<Vec<u32>>)> = None;
     let mut dim = None;
     for i in 0..count {
         let loaded = load(i)?;
@@ -618,23 +623,28 @@ pub fn search_all<I: std::borrow::Borrow<Ivf>>(
             bail!("the indexes have vectors of {} and {} values", dim.unwrap_or(0), index.meta.dim);
         }
         ensure!(nq == 0 || queries.dim() == index.meta.dim, "the queries have {} values a row, the index {}", queries.dim(), index.meta.dim);
-        let whole = nq <= QUERY_CHUNK;
+        let reuse = matches!(&cache, Some((h, _)) if *h == index.meta.quantizer);
+        if cacheable && !reuse {
+            cache = Some((index.meta.quantizer.clone(), Vec::new()));
+        }
         let mut buf = Vec::new();
-        for c0 in (0..nq).step_by(QUERY_CHUNK) {
+        for (ci, c0) in (0..nq).step_by(QUERY_CHUNK).enumerate() {
             let m = QUERY_CHUNK.min(nq - c0);
             buf.clear();
             queries.read(c0 as u64, m, &mut buf)?;
-            let p = match &probes {
-                Some((h, p)) if whole && *h == index.meta.quantizer => p.clone(),
-                _ => {
-                    let p = index.quantizer.probes(&buf, m, nprobe, threads)?;
-                    if whole {
-                        probes = Some((index.meta.quantizer.clone(), p.clone()));
-                    }
-                    p
+            let computed;
+            let p: &[u32] = match &mut cache {
+                Some((_, chunks)) if reuse => &chunks[ci],
+                Some((_, chunks)) => {
+                    chunks.push(index.quantizer.probes(&buf, m, nprobe, threads)?);
+                    &chunks[ci]
+                }
+                None => {
+                    computed = index.quantizer.probes(&buf, m, nprobe, threads)?;
+                    &computed
                 }
             };
-            let part = index.search_probed(&buf, m, &p, k, threads)?;
+            let part = index.search_probed(&buf, m, p, k, threads)?;
             let mut slice = Knn { k, ids: out.ids[c0 * k..(c0 + m) * k].to_vec(), sims: out.sims[c0 * k..(c0 + m) * k].to_vec() };
             slice.merge(&part);
             out.ids[c0 * k..(c0 + m) * k].copy_from_slice(&slice.ids);
