@@ -3,6 +3,12 @@
 //! Lines are read in windows; each window is tokenised, sorted by length into batches (little
 //! padding), embedded, and written back in input order. An empty line embeds the empty text.
 //! Invalid UTF-8 stops the run with the line number after everything before it is written.
+//!
+//! Windows are cut by the input's bytes, not by line counts: a window holds the lines that
+//! start in one span of [`Limits::span`] bytes of the file (at most [`Limits::window`] of
+//! them, counted from the span's first line). The vectors of a line depend a little (in the
+//! last bits) on the other lines of its batch, so this rule is what lets a shard that starts at
+//! a span boundary ([`crate::shard`]) form the same batches as a run over the whole file.
 
 use crate::model::Embedder;
 use crate::whole_rows::RowWriter;
@@ -113,7 +119,7 @@ const NPY_HEADER_LEN: usize = 128;
 /// The header of `rows` × `dim` float32 rows; `rows = None` writes a header that numpy refuses
 /// to parse (`shape` names the file unfinished), so that a run killed before
 /// [`NpyWriter::finish`] leaves a file that fails to load rather than one that loads as empty.
-fn npy_header(rows: Option<u64>, dim: usize) -> Vec<u8> {
+pub fn npy_header(rows: Option<u64>, dim: usize) -> Vec<u8> {
     let shape = match rows {
         Some(rows) => format!("({rows}, {dim})"),
         None => "UNFINISHED: xsent embed stopped before the row count".to_string(),
@@ -177,7 +183,17 @@ pub struct Limits {
     pub window_bytes: usize,
     /// Bytes of a line kept; the rest of a longer line is skipped unread into memory.
     pub max_line_bytes: usize,
+    /// A window holds only lines that start in one span `[j × span, (j + 1) × span)` of the
+    /// file's bytes (`--window-bytes`): what lets a shard that starts at a span boundary
+    /// ([`crate::shard`]) form the same batches as a run over the whole file.
+    pub span: u64,
+    /// Where in the file the input starts (a shard's first byte; 0 for a whole file).
+    pub start: u64,
 }
+
+/// The default `--window-bytes`: about as many lines of ordinary sentences as the windows of
+/// `--batch-size 64` hold (2,048).
+pub const DEFAULT_WINDOW_BYTES: u64 = 256 << 10;
 
 /// Read one line into `buf` (its `\n` included), keeping at most `cap` bytes of it besides the
 /// `\n`: the rest is consumed without being stored. Returns the bytes consumed (0 at the end) and whether the
@@ -218,14 +234,32 @@ pub type Progress<'a> = &'a dyn Fn(u64, u64);
 /// Embed every line of `input` into `sink`, a window of lines at a time (memory bounded by
 /// `limits`, whatever the input).
 pub fn embed_stream(enc: &dyn Embedder, mut input: impl BufRead, sink: &mut Sink, limits: Limits, progress: Progress) -> Result<Summary> {
+    anyhow::ensure!(
+        limits.span > 0 && limits.window > 0,
+        "windows of {} bytes and {} lines hold nothing",
+        limits.span,
+        limits.window
+    );
     let mut summary = Summary::default();
-    let mut pending: Vec<String> = Vec::with_capacity(limits.window);
+    let mut pending: Vec<String> = Vec::with_capacity(limits.window.min(1 << 16));
     // Which lines of the window were cut at the byte cap.
-    let mut pending_cut: Vec<bool> = Vec::with_capacity(limits.window);
+    let mut pending_cut: Vec<bool> = Vec::with_capacity(limits.window.min(1 << 16));
     let mut pending_bytes = 0usize;
+    // The byte span of the lines in `pending`.
+    let mut span = 0u64;
     let mut buf = Vec::new();
     let mut bytes = 0u64;
     loop {
+        // A line that starts in another byte span than the pending lines closes their window.
+        let here = (limits.start + bytes) / limits.span;
+        if here != span {
+            if !pending.is_empty() {
+                flush_window(enc, &mut pending, &mut pending_cut, sink, limits.batch_size, &mut summary)?;
+                pending_bytes = 0;
+                progress(summary.lines, bytes);
+            }
+            span = here;
+        }
         buf.clear();
         // What stops the run at this line, if anything: the lines before it are written first.
         let mut problem = None;

@@ -14,10 +14,12 @@ pub mod embed;
 pub mod eval;
 #[cfg(feature = "cuda")]
 pub mod gpu;
+pub mod index;
 pub mod model;
 pub mod parallel;
 pub mod places;
 pub mod plot;
+pub mod shard;
 pub mod train;
 pub mod whole_rows;
 

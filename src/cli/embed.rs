@@ -1,9 +1,10 @@
 use super::ModelArgs;
-use crate::embed::{embed_stream, Format, Limits, Sink};
+use crate::embed::{embed_stream, Format, Limits, Sink, DEFAULT_WINDOW_BYTES};
+use crate::shard::ShardSpec;
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use std::io::BufRead;
-use std::path::PathBuf;
+use std::io::{BufRead, Read, Seek};
+use std::path::{Path, PathBuf};
 
 /// Bytes of text read before they are embedded together (with 32 batches' worth of lines, the
 /// bound on the window: see docs/reliability.md).
@@ -26,10 +27,36 @@ pub struct Args {
     /// Replace -o FILE even when it is read-only.
     #[arg(long)]
     force: bool,
+    /// Batches are formed within windows of the lines that start in one span of this many bytes
+    /// of the input; runs with the same --batch-size and --window-bytes give the same vectors,
+    /// sharded or not.
+    #[arg(long, default_value_t = DEFAULT_WINDOW_BYTES)]
+    window_bytes: u64,
+    /// Embed only shard i of N (counted from 0) of --input FILE: a range of its bytes, found
+    /// without reading what comes before. Writes DIR/shard-I-of-N.FORMAT and its manifest into
+    /// --out-dir DIR; a shard whose manifest matches is skipped.
+    #[arg(long, value_name = "i/N", requires = "out_dir", requires = "input", conflicts_with = "output")]
+    shard: Option<ShardSpec>,
+    /// The folder of a sharded run (made if missing).
+    #[arg(long, value_name = "DIR", requires = "shard")]
+    out_dir: Option<PathBuf>,
+    /// Check the manifests of a sharded run in DIR and join its shards, in order, into -o FILE
+    /// (or stdout): the same bytes as one run over the whole input.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["input", "shard", "batch_size", "window_bytes"])]
+    merge: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if let Some(dir) = &args.merge {
+        anyhow::ensure!(args.model.model.is_none(), "--merge DIR joins vectors already made: it takes no --model");
+        return merge(dir, args.output.as_deref().filter(|p| p.as_os_str() != "-"));
+    }
+    let model = args.model.clone();
     super::check_batch_size(args.batch_size)?;
+    anyhow::ensure!(args.window_bytes > 0, "--window-bytes must be at least 1 (the default is {DEFAULT_WINDOW_BYTES})");
+    if let Some(spec) = args.shard {
+        return run_shard(&args, &model, spec);
+    }
     // `-o -` is standard output, as `--input -` is standard input.
     let output = args.output.as_deref().filter(|p| p.as_os_str() != "-");
     anyhow::ensure!(
@@ -77,7 +104,7 @@ pub fn run(args: Args) -> Result<()> {
     // Ctrl-C (SIGTERM, SIGHUP) removes a temporary output file, and lets rows being written to
     // a pipe or terminal through whole.
     super::interrupt_handler()?;
-    let enc = args.model.load()?;
+    let enc = model.load()?;
     let to = match (&out_file, output) {
         (Some(f), Some(p)) => Some((f.file().try_clone().with_context(|| format!("cannot write {}", p.display()))?, p.display().to_string())),
         _ => None,
@@ -96,12 +123,7 @@ pub fn run(args: Args) -> Result<()> {
         let rate = lines as f64 / start.elapsed().as_secs_f64().max(1e-9);
         bar.set_message(format!("{lines} lines, {rate:.0} lines/s"));
     };
-    let limits = Limits {
-        batch_size: args.batch_size,
-        window: (args.batch_size * 32).max(1024),
-        window_bytes: WINDOW_BYTES,
-        max_line_bytes: args.model.max_line_bytes,
-    };
+    let limits = limits(&args, 0);
     let result = embed_stream(enc.as_ref(), reader, &mut sink, limits, &progress)
         .with_context(|| format!("embedding {source}"));
     bar.finish_and_clear();
@@ -134,27 +156,198 @@ pub fn run(args: Args) -> Result<()> {
             return Err(e);
         }
     };
+    note_truncated(&summary, enc.as_ref(), "", model.max_line_bytes);
+    Ok(())
+}
+
+/// Most lines in one window: 32 batches, at least 1,024 lines.
+fn window_lines(batch_size: usize) -> usize {
+    (batch_size * 32).max(1024)
+}
+
+/// The windows and caps of one embedding run over input that starts at byte `start` of its file.
+fn limits(args: &Args, start: u64) -> Limits {
+    Limits {
+        batch_size: args.batch_size,
+        window: window_lines(args.batch_size),
+        window_bytes: WINDOW_BYTES,
+        max_line_bytes: args.model.max_line_bytes,
+        span: args.window_bytes,
+        start,
+    }
+}
+
+fn note_truncated(summary: &crate::embed::Summary, enc: &dyn crate::model::Embedder, of_shard: &str, max_line_bytes: usize) {
     if summary.cut > 0 {
         errln!(
-            "xsent embed: {} of {} lines were longer than {} bytes and only their first {} bytes were read and embedded \
-             (first: line {}); --max-line-bytes reads more of them",
+            "xsent embed: {} of {} lines{of_shard} were longer than {max_line_bytes} bytes and only their first {max_line_bytes} bytes \
+             were read and embedded (first: line {}{of_shard}); --max-line-bytes reads more of them",
             summary.cut,
             summary.lines,
-            args.model.max_line_bytes,
-            args.model.max_line_bytes,
             summary.first_cut.unwrap_or(0)
         );
     }
     if summary.truncated > 0 {
         errln!(
-            "xsent embed: {} of {} lines were longer than {} tokens and were truncated (first: line {})",
+            "xsent embed: {} of {} lines{of_shard} were longer than {} tokens and were truncated (first: line {}{of_shard})",
             summary.truncated,
             summary.lines,
             enc.max_length().map_or_else(|| "the model's maximum".to_string(), |n| n.to_string()),
             summary.first_truncated.unwrap_or(0)
         );
     }
+}
+
+/// The output format's file extension.
+fn extension(f: Format) -> &'static str {
+    match f {
+        Format::Jsonl => "jsonl",
+        Format::Npy => "npy",
+        Format::F32 => "f32",
+    }
+}
+
+/// The options of a sharded run that change its vectors or files: a shard made with others
+/// belongs to another run.
+fn shard_options(args: &Args, model: &ModelArgs) -> serde_json::Map<String, serde_json::Value> {
+    let o = serde_json::json!({
+        "prefix": model.prefix,
+        "prompt_name": model.prompt_name,
+        "pooling": model.pooling.map(|p| format!("{p:?}").to_lowercase()),
+        "max_length": model.max_length,
+        "normalize": if model.no_normalize { Some(false) } else if model.normalize { Some(true) } else { None },
+        "layers": model.layers,
+        "head": model.head,
+        "device": model.device,
+        "batch_size": args.batch_size,
+        "window_bytes": args.window_bytes,
+        "format": extension(args.format),
+    });
+    let serde_json::Value::Object(map) = o else { unreachable!("a JSON object") };
+    map
+}
+
+/// `--shard i/N --out-dir DIR`: embed one byte range of the input into DIR, with a manifest;
+/// skip it when DIR holds it done already.
+fn run_shard(args: &Args, model: &ModelArgs, spec: ShardSpec) -> Result<()> {
+    let started = std::time::Instant::now();
+    let input = args.input.as_deref().filter(|p| p.as_os_str() != "-").context("--shard needs --input FILE (standard input cannot be cut into byte ranges)")?;
+    let dir = args.out_dir.as_deref().context("--shard needs --out-dir DIR")?;
+    anyhow::ensure!(input.is_file(), "--input {}: no such file (--shard reads byte ranges of a regular file)", input.display());
+    if input.extension().is_some_and(|e| e == "gz") {
+        anyhow::bail!(
+            "--input {}: --shard cannot seek in a gzip file (it decompresses only from its start); \
+             decompress it first (gunzip -k), or split the text into several files and embed each",
+            input.display()
+        );
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("--out-dir {}: cannot create it", dir.display()))?;
+    let run = crate::shard::RunId {
+        spec,
+        input: crate::shard::InputId::of(input)?,
+        model: crate::shard::ModelId::of(&model.spec()?)?,
+        options: shard_options(args, model),
+    };
+    let out = dir.join(format!("{}.{}", spec.stem(), extension(args.format)));
+    super::check_not_input(&out, "--out-dir", &[input])?;
+    if let Some(m) = crate::shard::done(dir, &run)? {
+        errln!("xsent embed: shard {spec} is done already ({} rows, {} checked against its manifest); skipped", m.rows, out.display());
+        return Ok(());
+    }
+    let partial = out.with_file_name(format!("{}.partial", out.file_name().unwrap_or_default().to_string_lossy()));
+    let _ = std::fs::remove_file(&partial);
+    let mut file = std::fs::File::open(input).with_context(|| format!("cannot open input {}", input.display()))?;
+    let (start, end) = crate::shard::byte_range(&mut file, run.input.size, spec, args.window_bytes)?;
+    file.seek(std::io::SeekFrom::Start(start))?;
+    let mut reader = crate::shard::HashingReader::new(std::io::BufReader::with_capacity(1 << 20, file.take(end - start)));
+    let out_file = super::OutputFile::open(&out, args.force)?;
+    super::interrupt_handler()?;
+    let enc = model.load()?;
+    let handle = out_file.file().try_clone().with_context(|| format!("cannot write {}", out.display()))?;
+    let mut sink = Sink::new(args.format, Some((handle, out.display().to_string())), enc.dim())?;
+    let result = embed_stream(enc.as_ref(), &mut reader, &mut sink, limits(args, start), &|_, _| {}).with_context(|| {
+        format!("shard {spec} of {} (bytes {start}..{end}; its line numbers count from byte {start})", input.display())
+    });
+    let written = sink.rows() > 0;
+    let finished = sink.finish();
+    let summary = match (result, finished) {
+        (Ok(s), Ok(())) => s,
+        (Err(e), _) | (Ok(_), Err(e)) => {
+            if let Ok(Some(p)) = out_file.keep_partial(written) {
+                errln!("xsent embed: shard {spec} stopped; its rows so far are in {} (the next run of the shard redoes it)", p.display());
+            }
+            return Err(e);
+        }
+    };
+    out_file.commit()?;
+    let (sha256, bytes) = crate::shard::sha256_file(&out)?;
+    let manifest = crate::shard::Manifest {
+        xsent_shard_manifest: crate::shard::MANIFEST_VERSION,
+        xsent_version: crate::VERSION.to_string(),
+        shard: spec.index,
+        shards: spec.count,
+        input: run.input,
+        bytes: [start, end],
+        input_sha256: reader.digest(),
+        rows: summary.lines,
+        model: run.model,
+        options: run.options,
+        output: crate::shard::OutputId {
+            file: out.file_name().unwrap_or_default().to_string_lossy().into_owned(),
+            format: extension(args.format).to_string(),
+            dim: enc.dim(),
+            bytes,
+            sha256,
+        },
+        truncated: summary.truncated,
+        seconds: started.elapsed().as_secs_f64(),
+        host: hostname(),
+    };
+    manifest.write(&spec.manifest_path(dir))?;
+    note_truncated(&summary, enc.as_ref(), " of the shard", model.max_line_bytes);
+    errln!("xsent embed: shard {spec}: {} lines (bytes {start}..{end}) in {:.1} s -> {}", summary.lines, manifest.seconds, out.display());
     Ok(())
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).or_else(|_| std::env::var("HOSTNAME")).unwrap_or_default()
+}
+
+/// `--merge DIR [-o FILE]`: check every manifest, then join the shards in order.
+fn merge(dir: &Path, output: Option<&Path>) -> Result<()> {
+    let manifests = crate::shard::manifests_for_merge(dir)?;
+    let format = manifests[0].output.format.clone();
+    anyhow::ensure!(output.is_some() || format != "npy", "the shards are .npy files: give -o FILE for the merged .npy (its header is written first)");
+    if let Some(out) = output {
+        super::check_output(out, "-o", &[])?;
+        let shard_files: Vec<PathBuf> = manifests.iter().map(|m| dir.join(&m.output.file)).collect();
+        super::check_not_input(out, "-o", &shard_files.iter().map(PathBuf::as_path).collect::<Vec<_>>())?;
+    }
+    let out_file = output.map(|o| super::OutputFile::open(o, false)).transpose()?;
+    super::interrupt_handler()?;
+    let result = {
+        let mut w: Box<dyn std::io::Write> = match &out_file {
+            Some(f) => Box::new(std::io::BufWriter::with_capacity(1 << 20, f.file())),
+            None => Box::new(std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock())),
+        };
+        crate::shard::join(dir, &manifests, &mut w).and_then(|rows| w.flush().map(|()| rows).map_err(Into::into))
+    };
+    match result {
+        Ok(rows) => {
+            if let Some(f) = out_file {
+                f.commit()?;
+            }
+            errln!("xsent embed: merged {} shards of {}: {rows} rows", manifests.len(), manifests[0].input.path);
+            Ok(())
+        }
+        Err(e) => {
+            // A merge that failed a check leaves nothing behind.
+            if let Some(f) = out_file {
+                let _ = f.keep_partial(false);
+            }
+            Err(e)
+        }
+    }
 }
 
 /// The file standard input reads, when it is a regular file (`< FILE`); None for a pipe, a

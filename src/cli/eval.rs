@@ -266,6 +266,9 @@ fn bucc_task(enc: &dyn crate::model::Embedder, b: &BuccArgs, data: &[BuccPair]) 
         settings.retrieval.to_possible_value().expect("a value").get_name(),
         settings.k
     );
+    if let Some(p) = &settings.index {
+        table += &format!("Neighbours from an IVF index of each side (approximate): nlist {}, nprobe {}, {:?} codes.\n", p.nlist.map_or("4 √n".into(), |n| n.to_string()), p.nprobe, p.codec);
+    }
     for c in &published {
         table += &format!("- {}: {}\n", c.system, c.sources());
     }

@@ -5,6 +5,7 @@ mod convert;
 mod data;
 mod embed;
 mod eval;
+mod index;
 mod mine;
 mod plot;
 mod tokenizer;
@@ -29,6 +30,9 @@ enum Command {
     /// Mine parallel sentences from two monolingual files with margin scoring (LASER's
     /// mine_bitexts): TSV `score<TAB>src<TAB>tgt`, best first.
     Mine(mine::Args),
+    /// Approximate nearest neighbours: build and search IVF indexes of vector files.
+    #[command(subcommand)]
+    Index(index::Command),
     /// Train a model with one of the recipes (configs/*.toml).
     Train(train::Args),
     /// Draw pictures of embedding spaces (PNG).
@@ -458,7 +462,9 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 pub fn main() -> i32 {
     let cli = Cli::parse();
     match cli.command {
-        Command::Embed(_) | Command::Eval(_) | Command::Mine(_) | Command::Train(_) | Command::Plot(_) => crate::parallel::init_data_parallel(),
+        Command::Embed(_) | Command::Eval(_) | Command::Mine(_) | Command::Train(_) | Command::Plot(_) | Command::Index(_) => {
+            crate::parallel::init_data_parallel()
+        }
         Command::Convert(_) | Command::Tokenizer(_) | Command::Config(_) | Command::Data(_) => {}
     }
     let result = match cli.command {
@@ -468,6 +474,7 @@ pub fn main() -> i32 {
         Command::Data(c) => data::run(c).map(|()| 0),
         Command::Eval(t) => eval::run(t).map(|()| 0),
         Command::Mine(a) => mine::run(a).map(|()| 0),
+        Command::Index(c) => index::run(c).map(|()| 0),
         Command::Train(a) => train::run(a),
         Command::Plot(p) => plot::run(p).map(|()| 0),
         Command::Config(c) => config::run(c).map(|()| 0),

@@ -85,6 +85,9 @@ pub struct Settings {
     pub k: usize,
     pub margin: Margin,
     pub retrieval: Retrieval,
+    /// Approximate neighbours from IVF indexes (`--index`) instead of the exact search.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<crate::index::mine::AnnParams>,
 }
 
 /// Candidates of one split, as LASER's `bucc.sh` mines them (`mine_bitexts --unify`, then
@@ -97,7 +100,14 @@ pub fn candidates(enc: &dyn Embedder, split: &BuccSplit, s: Settings, batch_size
     let x = Matrix::embed(enc, &src, batch_size)?;
     let y = Matrix::embed(enc, &tgt, batch_size)?;
     let mut out = Vec::new();
-    for c in mine(&x, &y, s.k, s.margin, s.retrieval)? {
+    let mined = match &s.index {
+        None => mine(&x, &y, s.k, s.margin, s.retrieval)?,
+        Some(p) => {
+            let (x2y, y2x) = crate::index::mine::knn_both_ivf(&x, &y, s.k, p)?;
+            super::knn::mine_neighbours(&x2y, &y2x, s.k, s.margin, s.retrieval)?
+        }
+    };
+    for c in mined {
         for &i in &src_ids[c.src] {
             out.extend(tgt_ids[c.tgt].iter().map(|&j| Candidate { src: i, tgt: j, score: c.score }));
         }

@@ -412,6 +412,33 @@ pub fn k_note(k: usize, sources: usize, targets: usize) -> Option<String> {
 /// first: score(x, y) = margin(cos(x, y), Σ_{z∈NNk(x)} cos(x, z)/2k + Σ_{z∈NNk(y)} cos(y, z)/2k).
 pub fn mine(x: &Matrix, y: &Matrix, k: usize, margin: Margin, retrieval: Retrieval) -> Result<Vec<Candidate>> {
     let (x2y, y2x) = knn_both(x, y, k)?;
+    mine_neighbours(&x2y, &y2x, k, margin, retrieval)
+}
+
+/// [`mine`] from neighbour lists found elsewhere (an approximate index): `x2y` holds each
+/// source's best targets, `y2x` each target's best sources, best first. The margin averages each
+/// list's first `k` entries.
+pub fn mine_neighbours(x2y: &Neighbours, y2x: &Neighbours, k: usize, margin: Margin, retrieval: Retrieval) -> Result<Vec<Candidate>> {
+    let (nx, ny) = (x2y.sims.len().checked_div(x2y.k).unwrap_or(0), y2x.sims.len().checked_div(y2x.k).unwrap_or(0));
+    let cut = |nb: &Neighbours| -> Neighbours {
+        let kk = k.min(nb.k);
+        if kk == nb.k {
+            return nb.clone();
+        }
+        let rows = nb.sims.len().checked_div(nb.k).unwrap_or(0);
+        let mut out = Neighbours { k: kk, sims: Vec::with_capacity(rows * kk), idx: Vec::with_capacity(rows * kk) };
+        for i in 0..rows {
+            let (s, ix) = nb.row(i);
+            out.sims.extend_from_slice(&s[..kk]);
+            out.idx.extend_from_slice(&ix[..kk]);
+        }
+        out
+    };
+    let (x2y, y2x) = (cut(x2y), cut(y2x));
+    ensure!(
+        x2y.idx.iter().all(|&j| (j as usize) < ny) && y2x.idx.iter().all(|&i| (i as usize) < nx),
+        "the neighbour lists name rows beyond the other side's {ny} targets or {nx} sources"
+    );
     let (xm, ym) = (x2y.means(), y2x.means());
     // cos / avg ranks backwards when the neighbourhoods' mean cosine is negative: refuse rather
     // than mine by a reversed score. (At 0, as for zero vectors, the score is not finite and the
@@ -455,7 +482,7 @@ pub fn mine(x: &Matrix, y: &Matrix, k: usize, margin: Margin, retrieval: Retriev
         Retrieval::Max => {
             let mut all: Vec<Candidate> = fwd.into_iter().chain(bwd).collect();
             sort_desc(&mut all);
-            let (mut used_s, mut used_t) = (vec![false; x.rows()], vec![false; y.rows()]);
+            let (mut used_s, mut used_t) = (vec![false; nx], vec![false; ny]);
             all.into_iter()
                 .filter(|c| {
                     let ok = !used_s[c.src] && !used_t[c.tgt];

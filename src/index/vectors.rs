@@ -1,0 +1,135 @@
+//! Files of float32 rows, as `xsent embed` writes them: `.npy` (2-D, `<f4`, C order) or raw
+//! little-endian `.f32` (whose dimension must be given). Several files read as one sequence of
+//! rows: the shards of a sharded run, in order.
+
+use anyhow::{bail, ensure, Context, Result};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+/// Read an .npy header of float32 rows: (rows, dim, header bytes).
+pub fn read_npy_header(r: &mut dyn Read) -> Result<(u64, usize, u64)> {
+    let mut pre = [0u8; 10];
+    r.read_exact(&mut pre)?;
+    ensure!(&pre[..6] == b"\x93NUMPY", "no .npy magic");
+    let (len, skip) = match pre[6] {
+        1 => (u16::from_le_bytes([pre[8], pre[9]]) as usize, 10),
+        2 | 3 => {
+            let mut more = [0u8; 2];
+            r.read_exact(&mut more)?;
+            (u32::from_le_bytes([pre[8], pre[9], more[0], more[1]]) as usize, 12)
+        }
+        v => bail!("npy format version {v} is unknown"),
+    };
+    ensure!(len <= 1 << 20, "an npy header of {len} bytes");
+    let mut h = vec![0u8; len];
+    r.read_exact(&mut h)?;
+    let h = String::from_utf8_lossy(&h);
+    ensure!(h.contains("'descr': '<f4'"), "not little-endian float32 (the header is {h:?})");
+    ensure!(h.contains("'fortran_order': False"), "not in C order (the header is {h:?})");
+    let shape = h.split("'shape':").nth(1).and_then(|s| s.split_once('(')).and_then(|(_, s)| s.split_once(')')).map(|(s, _)| s.to_string());
+    let Some(shape) = shape else { bail!("no shape in the header {h:?} (an unfinished file?)") };
+    let dims: Vec<&str> = shape.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+    let parse = |s: &str| s.parse::<u64>().map_err(|_| anyhow::anyhow!("shape ({shape}) is not numbers"));
+    match dims.as_slice() {
+        [r, d] => Ok((parse(r)?, parse(d)? as usize, (skip + len) as u64)),
+        _ => bail!("shape ({shape}) is not two-dimensional"),
+    }
+}
+
+/// One file of rows.
+struct VectorFile {
+    path: PathBuf,
+    file: std::fs::File,
+    data_start: u64,
+    rows: u64,
+}
+
+impl VectorFile {
+    fn open(path: &Path, dim: Option<usize>) -> Result<(Self, usize)> {
+        let mut file = std::fs::File::open(path).with_context(|| format!("cannot open vectors {}", path.display()))?;
+        let size = file.metadata()?.len();
+        let is_npy = path.extension().is_some_and(|e| e == "npy");
+        let (rows, d, data_start) = if is_npy {
+            let (rows, d, start) = read_npy_header(&mut std::io::BufReader::new(&mut file)).with_context(|| format!("{} is not a float32 .npy file", path.display()))?;
+            ensure!(
+                start + rows * d as u64 * 4 == size,
+                "{}: its header says {rows} × {d} float32 values, but it holds {} bytes after the header",
+                path.display(),
+                size - start.min(size)
+            );
+            if let Some(want) = dim {
+                ensure!(want == d, "{}: rows of {d} values, but --dim {want} was given", path.display());
+            }
+            (rows, d, start)
+        } else {
+            if path.extension().is_some_and(|e| e == "jsonl" || e == "json") {
+                bail!("{}: vectors for an index are float32 files: embed with --format f32 or --format npy", path.display());
+            }
+            let Some(d) = dim else {
+                bail!("{}: a raw float32 file does not say its dimension: give --dim (384 for e5-small) or use .npy", path.display())
+            };
+            ensure!(d > 0, "--dim must be at least 1");
+            ensure!(size % (4 * d as u64) == 0, "{}: {size} bytes are not whole rows of {d} float32 values", path.display());
+            (size / (4 * d as u64), d, 0)
+        };
+        Ok((Self { path: path.to_path_buf(), file, data_start, rows }, d))
+    }
+}
+
+/// Files of rows read as one matrix, in the order given.
+pub struct VectorSet {
+    files: Vec<VectorFile>,
+    /// Global row where each file starts.
+    starts: Vec<u64>,
+    rows: u64,
+    dim: usize,
+}
+
+impl VectorSet {
+    /// Open `paths` (`.npy`, or raw `.f32` with `dim`); all must have the same dimension.
+    pub fn open(paths: &[PathBuf], dim: Option<usize>) -> Result<Self> {
+        ensure!(!paths.is_empty(), "no vector files given");
+        let mut files = Vec::with_capacity(paths.len());
+        let mut starts = Vec::with_capacity(paths.len());
+        let (mut rows, mut common) = (0u64, dim);
+        for p in paths {
+            let (f, d) = VectorFile::open(p, common)?;
+            if let Some(c) = common {
+                ensure!(c == d, "{} has rows of {d} values, the files before it {c}", p.display());
+            }
+            common = Some(d);
+            starts.push(rows);
+            rows += f.rows;
+            files.push(f);
+        }
+        Ok(Self { files, starts, rows, dim: common.unwrap_or(0) })
+    }
+
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// Append rows `start .. start + count` to `out`.
+    pub fn read(&mut self, start: u64, count: usize, out: &mut Vec<f32>) -> Result<()> {
+        ensure!(start + count as u64 <= self.rows, "rows {start}..{} asked of {}", start + count as u64, self.rows);
+        let (mut at, mut left) = (start, count as u64);
+        while left > 0 {
+            let f = self.starts.partition_point(|&s| s <= at) - 1;
+            let file = &mut self.files[f];
+            let local = at - self.starts[f];
+            let take = left.min(file.rows - local);
+            let bytes = (take * self.dim as u64 * 4) as usize;
+            let mut buf = vec![0u8; bytes];
+            file.file.seek(SeekFrom::Start(file.data_start + local * self.dim as u64 * 4))?;
+            file.file.read_exact(&mut buf).with_context(|| format!("cannot read {}", file.path.display()))?;
+            out.extend(buf.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+            at += take;
+            left -= take;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,200 @@
+//! `xsent index build|search` and `xsent mine --index / --src-knn`: sharded indexes find what one
+//! index finds, and mining from index neighbours agrees with the exact mine.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+fn ok(out: &Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "xsent failed: {err}");
+    err
+}
+
+fn fail(out: &Output) -> String {
+    assert!(!out.status.success(), "xsent succeeded where it should fail");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn xsent(args: &[&str]) -> Output {
+    common::xsent().args(args).output().expect("xsent runs")
+}
+
+/// Rows as a float32 .npy file.
+fn write_npy(path: &Path, rows: &[f32], dim: usize) {
+    let n = rows.len() / dim;
+    let mut h = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({n}, {dim}), }}").into_bytes();
+    h.resize((10 + h.len() + 1).next_multiple_of(64) - 11, b' ');
+    h.push(b'\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(h.len() as u16).to_le_bytes());
+    out.extend_from_slice(&h);
+    out.extend(rows.iter().flat_map(|x| x.to_le_bytes()));
+    std::fs::write(path, out).unwrap();
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// Shards of a collection indexed with one quantizer and searched together give the same file
+/// as one index of the whole collection, at a small nprobe; the raw .f32 form reads the same.
+#[test]
+fn sharded_indexes_find_what_one_index_finds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = 32;
+    let g = xsent::index::synthetic::Clustered { dim: d, centres: 50, noise: 0.8, seed: 1 };
+    let (db, q) = (g.points(0, 3000), g.points(1, 500));
+    let all = tmp.path().join("db.npy");
+    write_npy(&all, &db, d);
+    let cuts = [0usize, 1000, 1001, 3000];
+    let mut shards: Vec<PathBuf> = Vec::new();
+    for (i, w) in cuts.windows(2).enumerate() {
+        let s = tmp.path().join(format!("db-{i}.npy"));
+        write_npy(&s, &db[w[0] * d..w[1] * d], d);
+        shards.push(s);
+    }
+    let queries = tmp.path().join("q.f32");
+    std::fs::write(&queries, q.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+
+    let whole = tmp.path().join("whole.ivf");
+    ok(&xsent(&["index", "build", "--vectors", p(&all), "-o", p(&whole), "--nlist", "40", "--seed", "3"]));
+    // The quantizer from the shards' files read as one: the same sample rows, the same centroids.
+    let quant = tmp.path().join("q.ivf");
+    let mut args = vec!["index", "build", "--train-only", "--nlist", "40", "--seed", "3", "-o", p(&quant), "--vectors"];
+    args.extend(shards.iter().map(|s| p(s)));
+    ok(&xsent(&args));
+    let mut parts = Vec::new();
+    for (i, s) in shards.iter().enumerate() {
+        let out = tmp.path().join(format!("part-{i}.ivf"));
+        let offset = cuts[i].to_string();
+        ok(&xsent(&["index", "build", "--vectors", p(s), "--quantizer", p(&quant), "--id-offset", &offset, "-o", p(&out)]));
+        parts.push(out);
+    }
+    for nprobe in ["2", "40"] {
+        let one = tmp.path().join(format!("one-{nprobe}.npy"));
+        let err = ok(&xsent(&["index", "search", "--index", p(&whole), "--queries", p(&queries), "--dim", "32", "-k", "5", "--nprobe", nprobe, "-o", p(&one)]));
+        assert!(err.contains("500 queries searched"), "{err}");
+        let many = tmp.path().join(format!("many-{nprobe}.npy"));
+        let mut args = vec!["index", "search", "--queries", p(&queries), "--dim", "32", "-k", "5", "--nprobe", nprobe, "-o", p(&many), "--index"];
+        args.extend(parts.iter().map(|s| p(s)));
+        ok(&xsent(&args));
+        let (a, b) = (std::fs::read(&one).unwrap(), std::fs::read(&many).unwrap());
+        assert!(a == b, "nprobe {nprobe}: the shards' merged lists differ from one index's");
+        assert_eq!(a.len(), 128 + 500 * 5 * 12, "a (500, 5) array of 12-byte records");
+    }
+    // numpy reads the lists (when a python with numpy is at hand).
+    if let Ok(python) = std::env::var("XSENT_PYTHON") {
+        let check = std::process::Command::new(python)
+            .args(["-c", "import sys, numpy as np; a = np.load(sys.argv[1]); assert a.shape == (500, 5) and a['id'].max() < 3000 and (np.diff(a['sim'], axis=1) <= 0).all()"])
+            .arg(tmp.path().join("one-2.npy"))
+            .output()
+            .unwrap();
+        assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    }
+}
+
+#[test]
+fn index_errors_are_clear() {
+    let tmp = tempfile::tempdir().unwrap();
+    let v = tmp.path().join("v.f32");
+    std::fs::write(&v, vec![0u8; 4 * 10]).unwrap();
+    let out = tmp.path().join("i.ivf");
+    let e = fail(&xsent(&["index", "build", "--vectors", p(&v), "-o", p(&out)]));
+    assert!(e.contains("give --dim"), "{e}");
+    let e = fail(&xsent(&["index", "build", "--vectors", p(&v), "--dim", "3", "-o", p(&out)]));
+    assert!(e.contains("40 bytes are not whole rows of 3"), "{e}");
+    let e = fail(&xsent(&["index", "build", "--vectors", p(&v), "--dim", "5", "--nlist", "3", "-o", p(&out)]));
+    assert!(e.contains("--nlist 3 is more than the 2 vectors"), "{e}");
+    let j = tmp.path().join("v.jsonl");
+    std::fs::write(&j, "[1.0]\n").unwrap();
+    let e = fail(&xsent(&["index", "build", "--vectors", p(&j), "-o", p(&out)]));
+    assert!(e.contains("--format f32 or --format npy"), "{e}");
+    let e = fail(&xsent(&["index", "search", "--index", p(&v), "--queries", p(&v), "--dim", "5", "-o", p(&out)]));
+    assert!(e.contains("is not an xsent index"), "{e}");
+    assert!(!out.exists());
+}
+
+/// Pairs of a mine from `xsent index search` lists (probing every list: exact neighbours) are
+/// the exact mine's pairs, with the same scores to rounding; `mine --index` finds them too.
+#[test]
+fn mining_from_index_neighbours_agrees_with_the_exact_mine() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = {
+        use std::io::Read;
+        let mut s = String::new();
+        flate2::read::GzDecoder::new(std::fs::File::open(common::data().join("parallel/xnli-en-de.txt.gz")).unwrap()).read_to_string(&mut s).unwrap();
+        s
+    };
+    let (mut en, mut de) = (Vec::new(), Vec::new());
+    let (mut seen_en, mut seen_de) = (std::collections::HashSet::new(), std::collections::HashSet::new());
+    for line in text.lines().take(400) {
+        let Some((e, g)) = line.split_once('\t') else { continue };
+        if seen_en.insert(e.to_string()) && en.len() < 120 {
+            en.push(e.to_string());
+        }
+        if seen_de.insert(g.to_string()) && de.len() < 100 {
+            de.push(g.to_string());
+        }
+    }
+    let (src, tgt) = (tmp.path().join("de.txt"), tmp.path().join("en.txt"));
+    std::fs::write(&src, de.join("\n") + "\n").unwrap();
+    std::fs::write(&tgt, en.join("\n") + "\n").unwrap();
+    let model = common::e5_small();
+    let exact = tmp.path().join("exact.tsv");
+    ok(&xsent(&["mine", "-m", &model, "--src-file", p(&src), "--tgt-file", p(&tgt), "-o", p(&exact)]));
+
+    // The pipeline of scripts/ray: embed, index each side, search each in the other, mine.
+    let mut knn = Vec::new();
+    for (side, other) in [(&src, &tgt), (&tgt, &src)] {
+        let (vq, vd) = (side.with_extension("npy"), other.with_extension("npy"));
+        for (t, v) in [(side, &vq), (other, &vd)] {
+            if !v.exists() {
+                ok(&xsent(&["embed", "-m", &model, "-i", p(t), "--format", "npy", "-o", p(v)]));
+            }
+        }
+        let index = other.with_extension("ivf");
+        ok(&xsent(&["index", "build", "--vectors", p(&vd), "--nlist", "8", "-o", p(&index)]));
+        let out = side.with_extension("knn.npy");
+        ok(&xsent(&["index", "search", "--index", p(&index), "--queries", p(&vq), "-k", "4", "--nprobe", "8", "-o", p(&out)]));
+        knn.push(out);
+    }
+    let from_knn = tmp.path().join("knn.tsv");
+    ok(&xsent(&["mine", "--src-file", p(&src), "--tgt-file", p(&tgt), "--src-knn", p(&knn[0]), "--tgt-knn", p(&knn[1]), "-o", p(&from_knn)]));
+    let approx = tmp.path().join("index.tsv");
+    ok(&xsent(&["mine", "-m", &model, "--src-file", p(&src), "--tgt-file", p(&tgt), "--index", "--nlist", "8", "--nprobe", "8", "-o", p(&approx)]));
+    let read = |f: &Path| -> Vec<(f64, String, String)> {
+        let mut v: Vec<(f64, String, String)> = std::fs::read_to_string(f)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let mut c = l.split('\t');
+                (c.next().unwrap().parse().unwrap(), c.next().unwrap().to_string(), c.next().unwrap().to_string())
+            })
+            .collect();
+        v.sort_by(|a, b| (&a.1, &a.2).cmp(&(&b.1, &b.2)));
+        v
+    };
+    let want = read(&exact);
+    assert!(want.len() >= 90, "{} pairs", want.len());
+    for got in [read(&from_knn), read(&approx)] {
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!((&g.1, &g.2), (&w.1, &w.2));
+            assert!((g.0 - w.0).abs() < 1e-4, "{g:?} vs {w:?}");
+        }
+    }
+
+    // Lines that are not distinct rows are refused, and lists of another length.
+    let dup = tmp.path().join("dup.txt");
+    std::fs::write(&dup, format!("{}\n{}\n", de[0], de[0])).unwrap();
+    let e = fail(&xsent(&["mine", "--src-file", p(&dup), "--tgt-file", p(&tgt), "--src-knn", p(&knn[0]), "--tgt-knn", p(&knn[1])]));
+    assert!(e.contains("dup.txt:2 repeats line 1") && e.contains("awk"), "{e}");
+    let short = tmp.path().join("short.txt");
+    std::fs::write(&short, format!("{}\n", de[0])).unwrap();
+    let e = fail(&xsent(&["mine", "--src-file", p(&short), "--tgt-file", p(&tgt), "--src-knn", p(&knn[0]), "--tgt-knn", p(&knn[1])]));
+    assert!(e.contains("--src-knn holds lists for 100 rows, but") && e.contains("has 1 lines"), "{e}");
+    let e = fail(&xsent(&["mine", "--src-file", p(&src), "--tgt-file", p(&tgt), "--src-knn", p(&knn[0]), "--tgt-knn", p(&knn[1]), "--k", "9"]));
+    assert!(e.contains("fewer than --k 9"), "{e}");
+}

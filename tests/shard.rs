@@ -1,0 +1,187 @@
+//! `xsent embed --shard i/N` and `--merge`: sharded runs equal the single run byte for byte,
+//! shards resume, and a merge checks every manifest.
+
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+
+/// MiniLM cut to its first layer: a real tokenizer and model, quick to load and run.
+fn model_args() -> Vec<String> {
+    vec!["--model".into(), common::model("all-MiniLM-L6-v2").to_str().unwrap().into(), "--layers".into(), "1".into()]
+}
+
+fn run(args: &[&str]) -> Output {
+    let mut all: Vec<String> = vec!["embed".into()];
+    all.extend(model_args());
+    all.extend(args.iter().map(|s| s.to_string()));
+    common::xsent().args(&all).output().expect("xsent runs")
+}
+
+fn ok(out: &Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "xsent failed: {err}");
+    err
+}
+
+fn fail(out: &Output) -> String {
+    assert!(!out.status.success(), "xsent succeeded where it should fail");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Lines of many lengths (so batches pad differently), empty lines, CRLF endings and a last
+/// line without a newline.
+fn write_input(path: &Path, lines: usize) {
+    let data = common::data().join("xnli/dev-en.tsv");
+    let text = std::fs::read_to_string(data).unwrap();
+    let mut out = String::new();
+    for (i, l) in text.lines().take(lines).enumerate() {
+        let first = l.split('\t').next().unwrap();
+        let cut: String = first.chars().take(20 + (i * 37) % 200).collect();
+        match i % 17 {
+            3 => out.push('\n'),
+            5 => out.push_str(&format!("{first}\r\n")),
+            _ => out.push_str(&format!("{cut}\n")),
+        }
+    }
+    out.push_str("the last line has no newline");
+    std::fs::write(path, out).unwrap();
+}
+
+fn shard_all(input: &Path, dir: &Path, n: u32, extra: &[&str]) {
+    for i in 0..n {
+        let spec = format!("{i}/{n}");
+        let mut args = vec!["--input", input.to_str().unwrap(), "--shard", &spec, "--out-dir", dir.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        ok(&run(&args));
+    }
+}
+
+fn merge(dir: &Path, out: &Path) -> Output {
+    common::xsent().args(["embed", "--merge"]).arg(dir).arg("-o").arg(out).output().unwrap()
+}
+
+#[test]
+fn sharded_runs_equal_the_single_run_byte_for_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in.txt");
+    write_input(&input, 150);
+    let small = tmp.path().join("small.txt");
+    write_input(&small, 10);
+    let n_small = std::fs::read_to_string(&small).unwrap().lines().count() as u32;
+    // More shards than lines (most are empty) only on the small input: each shard loads the model.
+    for (format, window, input, shards) in [
+        ("f32", "3000", &input, vec![1u32, 3, 8]),
+        ("npy", "1000", &input, vec![2, 5]),
+        ("jsonl", "262144", &input, vec![2]),
+        ("f32", "100", &small, vec![n_small + 4]),
+    ] {
+        let single = tmp.path().join(format!("single.{format}"));
+        let common_args = ["--format", format, "--batch-size", "4", "--window-bytes", window];
+        let mut args = vec!["--input", input.to_str().unwrap(), "-o", single.to_str().unwrap()];
+        args.extend_from_slice(&common_args);
+        ok(&run(&args));
+        let want = std::fs::read(&single).unwrap();
+        for n in shards {
+            let dir = tmp.path().join(format!("{format}-{n}"));
+            shard_all(input, &dir, n, &common_args);
+            let merged = tmp.path().join(format!("merged-{format}-{n}"));
+            ok(&merge(&dir, &merged));
+            assert!(std::fs::read(&merged).unwrap() == want, "{format}, {n} shards: the merge differs from the single run");
+        }
+    }
+    // A merge to stdout (jsonl).
+    let out = common::xsent().args(["embed", "--merge"]).arg(tmp.path().join("jsonl-2")).output().unwrap();
+    ok(&out);
+    assert!(out.stdout == std::fs::read(tmp.path().join("single.jsonl")).unwrap());
+}
+
+#[test]
+fn shards_resume_and_redo_what_is_unfinished_or_changed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in.txt");
+    write_input(&input, 60);
+    let dir = tmp.path().join("shards");
+    let d = dir.to_str().unwrap();
+    let inp = input.to_str().unwrap();
+    let args = |spec: &'static str| vec!["--input", inp, "--shard", spec, "--out-dir", d, "--format", "f32", "--window-bytes", "500"];
+    shard_all(&input, &dir, 3, &["--format", "f32", "--window-bytes", "500"]);
+    let out1 = dir.join("shard-00001-of-00003.f32");
+    let before = std::fs::metadata(&out1).unwrap().modified().unwrap();
+    let err = ok(&run(&args("1/3")));
+    assert!(err.contains("shard 1/3 is done already"), "{err}");
+    assert_eq!(std::fs::metadata(&out1).unwrap().modified().unwrap(), before, "a finished shard is not rewritten");
+
+    // A changed output is redone.
+    let good = std::fs::read(&out1).unwrap();
+    let mut bad = good.clone();
+    bad[7] ^= 1;
+    std::fs::write(&out1, &bad).unwrap();
+    let e = fail(&merge(&dir, &tmp.path().join("m.f32")));
+    assert!(e.contains("has changed since shard 1/3 wrote it") && e.contains("run that shard again"), "{e}");
+    assert!(!tmp.path().join("m.f32").exists() && !tmp.path().join("m.f32.partial").exists(), "a failed merge leaves no file");
+    let err = ok(&run(&args("1/3")));
+    assert!(err.contains("no longer matches its manifest"), "{err}");
+    assert_eq!(std::fs::read(&out1).unwrap(), good);
+
+    // An interrupted shard (no manifest, a .partial beside it) is redone, and its .partial removed.
+    std::fs::remove_file(dir.join("shard-00002-of-00003.manifest.json")).unwrap();
+    std::fs::rename(dir.join("shard-00002-of-00003.f32"), dir.join("shard-00002-of-00003.f32.partial")).unwrap();
+    let e = fail(&merge(&dir, &tmp.path().join("m.f32")));
+    assert!(e.contains("shard 2/3 of 3 not finished"), "{e}");
+    ok(&run(&args("2/3")));
+    assert!(!dir.join("shard-00002-of-00003.f32.partial").exists());
+    ok(&merge(&dir, &tmp.path().join("m.f32")));
+
+    // The same folder with other options, or a changed input, is another run: refused.
+    let mut other = args("0/3");
+    other.extend(["--batch-size", "7"]);
+    let e = fail(&run(&other));
+    assert!(e.contains("belongs to another run: it was made with other options") && e.contains("another --out-dir"), "{e}");
+    std::fs::write(&input, "changed\n").unwrap();
+    let e = fail(&run(&args("0/3")));
+    assert!(e.contains("another input file"), "{e}");
+}
+
+#[test]
+fn merge_checks_the_manifests() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in.txt");
+    write_input(&input, 40);
+    let dir = tmp.path().join("s");
+    shard_all(&input, &dir, 2, &["--format", "f32", "--window-bytes", "400"]);
+    // A shard of another N in the same folder.
+    let d = dir.to_str().unwrap();
+    ok(&run(&["--input", input.to_str().unwrap(), "--shard", "0/3", "--out-dir", d, "--format", "f32", "--window-bytes", "400"]));
+    let e = fail(&merge(&dir, &tmp.path().join("m.f32")));
+    assert!(e.contains("holds shards of different runs"), "{e}");
+    std::fs::remove_file(dir.join("shard-00000-of-00003.manifest.json")).unwrap();
+    // A manifest whose byte range leaves a gap.
+    let mpath = dir.join("shard-00001-of-00002.manifest.json");
+    let text = std::fs::read_to_string(&mpath).unwrap();
+    let mut m: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let start = m["bytes"][0].as_u64().unwrap();
+    m["bytes"][0] = (start + 1).into();
+    std::fs::write(&mpath, serde_json::to_string(&m).unwrap()).unwrap();
+    let e = fail(&merge(&dir, &tmp.path().join("m.f32")));
+    assert!(e.contains(&format!("covers bytes {}", start + 1)) && e.contains(&format!("end at byte {start}")), "{e}");
+    std::fs::write(&mpath, text).unwrap();
+    ok(&merge(&dir, &tmp.path().join("m.f32")));
+    let e = fail(&common::xsent().args(["embed", "--merge"]).arg(tmp.path().join("nothing")).output().unwrap());
+    assert!(e.contains("no such folder"), "{e}");
+}
+
+#[test]
+fn shard_refuses_what_it_cannot_seek() {
+    let tmp = tempfile::tempdir().unwrap();
+    let gz = tmp.path().join("in.txt.gz");
+    std::fs::write(&gz, b"\x1f\x8b").unwrap();
+    let e = fail(&run(&["--input", gz.to_str().unwrap(), "--shard", "0/2", "--out-dir", tmp.path().to_str().unwrap()]));
+    assert!(e.contains("cannot seek in a gzip file") && e.contains("gunzip -k"), "{e}");
+    let e = fail(&run(&["--shard", "0/2", "--out-dir", tmp.path().to_str().unwrap()]));
+    assert!(e.contains("--input"), "{e}");
+    let e = fail(&run(&["--input", gz.to_str().unwrap(), "--shard", "2/2", "--out-dir", "x"]));
+    assert!(e.contains("i counts from 0, so it must be 0..=1"), "{e}");
+    let e = fail(&common::xsent().args(["embed", "-i", "x"]).output().unwrap());
+    assert!(e.contains("--model"), "{e}");
+}
