@@ -83,6 +83,10 @@ pub struct ModelArgs {
     /// or language).
     #[arg(long)]
     pub head: Option<String>,
+    /// Element type of the encoder's linear layers: f32 (default), int8 (CPU; weights per
+    /// channel, activations per row; see docs/quantization.md), bf16, f16.
+    #[arg(long, value_enum)]
+    pub dtype: Option<crate::model::quant::Dtype>,
 }
 
 impl ModelArgs {
@@ -111,6 +115,7 @@ impl ModelArgs {
                 None
             },
             trainable: false,
+            dtype: self.dtype,
         })
     }
 }

@@ -31,6 +31,9 @@ pub struct LoadOptions {
     pub normalize: Option<bool>,
     /// Load the weights as trainable variables.
     pub trainable: bool,
+    /// Element type of the linear layers at inference (`None`: f32, or the model's own
+    /// quantisation; see [`super::quant`]).
+    pub dtype: Option<super::quant::Dtype>,
 }
 
 impl Default for LoadOptions {
@@ -44,6 +47,7 @@ impl Default for LoadOptions {
             max_length: None,
             normalize: None,
             trainable: false,
+            dtype: None,
         }
     }
 }
@@ -136,7 +140,8 @@ impl SentenceEncoder {
         };
         super::encoder::check_config(&tensors, &config).with_context(|| format!("{} and {}", files.config.display(), super::weights::describe(&files.weights)))?;
         let vb = VarBuilder::from_tensors(tensors, DType::F32, &opts.device);
-        let encoder = Encoder::load(vb, &config).with_context(|| format!("loading weights {}", files.weights[0].display()))?;
+        let mut encoder = Encoder::load(vb, &config).with_context(|| format!("loading weights {}", files.weights[0].display()))?;
+        super::quant::apply(&mut encoder, opts.dtype.unwrap_or_default(), &opts.device, opts.trainable)?;
 
         let mut tokenizer = tokenizer?;
         let pad_id = tokenizer

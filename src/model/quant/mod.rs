@@ -171,3 +171,47 @@ impl CustomOp1 for QOp<'_> {
         Ok((CpuStorage::F32(out), Shape::from((rows, self.0.out_dim()))))
     }
 }
+
+/// A linear layer's weights in reduced precision.
+#[derive(Debug)]
+pub enum Reduced {
+    Int8(QLinear),
+}
+
+impl Reduced {
+    /// `x` (`[rows, in]`, contiguous f32 on the CPU) through the layer.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Reduced::Int8(q) => q.forward(x),
+        }
+    }
+}
+
+/// The dtypes `--dtype` runs on `device`, for error messages.
+fn supported_on(device: &candle_core::Device) -> &'static str {
+    if device.is_cpu() {
+        "f32 and int8"
+    } else {
+        "f32"
+    }
+}
+
+/// Give the encoder's linear layers their `dtype` copies (f32: nothing to do). Inference only:
+/// a trainable model, or a dtype the device has no kernels for, is refused with what to use.
+pub fn apply(encoder: &mut super::Encoder, dtype: Dtype, device: &candle_core::Device, trainable: bool) -> Result<()> {
+    if dtype == Dtype::F32 {
+        return Ok(());
+    }
+    if trainable {
+        bail!("--dtype {dtype} is for inference only; training runs in f32 (leave --dtype out)");
+    }
+    let ok = device.is_cpu() && matches!(dtype, Dtype::Int8);
+    if !ok {
+        let on = if device.is_cpu() { "the CPU".to_string() } else { format!("{device:?}") };
+        bail!("--dtype {dtype} is not supported on {on}: it runs {} (use --dtype f32{})", supported_on(device), if device.is_cpu() { " or int8" } else { ", or --device cpu for int8" });
+    }
+    for l in encoder.linears_mut() {
+        l.reduced = Some(std::sync::Arc::new(Reduced::Int8(QLinear::from_f32(&l.weight, &l.bias)?)));
+    }
+    Ok(())
+}
