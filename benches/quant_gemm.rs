@@ -39,7 +39,7 @@ fn main() -> anyhow::Result<()> {
             q.forward(&x).unwrap();
         });
         println!("{shape:>16} {:>10} {:>12.1} {:>8.2}", "candle-q8_0", macs / s / 1e9, f32_s / s);
-        let ql = QLinear::from_f32(&w, &b)?;
+        let ql = QLinear::from_f32(&w, &b, None)?;
         let xs: Vec<f32> = x.flatten_all()?.to_vec1()?;
         for path in Path::all_available() {
             let s = best(|| {

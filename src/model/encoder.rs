@@ -330,6 +330,19 @@ impl Encoder {
         self.hidden
     }
 
+    /// For each of [`Self::linears_mut`], the scale and shift of the LayerNorm whose output it
+    /// takes (query, key and value: the previous layer's output norm or the embeddings' norm;
+    /// intermediate: the attention norm; the others take no LayerNorm output).
+    pub fn linear_inputs(&self) -> Result<Vec<Option<(Vec<f32>, Vec<f32>)>>> {
+        let v = |n: &LayerNorm| -> Result<(Vec<f32>, Vec<f32>)> { Ok((n.weight.to_vec1()?, n.bias.to_vec1()?)) };
+        let mut out = Vec::new();
+        for (i, l) in self.layers.iter().enumerate() {
+            let before = v(if i == 0 { &self.embeddings.norm } else { &self.layers[i - 1].out_norm })?;
+            out.extend([Some(before.clone()), Some(before.clone()), Some(before), None, Some(v(&l.attn_norm)?), None]);
+        }
+        Ok(out)
+    }
+
     /// The transformer layers' linear layers (6 per layer), for [`super::quant`].
     pub fn linears_mut(&mut self) -> impl Iterator<Item = &mut Linear> {
         self.layers.iter_mut().flat_map(|l| [&mut l.query, &mut l.key, &mut l.value, &mut l.attn_out, &mut l.intermediate, &mut l.output])

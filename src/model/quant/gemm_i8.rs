@@ -387,7 +387,7 @@ mod tests {
         let mut outs = Vec::new();
         for path in Path::all_available() {
             let mut qa = Vec::new();
-            let sa = quantize_activations(&x, m, k, pw.kp, shifted(path), &mut qa);
+            let sa = quantize_activations(&x, m, k, pw.kp, shifted(path), None, &mut qa);
             let mut out = vec![0f32; m * n];
             gemm_f32(path, &qa, m, &sa, &pw, &sw, &b, &mut out);
             let exact = gemm_i32(path, &qa, m, &pw);

@@ -90,21 +90,38 @@ impl std::fmt::Display for Dtype {
 }
 
 /// An int8 linear layer: `y = x Wᵀ + b` with `W` quantised per output channel.
+///
+/// With smoothing factors `s` (per input column; SmoothQuant's migration, here without
+/// calibration data), `x Wᵀ = (x / s)(W diag(s))ᵀ`: the weights are quantised as `W diag(s)`
+/// and each activation row as `x / s`, which flattens outlier columns of `x` (those a
+/// LayerNorm's scale makes large) before its per-row scale is taken.
 #[derive(Debug)]
 pub struct QLinear {
     packed: gemm_i8::PackedI8,
     /// Per-channel scales and bias, padded to `packed.np`.
     scales: Vec<f32>,
     bias: Vec<f32>,
+    /// `1 / s` per input column, when smoothed.
+    inv_smooth: Option<Vec<f32>>,
 }
 
 impl QLinear {
-    /// Quantise f32 weights `[out, in]` and bias `[out]`.
-    pub fn from_f32(weight: &Tensor, bias: &Tensor) -> Result<Self> {
+    /// Quantise f32 weights `[out, in]` and bias `[out]`, with optional smoothing factors `[in]`.
+    pub fn from_f32(weight: &Tensor, bias: &Tensor, smooth: Option<&[f32]>) -> Result<Self> {
         let (n, k) = weight.dims2()?;
-        let w: Vec<f32> = weight.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?;
+        let mut w: Vec<f32> = weight.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?;
+        if let Some(s) = smooth {
+            anyhow::ensure!(s.len() == k, "int8 linear layer: {k} smoothing factors expected, got {}", s.len());
+            for row in w.chunks_exact_mut(k) {
+                for (v, f) in row.iter_mut().zip(s) {
+                    *v *= f;
+                }
+            }
+        }
         let (q, scales) = quantize::quantize_weights(&w, n, k);
-        Self::from_int8(&q, &scales, &bias.to_dtype(candle_core::DType::F32)?.to_vec1()?, n, k)
+        let mut l = Self::from_int8(&q, &scales, &bias.to_dtype(candle_core::DType::F32)?.to_vec1()?, n, k)?;
+        l.inv_smooth = smooth.map(|s| s.iter().map(|f| 1.0 / f).collect());
+        Ok(l)
     }
 
     /// From int8 weights `[n, k]` (values in [-127, 127]), their `n` scales and the bias.
@@ -120,7 +137,7 @@ impl QLinear {
         let mut bias = bias.to_vec();
         scales.resize(packed.np, 0.0);
         bias.resize(packed.np, 0.0);
-        Ok(Self { packed, scales, bias })
+        Ok(Self { packed, scales, bias, inv_smooth: None })
     }
 
     pub fn out_dim(&self) -> usize {
@@ -135,7 +152,7 @@ impl QLinear {
     pub fn forward_slice(&self, path: Path, x: &[f32], rows: usize) -> Vec<f32> {
         let p = &self.packed;
         let mut qa = Vec::new();
-        let sa = quantize::quantize_activations(x, rows, p.k, p.kp, gemm_i8::shifted(path), &mut qa);
+        let sa = quantize::quantize_activations(x, rows, p.k, p.kp, gemm_i8::shifted(path), self.inv_smooth.as_deref(), &mut qa);
         let mut out = vec![0f32; rows * p.n];
         gemm_i8::gemm_f32(path, &qa, rows, &sa, p, &self.scales, &self.bias, &mut out);
         out
@@ -210,8 +227,42 @@ pub fn apply(encoder: &mut super::Encoder, dtype: Dtype, device: &candle_core::D
         let on = if device.is_cpu() { "the CPU".to_string() } else { format!("{device:?}") };
         bail!("--dtype {dtype} is not supported on {on}: it runs {} (use --dtype f32{})", supported_on(device), if device.is_cpu() { " or int8" } else { ", or --device cpu for int8" });
     }
-    for l in encoder.linears_mut() {
-        l.reduced = Some(std::sync::Arc::new(Reduced::Int8(QLinear::from_f32(&l.weight, &l.bias)?)));
+    let inputs = encoder.linear_inputs()?;
+    for (l, norm) in encoder.linears_mut().zip(inputs) {
+        let smooth = match norm {
+            Some((g, b)) => Some(smoothing(&g, &b, &l.weight)?),
+            None => None,
+        };
+        l.reduced = Some(std::sync::Arc::new(Reduced::Int8(QLinear::from_f32(&l.weight, &l.bias, smooth.as_deref())?)));
     }
     Ok(())
+}
+
+/// Smoothing factors for a layer fed by a LayerNorm with scale `gamma` and shift `beta`
+/// (SmoothQuant's `s_c = sqrt(max|x_c| / max|W_c|)`, α = ½), without calibration data: a
+/// normalised activation is mostly within ±3, so `max|x_c| ≈ 3|γ_c| + |β_c|`. Factors are
+/// divided by their geometric mean; a zero column keeps 1.
+pub fn smoothing(gamma: &[f32], beta: &[f32], weight: &Tensor) -> Result<Vec<f32>> {
+    let (_, k) = weight.dims2()?;
+    anyhow::ensure!(gamma.len() == k && beta.len() == k, "smoothing: LayerNorm of {} features before a layer of {k} inputs", gamma.len());
+    let w: Vec<f32> = weight.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?;
+    let mut wmax = vec![0f32; k];
+    for row in w.chunks_exact(k) {
+        for (m, v) in wmax.iter_mut().zip(row) {
+            *m = m.max(v.abs());
+        }
+    }
+    let mut s: Vec<f32> = (0..k)
+        .map(|c| {
+            let a = 3.0 * gamma[c].abs() + beta[c].abs();
+            if a > 0.0 && wmax[c] > 0.0 && a.is_finite() && wmax[c].is_finite() {
+                (a / wmax[c]).sqrt()
+            } else {
+                1.0
+            }
+        })
+        .collect();
+    let g = (s.iter().map(|v| (*v as f64).ln()).sum::<f64>() / k as f64).exp() as f32;
+    s.iter_mut().for_each(|v| *v /= g);
+    Ok(s)
 }

@@ -47,8 +47,10 @@ pub fn quantize_row(x: &[f32], out: &mut [i8]) -> f32 {
 
 /// Quantise the `m` rows of `x` (`[m, k]`, row-major) into `[m, kp]` bytes (`kp ≥ k`, the tail
 /// padded with 0). With `shift` each byte holds `q + 128` as u8 (the VNNI kernel's unsigned
-/// operand; it is `q ^ 0x80`), else `q` as i8 bits. Returns the per-row scales.
-pub fn quantize_activations(x: &[f32], m: usize, k: usize, kp: usize, shift: bool, out: &mut Vec<u8>) -> Vec<f32> {
+/// operand; it is `q ^ 0x80`), else `q` as i8 bits. With `mul` (length `k`), column `c` is
+/// multiplied by `mul[c]` first (the layer's smoothing, see [`super::QLinear`]). Returns the
+/// per-row scales.
+pub fn quantize_activations(x: &[f32], m: usize, k: usize, kp: usize, shift: bool, mul: Option<&[f32]>, out: &mut Vec<u8>) -> Vec<f32> {
     assert!(x.len() == m * k && kp >= k, "quantize_activations: [{m}, {k}] input expected, got {}", x.len());
     out.clear();
     out.resize(m * kp, if shift { 0x80 } else { 0 });
@@ -57,23 +59,33 @@ pub fn quantize_activations(x: &[f32], m: usize, k: usize, kp: usize, shift: boo
     {
         if super::Path::Avx512Vnni.available() {
             // SAFETY: the CPU has AVX-512 (checked just above).
-            unsafe { activations_avx512(x, k, kp, shift, out, &mut scales) };
+            unsafe { activations_avx512(x, k, kp, shift, mul, out, &mut scales) };
             return scales;
         }
         if super::Path::Avx2.available() {
             // SAFETY: the CPU has AVX2 (checked just above).
-            unsafe { activations_avx2(x, k, kp, shift, out, &mut scales) };
+            unsafe { activations_avx2(x, k, kp, shift, mul, out, &mut scales) };
             return scales;
         }
     }
-    activations(x, k, kp, shift, out, &mut scales);
+    activations(x, k, kp, shift, mul, out, &mut scales);
     scales
 }
 
 #[inline(always)]
-fn activations(x: &[f32], k: usize, kp: usize, shift: bool, out: &mut [u8], scales: &mut [f32]) {
+fn activations(x: &[f32], k: usize, kp: usize, shift: bool, mul: Option<&[f32]>, out: &mut [u8], scales: &mut [f32]) {
     let flip = if shift { 0x80u8 } else { 0 };
+    let mut tmp = vec![0f32; if mul.is_some() { k } else { 0 }];
     for ((row, dst), s) in x.chunks_exact(k).zip(out.chunks_exact_mut(kp)).zip(scales.iter_mut()) {
+        let row = match mul {
+            Some(mul) => {
+                for ((t, &v), &f) in tmp.iter_mut().zip(row).zip(mul) {
+                    *t = v * f;
+                }
+                &tmp[..]
+            }
+            None => row,
+        };
         *s = row_scale(row);
         let inv = 1.0 / *s;
         for (o, &v) in dst.iter_mut().zip(row) {
@@ -84,14 +96,14 @@ fn activations(x: &[f32], k: usize, kp: usize, shift: bool, out: &mut [u8], scal
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn activations_avx512(x: &[f32], k: usize, kp: usize, shift: bool, out: &mut [u8], scales: &mut [f32]) {
-    activations(x, k, kp, shift, out, scales)
+unsafe fn activations_avx512(x: &[f32], k: usize, kp: usize, shift: bool, mul: Option<&[f32]>, out: &mut [u8], scales: &mut [f32]) {
+    activations(x, k, kp, shift, mul, out, scales)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn activations_avx2(x: &[f32], k: usize, kp: usize, shift: bool, out: &mut [u8], scales: &mut [f32]) {
-    activations(x, k, kp, shift, out, scales)
+unsafe fn activations_avx2(x: &[f32], k: usize, kp: usize, shift: bool, mul: Option<&[f32]>, out: &mut [u8], scales: &mut [f32]) {
+    activations(x, k, kp, shift, mul, out, scales)
 }
 
 /// Weights `[n, k]` (f32, row-major, Hugging Face's `[out, in]`) quantised per output channel:
@@ -123,11 +135,11 @@ mod tests {
     fn zero_rows_and_shift() {
         let x = [0f32; 5];
         let mut out = Vec::new();
-        let s = quantize_activations(&x, 1, 5, 8, true, &mut out);
+        let s = quantize_activations(&x, 1, 5, 8, true, None, &mut out);
         assert_eq!(s, vec![1.0]);
         assert_eq!(out, vec![0x80; 8]);
         let x = [-1f32, 1.0, 0.5];
-        let s = quantize_activations(&x, 1, 3, 4, true, &mut out);
+        let s = quantize_activations(&x, 1, 3, 4, true, None, &mut out);
         assert!((s[0] - 1.0 / 127.0).abs() < 1e-9);
         // 63.5 rounds to even.
         assert_eq!(out, vec![1, 255, 128 + 64, 128]);
