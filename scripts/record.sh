@@ -16,6 +16,9 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 say() { printf 'record: %s\n' "$*" >&2; }
+# A command or table as the record shows it: paths inside the checkout relative to it, the data
+# folder as $XSENT_DATA, so records made in different folders read the same.
+rel() { sed -e "s#$root/##g" -e "s#$data/#\$XSENT_DATA/#g"; }
 die() { printf 'record: error: %s\n' "$*" >&2; exit 1; }
 # shellcheck source=lib/xsent-bin.sh
 . "$root/scripts/lib/xsent-bin.sh"
@@ -122,7 +125,7 @@ record_one() {
         # shellcheck disable=SC2086
         "$xsent" train $t_args --out "$run" 2> "$dest/train.log" || { tail -20 "$dest/train.log" >&2; die "training $name failed (log: $dest/train.log)"; }
         t1=$(date +%s)
-        printf -- '- `%s` (%d s)\n' "$cmd" $((t1 - t0)) >> "$dest/RUN.md"
+        printf -- '- `%s` (%d s)\n' "$cmd" $((t1 - t0)) | rel >> "$dest/RUN.md"
         cp "$run/config.toml" "$dest/config.toml"
         [ -f "$run/metrics.jsonl" ] && cp "$run/metrics.jsonl" "$dest/metrics.jsonl"
     fi
@@ -142,7 +145,8 @@ record_one() {
         t1=$(date +%s)
         gzip -n -f "$dest/eval-$rname.json"
         rm -f "$dest/eval-$rname.log"
-        printf -- '- `%s` (%d s)\n' "$cmd" $((t1 - t0)) >> "$dest/RUN.md"
+        rel < "$dest/eval-$rname.md" > "$dest/eval-$rname.md.tmp" && mv "$dest/eval-$rname.md.tmp" "$dest/eval-$rname.md"
+        printf -- '- `%s` (%d s)\n' "$cmd" $((t1 - t0)) | rel >> "$dest/RUN.md"
     done < <(evals_of "$name")
     {
         echo

@@ -271,7 +271,14 @@ pub fn curves_png(path: &Path, panels: &[Curves], runs: &[String], panel_px: u32
                 .x_label_area_size(30)
                 .y_label_area_size(55)
                 .build_cartesian_2d(x0..x1, y0..y1)?;
-            chart.configure_mesh().light_line_style(WHITE).x_desc("step").label_style(("sans-serif", 12)).draw()?;
+            chart
+                .configure_mesh()
+                .light_line_style(WHITE)
+                .x_desc("step")
+                .x_labels(6)
+                .x_label_formatter(&|v| format!("{v:.0}"))
+                .label_style(("sans-serif", 12))
+                .draw()?;
             for (i, (line, best)) in panel.lines.iter().zip(&panel.best).enumerate() {
                 let (r, g, b) = PALETTE[i % PALETTE.len()];
                 let colour = RGBColor(r, g, b);
