@@ -333,6 +333,7 @@ impl Encoder {
     /// For each of [`Self::linears_mut`], the scale and shift of the LayerNorm whose output it
     /// takes (query, key and value: the previous layer's output norm or the embeddings' norm;
     /// intermediate: the attention norm; the others take no LayerNorm output).
+    #[allow(clippy::type_complexity)]
     pub fn linear_inputs(&self) -> Result<Vec<Option<(Vec<f32>, Vec<f32>)>>> {
         let v = |n: &LayerNorm| -> Result<(Vec<f32>, Vec<f32>)> { Ok((n.weight.to_vec1()?, n.bias.to_vec1()?)) };
         let mut out = Vec::new();

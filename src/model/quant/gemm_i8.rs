@@ -88,6 +88,7 @@ trait Epilogue: Sync {
 type Kernel = unsafe fn(a: &[u8], kp: usize, rows: usize, panel: &[i8], acc: &mut Tile);
 
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn drive<E: Epilogue>(kernel: Kernel, path: Path, a: &[u8], m: usize, w: &PackedI8, out: &mut [f32], ld_out: usize, e: &E) {
     let kp = w.kp;
     let panels = w.np / NR;
@@ -138,6 +139,7 @@ struct F32Out<'a> {
 
 impl Epilogue for F32Out<'_> {
     #[inline(always)]
+    #[allow(clippy::needless_range_loop)]
     fn tile(&self, out: &mut [f32], row0: usize, rows: usize, panel: usize, acc: &Tile, corr: &[i32; NR]) {
         let c0 = panel * NR;
         let cols = (self.n - c0).min(NR);
@@ -209,6 +211,7 @@ fn run<E: Epilogue>(path: Path, a: &[u8], m: usize, w: &PackedI8, out: &mut [f32
 /// `out[i][j] = (Σ_k a_ik w_jk) · sa_i · sw_j + b_j` for `m` rows of activations `a` quantised by
 /// [`super::quantize::quantize_activations`] with `shift = shifted(path)` (`[m, kp]`), weights
 /// `w` with scales `sw` and bias `b` (each padded to `w.np`). `out`: `[m, n]`.
+#[allow(clippy::too_many_arguments)]
 pub fn gemm_f32(path: Path, a: &[u8], m: usize, sa: &[f32], w: &PackedI8, sw: &[f32], b: &[f32], out: &mut [f32]) {
     assert!(sa.len() == m && sw.len() == w.np && b.len() == w.np, "int8 GEMM: scales or bias of the wrong length");
     run(path, a, m, w, out, &F32Out { n: w.n, sa, sw, b });
@@ -243,7 +246,7 @@ unsafe fn tile_portable(a: &[u8], kp: usize, rows: usize, panel: &[i8], acc: &mu
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn tile_vnni(a: &[u8], kp: usize, rows: usize, panel: &[i8], acc: &mut Tile) {
     use std::arch::x86_64::*;
-    debug_assert!(rows >= 1 && rows <= MR && a.len() >= rows * kp && panel.len() == kp * NR);
+    debug_assert!((1..=MR).contains(&rows) && a.len() >= rows * kp && panel.len() == kp * NR);
     // Rows past `rows` repeat the last one (computed, not stored).
     let ap: [*const u8; MR] = std::array::from_fn(|r| a.as_ptr().add(r.min(rows - 1) * kp));
     let wp = panel.as_ptr();
