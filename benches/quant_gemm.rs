@@ -23,7 +23,7 @@ fn main() -> anyhow::Result<()> {
     std::env::set_var("RAYON_NUM_THREADS", "1");
     let dev = Device::Cpu;
     let m = 2000;
-    println!("{:>16} {:>10} {:>12} {:>8}", "shape MxKxN", "kind", "GMAC/s", "vs f32");
+    xsent::outln!("{:>16} {:>10} {:>12} {:>8}", "shape MxKxN", "kind", "GMAC/s", "vs f32");
     for (k, n) in [(384, 384), (384, 1536), (1536, 384)] {
         let x = Tensor::randn(0f32, 1.0, (m, k), &dev)?;
         let w = (Tensor::randn(0f32, 1.0, (n, k), &dev)? * 0.05)?;
@@ -33,19 +33,19 @@ fn main() -> anyhow::Result<()> {
         let f32_s = best(|| {
             xsent::model::kernels::linear(&x, &w, &b, false).unwrap();
         });
-        println!("{shape:>16} {:>10} {:>12.1} {:>8.2}", "f32", macs / f32_s / 1e9, 1.0);
+        xsent::outln!("{shape:>16} {:>10} {:>12.1} {:>8.2}", "f32", macs / f32_s / 1e9, 1.0);
         let q = QMatMul::from_qtensor(QTensor::quantize(&w, GgmlDType::Q8_0)?)?;
         let s = best(|| {
             q.forward(&x).unwrap();
         });
-        println!("{shape:>16} {:>10} {:>12.1} {:>8.2}", "candle-q8_0", macs / s / 1e9, f32_s / s);
+        xsent::outln!("{shape:>16} {:>10} {:>12.1} {:>8.2}", "candle-q8_0", macs / s / 1e9, f32_s / s);
         let ql = QLinear::from_f32(&w, &b, None)?;
         let xs: Vec<f32> = x.flatten_all()?.to_vec1()?;
         for path in Path::all_available() {
             let s = best(|| {
                 ql.forward_slice(path, &xs, m);
             });
-            println!("{shape:>16} {:>10} {:>12.1} {:>8.2}", format!("{path:?}").to_lowercase(), macs / s / 1e9, f32_s / s);
+            xsent::outln!("{shape:>16} {:>10} {:>12.1} {:>8.2}", format!("{path:?}").to_lowercase(), macs / s / 1e9, f32_s / s);
         }
     }
     Ok(())

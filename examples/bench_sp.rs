@@ -6,6 +6,10 @@
 //! - tokenize: text → unit ids;
 //! - end to end: text → L2-normalised vectors (tokenize + average + normalise), as `embed` does.
 
+// A report printed for a person: the std print macros are fine here (clippy.toml forbids
+// them in xsent itself, where a closed stream must not stop the work).
+#![allow(clippy::disallowed_macros)]
+
 use std::time::Instant;
 use xsent::model::averaging::{embed_ids_flat, flatten, AveragingModel};
 

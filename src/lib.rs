@@ -4,6 +4,9 @@
 //! serves inference (fused kernels) and training (differentiable ops, seeded dropout);
 //! recipes add a loss, evaluators add a metric.
 
+// First: its macros (errln!, outln!, out!) are used everywhere below.
+#[macro_use]
+pub mod log;
 pub mod cli;
 pub mod data;
 pub mod device;
@@ -15,6 +18,7 @@ pub mod model;
 pub mod parallel;
 pub mod plot;
 pub mod train;
+pub mod whole_rows;
 
 pub use model::{Encoder, EncoderConfig, Pooling, SentenceEncoder};
 

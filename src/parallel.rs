@@ -15,7 +15,7 @@ fn from_env() -> usize {
             let n = v.trim().parse::<usize>().ok().filter(|n| *n > 0);
             // Empty, or rayon's own 0 ("the default"): nothing to warn about.
             if n.is_none() && !v.trim().is_empty() && v.trim() != "0" {
-                eprintln!("xsent: {k}={v:?} is not a number of threads (1 or more); ignored");
+                errln!("xsent: {k}={v:?} is not a number of threads (1 or more); ignored");
             }
             n
         })

@@ -170,7 +170,7 @@ pub fn read_labelled(specs: &[String], limit: usize) -> Result<Vec<(String, Vec<
         );
         let (mut lines, blank) = crate::data::drop_blank(crate::data::read_lines(Path::new(file)).with_context(|| format!("--input {spec}"))?);
         if blank > 0 {
-            eprintln!("xsent plot: {blank} blank lines of {file} left out");
+            errln!("xsent plot: {blank} blank lines of {file} left out");
         }
         lines.truncate(limit);
         ensure!(!lines.is_empty(), "--input {spec}: {file} has no sentences (no lines that are not blank)");

@@ -31,7 +31,7 @@ fn check(model: &str, prefix: &str) -> Result<()> {
     let cos: Vec<f64> = f32v.iter().zip(&int8).map(|(a, b)| common::cosine(a, b)).collect();
     let (min_i, min) = cos.iter().enumerate().fold((0, f64::INFINITY), |m, (i, &c)| if c < m.1 { (i, c) } else { m });
     let mean = cos.iter().sum::<f64>() / cos.len() as f64;
-    eprintln!("{model}: int8 cosine to f32 over {} sentences: min {min:.4} (sentence {min_i}), mean {mean:.4}", cos.len());
+    xsent::errln!("{model}: int8 cosine to f32 over {} sentences: min {min:.4} (sentence {min_i}), mean {mean:.4}", cos.len());
     assert!(min >= 0.99, "{model}: int8 sentence {min_i} {:?} has cosine {min:.4} to f32 (< 0.99)", texts[min_i]);
     assert!(mean >= 0.995, "{model}: mean int8 cosine to f32 {mean:.4} (< 0.995)");
     // The int8 vectors are not the f32 ones (the int8 path did run).

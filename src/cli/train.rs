@@ -1,3 +1,4 @@
+use crate::train::lock::{RunLock, LOCK_FILE};
 use crate::train::{self, config, Outcome, RunOptions, Trainer};
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
@@ -41,10 +42,56 @@ pub fn run(a: Args) -> Result<i32> {
     let saved = out.join("config.toml");
     // The folders this command made for --out, itself first (a fresh run into a new directory).
     let mut made: Vec<std::path::PathBuf> = Vec::new();
-    let cfg = if a.resume {
-        if !out.is_dir() {
-            bail!("--resume: {} does not exist; is it a run directory?", out.display());
+    if a.resume && !out.is_dir() {
+        bail!("--resume: {} does not exist; is it a run directory?", out.display());
+    }
+    if !a.resume && a.config.is_none() {
+        bail!("--config FILE is needed (or --resume to continue a run)");
+    }
+    if !out.exists() {
+        made = out.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).map(std::path::Path::to_path_buf).collect();
+        std::fs::create_dir_all(&out).with_context(|| format!("cannot create run directory {}", out.display()))?;
+    }
+    // Held until this command ends: no other run reads or writes the directory meanwhile.
+    let created_lock = !out.join(LOCK_FILE).exists();
+    let lock = match RunLock::acquire(&out) {
+        Ok(l) => l,
+        Err(e) => {
+            remove_made(&out, &made);
+            return Err(e);
         }
+    };
+    let mut wrote_config = false;
+    let result = run_locked(&a, &out, &saved, &mut wrote_config);
+    if result.is_err() {
+        // Refused before it wrote anything but its config (a bad config, unreadable data, the
+        // recipe's settings): the run directory is left as it was before the command.
+        if wrote_config {
+            let _ = std::fs::remove_file(out.join(".config.toml.tmp"));
+            if entries_besides_lock(&out).is_some_and(|e| e == ["config.toml"]) {
+                let _ = std::fs::remove_file(&saved);
+            }
+        }
+        if entries_besides_lock(&out).is_some_and(|e| e.is_empty()) || (created_lock && !wrote_config) {
+            // Nothing of a run is left, or the command stopped before it started one (the
+            // folder is not a run's, say): no lock file of this command's stays behind.
+            lock.remove();
+            remove_made(&out, &made);
+        }
+    }
+    result
+}
+
+/// The names in `out` other than the lock file (None if it cannot be read).
+fn entries_besides_lock(out: &std::path::Path) -> Option<Vec<String>> {
+    let d = std::fs::read_dir(out).ok()?;
+    Some(d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n != LOCK_FILE).collect())
+}
+
+/// [`run`] once the run directory `out` exists and is locked.
+fn run_locked(a: &Args, out: &std::path::Path, saved: &std::path::Path, wrote_config: &mut bool) -> Result<i32> {
+    let out = out.to_path_buf();
+    let cfg = if a.resume {
         train::restore_run(&out)?;
         if Trainer::latest_checkpoint(&out)?.is_none() {
             if !saved.is_file() {
@@ -68,12 +115,12 @@ pub fn run(a: Args) -> Result<i32> {
                     saved.display()
                 );
             };
-            eprintln!("xsent train: {} is missing; resuming with {}", saved.display(), c.display());
+            errln!("xsent train: {} is missing; resuming with {}", saved.display(), c.display());
             config::load_with(c, &a.unsets, &a.sets, false)?
         } else {
-            let cfg = config::load_with(&saved, &a.unsets, &a.sets, false)?;
+            let cfg = config::load_with(saved, &a.unsets, &a.sets, false)?;
             if !a.sets.is_empty() || !a.unsets.is_empty() {
-                let changed = config::changed_on_resume(&config::load(&saved, &[])?, &cfg)?;
+                let changed = config::changed_on_resume(&config::load(saved, &[])?, &cfg)?;
                 if !changed.is_empty() {
                     bail!(
                         "--resume cannot change what the checkpoint was trained with (the model, the recipe's settings, the seed, \
@@ -102,7 +149,7 @@ pub fn run(a: Args) -> Result<i32> {
     } else {
         let Some(c) = &a.config else { bail!("--config FILE is needed (or --resume to continue a run)") };
         let cfg = config::load_with(c, &a.unsets, &a.sets, false)?;
-        if saved.is_file() && std::fs::canonicalize(c).ok() == std::fs::canonicalize(&saved).ok() {
+        if saved.is_file() && std::fs::canonicalize(c).ok() == std::fs::canonicalize(saved).ok() {
             bail!(
                 "--config {} is the run directory's own config.toml, which a new run in --out {} replaces: \
                  copy it elsewhere and give that as --config, or give --out a new directory (--resume continues the run)",
@@ -110,20 +157,14 @@ pub fn run(a: Args) -> Result<i32> {
                 out.display()
             );
         }
-        if out.is_dir() && std::fs::read_dir(&out).with_context(|| format!("cannot read {}", out.display()))?.next().is_some() {
+        if !entries_besides_lock(&out).with_context(|| format!("cannot read {}", out.display()))?.is_empty() {
             clear_failed_start(&out)?;
         }
         // The resolved config, with its header, is the run directory's first file: what marks
         // the files after it (a recipe's vocab/ or init/, written before the first step) as
         // this run's, so that a new run in the same --out may clear them and nothing else.
-        made = out.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).map(std::path::Path::to_path_buf).collect();
-        let written = std::fs::create_dir_all(&out)
-            .with_context(|| format!("cannot create run directory {}", out.display()))
-            .and_then(|()| train::write_run_config(&out, &cfg));
-        if let Err(e) = written {
-            remove_made(&out, &made);
-            return Err(e);
-        }
+        *wrote_config = true;
+        train::write_run_config(&out, &cfg)?;
         cfg
     };
     let flag = Arc::new(AtomicBool::new(false));
@@ -134,27 +175,18 @@ pub fn run(a: Args) -> Result<i32> {
     // checkpoints and exits 130; a second exits at once.
     ctrlc::set_handler(move || {
         if !s.load(Ordering::SeqCst) {
-            eprintln!("\nxsent train: interrupted before the first training step; nothing to checkpoint, exiting");
+            errln!("\nxsent train: interrupted before the first training step; nothing to checkpoint, exiting");
             std::process::exit(130);
         }
         if f.swap(true, Ordering::SeqCst) {
-            eprintln!("\nxsent train: second interrupt, exiting without a checkpoint");
+            errln!("\nxsent train: second interrupt, exiting without a checkpoint");
             std::process::exit(130);
         }
-        eprintln!("\nxsent train: interrupted; finishing this step and writing a checkpoint (Ctrl-C again to quit at once)");
+        errln!("\nxsent train: interrupted; finishing this step and writing a checkpoint (Ctrl-C again to quit at once)");
     })
     .context("cannot install the Ctrl-C handler")?;
     let opts = RunOptions { stop_after: a.stop_after, interrupt: Some(flag), started: Some(started) };
     let outcome = train::train(&cfg, &out, a.resume, &opts);
-    if outcome.is_err() && !a.resume {
-        // Refused before it wrote anything but its config (the data, the recipe's settings):
-        // the run directory goes again, as if the command had not run.
-        let only_config = std::fs::read_dir(&out).is_ok_and(|d| d.filter_map(|e| e.ok()).all(|e| e.file_name() == "config.toml"));
-        if only_config {
-            let _ = std::fs::remove_file(&saved);
-            remove_made(&out, &made);
-        }
-    }
     Ok(match outcome? {
         Outcome::Finished | Outcome::EarlyStopped => 0,
         Outcome::Interrupted if opts.interrupt.as_ref().is_some_and(|f| f.load(Ordering::SeqCst)) => 130,
@@ -173,7 +205,8 @@ fn remove_made(out: &std::path::Path, made: &[std::path::PathBuf]) {
     }
 }
 
-/// What `xsent train` writes into a run directory before its first checkpoint.
+/// What `xsent train` writes into a run directory before its first checkpoint (besides its
+/// lock file, which is never cleared).
 const START_ENTRIES: &[&str] = &[
     "config.toml",
     "metrics.jsonl",
@@ -213,6 +246,9 @@ fn clear_failed_start(out: &std::path::Path) -> Result<()> {
     for e in std::fs::read_dir(out).with_context(|| format!("cannot read {}", out.display()))? {
         let e = e.with_context(|| format!("cannot read {}", out.display()))?;
         let name = e.file_name().to_string_lossy().into_owned();
+        if name == LOCK_FILE {
+            continue;
+        }
         if !START_ENTRIES.contains(&name.as_str()) {
             bail!(
                 "--out {} is not empty and is not an xsent run directory ({name} is in it): give --out a new or empty directory",
@@ -238,7 +274,7 @@ fn clear_failed_start(out: &std::path::Path) -> Result<()> {
             out.display()
         );
     }
-    eprintln!("xsent train: {} holds no checkpoint (a start that stopped before its first one); starting it over", out.display());
+    errln!("xsent train: {} holds no checkpoint (a start that stopped before its first one); starting it over", out.display());
     // config.toml last: an interruption in between leaves a directory still marked as a run's.
     entries.sort_by_key(|p| p.file_name().is_some_and(|n| n == "config.toml"));
     for p in entries {

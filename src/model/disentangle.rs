@@ -221,6 +221,7 @@ impl DisentangledEncoder {
             pooling: Some(b.pooling),
             max_length: Some(opts.max_length.unwrap_or(b.max_length)),
             normalize: Some(b.normalize),
+            allow_unused_weights: opts.allow_unused_weights,
             dtype: opts.dtype,
             ..Default::default()
         };

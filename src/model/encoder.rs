@@ -286,6 +286,35 @@ pub fn check_config(tensors: &std::collections::HashMap<String, Tensor>, cfg: &E
     Ok(())
 }
 
+/// The tensors of `tensors` that an encoder of `cfg` does not use (sorted), besides the
+/// `embeddings.position_ids` buffer some checkpoints carry: more layers than `cfg` has, or
+/// tensors of another architecture.
+pub fn unused_tensors(tensors: &std::collections::HashMap<String, Tensor>, cfg: &EncoderConfig) -> Vec<String> {
+    let mut used: std::collections::HashSet<String> =
+        ["word_embeddings.weight", "position_embeddings.weight", "token_type_embeddings.weight", "LayerNorm.weight", "LayerNorm.bias", "position_ids"]
+            .iter()
+            .map(|n| format!("embeddings.{n}"))
+            .collect();
+    for i in 0..cfg.num_hidden_layers {
+        for n in [
+            "attention.self.query",
+            "attention.self.key",
+            "attention.self.value",
+            "attention.output.dense",
+            "attention.output.LayerNorm",
+            "intermediate.dense",
+            "output.dense",
+            "output.LayerNorm",
+        ] {
+            used.insert(format!("encoder.layer.{i}.{n}.weight"));
+            used.insert(format!("encoder.layer.{i}.{n}.bias"));
+        }
+    }
+    let mut unused: Vec<String> = tensors.keys().filter(|k| !used.contains(*k)).cloned().collect();
+    unused.sort();
+    unused
+}
+
 impl Encoder {
     /// Build from a VarBuilder whose names are the canonical Hugging Face ones (no `bert.` prefix).
     pub fn load(vb: VarBuilder, cfg: &EncoderConfig) -> Result<Self> {

@@ -336,7 +336,7 @@ pub fn candle_ops_forced() -> bool {
             // avx2 and portable pick the int8/bf16 kernels' path (model::quant) and keep these.
             Ok("") | Ok("fused") | Ok("avx2") | Ok("portable") | Err(_) => false,
             Ok(other) => {
-                eprintln!("xsent: XSENT_KERNELS={other:?} is not \"candle\", \"fused\", \"avx2\" or \"portable\"; the fused CPU kernels are used");
+                crate::errln!("xsent: XSENT_KERNELS={other:?} is not \"candle\", \"fused\", \"avx2\" or \"portable\"; the fused CPU kernels are used");
                 false
             }
         })

@@ -74,6 +74,21 @@ fn made(e: &Encoding) -> (usize, usize) {
     (n, end)
 }
 
+/// Bytes of text tokenised in one call (see [`encode_counted`]).
+const GROUP_BYTES: usize = 1 << 20;
+
+/// An encoding with its overflowing parts cut to the first, itself without overflow: what
+/// [`made`] and the truncated flag read (whether tokens were cut, and the first of them).
+fn trim_overflow(mut e: Encoding) -> Encoding {
+    let mut over = e.take_overflowing();
+    over.truncate(1);
+    for o in &mut over {
+        o.take_overflowing();
+    }
+    e.set_overflowing(over);
+    e
+}
+
 /// Tokenise `inputs` with `tokenizer` (its truncation set), cutting long texts first where
 /// the module says it is safe.
 pub fn encode(tokenizer: &Tokenizer, inputs: &[String]) -> Result<Vec<Encoding>> {
@@ -84,25 +99,41 @@ pub fn encode(tokenizer: &Tokenizer, inputs: &[String]) -> Result<Vec<Encoding>>
 /// whole after all (for the tests).
 #[doc(hidden)]
 pub fn encode_counted(tokenizer: &Tokenizer, inputs: &[String]) -> Result<(Vec<Encoding>, usize, usize)> {
-    let run = |texts: Vec<&str>| tokenizer.encode_batch(texts, true).map_err(|e| anyhow!("tokenizer failed: {e}"));
+    // Texts are tokenised in groups of about GROUP_BYTES, and each encoding keeps only what is
+    // used of the tokens past the limit (whether there are any), so that the encodings of a
+    // window of long texts do not all hold every token of their texts at once. What `made`
+    // reads is taken before.
+    let run = |texts: Vec<&str>| -> Result<Vec<(Encoding, (usize, usize))>> {
+        let mut out = Vec::with_capacity(texts.len());
+        let mut rest = &texts[..];
+        while !rest.is_empty() {
+            let mut n = 0;
+            let mut bytes = 0;
+            while n < rest.len() && (n == 0 || bytes + rest[n].len() <= GROUP_BYTES) {
+                bytes += rest[n].len();
+                n += 1;
+            }
+            let encs = tokenizer.encode_batch(rest[..n].to_vec(), true).map_err(|e| anyhow!("tokenizer failed: {e}"))?;
+            out.extend(encs.into_iter().map(|e| {
+                let m = made(&e);
+                (trim_overflow(e), m)
+            }));
+            rest = &rest[n..];
+        }
+        Ok(out)
+    };
     let Some((budget, limit)) = budget(tokenizer) else {
-        return Ok((run(inputs.iter().map(String::as_str).collect())?, 0, 0));
+        return Ok((run(inputs.iter().map(String::as_str).collect())?.into_iter().map(|(e, _)| e).collect(), 0, 0));
     };
     let cuts: Vec<Option<usize>> = inputs.iter().map(|t| cut_point(t, budget)).collect();
-    let mut encs = run(inputs.iter().zip(&cuts).map(|(t, c)| &t[..c.unwrap_or(t.len())]).collect())?;
-    let redo: Vec<usize> = (0..inputs.len())
-        .filter(|&i| {
-            cuts[i].is_some_and(|cut| {
-                let (n, end) = made(&encs[i]);
-                n < limit || end + MARGIN > cut
-            })
-        })
-        .collect();
+    let heads = run(inputs.iter().zip(&cuts).map(|(t, c)| &t[..c.unwrap_or(t.len())]).collect())?;
+    let redo: Vec<usize> = (0..inputs.len()).filter(|&i| cuts[i].is_some_and(|cut| heads[i].1 .0 < limit || heads[i].1 .1 + MARGIN > cut)).collect();
+    let mut encs: Vec<Encoding> = heads.into_iter().map(|(e, _)| e).collect();
     let cut = cuts.iter().flatten().count() - redo.len();
     let redone = redo.len();
     if !redo.is_empty() {
         let whole = run(redo.iter().map(|&i| inputs[i].as_str()).collect())?;
-        for (i, e) in redo.into_iter().zip(whole) {
+        for (i, (e, _)) in redo.into_iter().zip(whole) {
             encs[i] = e;
         }
     }

@@ -31,10 +31,32 @@ pub struct LoadOptions {
     pub normalize: Option<bool>,
     /// Load the weights as trainable variables.
     pub trainable: bool,
+    /// Load weights that hold tensors the model does not use (more layers than config.json
+    /// says, say); otherwise that is an error naming them.
+    pub allow_unused_weights: bool,
+    /// At most this many tokens in one batch, padding included ([`DEFAULT_MAX_BATCH_TOKENS`]).
+    pub max_batch_tokens: usize,
+    /// Bytes of a text tokenised at most ([`DEFAULT_MAX_TEXT_BYTES`]): a longer text is cut there
+    /// first and counts as truncated.
+    pub max_text_bytes: usize,
     /// Element type of the linear layers at inference (`None`: f32, or the model's own
     /// quantisation; see [`super::quant`]).
     pub dtype: Option<super::quant::Dtype>,
 }
+
+/// Default of [`LoadOptions::max_batch_tokens`] (`--max-batch-tokens`): a batch's activations
+/// take about 4 × tokens × (2·heads·length + 10·hidden + 2·intermediate) bytes (docs/reliability.md),
+/// 0.6 GB per worker for e5-small at 512 tokens. Sentences of usual length never reach it at
+/// the default 64 per batch.
+pub const DEFAULT_MAX_BATCH_TOKENS: usize = 8192;
+
+/// Default of [`LoadOptions::max_text_bytes`] (`--max-line-bytes`): 1 MiB. Tokenising takes up to
+/// about 270 bytes of memory per byte of text (measured: ASCII punctuation without spaces on
+/// MiniLM's tokenizer, each byte a word of its own; spaceless CJK about 100),
+/// and a text that is not mostly characters the tokenizer drops reaches the 512 tokens of the
+/// longest models long before (WordPiece's worst case, 512 words of over 100 characters, each an
+/// unknown token, is 207 KB).
+pub const DEFAULT_MAX_TEXT_BYTES: usize = 1 << 20;
 
 impl Default for LoadOptions {
     fn default() -> Self {
@@ -47,9 +69,31 @@ impl Default for LoadOptions {
             max_length: None,
             normalize: None,
             trainable: false,
+            allow_unused_weights: false,
+            max_batch_tokens: DEFAULT_MAX_BATCH_TOKENS,
+            max_text_bytes: DEFAULT_MAX_TEXT_BYTES,
             dtype: None,
         }
     }
+}
+
+/// Tensor names for a message: the layers they belong to as ranges (`encoder.layer.6-11.*`),
+/// then the first few others.
+fn summarize_names(names: &[String]) -> String {
+    let mut layers: Vec<usize> = names.iter().filter_map(|n| weights::layer_index(n)).collect();
+    layers.sort_unstable();
+    layers.dedup();
+    let mut parts = Vec::new();
+    if let (Some(first), Some(last)) = (layers.first(), layers.last()) {
+        let which = if first == last { first.to_string() } else if last - first + 1 == layers.len() { format!("{first}-{last}") } else { format!("{layers:?}") };
+        parts.push(format!("encoder.layer.{which}.*"));
+    }
+    let others: Vec<&String> = names.iter().filter(|n| weights::layer_index(n).is_none()).collect();
+    parts.extend(others.iter().take(5).map(|n| n.to_string()));
+    if others.len() > 5 {
+        parts.push(format!("and {} more", others.len() - 5));
+    }
+    parts.join(", ")
 }
 
 /// `xsent.json` of a model an earlier xsent trained: its prefix, applied when it is loaded. (Models
@@ -91,6 +135,10 @@ pub struct SentenceEncoder {
     pub prefix: String,
     pub max_length: usize,
     pub normalize: bool,
+    /// At most this many tokens (padding included) in one inference batch.
+    pub max_batch_tokens: usize,
+    /// Bytes of a text tokenised at most: a longer text is cut there first (truncated).
+    pub max_text_bytes: usize,
     /// `do_lower_case` of `sentence_bert_config.json`: the tokenizer lowercases first.
     pub lowercase: bool,
     /// The encoder's trainable parameters (when loaded trainable).
@@ -127,11 +175,31 @@ impl SentenceEncoder {
             let tokenizer = s.spawn(|| {
                 super::wordpiece::load_tokenizer(&files.tokenizer)
             });
-            let tensors = weights::load_encoder_tensors(&files.weights, &opts.device, config.num_hidden_layers);
+            let tensors = weights::load_encoder_tensors_noting(&files.weights, &opts.device, config.num_hidden_layers);
             let tokenizer = tokenizer.join().unwrap_or_else(|_| Err(anyhow!("loading the tokenizer {} failed (the thread panicked)", files.tokenizer.display())));
             (tensors, tokenizer)
         });
-        let tensors = tensors?;
+        let (tensors, dropped) = tensors?;
+        if !opts.allow_unused_weights {
+            // Layers that --layers leaves out on purpose are not unused.
+            let mut unused = if opts.layers.is_some() { Vec::new() } else { dropped };
+            unused.extend(super::encoder::unused_tensors(&tensors, &config));
+            if !unused.is_empty() {
+                bail!(
+                    "{} holds {} tensor(s) that the model {} describes does not use: {}. config.json does not describe these \
+                     weights (use the model's own config.json){}; or load them anyway with --allow-unused-weights",
+                    super::weights::describe(&files.weights),
+                    unused.len(),
+                    files.config.display(),
+                    summarize_names(&unused),
+                    if unused.iter().any(|n| weights::layer_index(n).is_some_and(|l| l >= config.num_hidden_layers)) {
+                        format!(", or run only the first {} layers on purpose with --layers {}", config.num_hidden_layers, config.num_hidden_layers)
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+        }
         let (tensors, params) = if opts.trainable {
             let (t, p) = Params::from_tensors(tensors)?;
             (t, Some(p))
@@ -269,6 +337,8 @@ impl SentenceEncoder {
             prefix,
             max_length,
             normalize: opts.normalize.or(declares_normalize).unwrap_or(true),
+            max_batch_tokens: opts.max_batch_tokens.max(1),
+            max_text_bytes: opts.max_text_bytes.max(1),
             lowercase,
             params,
             dense_params,
@@ -328,29 +398,42 @@ impl SentenceEncoder {
         &self.tokenizer
     }
 
-    /// What the tokenizer sees of `text`: `prefix + text` with surrounding whitespace stripped.
-    fn input_text(&self, text: &str) -> String {
-        format!("{}{text}", self.prefix).trim().to_string()
+    /// What the tokenizer sees of `text`: `prefix + text` with surrounding whitespace stripped,
+    /// and at most its first `max_text_bytes` bytes (the flag says whether it was cut there).
+    /// Only what is kept is copied.
+    fn input_text(&self, text: &str) -> (String, bool) {
+        let p = self.prefix.trim_start();
+        let t = if p.is_empty() { text.trim_start() } else { text }.trim_end();
+        let p = if t.is_empty() { p.trim_end() } else { p };
+        let cap = self.max_text_bytes;
+        if p.len() + t.len() <= cap {
+            return (format!("{p}{t}"), false);
+        }
+        let head = if p.len() >= cap { p[..p.floor_char_boundary(cap)].to_string() } else { format!("{p}{}", &t[..t.floor_char_boundary(cap - p.len())]) };
+        (head.trim_end().to_string(), true)
     }
 
     /// Tokenise each text as [`Self::input_text`] prepares it, truncating to `max_length` tokens
     /// (specials included).
     pub fn tokenize<S: AsRef<str>>(&self, texts: &[S]) -> Result<Vec<Encoded>> {
-        Ok(self.encode_all(texts)?.iter().map(|e| self.encoded(e)).collect())
+        let (encs, capped) = self.encode_all(texts)?;
+        Ok(encs.iter().zip(capped).map(|(e, c)| self.encoded(e, c)).collect())
     }
 
     /// The tokenizer's encodings of the texts as [`Self::input_text`] prepares them (a long
-    /// text cut first where that leaves the kept tokens as they are: [`super::long_text`]).
-    fn encode_all<S: AsRef<str>>(&self, texts: &[S]) -> Result<Vec<tokenizers::Encoding>> {
-        let inputs: Vec<String> = texts.iter().map(|t| self.input_text(t.as_ref())).collect();
-        super::long_text::encode(&self.tokenizer, &inputs)
+    /// text cut first where that leaves the kept tokens as they are: [`super::long_text`]), and
+    /// which texts were cut at `max_text_bytes`.
+    fn encode_all<S: AsRef<str>>(&self, texts: &[S]) -> Result<(Vec<tokenizers::Encoding>, Vec<bool>)> {
+        let (inputs, capped): (Vec<String>, Vec<bool>) = texts.iter().map(|t| self.input_text(t.as_ref())).unzip();
+        Ok((super::long_text::encode(&self.tokenizer, &inputs)?, capped))
     }
 
-    /// The ids of a tokenised text, at most `max_length`, and whether it was cut.
-    fn encoded(&self, e: &tokenizers::Encoding) -> Encoded {
+    /// The ids of a tokenised text, at most `max_length`, and whether it was cut (`capped`: its
+    /// text was cut at `max_text_bytes`).
+    fn encoded(&self, e: &tokenizers::Encoding, capped: bool) -> Encoded {
         let ids = e.get_ids();
         let keep = ids.len().min(self.max_length);
-        Encoded { truncated: !e.get_overflowing().is_empty() || ids.len() > keep, ids: ids[..keep].to_vec() }
+        Encoded { truncated: capped || !e.get_overflowing().is_empty() || ids.len() > keep, ids: ids[..keep].to_vec() }
     }
 
     /// Pad a set of tokenised texts into one batch.
@@ -438,7 +521,7 @@ impl SentenceEncoder {
         let mut order: Vec<usize> = (0..items.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(items[i].ids.len()));
         let lens: Vec<usize> = order.iter().map(|&i| items[i].ids.len()).collect();
-        let batches: Vec<&[usize]> = length_batches(&lens, batch_size).into_iter().map(|r| &order[r]).collect();
+        let batches: Vec<&[usize]> = length_batches(&lens, batch_size, self.max_batch_tokens).into_iter().map(|r| &order[r]).collect();
         let run = |chunk: &[usize]| -> Result<Vec<Vec<f32>>> {
             let batch = self.collate(&chunk.iter().map(|&i| &items[i]).collect::<Vec<_>>())?;
             let hidden = self.hidden_states(&batch, &mut Mode::Infer)?;
@@ -483,15 +566,15 @@ impl SentenceEncoder {
     /// with `skip_special` the tokenizer's special tokens (`[CLS]`, `</s>`, …) are left out too.
     /// Texts are sorted by length and run `batch_size` at a time on the calling thread.
     pub fn token_embeddings<S: AsRef<str>>(&self, texts: &[S], layer: Option<usize>, skip_special: bool, batch_size: usize) -> Result<Vec<Vec<f32>>> {
-        let encs = self.encode_all(texts)?;
-        let items: Vec<Encoded> = encs.iter().map(|e| self.encoded(e)).collect();
+        let (encs, capped) = self.encode_all(texts)?;
+        let items: Vec<Encoded> = encs.iter().zip(capped).map(|(e, c)| self.encoded(e, c)).collect();
         let kept: Vec<Vec<bool>> = encs.iter().zip(&items).map(|(e, it)| self.sentence_tokens(e, it.ids.len(), skip_special)).collect();
         let layer = layer.unwrap_or(self.encoder.num_layers());
         let h = self.encoder.hidden_size();
         let mut order: Vec<usize> = (0..items.len()).collect();
         order.sort_by_key(|&i| (items[i].ids.len(), i));
         let mut out = vec![Vec::new(); items.len()];
-        for chunk in order.chunks(batch_size.max(1)) {
+        for chunk in token_chunks(&order, |i| items[i].ids.len(), batch_size, self.max_batch_tokens) {
             let batch = self.collate(&chunk.iter().map(|&i| &items[i]).collect::<Vec<_>>())?;
             let hidden = self.encoder.forward_layers(&batch.input_ids, &batch.attention_mask, layer, &mut Mode::Infer)?;
             let hidden = hidden.detach().to_dtype(DType::F32)?.to_device(&Device::Cpu)?.to_vec3::<f32>()?;
@@ -510,7 +593,7 @@ impl SentenceEncoder {
 
     /// How many token vectors [`Self::token_embeddings`] gives for each text (tokenising only).
     pub fn token_counts<S: AsRef<str>>(&self, texts: &[S], skip_special: bool) -> Result<Vec<usize>> {
-        let encs = self.encode_all(texts)?;
+        let (encs, _) = self.encode_all(texts)?;
         Ok(encs.iter().map(|e| self.sentence_tokens(e, e.get_ids().len().min(self.max_length), skip_special).iter().filter(|k| **k).count()).collect())
     }
 
@@ -689,19 +772,21 @@ fn read_st_config(path: Option<&Path>) -> Result<(Option<usize>, bool)> {
     Ok((max_seq_length, lowercase))
 }
 
-/// Batches over lengths sorted longest first: at most `batch_size` texts each, and a batch ends
-/// early when the next text would make its padding more than 10 % of its real tokens (every
-/// text is padded to the batch's first, longest one). A few long texts then go in batches of
-/// their own instead of padding 63 short ones to their length: on 2,000 Tatoeba sentences with
-/// e5-small's tokenizer, 64 at a time, padding falls from 14.1 % to 3.1 % of the real tokens
-/// (35 batches instead of 32).
-pub(crate) fn length_batches(lens: &[usize], batch_size: usize) -> Vec<std::ops::Range<usize>> {
+/// Batches over lengths sorted longest first: at most `batch_size` texts and `max_tokens` tokens
+/// (padding included: every text is padded to the batch's first, longest one; a text longer
+/// than `max_tokens` goes alone) each, and a batch ends early when the next text would make its
+/// padding more than 10 % of its real tokens. A few long texts then go in batches of their own
+/// instead of padding 63 short ones to their length: on 2,000 Tatoeba sentences with e5-small's
+/// tokenizer, 64 at a time, padding falls from 14.1 % to 3.1 % of the real tokens (35 batches
+/// instead of 32). The token bound is what bounds a batch's memory (as text-embeddings-inference's
+/// `--max-batch-tokens` and LASER's `--max-tokens` do).
+pub(crate) fn length_batches(lens: &[usize], batch_size: usize, max_tokens: usize) -> Vec<std::ops::Range<usize>> {
     let batch_size = batch_size.max(1);
     let mut out = Vec::new();
     let (mut start, mut real) = (0, 0);
     for (i, &len) in lens.iter().enumerate() {
         let n = i - start;
-        if n > 0 && (n == batch_size || 10 * lens[start] * (n + 1) > 11 * (real + len)) {
+        if n > 0 && (n == batch_size || lens[start] * (n + 1) > max_tokens || 10 * lens[start] * (n + 1) > 11 * (real + len)) {
             out.push(start..i);
             (start, real) = (i, 0);
         }
@@ -713,26 +798,56 @@ pub(crate) fn length_batches(lens: &[usize], batch_size: usize) -> Vec<std::ops:
     out
 }
 
+/// Consecutive chunks of `order` (sorted by length, shortest first) of at most `batch_size` texts
+/// and `max_tokens` tokens once padded to the chunk's longest (a longer text goes alone).
+fn token_chunks(order: &[usize], len: impl Fn(usize) -> usize, batch_size: usize, max_tokens: usize) -> Vec<&[usize]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for j in 0..order.len() {
+        let n = j - start;
+        if n > 0 && (n == batch_size.max(1) || len(order[j]) * (n + 1) > max_tokens) {
+            out.push(&order[start..j]);
+            start = j;
+        }
+    }
+    if start < order.len() {
+        out.push(&order[start..]);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
+    fn token_chunks_bound_texts_and_tokens() {
+        let lens = [1, 2, 3, 4, 10, 10, 10, 50];
+        let order: Vec<usize> = (0..lens.len()).collect();
+        let chunks = token_chunks(&order, |i| lens[i], 3, 30);
+        assert_eq!(chunks, vec![&[0, 1, 2][..], &[3, 4, 5], &[6], &[7]]);
+        assert_eq!(token_chunks(&order, |i| lens[i], 100, usize::MAX).len(), 1);
+    }
+
+    #[test]
     fn length_batches_cut_at_the_size_and_where_padding_would_grow() {
         // Equal lengths: batches of the full size.
-        assert_eq!(length_batches(&[5; 10], 4), vec![0..4, 4..8, 8..10]);
+        assert_eq!(length_batches(&[5; 10], 4, usize::MAX), vec![0..4, 4..8, 8..10]);
         // A long outlier goes alone rather than pad the rest to 100.
-        assert_eq!(length_batches(&[100, 10, 10, 10], 64), vec![0..1, 1..4]);
+        assert_eq!(length_batches(&[100, 10, 10, 10], 64, usize::MAX), vec![0..1, 1..4]);
         // 10 % of the real tokens: 20 + 19 pad to 40 <= 1.1 * 39, a 15 would pad them to
         // 60 > 1.1 * 54; 20, 19, 18 pad to 60 <= 1.1 * 57 and stay together.
-        assert_eq!(length_batches(&[20, 19, 15, 15], 64), vec![0..2, 2..4]);
-        assert_eq!(length_batches(&[20, 19, 18, 18], 64), vec![0..4]);
-        assert!(length_batches(&[], 8).is_empty());
+        assert_eq!(length_batches(&[20, 19, 15, 15], 64, usize::MAX), vec![0..2, 2..4]);
+        assert_eq!(length_batches(&[20, 19, 18, 18], 64, usize::MAX), vec![0..4]);
+        assert!(length_batches(&[], 8, usize::MAX).is_empty());
         // Every index once, in order, for any sizes.
         let lens: Vec<usize> = (0..300).map(|i| 300 - i).collect();
-        let b = length_batches(&lens, 7);
+        let b = length_batches(&lens, 7, usize::MAX);
         assert_eq!(b.first().unwrap().start, 0);
         assert_eq!(b.last().unwrap().end, 300);
         assert!(b.windows(2).all(|w| w[0].end == w[1].start && w[0].len() <= 7));
+        // The token bound: 4 texts of 10 at most 25 tokens -> 2 a batch; a text over it alone.
+        assert_eq!(length_batches(&[10; 4], 64, 25), vec![0..2, 2..4]);
+        assert_eq!(length_batches(&[40, 10, 10], 64, 25), vec![0..1, 1..3]);
     }
 }

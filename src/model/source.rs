@@ -570,7 +570,7 @@ impl HubRepo {
     /// the hub would give online: say so on stderr.
     fn note_fallback(&self, used: &str, preferred: &str) {
         if self.api.is_none() {
-            eprintln!(
+            errln!(
                 "xsent: {} (revision {}): {preferred} is not in the hub cache and HF_HUB_OFFLINE is set, so the cached {used} is used \
                  (online, the hub's {preferred} would be read if it has one)",
                 self.id, self.revision

@@ -73,7 +73,7 @@ fn train_with(
         if kept.iter().all(|t| t.trim().is_empty()) {
             bail!("cannot learn a vocabulary: every non-empty line is longer than {MAX_LINE_BYTES} bytes (split the text into sentences)");
         }
-        eprintln!(
+        errln!(
             "xsent: {} of {} lines are longer than {MAX_LINE_BYTES} bytes and left out of the vocabulary learning (as SentencePiece)",
             texts.len() - kept.len(),
             texts.len()

@@ -45,7 +45,13 @@ fn detect_prefix<'a, I: IntoIterator<Item = &'a String>>(names: I) -> Result<&'s
 /// file or all its shards (safetensors, or PyTorch's `.bin`). Layers at index `>= keep_layers`
 /// are dropped.
 pub fn load_encoder_tensors(paths: &[PathBuf], device: &Device, keep_layers: usize) -> Result<HashMap<String, Tensor>> {
+    Ok(load_encoder_tensors_noting(paths, device, keep_layers)?.0)
+}
+
+/// [`load_encoder_tensors`], and the canonical names of the tensors of the layers it dropped.
+pub fn load_encoder_tensors_noting(paths: &[PathBuf], device: &Device, keep_layers: usize) -> Result<(HashMap<String, Tensor>, Vec<String>)> {
     let files = paths.iter().map(|p| CheckpointFile::open(p)).collect::<Result<Vec<_>>>()?;
+    let mut dropped = Vec::new();
     let prefix = detect_prefix(files.iter().flat_map(|f| f.names())).with_context(|| format!("in {}", describe(paths)))?;
     let mut out = HashMap::new();
     let mut from: HashMap<String, &Path> = HashMap::new();
@@ -54,6 +60,7 @@ pub fn load_encoder_tensors(paths: &[PathBuf], device: &Device, keep_layers: usi
             let Some(canon) = canonical_name(name, prefix) else { continue };
             if let Some(layer) = layer_index(&canon) {
                 if layer >= keep_layers {
+                    dropped.push(canon);
                     continue;
                 }
             }
@@ -65,7 +72,7 @@ pub fn load_encoder_tensors(paths: &[PathBuf], device: &Device, keep_layers: usi
             out.insert(canon, t.to_device(device)?);
         }
     }
-    Ok(out)
+    Ok((out, dropped))
 }
 
 /// Every tensor of one weight file (safetensors, or PyTorch's `.bin`), as stored.

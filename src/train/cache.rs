@@ -31,7 +31,7 @@ pub fn embeddings(enc: &SentenceEncoder, sentences: &[String], batch: usize, kin
     let path = dir.join(format!("{key}.safetensors"));
     let dim = enc.dim();
     if let Some(rows) = load_rows(&path, sentences.len(), dim) {
-        eprintln!("xsent train: {kind} embeddings from the cache {}", path.display());
+        errln!("xsent train: {kind} embeddings from the cache {}", path.display());
         if !path.with_extension("json").is_file() {
             // Written before listings existed: list it now, so other sets can share its rows.
             write_listing(&path, &encoder, sentences)?;
@@ -43,9 +43,9 @@ pub fn embeddings(enc: &SentenceEncoder, sentences: &[String], batch: usize, kin
     let missing = fill_from_other_sets(&dir, &encoder, sentences, dim, &mut flat);
     let todo: Vec<String> = missing.iter().map(|&i| sentences[i].clone()).collect();
     if todo.is_empty() {
-        eprintln!("xsent train: {kind} embeddings of all {} sentences from other cached sets", sentences.len());
+        errln!("xsent train: {kind} embeddings of all {} sentences from other cached sets", sentences.len());
     } else if todo.len() < sentences.len() {
-        eprintln!(
+        errln!(
             "xsent train: {kind} embeddings of {} of {} sentences from the cache; embedding the other {} with {}",
             sentences.len() - todo.len(),
             sentences.len(),
@@ -53,7 +53,7 @@ pub fn embeddings(enc: &SentenceEncoder, sentences: &[String], batch: usize, kin
             enc.files.spec
         );
     } else {
-        eprintln!("xsent train: embedding {} sentences with the {kind} {}", sentences.len(), enc.files.spec);
+        errln!("xsent train: embedding {} sentences with the {kind} {}", sentences.len(), enc.files.spec);
     }
     if !todo.is_empty() {
         let rows = embed_with_progress(enc, &todo, batch, kind)?;
@@ -65,7 +65,7 @@ pub fn embeddings(enc: &SentenceEncoder, sentences: &[String], batch: usize, kin
     let t = Tensor::from_vec(flat.clone(), (sentences.len(), dim), &Device::Cpu)?;
     crate::model::weights::save_tensors(&HashMap::from([("embeddings".to_string(), t)]), &path)?;
     write_listing(&path, &encoder, sentences)?;
-    eprintln!("xsent train: {kind} embeddings cached in {} ({:.1} s)", path.display(), t0.elapsed().as_secs_f64());
+    errln!("xsent train: {kind} embeddings cached in {} ({:.1} s)", path.display(), t0.elapsed().as_secs_f64());
     Ok((flat, dim))
 }
 
@@ -147,7 +147,7 @@ fn embed_with_progress(enc: &SentenceEncoder, sentences: &[String], batch: usize
             None if st.1.elapsed().as_secs() >= 30 && done < total => {
                 st.1 = std::time::Instant::now();
                 let secs = t0.elapsed().as_secs_f64();
-                eprintln!(
+                errln!(
                     "xsent train: {kind}: {done}/{total} sentences embedded ({:.0} sent/s, longest first; {:.0} s so far)",
                     done as f64 / secs,
                     secs

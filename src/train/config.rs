@@ -55,7 +55,8 @@ pub struct TrainConfig {
     pub eval_at_start: bool,
     /// Checkpoint every N steps (0: only at the end and on interruption).
     pub checkpoint_every: u64,
-    /// Keep this many most recent checkpoints.
+    /// Keep this many most recent checkpoints (at least 2 are kept: a resume falls back to the
+    /// one before a damaged newest checkpoint).
     pub keep_last: usize,
     /// Keep the model with the best validation score in `best/`.
     pub keep_best: bool,

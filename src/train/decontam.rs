@@ -20,13 +20,13 @@ impl Decontam {
     /// `data.eval_pairs` / `data.eval_lines`.
     pub fn new(cfg: &Config) -> Result<Self> {
         if !cfg.data.decontaminate {
-            eprintln!("xsent train: decontamination is off (data.decontaminate = false): training data is not checked against the evaluation sets");
+            errln!("xsent train: decontamination is off (data.decontaminate = false): training data is not checked against the evaluation sets");
             return Ok(Self { index: None, overlaps: Vec::new() });
         }
         let t0 = std::time::Instant::now();
         let index = Index::build(sets(cfg)?)?;
         let n: usize = index.sets().map(|(_, n)| n).sum();
-        eprintln!(
+        errln!(
             "xsent train: decontamination: {} evaluation sets, {n} sentences ({:.1} s)",
             index.sets().count(),
             t0.elapsed().as_secs_f64()
@@ -39,7 +39,7 @@ impl Decontam {
     pub fn pairs(&mut self, what: &str, pairs: Vec<Pair>) -> Vec<Pair> {
         let Some(index) = &self.index else { return pairs };
         let (kept, o) = index.filter_pairs(what, pairs);
-        eprintln!("xsent train: {}", o.summary());
+        errln!("xsent train: {}", o.summary());
         self.overlaps.push(o);
         kept
     }
@@ -51,7 +51,7 @@ impl Decontam {
             let (a, b) = data.pair(i);
             [a, b]
         });
-        eprintln!("xsent train: {}", o.summary());
+        errln!("xsent train: {}", o.summary());
         self.overlaps.push(o);
         let mut i = 0;
         data.retain(|_| {
@@ -78,7 +78,7 @@ pub fn sets(cfg: &Config) -> Result<Vec<EvalSet>> {
         None => Vec::new(),
     };
     if sets.is_empty() {
-        eprintln!(
+        errln!(
             "xsent train: warning: no benchmark data found for decontamination (set data.eval_dir or XSENT_DATA to the benchmark folder): \
              training data is checked only against the config's own validation and evaluation files"
         );

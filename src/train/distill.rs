@@ -228,7 +228,7 @@ impl Distill {
                 pairs
             };
             let held_back = drop_val_sources(&mut pool, &val);
-            eprintln!(
+            errln!(
                 "xsent train: the projection is fitted on {} pairs of distill.projection_fit_sources ({held_back} more held out: they hold validation sentences)",
                 pool.len()
             );
@@ -259,7 +259,7 @@ impl Distill {
             drop(teacher_enc);
             Some((Tensor::from_vec(rows, (teacher_sentences.len(), dim), &Device::Cpu)?, dim))
         } else {
-            eprintln!("xsent train: targets = \"student\" and projection = \"none\": no teacher is loaded");
+            errln!("xsent train: targets = \"student\" and projection = \"none\": no teacher is loaded");
             None
         };
 
@@ -323,7 +323,7 @@ impl Distill {
                     (fit_orthogonal(&x, &y)?, vec![0f32; dim], "orthogonal Procrustes")
                 };
                 student.set_dense(Dense::new(Tensor::from_vec(w, (dim, h), &device)?, Tensor::from_vec(b, dim, &device)?))?;
-                eprintln!("xsent train: projection fitted by {how} on {} sentences ({:.1} s)", fit.len(), t0.elapsed().as_secs_f64());
+                errln!("xsent train: projection fitted by {how} on {} sentences ({:.1} s)", fit.len(), t0.elapsed().as_secs_f64());
             }
         }
         let infer = student.detached();
@@ -480,14 +480,14 @@ pub fn train_val_pairs(cfg: &Config, dc: &mut super::decontam::Decontam) -> Resu
         let mut train = pairs;
         let left_out = drop_val_sources(&mut train, &val);
         if left_out > 0 {
-            eprintln!("xsent train: {left_out} pairs of data.sources left out of training: their source sentences are in data.val_sources");
+            errln!("xsent train: {left_out} pairs of data.sources left out of training: their source sentences are in data.val_sources");
         }
         if train.is_empty() {
             bail!("data.sources: no pair is left to train on once the sentences of data.val_sources are left out");
         }
         (train, val)
     };
-    eprintln!("xsent train: {} training pairs, {} validation pairs", train.len(), val.len());
+    errln!("xsent train: {} training pairs, {} validation pairs", train.len(), val.len());
     Ok((train, val))
 }
 

@@ -291,7 +291,7 @@ impl Dueam {
         // Counted after the pairs without tokens are left out: the pairs that are trained on.
         let mut used = vec![false; data.sentences.len()];
         data.pairs.iter().for_each(|&(a, b)| (used[a as usize], used[b as usize]) = (true, true));
-        eprintln!(
+        errln!(
             "xsent train: {} training pairs ({} monolingual, {} cross-lingual) over {} distinct sentences ({:.1} s)",
             data.len(),
             data.monolingual(),
@@ -368,7 +368,7 @@ fn drop_tokenless(mut data: PairSet, anchor: &SentenceEncoder, skip_special: boo
     let Some(first) = counts.iter().position(|&c| c == 0) else { return Ok(data) };
     let before = data.pairs.len();
     data.retain(|&(a, b)| counts[a as usize] > 0 && counts[b as usize] > 0);
-    eprintln!(
+    errln!(
         "xsent train: left out {} of the {before} pairs: {} sentence(s) give the anchor no token of their own (special tokens and anchor_prefix left out; the first: {:?}; {:.1} s)",
         before - data.pairs.len(),
         counts.iter().filter(|&&c| c == 0).count(),

@@ -397,7 +397,7 @@ impl Lightweight {
 
         let init = out.join("init");
         if init.is_dir() {
-            eprintln!("xsent train: initial model and vocabulary from {}", init.display());
+            errln!("xsent train: initial model and vocabulary from {}", init.display());
         } else {
             let t0 = std::time::Instant::now();
             // The vocabulary is learned from the training pairs only (never the held-out ones).
@@ -406,7 +406,7 @@ impl Lightweight {
             texts.dedup();
             std::fs::create_dir_all(out).with_context(|| format!("cannot create run directory {}", out.display()))?;
             write_atomically(&init, |d| write_init(&lc, &texts, cfg.seed, d))?;
-            eprintln!("xsent train: vocabulary and initial model written to {} ({:.1} s)", init.display(), t0.elapsed().as_secs_f64());
+            errln!("xsent train: vocabulary and initial model written to {} ({:.1} s)", init.display(), t0.elapsed().as_secs_f64());
         }
         let opts = LoadOptions {
             device: device.clone(),
@@ -424,7 +424,7 @@ impl Lightweight {
         );
         let mask_id = encoder.tokenizer().token_to_id(MASK).with_context(|| format!("{} has no {MASK} token", init.display()))?;
         let vocab = encoder.config.vocab_size;
-        eprintln!(
+        errln!(
             "xsent train: {}-layer encoder, hidden {}, {} heads, feed-forward {}, vocabulary {vocab}, {:.1}M parameters",
             lc.layers,
             lc.hidden,
@@ -449,7 +449,7 @@ impl Lightweight {
             tgt.push(t);
         }
         if empty > 0 {
-            eprintln!("xsent train: {empty} training pairs left out: a side has no token");
+            errln!("xsent train: {empty} training pairs left out: a side has no token");
         }
         ensure!(!src.is_empty(), "no training pair has tokens on both sides");
         let infer = encoder.detached();

@@ -1,12 +1,14 @@
 //! Training: the shared trainer (config, optimiser, checkpoints, resume) and the recipes.
 
 pub mod cache;
+pub mod checksums;
 pub mod config;
 pub mod decontam;
 pub mod disentangle;
 pub mod distill;
 pub mod dueam;
 pub mod lightweight;
+pub mod lock;
 pub mod optim;
 pub mod sp;
 pub mod trainer;

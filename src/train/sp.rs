@@ -256,7 +256,7 @@ impl SpRecipe {
                 Segmenter::from_tokenizer(sc.units, t, sc.lowercase)?
             }
             None if vocab_dir.is_dir() => {
-                eprintln!("xsent train: vocabulary from {}", vocab_dir.display());
+                errln!("xsent train: vocabulary from {}", vocab_dir.display());
                 Segmenter::load(&vocab_dir, sc.units, sc.lowercase)?
             }
             None => {
@@ -271,7 +271,7 @@ impl SpRecipe {
             }
         };
         let vocab = segmenter.vocab_size();
-        eprintln!("xsent train: {} vocabulary of {vocab} units ({:.1} s)", sc.units, t0.elapsed().as_secs_f64());
+        errln!("xsent train: {} vocabulary of {vocab} units ({:.1} s)", sc.units, t0.elapsed().as_secs_f64());
 
         let mut interner: HashMap<&str, u32> = HashMap::new();
         let mut src_key = Vec::with_capacity(train.len());
@@ -511,7 +511,7 @@ pub fn write_untrained(cfg: &Config, out: &Path) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("cannot create run directory {}", out.display()))?;
     super::write_run_config(out, cfg)?;
     super::trainer::write_atomically(&out.join("final"), |d| recipe.save(d, false))?;
-    eprintln!("xsent train: sp.random = true: untrained encoder written to {}", out.join("final").display());
+    errln!("xsent train: sp.random = true: untrained encoder written to {}", out.join("final").display());
     Ok(())
 }
 

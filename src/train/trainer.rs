@@ -241,23 +241,51 @@ impl<'a> Trainer<'a> {
         cfg.train.epochs * (n as u64).div_ceil(per_step as u64)
     }
 
-    /// The newest checkpoint of a run directory.
-    /// A newest `step-N/` without its `state.json` is an error, not skipped: checkpoints are
-    /// renamed into place whole, so it was damaged, and resuming from an older one would
-    /// overwrite it.
+    /// The newest checkpoint of a run directory, as it is (see [`Self::resume_checkpoint`]).
     pub fn latest_checkpoint(out: &Path) -> Result<Option<PathBuf>> {
         let dir = out.join("checkpoints");
-        let Some(n) = checkpoint_steps(&dir)?.last().copied() else { return Ok(None) };
-        let newest = dir.join(format!("step-{n}"));
-        if !newest.join("state.json").is_file() {
-            bail!(
-                "{} has no state.json: checkpoints are written whole, so this one was damaged or edited. Move it out of {} \
-                 (or delete it) to resume from the checkpoint before it, or give --out a new directory",
-                newest.display(),
-                dir.display()
-            );
+        Ok(checkpoint_steps(&dir)?.last().map(|n| dir.join(format!("step-{n}"))))
+    }
+
+    /// The checkpoint to resume from: the newest whose files match their checksums. Newer ones
+    /// that fail (damaged on disk, or edited) are set aside as `checkpoints/damaged-step-N`,
+    /// never deleted, and the message says so; when none passes, nothing is moved and the error
+    /// lists what is wrong with each.
+    pub fn resume_checkpoint(out: &Path) -> Result<Option<PathBuf>> {
+        let dir = out.join("checkpoints");
+        let steps = checkpoint_steps(&dir)?;
+        let mut bad: Vec<(u64, String)> = Vec::new();
+        for &n in steps.iter().rev() {
+            let ckpt = dir.join(format!("step-{n}"));
+            let mut old = false;
+            match super::checksums::problem(&ckpt, &CHECKPOINT_FILES, &mut old) {
+                Some(p) => bad.push((n, p)),
+                None => {
+                    for (b, why) in &bad {
+                        let aside = free_name(&dir, &format!("damaged-step-{b}"));
+                        std::fs::rename(dir.join(format!("step-{b}")), &aside)
+                            .with_context(|| format!("cannot move the damaged checkpoint step-{b} aside to {}", aside.display()))?;
+                        crate::errln!(
+                            "xsent train: checkpoint step-{b} is damaged ({why}); it is kept as {} and the run resumes from step-{n}",
+                            aside.display()
+                        );
+                    }
+                    if old {
+                        crate::errln!("xsent train: {} has no {} (an older xsent wrote it): resuming without verifying it", ckpt.display(), super::checksums::CHECKSUMS);
+                    }
+                    return Ok(Some(ckpt));
+                }
+            }
         }
-        Ok(Some(newest))
+        if bad.is_empty() {
+            return Ok(None);
+        }
+        let list: Vec<String> = bad.iter().map(|(n, why)| format!("step-{n}: {why}")).collect();
+        bail!(
+            "no checkpoint in {} can be resumed:\n  {}\nrestore them from a backup, or start a new run with another --out",
+            dir.display(),
+            list.join("\n  ")
+        )
     }
 
     /// Train. With `resume`, continue from the newest checkpoint in the run directory.
@@ -283,6 +311,14 @@ impl<'a> Trainer<'a> {
             }
         };
         let total = Self::total_steps(cfg, n);
+        if cfg.optim.warmup_steps > total {
+            crate::errln!(
+                "xsent train: warning: optim.warmup_steps = {} is more than the {total} steps of this run, so the learning rate \
+                 peaks at {:.3} of optim.lr, at the last step; lower optim.warmup_steps (or train longer)",
+                cfg.optim.warmup_steps,
+                total as f64 / cfg.optim.warmup_steps as f64
+            );
+        }
         check_megabatches(recipe, total.saturating_mul(t.grad_accum as u64), t.batch_size, n)?;
         let params = recipe.params();
         let mut opt = AdamW::new(&params, cfg.optim.adamw())?;
@@ -350,7 +386,7 @@ impl<'a> Trainer<'a> {
         std::fs::create_dir_all(&self.out).with_context(|| format!("cannot create run directory {}", self.out.display()))?;
         restore_run(&self.out)?;
         if resume {
-            let Some(ckpt) = Self::latest_checkpoint(&self.out)? else {
+            let Some(ckpt) = Self::resume_checkpoint(&self.out)? else {
                 bail!("--resume: {} has no checkpoint (checkpoints/step-N/) to resume from", self.out.display());
             };
             state = load_checkpoint(&ckpt, &params, &mut opt)?;
@@ -371,12 +407,12 @@ impl<'a> Trainer<'a> {
                     state.step
                 );
             }
-            eprintln!("xsent train: resuming {} at step {} of {total}", self.out.display(), state.step);
+            errln!("xsent train: resuming {} at step {} of {total}", self.out.display(), state.step);
             let of = best_of(&best_metric, best_mode);
             if let (Some((at, b)), Some(was)) = (state.best, state.best_of.as_deref()) {
                 if was != of {
                     // Scores of another metric (or mode) cannot be compared with this one's.
-                    eprintln!(
+                    errln!(
                         "xsent train: the best so far ({b:.4} at step {at}) is {was}, and this run keeps the best by {of}: \
                          the best and the patience count start again"
                     );
@@ -397,7 +433,7 @@ impl<'a> Trainer<'a> {
         }
         if let Some(o) = ended {
             if state.finished == Some(true) && self.out.join("final").is_dir() {
-                eprintln!(
+                errln!(
                     "xsent train: {} already ended at step {} ({}); final/ is in place, nothing to do ({} to train further)",
                     self.out.display(),
                     state.step,
@@ -457,7 +493,7 @@ impl<'a> Trainer<'a> {
         if opts.interrupt.as_ref().is_some_and(|f| f.load(Ordering::SeqCst)) && ended.is_none() {
             // Interrupted before the first step of this invocation: nothing new to save.
             progress.finish();
-            eprintln!("xsent train: interrupted before step {}; nothing new to checkpoint", state.step + 1);
+            errln!("xsent train: interrupted before step {}; nothing new to checkpoint", state.step + 1);
             return Ok(Outcome::Interrupted);
         }
         while ended.is_none() && !stopped_before && state.step < total {
@@ -499,7 +535,7 @@ impl<'a> Trainer<'a> {
                     run_shards(recipe, &shards, examples, &seeds, batch.len(), t.grad_accum, &params)?
                 };
                 if let Some((value, terms)) = mb.non_finite {
-                    bail!(nan_message(state.step + 1, value, &terms, &self.out, t.keep_last)?);
+                    bail!(nan_message(state.step + 1, value, &terms, &self.out)?);
                 }
                 loss_sum += mb.loss;
                 add_terms(&mut terms, mb.terms);
@@ -512,7 +548,7 @@ impl<'a> Trainer<'a> {
             let grads = grads.expect("grad_accum >= 1");
             let grad_norm = opt.grad_norm(&grads)?;
             if !grad_norm.is_finite() {
-                bail!(nan_message(state.step + 1, grad_norm, &[("grad_norm".into(), grad_norm)], &self.out, t.keep_last)?);
+                bail!(nan_message(state.step + 1, grad_norm, &[("grad_norm".into(), grad_norm)], &self.out)?);
             }
             opt.step_with_norm(&grads, lr, grad_norm)?;
             drop(grads);
@@ -589,7 +625,7 @@ impl<'a> Trainer<'a> {
         }
         progress.finish();
         if outcome == Outcome::Interrupted {
-            eprintln!(
+            errln!(
                 "xsent train: stopped after step {}; checkpoint in {}; continue with --resume --out {}",
                 state.step,
                 self.out.join(format!("checkpoints/step-{}", state.step)).display(),
@@ -618,7 +654,7 @@ impl<'a> Trainer<'a> {
                 self.out.display()
             );
         }
-        eprintln!("xsent train: done after {} steps; model in {}", state.step, self.out.join("final").display());
+        errln!("xsent train: done after {} steps; model in {}", state.step, self.out.join("final").display());
         Ok(outcome)
     }
 
@@ -692,12 +728,13 @@ impl<'a> Trainer<'a> {
             weights::save_tensors(&params.tensors(), &d.join("params.safetensors"))?;
             weights::save_tensors(&opt.state_tensors()?, &d.join("optimizer.safetensors"))?;
             std::fs::write(d.join("state.json"), serde_json::to_string_pretty(state)?)?;
-            Ok(())
+            // Last: read back from disk, so that it vouches for what is stored.
+            super::checksums::write(d, &CHECKPOINT_FILES)
         })?;
-        // keep-last-K
+        // keep-last-K, and never fewer than 2: a resume falls back to the one before a
+        // damaged newest checkpoint (Config::validate refuses 0).
         let steps = checkpoint_steps(&dir)?;
-        // Config::validate refuses 0; a library caller's config may not have been validated.
-        let keep = self.cfg.train.keep_last.max(1);
+        let keep = self.cfg.train.keep_last.max(2);
         if steps.len() > keep {
             for s in &steps[..steps.len() - keep] {
                 std::fs::remove_dir_all(dir.join(format!("step-{s}")))?;
@@ -705,6 +742,20 @@ impl<'a> Trainer<'a> {
         }
         Ok(())
     }
+}
+
+/// The files of a checkpoint, each covered by its checksum.
+const CHECKPOINT_FILES: [&str; 3] = ["params.safetensors", "optimizer.safetensors", "state.json"];
+
+/// `dir/name`, or where that exists `dir/name.1`, `dir/name.2`, … (the first that does not).
+fn free_name(dir: &Path, name: &str) -> PathBuf {
+    let mut p = dir.join(name);
+    let mut i = 1;
+    while p.exists() {
+        p = dir.join(format!("{name}.{i}"));
+        i += 1;
+    }
+    p
 }
 
 /// The N of every `step-N` directory under `dir`, ascending (none if `dir` does not exist).
@@ -772,16 +823,24 @@ pub fn restore_replaced(dst: &Path) -> Result<()> {
 }
 
 /// [`restore_replaced`] for every directory a run writes atomically (`best/`, `final/`,
-/// `checkpoints/step-N/`).
+/// `checkpoints/step-N/`), and the temporary folders of such writes cut short removed. Call it
+/// with the run directory locked ([`super::lock::RunLock`]).
 pub fn restore_run(out: &Path) -> Result<()> {
     restore_replaced(&out.join("best"))?;
     restore_replaced(&out.join("final"))?;
+    for name in [".best.tmp", ".final.tmp"] {
+        remove_stale(&out.join(name))?;
+    }
     let dir = out.join("checkpoints");
     if dir.is_dir() {
         let newest = checkpoint_steps(&dir)?.last().copied();
         for e in std::fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))? {
             let e = e.with_context(|| format!("cannot read {}", dir.display()))?;
             let name = e.file_name();
+            if name.to_str().is_some_and(|n| n.starts_with(".step-") && n.ends_with(".tmp")) {
+                remove_stale(&e.path())?;
+                continue;
+            }
             let Some(step) = name.to_str().and_then(|n| n.strip_prefix(".step-")?.strip_suffix(".old")?.parse::<u64>().ok()) else { continue };
             if newest.is_none_or(|n| step > n) {
                 restore_replaced(&dir.join(format!("step-{step}")))?;
@@ -791,6 +850,17 @@ pub fn restore_run(out: &Path) -> Result<()> {
                 std::fs::remove_dir_all(e.path()).with_context(|| format!("cannot remove {}", e.path().display()))?;
             }
         }
+    }
+    Ok(())
+}
+
+/// Remove the folder of a [`write_atomically`] cut short (the process was killed while it wrote
+/// a checkpoint or model), saying so. Only with the run's lock held: another run's write in
+/// progress looks the same.
+fn remove_stale(tmp: &Path) -> Result<()> {
+    if tmp.is_dir() {
+        std::fs::remove_dir_all(tmp).with_context(|| format!("cannot remove {}", tmp.display()))?;
+        crate::errln!("xsent train: removed {}, left by a write that was cut short", tmp.display());
     }
     Ok(())
 }
@@ -916,7 +986,7 @@ fn set_aside_stale_best(out: &Path, step: u64) -> Result<()> {
         aside.display()
     );
     std::fs::rename(&best, &aside).with_context(|| format!("cannot move {} to {}", best.display(), aside.display()))?;
-    eprintln!(
+    errln!(
         "xsent train: best/ held step {at}, after the checkpoint resumed (step {step}); moved to {} (the resumed run keeps its own best)",
         aside.display()
     );
@@ -1252,7 +1322,7 @@ fn add_grads(acc: Option<GradStore>, g: GradStore, params: &Params) -> Result<Gr
     Ok(acc)
 }
 
-fn nan_message(step: u64, value: f64, terms: &[(String, f64)], out: &Path, keep_last: usize) -> Result<String> {
+fn nan_message(step: u64, value: f64, terms: &[(String, f64)], out: &Path) -> Result<String> {
     let dir = out.join("checkpoints");
     let kept = checkpoint_steps(&dir)?;
     let terms: Vec<String> = terms.iter().map(|(k, v)| format!("{k} = {v}")).collect();
@@ -1262,7 +1332,6 @@ fn nan_message(step: u64, value: f64, terms: &[(String, f64)], out: &Path, keep_
         // batch): resuming from it repeats the failure unless the batch is the cause.
         Some(&last) if last + 1 == step => {
             let earlier = match kept.len() {
-                1 if keep_last <= 1 => "no earlier checkpoint is kept (train.keep_last = 1)".to_string(),
                 1 => "it is the only checkpoint written".to_string(),
                 _ => format!(
                     "an earlier one is {} (move the newer ones away to --resume from it with --set optim.lr=LOWER)",
@@ -1320,7 +1389,7 @@ impl Progress {
                 let done = (step - self.start_step) as f64;
                 let secs = self.start.elapsed().as_secs_f64();
                 let eta = if done > 0.0 { secs / done * (self.total - step) as f64 } else { 0.0 };
-                eprintln!("step {step}/{} loss {loss:.5} {sps:.1} sent/s ETA {}", self.total, fmt_secs(eta));
+                errln!("step {step}/{} loss {loss:.5} {sps:.1} sent/s ETA {}", self.total, fmt_secs(eta));
             }
         }
     }
@@ -1328,7 +1397,7 @@ impl Progress {
     fn println(&self, msg: &str) {
         match &self.bar {
             Some(b) => b.println(msg),
-            None => eprintln!("{msg}"),
+            None => errln!("{msg}"),
         }
     }
 
@@ -1377,23 +1446,22 @@ mod tests {
     #[test]
     fn nan_message_names_the_checkpoint_to_use() {
         let d = tempfile::tempdir().unwrap();
-        let m = nan_message(3, f64::NAN, &[("mse".into(), f64::NAN)], d.path(), 2).unwrap();
+        let m = nan_message(3, f64::NAN, &[("mse".into(), f64::NAN)], d.path()).unwrap();
         assert!(m.contains("at step 3 (mse = NaN)") && m.contains("No checkpoint was written yet"), "{m}");
         let ck = d.path().join("checkpoints");
         for s in [2, 4] {
             std::fs::create_dir_all(ck.join(format!("step-{s}"))).unwrap();
         }
         // The step after the newest checkpoint: that checkpoint gave the NaN; the one before is named.
-        let m = nan_message(5, f64::NAN, &[], d.path(), 2).unwrap();
+        let m = nan_message(5, f64::NAN, &[], d.path()).unwrap();
         assert!(m.contains(&format!("newest checkpoint, {}", ck.join("step-4").display())), "{m}");
         assert!(m.contains("repeats this step exactly"), "{m}");
         assert!(m.contains(&format!("an earlier one is {}", ck.join("step-2").display())), "{m}");
-        // One checkpoint: because keep_last = 1 removed the others, or because it is the first.
+        // One checkpoint: the first (at least two are kept).
         std::fs::remove_dir_all(ck.join("step-2")).unwrap();
-        assert!(nan_message(5, f64::NAN, &[], d.path(), 1).unwrap().contains("no earlier checkpoint is kept (train.keep_last = 1)"));
-        assert!(nan_message(5, f64::NAN, &[], d.path(), 3).unwrap().contains("it is the only checkpoint written"));
+        assert!(nan_message(5, f64::NAN, &[], d.path()).unwrap().contains("it is the only checkpoint written"));
         // Later: the newest checkpoint predates the trouble.
-        let m = nan_message(7, f64::INFINITY, &[], d.path(), 2).unwrap();
+        let m = nan_message(7, f64::INFINITY, &[], d.path()).unwrap();
         assert!(m.contains(&format!("last good checkpoint is {}", ck.join("step-4").display())), "{m}");
     }
 

@@ -87,7 +87,7 @@ pub fn distance(a: &[f32], b: &[f32], dim: usize, solver: &Solver) -> Result<f64
                 Ok(d) => Ok(d),
                 Err(err) => {
                     if SINKHORN_FALLBACKS.fetch_add(1, Ordering::Relaxed) == 0 {
-                        eprintln!(
+                        errln!(
                             "xsent: warning: Sinkhorn did not converge in {} iterations for a {n} × {m} pair (row-sum error {err:.3e} > tol {:.1e}); \
                              that pair, and any later one like it, gets the exact WMD instead (said once; raise sinkhorn_max_iter or sinkhorn_eps to avoid it)",
                             opts.max_iter,

@@ -34,7 +34,10 @@ pub fn data() -> PathBuf {
 }
 
 pub fn xsent() -> std::process::Command {
-    std::process::Command::new(env!("CARGO_BIN_EXE_xsent"))
+    // XSENT_TEST_BIN: run the CLI tests against another build (e.g. to see a test fail on an
+    // older one).
+    let bin = std::env::var_os("XSENT_TEST_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_xsent").into());
+    std::process::Command::new(bin)
 }
 
 /// The multilingual-e5-small directory made by setup.sh, as a command-line argument.
@@ -234,6 +237,12 @@ pub fn scored_pairs(pairs: &[(String, String)]) -> Vec<(String, String, f64)> {
 /// and what is left in `out_dir`.
 #[allow(dead_code)]
 pub fn interrupt_once_writing(args: &[&str], out_dir: &std::path::Path) -> (std::process::ExitStatus, Vec<String>) {
+    signal_once_writing("INT", args, out_dir)
+}
+
+/// [`interrupt_once_writing`] with another signal (`TERM`, `HUP`).
+#[allow(dead_code)]
+pub fn signal_once_writing(signal: &str, args: &[&str], out_dir: &std::path::Path) -> (std::process::ExitStatus, Vec<String>) {
     let mut child = xsent().args(args).stderr(std::process::Stdio::null()).spawn().unwrap();
     let names = || -> Vec<String> { std::fs::read_dir(out_dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect() };
     let start = std::time::Instant::now();
@@ -243,7 +252,7 @@ pub fn interrupt_once_writing(args: &[&str], out_dir: &std::path::Path) -> (std:
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     std::thread::sleep(std::time::Duration::from_millis(200));
-    let killed = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let killed = std::process::Command::new("kill").args([&format!("-{signal}"), &child.id().to_string()]).status().unwrap();
     assert!(killed.success());
     let status = child.wait().unwrap();
     (status, names())

@@ -60,7 +60,7 @@ impl Path {
             if want.available() {
                 want
             } else {
-                eprintln!("xsent: XSENT_KERNELS asks for the {want:?} kernels, which this CPU lacks; using {:?}", Path::detected());
+                crate::errln!("xsent: XSENT_KERNELS asks for the {want:?} kernels, which this CPU lacks; using {:?}", Path::detected());
                 Path::detected()
             }
         })

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# What --max-batch-tokens changes: time and peak memory of `xsent embed` at several token
+# bounds, side by side in one run, against no bound (1,000,000 tokens: batches bounded by
+# --batch-size alone, as before the flag), on
+#   - tatoeba: 2,000 Tatoeba sentences (first 1,000 lines of tatoeba.deu-eng.eng and .deu, the
+#     set of bench-embed.sh), at --batch-size 64 (the default) and 2048;
+#   - long: lines that reach the model's maximum length (240 words for MiniLM's 256 tokens,
+#     600 for e5's 512), 128 of them for MiniLM and 64 for e5, at --batch-size 64.
+# Each cell is the best wall time of --repeat runs and the largest peak RSS (GNU time's %M);
+# the vectors of every bound are checked to equal the unbounded run's within 1e-5.
+#
+# usage: scripts/bench-batch-tokens.sh [--models e5|minilm|all] [--repeat N] [--bounds "A B C"]
+#
+# Environment: XSENT_BIN, XSENT_MODELS, XSENT_DATA as in bench-embed.sh; XSENT_THREADS
+# (default 2).
+set -euo pipefail
+export LC_ALL=C
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+models_arg=all
+repeat=3
+bounds="2048 4096 8192 16384"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --models) models_arg="${2:-}"; shift 2 ;;
+        --repeat) repeat="${2:-}"; shift 2 ;;
+        --bounds) bounds="${2:-}"; shift 2 ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) echo "bench-batch-tokens: unknown argument: $1 (try --help)" >&2; exit 64 ;;
+    esac
+done
+case "$models_arg" in
+    e5) keys=(e5) ;;
+    minilm) keys=(minilm) ;;
+    all) keys=(minilm e5) ;;
+    *) echo "bench-batch-tokens: --models must be e5, minilm or all" >&2; exit 64 ;;
+esac
+[[ "$repeat" =~ ^[1-9][0-9]*$ ]] || { echo "bench-batch-tokens: --repeat must be a positive integer" >&2; exit 64; }
+say() { printf 'bench-batch-tokens: %s\n' "$*" >&2; }
+die() { printf 'bench-batch-tokens: error: %s\n' "$*" >&2; exit 1; }
+[ -x /usr/bin/time ] || die "GNU time (/usr/bin/time) is needed for the peak RSS"
+
+data="${XSENT_DATA:-$root/../shared/data}"
+models="${XSENT_MODELS:-$root/models}"
+export XSENT_THREADS="${XSENT_THREADS:-2}"
+# shellcheck source=lib/xsent-bin.sh
+. "$root/scripts/lib/xsent-bin.sh" || die "cannot read $root/scripts/lib/xsent-bin.sh"
+find_xsent "$root"
+"$xsent" embed --help | grep -q -- --max-batch-tokens || die "$xsent has no --max-batch-tokens"
+
+model_name() { case "$1" in e5) echo multilingual-e5-small ;; minilm) echo all-MiniLM-L6-v2 ;; esac; }
+long_words() { case "$1" in e5) echo 600 ;; minilm) echo 240 ;; esac; }
+long_lines() { case "$1" in e5) echo 64 ;; minilm) echo 128 ;; esac; }
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+eng="$data/tatoeba/tatoeba.deu-eng.eng"
+deu="$data/tatoeba/tatoeba.deu-eng.deu"
+[ -f "$eng" ] && [ -f "$deu" ] || die "tatoeba data not found under $data/tatoeba (set XSENT_DATA)"
+{ head -n 1000 "$eng"; head -n 1000 "$deu"; } > "$work/tatoeba.txt"
+# Long lines: the words of Tatoeba's English sides, in order, cut into lines of N words.
+long_input() {
+    local words="$1" lines="$2"
+    # head ends the pipe early: the writers' SIGPIPE is no failure here.
+    set +o pipefail
+    cat "$data"/tatoeba/tatoeba.*-eng.eng | tr -s ' \t' '\n\n' | grep -v '^$' | head -n $((words * lines)) \
+        | awk -v w="$words" '{ printf "%s%s", $0, (NR % w == 0 ? "\n" : " ") }'
+    set -o pipefail
+}
+
+# run NAME MODEL INPUT BATCH BOUND: prints "seconds peak_mb"
+run() {
+    local model="$1" input="$2" batch="$3" bound="$4" out="$5" best="" peak=0 i s m
+    for ((i = 0; i < repeat; i++)); do
+        /usr/bin/time -f '%e %M' -o "$work/time" "$xsent" embed --model "$model" --input "$input" --batch-size "$batch" \
+            --max-batch-tokens "$bound" --format f32 -o "$out" 2> "$work/log" || { cat "$work/log" >&2; die "xsent embed failed"; }
+        read -r s m < "$work/time"
+        best="$(awk -v a="$best" -v b="$s" 'BEGIN { if (a == "" || b < a) print b; else print a }')"
+        [ "$m" -gt "$peak" ] && peak="$m"
+    done
+    echo "$best $((peak / 1024))"
+}
+
+# same A B: the largest difference between two f32 files of equal length
+maxdiff() {
+    python3 - "$1" "$2" <<'EOF'
+import struct, sys
+a, b = open(sys.argv[1], 'rb').read(), open(sys.argv[2], 'rb').read()
+assert len(a) == len(b), "different lengths"
+n = len(a) // 4
+x, y = struct.unpack(f'<{n}f', a), struct.unpack(f'<{n}f', b)
+print(max(abs(p - q) for p, q in zip(x, y)))
+EOF
+}
+
+echo "## --max-batch-tokens: time and peak memory of xsent embed ($XSENT_THREADS threads)"
+echo
+echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'); flags: $(lscpu | grep -o -w -E 'avx2|avx512f|avx512_vnni|avx512_bf16|fma' | sort -u | paste -sd' ')"
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo "| model | input | --batch-size | --max-batch-tokens | seconds (best of $repeat) | vs no bound | peak RSS MB | max abs diff |"
+echo "|---|---|---:|---:|---:|---:|---:|---:|"
+for k in "${keys[@]}"; do
+    dir="$models/$(model_name "$k")"
+    [ -f "$dir/model.safetensors" ] || die "model $dir is missing: run scripts/setup.sh first"
+    long_input "$(long_words "$k")" "$(long_lines "$k")" > "$work/long-$k.txt"
+    for spec in "tatoeba 64" "tatoeba 2048" "long-$k 64"; do
+        read -r name batch <<<"$spec"
+        input="$work/$name.txt"
+        read -r base_s base_mb < <(run "$dir" "$input" "$batch" 1000000 "$work/none.f32")
+        for bound in $bounds 1000000; do
+            if [ "$bound" = 1000000 ]; then
+                s="$base_s"; mb="$base_mb"; diff=0; label="none (1000000)"
+            else
+                read -r s mb < <(run "$dir" "$input" "$batch" "$bound" "$work/b.f32")
+                diff="$(maxdiff "$work/none.f32" "$work/b.f32")"
+                label="$bound"
+            fi
+            ratio="$(awk -v a="$s" -v b="$base_s" 'BEGIN { printf "%.2f", a / b }')"
+            echo "| $(model_name "$k") | ${name%-"$k"} ($(wc -l < "$input") lines) | $batch | $label | $s | $ratio | $mb | $diff |"
+            awk -v d="$diff" 'BEGIN { exit !(d > 1e-5) }' && die "bound $bound changed the vectors by $diff"
+        done
+    done
+done
+echo
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
