@@ -110,6 +110,10 @@ pub struct ModelArgs {
     /// whitespace runs).
     #[arg(long, value_name = "BYTES", default_value_t = crate::model::sentence::DEFAULT_MAX_TEXT_BYTES, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_line_bytes: usize,
+    /// Element type of the encoder's linear layers: f32 (default), int8 (CPU; weights per
+    /// channel, activations per row; see docs/quantization.md), bf16, f16.
+    #[arg(long, value_enum)]
+    pub dtype: Option<crate::model::quant::Dtype>,
 }
 
 impl ModelArgs {
@@ -152,6 +156,7 @@ impl ModelArgs {
             allow_unused_weights: self.allow_unused_weights,
             max_batch_tokens: self.max_batch_tokens,
             max_text_bytes: self.max_line_bytes,
+            dtype: self.dtype,
         })
     }
 }

@@ -41,7 +41,7 @@ fn yes() -> bool {
 impl Dense {
     /// A linear map from weight `[out, in]` and bias `[out]`.
     pub fn new(weight: Tensor, bias: Tensor) -> Self {
-        Self { linear: Linear { weight, bias }, activation: DenseActivation::Identity }
+        Self { linear: Linear::new(weight, bias), activation: DenseActivation::Identity }
     }
 
     pub fn in_dim(&self) -> usize {
@@ -85,7 +85,7 @@ impl Dense {
             (true, None) => bail!("{} has no linear.bias though its config says bias = true", w_path.display()),
             (false, _) => Tensor::zeros(cfg.out_features, DType::F32, device)?,
         };
-        Ok(Self { linear: Linear { weight, bias }, activation })
+        Ok(Self { linear: Linear::new(weight, bias), activation })
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
@@ -107,14 +107,14 @@ impl Dense {
     /// Make the weights trainable; returns the parameters (named `linear.weight`, `linear.bias`).
     pub fn make_trainable(&mut self) -> Result<Params> {
         let (t, params) = Params::from_tensors(self.tensors())?;
-        self.linear = Linear { weight: t["linear.weight"].clone(), bias: t["linear.bias"].clone() };
+        self.linear = Linear::new(t["linear.weight"].clone(), t["linear.bias"].clone());
         Ok(params)
     }
 
     /// A copy whose tensors are detached from any autograd graph (sharing storage).
     pub fn detached(&self) -> Self {
         Self {
-            linear: Linear { weight: self.linear.weight.detach(), bias: self.linear.bias.detach() },
+            linear: Linear::new(self.linear.weight.detach(), self.linear.bias.detach()),
             activation: self.activation,
         }
     }

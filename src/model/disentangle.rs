@@ -54,7 +54,7 @@ impl Heads {
             let bound = 1.0 / (inp as f32).sqrt();
             let w: Vec<f32> = (0..out * inp).map(|_| rng.random_range(-bound..bound)).collect();
             let b: Vec<f32> = (0..out).map(|_| rng.random_range(-bound..bound)).collect();
-            Ok(Linear { weight: Tensor::from_vec(w, (out, inp), device)?, bias: Tensor::from_vec(b, out, device)? })
+            Ok(Linear::new(Tensor::from_vec(w, (out, inp), device)?, Tensor::from_vec(b, out, device)?))
         };
         Ok(Self { meaning: linear(dim, dim)?, language: linear(dim, dim)?, langid: linear(langs, dim)? })
     }
@@ -80,9 +80,9 @@ impl Heads {
             Ok(t.get(n).with_context(|| format!("{} has no tensor {n}", what.display()))?.to_dtype(DType::F32)?)
         };
         let heads = Self {
-            meaning: Linear { weight: get(NAMES[0])?, bias: get(NAMES[1])? },
-            language: Linear { weight: get(NAMES[2])?, bias: get(NAMES[3])? },
-            langid: Linear { weight: get(NAMES[4])?, bias: get(NAMES[5])? },
+            meaning: Linear::new(get(NAMES[0])?, get(NAMES[1])?),
+            language: Linear::new(get(NAMES[2])?, get(NAMES[3])?),
+            langid: Linear::new(get(NAMES[4])?, get(NAMES[5])?),
         };
         ensure!(heads.meaning.weight.rank() == 2, "{}: meaning.weight has shape {:?}, not [d, d]", what.display(), heads.meaning.weight.dims());
         let d = heads.dim();
@@ -106,7 +106,7 @@ impl Heads {
 
     /// A copy detached from autograd (sharing storage: it follows in-place optimiser updates).
     pub fn detached(&self) -> Self {
-        let d = |l: &Linear| Linear { weight: l.weight.detach(), bias: l.bias.detach() };
+        let d = |l: &Linear| Linear::new(l.weight.detach(), l.bias.detach());
         Self { meaning: d(&self.meaning), language: d(&self.language), langid: d(&self.langid) }
     }
 
@@ -222,6 +222,7 @@ impl DisentangledEncoder {
             max_length: Some(opts.max_length.unwrap_or(b.max_length)),
             normalize: Some(b.normalize),
             allow_unused_weights: opts.allow_unused_weights,
+            dtype: opts.dtype,
             ..Default::default()
         };
         let base = SentenceEncoder::load(&spec, &base_opts).with_context(|| {

@@ -119,6 +119,9 @@ pub fn load_embedder(spec: &str, opts: &LoadOptions, head: Option<&str>) -> Resu
             if opts.layers.is_some() || opts.pooling.is_some() || opts.max_length.is_some() || opts.prompt_name.is_some() {
                 bail!("{spec} is an averaging model (mean of unit embeddings): --layers, --pooling, --max-length and --prompt-name do not apply to it");
             }
+            if opts.dtype.is_some_and(|d| d != super::quant::Dtype::F32) {
+                bail!("{spec} is an averaging model (mean of unit embeddings, no linear layers): --dtype does not apply to it");
+            }
             Ok(Box::new(super::AveragingModel::load(Path::new(spec), opts.normalize.unwrap_or(true), opts.prefix.as_deref())?))
         }
         Some(other) => bail!(

@@ -126,11 +126,18 @@ fn token_lookup(table: &Tensor, ids: &Tensor, mode: &Mode) -> Result<Tensor> {
 pub struct Linear {
     pub weight: Tensor,
     pub bias: Tensor,
+    /// The int8 or bf16 copy of the weights that inference uses on the CPU (see
+    /// [`super::quant`]); training and other devices use `weight`.
+    pub reduced: Option<std::sync::Arc<super::quant::Reduced>>,
 }
 
 impl Linear {
+    pub fn new(weight: Tensor, bias: Tensor) -> Self {
+        Self { weight, bias, reduced: None }
+    }
+
     pub fn load(vb: VarBuilder, in_dim: usize, out_dim: usize) -> Result<Self> {
-        Ok(Self { weight: vb.get((out_dim, in_dim), "weight")?, bias: vb.get(out_dim, "bias")? })
+        Ok(Self::new(vb.get((out_dim, in_dim), "weight")?, vb.get(out_dim, "bias")?))
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
@@ -145,6 +152,11 @@ impl Linear {
         // gradient in its own layout and the bias its column sums in one pass.
         if x.track_op() || self.weight.track_op() || self.bias.track_op() {
             return super::kernels::linear(x, &self.weight, &self.bias, true);
+        }
+        if let Some(r) = &self.reduced {
+            if x.device().is_cpu() && x.dtype() == candle_core::DType::F32 {
+                return r.forward(&x.contiguous()?);
+            }
         }
         super::kernels::linear(x, &self.weight, &self.bias, false)
     }
@@ -347,11 +359,30 @@ impl Encoder {
         self.hidden
     }
 
+    /// For each of [`Self::linears_mut`], the scale and shift of the LayerNorm whose output it
+    /// takes (query, key and value: the previous layer's output norm or the embeddings' norm;
+    /// intermediate: the attention norm; the others take no LayerNorm output).
+    #[allow(clippy::type_complexity)]
+    pub fn linear_inputs(&self) -> Result<Vec<Option<(Vec<f32>, Vec<f32>)>>> {
+        let v = |n: &LayerNorm| -> Result<(Vec<f32>, Vec<f32>)> { Ok((n.weight.to_vec1()?, n.bias.to_vec1()?)) };
+        let mut out = Vec::new();
+        for (i, l) in self.layers.iter().enumerate() {
+            let before = v(if i == 0 { &self.embeddings.norm } else { &self.layers[i - 1].out_norm })?;
+            out.extend([Some(before.clone()), Some(before.clone()), Some(before), None, Some(v(&l.attn_norm)?), None]);
+        }
+        Ok(out)
+    }
+
+    /// The transformer layers' linear layers (6 per layer), for [`super::quant`].
+    pub fn linears_mut(&mut self) -> impl Iterator<Item = &mut Linear> {
+        self.layers.iter_mut().flat_map(|l| [&mut l.query, &mut l.key, &mut l.value, &mut l.attn_out, &mut l.intermediate, &mut l.output])
+    }
+
     /// A copy whose weights are detached from autograd but share storage with these: inference
     /// on it records no graph, and it sees in-place optimiser updates of the trainable weights.
     pub fn detached(&self) -> Self {
         let d = |t: &Tensor| t.detach();
-        let lin = |l: &Linear| Linear { weight: d(&l.weight), bias: d(&l.bias) };
+        let lin = |l: &Linear| Linear { weight: d(&l.weight), bias: d(&l.bias), reduced: l.reduced.clone() };
         let norm = |n: &LayerNorm| LayerNorm { weight: d(&n.weight), bias: d(&n.bias), eps: n.eps };
         let e = &self.embeddings;
         Self {

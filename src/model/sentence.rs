@@ -39,6 +39,9 @@ pub struct LoadOptions {
     /// Bytes of a text tokenised at most ([`DEFAULT_MAX_TEXT_BYTES`]): a longer text is cut there
     /// first and counts as truncated.
     pub max_text_bytes: usize,
+    /// Element type of the linear layers at inference (`None`: f32, or the model's own
+    /// quantisation; see [`super::quant`]).
+    pub dtype: Option<super::quant::Dtype>,
 }
 
 /// Default of [`LoadOptions::max_batch_tokens`] (`--max-batch-tokens`): a batch's activations
@@ -69,6 +72,7 @@ impl Default for LoadOptions {
             allow_unused_weights: false,
             max_batch_tokens: DEFAULT_MAX_BATCH_TOKENS,
             max_text_bytes: DEFAULT_MAX_TEXT_BYTES,
+            dtype: None,
         }
     }
 }
@@ -204,7 +208,8 @@ impl SentenceEncoder {
         };
         super::encoder::check_config(&tensors, &config).with_context(|| format!("{} and {}", files.config.display(), super::weights::describe(&files.weights)))?;
         let vb = VarBuilder::from_tensors(tensors, DType::F32, &opts.device);
-        let encoder = Encoder::load(vb, &config).with_context(|| format!("loading weights {}", files.weights[0].display()))?;
+        let mut encoder = Encoder::load(vb, &config).with_context(|| format!("loading weights {}", files.weights[0].display()))?;
+        super::quant::apply(&mut encoder, opts.dtype.unwrap_or_default(), &opts.device, opts.trainable)?;
 
         let mut tokenizer = tokenizer?;
         let pad_id = tokenizer

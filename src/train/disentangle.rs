@@ -475,7 +475,7 @@ mod tests {
     use crate::model::encoder::Linear;
 
     fn linear(w: Vec<f32>, out: usize, inp: usize) -> Linear {
-        Linear { weight: Tensor::from_vec(w, (out, inp), &Device::Cpu).unwrap(), bias: Tensor::zeros(out, DType::F32, &Device::Cpu).unwrap() }
+        Linear::new(Tensor::from_vec(w, (out, inp), &Device::Cpu).unwrap(), Tensor::zeros(out, DType::F32, &Device::Cpu).unwrap())
     }
 
     /// Two-dimensional embeddings, meaning head = identity, language head = zero, langid = zero:

@@ -326,7 +326,7 @@ impl Head {
             ("head.out_bias".to_string(), Tensor::zeros(vocab, DType::F32, device)?),
         ]);
         let (t, params) = Params::from_tensors(tensors)?;
-        let fc = Linear { weight: t["head.fc.weight"].clone(), bias: t["head.fc.bias"].clone() };
+        let fc = Linear::new(t["head.fc.weight"].clone(), t["head.fc.bias"].clone());
         let bias = t["head.out_bias"].clone();
         Ok(Self { fc, bias, params })
     }

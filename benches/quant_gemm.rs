@@ -1,0 +1,52 @@
+//! Linear-layer throughput on the encoders' shapes (M = a batch's tokens, K/N = 384/1536), one
+//! thread: f32 (the gemm crate, as inference runs now), candle's Q8_0 quantized matmul, and
+//! xsent's int8 kernels on every path this CPU has. `cargo bench --bench quant_gemm`.
+//! Prints GMAC/s (multiply-adds per second) and each one's ratio to f32.
+
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{Device, Module, Tensor};
+use std::time::Instant;
+use xsent::model::quant::{Path, QLinear};
+
+fn best<F: FnMut()>(mut f: F) -> f64 {
+    f();
+    (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+fn main() -> anyhow::Result<()> {
+    std::env::set_var("RAYON_NUM_THREADS", "1");
+    let dev = Device::Cpu;
+    let m = 2000;
+    xsent::outln!("{:>16} {:>10} {:>12} {:>8}", "shape MxKxN", "kind", "GMAC/s", "vs f32");
+    for (k, n) in [(384, 384), (384, 1536), (1536, 384)] {
+        let x = Tensor::randn(0f32, 1.0, (m, k), &dev)?;
+        let w = (Tensor::randn(0f32, 1.0, (n, k), &dev)? * 0.05)?;
+        let b = Tensor::zeros(n, candle_core::DType::F32, &dev)?;
+        let macs = (m * k * n) as f64;
+        let shape = format!("{m}x{k}x{n}");
+        let f32_s = best(|| {
+            xsent::model::kernels::linear(&x, &w, &b, false).unwrap();
+        });
+        xsent::outln!("{shape:>16} {:>10} {:>12.1} {:>8.2}", "f32", macs / f32_s / 1e9, 1.0);
+        let q = QMatMul::from_qtensor(QTensor::quantize(&w, GgmlDType::Q8_0)?)?;
+        let s = best(|| {
+            q.forward(&x).unwrap();
+        });
+        xsent::outln!("{shape:>16} {:>10} {:>12.1} {:>8.2}", "candle-q8_0", macs / s / 1e9, f32_s / s);
+        let ql = QLinear::from_f32(&w, &b, None)?;
+        let xs: Vec<f32> = x.flatten_all()?.to_vec1()?;
+        for path in Path::all_available() {
+            let s = best(|| {
+                ql.forward_slice(path, &xs, m);
+            });
+            xsent::outln!("{shape:>16} {:>10} {:>12.1} {:>8.2}", format!("{path:?}").to_lowercase(), macs / s / 1e9, f32_s / s);
+        }
+    }
+    Ok(())
+}

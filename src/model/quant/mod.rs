@@ -1,0 +1,268 @@
+//! Reduced-precision inference for the encoder's linear layers: int8 (weights per output
+//! channel, activations per row, exact i32 sums) and bf16. Kernels are chosen at run time from
+//! the CPU's features; `XSENT_KERNELS=avx2` or `XSENT_KERNELS=portable` forces a slower path
+//! (for tests and comparisons). See docs/quantization.md for the scheme.
+
+pub mod gemm_i8;
+pub mod quantize;
+
+use anyhow::{bail, Result};
+use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
+use std::sync::OnceLock;
+
+/// A kernel path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// AVX-512 VNNI (`vpdpbusd`; AVX-512 BF16 `vdpbf16ps` for bf16 where present).
+    Avx512Vnni,
+    /// AVX2 (`vpmaddubsw`/`vpmaddwd`).
+    Avx2,
+    /// Plain Rust.
+    Portable,
+}
+
+impl Path {
+    /// Whether this CPU can run the path.
+    pub fn available(self) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx512Vnni => {
+                is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vnni")
+            }
+            #[cfg(target_arch = "x86_64")]
+            Path::Avx2 => is_x86_feature_detected!("avx2"),
+            Path::Portable => true,
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
+    /// The paths this CPU can run, fastest first.
+    pub fn all_available() -> Vec<Path> {
+        [Path::Avx512Vnni, Path::Avx2, Path::Portable].into_iter().filter(|p| p.available()).collect()
+    }
+
+    /// The fastest path this CPU has.
+    pub fn detected() -> Path {
+        Self::all_available()[0]
+    }
+
+    /// The path in use: the fastest this CPU has, unless `XSENT_KERNELS=avx2|portable` asks for
+    /// a slower one (a path the CPU lacks is refused with a warning).
+    pub fn current() -> Path {
+        static PATH: OnceLock<Path> = OnceLock::new();
+        *PATH.get_or_init(|| {
+            let want = match std::env::var("XSENT_KERNELS").as_deref() {
+                Ok("avx2") => Path::Avx2,
+                Ok("portable") => Path::Portable,
+                _ => return Path::detected(),
+            };
+            if want.available() {
+                want
+            } else {
+                crate::errln!("xsent: XSENT_KERNELS asks for the {want:?} kernels, which this CPU lacks; using {:?}", Path::detected());
+                Path::detected()
+            }
+        })
+    }
+}
+
+/// Element type of the encoder's linear layers at inference.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    #[default]
+    F32,
+    Bf16,
+    F16,
+    Int8,
+}
+
+impl std::fmt::Display for Dtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Dtype::F32 => "f32",
+            Dtype::Bf16 => "bf16",
+            Dtype::F16 => "f16",
+            Dtype::Int8 => "int8",
+        })
+    }
+}
+
+/// An int8 linear layer: `y = x Wᵀ + b` with `W` quantised per output channel.
+///
+/// With smoothing factors `s` (per input column; SmoothQuant's migration, here without
+/// calibration data), `x Wᵀ = (x / s)(W diag(s))ᵀ`: the weights are quantised as `W diag(s)`
+/// and each activation row as `x / s`, which flattens outlier columns of `x` (those a
+/// LayerNorm's scale makes large) before its per-row scale is taken.
+#[derive(Debug)]
+pub struct QLinear {
+    packed: gemm_i8::PackedI8,
+    /// Per-channel scales and bias, padded to `packed.np`.
+    scales: Vec<f32>,
+    bias: Vec<f32>,
+    /// `1 / s` per input column, when smoothed.
+    inv_smooth: Option<Vec<f32>>,
+}
+
+impl QLinear {
+    /// Quantise f32 weights `[out, in]` and bias `[out]`, with optional smoothing factors `[in]`.
+    pub fn from_f32(weight: &Tensor, bias: &Tensor, smooth: Option<&[f32]>) -> Result<Self> {
+        let (n, k) = weight.dims2()?;
+        let mut w: Vec<f32> = weight.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?;
+        if let Some(s) = smooth {
+            anyhow::ensure!(s.len() == k, "int8 linear layer: {k} smoothing factors expected, got {}", s.len());
+            for row in w.chunks_exact_mut(k) {
+                for (v, f) in row.iter_mut().zip(s) {
+                    *v *= f;
+                }
+            }
+        }
+        let (q, scales) = quantize::quantize_weights(&w, n, k);
+        let mut l = Self::from_int8(&q, &scales, &bias.to_dtype(candle_core::DType::F32)?.to_vec1()?, n, k)?;
+        l.inv_smooth = smooth.map(|s| s.iter().map(|f| 1.0 / f).collect());
+        Ok(l)
+    }
+
+    /// From int8 weights `[n, k]` (values in [-127, 127]), their `n` scales and the bias.
+    pub fn from_int8(q: &[i8], scales: &[f32], bias: &[f32], n: usize, k: usize) -> Result<Self> {
+        if q.len() != n * k || scales.len() != n || bias.len() != n {
+            bail!("int8 linear layer: {n}×{k} weights, {n} scales and {n} biases expected, got {}, {} and {}", q.len(), scales.len(), bias.len());
+        }
+        if q.contains(&-128) {
+            bail!("int8 linear layer: weights must lie in [-127, 127] (symmetric quantisation), found -128");
+        }
+        let packed = gemm_i8::PackedI8::pack(q, n, k);
+        let mut scales = scales.to_vec();
+        let mut bias = bias.to_vec();
+        scales.resize(packed.np, 0.0);
+        bias.resize(packed.np, 0.0);
+        Ok(Self { packed, scales, bias, inv_smooth: None })
+    }
+
+    pub fn out_dim(&self) -> usize {
+        self.packed.n
+    }
+
+    pub fn in_dim(&self) -> usize {
+        self.packed.k
+    }
+
+    /// `x` (`[rows, in]` f32 on the CPU) through the layer with `path`.
+    pub fn forward_slice(&self, path: Path, x: &[f32], rows: usize) -> Vec<f32> {
+        let p = &self.packed;
+        let mut qa = Vec::new();
+        let sa = quantize::quantize_activations(x, rows, p.k, p.kp, gemm_i8::shifted(path), self.inv_smooth.as_deref(), &mut qa);
+        let mut out = vec![0f32; rows * p.n];
+        gemm_i8::gemm_f32(path, &qa, rows, &sa, p, &self.scales, &self.bias, &mut out);
+        out
+    }
+
+    /// `x` (`[rows, in]` f32 on the CPU) through the layer.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(x.apply_op1_no_bwd(&QOp(self))?)
+    }
+}
+
+struct QOp<'a>(&'a QLinear);
+
+impl CustomOp1 for QOp<'_> {
+    fn name(&self) -> &'static str {
+        "int8-linear"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (rows, k) = layout.shape().dims2()?;
+        if k != self.0.in_dim() {
+            candle_core::bail!("int8 linear layer: input has {k} features, the layer takes {}", self.0.in_dim());
+        }
+        let x = match storage {
+            CpuStorage::F32(v) => v,
+            _ => candle_core::bail!("int8 linear layer: f32 input expected"),
+        };
+        let x = match layout.contiguous_offsets() {
+            Some((a, b)) => &x[a..b],
+            None => candle_core::bail!("int8 linear layer: contiguous input expected"),
+        };
+        let out = self.0.forward_slice(Path::current(), x, rows);
+        Ok((CpuStorage::F32(out), Shape::from((rows, self.0.out_dim()))))
+    }
+}
+
+/// A linear layer's weights in reduced precision.
+#[derive(Debug)]
+pub enum Reduced {
+    Int8(QLinear),
+}
+
+impl Reduced {
+    /// `x` (`[rows, in]`, contiguous f32 on the CPU) through the layer.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Reduced::Int8(q) => q.forward(x),
+        }
+    }
+}
+
+/// The dtypes `--dtype` runs on `device`, for error messages.
+fn supported_on(device: &candle_core::Device) -> &'static str {
+    if device.is_cpu() {
+        "f32 and int8"
+    } else {
+        "f32"
+    }
+}
+
+/// Give the encoder's linear layers their `dtype` copies (f32: nothing to do). Inference only:
+/// a trainable model, or a dtype the device has no kernels for, is refused with what to use.
+pub fn apply(encoder: &mut super::Encoder, dtype: Dtype, device: &candle_core::Device, trainable: bool) -> Result<()> {
+    if dtype == Dtype::F32 {
+        return Ok(());
+    }
+    if trainable {
+        bail!("--dtype {dtype} is for inference only; training runs in f32 (leave --dtype out)");
+    }
+    let ok = device.is_cpu() && matches!(dtype, Dtype::Int8);
+    if !ok {
+        let on = if device.is_cpu() { "the CPU".to_string() } else { format!("{device:?}") };
+        bail!("--dtype {dtype} is not supported on {on}: it runs {} (use --dtype f32{})", supported_on(device), if device.is_cpu() { " or int8" } else { ", or --device cpu for int8" });
+    }
+    let inputs = encoder.linear_inputs()?;
+    for (l, norm) in encoder.linears_mut().zip(inputs) {
+        let smooth = match norm {
+            Some((g, b)) => Some(smoothing(&g, &b, &l.weight)?),
+            None => None,
+        };
+        l.reduced = Some(std::sync::Arc::new(Reduced::Int8(QLinear::from_f32(&l.weight, &l.bias, smooth.as_deref())?)));
+    }
+    Ok(())
+}
+
+/// Smoothing factors for a layer fed by a LayerNorm with scale `gamma` and shift `beta`
+/// (SmoothQuant's `s_c = sqrt(max|x_c| / max|W_c|)`, α = ½), without calibration data: a
+/// normalised activation is mostly within ±3, so `max|x_c| ≈ 3|γ_c| + |β_c|`. Factors are
+/// divided by their geometric mean; a zero column keeps 1.
+pub fn smoothing(gamma: &[f32], beta: &[f32], weight: &Tensor) -> Result<Vec<f32>> {
+    let (_, k) = weight.dims2()?;
+    anyhow::ensure!(gamma.len() == k && beta.len() == k, "smoothing: LayerNorm of {} features before a layer of {k} inputs", gamma.len());
+    let w: Vec<f32> = weight.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?;
+    let mut wmax = vec![0f32; k];
+    for row in w.chunks_exact(k) {
+        for (m, v) in wmax.iter_mut().zip(row) {
+            *m = m.max(v.abs());
+        }
+    }
+    let mut s: Vec<f32> = (0..k)
+        .map(|c| {
+            let a = 3.0 * gamma[c].abs() + beta[c].abs();
+            if a > 0.0 && wmax[c] > 0.0 && a.is_finite() && wmax[c].is_finite() {
+                (a / wmax[c]).sqrt()
+            } else {
+                1.0
+            }
+        })
+        .collect();
+    let g = (s.iter().map(|v| (*v as f64).ln()).sum::<f64>() / k as f64).exp() as f32;
+    s.iter_mut().for_each(|v| *v /= g);
+    Ok(s)
+}

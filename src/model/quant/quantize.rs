@@ -1,0 +1,149 @@
+//! Symmetric int8 quantisation: weights per output channel (at load time), activations per row
+//! (at run time).
+//!
+//! A row `x` becomes `q = round(x / s)` clamped to [-127, 127] with `s = max|x| / 127` (`s = 1`
+//! for an all-zero row), so `x ≈ s·q`. -128 is never produced: the AVX2 kernel's sign trick
+//! (`|a|·sign(b, a)`) and the u8 shift of the VNNI kernel both rely on |q| ≤ 127.
+
+/// The scale of a row: `max|x| / 127`, or 1 for a row of zeros (or of non-finite values, which
+/// then quantise to 0: finite inputs are the caller's contract).
+#[inline(always)]
+pub fn row_scale(x: &[f32]) -> f32 {
+    // 16 independent lanes so that the reduction vectorises.
+    let mut lanes = [0f32; 16];
+    let mut chunks = x.chunks_exact(16);
+    for c in &mut chunks {
+        for (l, v) in lanes.iter_mut().zip(c) {
+            *l = l.max(v.abs());
+        }
+    }
+    let m = chunks.remainder().iter().fold(lanes.iter().fold(0f32, |a, &b| a.max(b)), |a, v| a.max(v.abs()));
+    if m > 0.0 && m.is_finite() {
+        m / 127.0
+    } else {
+        1.0
+    }
+}
+
+/// One value quantised with the reciprocal of its row's scale: clamped to [-127, 127], rounded
+/// to nearest, ties to even (adding and subtracting 1.5·2²³, which vectorises; `f32::round`
+/// is a library call on baseline x86-64).
+#[inline(always)]
+pub fn quantize_one(v: f32, inv: f32) -> i8 {
+    const MAGIC: f32 = 12_582_912.0;
+    (((v * inv).clamp(-127.0, 127.0) + MAGIC) - MAGIC) as i8
+}
+
+/// Quantise a row into `out` (same length), returning the scale.
+pub fn quantize_row(x: &[f32], out: &mut [i8]) -> f32 {
+    debug_assert_eq!(x.len(), out.len());
+    let s = row_scale(x);
+    let inv = 1.0 / s;
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = quantize_one(v, inv);
+    }
+    s
+}
+
+/// Quantise the `m` rows of `x` (`[m, k]`, row-major) into `[m, kp]` bytes (`kp ≥ k`, the tail
+/// padded with 0). With `shift` each byte holds `q + 128` as u8 (the VNNI kernel's unsigned
+/// operand; it is `q ^ 0x80`), else `q` as i8 bits. With `mul` (length `k`), column `c` is
+/// multiplied by `mul[c]` first (the layer's smoothing, see [`super::QLinear`]). Returns the
+/// per-row scales.
+pub fn quantize_activations(x: &[f32], m: usize, k: usize, kp: usize, shift: bool, mul: Option<&[f32]>, out: &mut Vec<u8>) -> Vec<f32> {
+    assert!(x.len() == m * k && kp >= k, "quantize_activations: [{m}, {k}] input expected, got {}", x.len());
+    out.clear();
+    out.resize(m * kp, if shift { 0x80 } else { 0 });
+    let mut scales = vec![0f32; m];
+    #[cfg(target_arch = "x86_64")]
+    {
+        if super::Path::Avx512Vnni.available() {
+            // SAFETY: the CPU has AVX-512 (checked just above).
+            unsafe { activations_avx512(x, k, kp, shift, mul, out, &mut scales) };
+            return scales;
+        }
+        if super::Path::Avx2.available() {
+            // SAFETY: the CPU has AVX2 (checked just above).
+            unsafe { activations_avx2(x, k, kp, shift, mul, out, &mut scales) };
+            return scales;
+        }
+    }
+    activations(x, k, kp, shift, mul, out, &mut scales);
+    scales
+}
+
+#[inline(always)]
+fn activations(x: &[f32], k: usize, kp: usize, shift: bool, mul: Option<&[f32]>, out: &mut [u8], scales: &mut [f32]) {
+    let flip = if shift { 0x80u8 } else { 0 };
+    let mut tmp = vec![0f32; if mul.is_some() { k } else { 0 }];
+    for ((row, dst), s) in x.chunks_exact(k).zip(out.chunks_exact_mut(kp)).zip(scales.iter_mut()) {
+        let row = match mul {
+            Some(mul) => {
+                for ((t, &v), &f) in tmp.iter_mut().zip(row).zip(mul) {
+                    *t = v * f;
+                }
+                &tmp[..]
+            }
+            None => row,
+        };
+        *s = row_scale(row);
+        let inv = 1.0 / *s;
+        for (o, &v) in dst.iter_mut().zip(row) {
+            *o = (quantize_one(v, inv) as u8) ^ flip;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn activations_avx512(x: &[f32], k: usize, kp: usize, shift: bool, mul: Option<&[f32]>, out: &mut [u8], scales: &mut [f32]) {
+    activations(x, k, kp, shift, mul, out, scales)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn activations_avx2(x: &[f32], k: usize, kp: usize, shift: bool, mul: Option<&[f32]>, out: &mut [u8], scales: &mut [f32]) {
+    activations(x, k, kp, shift, mul, out, scales)
+}
+
+/// Weights `[n, k]` (f32, row-major, Hugging Face's `[out, in]`) quantised per output channel:
+/// the int8 values `[n, k]` and the `n` scales.
+pub fn quantize_weights(w: &[f32], n: usize, k: usize) -> (Vec<i8>, Vec<f32>) {
+    assert_eq!(w.len(), n * k);
+    let mut q = vec![0i8; n * k];
+    let scales = w.chunks_exact(k).zip(q.chunks_exact_mut(k)).map(|(r, o)| quantize_row(r, o)).collect();
+    (q, scales)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_round_to_nearest_within_half_a_step() {
+        let x: Vec<f32> = (0..37).map(|i| ((i * 7919) % 101) as f32 / 13.0 - 3.7).collect();
+        let mut q = vec![0i8; x.len()];
+        let s = quantize_row(&x, &mut q);
+        assert!(q.iter().any(|&v| v.abs() == 127));
+        for (&v, &qi) in x.iter().zip(&q) {
+            assert!(qi != -128);
+            assert!((v - s * qi as f32).abs() <= 0.5 * s * 1.0001 + 1e-6, "{v} vs {}", s * qi as f32);
+        }
+    }
+
+    #[test]
+    fn zero_rows_and_shift() {
+        let x = [0f32; 5];
+        let mut out = Vec::new();
+        let s = quantize_activations(&x, 1, 5, 8, true, None, &mut out);
+        assert_eq!(s, vec![1.0]);
+        assert_eq!(out, vec![0x80; 8]);
+        let x = [-1f32, 1.0, 0.5];
+        let s = quantize_activations(&x, 1, 3, 4, true, None, &mut out);
+        assert!((s[0] - 1.0 / 127.0).abs() < 1e-9);
+        // 63.5 rounds to even.
+        assert_eq!(out, vec![1, 255, 128 + 64, 128]);
+        assert_eq!(quantize_one(62.5, 1.0), 62);
+        assert_eq!(quantize_one(-200.0, 1.0), -127);
+    }
+}
