@@ -109,7 +109,7 @@ fn missing_data_dir_is_explained() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("data directory /nonexistent/data does not exist"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("data directory /nonexistent/data (--data-dir) does not exist"));
 }
 
 #[test]
