@@ -182,6 +182,7 @@ fn shard_refuses_what_it_cannot_seek() {
     assert!(e.contains("--input"), "{e}");
     let e = fail(&run(&["--input", gz.to_str().unwrap(), "--shard", "2/2", "--out-dir", "x"]));
     assert!(e.contains("i counts from 0, so it must be 0..=1"), "{e}");
-    let e = fail(&common::xsent().args(["embed", "-i", "x"]).output().unwrap());
-    assert!(e.contains("--model"), "{e}");
+    // --merge joins vectors already made: a model given with it is a mistake, said so.
+    let e = fail(&common::xsent().args(["embed", "--model", "m", "--merge"]).arg(tmp.path()).output().unwrap());
+    assert!(e.contains("takes no --model"), "{e}");
 }
