@@ -20,6 +20,7 @@
 //! Vectors are read from the files as they are needed (an index holds its vectors; queries are
 //! read a chunk at a time). Threads: `XSENT_THREADS`. Prints JSON lines; `peak_rss_mb` is the
 //! process's VmHWM.
+#![allow(clippy::disallowed_macros)] // a benchmark's report on stdout
 
 use anyhow::{ensure, Context, Result};
 use clap::{Parser, Subcommand};
