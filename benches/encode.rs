@@ -16,7 +16,7 @@ fn sentences(n: usize) -> Vec<String> {
 }
 
 fn bench(c: &mut Criterion) {
-    xsent::parallel::init_data_parallel();
+    xsent::threads::init_data_parallel();
     let models = std::env::var("XSENT_MODELS").map(PathBuf::from).unwrap_or_else(|_| PathBuf::from("models"));
     let dir = models.join("multilingual-e5-small");
     assert!(dir.is_dir(), "{} missing: run scripts/setup.sh", dir.display());

@@ -6,7 +6,7 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use rand::SeedableRng;
 use rand_distr::{Distribution, StandardNormal};
 use std::time::Duration;
-use xsent::train::wmd::{cost_matrix, emd_uniform, sinkhorn, wmd, SinkhornOptions};
+use xsent::train::recipes::wmd::{cost_matrix, emd_uniform, sinkhorn, wmd, SinkhornOptions};
 
 const DIM: usize = 384;
 

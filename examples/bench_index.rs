@@ -140,8 +140,8 @@ fn load_all(path: &Path) -> Result<(Vec<f32>, usize)> {
 }
 
 fn main() -> Result<()> {
-    xsent::parallel::init_data_parallel();
-    let threads = xsent::parallel::threads();
+    xsent::threads::init_data_parallel();
+    let threads = xsent::threads::threads();
     match Cli::parse().cmd {
         Cmd::Gen { n, dim, centres, noise, seed, x, y } => {
             let g = xsent::index::synthetic::Clustered { dim, centres, noise, seed };

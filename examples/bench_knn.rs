@@ -76,7 +76,7 @@ struct Args {
 
 fn main() -> Result<()> {
     // Before any thread exists: single-threaded candle ops, kNN workers run one block each.
-    xsent::parallel::init_data_parallel();
+    xsent::threads::init_data_parallel();
     let a = Args::parse();
     ensure!(a.repeat >= 1, "--repeat must be at least 1");
 
@@ -101,7 +101,7 @@ fn main() -> Result<()> {
     ensure!(x.dim == y.dim, "dimension mismatch: {} vs {}", x.dim, y.dim);
     let data_s = t.elapsed().as_secs_f64();
     let (n, m, d) = (x.rows(), y.rows(), x.dim);
-    let threads = xsent::parallel::threads();
+    let threads = xsent::threads::threads();
     // Multiply-adds of one N×M similarity product, counted as 2 FLOPs each.
     let flop = 2.0 * (n as f64) * (m as f64) * (d as f64);
 

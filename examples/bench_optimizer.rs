@@ -19,7 +19,8 @@ use xsent::model::encoder::Rng;
 use xsent::model::weights::{random_encoder_tensors, Params};
 use xsent::model::{Encoder, EncoderConfig, Mode, Pooling};
 use xsent::train::config::BestMode;
-use xsent::train::trainer::{run_shards, Recipe, StepLoss};
+use xsent::train::shards::run_shards;
+use xsent::train::{Recipe, StepLoss};
 use xsent::train::{AdamW, AdamWConfig};
 
 /// Mean-pooled sentence vectors regressed onto fixed random targets (an MSE, like distillation).
@@ -64,7 +65,7 @@ impl Recipe for Synthetic {
 }
 
 fn main() -> Result<()> {
-    xsent::parallel::init_data_parallel();
+    xsent::threads::init_data_parallel();
     let args: Vec<usize> = std::env::args().skip(1).map(|a| a.parse().expect("numbers: batch tokens steps")).collect();
     let (batch, tokens, steps) = (*args.first().unwrap_or(&64), *args.get(1).unwrap_or(&32), *args.get(2).unwrap_or(&4));
     let cfg = EncoderConfig::from_json(
@@ -84,7 +85,7 @@ fn main() -> Result<()> {
     let mut opt = AdamW::new(&params, AdamWConfig::default())?;
     let batch_idx: Vec<usize> = (0..batch).collect();
     let shards: Vec<&[usize]> = batch_idx.chunks(8).collect();
-    println!("XLM-R-base-sized encoder, {} parameters, batch {batch} x {tokens} tokens, {} shards of 8 on {} threads", params.num_elements(), shards.len(), xsent::parallel::threads());
+    println!("XLM-R-base-sized encoder, {} parameters, batch {batch} x {tokens} tokens, {} shards of 8 on {} threads", params.num_elements(), shards.len(), xsent::threads::threads());
     println!("step  fwd+bwd_s  grad_norm_s  update_s  optimizer_share");
     let mut shares = Vec::new();
     for step in 1..=steps {

@@ -11,7 +11,7 @@
 #![allow(clippy::disallowed_macros)]
 
 use std::time::Instant;
-use xsent::model::averaging::{embed_ids_flat, flatten, AveragingModel};
+use xsent::model::kinds::averaging::{embed_ids_flat, flatten, AveragingModel};
 
 fn best<T>(rounds: usize, mut f: impl FnMut() -> T) -> (f64, T) {
     let mut out = None;
@@ -52,7 +52,7 @@ fn main() -> anyhow::Result<()> {
         model.meta.units,
         model.meta.vocab_size,
         units as f64 / n as f64,
-        xsent::parallel::threads()
+        xsent::threads::threads()
     );
     println!("| measurement | seconds | sentences/s |");
     println!("|---|---:|---:|");

@@ -25,11 +25,11 @@
 use anyhow::{Context, Result};
 use clap::Parser;
 use std::path::PathBuf;
-use xsent::data::parallel::xnli_parallel_rows;
+use xsent::data::bitext::xnli_parallel_rows;
 use xsent::data::read_lines;
 use xsent::model::{LoadOptions, SentenceEncoder};
-use xsent::train::dueam::anchor_clouds;
-use xsent::train::wmd::{wmd_batch, Solver};
+use xsent::train::recipes::dueam::anchor_clouds;
+use xsent::train::recipes::wmd::{wmd_batch, Solver};
 
 #[derive(Parser)]
 struct Args {

@@ -15,11 +15,12 @@ pub mod eval;
 #[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod index;
+pub mod io;
 pub mod model;
-pub mod parallel;
 pub mod places;
 pub mod plot;
 pub mod shard;
+pub mod threads;
 pub mod train;
 pub mod whole_rows;
 

@@ -43,7 +43,7 @@ fn lightweight_losses_on_column_slices_equal_the_cpu() {
     let run = |d: &Device| {
         let v = Var::from_tensor(&base.to_device(d).unwrap()).unwrap();
         let (u, w) = (v.as_tensor().narrow(1, 0, h).unwrap(), v.as_tensor().narrow(1, h, h).unwrap());
-        let loss = (xsent::train::lightweight::align_loss(&u, &w).unwrap() + xsent::train::lightweight::sim_loss(&u, &w).unwrap()).unwrap();
+        let loss = (xsent::train::recipes::lightweight::align_loss(&u, &w).unwrap() + xsent::train::recipes::lightweight::sim_loss(&u, &w).unwrap()).unwrap();
         let g = loss.backward().unwrap();
         (loss, g.get(v.as_tensor()).unwrap().clone())
     };
@@ -151,7 +151,7 @@ fn exact_knn_on_the_gpu_equals_the_cpu() {
 
 #[test]
 fn sp_averaging_on_the_gpu_equals_the_cpu() {
-    use xsent::train::sp::{average_with_dropout, DropoutKind};
+    use xsent::train::recipes::sp::{average_with_dropout, DropoutKind};
     let (vocab, dim) = (500, 32);
     let table = Tensor::from_vec(values(vocab * dim, 4), (vocab, dim), &Device::Cpu).unwrap();
     let sents: Vec<Vec<u32>> = (0..64).map(|i| (0..(1 + i % 13)).map(|j| ((i * 31 + j * 17) % vocab) as u32).collect()).collect();

@@ -265,12 +265,12 @@ fn gradient_cache_step_equals_one_backward() {
     use xsent::train::Recipe;
     let s = setup();
     let cfg = xsent::train::config::load(&s.config, &[]).unwrap();
-    let recipe = xsent::train::lightweight::Lightweight::new(&cfg, &s.run("lib")).unwrap();
+    let recipe = xsent::train::recipes::lightweight::Lightweight::new(&cfg, &s.run("lib")).unwrap();
     let params = recipe.params();
     let batch: Vec<usize> = (0..12).collect();
     let shards: Vec<&[usize]> = batch.chunks(5).collect();
     let seeds = [11u64, 12, 13];
-    let mb = xsent::train::trainer::run_coupled(&recipe, &batch, &shards, &seeds, 1, &params).unwrap();
+    let mb = xsent::train::shards::run_coupled(&recipe, &batch, &shards, &seeds, 1, &params).unwrap();
     // The same computation as one graph: each shard's forward with its seed, the coupled loss on
     // the concatenated (not detached) vectors.
     let mut sep = Vec::new();

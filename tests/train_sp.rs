@@ -8,8 +8,8 @@ mod common;
 use serde_json::Value;
 use std::path::Path;
 use std::process::Output;
-use xsent::model::averaging::{AveragingModel, Segmenter, Units};
-use xsent::model::vocab::SubwordModel;
+use xsent::model::kinds::averaging::{AveragingModel, Segmenter, Units};
+use xsent::model::kinds::vocab::SubwordModel;
 
 fn corpus(n: usize) -> Vec<(String, String)> {
     common::word_pairs(n, 99)
@@ -347,7 +347,7 @@ fn unigram_vocabulary_is_reproducible() {
         texts.extend(t.lines().take(1500).map(|l| l.split('\t').next().unwrap().to_string()));
     }
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let train = || xsent::model::vocab::train_subword(&refs, SubwordModel::Unigram, 6000, false).unwrap().to_string(false).unwrap();
+    let train = || xsent::model::kinds::vocab::train_subword(&refs, SubwordModel::Unigram, 6000, false).unwrap().to_string(false).unwrap();
     let first = train();
     for _ in 0..2 {
         assert!(train() == first, "two trainings on the same text gave different tokenizer.json");

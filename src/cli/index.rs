@@ -95,7 +95,7 @@ fn build(a: BuildArgs) -> Result<()> {
     let inputs: Vec<&Path> = a.vectors.iter().map(PathBuf::as_path).chain(a.quantizer.as_deref()).collect();
     super::check_output(&a.out, "-o", &inputs)?;
     let mut src = VectorSet::open(&a.vectors, a.dim)?;
-    let threads = crate::parallel::threads();
+    let threads = crate::threads::threads();
     let start = std::time::Instant::now();
     let q = match &a.quantizer {
         Some(path) => {
@@ -149,7 +149,7 @@ fn search(a: SearchArgs) -> Result<()> {
     let inputs: Vec<&Path> = a.index.iter().chain(&a.queries).map(PathBuf::as_path).collect();
     super::check_output(&a.out, "-o", &inputs)?;
     let mut queries = VectorSet::open(&a.queries, a.dim)?;
-    let threads = crate::parallel::threads();
+    let threads = crate::threads::threads();
     let start = std::time::Instant::now();
     let mut rows = 0;
     let knn = crate::index::search_all(

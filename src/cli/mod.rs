@@ -468,7 +468,7 @@ pub fn main() -> i32 {
     let cli = Cli::parse();
     match cli.command {
         Command::Embed(_) | Command::Eval(_) | Command::Mine(_) | Command::Train(_) | Command::Plot(_) | Command::Index(_) => {
-            crate::parallel::init_data_parallel()
+            crate::threads::init_data_parallel()
         }
         Command::Convert(_) | Command::Tokenizer(_) | Command::Config(_) | Command::Data(_) => {}
     }

@@ -1,5 +1,5 @@
 use super::ModelArgs;
-use crate::model::disentangle::{DisentangledEncoder, Head, KIND};
+use crate::model::kinds::disentangle::{DisentangledEncoder, Head, KIND};
 use crate::plot::{pca, read_labelled, scatter_png, Panel};
 use anyhow::{ensure, Context, Result};
 use std::path::PathBuf;
@@ -119,7 +119,7 @@ fn pca_plot(a: PcaArgs) -> Result<()> {
         };
         let dir = crate::data::set_dir(&crate::data::data_dir(a.data_dir.as_deref())?, "xnli", "xnli")?;
         let refs: Vec<&str> = langs.iter().map(String::as_str).collect();
-        let rows = crate::data::parallel::xnli_parallel_rows(&dir, &a.split, &refs)
+        let rows = crate::data::bitext::xnli_parallel_rows(&dir, &a.split, &refs)
             .with_context(|| format!("reading XNLI {} for the languages {}", a.split, langs.join(",")))?;
         langs.into_iter().zip(rows).map(|(l, r)| (l, r.into_iter().take(a.rows).map(|(_, h)| h).collect())).collect()
     } else {

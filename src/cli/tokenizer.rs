@@ -1,4 +1,4 @@
-use crate::model::vocab::{self, SubwordModel};
+use crate::model::kinds::vocab::{self, SubwordModel};
 use anyhow::{Context, Result};
 use std::path::PathBuf;
 

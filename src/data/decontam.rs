@@ -5,7 +5,7 @@
 //! the config's own validation files) are both checked: a choice made on a development set must
 //! not have been trained on either.
 
-use super::parallel::Pair;
+use super::bitext::Pair;
 use super::read_lines;
 use anyhow::{Context, Result};
 use serde::Serialize;

@@ -1,9 +1,9 @@
 //! Readers for the benchmark and corpus files. Every error names the file (and line).
 
+pub mod bitext;
 pub mod bucc;
 pub mod decontam;
 pub mod fetch;
-pub mod parallel;
 pub mod registry;
 pub mod sts;
 pub mod tatoeba;

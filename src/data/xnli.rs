@@ -9,7 +9,7 @@
 //!
 //! Sentences are stored once ([`PairSet::sentences`]) and pairs as indices into them.
 
-use super::parallel::xnli_parallel_rows;
+use super::bitext::xnli_parallel_rows;
 use anyhow::{bail, Result};
 use rand::{Rng as _, SeedableRng};
 use std::collections::hash_map::Entry;

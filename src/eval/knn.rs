@@ -2,7 +2,7 @@
 //!
 //! The search works in blocks: a block of queries against a block of targets at a time (one
 //! GEMM each), never the full N×M similarity matrix, with query blocks spread over
-//! [`crate::parallel::threads`] workers. [`knn_both`] keeps a running top-k for the rows (the
+//! [`crate::threads::threads`] workers. [`knn_both`] keeps a running top-k for the rows (the
 //! queries) and for the columns (the targets) of every block product, so the two directions
 //! that margin mining needs cost one pass of GEMMs, not two.
 //!
@@ -132,7 +132,7 @@ impl Plan {
     }
 
     fn for_search(queries: &Matrix, targets: &Matrix) -> Self {
-        Self::new(queries.rows(), targets.rows(), targets.dim, crate::parallel::threads())
+        Self::new(queries.rows(), targets.rows(), targets.dim, crate::threads::threads())
     }
 }
 

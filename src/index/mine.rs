@@ -33,7 +33,7 @@ pub fn to_neighbours(knn: &Knn) -> Result<Neighbours> {
 /// among `x`, `k` capped at the other side's rows, from an index of each side (built one after
 /// the other, so one index is held at a time).
 pub fn knn_both_ivf(x: &Matrix, y: &Matrix, k: usize, p: &AnnParams) -> Result<(Neighbours, Neighbours)> {
-    let threads = crate::parallel::threads();
+    let threads = crate::threads::threads();
     let one = |queries: &Matrix, db: &Matrix| -> Result<Neighbours> {
         let kk = k.min(db.rows());
         if kk == 0 || queries.rows() == 0 {

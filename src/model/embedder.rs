@@ -108,9 +108,9 @@ pub fn load_embedder(spec: &str, opts: &LoadOptions, head: Option<&str>) -> Resu
             }
             Ok(Box::new(SentenceEncoder::load(spec, opts)?))
         }
-        Some(super::disentangle::KIND) => {
-            let head = head.map(super::disentangle::Head::parse).transpose()?.unwrap_or(super::disentangle::Head::Meaning);
-            Ok(Box::new(super::disentangle::DisentangledEncoder::load(Path::new(spec), opts, head)?))
+        Some(super::kinds::disentangle::KIND) => {
+            let head = head.map(super::kinds::disentangle::Head::parse).transpose()?.unwrap_or(super::kinds::disentangle::Head::Meaning);
+            Ok(Box::new(super::kinds::disentangle::DisentangledEncoder::load(Path::new(spec), opts, head)?))
         }
         Some("averaging") => {
             if let Some(h) = head {

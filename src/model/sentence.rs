@@ -505,7 +505,7 @@ impl SentenceEncoder {
     }
 
     /// Embed already-tokenised texts in batches of `batch_size`, longest first, returning rows
-    /// in the input order. On the CPU, batches are spread over [`crate::parallel::threads`] workers.
+    /// in the input order. On the CPU, batches are spread over [`crate::threads::threads`] workers.
     pub fn embed_encoded(&self, items: &[Encoded], batch_size: usize) -> Result<Vec<Vec<f32>>> {
         self.embed_encoded_with_progress(items, batch_size, &|_| {})
     }
@@ -529,7 +529,7 @@ impl SentenceEncoder {
             progress(chunk.len());
             Ok(rows)
         };
-        let workers = if self.device.is_cpu() { crate::parallel::threads().min(batches.len()) } else { 1 };
+        let workers = if self.device.is_cpu() { crate::threads::threads().min(batches.len()) } else { 1 };
         let mut results: Vec<Option<Result<Vec<Vec<f32>>>>> = (0..batches.len()).map(|_| None).collect();
         if workers <= 1 {
             for (slot, chunk) in results.iter_mut().zip(&batches) {

@@ -22,12 +22,12 @@ pub struct Config {
     #[serde(default)]
     pub data: DataConfig,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub distill: Option<super::distill::DistillConfig>,
+    pub distill: Option<super::recipes::distill::DistillConfig>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub disentangle: Option<super::disentangle::DisentangleConfig>,
-    pub sp: Option<super::sp::SpConfig>,
-    pub dueam: Option<super::dueam::DueamConfig>,
-    pub lightweight: Option<super::lightweight::LightweightConfig>,
+    pub disentangle: Option<super::recipes::disentangle::DisentangleConfig>,
+    pub sp: Option<super::recipes::sp::SpConfig>,
+    pub dueam: Option<super::recipes::dueam::DueamConfig>,
+    pub lightweight: Option<super::recipes::lightweight::LightweightConfig>,
 }
 
 fn d_seed() -> u64 {
@@ -201,13 +201,13 @@ impl OptimConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DataConfig {
-    pub sources: Vec<crate::data::parallel::Source>,
+    pub sources: Vec<crate::data::bitext::Source>,
     /// Examples (distinct source sentences) held out for validation.
     pub val_size: usize,
     /// Validate on these sources instead of holding out `val_size` sentences of `sources`
     /// (which then trains on every pair whose source sentence is not among them).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub val_sources: Vec<crate::data::parallel::Source>,
+    pub val_sources: Vec<crate::data::bitext::Source>,
     /// Drop every training (and projection-fitting) pair with a side in an evaluation set: the
     /// benchmark sets under `eval_dir`, the config's validation files and `eval_pairs` /
     /// `eval_lines` ([`crate::data::decontam`]).
@@ -568,8 +568,8 @@ impl Config {
             return Err(other_recipes_section(name, &self.recipe));
         }
         crate::device::parse_device(&t.device).context("train.device")?;
-        crate::data::parallel::validate_sources(&self.data.sources, "data.sources")?;
-        crate::data::parallel::validate_sources(&self.data.val_sources, "data.val_sources")?;
+        crate::data::bitext::validate_sources(&self.data.sources, "data.sources")?;
+        crate::data::bitext::validate_sources(&self.data.val_sources, "data.val_sources")?;
         Ok(())
     }
 
@@ -591,7 +591,7 @@ impl Config {
                 out.push(PathField { key: key.into(), kind: PathKind::File, value: PathValue::Path(v) });
             }
         }
-        fn sources<'a>(out: &mut Vec<PathField<'a>>, key: &str, list: &'a mut [crate::data::parallel::Source]) {
+        fn sources<'a>(out: &mut Vec<PathField<'a>>, key: &str, list: &'a mut [crate::data::bitext::Source]) {
             for (i, s) in list.iter_mut().enumerate() {
                 path(out, &format!("{key}.{i}.path"), s.path.as_mut());
                 path(out, &format!("{key}.{i}.src"), s.src.as_mut());

@@ -3,7 +3,7 @@
 
 use super::config::Config;
 use crate::data::decontam::{default_data_dir, standard_sets, EvalSet, Index, Layout, Overlap, Split};
-use crate::data::parallel::{read_sources, Pair, Source, SourceKind};
+use crate::data::bitext::{read_sources, Pair, Source, SourceKind};
 use crate::data::xnli::PairSet;
 use anyhow::Result;
 
@@ -163,8 +163,8 @@ pub fn audit(cfg: &Config) -> Result<Vec<Overlap>> {
     }
     if let Some(dc) = &cfg.dueam {
         let data = match dc.pairs {
-            super::dueam::PairKind::Weak => crate::data::xnli::weak_pairs(&dc.xnli_dir, &dc.splits, &dc.langs, dc.cross_lingual)?,
-            super::dueam::PairKind::Unsup => crate::data::xnli::unsup_pairs(&dc.xnli_dir, &dc.splits, &dc.langs, dc.unsup_pairs, cfg.seed)?,
+            super::recipes::dueam::PairKind::Weak => crate::data::xnli::weak_pairs(&dc.xnli_dir, &dc.splits, &dc.langs, dc.cross_lingual)?,
+            super::recipes::dueam::PairKind::Unsup => crate::data::xnli::unsup_pairs(&dc.xnli_dir, &dc.splits, &dc.langs, dc.unsup_pairs, cfg.seed)?,
         };
         let (_, o) = all.check("dueam.xnli_dir", data.len(), |i| {
             let (a, b) = data.pair(i);

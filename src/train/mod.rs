@@ -2,24 +2,30 @@
 
 pub mod builtin;
 pub mod cache;
+pub mod checkpoint;
 pub mod checksums;
 pub mod config;
 pub mod decontam;
-pub mod disentangle;
-pub mod distill;
-pub mod dueam;
-pub mod lightweight;
+pub mod fit;
 pub mod lock;
 pub mod optim;
-pub mod sp;
+pub mod progress;
+pub mod recipe;
+pub mod recipes;
+pub mod run_dir;
+pub mod sampler;
+pub mod shards;
+pub mod split;
 pub mod trainer;
-pub mod wmd;
 
 pub use config::Config;
 pub use optim::{AdamW, AdamWConfig};
-pub use trainer::{restore_run, Outcome, Recipe, RunOptions, StepLoss, Trainer};
+pub use recipe::{Recipe, StepLoss};
+pub use run_dir::{restore_run, write_run_config};
+pub use trainer::{Outcome, RunOptions, Trainer};
 
 use anyhow::Result;
+use recipes::{disentangle, distill, dueam, lightweight, sp};
 use std::path::{Path, PathBuf};
 
 /// xsent's cache directory: `XSENT_CACHE`, else `~/.cache/xsent` ([`crate::places::cache_dir`]).
@@ -38,12 +44,6 @@ pub fn build_recipe(cfg: &Config, out: &Path) -> Result<Box<dyn Recipe>> {
         "lightweight" => Ok(Box::new(lightweight::Lightweight::new(cfg, out)?)),
         other => anyhow::bail!("recipe = {other:?} is not known; this xsent trains: distill, disentangle, dueam, lightweight, sp"),
     }
-}
-
-/// Write the resolved config as run directory `out`'s `config.toml` (atomically, with the
-/// header that marks it as a run's).
-pub fn write_run_config(out: &Path, cfg: &Config) -> Result<()> {
-    trainer::write_file_atomically(&out.join("config.toml"), config::run_config_text(cfg)?.as_bytes())
 }
 
 /// Train a config into run directory `out` (resuming from its newest checkpoint with `resume`).

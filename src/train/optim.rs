@@ -118,8 +118,8 @@ impl candle_core::InplaceOp2 for Update<'_> {
             }
         };
         // Large tensors are split into one contiguous part per thread (xsent runs candle's ops
-        // single-threaded and parallelises itself; see crate::parallel).
-        let workers = crate::parallel::threads();
+        // single-threaded and parallelises itself; see crate::threads).
+        let workers = crate::threads::threads();
         if p.len() > 1 << 17 && workers > 1 {
             let part = p.len().div_ceil(workers);
             std::thread::scope(|s| {
@@ -304,7 +304,7 @@ fn sum_of_squares(g: &Tensor) -> Result<f64> {
                 // Eight f32 lanes summed in f32 per block of 64, then in f64: fast and accurate.
                 c.chunks(64).map(|b| b.iter().map(|x| x * x).sum::<f32>() as f64).sum()
             };
-            let workers = crate::parallel::threads();
+            let workers = crate::threads::threads();
             if v.len() > 1 << 18 && workers > 1 {
                 let part = v.len().div_ceil(workers).div_ceil(64) * 64;
                 let sums: Vec<f64> = std::thread::scope(|s| {

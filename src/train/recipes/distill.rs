@@ -13,9 +13,11 @@
 //! embeddings of the source sentences before training (after the projection): the English term
 //! starts at zero and the student learns to put each translation where its English already is.
 
-use super::config::{BestMode, Config};
-use super::trainer::{Recipe, StepLoss};
-use crate::data::parallel::{read_sources, validate_sources, Pair};
+use crate::train::config::{BestMode, Config};
+use crate::train::fit::{fit_affine, fit_orthogonal};
+use crate::train::split::{drop_val_sources, split_by_source, train_val_pairs};
+use crate::train::recipe::{Recipe, StepLoss};
+use crate::data::bitext::{read_sources, validate_sources, Pair};
 use crate::eval::knn::{translation_accuracy, Matrix};
 use crate::model::encoder::Rng;
 use crate::model::weights::Params;
@@ -89,7 +91,7 @@ pub struct DistillConfig {
     /// training data would be (not split with `[[data.val_sources]]`), the fit drawn from the
     /// training part less the run's validation sentences. Empty: the training pairs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub projection_fit_sources: Vec<crate::data::parallel::Source>,
+    pub projection_fit_sources: Vec<crate::data::bitext::Source>,
     /// Weight of the source term: loss = `source_weight` · MSE(M̂(s), M(s)) + MSE(M̂(t), M(s)).
     /// Seed 003 §2 weighs the two equally (1). A larger weight holds the source language (English)
     /// closer to its targets while the translations move towards them.
@@ -205,7 +207,7 @@ pub struct Distill {
 impl Distill {
     pub fn new(cfg: &Config) -> Result<Self> {
         let dc = cfg.distill.as_ref().context("recipe = \"distill\" needs a [distill] section")?;
-        let mut decontam = super::decontam::Decontam::new(cfg)?;
+        let mut decontam = crate::train::decontam::Decontam::new(cfg)?;
         let (train, val) = train_val_pairs(cfg, &mut decontam)?;
 
         // Teacher embeddings of every distinct source sentence, cached.
@@ -255,7 +257,7 @@ impl Distill {
             // M(s) itself), unless the config says otherwise; part of the cache key.
             teacher_enc.normalize = dc.teacher_normalize.or(teacher_enc.files.declares_normalize).unwrap_or(true);
             teacher_normalized = Some(teacher_enc.normalize);
-            let (rows, dim) = super::cache::embeddings(&teacher_enc, &teacher_sentences, dc.embed_batch_size, "teacher")?;
+            let (rows, dim) = crate::train::cache::embeddings(&teacher_enc, &teacher_sentences, dc.embed_batch_size, "teacher")?;
             drop(teacher_enc);
             Some((Tensor::from_vec(rows, (teacher_sentences.len(), dim), &Device::Cpu)?, dim))
         } else {
@@ -337,7 +339,7 @@ impl Distill {
             (Targets::Teacher, None) => bail!(NO_TEACHER),
             (Targets::Student, _) => {
                 // The frozen start of the student is the teacher from here on.
-                let (rows, d) = super::cache::embeddings(&infer, &sources, dc.embed_batch_size, "student")?;
+                let (rows, d) = crate::train::cache::embeddings(&infer, &sources, dc.embed_batch_size, "student")?;
                 (Tensor::from_vec(rows, (sources.len(), d), &Device::Cpu)?, d)
             }
         };
@@ -458,178 +460,9 @@ fn fit_examples<'a>(train: &'a [Pair], fit_on: FitOn, size: usize, rng: &mut Rng
     }
 }
 
-/// The training and validation pairs of `[data]`: `val_size` sentences held out of `sources`
-/// ([`split_by_source`]), or, with `val_sources`, one pair of each of their distinct source
-/// sentences (languages in turn) to validate and every pair of `sources` whose source sentence
-/// is not among them to train. Prints the two counts.
-pub fn train_val_pairs(cfg: &Config, dc: &mut super::decontam::Decontam) -> Result<(Vec<Pair>, Vec<Pair>)> {
-    let data = &cfg.data;
-    if data.val_size == 0 && data.val_sources.is_empty() {
-        // Every validation (before the first step, at the end) scores held-out pairs.
-        bail!(
-            "data.val_size = 0: the {} recipe validates on held-out pairs; set data.val_size > 0 (e.g. 500), \
-             or give [[data.val_sources]]",
-            cfg.recipe
-        );
-    }
-    let pairs = dc.pairs("data.sources", read_sources(&data.sources, "data.sources")?);
-    let (train, val) = if data.val_sources.is_empty() {
-        split_by_source(pairs, data.val_size, cfg.seed)?
-    } else {
-        let val = one_pair_per_source(read_sources(&data.val_sources, "data.val_sources")?);
-        let mut train = pairs;
-        let left_out = drop_val_sources(&mut train, &val);
-        if left_out > 0 {
-            errln!("xsent train: {left_out} pairs of data.sources left out of training: their source sentences are in data.val_sources");
-        }
-        if train.is_empty() {
-            bail!("data.sources: no pair is left to train on once the sentences of data.val_sources are left out");
-        }
-        (train, val)
-    };
-    errln!("xsent train: {} training pairs, {} validation pairs", train.len(), val.len());
-    Ok((train, val))
-}
-
-/// Removes the pairs whose source sentence is one of `val`'s; returns how many.
-fn drop_val_sources(pairs: &mut Vec<Pair>, val: &[Pair]) -> usize {
-    let held_out: std::collections::HashSet<&str> = val.iter().map(|p| p.src.as_str()).collect();
-    let before = pairs.len();
-    pairs.retain(|p| !held_out.contains(p.src.as_str()));
-    before - pairs.len()
-}
-
-/// One pair per distinct source sentence, in the order read, its languages taken in turn.
-fn one_pair_per_source(pairs: Vec<Pair>) -> Vec<Pair> {
-    let (_, by_src) = crate::data::group_distinct(pairs.iter().map(|p| p.src.as_str()));
-    let keep: Vec<usize> = by_src.iter().enumerate().map(|(k, idx)| idx[k % idx.len()]).collect();
-    keep.iter().map(|&i| pairs[i].clone()).collect()
-}
-
-/// Hold out `val_size` distinct source sentences (seeded choice), one pair each, for
-/// validation; every pair of a held-out source sentence leaves the training set.
-pub fn split_by_source(pairs: Vec<Pair>, val_size: usize, seed: u64) -> Result<(Vec<Pair>, Vec<Pair>)> {
-    // Each distinct source sentence (in the order first read) and the indices of its pairs.
-    let (_, by_src) = crate::data::group_distinct(pairs.iter().map(|p| p.src.as_str()));
-    let mut order: Vec<usize> = (0..by_src.len()).collect();
-    if val_size >= order.len() {
-        bail!("data.val_size = {val_size} but the data has only {} distinct source sentences", order.len());
-    }
-    let mut rng = Rng::seed_from_u64(seed ^ 0x7a1_5e7);
-    order.shuffle(&mut rng);
-    let mut is_val = vec![false; pairs.len()];
-    let mut val_idx = Vec::new();
-    for &s in &order[..val_size] {
-        let idx = &by_src[s];
-        for &i in idx {
-            is_val[i] = true;
-        }
-        // One pair per held-out sentence, languages taken in turn.
-        val_idx.push(idx[val_idx.len() % idx.len()]);
-    }
-    val_idx.sort_unstable();
-    let val: Vec<Pair> = val_idx.iter().map(|&i| pairs[i].clone()).collect();
-    let train: Vec<Pair> = pairs.into_iter().zip(is_val).filter(|(_, v)| !v).map(|(p, _)| p).collect();
-    Ok((train, val))
-}
-
-/// Ridge least squares: the affine map `y ≈ W x + b` (W `[out, in]`, row-major) that best
-/// predicts rows of `y` from rows of `x`, with penalty `ridge · mean(diag XᵀX)` on W.
-pub fn fit_affine(x: &[Vec<f32>], y: &[Vec<f32>], ridge: f64) -> Result<(Vec<f32>, Vec<f32>)> {
-    use nalgebra::DMatrix;
-    let n = x.len();
-    if n == 0 || n != y.len() {
-        bail!("least-squares fit needs as many (non-zero) inputs as targets: {} vs {}", n, y.len());
-    }
-    let (din, dout) = (x[0].len(), y[0].len());
-    let xa = DMatrix::<f64>::from_fn(n, din + 1, |i, j| if j < din { x[i][j] as f64 } else { 1.0 });
-    let ym = DMatrix::<f64>::from_fn(n, dout, |i, j| y[i][j] as f64);
-    let mut xtx = xa.transpose() * &xa;
-    let lambda = ridge * (0..din).map(|i| xtx[(i, i)]).sum::<f64>() / din.max(1) as f64;
-    for i in 0..din {
-        xtx[(i, i)] += lambda;
-    }
-    let xty = xa.transpose() * ym;
-    let chol = xtx.cholesky().context("least-squares fit: the normal equations are singular (too few or repeated sentences?)")?;
-    let a = chol.solve(&xty); // [din + 1, dout]
-    let mut w = vec![0f32; dout * din];
-    for o in 0..dout {
-        for i in 0..din {
-            w[o * din + i] = a[(i, o)] as f32;
-        }
-    }
-    let b = (0..dout).map(|o| a[(din, o)] as f32).collect();
-    Ok((w, b))
-}
-
-/// Orthogonal Procrustes: the map `y ≈ W x̂` (W `[out, in]`, row-major, no bias) with orthonormal
-/// rows or columns that best aligns the L2-normalised rows of `x` with the rows of `y`:
-/// `W = U Vᵀ` from the SVD `Σ yᵢ x̂ᵢᵀ = U Σ Vᵀ`. When `out ≥ in`, W preserves lengths and angles,
-/// so a normalised student keeps exactly its own cosines at the start.
-pub fn fit_orthogonal(x: &[Vec<f32>], y: &[Vec<f32>]) -> Result<Vec<f32>> {
-    use nalgebra::DMatrix;
-    let n = x.len();
-    if n == 0 || n != y.len() {
-        bail!("Procrustes fit needs as many (non-zero) inputs as targets: {} vs {}", n, y.len());
-    }
-    let (din, dout) = (x[0].len(), y[0].len());
-    let norms: Vec<f64> = x.iter().map(|r| r.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt().max(1e-12)).collect();
-    let xn = DMatrix::<f64>::from_fn(n, din, |i, j| x[i][j] as f64 / norms[i]);
-    let ym = DMatrix::<f64>::from_fn(n, dout, |i, j| y[i][j] as f64);
-    let svd = (ym.transpose() * xn).svd(true, true); // Σ yᵢ x̂ᵢᵀ, [dout, din]
-    let (u, vt) = (svd.u.context("Procrustes fit: SVD gave no U")?, svd.v_t.context("Procrustes fit: SVD gave no Vᵀ")?);
-    // W = U Vᵀ, row-major: nalgebra stores column-major, so read Wᵀ.
-    Ok((u * vt).transpose().iter().map(|v| *v as f32).collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn affine_fit_recovers_a_known_map() {
-        let mut rng = Rng::seed_from_u64(1);
-        use rand::Rng as _;
-        let x: Vec<Vec<f32>> = (0..200).map(|_| (0..5).map(|_| rng.random_range(-1.0..1.0)).collect()).collect();
-        let w = [[1.0, 2.0, 0.0, -1.0, 0.5], [0.0, 0.0, 3.0, 0.0, 0.0], [-2.0, 0.0, 0.0, 0.0, 1.0]];
-        let b = [0.5, -1.0, 2.0];
-        let y: Vec<Vec<f32>> = x.iter().map(|r| (0..3).map(|o| (0..5).map(|i| w[o][i] * r[i]).sum::<f32>() + b[o]).collect()).collect();
-        let (fw, fb) = fit_affine(&x, &y, 0.0).unwrap();
-        for o in 0..3 {
-            assert!((fb[o] - b[o]).abs() < 1e-4, "bias {o}: {} vs {}", fb[o], b[o]);
-            for i in 0..5 {
-                assert!((fw[o * 5 + i] - w[o][i]).abs() < 1e-4);
-            }
-        }
-    }
-
-    #[test]
-    fn orthogonal_fit_recovers_a_rotation_and_is_orthogonal() {
-        let mut rng = Rng::seed_from_u64(2);
-        use rand::Rng as _;
-        let d = 6;
-        // A rotation from the QR of a random matrix.
-        let a = nalgebra::DMatrix::<f64>::from_fn(d, d, |_, _| rng.random_range(-1.0..1.0));
-        let q = a.qr().q();
-        let x: Vec<Vec<f32>> = (0..100).map(|_| (0..d).map(|_| rng.random_range(-1.0..1.0)).collect()).collect();
-        // Targets: the rotated unit vectors, plus noise that must not break orthogonality.
-        let y: Vec<Vec<f32>> = x
-            .iter()
-            .map(|r| {
-                let n = r.iter().map(|v| v * v).sum::<f32>().sqrt();
-                (0..d).map(|o| (0..d).map(|i| q[(o, i)] as f32 * r[i] / n).sum::<f32>() + rng.random_range(-0.01..0.01)).collect()
-            })
-            .collect();
-        let w = fit_orthogonal(&x, &y).unwrap();
-        for o in 0..d {
-            for i in 0..d {
-                assert!((w[o * d + i] - q[(o, i)] as f32).abs() < 0.02, "W[{o},{i}] {} vs {}", w[o * d + i], q[(o, i)]);
-                let dot: f32 = (0..d).map(|k| w[o * d + k] * w[i * d + k]).sum();
-                assert!((dot - if o == i { 1.0 } else { 0.0 }).abs() < 1e-5, "rows {o},{i} dot {dot}");
-            }
-        }
-        assert!(fit_orthogonal(&x, &y[..3]).is_err());
-    }
 
     fn pair(s: &str, t: &str, l: &str) -> Pair {
         Pair { src: s.into(), tgt: t.into(), src_lang: "en".into(), tgt_lang: l.into() }
@@ -662,27 +495,5 @@ mod tests {
             assert!(train.iter().any(|p| p.src == b.0 && p.tgt == b.1), "{b:?} is a training pair");
         }
         assert_eq!(pairs, fit_examples(&train, FitOn::Pairs, 5, &mut Rng::seed_from_u64(1)), "seeded");
-    }
-
-    #[test]
-    fn one_pair_per_source_takes_languages_in_turn() {
-        let p = |s: &str, t: &str, l: &str| Pair { src: s.into(), tgt: t.into(), src_lang: "en".into(), tgt_lang: l.into() };
-        let pairs = vec![p("a", "a-de", "de"), p("a", "a-fr", "fr"), p("b", "b-de", "de"), p("b", "b-fr", "fr"), p("c", "c-de", "de")];
-        let got: Vec<String> = one_pair_per_source(pairs).into_iter().map(|q| q.tgt).collect();
-        assert_eq!(got, ["a-de", "b-fr", "c-de"]);
-    }
-
-    #[test]
-    fn validation_split_holds_out_whole_source_sentences() {
-        let pairs = de_fr_pairs(20);
-        let (train, val) = split_by_source(pairs.clone(), 5, 3).unwrap();
-        assert_eq!(val.len(), 5);
-        assert_eq!(train.len(), 30);
-        for v in &val {
-            assert!(train.iter().all(|t| t.src != v.src), "{} leaks into training", v.src);
-        }
-        let (_, val2) = split_by_source(pairs.clone(), 5, 3).unwrap();
-        assert_eq!(val, val2, "seeded");
-        assert!(split_by_source(pairs, 20, 3).is_err());
     }
 }

@@ -16,11 +16,11 @@
 //! the paper, plus language-identification accuracy and translation retrieval with the meaning
 //! embeddings.
 
-use super::config::{BestMode, Config};
-use super::distill::train_val_pairs;
-use super::trainer::{Recipe, StepLoss};
+use crate::train::config::{BestMode, Config};
+use crate::train::split::train_val_pairs;
+use crate::train::recipe::{Recipe, StepLoss};
 use crate::eval::knn::{translation_accuracy, Matrix};
-use crate::model::disentangle::{self, BaseSettings, Head, Heads};
+use crate::model::kinds::disentangle::{self, BaseSettings, Head, Heads};
 use crate::model::encoder::Rng;
 use crate::model::weights::Params;
 use crate::model::{Embedded, Embedder, LoadOptions, Pooling, SentenceEncoder};
@@ -166,7 +166,7 @@ struct LiveBase {
 impl Disentangle {
     pub fn new(cfg: &Config) -> Result<Self> {
         let dc = cfg.disentangle.clone().context("recipe = \"disentangle\" needs a [disentangle] section")?;
-        let mut decontam = super::decontam::Decontam::new(cfg)?;
+        let mut decontam = crate::train::decontam::Decontam::new(cfg)?;
         let (train_pairs, val_pairs) = train_val_pairs(cfg, &mut decontam)?;
 
         // Every distinct (sentence, language), sorted: the same sentences give the same cache key.
@@ -186,7 +186,7 @@ impl Disentangle {
             bail!("the disentangle recipe needs pairs in at least two languages; the data has {:?}", languages);
         }
         let lang_id: HashMap<&str, u32> = languages.iter().enumerate().map(|(i, l)| (l.as_str(), i as u32)).collect();
-        let example = |p: &crate::data::parallel::Pair| Example {
+        let example = |p: &crate::data::bitext::Pair| Example {
             s: row[&(p.src.as_str(), p.src_lang.as_str())],
             t: row[&(p.tgt.as_str(), p.tgt_lang.as_str())],
             s_lang: lang_id[p.src_lang.as_str()],
@@ -208,7 +208,7 @@ impl Disentangle {
         };
         let base_enc = SentenceEncoder::load(&dc.base, &opts).with_context(|| format!("loading the base encoder {}", dc.base))?;
         let texts: Vec<String> = sentences.iter().map(|(s, _)| s.clone()).collect();
-        let (rows, dim) = super::cache::embeddings(&base_enc, &texts, dc.embed_batch_size, "base")?;
+        let (rows, dim) = crate::train::cache::embeddings(&base_enc, &texts, dc.embed_batch_size, "base")?;
         let table = Tensor::from_vec(rows, (texts.len(), dim), &Device::Cpu)?.to_device(&device)?;
         let base = BaseSettings {
             model: dc.base.clone(),

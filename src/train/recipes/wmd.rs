@@ -108,7 +108,7 @@ pub fn sinkhorn_fallbacks() -> usize {
 
 static SINKHORN_FALLBACKS: AtomicUsize = AtomicUsize::new(0);
 
-/// [`distance`] for every pair, in parallel on `crate::parallel::threads()` workers (a pool of
+/// [`distance`] for every pair, in parallel on `crate::threads::threads()` workers (a pool of
 /// its own, so that it stays parallel when the global rayon pool was made single-threaded).
 /// The results are the same as one by one; an error names the pair.
 pub fn wmd_batch(pairs: &[(&[f32], &[f32])], dim: usize, solver: &Solver) -> Result<Vec<f64>> {
@@ -227,7 +227,7 @@ fn pool() -> Option<&'static rayon::ThreadPool> {
     static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
     POOL.get_or_init(|| {
         rayon::ThreadPoolBuilder::new()
-            .num_threads(crate::parallel::threads())
+            .num_threads(crate::threads::threads())
             .thread_name(|i| format!("xsent-wmd-{i}"))
             .build()
             .ok()

@@ -9,10 +9,10 @@
 //! versions) and the vocabulary file. With sp or word units it is also a sentence-transformers
 //! model: `modules.json` lists a `StaticEmbedding` (the same tokenizer, the mean of the rows)
 //! and a `Normalize`. Inference is a plain loop over the f32 table, sentences spread over
-//! [`crate::parallel::threads`] workers.
+//! [`crate::threads::threads`] workers.
 
-use super::embedder::{Embedded, Embedder};
-use super::pooling::l2_normalize_row;
+use crate::model::embedder::{Embedded, Embedder};
+use crate::model::pooling::l2_normalize_row;
 use super::vocab;
 use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -116,7 +116,7 @@ impl Segmenter {
         Ok(out)
     }
 
-    /// Unit ids of many texts, on [`crate::parallel::threads`] workers.
+    /// Unit ids of many texts, on [`crate::threads::threads`] workers.
     pub fn ids_batch<S: AsRef<str> + Sync>(&self, texts: &[S]) -> Result<Vec<Vec<u32>>> {
         let chunks = par_chunks(texts.len(), |range| range.map(|i| self.ids(texts[i].as_ref())).collect::<Result<Vec<_>>>());
         let mut out = Vec::with_capacity(texts.len());
@@ -160,7 +160,7 @@ impl Segmenter {
 
 /// Run `f` over `0..n` cut into one contiguous range per worker; results in order.
 pub fn par_chunks<T: Send>(n: usize, f: impl Fn(std::ops::Range<usize>) -> T + Sync) -> Vec<T> {
-    let workers = crate::parallel::threads().min(n.div_ceil(64)).max(1);
+    let workers = crate::threads::threads().min(n.div_ceil(64)).max(1);
     if workers == 1 {
         return vec![f(0..n)];
     }
@@ -212,7 +212,7 @@ fn average_into_portable(table: &[f32], dim: usize, ids: &[u32], out: &mut [f32]
 }
 
 /// Sentence vectors `[n, dim]` (row-major) of sentences given as unit ids, `offsets[i]..offsets[i+1]`
-/// of `ids` for sentence i, on [`crate::parallel::threads`] workers.
+/// of `ids` for sentence i, on [`crate::threads::threads`] workers.
 pub fn embed_ids_flat(table: &[f32], dim: usize, ids: &[u32], offsets: &[usize], normalize: bool) -> Result<Vec<f32>> {
     let rows = table.len() / dim.max(1);
     if let Some(&bad) = ids.iter().find(|&&i| i as usize >= rows) {
@@ -221,7 +221,7 @@ pub fn embed_ids_flat(table: &[f32], dim: usize, ids: &[u32], offsets: &[usize],
     ensure!(offsets.first() == Some(&0) && offsets.last() == Some(&ids.len()), "offsets must run from 0 to the number of ids");
     let n = offsets.len() - 1;
     let mut out = vec![0f32; n * dim];
-    let workers = crate::parallel::threads().min(n.div_ceil(256)).max(1);
+    let workers = crate::threads::threads().min(n.div_ceil(256)).max(1);
     let per = n.div_ceil(workers).max(1);
     std::thread::scope(|s| {
         for (w, chunk) in out.chunks_mut(per * dim).enumerate() {

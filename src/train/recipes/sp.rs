@@ -17,13 +17,13 @@
 //! exact without storing negatives in checkpoints, and costs one more averaging pass over the
 //! mega-batch per step (a plain loop, cheap next to the update of the table).
 
-use super::config::{BestMode, Config};
-use super::distill::train_val_pairs;
-use super::trainer::{Recipe, StepLoss};
+use crate::train::config::{BestMode, Config};
+use crate::train::split::train_val_pairs;
+use crate::train::recipe::{Recipe, StepLoss};
 use crate::eval::knn::{translation_accuracy, Matrix};
-use crate::model::averaging::{embed_ids_flat, flatten, AveragingModel, Segmenter, Units};
+use crate::model::kinds::averaging::{embed_ids_flat, flatten, AveragingModel, Segmenter, Units};
 use crate::model::encoder::Rng;
-use crate::model::vocab::SubwordModel;
+use crate::model::kinds::vocab::SubwordModel;
 use crate::model::weights::Params;
 use anyhow::{bail, ensure, Context, Result};
 use candle_core::{Device, Storage, Tensor, Var};
@@ -130,7 +130,7 @@ impl SpConfig {
 
     pub fn validate(&self) -> Result<()> {
         ensure!(self.dim > 0, "sp.dim must be at least 1");
-        crate::model::vocab::check_size("sp.vocab_size", self.vocab_size())?;
+        crate::model::kinds::vocab::check_size("sp.vocab_size", self.vocab_size())?;
         ensure!(self.margin.is_finite() && self.margin >= 0.0, "sp.margin must be a finite number >= 0, got {}", self.margin);
         ensure!(self.megabatch_max >= 1, "sp.megabatch_max must be at least 1");
         ensure!((0.0..1.0).contains(&self.dropout), "sp.dropout must be in [0, 1), got {}", self.dropout);
@@ -239,13 +239,13 @@ pub struct SpRecipe {
 impl SpRecipe {
     /// The recipe for run directory `out`. A vocabulary learned from the data is kept in
     /// `out/vocab/` and reused from there by a resumed run (learning a unigram vocabulary again
-    /// gives the same one, [`crate::model::vocab::train_subword`], but takes time; a BPE one could
+    /// gives the same one, [`crate::model::kinds::vocab::train_subword`], but takes time; a BPE one could
     /// number its pieces differently).
     pub fn new(cfg: &Config, out: &Path) -> Result<Self> {
         let sc = cfg.sp.clone().context("recipe = \"sp\" needs an [sp] section")?;
         sc.validate()?;
         let device = crate::device::parse_device(&cfg.train.device)?;
-        let mut decontam = super::decontam::Decontam::new(cfg)?;
+        let mut decontam = crate::train::decontam::Decontam::new(cfg)?;
         let (train, val) = train_val_pairs(cfg, &mut decontam)?;
 
         let t0 = std::time::Instant::now();
@@ -266,7 +266,7 @@ impl SpRecipe {
                 texts.dedup();
                 let seg = Segmenter::train(sc.units, &texts, sc.vocab_size(), sc.subword_model, sc.lowercase)?;
                 std::fs::create_dir_all(out).with_context(|| format!("cannot create run directory {}", out.display()))?;
-                super::trainer::write_atomically(&vocab_dir, |d| seg.save(d))?;
+                crate::io::atomic::write_atomically(&vocab_dir, |d| seg.save(d))?;
                 seg
             }
         };
@@ -509,8 +509,8 @@ impl Recipe for SpRecipe {
 pub fn write_untrained(cfg: &Config, out: &Path) -> Result<()> {
     let recipe = SpRecipe::new(cfg, out)?;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create run directory {}", out.display()))?;
-    super::write_run_config(out, cfg)?;
-    super::trainer::write_atomically(&out.join("final"), |d| recipe.save(d, false))?;
+    crate::train::write_run_config(out, cfg)?;
+    crate::io::atomic::write_atomically(&out.join("final"), |d| recipe.save(d, false))?;
     errln!("xsent train: sp.random = true: untrained encoder written to {}", out.join("final").display());
     Ok(())
 }

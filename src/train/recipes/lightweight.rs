@@ -29,14 +29,15 @@
 //! tokenizer.json, mean pooling): `xsent embed|eval|mine` and sentence-transformers load it. The
 //! generative head (fully connected layer, output bias) is training-only and lives in checkpoints.
 
-use super::config::{BestMode, Config};
-use super::distill::train_val_pairs;
-use super::trainer::{write_atomically, Recipe, StepLoss};
+use crate::train::config::{BestMode, Config};
+use crate::train::split::train_val_pairs;
+use crate::io::atomic::write_atomically;
+use crate::train::recipe::{Recipe, StepLoss};
 use crate::eval::knn::{translation_accuracy, Matrix};
 use crate::model::encoder::{Linear, Rng};
 use crate::model::matmul::matmul;
 use crate::model::sentence::{write_st_files, Encoded, StFiles};
-use crate::model::vocab::{self, SubwordModel};
+use crate::model::kinds::vocab::{self, SubwordModel};
 use crate::model::weights::{self, Params};
 use crate::model::{EncoderConfig, LoadOptions, Mode, Pooling, SentenceEncoder};
 use anyhow::{bail, ensure, Context, Result};
@@ -186,7 +187,7 @@ impl LightweightConfig {
         ensure!(self.hidden.is_multiple_of(self.heads), "lightweight.hidden ({}) must be a multiple of lightweight.heads ({})", self.hidden, self.heads);
         ensure!(self.ffn >= 1, "lightweight.ffn must be at least 1");
         ensure!(self.max_length >= 2, "lightweight.max_length must be at least 2");
-        crate::model::vocab::check_size("lightweight.vocab_size", self.vocab_size)?;
+        crate::model::kinds::vocab::check_size("lightweight.vocab_size", self.vocab_size)?;
         ensure!((0.0..1.0).contains(&self.dropout), "lightweight.dropout must be in [0, 1), got {}", self.dropout);
         ensure!(self.mlm_prob > 0.0 && self.mlm_prob <= 1.0, "lightweight.mlm_prob must be in (0, 1], got {}", self.mlm_prob);
         ensure!(self.embed_batch_size >= 1, "lightweight.embed_batch_size must be at least 1");
@@ -392,7 +393,7 @@ impl Lightweight {
         let lc = cfg.lightweight.clone().context("recipe = \"lightweight\" needs a [lightweight] section")?;
         lc.validate()?;
         let device = crate::device::parse_device(&cfg.train.device)?;
-        let mut decontam = super::decontam::Decontam::new(cfg)?;
+        let mut decontam = crate::train::decontam::Decontam::new(cfg)?;
         let (train, val) = train_val_pairs(cfg, &mut decontam)?;
 
         let init = out.join("init");

@@ -15,10 +15,10 @@
 //! per batch (each shard on its own core) and kept in memory by example, so a later epoch reuses
 //! them. Validation: translation retrieval accuracy both ways on held-out parallel sentences.
 
-use super::config::{BestMode, Config};
-use super::trainer::{Recipe, StepLoss};
+use crate::train::config::{BestMode, Config};
+use crate::train::recipe::{Recipe, StepLoss};
 use super::wmd::{wmd_batch, SinkhornOptions, Solver};
-use crate::data::parallel::{Pair, Source};
+use crate::data::bitext::{Pair, Source};
 use crate::data::xnli::{unsup_pairs, weak_pairs, PairSet};
 use crate::eval::knn::{translation_accuracy, Matrix};
 use crate::model::encoder::Rng;
@@ -187,9 +187,9 @@ impl DueamConfig {
         if self.val_sources.is_empty() {
             bail!("dueam.val_sources is empty: add held-out parallel sentences ([[dueam.val_sources]] kind = \"aligned\", src, tgt)");
         }
-        crate::data::parallel::validate_sources(&self.val_sources, "dueam.val_sources")?;
+        crate::data::bitext::validate_sources(&self.val_sources, "dueam.val_sources")?;
         for (i, s) in self.val_sources.iter().enumerate() {
-            if matches!(s.kind, crate::data::parallel::SourceKind::Xnli) {
+            if matches!(s.kind, crate::data::bitext::SourceKind::Xnli) {
                 bail!("dueam.val_sources[{i}]: kind = \"xnli\" would validate on the training sentences; use held-out parallel text (\"aligned\" or \"tsv\")");
             }
         }
@@ -256,7 +256,7 @@ impl Dueam {
             PairKind::Unsup => unsup_pairs(&dc.xnli_dir, &dc.splits, &dc.langs, dc.unsup_pairs, cfg.seed),
         }
         .with_context(|| format!("dueam: building the {:?} training pairs from {}", dc.pairs, dc.xnli_dir.display()))?;
-        let mut decontam = super::decontam::Decontam::new(cfg)?;
+        let mut decontam = crate::train::decontam::Decontam::new(cfg)?;
         let data = decontam.pair_set("dueam.xnli_dir", data);
         let build_s = t0.elapsed().as_secs_f64();
         let mut val = Vec::new();

@@ -9,11 +9,11 @@
 //! encoder's settings. Loading it loads the base encoder too; the embeddings it gives are the
 //! meaning head's by default, the language head's with `--head language`.
 
-use super::embedder::{Embedded, Embedder};
-use super::encoder::Linear;
-use super::pooling::Pooling;
-use super::sentence::{LoadOptions, SentenceEncoder};
-use super::weights::{self, Params};
+use crate::model::embedder::{Embedded, Embedder};
+use crate::model::encoder::Linear;
+use crate::model::pooling::Pooling;
+use crate::model::sentence::{LoadOptions, SentenceEncoder};
+use crate::model::weights::{self, Params};
 use anyhow::{bail, ensure, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use std::collections::HashMap;
@@ -130,7 +130,7 @@ impl Heads {
         }
         let mut y = self.head(head).forward(&rows_tensor(rows, self.dim(), device)?)?;
         if normalize {
-            y = super::pooling::l2_normalize(&y)?;
+            y = crate::model::pooling::l2_normalize(&y)?;
         }
         Ok(y.to_vec2()?)
     }

@@ -1,0 +1,3 @@
+//! Writing files safely: atomic replacement of files and directories.
+
+pub mod atomic;

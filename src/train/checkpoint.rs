@@ -1,0 +1,101 @@
+//! Checkpoints of a run: `checkpoints/step-N/` with `params.safetensors`,
+//! `optimizer.safetensors` and `state.json` (the trainer's [`State`]), each file covered by its
+//! checksum.
+
+use super::optim::AdamW;
+use crate::model::weights::Params;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Trainer state saved in each checkpoint.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct State {
+    pub(crate) step: u64,
+    /// Data position: epoch and micro-batches' examples consumed in it.
+    pub(crate) epoch: u64,
+    pub(crate) pos: usize,
+    /// Word position of the ChaCha8 RNG (as a decimal string: it is a u128).
+    pub(crate) rng_word_pos: String,
+    pub(crate) best: Option<(u64, f64)>,
+    /// What `best` scores: `train.best_metric` and its mode (`sts_spearman/max`); None in
+    /// checkpoints written before it was recorded.
+    #[serde(default)]
+    pub(crate) best_of: Option<String>,
+    pub(crate) evals_since_best: usize,
+    pub(crate) sentences: u64,
+    pub(crate) elapsed_s: f64,
+    /// The run ended (all steps, or early stopping) and its final validation is in `best`; None
+    /// in checkpoints written before it was recorded.
+    #[serde(default)]
+    pub(crate) finished: Option<bool>,
+    /// A validation of this step is still owed: it failed on an unknown `train.best_metric`, and
+    /// a resume runs it before the next step.
+    #[serde(default)]
+    pub(crate) pending_validation: bool,
+}
+
+/// The files of a checkpoint, each covered by its checksum.
+pub(crate) const CHECKPOINT_FILES: [&str; 3] = ["params.safetensors", "optimizer.safetensors", "state.json"];
+
+/// `dir/name`, or where that exists `dir/name.1`, `dir/name.2`, … (the first that does not).
+pub(crate) fn free_name(dir: &Path, name: &str) -> PathBuf {
+    let mut p = dir.join(name);
+    let mut i = 1;
+    while p.exists() {
+        p = dir.join(format!("{name}.{i}"));
+        i += 1;
+    }
+    p
+}
+
+/// The N of every `step-N` directory under `dir`, ascending (none if `dir` does not exist).
+pub(crate) fn checkpoint_steps(dir: &Path) -> Result<Vec<u64>> {
+    if !dir.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut steps: Vec<u64> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("step-")?.parse().ok())
+        .collect();
+    steps.sort_unstable();
+    Ok(steps)
+}
+
+pub(crate) fn load_checkpoint(dir: &Path, params: &Params, opt: &mut AdamW) -> Result<State> {
+    let state_file = dir.join("state.json");
+    let text = std::fs::read_to_string(&state_file).with_context(|| format!("cannot read {}", state_file.display()))?;
+    let state: State = serde_json::from_str(&text).with_context(|| format!("invalid {}", state_file.display()))?;
+    let named = dir.file_name().and_then(|n| n.to_str()?.strip_prefix("step-")?.parse::<u64>().ok());
+    if named.is_some_and(|n| n != state.step) {
+        bail!("{} says step {}, but it is the checkpoint of step {}: it was edited or moved; restore it, or start a new run with --out", state_file.display(), state.step, named.unwrap_or_default());
+    }
+    let saved = candle_core::safetensors::load(dir.join("params.safetensors"), &candle_core::Device::Cpu)
+        .with_context(|| format!("cannot read {}", dir.join("params.safetensors").display()))?;
+    for (name, var) in &params.vars {
+        let t = saved
+            .get(name)
+            .with_context(|| format!("{} has no parameter {name}: was it written by another config?", dir.display()))?;
+        if t.dims() != var.dims() {
+            bail!("{}: {name} is {:?} in the checkpoint but {:?} in the model", dir.display(), t.dims(), var.dims());
+        }
+        var.set(&t.to_device(var.device())?)?;
+    }
+    // A checkpoint with parameters the model lacks was written by a larger model (e.g. more
+    // layers): resuming would silently drop trained weights.
+    let mut extra: Vec<&String> = saved.keys().filter(|k| !params.vars.iter().any(|(n, _)| n == *k)).collect();
+    if !extra.is_empty() {
+        extra.sort();
+        bail!(
+            "{} holds {} parameter(s) this model does not have (first: {}): the run was started with another model shape \
+             (e.g. more layers); resume without --set for the model's settings, or start a new run with --out",
+            dir.display(),
+            extra.len(),
+            extra[0]
+        );
+    }
+    let opt_path = dir.join("optimizer.safetensors");
+    let opt_state = candle_core::safetensors::load(&opt_path, &candle_core::Device::Cpu)
+        .with_context(|| format!("cannot read {}", opt_path.display()))?;
+    opt.load_state(&opt_state, state.step).with_context(|| format!("{}", opt_path.display()))?;
+    Ok(state)
+}

@@ -1,0 +1,100 @@
+//! The recipe contract: what a training recipe gives the trainer (a loss per micro-batch, a
+//! validation, the model to save) and how its steps may be run ([`Recipe::shardable`],
+//! [`Recipe::coupled`], [`Recipe::megabatch_len`]).
+
+use super::config::BestMode;
+use crate::model::encoder::Rng;
+use crate::model::weights::Params;
+use crate::model::Embedder;
+use anyhow::{bail, Result};
+use candle_core::Tensor;
+use std::path::Path;
+
+/// What a recipe returns for one micro-batch.
+pub struct StepLoss {
+    /// The scalar to minimise (differentiable).
+    pub total: Tensor,
+    /// Named loss terms for the metrics (e.g. `mse_src`).
+    pub terms: Vec<(String, f64)>,
+    /// Sentences encoded (for sentences/s).
+    pub sentences: usize,
+}
+
+/// A training recipe: a loss over examples `0..num_examples()` and a validation.
+pub trait Recipe: Send + Sync {
+    fn num_examples(&self) -> usize;
+    /// The trainable parameters (stable names: they key checkpoints).
+    fn params(&self) -> Params;
+    /// A parameter's learning rate as a multiple of the schedule's (default 1), by name.
+    fn lr_scale(&self, _param: &str) -> f64 {
+        1.0
+    }
+    /// Loss of one micro-batch of example indices; randomness (dropout, sampling) from `rng`.
+    /// For a [`shardable`](Recipe::shardable) recipe it is called on shards of the batch, from
+    /// several threads at once.
+    fn loss(&self, batch: &[usize], rng: &mut Rng) -> Result<StepLoss>;
+    /// The loss is a mean over examples, so the batch's loss is the size-weighted sum of its
+    /// shards' losses: shards then run forward and backward on separate cores.
+    fn shardable(&self) -> bool {
+        false
+    }
+    /// Reorder a batch before it is cut into shards (e.g. by length, to pad less).
+    fn order_batch(&self, _batch: &mut [usize]) {}
+    /// Mega-batching (Wieting & Gimpel 2018): the number of consecutive micro-batches that form
+    /// the mega-batch starting at micro-batch `first` (micro-batches are counted over the run
+    /// from 0: step × `grad_accum` + index within the step). A function of `first` alone: on
+    /// resume the trainer recomputes the mega-batches from micro-batch 0. Default 1: every
+    /// micro-batch is its own mega-batch.
+    fn megabatch_len(&self, _first: u64) -> usize {
+        1
+    }
+    /// Loss of `batch` (a micro-batch, or a shard of one) given the example indices of its whole
+    /// mega-batch (`batch`'s micro-batch included, in sampling order), e.g. to pick negatives
+    /// there. The mega-batch comes from the seeded data order, so nothing about it lives in the
+    /// recipe's state. Default: [`loss`](Recipe::loss).
+    fn loss_in_megabatch(&self, batch: &[usize], _mega: &[usize], rng: &mut Rng) -> Result<StepLoss> {
+        self.loss(batch, rng)
+    }
+    /// The loss couples the examples of a batch only through one vector per example (e.g.
+    /// in-batch contrastive losses over sentence vectors). The trainer then runs it in two
+    /// stages so that shards still go forward and backward on separate cores (the gradient
+    /// cache of Gao et al. 2021): [`shard_forward`](Recipe::shard_forward) on each shard, then
+    /// [`coupled_loss`](Recipe::coupled_loss) on the shards' vectors concatenated (a leaf copy),
+    /// whose gradient with respect to each vector is backpropagated into its shard's graph,
+    /// together with the shard's separable loss, on the shard's core. The gradient is that of
+    /// one backward pass over the whole batch.
+    fn coupled(&self) -> bool {
+        false
+    }
+    /// For a [`coupled`](Recipe::coupled) recipe: the separable part of the loss of a shard (a
+    /// mean over its examples) and its examples' vectors `[shard, d]` (both differentiable).
+    /// The trainer weights each shard by its share of the batch's examples, so a term that is a
+    /// mean over something else (e.g. lightweight's token-level `mlm`, a mean over masked
+    /// tokens, whose count varies by row) is weighted per shard, not over the whole batch.
+    fn shard_forward(&self, _shard: &[usize], _rng: &mut Rng) -> Result<(StepLoss, Tensor)> {
+        bail!("this recipe does not split its loss")
+    }
+    /// For a [`coupled`](Recipe::coupled) recipe: the coupled part of the loss of `batch` given
+    /// its examples' vectors `[batch, d]` in batch order. It must be a function of the vectors
+    /// alone: only their gradient is taken from its backward, so a parameter used here (a
+    /// learned temperature, say) would get no update.
+    fn coupled_loss(&self, _batch: &[usize], _vectors: &Tensor) -> Result<StepLoss> {
+        bail!("this recipe does not split its loss")
+    }
+    /// Validation scores by name.
+    fn validate(&mut self) -> Result<Vec<(String, f64)>>;
+    /// What decontamination dropped from the recipe's training data (one entry per source).
+    fn overlaps(&self) -> &[crate::data::decontam::Overlap] {
+        &[]
+    }
+    /// The model being trained as an inference embedder (sharing the trained weights), for
+    /// the trainer's own validation on scored pairs (`train.val_sts`). None: the recipe cannot
+    /// embed new text while it trains.
+    fn embedder(&self) -> Option<&dyn Embedder> {
+        None
+    }
+    /// The validation score that decides "best", and whether higher is better.
+    fn default_best(&self) -> (String, BestMode);
+    /// Write the trained model as a model directory.
+    fn save_model(&self, dir: &Path) -> Result<()>;
+}
