@@ -20,7 +20,7 @@ use xsent::model::weights::{random_encoder_tensors, Params};
 use xsent::model::{Encoder, EncoderConfig, Mode, Pooling};
 use xsent::train::config::BestMode;
 use xsent::train::shards::run_shards;
-use xsent::train::{Recipe, StepLoss};
+use xsent::train::{Recipe, StepLoss, StepPlan};
 use xsent::train::{AdamW, AdamWConfig};
 
 /// Mean-pooled sentence vectors regressed onto fixed random targets (an MSE, like distillation).
@@ -38,8 +38,8 @@ impl Recipe for Synthetic {
     fn params(&self) -> Params {
         self.params.clone()
     }
-    fn shardable(&self) -> bool {
-        true
+    fn plan(&self) -> StepPlan {
+        StepPlan::Sharded
     }
     fn loss(&self, batch: &[usize], rng: &mut Rng) -> Result<StepLoss> {
         let l = self.ids[0].len();

@@ -181,7 +181,7 @@ pub fn unsup_pairs(dir: &Path, splits: &[String], langs: &[String], n: usize, se
     if m < 2 {
         bail!("{}: the XNLI files of {splits:?} in {langs:?} have {m} distinct sentence(s); random pairs need at least 2", dir.display());
     }
-    let mut rng = crate::model::encoder::Rng::seed_from_u64(seed ^ 0x0005_a1f5);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x0005_a1f5);
     let mut out = PairSet { sentences: int.sentences, ..Default::default() };
     for _ in 0..n {
         let a = rng.random_range(0..m);

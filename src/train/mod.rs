@@ -20,7 +20,7 @@ pub mod trainer;
 
 pub use config::Config;
 pub use optim::{AdamW, AdamWConfig};
-pub use recipe::{Recipe, StepLoss};
+pub use recipe::{Recipe, StepLoss, StepPlan};
 pub use run_dir::{restore_run, write_run_config};
 pub use trainer::{Outcome, RunOptions, Trainer};
 

@@ -1,6 +1,5 @@
 //! The recipe contract: what a training recipe gives the trainer (a loss per micro-batch, a
-//! validation, the model to save) and how its steps may be run ([`Recipe::shardable`],
-//! [`Recipe::coupled`], [`Recipe::megabatch_len`]).
+//! validation, the model to save) and how its steps are run ([`StepPlan`]).
 
 use super::config::BestMode;
 use crate::model::encoder::Rng;
@@ -30,24 +29,15 @@ pub trait Recipe: Send + Sync {
         1.0
     }
     /// Loss of one micro-batch of example indices; randomness (dropout, sampling) from `rng`.
-    /// For a [`shardable`](Recipe::shardable) recipe it is called on shards of the batch, from
-    /// several threads at once.
+    /// With [`StepPlan::Sharded`] it is called on shards of the batch, from several threads at
+    /// once.
     fn loss(&self, batch: &[usize], rng: &mut Rng) -> Result<StepLoss>;
-    /// The loss is a mean over examples, so the batch's loss is the size-weighted sum of its
-    /// shards' losses: shards then run forward and backward on separate cores.
-    fn shardable(&self) -> bool {
-        false
+    /// How the trainer runs a micro-batch of this recipe. Default: [`StepPlan::Whole`].
+    fn plan(&self) -> StepPlan {
+        StepPlan::Whole
     }
     /// Reorder a batch before it is cut into shards (e.g. by length, to pad less).
     fn order_batch(&self, _batch: &mut [usize]) {}
-    /// Mega-batching (Wieting & Gimpel 2018): the number of consecutive micro-batches that form
-    /// the mega-batch starting at micro-batch `first` (micro-batches are counted over the run
-    /// from 0: step × `grad_accum` + index within the step). A function of `first` alone: on
-    /// resume the trainer recomputes the mega-batches from micro-batch 0. Default 1: every
-    /// micro-batch is its own mega-batch.
-    fn megabatch_len(&self, _first: u64) -> usize {
-        1
-    }
     /// Loss of `batch` (a micro-batch, or a shard of one) given the example indices of its whole
     /// mega-batch (`batch`'s micro-batch included, in sampling order), e.g. to pick negatives
     /// there. The mega-batch comes from the seeded data order, so nothing about it lives in the
@@ -55,18 +45,7 @@ pub trait Recipe: Send + Sync {
     fn loss_in_megabatch(&self, batch: &[usize], _mega: &[usize], rng: &mut Rng) -> Result<StepLoss> {
         self.loss(batch, rng)
     }
-    /// The loss couples the examples of a batch only through one vector per example (e.g.
-    /// in-batch contrastive losses over sentence vectors). The trainer then runs it in two
-    /// stages so that shards still go forward and backward on separate cores (the gradient
-    /// cache of Gao et al. 2021): [`shard_forward`](Recipe::shard_forward) on each shard, then
-    /// [`coupled_loss`](Recipe::coupled_loss) on the shards' vectors concatenated (a leaf copy),
-    /// whose gradient with respect to each vector is backpropagated into its shard's graph,
-    /// together with the shard's separable loss, on the shard's core. The gradient is that of
-    /// one backward pass over the whole batch.
-    fn coupled(&self) -> bool {
-        false
-    }
-    /// For a [`coupled`](Recipe::coupled) recipe: the separable part of the loss of a shard (a
+    /// For a [`StepPlan::Coupled`] recipe: the separable part of the loss of a shard (a
     /// mean over its examples) and its examples' vectors `[shard, d]` (both differentiable).
     /// The trainer weights each shard by its share of the batch's examples, so a term that is a
     /// mean over something else (e.g. lightweight's token-level `mlm`, a mean over masked
@@ -74,7 +53,7 @@ pub trait Recipe: Send + Sync {
     fn shard_forward(&self, _shard: &[usize], _rng: &mut Rng) -> Result<(StepLoss, Tensor)> {
         bail!("this recipe does not split its loss")
     }
-    /// For a [`coupled`](Recipe::coupled) recipe: the coupled part of the loss of `batch` given
+    /// For a [`StepPlan::Coupled`] recipe: the coupled part of the loss of `batch` given
     /// its examples' vectors `[batch, d]` in batch order. It must be a function of the vectors
     /// alone: only their gradient is taken from its backward, so a parameter used here (a
     /// learned temperature, say) would get no update.
@@ -97,4 +76,48 @@ pub trait Recipe: Send + Sync {
     fn default_best(&self) -> (String, BestMode);
     /// Write the trained model as a model directory.
     fn save_model(&self, dir: &Path) -> Result<()>;
+}
+
+/// How the trainer runs the micro-batches of a recipe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepPlan {
+    /// One forward and backward over the whole micro-batch.
+    Whole,
+    /// The loss is a mean over examples, so the batch's loss is the size-weighted sum of its
+    /// shards' losses: shards of `train.shard_size` run forward and backward on separate cores.
+    Sharded,
+    /// The loss couples the examples of a batch only through one vector per example (e.g.
+    /// in-batch contrastive losses over sentence vectors). The trainer then runs it in two
+    /// stages so that shards still go forward and backward on separate cores (the gradient
+    /// cache of Gao et al. 2021): [`Recipe::shard_forward`] on each shard, then
+    /// [`Recipe::coupled_loss`] on the shards' vectors concatenated (a leaf copy), whose
+    /// gradient with respect to each vector is backpropagated into its shard's graph, together
+    /// with the shard's separable loss, on the shard's core. The gradient is that of one
+    /// backward pass over the whole batch.
+    Coupled,
+    /// Mega-batching (Wieting & Gimpel 2018): consecutive micro-batches form a mega-batch, whose
+    /// examples [`Recipe::loss_in_megabatch`] sees; each micro-batch runs whole. The mega-batch
+    /// starting at micro-batch `first` holds [`StepPlan::megabatch_len`] micro-batches:
+    /// `1 + first / anneal_rate`, at most `max` (`max` when `anneal_rate` is 0).
+    MegaBatch { anneal_rate: u64, max: usize },
+}
+
+impl StepPlan {
+    /// Whether a micro-batch is cut into shards of `train.shard_size`.
+    pub fn shards(&self) -> bool {
+        matches!(self, StepPlan::Sharded | StepPlan::Coupled)
+    }
+
+    /// The number of consecutive micro-batches that form the mega-batch starting at micro-batch
+    /// `first` (micro-batches are counted over the run from 0: step × `grad_accum` + index
+    /// within the step). A function of `first` alone: on resume the trainer recomputes the
+    /// mega-batches from micro-batch 0. 1 unless [`StepPlan::MegaBatch`]: every micro-batch is
+    /// its own mega-batch.
+    pub fn megabatch_len(&self, first: u64) -> usize {
+        match *self {
+            StepPlan::MegaBatch { anneal_rate: 0, max } => max.max(1),
+            StepPlan::MegaBatch { anneal_rate, max } => (1 + first / anneal_rate).min(max.max(1) as u64) as usize,
+            _ => 1,
+        }
+    }
 }

@@ -8,7 +8,7 @@ use super::checkpoint::{checkpoint_steps, free_name, load_checkpoint, State, CHE
 use super::config::{BestMode, Config};
 use super::optim::AdamW;
 use super::progress::{nan_message, Progress};
-use super::recipe::Recipe;
+use super::recipe::{Recipe, StepPlan};
 use super::run_dir::{restore_run, set_aside_stale_best, truncate_metrics, validation_logged};
 use super::sampler::Sampler;
 use super::shards::{add_grads, add_terms, run_coupled, run_shards};
@@ -312,7 +312,8 @@ impl<'a> Trainer<'a> {
         let mut sampler = Sampler::new(cfg.seed, n, state.epoch, state.pos);
         // The mega-batch of the current micro-batch: first micro-batch, length, examples
         // (filled when longer than one micro-batch).
-        let mut mega = (0u64, recipe.megabatch_len(0).max(1), Vec::<usize>::new());
+        let plan = recipe.plan();
+        let mut mega = (0u64, plan.megabatch_len(0), Vec::<usize>::new());
         let progress = Progress::new(total, state.step);
         let mut stopped_before = false;
         if state.pending_validation && ended.is_none() {
@@ -347,7 +348,7 @@ impl<'a> Trainer<'a> {
                 let mut batch = sampler.next_batch(t.batch_size);
                 let micro = state.step * t.grad_accum as u64 + a as u64;
                 while micro >= mega.0 + mega.1 as u64 {
-                    mega = (mega.0 + mega.1 as u64, recipe.megabatch_len(mega.0 + mega.1 as u64).max(1), Vec::new());
+                    mega = (mega.0 + mega.1 as u64, plan.megabatch_len(mega.0 + mega.1 as u64), Vec::new());
                 }
                 let drawn = if mega.1 == 1 { batch.clone() } else { Vec::new() };
                 let examples: &[usize] = if mega.1 == 1 {
@@ -364,11 +365,11 @@ impl<'a> Trainer<'a> {
                     &mega.2
                 };
                 recipe.order_batch(&mut batch);
-                let shards: Vec<&[usize]> = if recipe.shardable() || recipe.coupled() { batch.chunks(t.shard_size.max(1)).collect() } else { vec![&batch] };
+                let shards: Vec<&[usize]> = if plan.shards() { batch.chunks(t.shard_size.max(1)).collect() } else { vec![&batch] };
                 // One RNG per shard, seeded in order from the run's RNG: the same dropout
                 // whatever the number of threads.
                 let seeds: Vec<u64> = shards.iter().map(|_| rng.next_u64()).collect();
-                let mb = if recipe.coupled() {
+                let mb = if plan == StepPlan::Coupled {
                     run_coupled(recipe, &batch, &shards, &seeds, t.grad_accum, &params)?
                 } else {
                     run_shards(recipe, &shards, examples, &seeds, batch.len(), t.grad_accum, &params)?
@@ -589,7 +590,7 @@ impl<'a> Trainer<'a> {
 pub fn check_megabatches(recipe: &dyn Recipe, micro_batches: u64, batch_size: usize, n: usize) -> Result<()> {
     let (mut first, mut largest) = (0u64, 1usize);
     while first < micro_batches {
-        let m = recipe.megabatch_len(first).max(1);
+        let m = recipe.plan().megabatch_len(first);
         if m > largest {
             largest = m;
             if m.checked_mul(batch_size).is_none_or(|size| size > n) {

@@ -18,7 +18,7 @@
 
 use crate::train::config::{BestMode, Config};
 use crate::train::split::train_val_pairs;
-use crate::train::recipe::{Recipe, StepLoss};
+use crate::train::recipe::{Recipe, StepLoss, StepPlan};
 use crate::eval::knn::{translation_accuracy, Matrix};
 use crate::model::kinds::disentangle::{self, BaseSettings, Head, Heads};
 use crate::model::encoder::Rng;
@@ -372,8 +372,12 @@ impl Recipe for Disentangle {
         }
     }
 
-    fn shardable(&self) -> bool {
-        self.table.device().is_cpu()
+    fn plan(&self) -> StepPlan {
+        if self.table.device().is_cpu() {
+            StepPlan::Sharded
+        } else {
+            StepPlan::Whole
+        }
     }
 
     fn loss(&self, batch: &[usize], rng: &mut Rng) -> Result<StepLoss> {

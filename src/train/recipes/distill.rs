@@ -16,7 +16,7 @@
 use crate::train::config::{BestMode, Config};
 use crate::train::fit::{fit_affine, fit_orthogonal};
 use crate::train::split::{drop_val_sources, split_by_source, train_val_pairs};
-use crate::train::recipe::{Recipe, StepLoss};
+use crate::train::recipe::{Recipe, StepLoss, StepPlan};
 use crate::data::bitext::{read_sources, validate_sources, Pair};
 use crate::eval::knn::{translation_accuracy, Matrix};
 use crate::model::encoder::Rng;
@@ -381,8 +381,12 @@ impl Recipe for Distill {
     }
 
     /// On the CPU shards run on separate cores; a GPU takes the whole batch at once.
-    fn shardable(&self) -> bool {
-        self.student.device().is_cpu()
+    fn plan(&self) -> StepPlan {
+        if self.student.device().is_cpu() {
+            StepPlan::Sharded
+        } else {
+            StepPlan::Whole
+        }
     }
 
     /// Pairs of similar length go into the same shard (less padding).

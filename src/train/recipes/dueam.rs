@@ -16,7 +16,7 @@
 //! them. Validation: translation retrieval accuracy both ways on held-out parallel sentences.
 
 use crate::train::config::{BestMode, Config};
-use crate::train::recipe::{Recipe, StepLoss};
+use crate::train::recipe::{Recipe, StepLoss, StepPlan};
 use super::wmd::{wmd_batch, SinkhornOptions, Solver};
 use crate::data::bitext::{Pair, Source};
 use crate::data::xnli::{unsup_pairs, weak_pairs, PairSet};
@@ -465,8 +465,12 @@ impl Recipe for Dueam {
     }
 
     /// The loss is a mean over pairs: on the CPU shards run on separate cores.
-    fn shardable(&self) -> bool {
-        self.learner.device().is_cpu()
+    fn plan(&self) -> StepPlan {
+        if self.learner.device().is_cpu() {
+            StepPlan::Sharded
+        } else {
+            StepPlan::Whole
+        }
     }
 
     /// Pairs of similar length go into the same shard (less padding).

@@ -32,7 +32,7 @@
 use crate::train::config::{BestMode, Config};
 use crate::train::split::train_val_pairs;
 use crate::io::atomic::write_atomically;
-use crate::train::recipe::{Recipe, StepLoss};
+use crate::train::recipe::{Recipe, StepLoss, StepPlan};
 use crate::eval::knn::{translation_accuracy, Matrix};
 use crate::model::encoder::{Linear, Rng};
 use crate::model::matmul::matmul;
@@ -541,8 +541,12 @@ impl Recipe for Lightweight {
 
     /// The generative loss is a mean over pairs; align and sim couple a batch's pairs only
     /// through their sentence vectors: shards run on separate cores.
-    fn coupled(&self) -> bool {
-        self.encoder.device().is_cpu()
+    fn plan(&self) -> StepPlan {
+        if self.encoder.device().is_cpu() {
+            StepPlan::Coupled
+        } else {
+            StepPlan::Whole
+        }
     }
 
     fn loss(&self, batch: &[usize], rng: &mut Rng) -> Result<StepLoss> {

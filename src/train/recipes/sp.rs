@@ -19,7 +19,7 @@
 
 use crate::train::config::{BestMode, Config};
 use crate::train::split::train_val_pairs;
-use crate::train::recipe::{Recipe, StepLoss};
+use crate::train::recipe::{Recipe, StepLoss, StepPlan};
 use crate::eval::knn::{translation_accuracy, Matrix};
 use crate::model::kinds::averaging::{embed_ids_flat, flatten, AveragingModel, Segmenter, Units};
 use crate::model::encoder::Rng;
@@ -145,19 +145,16 @@ impl SpConfig {
         Ok(())
     }
 
-    /// Mega-batch length (in mini-batches) of the mega-batch that starts at mini-batch `first`.
-    pub fn megabatch_len(&self, first: u64) -> usize {
-        megabatch_len(first, self.anneal_rate, self.megabatch_max)
+    /// Mega-batching with M annealed from 1 up to `megabatch_max`.
+    pub fn plan(&self) -> StepPlan {
+        StepPlan::MegaBatch { anneal_rate: self.anneal_rate, max: self.megabatch_max }
     }
 }
 
 /// M at mini-batch `first`: 1 + ⌊first / anneal_rate⌋, at most `max` (`max` when `anneal_rate`
 /// is 0).
 pub fn megabatch_len(first: u64, anneal_rate: u64, max: usize) -> usize {
-    if anneal_rate == 0 {
-        return max.max(1);
-    }
-    (1 + first / anneal_rate).min(max.max(1) as u64) as usize
+    StepPlan::MegaBatch { anneal_rate, max }.megabatch_len(first)
 }
 
 /// The mega-batches of the first `micro_batches` mini-batches: `(first, length)` each.
@@ -439,8 +436,8 @@ impl Recipe for SpRecipe {
         Params { vars: vec![("embeddings".to_string(), self.table.clone())] }
     }
 
-    fn megabatch_len(&self, first: u64) -> usize {
-        self.cfg.megabatch_len(first)
+    fn plan(&self) -> StepPlan {
+        self.cfg.plan()
     }
 
     fn loss(&self, batch: &[usize], rng: &mut Rng) -> Result<StepLoss> {
