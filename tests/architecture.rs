@@ -29,8 +29,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[
 const KNOWN_CYCLES: &[&[&str]] = &[
     &["eval", "index", "shard"],
     &["eval::knn", "eval::knn_gpu"],
-    &["model::config", "model::encoder", "model::weights"],
-    &["model::embedder", "model::kinds", "model::sentence"],
     &["model::kernels", "model::matmul"],
     &["train::config", "train::decontam", "train::recipe", "train::recipes", "train::split"],
 ];

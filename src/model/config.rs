@@ -67,7 +67,7 @@ impl EncoderConfig {
         let mut cfg: EncoderConfig = serde_json::from_value(raw.clone())?;
         cfg.raw = raw;
         cfg.family()?;
-        super::encoder::check_activation(&cfg.hidden_act)?;
+        check_activation(&cfg.hidden_act)?;
         if let Some(p) = &cfg.position_embedding_type {
             if p != "absolute" {
                 bail!("position_embedding_type = {p:?} is not supported (only \"absolute\")");
@@ -139,5 +139,31 @@ impl EncoderConfig {
             obj.insert("num_hidden_layers".into(), self.num_hidden_layers.into());
         }
         serde_json::to_string_pretty(&raw).expect("a JSON value serialises")
+    }
+}
+
+/// The activation of an encoder's feed-forward layers (`hidden_act`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Activation {
+    GeluErf,
+    GeluTanh,
+    Relu,
+    Silu,
+}
+
+/// Whether `hidden_act` names an activation the encoder has (checked when config.json is read).
+pub(crate) fn check_activation(name: &str) -> Result<()> {
+    Activation::parse(name).map(|_| ())
+}
+
+impl Activation {
+    pub(crate) fn parse(name: &str) -> Result<Self> {
+        Ok(match name {
+            "gelu" => Self::GeluErf,
+            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Self::GeluTanh,
+            "relu" => Self::Relu,
+            "silu" | "swish" => Self::Silu,
+            other => bail!("hidden_act {other:?} is not supported (gelu, gelu_new, gelu_pytorch_tanh, relu, silu)"),
+        })
     }
 }

@@ -7,7 +7,7 @@
 //! dropout masks from a seeded RNG.
 //! Both paths are tested to agree.
 
-use super::config::{EncoderConfig, Family};
+use super::config::{Activation, EncoderConfig, Family};
 use anyhow::{bail, Result};
 use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::VarBuilder;
@@ -183,30 +183,7 @@ impl LayerNorm {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
-enum Activation {
-    GeluErf,
-    GeluTanh,
-    Relu,
-    Silu,
-}
-
-/// Whether `hidden_act` names an activation the encoder has (checked when config.json is read).
-pub(crate) fn check_activation(name: &str) -> Result<()> {
-    Activation::parse(name).map(|_| ())
-}
-
 impl Activation {
-    fn parse(name: &str) -> Result<Self> {
-        Ok(match name {
-            "gelu" => Self::GeluErf,
-            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Self::GeluTanh,
-            "relu" => Self::Relu,
-            "silu" | "swish" => Self::Silu,
-            other => bail!("hidden_act {other:?} is not supported (gelu, gelu_new, gelu_pytorch_tanh, relu, silu)"),
-        })
-    }
-
     fn apply(self, x: &Tensor, mode: &Mode) -> Result<Tensor> {
         Ok(match self {
             Self::GeluErf if !mode.is_train() => super::kernels::gelu_erf_infer(x)?,

@@ -3,6 +3,7 @@
 
 use super::config::EncoderConfig;
 use super::dense::Dense;
+use super::embedder::{Embedded, Embedder};
 use super::encoder::{Encoder, Mode};
 use super::pooling::{l2_normalize, Pooling};
 use super::source::{self, ModelFiles};
@@ -814,6 +815,26 @@ fn token_chunks(order: &[usize], len: impl Fn(usize) -> usize, batch_size: usize
         out.push(&order[start..]);
     }
     out
+}
+
+impl Embedder for SentenceEncoder {
+    fn dim(&self) -> usize {
+        SentenceEncoder::dim(self)
+    }
+
+    fn embed_checked(&self, texts: &[&str], batch_size: usize) -> Result<Embedded> {
+        let encoded = self.tokenize(texts)?;
+        let truncated = encoded.iter().map(|e| e.truncated).collect();
+        Ok(Embedded { rows: self.embed_encoded(&encoded, batch_size)?, truncated })
+    }
+
+    fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn max_length(&self) -> Option<usize> {
+        Some(self.max_length)
+    }
 }
 
 #[cfg(test)]

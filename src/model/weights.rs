@@ -154,14 +154,14 @@ impl CheckpointFile {
 /// so the same seed gives the same model.
 pub fn random_encoder_tensors(
     cfg: &super::EncoderConfig,
-    rng: &mut super::encoder::Rng,
+    rng: &mut rand_chacha::ChaCha8Rng,
     device: &Device,
 ) -> Result<HashMap<String, Tensor>> {
     use rand_distr::{Distribution, Normal};
     let normal = Normal::new(0f32, 0.02).expect("a valid normal distribution");
     let h = cfg.hidden_size;
     let mut out = HashMap::new();
-    let mut put = |name: String, shape: Vec<usize>, kind: u8, rng: &mut super::encoder::Rng| -> Result<()> {
+    let mut put = |name: String, shape: Vec<usize>, kind: u8, rng: &mut rand_chacha::ChaCha8Rng| -> Result<()> {
         let n: usize = shape.iter().product();
         let data: Vec<f32> = match kind {
             b'n' => (0..n).map(|_| normal.sample(rng)).collect(),
