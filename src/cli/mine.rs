@@ -142,8 +142,8 @@ pub fn run(a: Args) -> Result<()> {
         errln!("xsent mine: {note}");
     }
     let enc = model.load()?;
-    let x = Matrix::embed(enc.as_ref(), &src, a.batch_size)?;
-    let y = Matrix::embed(enc.as_ref(), &tgt, a.batch_size)?;
+    let x = Matrix::embed_normalized(enc.as_ref(), &src, a.batch_size)?;
+    let y = Matrix::embed_normalized(enc.as_ref(), &tgt, a.batch_size)?;
     let cands = match &s.index {
         None => mine(&x, &y, s.k, s.margin, s.retrieval)?,
         Some(p) => {

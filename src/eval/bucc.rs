@@ -97,8 +97,8 @@ pub struct Settings {
 pub fn candidates(enc: &dyn Embedder, split: &BuccSplit, s: Settings, batch_size: usize) -> Result<Vec<Candidate>> {
     let (src, src_ids) = crate::data::group_distinct(split.src.iter().map(String::as_str));
     let (tgt, tgt_ids) = crate::data::group_distinct(split.tgt.iter().map(String::as_str));
-    let x = Matrix::embed(enc, &src, batch_size)?;
-    let y = Matrix::embed(enc, &tgt, batch_size)?;
+    let x = Matrix::embed_normalized(enc, &src, batch_size)?;
+    let y = Matrix::embed_normalized(enc, &tgt, batch_size)?;
     let mut out = Vec::new();
     let mined = match &s.index {
         None => mine(&x, &y, s.k, s.margin, s.retrieval)?,

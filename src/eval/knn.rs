@@ -44,7 +44,7 @@ impl Matrix {
 
     /// Embed `texts` with `enc` into L2-normalised rows, `128 × batch_size` texts at a time:
     /// besides the vectors, only one window's tokens are held.
-    pub fn embed<S: AsRef<str>>(enc: &dyn crate::model::Embedder, texts: &[S], batch_size: usize) -> Result<Self> {
+    pub fn embed_normalized<S: AsRef<str>>(enc: &dyn crate::model::Embedder, texts: &[S], batch_size: usize) -> Result<Self> {
         let dim = enc.dim();
         let mut m = Self { data: Vec::with_capacity(texts.len() * dim), dim };
         for window in texts.chunks(batch_size.clamp(1, usize::MAX / 128) * 128) {

@@ -476,7 +476,7 @@ impl SentenceEncoder {
     /// order: what a Dense module placed after pooling would see.
     pub fn embed_pooled<S: AsRef<str>>(&self, texts: &[S], batch_size: usize) -> Result<Vec<Vec<f32>>> {
         let bare = Self { dense: None, normalize: false, ..self.detached() };
-        bare.embed(texts, batch_size)
+        bare.embed_unchecked(texts, batch_size)
     }
 
     /// Sentence vectors `[B, H]` for texts; differentiable in [`Mode::Train`].
@@ -615,8 +615,9 @@ impl SentenceEncoder {
             .collect()
     }
 
-    /// Embed texts (inference), in the input order.
-    pub fn embed<S: AsRef<str>>(&self, texts: &[S], batch_size: usize) -> Result<Vec<Vec<f32>>> {
+    /// Embed texts (inference), in the input order, the vectors as computed: unlike the checked
+    /// entry, `<dyn Embedder>::embed`, a NaN or infinite value is no error here.
+    pub fn embed_unchecked<S: AsRef<str>>(&self, texts: &[S], batch_size: usize) -> Result<Vec<Vec<f32>>> {
         let enc = self.tokenize(texts)?;
         self.embed_encoded(&enc, batch_size)
     }

@@ -257,7 +257,7 @@ impl DisentangledEncoder {
     /// Base embeddings, meaning and language embeddings of texts, and the predicted language of
     /// each (inference; rows in input order).
     pub fn embed_all(&self, texts: &[&str], batch_size: usize) -> Result<AllEmbeddings> {
-        let e = self.base.embed(texts, batch_size)?;
+        let e = self.base.embed_unchecked(texts, batch_size)?;
         let (m, l) = self.heads.split(&rows_tensor(&e, self.base.dim(), self.base.device())?)?;
         let lang: Vec<u32> = self.heads.langid.forward(&l)?.argmax(1)?.to_vec1()?;
         Ok(AllEmbeddings {

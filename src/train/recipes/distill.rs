@@ -412,8 +412,8 @@ impl Recipe for Distill {
         }
         let src: Vec<&str> = self.val.iter().map(|p| p.src.as_str()).collect();
         let tgt: Vec<&str> = self.val.iter().map(|p| p.tgt.as_str()).collect();
-        let es = self.infer.embed(&src, self.embed_batch)?;
-        let et = self.infer.embed(&tgt, self.embed_batch)?;
+        let es = self.infer.embed_unchecked(&src, self.embed_batch)?;
+        let et = self.infer.embed_unchecked(&tgt, self.embed_batch)?;
         let teacher = self.teacher_batch(&self.val.iter().collect::<Vec<_>>())?.to_vec2::<f32>()?;
         let mse = |a: &[Vec<f32>]| -> f64 {
             let n = (a.len() * self.dim) as f64;

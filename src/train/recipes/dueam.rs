@@ -506,8 +506,8 @@ impl Recipe for Dueam {
         for v in &self.val {
             let src: Vec<&str> = v.pairs.iter().map(|p| p.src.as_str()).collect();
             let tgt: Vec<&str> = v.pairs.iter().map(|p| p.tgt.as_str()).collect();
-            let xs = Matrix::normalized(&self.infer.embed(&src, self.embed_batch)?);
-            let xt = Matrix::normalized(&self.infer.embed(&tgt, self.embed_batch)?);
+            let xs = Matrix::normalized(&self.infer.embed_unchecked(&src, self.embed_batch)?);
+            let xt = Matrix::normalized(&self.infer.embed_unchecked(&tgt, self.embed_batch)?);
             let (a1, a2) = (translation_accuracy(&xs, &xt)?, translation_accuracy(&xt, &xs)?);
             out.push((format!("acc_{}_src2tgt", v.name), a1));
             out.push((format!("acc_{}_tgt2src", v.name), a2));

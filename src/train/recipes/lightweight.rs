@@ -643,8 +643,8 @@ impl Recipe for Lightweight {
         if self.val_src.is_empty() {
             bail!("no validation pairs: set data.val_size > 0");
         }
-        let es = self.infer.embed(&self.val_src, self.cfg.embed_batch_size)?;
-        let et = self.infer.embed(&self.val_tgt, self.cfg.embed_batch_size)?;
+        let es = self.infer.embed_unchecked(&self.val_src, self.cfg.embed_batch_size)?;
+        let et = self.infer.embed_unchecked(&self.val_tgt, self.cfg.embed_batch_size)?;
         let (xs, xt) = (Matrix::normalized(&es), Matrix::normalized(&et));
         let (a1, a2) = (translation_accuracy(&xs, &xt)?, translation_accuracy(&xt, &xs)?);
         Ok(vec![("acc_src2tgt".into(), a1), ("acc_tgt2src".into(), a2), ("acc_mean".into(), (a1 + a2) / 2.0)])
