@@ -25,6 +25,21 @@ use std::path::{Path, PathBuf};
 /// `quant_method` in `config.json`'s `quantization_config`.
 pub const METHOD: &str = "xsent";
 
+/// `model_type` of an int8 directory: transformers does not know it, so it refuses the
+/// directory instead of loading the int8 values as if they were weights (it ignores an unknown
+/// `quant_method`). The source's `model_type` is kept in `quantization_config.source_model_type`.
+pub const INT8_MODEL_TYPE: &str = "xsent-int8";
+
+/// Put back the source's `model_type` in the raw `config.json` of an int8 directory.
+pub fn restore_model_type(raw: &mut serde_json::Value) {
+    if raw.get("model_type").and_then(|v| v.as_str()) != Some(INT8_MODEL_TYPE) {
+        return;
+    }
+    if let Some(orig) = raw.get("quantization_config").and_then(|q| q.get("source_model_type")).cloned() {
+        raw["model_type"] = orig;
+    }
+}
+
 /// The canonical names of the encoder's linear layers, in [`Encoder::linears_mut`]'s order.
 pub fn linear_names(layers: usize) -> Vec<String> {
     (0..layers)
@@ -223,8 +238,8 @@ pub fn quantize(model: &str, out: &Path, dtype: Dtype, force: bool, command: &st
                 }
             }
             smoothing_note = format!(
-                "{smoothed} of the {} layers (those fed by a LayerNorm: query, key, value, intermediate) are smoothed: s_c = sqrt(max|x_c| / max|W_c|) \
-                 with max|x_c| estimated as 3|γ_c| + |β_c| from the LayerNorm (no calibration data), divided by their geometric mean",
+                "{smoothed} of the {} layers (those fed by a LayerNorm: query, key, value, intermediate) are smoothed: s_c = sqrt(a_c / max_j abs(W_jc)) \
+                 with a_c = 3 abs(γ_c) + abs(β_c) from the LayerNorm (no calibration data), divided by their geometric mean",
                 names.len()
             );
         }
@@ -262,7 +277,15 @@ pub fn quantize(model: &str, out: &Path, dtype: Dtype, force: bool, command: &st
             "activations": if dtype == Dtype::Int8 { "per row, symmetric int8, at run time" } else { "rounded to bf16 at run time; f32 sums" },
             "xsent_version": env!("CARGO_PKG_VERSION"),
         });
-        raw.as_object_mut().context("config.json is not a JSON object")?.insert("quantization_config".into(), block);
+        let obj = raw.as_object_mut().context("config.json is not a JSON object")?;
+        obj.insert("quantization_config".into(), block);
+        if dtype == Dtype::Int8 {
+            // transformers would load the int8 values as weights (it skips an unknown
+            // quant_method with a warning): an unknown model_type makes it refuse instead.
+            let orig = obj.get("model_type").cloned().unwrap_or_default();
+            obj["quantization_config"]["source_model_type"] = orig;
+            obj.insert("model_type".into(), INT8_MODEL_TYPE.into());
+        }
         std::fs::write(tmp.join("config.json"), serde_json::to_string_pretty(&raw)? + "\n")?;
         copy_model_files(&src_dir, &tmp, true)?;
         let mut sums = Vec::new();
@@ -281,8 +304,7 @@ pub fn quantize(model: &str, out: &Path, dtype: Dtype, force: bool, command: &st
              | command | `{command}` |\n\
              | method | {method} |\n\
              | date | {date} |\n\n\
-             transformers and sentence-transformers refuse this directory (its config.json's quantization_config names \
-             quant_method \"xsent\", which they do not know); load the source model with them instead.\n",
+             {loaders}\n",
             name = out.file_name().and_then(|n| n.to_str()).unwrap_or("model"),
             src = files.spec,
             out = out.display(),
@@ -291,13 +313,20 @@ pub fn quantize(model: &str, out: &Path, dtype: Dtype, force: bool, command: &st
             commit = option_env!("XSENT_GIT_COMMIT").unwrap_or("unknown"),
             method = match dtype {
                 Dtype::Int8 => format!(
-                    "int8: weights per output channel, symmetric (scale max|w|/127, round to nearest even, [-127, 127]); activations per row at run time; \
+                    "int8: weights per output channel, symmetric (scale = largest magnitude / 127, round to nearest even, [-127, 127]); activations per row at run time; \
                      int32 sums; bias and scales in f32. {smoothing_note}. Attention, softmax, LayerNorm and pooling run in f32."
                 ),
                 _ => "bf16: weights rounded to nearest even from f32; activations rounded to bf16 per call; sums in f32. Attention, softmax, LayerNorm and pooling run in f32."
                     .to_string(),
             },
             date = crate::eval::report::utc_now(),
+            loaders = if dtype == Dtype::Int8 {
+                "transformers and sentence-transformers refuse this directory: its config.json's model_type is \"xsent-int8\", \
+                 which they do not know (the source's is kept in quantization_config.source_model_type). Load the source model with them."
+            } else {
+                "transformers and sentence-transformers load this directory as the source model with bf16-rounded linear weights \
+                 (widened to f32), warning that they skip the unknown quantization_config."
+            },
         );
         std::fs::write(tmp.join("README.md"), card)?;
         Ok(std::fs::metadata(&wpath)?.len())
