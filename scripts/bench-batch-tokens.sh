@@ -14,9 +14,9 @@
 # Environment: XSENT_BIN, XSENT_MODELS, XSENT_DATA as in bench-embed.sh; XSENT_THREADS
 # (default 2).
 set -euo pipefail
-export LC_ALL=C
-
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=lib/bench-common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/bench-common.sh"
+bench_init bench-batch-tokens
 models_arg=all
 repeat=3
 bounds="2048 4096 8192 16384"
@@ -25,39 +25,28 @@ while [ $# -gt 0 ]; do
         --models) models_arg="${2:-}"; shift 2 ;;
         --repeat) repeat="${2:-}"; shift 2 ;;
         --bounds) bounds="${2:-}"; shift 2 ;;
-        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-        *) echo "bench-batch-tokens: unknown argument: $1 (try --help)" >&2; exit 64 ;;
+        -h|--help) bench_help; exit 0 ;;
+        *) usage_error "unknown argument: $1" ;;
     esac
 done
-case "$models_arg" in
-    e5) keys=(e5) ;;
-    minilm) keys=(minilm) ;;
-    all) keys=(minilm e5) ;;
-    *) echo "bench-batch-tokens: --models must be e5, minilm or all" >&2; exit 64 ;;
-esac
-[[ "$repeat" =~ ^[1-9][0-9]*$ ]] || { echo "bench-batch-tokens: --repeat must be a positive integer" >&2; exit 64; }
-say() { printf 'bench-batch-tokens: %s\n' "$*" >&2; }
-die() { printf 'bench-batch-tokens: error: %s\n' "$*" >&2; exit 1; }
+bench_models "$models_arg" minilm e5
+bench_positive_int --repeat "$repeat"
 [ -x /usr/bin/time ] || die "GNU time (/usr/bin/time) is needed for the peak RSS"
 
-data="${XSENT_DATA:-$root/../shared/data}"
-models="${XSENT_MODELS:-$root/models}"
-export XSENT_THREADS="${XSENT_THREADS:-2}"
+bench_threads "${XSENT_THREADS:-2}"
 # shellcheck source=lib/xsent-bin.sh
 . "$root/scripts/lib/xsent-bin.sh" || die "cannot read $root/scripts/lib/xsent-bin.sh"
 find_xsent "$root"
 "$xsent" embed --help | grep -q -- --max-batch-tokens || die "$xsent has no --max-batch-tokens"
+bench_check_models
 
-model_name() { case "$1" in e5) echo multilingual-e5-small ;; minilm) echo all-MiniLM-L6-v2 ;; esac; }
 long_words() { case "$1" in e5) echo 600 ;; minilm) echo 240 ;; esac; }
 long_lines() { case "$1" in e5) echo 64 ;; minilm) echo 128 ;; esac; }
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-eng="$data/tatoeba/tatoeba.deu-eng.eng"
-deu="$data/tatoeba/tatoeba.deu-eng.deu"
-[ -f "$eng" ] && [ -f "$deu" ] || die "tatoeba data not found under $data/tatoeba (set XSENT_DATA)"
-{ head -n 1000 "$eng"; head -n 1000 "$deu"; } > "$work/tatoeba.txt"
+bench_tatoeba_input "$work" 1000
+mv "$input" "$work/tatoeba.txt"
 # Long lines: the words of Tatoeba's English sides, in order, cut into lines of N words.
 long_input() {
     local words="$1" lines="$2"
@@ -95,8 +84,8 @@ EOF
 
 echo "## --max-batch-tokens: time and peak memory of xsent embed ($XSENT_THREADS threads)"
 echo
-echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'); flags: $(lscpu | grep -o -w -E 'avx2|avx512f|avx512_vnni|avx512_bf16|fma' | sort -u | paste -sd' ')"
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+bench_machine; echo
+echo "load average before: $(bench_load)"
 echo
 echo "| model | input | --batch-size | --max-batch-tokens | seconds (best of $repeat) | vs no bound | peak RSS MB | max abs diff |"
 echo "|---|---|---:|---:|---:|---:|---:|---:|"
@@ -123,4 +112,4 @@ for k in "${keys[@]}"; do
     done
 done
 echo
-echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "load average after: $(bench_load)"

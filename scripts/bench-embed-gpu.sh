@@ -17,11 +17,12 @@
 # with torch, sentence-transformers, numpy), XSENT_DATA (default ../shared/data), CUDA libraries
 # on LD_LIBRARY_PATH (gpu-check.sh sets it from torch's install).
 set -uo pipefail
+# shellcheck source=lib/bench-common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/bench-common.sh"
+bench_init bench-embed-gpu
 export LC_ALL=C.UTF-8
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 py="${XSENT_PYTHON:-python3}"
 xsent="${XSENT_BIN:-$root/target-cuda/release/xsent}"
-data="${XSENT_DATA:-$root/../shared/data}"
 helper="$root/scripts/gpu_check.py"
 models="" n=20000 batch=64 dry=0
 while [ $# -gt 0 ]; do
@@ -31,11 +32,10 @@ while [ $# -gt 0 ]; do
         --sentences) n="${2:-}"; shift 2 ;;
         --batch) batch="${2:-}"; shift 2 ;;
         --dry-run) dry=1; shift ;;
-        -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "bench-embed-gpu: unknown argument $1 (see --help)" >&2; exit 64 ;;
+        -h|--help) bench_help; exit 0 ;;
+        *) usage_error "unknown argument: $1" ;;
     esac
 done
-die() { printf 'bench-embed-gpu: error: %s\n' "$*" >&2; exit 1; }
 [ -n "$models" ] || die "--models DIR[,DIR...] is required (sentence-transformers directories xsent loads too)"
 [ -x "$xsent" ] || die "no xsent binary at $xsent (scripts/build-cuda.sh builds one; set XSENT_BIN)"
 [ -d "$data/tatoeba" ] || die "no $data/tatoeba (set XSENT_DATA or --data)"

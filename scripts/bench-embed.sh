@@ -36,9 +36,9 @@
 # then runs on its normal CPU kernels (MKL/oneDNN, same code as the CPU-only
 # build). An existing venv is kept and the packages are installed over it.
 set -euo pipefail
-export LC_ALL=C
-
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=lib/bench-common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/bench-common.sh"
+bench_init bench-embed
 helper="$root/scripts/bench_embed_torch.py"
 
 models_arg=all
@@ -49,64 +49,30 @@ while [ $# -gt 0 ]; do
         --models=*) models_arg="${1#*=}"; shift ;;
         --repeat) repeat="${2:-}"; shift 2 ;;
         --repeat=*) repeat="${1#*=}"; shift ;;
-        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-        *) echo "bench-embed: unknown argument: $1 (try --help)" >&2; exit 64 ;;
+        -h|--help) bench_help; exit 0 ;;
+        *) usage_error "unknown argument: $1" ;;
     esac
 done
-case "$models_arg" in
-    e5) keys=(e5) ;;
-    minilm) keys=(minilm) ;;
-    all) keys=(e5 minilm) ;;
-    *) echo "bench-embed: --models must be e5, minilm or all (got '$models_arg')" >&2; exit 64 ;;
-esac
-[[ "$repeat" =~ ^[1-9][0-9]*$ ]] || { echo "bench-embed: --repeat must be a positive integer" >&2; exit 64; }
-
-say() { printf 'bench-embed: %s\n' "$*" >&2; }
-die() { printf 'bench-embed: error: %s\n' "$*" >&2; exit 1; }
+bench_models "$models_arg" e5 minilm
+bench_positive_int --repeat "$repeat"
 # shellcheck source=lib/torch-venv.sh
 . "$root/scripts/lib/torch-venv.sh" || die "cannot read $root/scripts/lib/torch-venv.sh"
+# shellcheck source=lib/xsent-bin.sh
+. "$root/scripts/lib/xsent-bin.sh" || die "cannot read $root/scripts/lib/xsent-bin.sh"
 
 batch=64
-threads=2
 per_lang=1000
-data="${XSENT_DATA:-$root/../shared/data}"
-models="${XSENT_MODELS:-$root/models}"
-cache="${XSENT_CACHE:-$HOME/.cache/xsent}"
-venv="$cache/bench-venv"
 torch_version="${BENCH_TORCH_VERSION:-2.15.0}"
 st_version="${BENCH_ST_VERSION:-6.2.0}"
 min_cos_ok="${BENCH_MIN_COS:-0.999}"
-
 # Both engines get the same thread limits.
-export RAYON_NUM_THREADS=$threads OMP_NUM_THREADS=$threads MKL_NUM_THREADS=$threads
-export TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+bench_threads 2
 
-model_name() { case "$1" in e5) echo multilingual-e5-small ;; minilm) echo all-MiniLM-L6-v2 ;; esac; }
-model_prefix() { case "$1" in e5) echo "query: " ;; minilm) echo "" ;; esac; }
-model_maxlen() { case "$1" in e5) echo 512 ;; minilm) echo 256 ;; esac; }
-
-# ---- inputs: models, data ---------------------------------------------------
-for k in "${keys[@]}"; do
-    d="$models/$(model_name "$k")"
-    for f in config.json model.safetensors tokenizer.json modules.json; do
-        [ -f "$d/$f" ] || die "model $(model_name "$k") is missing ($d/$f not found): run scripts/setup.sh first"
-    done
-done
-eng="$data/tatoeba/tatoeba.deu-eng.eng"
-deu="$data/tatoeba/tatoeba.deu-eng.deu"
-[ -f "$eng" ] && [ -f "$deu" ] || die "tatoeba data not found under $data/tatoeba (set XSENT_DATA)"
-
+bench_check_models
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-input="$work/sentences.txt"
-{ head -n "$per_lang" "$eng"; head -n "$per_lang" "$deu"; } > "$input"
-n="$(wc -l < "$input")"
-[ "$n" -eq $((2 * per_lang)) ] || die "expected $((2 * per_lang)) sentences, got $n"
-head -n 1 "$input" > "$work/one.txt"
+bench_tatoeba_input "$work" "$per_lang"
 
-# ---- xsent --------------------------------------------------------------------
-# shellcheck source=lib/xsent-bin.sh
-. "$root/scripts/lib/xsent-bin.sh" || die "cannot read $root/scripts/lib/xsent-bin.sh"
 find_xsent "$root"
 embed_help="$("$xsent" embed --help 2>&1)" || die "$xsent has no working 'embed' subcommand"
 # Pass the same truncation as the torch side when xsent supports setting it.
@@ -118,23 +84,14 @@ py="$venv/bin/python"
 ensure_torch_venv "$venv" "$torch_version" "$st_version"
 
 # ---- run ------------------------------------------------------------------------
-now() { echo "$EPOCHREALTIME"; }
 # best wall time (s) of `xsent embed` over $repeat runs: model_dir prefix maxlen in out
 time_xsent() {
-    local dir="$1" prefix="$2" maxlen="$3" in="$4" out="$5" best="" t0 t1 dt i
+    local dir="$1" prefix="$2" maxlen="$3" in="$4" out="$5"
     local -a args=(embed --model "$dir" --batch-size "$batch" --input "$in" --format f32 -o "$out")
     [ -n "$prefix" ] && args+=(--prefix "$prefix")
     [ -n "$maxlen_flag" ] && args+=("$maxlen_flag" "$maxlen")
-    for ((i = 0; i < repeat; i++)); do
-        t0="$(now)"
-        "$xsent" "${args[@]}" > "$work/xsent.log" 2>&1 || { cat "$work/xsent.log" >&2; die "xsent embed failed"; }
-        t1="$(now)"
-        dt="$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.6f", b - a }')"
-        best="$(awk -v a="$best" -v b="$dt" 'BEGIN { if (a == "" || b < a) print b; else print a }')"
-    done
-    echo "$best"
+    bench_best_seconds "$repeat" "$xsent" "${args[@]}"
 }
-json_field() { "$py" -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
 
 rows=()
 status=0
@@ -145,7 +102,7 @@ for k in "${keys[@]}"; do
     maxlen="$(model_maxlen "$k")"
     cores_before="$("$py" "$helper" cpu-check)"
     say "$name: xsent (1 line, then $n lines)"
-    t_one="$(time_xsent "$dir" "$prefix" "$maxlen" "$work/one.txt" "$work/one.f32")"
+    t_one="$(time_xsent "$dir" "$prefix" "$maxlen" "$one" "$work/one.f32")"
     t_all="$(time_xsent "$dir" "$prefix" "$maxlen" "$input" "$work/$k.xsent.f32")"
     say "$name: sentence-transformers"
     tj="$("$py" "$helper" bench --model "$dir" --input "$input" --max-seq-length "$maxlen" \
@@ -154,8 +111,8 @@ for k in "${keys[@]}"; do
     cores_after="$("$py" "$helper" cpu-check)"
     cj="$("$py" "$helper" compare --torch "$work/$k.torch.npy" --xsent "$work/$k.xsent.f32")" \
         || die "could not compare the vectors for $name"
-    torch_sps="$(json_field "$tj" sent_per_s)"
-    min_cos="$(json_field "$cj" min_cos)"
+    torch_sps="$(bench_json_field "$tj" sent_per_s)"
+    min_cos="$(bench_json_field "$cj" min_cos)"
     say "$name: torch $tj"
     say "$name: compare $cj"
     row="$(awk -v n="$n" -v ta="$t_all" -v t1="$t_one" -v ts="$torch_sps" -v mc="$min_cos" -v name="$name" \
@@ -172,6 +129,7 @@ done
 
 torch_v="$(cut -d' ' -f1 "$venv/.bench-ready")"
 echo
+echo "$(bench_machine); load average: $(bench_load)"
 echo "xsent vs sentence-transformers ($torch_v, CPU): $n sentences ($per_lang eng + $per_lang deu, tatoeba.deu-eng), batch $batch, $threads threads, best of $repeat"
 printf '%-22s | %10s | %10s | %10s | %7s | %7s | %-9s | %s\n' "model" "xsent" "xsent" "torch" "ratio" "ratio" "min" "cores"
 printf '%-22s | %10s | %10s | %10s | %7s | %7s | %-9s | %s\n' "" "sent/s" "sent/s" "sent/s" "whole" "excl." "cosine" ""

@@ -20,11 +20,12 @@
 # Environment: XSENT_BIN (default target-cuda/release/xsent), XSENT_PYTHON (default python3),
 # XSENT_DATA (default ../shared/data, for xnli/), CUDA libraries on LD_LIBRARY_PATH.
 set -uo pipefail
+# shellcheck source=lib/bench-common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/bench-common.sh"
+bench_init bench-train-gpu
 export LC_ALL=C.UTF-8
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 py="${XSENT_PYTHON:-python3}"
 xsent="${XSENT_BIN:-$root/target-cuda/release/xsent}"
-data="${XSENT_DATA:-$root/../shared/data}"
 helper="$root/scripts/gpu_check.py"
 student="" teacher="" steps=14 batch=32 dry=0
 while [ $# -gt 0 ]; do
@@ -35,11 +36,10 @@ while [ $# -gt 0 ]; do
         --steps) steps="${2:-}"; shift 2 ;;
         --batch) batch="${2:-}"; shift 2 ;;
         --dry-run) dry=1; shift ;;
-        -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "bench-train-gpu: unknown argument $1 (see --help)" >&2; exit 64 ;;
+        -h|--help) bench_help; exit 0 ;;
+        *) usage_error "unknown argument: $1" ;;
     esac
 done
-die() { printf 'bench-train-gpu: error: %s\n' "$*" >&2; exit 1; }
 for d in "$student" "$teacher"; do [ -n "$d" ] && [ -f "$d/modules.json" ] || die "--student and --teacher must be sentence-transformers model directories"; done
 [ -x "$xsent" ] || die "no xsent binary at $xsent (scripts/build-cuda.sh builds one; set XSENT_BIN)"
 [ -f "$data/xnli/dev-en.tsv" ] && [ -f "$data/xnli/dev-de.tsv" ] || die "no $data/xnli/dev-{en,de}.tsv (set XSENT_DATA or --data)"

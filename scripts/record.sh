@@ -51,13 +51,13 @@ train_args() {
     esac
 }
 
-# The model a record scores, and the options it is scored with.
+# The model a record scores (RUN: the run folder of a trained one), and its options.
 model_of() {
     case "$1" in
         e5-small) echo "--model $e5 --prefix query:_" ;;
         e5-small-4layers) echo "--model $e5 --prefix query:_ --layers 4 --pooling mean --normalize --max-length 128" ;;
         minilm) echo "--model $minilm" ;;
-        *) echo "--model $runs/record-$1/final" ;;
+        *) echo "--model $2/final" ;;
     esac
 }
 
@@ -103,7 +103,7 @@ record_one() {
     local name="$1" dest="$2" run="$3"
     local t_args model base t0 t1 cmd line rname eargs extra
     t_args="$(train_args "$name")"
-    model="$(model_of "$name" | sed 's/query:_/"query: "/')"
+    model="$(model_of "$name" "$run" | sed 's/query:_/"query: "/')"
     base="$(base_of "$name")"
     mkdir -p "$dest"
     {
