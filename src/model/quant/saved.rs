@@ -85,9 +85,12 @@ pub fn effective_dtype(saved: Option<Dtype>, requested: Option<Dtype>, trainable
     }
 }
 
+/// One int8 layer's values `[out, in]`, per-channel scales and smoothing factors (if any).
+pub type Int8Parts = (Vec<i8>, Vec<f32>, Option<Vec<f32>>);
+
 /// The int8 values, per-channel scales and smoothing factors of every linear layer of
 /// `encoder`, as `--dtype int8` computes them.
-pub fn int8_layers(encoder: &mut Encoder) -> Result<Vec<(Vec<i8>, Vec<f32>, Option<Vec<f32>>)>> {
+pub fn int8_layers(encoder: &mut Encoder) -> Result<Vec<Int8Parts>> {
     let inputs = encoder.linear_inputs()?;
     let mut out = Vec::new();
     for (l, norm) in encoder.linears_mut().zip(inputs) {
