@@ -11,6 +11,7 @@ use std::process::Command;
 fn main() {
     println!("cargo::rerun-if-changed=build.rs");
     println!("cargo::rerun-if-env-changed=CARGO_FEATURE_CUDA");
+    git_commit();
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
         return;
     }
@@ -32,5 +33,23 @@ fn main() {
             .status()
             .unwrap_or_else(|e| panic!("cannot run {nvcc} to compile {src} ({e}): --features cuda needs the CUDA toolkit; scripts/build-cuda.sh fetches one"));
         assert!(status.success(), "{nvcc} failed on {src}");
+    }
+}
+
+/// `XSENT_GIT_COMMIT`: the commit xsent is built from (for the model cards `xsent quantize`
+/// writes), rebuilt when HEAD moves; nothing when git or the repository is missing.
+fn git_commit() {
+    let git = |args: &[&str]| {
+        Command::new("git").args(args).output().ok().filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let Some(commit) = git(&["rev-parse", "HEAD"]) else { return };
+    println!("cargo::rustc-env=XSENT_GIT_COMMIT={commit}");
+    if let Some(head) = git(&["rev-parse", "--git-path", "HEAD"]) {
+        println!("cargo::rerun-if-changed={head}");
+    }
+    if let Some(r) = git(&["symbolic-ref", "-q", "HEAD"]) {
+        if let Some(p) = git(&["rev-parse", "--git-path", &r]) {
+            println!("cargo::rerun-if-changed={p}");
+        }
     }
 }

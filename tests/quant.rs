@@ -1,6 +1,6 @@
-//! int8 inference on the real models: cosine to xsent's own f32 embeddings within the bounds of
-//! issue 45 (per sentence ≥ 0.99, mean ≥ 0.995), the same vectors on every kernel path, and
-//! clear refusals of what is not supported.
+//! int8 and bf16 inference on the real models: cosine to xsent's own f32 embeddings within the
+//! bounds of issue 45 (per sentence ≥ 0.99, mean ≥ 0.995), the same vectors on every kernel
+//! path, and clear refusals of what is not supported.
 
 mod common;
 
@@ -21,21 +21,25 @@ fn sentences() -> Vec<String> {
 }
 
 fn check(model: &str, prefix: &str) -> Result<()> {
+    check_dtype(model, prefix, Dtype::Int8)
+}
+
+fn check_dtype(model: &str, prefix: &str, dtype: Dtype) -> Result<()> {
     let texts = sentences();
     let load = |dtype| {
         let opts = LoadOptions { prefix: Some(prefix.into()), dtype: Some(dtype), ..Default::default() };
         SentenceEncoder::load(common::model(model).to_str().unwrap(), &opts)
     };
     let f32v = load(Dtype::F32)?.embed_unchecked(&texts, 64)?;
-    let int8 = load(Dtype::Int8)?.embed_unchecked(&texts, 64)?;
-    let cos: Vec<f64> = f32v.iter().zip(&int8).map(|(a, b)| common::cosine(a, b)).collect();
+    let low = load(dtype)?.embed_unchecked(&texts, 64)?;
+    let cos: Vec<f64> = f32v.iter().zip(&low).map(|(a, b)| common::cosine(a, b)).collect();
     let (min_i, min) = cos.iter().enumerate().fold((0, f64::INFINITY), |m, (i, &c)| if c < m.1 { (i, c) } else { m });
     let mean = cos.iter().sum::<f64>() / cos.len() as f64;
-    xsent::errln!("{model}: int8 cosine to f32 over {} sentences: min {min:.4} (sentence {min_i}), mean {mean:.4}", cos.len());
-    assert!(min >= 0.99, "{model}: int8 sentence {min_i} {:?} has cosine {min:.4} to f32 (< 0.99)", texts[min_i]);
-    assert!(mean >= 0.995, "{model}: mean int8 cosine to f32 {mean:.4} (< 0.995)");
-    // The int8 vectors are not the f32 ones (the int8 path did run).
-    assert!(cos.iter().any(|&c| c < 0.99999), "{model}: int8 gave the f32 vectors");
+    xsent::errln!("{model}: {dtype} cosine to f32 over {} sentences: min {min:.4} (sentence {min_i}), mean {mean:.4}", cos.len());
+    assert!(min >= 0.99, "{model}: {dtype} sentence {min_i} {:?} has cosine {min:.4} to f32 (< 0.99)", texts[min_i]);
+    assert!(mean >= 0.995, "{model}: mean {dtype} cosine to f32 {mean:.4} (< 0.995)");
+    // The reduced vectors are not the f32 ones (the reduced path did run).
+    assert!(f32v.iter().zip(&low).any(|(a, b)| a != b), "{model}: {dtype} gave the f32 vectors");
     Ok(())
 }
 
@@ -49,41 +53,164 @@ fn minilm_int8_is_close_to_f32() -> Result<()> {
     check("all-MiniLM-L6-v2", "")
 }
 
+#[test]
+fn e5_small_bf16_is_close_to_f32() -> Result<()> {
+    check_dtype("multilingual-e5-small", "query: ", Dtype::Bf16)
+}
+
+#[test]
+fn minilm_bf16_is_close_to_f32() -> Result<()> {
+    check_dtype("all-MiniLM-L6-v2", "", Dtype::Bf16)
+}
+
 /// `XSENT_KERNELS=avx2|portable` give the vectors of the fastest path bit for bit (the i32 sums
 /// are exact on every path and the f32 arithmetic after them is the same).
 #[test]
 fn every_kernel_path_gives_the_same_vectors() {
     let model = common::model("multilingual-e5-small");
     let lines = ["query: Hallo Welt", "query: The cat sat on the mat, then left.", "query: 你好"];
-    let run = |kernels: Option<&str>| {
-        use std::io::Write;
-        let mut cmd = common::xsent();
-        cmd.args(["embed", "--dtype", "int8", "--model"]).arg(&model).args(["--prefix", ""]);
-        match kernels {
-            Some(k) => cmd.env("XSENT_KERNELS", k),
-            None => cmd.env_remove("XSENT_KERNELS"),
-        };
-        let mut child = cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
-        child.stdin.take().unwrap().write_all(lines.join("\n").as_bytes()).unwrap();
-        let o = child.wait_with_output().unwrap();
-        assert!(o.status.success());
-        String::from_utf8(o.stdout).unwrap()
-    };
+    let run = |kernels: Option<&str>| embed_with(&model, &lines, "int8", kernels);
     let best = run(None);
     assert_eq!(best.lines().count(), 3);
     assert_eq!(run(Some("avx2")), best, "XSENT_KERNELS=avx2");
     assert_eq!(run(Some("portable")), best, "XSENT_KERNELS=portable");
 }
 
+/// bf16: `XSENT_BF16_KERNELS=avx512|avx2|portable` (the widening paths, which add the same exact
+/// products in the same order) give the same vectors bit for bit; the `vdpbf16ps` path (the
+/// default where the CPU has AVX-512 BF16) adds each pair of products in the other order, so
+/// its vectors differ by f32 rounding only: cosine ≥ 0.99999 to the widening paths'.
+#[test]
+fn every_bf16_kernel_path_gives_the_same_vectors() {
+    let model = common::model("multilingual-e5-small");
+    let lines = ["query: Hallo Welt", "query: The cat sat on the mat, then left.", "query: 你好"];
+    let run = |kernels: Option<&str>| embed_with_env(&model, &lines, "bf16", "XSENT_BF16_KERNELS", kernels);
+    let portable = run(Some("portable"));
+    assert_eq!(portable.lines().count(), 3);
+    assert_eq!(run(Some("avx2")), portable, "XSENT_BF16_KERNELS=avx2");
+    assert_eq!(run(Some("avx512")), portable, "XSENT_BF16_KERNELS=avx512");
+    // XSENT_KERNELS=portable picks the portable bf16 path too.
+    assert_eq!(embed_with(&model, &lines, "bf16", Some("portable")), portable, "XSENT_KERNELS=portable");
+    let parse = |s: &str| -> Vec<Vec<f32>> { s.lines().map(|l| serde_json::from_str::<Vec<f32>>(l).expect("a JSON vector per line")).collect() };
+    for (a, b) in parse(&run(None)).iter().zip(parse(&portable).iter()) {
+        let c = common::cosine(a, b);
+        assert!(c >= 0.99999, "default bf16 path vs portable: cosine {c}");
+    }
+}
+
+/// `xsent embed --dtype DTYPE` of `lines` with `XSENT_KERNELS=kernels` (or unset): its stdout.
+fn embed_with(model: &std::path::Path, lines: &[&str], dtype: &str, kernels: Option<&str>) -> String {
+    embed_with_env(model, lines, dtype, "XSENT_KERNELS", kernels)
+}
+
+/// `xsent embed --dtype DTYPE` of `lines` with `var=kernels` (or both kernel variables unset).
+fn embed_with_env(model: &std::path::Path, lines: &[&str], dtype: &str, var: &str, kernels: Option<&str>) -> String {
+    {
+        use std::io::Write;
+        let mut cmd = common::xsent();
+        cmd.args(["embed", "--dtype", dtype, "--model"]).arg(model).args(["--prefix", ""]);
+        cmd.env_remove("XSENT_KERNELS").env_remove("XSENT_BF16_KERNELS");
+        if let Some(k) = kernels {
+            cmd.env(var, k);
+        }
+        let mut child = cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
+        child.stdin.take().unwrap().write_all(lines.join("\n").as_bytes()).unwrap();
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "embed --dtype {dtype} with XSENT_KERNELS={kernels:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    }
+}
+
 #[test]
 fn unsupported_dtypes_are_refused_clearly() {
     let model = common::e5_small();
-    for (dtype, want) in [("bf16", "--dtype bf16 is not supported"), ("f16", "--dtype f16 is not supported")] {
-        let o = common::xsent().args(["embed", "--model", &model, "--dtype", dtype]).stdin(std::process::Stdio::null()).output().unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(!o.status.success() && err.contains(want) && err.contains("int8"), "{dtype}: {err}");
+    let o = common::xsent().args(["embed", "--model", &model, "--dtype", "f16"]).stdin(std::process::Stdio::null()).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("--dtype f16 is not supported") && err.contains("bf16") && err.contains("int8"), "f16: {err}");
+    for dtype in [Dtype::Int8, Dtype::Bf16] {
+        let opts = LoadOptions { trainable: true, dtype: Some(dtype), ..Default::default() };
+        let err = SentenceEncoder::load(&model, &opts).err().expect("a trainable reduced load is refused").to_string();
+        assert!(err.contains("inference only"), "{err}");
     }
-    let opts = LoadOptions { trainable: true, dtype: Some(Dtype::Int8), ..Default::default() };
-    let err = SentenceEncoder::load(&model, &opts).err().expect("a trainable int8 load is refused").to_string();
-    assert!(err.contains("inference only"), "{err}");
+}
+
+/// `xsent quantize` of all-MiniLM-L6-v2 to int8 and to bf16: the directory loads with `--model`
+/// alone and gives the vectors of `--dtype DTYPE` on the source model bit for bit; its
+/// config.json and model card say how it was made; its weights file is smaller.
+#[test]
+fn quantize_then_load_gives_the_dtype_vectors() {
+    let src = common::model("all-MiniLM-L6-v2");
+    let tmp = tempfile::tempdir().unwrap();
+    let lines = ["Hallo Welt", "The cat sat on the mat, then left.", "你好", "A somewhat longer sentence, with punctuation; and numbers 1, 2, 3."];
+    for dtype in ["int8", "bf16"] {
+        let out = tmp.path().join(format!("minilm-{dtype}"));
+        let o = common::xsent().arg("quantize").arg(&src).arg(&out).args(["--dtype", dtype]).output().unwrap();
+        assert!(o.status.success(), "quantize --dtype {dtype}: {}", String::from_utf8_lossy(&o.stderr));
+        let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+        assert_eq!(config["quantization_config"]["quant_method"], "xsent");
+        assert_eq!(config["quantization_config"]["dtype"], dtype);
+        // int8: a model_type transformers does not know, so that it refuses the directory
+        // (scripts/check-quantized-load.py); bf16 keeps the source's, as transformers loads it.
+        assert_eq!(config["model_type"], if dtype == "int8" { "xsent-int8" } else { "bert" });
+        let card = std::fs::read_to_string(out.join("README.md")).unwrap();
+        for want in ["sha256", "git commit", "xsent quantize", dtype, src.to_str().unwrap()] {
+            assert!(card.contains(want), "the model card lacks {want:?}:\n{card}");
+        }
+        for f in ["tokenizer.json", "modules.json", "1_Pooling/config.json"] {
+            assert!(out.join(f).is_file(), "{f} was not copied");
+        }
+        let size = |p: &std::path::Path| std::fs::metadata(p).unwrap().len();
+        assert!(size(&out.join("model.safetensors")) < size(&src.join("model.safetensors")), "{dtype}: the weights are not smaller");
+        let from_dir = embed_with(&out, &lines, dtype, None);
+        let plain = {
+            use std::io::Write;
+            let mut child = common::xsent()
+                .args(["embed", "--model"])
+                .arg(&out)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            child.stdin.take().unwrap().write_all(lines.join("\n").as_bytes()).unwrap();
+            let o = child.wait_with_output().unwrap();
+            assert!(o.status.success(), "embed --model {}: {}", out.display(), String::from_utf8_lossy(&o.stderr));
+            String::from_utf8(o.stdout).unwrap()
+        };
+        let source = embed_with(&src, &lines, dtype, None);
+        assert_eq!(plain.lines().count(), lines.len());
+        assert_eq!(plain, source, "{dtype}: the quantised directory's vectors differ from --dtype {dtype} on the source");
+        assert_eq!(from_dir, source);
+        // Another dtype on the quantised directory is refused with what to do.
+        let other = if dtype == "int8" { "bf16" } else { "int8" };
+        let o = common::xsent().args(["embed", "--dtype", other, "--model"]).arg(&out).stdin(std::process::Stdio::null()).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains("leave --dtype out"), "--dtype {other} on a {dtype} model: {err}");
+    }
+}
+
+#[test]
+fn quantize_refuses_bad_input_clearly() {
+    let src = common::model("all-MiniLM-L6-v2");
+    let tmp = tempfile::tempdir().unwrap();
+    let err = |o: std::process::Output| {
+        assert!(!o.status.success());
+        String::from_utf8_lossy(&o.stderr).to_string()
+    };
+    let missing = tmp.path().join("no-such-model");
+    let e = err(common::xsent().arg("quantize").arg(&missing).arg(tmp.path().join("out")).output().unwrap());
+    assert!(e.contains("no-such-model"), "{e}");
+    assert!(!tmp.path().join("out").exists(), "a failed quantize left its output behind");
+    // An existing output directory is kept without --force, and --force replaces only a
+    // directory xsent quantize wrote.
+    let existing = tmp.path().join("existing");
+    std::fs::create_dir(&existing).unwrap();
+    std::fs::write(existing.join("keep.txt"), "mine").unwrap();
+    let e = err(common::xsent().arg("quantize").arg(&src).arg(&existing).output().unwrap());
+    assert!(e.contains("exists") && e.contains("--force"), "{e}");
+    let e = err(common::xsent().arg("quantize").arg(&src).arg(&existing).arg("--force").output().unwrap());
+    assert!(e.contains("not a model directory written by xsent quantize"), "{e}");
+    assert_eq!(std::fs::read_to_string(existing.join("keep.txt")).unwrap(), "mine");
+    let e = err(common::xsent().arg("quantize").arg(&src).arg(tmp.path().join("x")).args(["--dtype", "f32"]).output().unwrap());
+    assert!(e.contains("int8 or bf16"), "{e}");
 }

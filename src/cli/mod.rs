@@ -8,6 +8,7 @@ mod eval;
 mod index;
 mod mine;
 mod plot;
+mod quantize;
 mod tokenizer;
 mod train;
 
@@ -44,6 +45,9 @@ enum Command {
     /// Convert foreign model formats into a Hugging Face model directory.
     #[command(subcommand)]
     Convert(convert::Convert),
+    /// Write a model directory with the encoder's linear layers in int8 or bf16, which
+    /// `--model OUT` loads directly.
+    Quantize(quantize::Args),
     /// The built-in training configs: `xsent config list`, `xsent config show NAME`.
     #[command(subcommand)]
     Config(config::Command),
@@ -111,7 +115,8 @@ pub struct ModelArgs {
     #[arg(long, value_name = "BYTES", default_value_t = crate::model::sentence::DEFAULT_MAX_TEXT_BYTES, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_line_bytes: usize,
     /// Element type of the encoder's linear layers: f32 (default), int8 (CPU; weights per
-    /// channel, activations per row; see docs/quantization.md), bf16, f16.
+    /// channel, activations per row), bf16 (CPU; weights and activations rounded to bf16, f32
+    /// sums); see docs/quantization.md. f16 is not implemented and is refused.
     #[arg(long, value_enum)]
     pub dtype: Option<crate::model::quant::Dtype>,
 }
@@ -470,11 +475,12 @@ pub fn main() -> i32 {
         Command::Embed(_) | Command::Eval(_) | Command::Mine(_) | Command::Train(_) | Command::Plot(_) | Command::Index(_) => {
             crate::threads::init_data_parallel()
         }
-        Command::Convert(_) | Command::Tokenizer(_) | Command::Config(_) | Command::Data(_) => {}
+        Command::Convert(_) | Command::Tokenizer(_) | Command::Config(_) | Command::Data(_) | Command::Quantize(_) => {}
     }
     let result = match cli.command {
         Command::Embed(args) => embed::run(args).map(|()| 0),
         Command::Convert(c) => convert::run(c).map(|()| 0),
+        Command::Quantize(a) => quantize::run(a).map(|()| 0),
         Command::Tokenizer(c) => tokenizer::run(c).map(|()| 0),
         Command::Data(c) => data::run(c).map(|()| 0),
         Command::Eval(t) => eval::run(t).map(|()| 0),

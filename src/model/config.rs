@@ -63,7 +63,8 @@ impl EncoderConfig {
     }
 
     pub fn from_json(text: &str) -> Result<Self> {
-        let raw: serde_json::Value = serde_json::from_str(text)?;
+        let mut raw: serde_json::Value = serde_json::from_str(text)?;
+        super::quant::saved::restore_model_type(&mut raw);
         let mut cfg: EncoderConfig = serde_json::from_value(raw.clone())?;
         cfg.raw = raw;
         cfg.family()?;

@@ -170,17 +170,24 @@ impl SentenceEncoder {
         if let Some(n) = opts.layers {
             config.truncate_layers(n)?;
         }
+        // A model `xsent quantize` wrote runs in the dtype it was written in.
+        let saved_dtype = super::quant::saved::saved_dtype(&config.raw, &files.config)?;
+        let dtype = super::quant::saved::effective_dtype(saved_dtype, opts.dtype, opts.trainable, &files.spec)?;
         // The tokenizer (for XLM-R 250,002 pieces parsed from JSON into maps and a trie) loads on
         // a second thread while the weights are read.
         let (tensors, tokenizer) = std::thread::scope(|s| {
             let tokenizer = s.spawn(|| {
                 super::wordpiece::load_tokenizer(&files.tokenizer)
             });
-            let tensors = weights::load_encoder_tensors_noting(&files.weights, &opts.device, config.num_hidden_layers);
+            let tensors = if saved_dtype == Some(super::quant::Dtype::Int8) {
+                super::quant::saved::load_int8(&files.weights, &opts.device, config.num_hidden_layers)
+            } else {
+                weights::load_encoder_tensors_noting(&files.weights, &opts.device, config.num_hidden_layers).map(|(t, d)| (t, d, Default::default()))
+            };
             let tokenizer = tokenizer.join().unwrap_or_else(|_| Err(anyhow!("loading the tokenizer {} failed (the thread panicked)", files.tokenizer.display())));
             (tensors, tokenizer)
         });
-        let (tensors, dropped) = tensors?;
+        let (tensors, dropped, stored_int8) = tensors?;
         if !opts.allow_unused_weights {
             // Layers that --layers leaves out on purpose are not unused.
             let mut unused = if opts.layers.is_some() { Vec::new() } else { dropped };
@@ -210,7 +217,11 @@ impl SentenceEncoder {
         super::encoder::check_config(&tensors, &config).with_context(|| format!("{} and {}", files.config.display(), super::weights::describe(&files.weights)))?;
         let vb = VarBuilder::from_tensors(tensors, DType::F32, &opts.device);
         let mut encoder = Encoder::load(vb, &config).with_context(|| format!("loading weights {}", files.weights[0].display()))?;
-        super::quant::apply(&mut encoder, opts.dtype.unwrap_or_default(), &opts.device, opts.trainable)?;
+        if saved_dtype == Some(super::quant::Dtype::Int8) {
+            super::quant::saved::attach_int8(&mut encoder, stored_int8, &opts.device, &files.spec)?;
+        } else {
+            super::quant::apply(&mut encoder, dtype, &opts.device, opts.trainable)?;
+        }
 
         let mut tokenizer = tokenizer?;
         let pad_id = tokenizer

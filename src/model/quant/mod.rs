@@ -1,10 +1,13 @@
 //! Reduced-precision inference for the encoder's linear layers: int8 (weights per output
 //! channel, activations per row, exact i32 sums) and bf16. Kernels are chosen at run time from
 //! the CPU's features; `XSENT_KERNELS=avx2` or `XSENT_KERNELS=portable` forces a slower path
-//! (for tests and comparisons). See docs/quantization.md for the scheme.
+//! (for tests and comparisons); for bf16 `XSENT_BF16_KERNELS=avx512|avx2|portable` picks any
+//! path (see [`gemm_bf16::BfPath`]). See docs/quantization.md for the scheme.
 
+pub mod gemm_bf16;
 pub mod gemm_i8;
 pub mod quantize;
+pub mod saved;
 
 use anyhow::{bail, Result};
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
@@ -13,7 +16,7 @@ use std::sync::OnceLock;
 /// A kernel path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {
-    /// AVX-512 VNNI (`vpdpbusd`; AVX-512 BF16 `vdpbf16ps` for bf16 where present).
+    /// AVX-512 VNNI (`vpdpbusd`). The bf16 paths are [`gemm_bf16::BfPath`].
     Avx512Vnni,
     /// AVX2 (`vpmaddubsw`/`vpmaddwd`).
     Avx2,
@@ -109,17 +112,16 @@ impl QLinear {
     /// Quantise f32 weights `[out, in]` and bias `[out]`, with optional smoothing factors `[in]`.
     pub fn from_f32(weight: &Tensor, bias: &Tensor, smooth: Option<&[f32]>) -> Result<Self> {
         let (n, k) = weight.dims2()?;
-        let mut w: Vec<f32> = weight.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?;
+        let (q, scales) = int8_weights(weight, smooth)?;
+        Self::from_int8_smoothed(&q, &scales, &bias.to_dtype(candle_core::DType::F32)?.to_vec1()?, n, k, smooth)
+    }
+
+    /// [`Self::from_int8`] of weights quantised as `W diag(s)` with smoothing factors `s`.
+    pub fn from_int8_smoothed(q: &[i8], scales: &[f32], bias: &[f32], n: usize, k: usize, smooth: Option<&[f32]>) -> Result<Self> {
         if let Some(s) = smooth {
             anyhow::ensure!(s.len() == k, "int8 linear layer: {k} smoothing factors expected, got {}", s.len());
-            for row in w.chunks_exact_mut(k) {
-                for (v, f) in row.iter_mut().zip(s) {
-                    *v *= f;
-                }
-            }
         }
-        let (q, scales) = quantize::quantize_weights(&w, n, k);
-        let mut l = Self::from_int8(&q, &scales, &bias.to_dtype(candle_core::DType::F32)?.to_vec1()?, n, k)?;
+        let mut l = Self::from_int8(q, scales, bias, n, k)?;
         l.inv_smooth = smooth.map(|s| s.iter().map(|f| 1.0 / f).collect());
         Ok(l)
     }
@@ -157,35 +159,64 @@ impl QLinear {
         gemm_i8::gemm_f32(path, &qa, rows, &sa, p, &self.scales, &self.bias, &mut out);
         out
     }
-
-    /// `x` (`[rows, in]` f32 on the CPU) through the layer.
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(x.apply_op1_no_bwd(&QOp(self))?)
-    }
 }
 
-struct QOp<'a>(&'a QLinear);
+/// f32 weights `[out, in]` (times the smoothing factors `[in]`, if any) quantised per output
+/// channel: the int8 values `[out, in]` and the `out` scales.
+pub fn int8_weights(weight: &Tensor, smooth: Option<&[f32]>) -> Result<(Vec<i8>, Vec<f32>)> {
+    let (n, k) = weight.dims2()?;
+    let mut w: Vec<f32> = weight.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?;
+    if let Some(s) = smooth {
+        anyhow::ensure!(s.len() == k, "int8 linear layer: {k} smoothing factors expected, got {}", s.len());
+        for row in w.chunks_exact_mut(k) {
+            for (v, f) in row.iter_mut().zip(s) {
+                *v *= f;
+            }
+        }
+    }
+    Ok(quantize::quantize_weights(&w, n, k))
+}
 
-impl CustomOp1 for QOp<'_> {
-    fn name(&self) -> &'static str {
-        "int8-linear"
+/// A bf16 linear layer: `y = x Wᵀ + b` with `W` rounded to bf16 (nearest, ties to even) and
+/// prepacked, each activation rounded to bf16 per call, sums in f32 (see [`gemm_bf16`]).
+#[derive(Debug)]
+pub struct BLinear {
+    packed: gemm_bf16::PackedBf16,
+    bias: Vec<f32>,
+}
+
+impl BLinear {
+    /// Round f32 weights `[out, in]` to bf16; the bias `[out]` stays f32.
+    pub fn from_f32(weight: &Tensor, bias: &Tensor) -> Result<Self> {
+        let (n, k) = weight.dims2()?;
+        let w: Vec<f32> = weight.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?;
+        let bits: Vec<u16> = w.iter().map(|&v| gemm_bf16::to_bf16(v)).collect();
+        Self::from_bf16(&bits, &bias.to_dtype(candle_core::DType::F32)?.to_vec1()?, n, k)
     }
 
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (rows, k) = layout.shape().dims2()?;
-        if k != self.0.in_dim() {
-            candle_core::bail!("int8 linear layer: input has {k} features, the layer takes {}", self.0.in_dim());
+    /// From bf16 weights `[n, k]` (bits) and the f32 bias.
+    pub fn from_bf16(w: &[u16], bias: &[f32], n: usize, k: usize) -> Result<Self> {
+        if w.len() != n * k || bias.len() != n {
+            bail!("bf16 linear layer: {n}×{k} weights and {n} biases expected, got {} and {}", w.len(), bias.len());
         }
-        let x = match storage {
-            CpuStorage::F32(v) => v,
-            _ => candle_core::bail!("int8 linear layer: f32 input expected"),
-        };
-        let x = match layout.contiguous_offsets() {
-            Some((a, b)) => &x[a..b],
-            None => candle_core::bail!("int8 linear layer: contiguous input expected"),
-        };
-        let out = self.0.forward_slice(Path::current(), x, rows);
-        Ok((CpuStorage::F32(out), Shape::from((rows, self.0.out_dim()))))
+        Ok(Self { packed: gemm_bf16::PackedBf16::pack(w, n, k), bias: bias.to_vec() })
+    }
+
+    pub fn out_dim(&self) -> usize {
+        self.packed.n
+    }
+
+    pub fn in_dim(&self) -> usize {
+        self.packed.k
+    }
+
+    /// `x` (`[rows, in]` f32 on the CPU) through the layer with `path`.
+    pub fn forward_slice(&self, path: gemm_bf16::BfPath, x: &[f32], rows: usize) -> Vec<f32> {
+        let p = &self.packed;
+        let a = gemm_bf16::activations(path, x, rows, p.k, p.kp);
+        let mut out = vec![0f32; rows * p.n];
+        gemm_bf16::gemm(path, &a, rows, p, &self.bias, &mut out);
+        out
     }
 }
 
@@ -193,21 +224,71 @@ impl CustomOp1 for QOp<'_> {
 #[derive(Debug)]
 pub enum Reduced {
     Int8(QLinear),
+    Bf16(BLinear),
 }
 
 impl Reduced {
+    pub fn in_dim(&self) -> usize {
+        match self {
+            Reduced::Int8(q) => q.in_dim(),
+            Reduced::Bf16(b) => b.in_dim(),
+        }
+    }
+
+    pub fn out_dim(&self) -> usize {
+        match self {
+            Reduced::Int8(q) => q.out_dim(),
+            Reduced::Bf16(b) => b.out_dim(),
+        }
+    }
+
+    /// `x` (`[rows, in]` f32 on the CPU) through the layer with the current kernel path.
+    pub fn forward_slice(&self, x: &[f32], rows: usize) -> Vec<f32> {
+        match self {
+            Reduced::Int8(q) => q.forward_slice(Path::current(), x, rows),
+            Reduced::Bf16(b) => b.forward_slice(gemm_bf16::BfPath::current(), x, rows),
+        }
+    }
+
     /// `x` (`[rows, in]`, contiguous f32 on the CPU) through the layer.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        match self {
-            Reduced::Int8(q) => q.forward(x),
+        Ok(x.apply_op1_no_bwd(&ROp(self))?)
+    }
+}
+
+struct ROp<'a>(&'a Reduced);
+
+impl CustomOp1 for ROp<'_> {
+    fn name(&self) -> &'static str {
+        match self.0 {
+            Reduced::Int8(_) => "int8-linear",
+            Reduced::Bf16(_) => "bf16-linear",
         }
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let name = self.name();
+        let (rows, k) = layout.shape().dims2()?;
+        if k != self.0.in_dim() {
+            candle_core::bail!("{name} layer: input has {k} features, the layer takes {}", self.0.in_dim());
+        }
+        let x = match storage {
+            CpuStorage::F32(v) => v,
+            _ => candle_core::bail!("{name} layer: f32 input expected"),
+        };
+        let x = match layout.contiguous_offsets() {
+            Some((a, b)) => &x[a..b],
+            None => candle_core::bail!("{name} layer: contiguous input expected"),
+        };
+        let out = self.0.forward_slice(x, rows);
+        Ok((CpuStorage::F32(out), Shape::from((rows, self.0.out_dim()))))
     }
 }
 
 /// The dtypes `--dtype` runs on `device`, for error messages.
 fn supported_on(device: &candle_core::Device) -> &'static str {
     if device.is_cpu() {
-        "f32 and int8"
+        "f32, bf16 and int8"
     } else {
         "f32"
     }
@@ -222,18 +303,22 @@ pub fn apply(encoder: &mut super::Encoder, dtype: Dtype, device: &candle_core::D
     if trainable {
         bail!("--dtype {dtype} is for inference only; training runs in f32 (leave --dtype out)");
     }
-    let ok = device.is_cpu() && matches!(dtype, Dtype::Int8);
+    let ok = device.is_cpu() && matches!(dtype, Dtype::Int8 | Dtype::Bf16);
     if !ok {
         let on = if device.is_cpu() { "the CPU".to_string() } else { format!("{device:?}") };
-        bail!("--dtype {dtype} is not supported on {on}: it runs {} (use --dtype f32{})", supported_on(device), if device.is_cpu() { " or int8" } else { ", or --device cpu for int8" });
+        bail!("--dtype {dtype} is not supported on {on}: it runs {} (use --dtype f32{})", supported_on(device), if device.is_cpu() { ", bf16 or int8" } else { ", or --device cpu for bf16 and int8" });
     }
-    let inputs = encoder.linear_inputs()?;
-    for (l, norm) in encoder.linears_mut().zip(inputs) {
-        let smooth = match norm {
-            Some((g, b)) => Some(smoothing(&g, &b, &l.weight)?),
-            None => None,
-        };
-        l.reduced = Some(std::sync::Arc::new(Reduced::Int8(QLinear::from_f32(&l.weight, &l.bias, smooth.as_deref())?)));
+    if dtype == Dtype::Bf16 {
+        for l in encoder.linears_mut() {
+            l.reduced = Some(std::sync::Arc::new(Reduced::Bf16(BLinear::from_f32(&l.weight, &l.bias)?)));
+        }
+        return Ok(());
+    }
+    let layers = saved::int8_layers(encoder)?;
+    for (l, (q, scales, smooth)) in encoder.linears_mut().zip(layers) {
+        let (n, k) = l.weight.dims2()?;
+        let bias: Vec<f32> = l.bias.to_dtype(candle_core::DType::F32)?.to_vec1()?;
+        l.reduced = Some(std::sync::Arc::new(Reduced::Int8(QLinear::from_int8_smoothed(&q, &scales, &bias, n, k, smooth.as_deref())?)));
     }
     Ok(())
 }

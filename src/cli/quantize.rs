@@ -1,0 +1,34 @@
+//! `xsent quantize MODEL OUT`: a model directory with the encoder's linear layers in int8 or
+//! bf16, which `--model OUT` loads directly (see docs/quantization.md).
+
+use crate::model::quant::Dtype;
+use anyhow::Result;
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The f32 source model: directory or hub id org/name[@revision].
+    pub model: String,
+    /// Output model directory (must not exist, unless --force).
+    pub out: PathBuf,
+    /// int8 (per-channel weights, smoothed; the default) or bf16.
+    #[arg(long, value_enum, default_value_t = Dtype::Int8)]
+    pub dtype: Dtype,
+    /// Replace OUT if it is a model directory an earlier `xsent quantize` wrote.
+    #[arg(long)]
+    pub force: bool,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let command = std::env::args().map(|s| if s.contains(char::is_whitespace) { format!("'{s}'") } else { s }).collect::<Vec<_>>().join(" ");
+    let w = crate::model::quant::saved::quantize(&a.model, &a.out, a.dtype, a.force, &command)?;
+    errln!(
+        "xsent quantize: wrote {} ({} linear layers in {}; weights {:.1} MB, source {:.1} MB)",
+        a.out.display(),
+        w.layers,
+        a.dtype,
+        w.bytes as f64 / 1e6,
+        w.source_bytes as f64 / 1e6
+    );
+    Ok(())
+}

@@ -1,0 +1,388 @@
+//! Quantised model directories, as `xsent quantize` writes them and `--model` loads them.
+//!
+//! `model.safetensors` holds every encoder tensor under its canonical name; each linear layer
+//! `P` of the encoder is stored reduced:
+//! - int8: `P.weight` (I8 `[out, in]`, the per-channel symmetric values), `P.weight_scale`
+//!   (F32 `[out]`) and, for the layers fed by a LayerNorm, `P.input_smooth` (F32 `[in]`, the
+//!   smoothing factors `s`: the stored weights are `W diag(s)` quantised, and activations are
+//!   divided by `s`); `W ≈ q · scale / s` column by column.
+//! - bf16: `P.weight` (BF16 `[out, in]`).
+//!
+//! Everything else stays f32. `config.json` carries a `quantization_config` block with
+//! `quant_method: "xsent"` and the `dtype`. Loading gives the layers exactly the weights
+//! `--dtype int8|bf16` computes from the source model, so the vectors are the same bit for bit.
+
+use super::{smoothing, Dtype, QLinear, Reduced};
+use crate::model::config::EncoderConfig;
+use crate::model::encoder::Encoder;
+use crate::model::weights;
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// `quant_method` in `config.json`'s `quantization_config`.
+pub const METHOD: &str = "xsent";
+
+/// `model_type` of an int8 directory: transformers does not know it, so it refuses the
+/// directory instead of loading the int8 values as if they were weights (it ignores an unknown
+/// `quant_method`). The source's `model_type` is kept in `quantization_config.source_model_type`.
+pub const INT8_MODEL_TYPE: &str = "xsent-int8";
+
+/// Put back the source's `model_type` in the raw `config.json` of an int8 directory.
+pub fn restore_model_type(raw: &mut serde_json::Value) {
+    if raw.get("model_type").and_then(|v| v.as_str()) != Some(INT8_MODEL_TYPE) {
+        return;
+    }
+    if let Some(orig) = raw.get("quantization_config").and_then(|q| q.get("source_model_type")).cloned() {
+        raw["model_type"] = orig;
+    }
+}
+
+/// The canonical names of the encoder's linear layers, in [`Encoder::linears_mut`]'s order.
+pub fn linear_names(layers: usize) -> Vec<String> {
+    (0..layers)
+        .flat_map(|i| {
+            ["attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense", "intermediate.dense", "output.dense"]
+                .map(|n| format!("encoder.layer.{i}.{n}"))
+        })
+        .collect()
+}
+
+/// The dtype a model's `config.json` (`raw`, read from `path`) says its linear layers are stored
+/// in, or `None` for an ordinary model.
+pub fn saved_dtype(raw: &serde_json::Value, path: &Path) -> Result<Option<Dtype>> {
+    let Some(q) = raw.get("quantization_config") else { return Ok(None) };
+    let method = q.get("quant_method").and_then(|v| v.as_str()).unwrap_or("");
+    if method != METHOD {
+        bail!(
+            "{}: quantization_config names quant_method {method:?}; xsent loads only the quantised models `xsent quantize` writes \
+             (quant_method \"xsent\"): use the unquantised model",
+            path.display()
+        );
+    }
+    match q.get("dtype").and_then(|v| v.as_str()) {
+        Some("int8") => Ok(Some(Dtype::Int8)),
+        Some("bf16") => Ok(Some(Dtype::Bf16)),
+        other => bail!("{}: quantization_config has dtype {other:?}; xsent quantize writes \"int8\" or \"bf16\"", path.display()),
+    }
+}
+
+/// The dtype to run a model stored in `saved` with, given `--dtype requested`.
+pub fn effective_dtype(saved: Option<Dtype>, requested: Option<Dtype>, trainable: bool, spec: &str) -> Result<Dtype> {
+    let Some(s) = saved else { return Ok(requested.unwrap_or_default()) };
+    if trainable {
+        bail!("{spec} holds {s} weights written by `xsent quantize`: it is for inference only; train from the f32 source model (its README.md names it)");
+    }
+    match requested {
+        None => Ok(s),
+        Some(r) if r == s => Ok(s),
+        Some(r) => bail!(
+            "{spec} holds {s} weights written by `xsent quantize`; --dtype {r} cannot run them: leave --dtype out (or pass --dtype {s}), \
+             or load the f32 source model (its README.md names it)"
+        ),
+    }
+}
+
+/// One int8 layer's values `[out, in]`, per-channel scales and smoothing factors (if any).
+pub type Int8Parts = (Vec<i8>, Vec<f32>, Option<Vec<f32>>);
+
+/// The int8 values, per-channel scales and smoothing factors of every linear layer of
+/// `encoder`, as `--dtype int8` computes them.
+pub fn int8_layers(encoder: &mut Encoder) -> Result<Vec<Int8Parts>> {
+    let inputs = encoder.linear_inputs()?;
+    let mut out = Vec::new();
+    for (l, norm) in encoder.linears_mut().zip(inputs) {
+        let smooth = match norm {
+            Some((g, b)) => Some(smoothing(&g, &b, &l.weight)?),
+            None => None,
+        };
+        let (q, scales) = super::int8_weights(&l.weight, smooth.as_deref())?;
+        out.push((q, scales, smooth));
+    }
+    Ok(out)
+}
+
+/// Read an int8 model's weight files: the f32 tensors (each int8 weight dequantised, for the
+/// f32 copy every [`crate::model::encoder::Linear`] keeps), the tensors of layers at index
+/// `>= keep_layers` left out (their names), and the int8 layers by name.
+#[allow(clippy::type_complexity)]
+pub fn load_int8(paths: &[PathBuf], device: &Device, keep_layers: usize) -> Result<(HashMap<String, Tensor>, Vec<String>, HashMap<String, QLinear>)> {
+    let mut f32s: HashMap<String, (Vec<f32>, Vec<usize>)> = HashMap::new();
+    let mut ints: HashMap<String, (Vec<i8>, Vec<usize>)> = HashMap::new();
+    let mut dropped = Vec::new();
+    for path in paths {
+        let bytes = std::fs::read(path).with_context(|| format!("cannot read weights {}", path.display()))?;
+        let st = safetensors::SafeTensors::deserialize(&bytes).with_context(|| format!("{} is not a safetensors file", path.display()))?;
+        for (name, view) in st.tensors() {
+            if weights::layer_index(&name).is_some_and(|l| l >= keep_layers) {
+                dropped.push(name);
+                continue;
+            }
+            let shape = view.shape().to_vec();
+            match view.dtype() {
+                safetensors::Dtype::F32 => {
+                    let v = view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+                    f32s.insert(name, (v, shape));
+                }
+                safetensors::Dtype::I8 => {
+                    ints.insert(name, (view.data().iter().map(|&b| b as i8).collect(), shape));
+                }
+                other => bail!("{}: tensor {name} is {other:?}; an int8 model written by xsent quantize holds only F32 and I8 tensors", path.display()),
+            }
+        }
+    }
+    let mut layers = HashMap::new();
+    for (wname, (q, shape)) in ints {
+        let Some(p) = wname.strip_suffix(".weight").map(str::to_string) else { bail!("int8 tensor {wname}: only linear layers' weights are stored in int8") };
+        let [n, k] = shape[..] else { bail!("int8 tensor {wname} has shape {shape:?}, [out, in] expected") };
+        let take = |suffix: &str, f32s: &mut HashMap<String, (Vec<f32>, Vec<usize>)>| f32s.remove(&format!("{p}.{suffix}")).map(|(v, _)| v);
+        let scales = take("weight_scale", &mut f32s).with_context(|| format!("int8 weights {wname} without their scales {p}.weight_scale"))?;
+        let smooth = take("input_smooth", &mut f32s);
+        let bias = f32s.get(&format!("{p}.bias")).map(|(v, _)| v.clone()).with_context(|| format!("int8 weights {wname} without a bias {p}.bias"))?;
+        let layer = QLinear::from_int8_smoothed(&q, &scales, &bias, n, k, smooth.as_deref()).with_context(|| format!("int8 layer {p}"))?;
+        // The f32 copy: q · scale / s.
+        let w: Vec<f32> = q
+            .chunks_exact(k)
+            .zip(&scales)
+            .flat_map(|(row, &sc)| row.iter().enumerate().map(move |(c, &v)| (v as f32 * sc, c)))
+            .map(|(v, c)| match &smooth {
+                Some(s) => v / s[c],
+                None => v,
+            })
+            .collect();
+        f32s.insert(wname, (w, vec![n, k]));
+        layers.insert(p, layer);
+    }
+    let tensors = f32s.into_iter().map(|(n, (v, s))| Ok((n, Tensor::from_vec(v, s, device)?))).collect::<Result<HashMap<_, _>>>()?;
+    Ok((tensors, dropped, layers))
+}
+
+/// Give `encoder`'s linear layers the int8 layers read by [`load_int8`].
+pub fn attach_int8(encoder: &mut Encoder, mut layers: HashMap<String, QLinear>, device: &Device, spec: &str) -> Result<()> {
+    if !device.is_cpu() {
+        bail!("{spec} holds int8 weights written by `xsent quantize`, which run on the CPU only: use --device cpu, or the f32 source model on {device:?}");
+    }
+    let n = encoder.linears_mut().count() / 6;
+    for (l, name) in encoder.linears_mut().zip(linear_names(n)) {
+        let q = layers.remove(&name).with_context(|| format!("{spec}: the int8 model has no int8 weights for {name}"))?;
+        l.reduced = Some(std::sync::Arc::new(Reduced::Int8(q)));
+    }
+    Ok(())
+}
+
+/// What [`quantize`] wrote.
+pub struct Written {
+    pub layers: usize,
+    pub bytes: u64,
+    pub source_bytes: u64,
+}
+
+/// `xsent quantize`: write `model` (a model directory or hub id) with its linear layers in
+/// `dtype` to the directory `out` (see the module doc), with a model card. `command` is the
+/// command line, for the card.
+pub fn quantize(model: &str, out: &Path, dtype: Dtype, force: bool, command: &str) -> Result<Written> {
+    if !matches!(dtype, Dtype::Int8 | Dtype::Bf16) {
+        bail!("xsent quantize writes int8 or bf16 models, not {dtype} (--dtype int8|bf16)");
+    }
+    if let Some(kind) = crate::model::embedder::saved_kind(model)?.filter(|k| k != "transformer") {
+        bail!("{model} is an xsent {kind} model (its xsent.json says so); xsent quantize takes a BERT/XLM-R encoder model directory or hub id");
+    }
+    let files = crate::model::source::resolve(model)?;
+    let cfg = EncoderConfig::from_file(&files.config)?;
+    if let Some(d) = saved_dtype(&cfg.raw, &files.config)? {
+        bail!("{model} is already quantised ({d}, its config.json says so): quantize the f32 source model");
+    }
+    let src_dir = files.config.parent().map(Path::to_path_buf).unwrap_or_default();
+    if out.exists() {
+        if !force {
+            bail!("{} exists; pass --force to replace it, or choose another output directory", out.display());
+        }
+        let is_ours = std::fs::read_to_string(out.join("config.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .is_some_and(|v| v.get("quantization_config").and_then(|q| q.get("quant_method")).and_then(|m| m.as_str()) == Some(METHOD));
+        if !is_ours {
+            bail!("{} exists and is not a model directory written by xsent quantize; --force replaces only those: remove it yourself or choose another output directory", out.display());
+        }
+    }
+    if same_dir(out, &src_dir) {
+        bail!("the output directory {} is the source model's directory; choose another", out.display());
+    }
+
+    let tensors = weights::load_encoder_tensors(&files.weights, &Device::Cpu, cfg.num_hidden_layers)?;
+    crate::model::encoder::check_config(&tensors, &cfg).with_context(|| format!("{} and {}", files.config.display(), weights::describe(&files.weights)))?;
+    let mut encoder = Encoder::load(VarBuilder::from_tensors(tensors.clone(), DType::F32, &Device::Cpu), &cfg)?;
+    let names = linear_names(cfg.num_hidden_layers);
+
+    // Every tensor as little-endian bytes, under its canonical name.
+    let mut blobs: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+    let f32_bytes = |t: &Tensor| -> Result<Vec<u8>> { Ok(t.flatten_all()?.to_vec1::<f32>()?.iter().flat_map(|v| v.to_le_bytes()).collect()) };
+    let linear_weights: std::collections::HashSet<String> = names.iter().map(|n| format!("{n}.weight")).collect();
+    for (name, t) in &tensors {
+        if linear_weights.contains(name) || name == "embeddings.position_ids" {
+            continue;
+        }
+        blobs.push((name.clone(), safetensors::Dtype::F32, t.dims().to_vec(), f32_bytes(t)?));
+    }
+    let mut smoothing_note = String::new();
+    match dtype {
+        Dtype::Int8 => {
+            let layers = int8_layers(&mut encoder)?;
+            let mut smoothed = 0;
+            for (name, (q, scales, smooth)) in names.iter().zip(layers) {
+                let (n, k) = (scales.len(), q.len() / scales.len());
+                blobs.push((format!("{name}.weight"), safetensors::Dtype::I8, vec![n, k], q.iter().map(|&v| v as u8).collect()));
+                blobs.push((format!("{name}.weight_scale"), safetensors::Dtype::F32, vec![n], scales.iter().flat_map(|v| v.to_le_bytes()).collect()));
+                if let Some(s) = smooth {
+                    smoothed += 1;
+                    blobs.push((format!("{name}.input_smooth"), safetensors::Dtype::F32, vec![k], s.iter().flat_map(|v| v.to_le_bytes()).collect()));
+                }
+            }
+            smoothing_note = format!(
+                "{smoothed} of the {} layers (those fed by a LayerNorm: query, key, value, intermediate) are smoothed: s_c = sqrt(a_c / max_j abs(W_jc)) \
+                 with a_c = 3 abs(γ_c) + abs(β_c) from the LayerNorm (no calibration data), divided by their geometric mean",
+                names.len()
+            );
+        }
+        _ => {
+            for (name, l) in names.iter().zip(encoder.linears_mut()) {
+                let w: Vec<f32> = l.weight.flatten_all()?.to_vec1()?;
+                let bits: Vec<u8> = w.iter().flat_map(|&v| super::gemm_bf16::to_bf16(v).to_le_bytes()).collect();
+                blobs.push((format!("{name}.weight"), safetensors::Dtype::BF16, l.weight.dims().to_vec(), bits));
+            }
+        }
+    }
+    blobs.sort_by(|a, b| a.0.cmp(&b.0));
+
+    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+    let tmp = parent.join(format!(".{}.partial-{}", out.file_name().and_then(|n| n.to_str()).unwrap_or("quantized"), std::process::id()));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).with_context(|| format!("cannot remove the leftover {}", tmp.display()))?;
+    }
+    std::fs::create_dir(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    let result = (|| -> Result<u64> {
+        let views = blobs
+            .iter()
+            .map(|(n, d, s, b)| Ok((n.clone(), safetensors::tensor::TensorView::new(*d, s.clone(), b)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
+        let wpath = tmp.join("model.safetensors");
+        safetensors::serialize_to_file(views, Some(meta), &wpath).with_context(|| format!("cannot write {}", wpath.display()))?;
+        let mut raw = cfg.raw.clone();
+        let block = serde_json::json!({
+            "quant_method": METHOD,
+            "dtype": dtype.to_string(),
+            "layers": "encoder linear layers (query, key, value, attention output, intermediate, output)",
+            "weights": if dtype == Dtype::Int8 { "per output channel, symmetric, [-127, 127], f32 scales (P.weight_scale); smoothing factors P.input_smooth" } else { "bf16, rounded to nearest even from f32" },
+            "activations": if dtype == Dtype::Int8 { "per row, symmetric int8, at run time" } else { "rounded to bf16 at run time; f32 sums" },
+            "xsent_version": env!("CARGO_PKG_VERSION"),
+        });
+        let obj = raw.as_object_mut().context("config.json is not a JSON object")?;
+        obj.insert("quantization_config".into(), block);
+        if dtype == Dtype::Int8 {
+            // transformers would load the int8 values as weights (it skips an unknown
+            // quant_method with a warning): an unknown model_type makes it refuse instead.
+            let orig = obj.get("model_type").cloned().unwrap_or_default();
+            obj["quantization_config"]["source_model_type"] = orig;
+            obj.insert("model_type".into(), INT8_MODEL_TYPE.into());
+        }
+        std::fs::write(tmp.join("config.json"), serde_json::to_string_pretty(&raw)? + "\n")?;
+        copy_model_files(&src_dir, &tmp, true)?;
+        let mut sums = Vec::new();
+        for w in &files.weights {
+            sums.push(format!("| source weights | `{}` sha256 `{}` |", w.display(), sha256_file(w)?));
+        }
+        let card = format!(
+            "# {name} ({dtype}, xsent quantize)\n\n\
+             The encoder of `{src}` with its linear layers stored in {dtype}, written by `xsent quantize`. \
+             `xsent embed|eval|mine --model {out}` loads it and runs {dtype} on the CPU; its vectors are those of \
+             `--dtype {dtype}` on the source model, bit for bit.\n\n\
+             | | |\n|---|---|\n\
+             | source model | `{src}` |\n\
+             {sums}\n\
+             | xsent | {ver} (git commit {commit}) |\n\
+             | command | `{command}` |\n\
+             | method | {method} |\n\
+             | date | {date} |\n\n\
+             {loaders}\n",
+            name = out.file_name().and_then(|n| n.to_str()).unwrap_or("model"),
+            src = files.spec,
+            out = out.display(),
+            sums = sums.join("\n"),
+            ver = env!("CARGO_PKG_VERSION"),
+            commit = option_env!("XSENT_GIT_COMMIT").unwrap_or("unknown"),
+            method = match dtype {
+                Dtype::Int8 => format!(
+                    "int8: weights per output channel, symmetric (scale = largest magnitude / 127, round to nearest even, [-127, 127]); activations per row at run time; \
+                     int32 sums; bias and scales in f32. {smoothing_note}. Attention, softmax, LayerNorm and pooling run in f32."
+                ),
+                _ => "bf16: weights rounded to nearest even from f32; activations rounded to bf16 per call; sums in f32. Attention, softmax, LayerNorm and pooling run in f32."
+                    .to_string(),
+            },
+            date = crate::eval::report::utc_now(),
+            loaders = if dtype == Dtype::Int8 {
+                "transformers and sentence-transformers refuse this directory: its config.json's model_type is \"xsent-int8\", \
+                 which they do not know (the source's is kept in quantization_config.source_model_type). Load the source model with them."
+            } else {
+                "transformers and sentence-transformers load this directory as the source model with bf16-rounded linear weights \
+                 (widened to f32), warning that they skip the unknown quantization_config."
+            },
+        );
+        std::fs::write(tmp.join("README.md"), card)?;
+        Ok(std::fs::metadata(&wpath)?.len())
+    })();
+    let bytes = match result {
+        Ok(b) => b,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(e.context(format!("writing {} (nothing was written there)", out.display())));
+        }
+    };
+    if out.exists() {
+        std::fs::remove_dir_all(out).with_context(|| format!("cannot remove the old {} (the new model is in {})", out.display(), tmp.display()))?;
+    }
+    std::fs::rename(&tmp, out).with_context(|| format!("cannot move {} to {}", tmp.display(), out.display()))?;
+    let source_bytes = files.weights.iter().filter_map(|w| std::fs::metadata(w).ok()).map(|m| m.len()).sum();
+    Ok(Written { layers: names.len(), bytes, source_bytes })
+}
+
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+fn sha256_file(path: &Path) -> Result<String> {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    let mut f = std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    std::io::copy(&mut f, &mut h).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Copy the tokenizer and sentence-transformers files of `src` into `dst`: everything but
+/// weights, hidden entries and, at the `top` level, `config.json`, `README.md` and other
+/// formats' folders (onnx, openvino).
+fn copy_model_files(src: &Path, dst: &Path, top: bool) -> Result<()> {
+    for entry in std::fs::read_dir(src).with_context(|| format!("cannot list {}", src.display()))? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let path = entry.path();
+        if name.starts_with('.') || (top && matches!(name.as_ref(), "config.json" | "README.md" | "onnx" | "openvino")) {
+            continue;
+        }
+        let weightish = [".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ot", ".index.json"].iter().any(|s| name.ends_with(s));
+        if path.is_dir() {
+            std::fs::create_dir_all(dst.join(&*name))?;
+            copy_model_files(&path, &dst.join(&*name), false)?;
+        } else if !weightish {
+            std::fs::copy(&path, dst.join(&*name)).with_context(|| format!("cannot copy {} to {}", path.display(), dst.display()))?;
+        }
+    }
+    Ok(())
+}
