@@ -9,6 +9,7 @@
 pub mod log;
 pub mod cli;
 pub mod data;
+pub mod clock;
 pub mod device;
 pub mod embed;
 pub mod eval;

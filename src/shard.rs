@@ -302,18 +302,7 @@ pub struct RunId {
     pub options: serde_json::Map<String, serde_json::Value>,
 }
 
-/// Lowercase hex of bytes.
-pub fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-/// sha256 and length of a file.
-pub fn sha256_file(path: &Path) -> Result<(String, u64)> {
-    let mut f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let mut h = Sha256::new();
-    let n = std::io::copy(&mut f, &mut h).with_context(|| format!("cannot read {}", path.display()))?;
-    Ok((hex(&h.finalize()), n))
-}
+pub use crate::io::digest::{hex, sha256_file_len as sha256_file};
 
 /// Whether shard `want` is done in `dir`: `Ok(Some(manifest))` when its manifest matches and
 /// its output has the recorded size and sha256; `Ok(None)` when it must be (re)done (no

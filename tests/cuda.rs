@@ -139,12 +139,12 @@ fn dropout_masks_equal_the_cpu_and_backward_reuses_them() {
 
 #[test]
 fn exact_knn_on_the_gpu_equals_the_cpu() {
-    use xsent::eval::knn::{knn_both, Matrix};
+    use xsent::index::knn::{knn_both, Matrix};
     // Small integers: exact products in any order, so the lists must be equal, ties included.
     let m = |n: usize, s: usize| Matrix { data: (0..n * 8).map(|i| (((i + s) * 7919) % 5) as f32 - 2.0).collect(), dim: 8 };
     let (x, y) = (m(3000, 1), m(20_000, 2));
     let want = knn_both(&x, &y, 4).unwrap();
-    let got = xsent::eval::knn_gpu::search(&x, &y, 4, true, &gpu()).unwrap();
+    let got = xsent::index::knn_gpu::search(&x, &y, 4, true, &gpu()).unwrap();
     assert_eq!(got.0, want.0);
     assert_eq!(got.1.unwrap(), want.1);
 }

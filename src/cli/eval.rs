@@ -1,7 +1,8 @@
 use super::mine::MiningArgs;
 use super::ModelArgs;
 use crate::eval::bucc;
-use crate::eval::report::{utc_now, Entry, Report};
+use crate::clock::utc_now;
+use crate::eval::report::{Entry, Report};
 use anyhow::{bail, ensure, Result};
 use clap::ValueEnum;
 use std::path::{Path, PathBuf};
@@ -204,7 +205,7 @@ fn bucc_read(b: &BuccArgs) -> Result<Vec<BuccPair>> {
         let train = threshold_split.map(|s| crate::data::bucc::read(&dir, &pair, &s)).transpose()?;
         let test = crate::data::bucc::read(&dir, &pair, &test_split)?;
         for split in train.iter().chain([&test]) {
-            if let Some(note) = crate::eval::knn::k_note(settings.k, split.src.len(), split.tgt.len()) {
+            if let Some(note) = crate::index::knn::k_note(settings.k, split.src.len(), split.tgt.len()) {
                 errln!("xsent eval bucc: {pair} {}: {note}", split.split);
             }
         }

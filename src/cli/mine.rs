@@ -1,6 +1,6 @@
 use super::ModelArgs;
 use crate::eval::bucc::Settings;
-use crate::eval::knn::{mine, Candidate, Margin, Matrix, Retrieval};
+use crate::index::knn::{mine, Candidate, Margin, Matrix, Retrieval};
 use crate::whole_rows::RowWriter;
 use anyhow::{ensure, Result};
 use std::io::Write;
@@ -138,7 +138,7 @@ pub fn run(a: Args) -> Result<()> {
             errln!("xsent mine: {} of {} lines of {} repeat an earlier line; each text is mined once", lines - distinct, lines, file.display());
         }
     }
-    if let Some(note) = crate::eval::knn::k_note(s.k, src.len(), tgt.len()) {
+    if let Some(note) = crate::index::knn::k_note(s.k, src.len(), tgt.len()) {
         errln!("xsent mine: {note}");
     }
     let enc = model.load()?;
@@ -148,7 +148,7 @@ pub fn run(a: Args) -> Result<()> {
         None => mine(&x, &y, s.k, s.margin, s.retrieval)?,
         Some(p) => {
             let (x2y, y2x) = crate::index::mine::knn_both_ivf(&x, &y, s.k, p)?;
-            crate::eval::knn::mine_neighbours(&x2y, &y2x, s.k, s.margin, s.retrieval)?
+            crate::index::knn::mine_neighbours(&x2y, &y2x, s.k, s.margin, s.retrieval)?
         }
     };
     drop((x, y));
@@ -200,7 +200,7 @@ fn mine_knn(a: &Args, s: Settings, sink: Option<super::OutputFile>) -> Result<()
     }
     let x2y = crate::index::mine::to_neighbours(&x2y)?;
     let y2x = crate::index::mine::to_neighbours(&y2x)?;
-    let cands = crate::eval::knn::mine_neighbours(&x2y, &y2x, s.k, s.margin, s.retrieval)?;
+    let cands = crate::index::knn::mine_neighbours(&x2y, &y2x, s.k, s.margin, s.retrieval)?;
     write_pairs(&cands, &src, &tgt, a.threshold, sink)
 }
 

@@ -125,7 +125,7 @@ impl ModelArgs {
     /// The model, on `--device`; the command's exact kNN searches run there too.
     pub fn load(&self) -> anyhow::Result<Box<dyn crate::model::Embedder>> {
         let opts = self.options()?;
-        crate::eval::knn_gpu::search_on(&opts.device);
+        crate::index::knn_gpu::search_on(&opts.device);
         crate::model::load_embedder(&self.spec()?, &opts, self.head.as_deref())
     }
 

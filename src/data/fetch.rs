@@ -11,7 +11,6 @@
 use super::registry::{DataSet, File, Origin, Repo};
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -189,12 +188,7 @@ fn copy_capped(r: &mut dyn Read, w: &mut dyn Write, cap: u64, from: &str) -> Res
     Ok(n)
 }
 
-fn sha256_file(path: &Path) -> Result<String> {
-    let mut f = std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let mut h = Sha256::new();
-    std::io::copy(&mut f, &mut h).with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(format!("{:x}", h.finalize()))
-}
+use crate::io::digest::sha256_file;
 
 /// One data set's transfers: the HTTP agent and the progress bar (hidden when stderr is not a
 /// terminal).

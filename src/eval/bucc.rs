@@ -3,7 +3,7 @@
 //! threshold for best F1 on a training split applied to the test split, or — with one split —
 //! the best-F1 threshold on that split itself, reported as an oracle threshold.
 
-use super::knn::{mine, Candidate, Margin, Matrix, Retrieval};
+use crate::index::knn::{mine, Candidate, Margin, Matrix, Retrieval};
 use crate::data::bucc::BuccSplit;
 use crate::model::Embedder;
 use anyhow::Result;
@@ -104,7 +104,7 @@ pub fn candidates(enc: &dyn Embedder, split: &BuccSplit, s: Settings, batch_size
         None => mine(&x, &y, s.k, s.margin, s.retrieval)?,
         Some(p) => {
             let (x2y, y2x) = crate::index::mine::knn_both_ivf(&x, &y, s.k, p)?;
-            super::knn::mine_neighbours(&x2y, &y2x, s.k, s.margin, s.retrieval)?
+            crate::index::knn::mine_neighbours(&x2y, &y2x, s.k, s.margin, s.retrieval)?
         }
     };
     for c in mined {

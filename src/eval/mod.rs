@@ -2,8 +2,6 @@
 
 pub mod bootstrap;
 pub mod bucc;
-pub mod knn;
-pub mod knn_gpu;
 pub mod metrics;
 pub mod published;
 pub mod published_tables;

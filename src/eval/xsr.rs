@@ -10,7 +10,7 @@
 //! that copies the gold, or a target line repeated in the target file, never costs one.
 
 use super::bootstrap::Items;
-use super::knn::{knn, Matrix};
+use crate::index::knn::{knn, Matrix};
 use crate::model::Embedder;
 use anyhow::{bail, ensure, Context, Result};
 use std::collections::HashMap;

@@ -2,7 +2,7 @@
 //! each side is built in memory and searched with the other side's vectors.
 
 use super::{BuildParams, Codec, Ivf, Knn, Quantizer, SliceRows};
-use crate::eval::knn::{Matrix, Neighbours};
+use crate::index::knn::{Matrix, Neighbours};
 use anyhow::{ensure, Result};
 
 /// Settings of the approximate search (`--index` and its options).
@@ -29,7 +29,7 @@ pub fn to_neighbours(knn: &Knn) -> Result<Neighbours> {
     Ok(Neighbours { k: knn.k, sims: knn.sims.clone(), idx: knn.ids.iter().map(|&i| i as u32).collect() })
 }
 
-/// Approximate [`crate::eval::knn::knn_both`]: each row of `x` among `y` and each row of `y`
+/// Approximate [`crate::index::knn::knn_both`]: each row of `x` among `y` and each row of `y`
 /// among `x`, `k` capped at the other side's rows, from an index of each side (built one after
 /// the other, so one index is held at a time).
 pub fn knn_both_ivf(x: &Matrix, y: &Matrix, k: usize, p: &AnnParams) -> Result<(Neighbours, Neighbours)> {

@@ -20,6 +20,8 @@
 
 pub mod dot;
 pub mod kmeans;
+pub mod knn;
+pub mod knn_gpu;
 pub mod mine;
 pub mod synthetic;
 pub mod topk;
@@ -247,7 +249,7 @@ impl Quantizer {
         for x in self.centroids.iter().chain(self.int8.iter().flat_map(|c| c.min.iter().chain(&c.step))) {
             h.update(x.to_le_bytes());
         }
-        crate::shard::hex(&h.finalize())
+        crate::io::digest::hex(&h.finalize())
     }
 
     /// The `nprobe` nearest lists of each query (`nq × min(nprobe, nlist)`).

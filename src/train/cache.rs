@@ -211,6 +211,4 @@ fn set_key(mut h: Sha256, sentences: &[String]) -> String {
     hex(&h.finalize())
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+use crate::io::digest::hex;

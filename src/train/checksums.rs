@@ -5,27 +5,12 @@
 //! verifies them; a checkpoint that fails is set aside and the one before it is used.
 
 use anyhow::{Context, Result};
-use sha2::{Digest, Sha256};
-use std::io::Read;
 use std::path::Path;
 
 /// The checksum file's name inside a checkpoint.
 pub const CHECKSUMS: &str = "checksums.json";
 
-/// SHA-256 of a file, as lowercase hex.
-pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut f = std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).with_context(|| format!("cannot read {}", path.display()))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
-}
+pub use crate::io::digest::sha256_file;
 
 /// Write `dir/checksums.json` over the files `names` in `dir`.
 pub fn write(dir: &Path, names: &[&str]) -> Result<()> {

@@ -322,7 +322,7 @@ pub fn quantize(model: &str, out: &Path, dtype: Dtype, force: bool, command: &st
                 _ => "bf16: weights rounded to nearest even from f32; activations rounded to bf16 per call; sums in f32. Attention, softmax, LayerNorm and pooling run in f32."
                     .to_string(),
             },
-            date = crate::eval::report::utc_now(),
+            date = crate::clock::utc_now(),
             loaders = if dtype == Dtype::Int8 {
                 "transformers and sentence-transformers refuse this directory: its config.json's model_type is \"xsent-int8\", \
                  which they do not know (the source's is kept in quantization_config.source_model_type). Load the source model with them."
@@ -356,13 +356,7 @@ fn same_dir(a: &Path, b: &Path) -> bool {
     }
 }
 
-fn sha256_file(path: &Path) -> Result<String> {
-    use sha2::Digest;
-    let mut h = sha2::Sha256::new();
-    let mut f = std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
-    std::io::copy(&mut f, &mut h).with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
-}
+use crate::io::digest::sha256_file;
 
 /// Copy the tokenizer and sentence-transformers files of `src` into `dst`: everything but
 /// weights, hidden entries and, at the `top` level, `config.json`, `README.md` and other

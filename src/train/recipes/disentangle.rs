@@ -19,7 +19,7 @@
 use crate::train::config::{BestMode, Config};
 use crate::train::split::train_val_pairs;
 use crate::train::recipe::{Recipe, StepLoss, StepPlan};
-use crate::eval::knn::{translation_accuracy, Matrix};
+use crate::index::knn::{translation_accuracy, Matrix};
 use crate::model::kinds::disentangle::{self, BaseSettings, Head, Heads};
 use crate::model::encoder::Rng;
 use crate::model::weights::Params;

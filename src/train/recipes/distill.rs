@@ -18,7 +18,7 @@ use crate::train::fit::{fit_affine, fit_orthogonal};
 use crate::train::split::{drop_val_sources, split_by_source, train_val_pairs};
 use crate::train::recipe::{Recipe, StepLoss, StepPlan};
 use crate::data::bitext::{read_sources, validate_sources, Pair};
-use crate::eval::knn::{translation_accuracy, Matrix};
+use crate::index::knn::{translation_accuracy, Matrix};
 use crate::model::encoder::Rng;
 use crate::model::weights::Params;
 use crate::model::{Dense, LoadOptions, Mode, SentenceEncoder};

@@ -20,7 +20,7 @@ use crate::train::recipe::{Recipe, StepLoss, StepPlan};
 use super::wmd::{wmd_batch, SinkhornOptions, Solver};
 use crate::data::bitext::{Pair, Source};
 use crate::data::xnli::{unsup_pairs, weak_pairs, PairSet};
-use crate::eval::knn::{translation_accuracy, Matrix};
+use crate::index::knn::{translation_accuracy, Matrix};
 use crate::model::encoder::Rng;
 use crate::model::weights::Params;
 use crate::model::{LoadOptions, Mode, Pooling, SentenceEncoder};

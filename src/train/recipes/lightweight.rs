@@ -33,7 +33,7 @@ use crate::train::config::{BestMode, Config};
 use crate::train::split::train_val_pairs;
 use crate::io::atomic::write_atomically;
 use crate::train::recipe::{Recipe, StepLoss, StepPlan};
-use crate::eval::knn::{translation_accuracy, Matrix};
+use crate::index::knn::{translation_accuracy, Matrix};
 use crate::model::encoder::{Linear, Rng};
 use crate::model::matmul::matmul;
 use crate::model::sentence::{write_st_files, Encoded, StFiles};

@@ -20,7 +20,7 @@
 use crate::train::config::{BestMode, Config};
 use crate::train::split::train_val_pairs;
 use crate::train::recipe::{Recipe, StepLoss, StepPlan};
-use crate::eval::knn::{translation_accuracy, Matrix};
+use crate::index::knn::{translation_accuracy, Matrix};
 use crate::model::kinds::averaging::{embed_ids_flat, flatten, AveragingModel, Segmenter, Units};
 use crate::model::encoder::Rng;
 use crate::model::kinds::vocab::SubwordModel;
