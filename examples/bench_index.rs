@@ -9,7 +9,7 @@
 //!
 //! * `gen`: two sides of random-but-clustered unit vectors (`xsent::index::synthetic`), float32 .npy.
 //! * `exact`: picks `--queries` random rows of x and of y (seeded), finds their exact top-k in
-//!   the other side (`xsent::eval::knn::knn`, blocked GEMM), writes them to DIR (`x_rows.npy`,
+//!   the other side (`xsent::index::knn::knn`, blocked GEMM), writes them to DIR (`x_rows.npy`,
 //!   `x2y.npy`, `y_rows.npy`, `y2x.npy`, int64) and times it. The full exact search
 //!   (`knn_both`, one N × M pass for both directions) is estimated as the time of the x sample
 //!   scaled by N / queries; with `--full` it is also run and timed whole.
@@ -164,13 +164,13 @@ fn main() -> Result<()> {
                 r
             };
             let (xs, ys) = (pick(nx, &mut rng), pick(ny, &mut rng));
-            let rows_of = |v: &[f32], rows: &[usize]| xsent::eval::knn::Matrix { data: rows.iter().flat_map(|&r| v[r * d..(r + 1) * d].iter().copied()).collect(), dim: d };
-            let (xm, ym) = (xsent::eval::knn::Matrix { data: xv.clone(), dim: d }, xsent::eval::knn::Matrix { data: yv.clone(), dim: d });
+            let rows_of = |v: &[f32], rows: &[usize]| xsent::index::knn::Matrix { data: rows.iter().flat_map(|&r| v[r * d..(r + 1) * d].iter().copied()).collect(), dim: d };
+            let (xm, ym) = (xsent::index::knn::Matrix { data: xv.clone(), dim: d }, xsent::index::knn::Matrix { data: yv.clone(), dim: d });
             let t = Instant::now();
-            let x2y = xsent::eval::knn::knn(&rows_of(&xv, &xs), &ym, k)?;
+            let x2y = xsent::index::knn::knn(&rows_of(&xv, &xs), &ym, k)?;
             let t_x = t.elapsed().as_secs_f64();
             let t = Instant::now();
-            let y2x = xsent::eval::knn::knn(&rows_of(&yv, &ys), &xm, k)?;
+            let y2x = xsent::index::knn::knn(&rows_of(&yv, &ys), &xm, k)?;
             let t_y = t.elapsed().as_secs_f64();
             write_i64(&truth.join("x_rows.npy"), xs.len(), 1, xs.iter().map(|&r| r as i64))?;
             write_i64(&truth.join("y_rows.npy"), ys.len(), 1, ys.iter().map(|&r| r as i64))?;
@@ -181,7 +181,7 @@ fn main() -> Result<()> {
             let estimate = t_x * nx as f64 / xs.len() as f64;
             let full_s = if full {
                 let t = Instant::now();
-                let _ = xsent::eval::knn::knn_both(&xm, &ym, k)?;
+                let _ = xsent::index::knn::knn_both(&xm, &ym, k)?;
                 Some(t.elapsed().as_secs_f64())
             } else {
                 None

@@ -1,4 +1,4 @@
-//! Exact k-NN timing for margin mining on random unit vectors: `xsent::eval::knn::knn_both`
+//! Exact k-NN timing for margin mining on random unit vectors: `xsent::index::knn::knn_both`
 //! (x→y and y→x in one blocked pass, as `xsent mine` / BUCC scoring use it).
 //! Run by `scripts/bench-mine.sh`, which compares it with faiss `IndexFlatIP`.
 //!
@@ -30,7 +30,7 @@ use rand::{Rng, SeedableRng};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use xsent::eval::knn::{knn, knn_both, Matrix, Neighbours};
+use xsent::index::knn::{knn, knn_both, Matrix, Neighbours};
 
 // Same allocator as the xsent binary (src/main.rs).
 #[global_allocator]

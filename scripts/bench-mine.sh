@@ -2,7 +2,7 @@
 # Margin-mining kNN: xsent vs faiss-cpu IndexFlatIP on the same random unit
 # vectors. Margin mining (`xsent mine`, BUCC scoring) needs the exact top-k by
 # inner product from every x among Y and from every y among X. xsent computes
-# both in one blocked pass (xsent::eval::knn::knn_both: each block of x.y^T is
+# both in one blocked pass (xsent::index::knn::knn_both: each block of x.y^T is
 # computed once and feeds a running top-k for its rows and for its columns).
 # faiss runs two searches, IndexFlatIP over Y searched with X and over X
 # searched with Y, as LASER's mine_bitexts does with faiss. Same data, same
