@@ -40,7 +40,12 @@ fn main() {
 /// writes), rebuilt when HEAD moves; nothing when git or the repository is missing.
 fn git_commit() {
     let git = |args: &[&str]| {
-        Command::new("git").args(args).output().ok().filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
     };
     let Some(commit) = git(&["rev-parse", "HEAD"]) else { return };
     println!("cargo::rustc-env=XSENT_GIT_COMMIT={commit}");

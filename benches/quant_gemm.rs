@@ -45,7 +45,12 @@ fn main() -> anyhow::Result<()> {
             let s = best(|| {
                 ql.forward_slice(path, &xs, m);
             });
-            xsent::outln!("{shape:>16} {:>10} {:>12.1} {:>8.2}", format!("{path:?}").to_lowercase(), macs / s / 1e9, f32_s / s);
+            xsent::outln!(
+                "{shape:>16} {:>10} {:>12.1} {:>8.2}",
+                format!("{path:?}").to_lowercase(),
+                macs / s / 1e9,
+                f32_s / s
+            );
         }
     }
     Ok(())

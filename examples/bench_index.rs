@@ -101,7 +101,9 @@ enum Cmd {
 fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()))
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
@@ -112,7 +114,9 @@ fn write_npy(path: &Path, descr: &str, rows: usize, cols: usize, bytes: &[u8]) -
     let total = (10 + h.len() + 1).next_multiple_of(64);
     h.resize(total - 10 - 1, b' ');
     h.push(b'\n');
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?);
+    let mut f = std::io::BufWriter::new(
+        std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?,
+    );
     f.write_all(b"\x93NUMPY\x01\x00")?;
     f.write_all(&(h.len() as u16).to_le_bytes())?;
     f.write_all(&h)?;
@@ -164,8 +168,14 @@ fn main() -> Result<()> {
                 r
             };
             let (xs, ys) = (pick(nx, &mut rng), pick(ny, &mut rng));
-            let rows_of = |v: &[f32], rows: &[usize]| xsent::index::knn::Matrix { data: rows.iter().flat_map(|&r| v[r * d..(r + 1) * d].iter().copied()).collect(), dim: d };
-            let (xm, ym) = (xsent::index::knn::Matrix { data: xv.clone(), dim: d }, xsent::index::knn::Matrix { data: yv.clone(), dim: d });
+            let rows_of = |v: &[f32], rows: &[usize]| xsent::index::knn::Matrix {
+                data: rows.iter().flat_map(|&r| v[r * d..(r + 1) * d].iter().copied()).collect(),
+                dim: d,
+            };
+            let (xm, ym) = (
+                xsent::index::knn::Matrix { data: xv.clone(), dim: d },
+                xsent::index::knn::Matrix { data: yv.clone(), dim: d },
+            );
             let t = Instant::now();
             let x2y = xsent::index::knn::knn(&rows_of(&xv, &xs), &ym, k)?;
             let t_x = t.elapsed().as_secs_f64();
@@ -204,7 +214,9 @@ fn main() -> Result<()> {
             let mut train_s = 0.0;
             let mut index_mb = 0.0;
             let mut nlist_used = 0;
-            for (db, queries, rows_file, truth_file) in [(&y, &x, "x_rows.npy", "x2y.npy"), (&x, &y, "y_rows.npy", "y2x.npy")] {
+            for (db, queries, rows_file, truth_file) in
+                [(&y, &x, "x_rows.npy", "x2y.npy"), (&x, &y, "y_rows.npy", "y2x.npy")]
+            {
                 let t = Instant::now();
                 let mut src = VectorSet::open(std::slice::from_ref(db), None)?;
                 let q = Quantizer::train(&mut src, &params, threads)?;

@@ -213,7 +213,8 @@ fn read_npy_f32(path: &Path) -> Result<Matrix> {
     let compact: String = header.chars().filter(|c| !c.is_whitespace()).collect();
     ensure!(compact.contains("'descr':'<f4'"), "{p}: need dtype '<f4' (float32 little-endian), header {header:?}");
     ensure!(compact.contains("'fortran_order':False"), "{p}: need C order");
-    let shape = compact.split("'shape':(").nth(1).and_then(|s| s.split(')').next()).context("no shape in npy header")?;
+    let shape =
+        compact.split("'shape':(").nth(1).and_then(|s| s.split(')').next()).context("no shape in npy header")?;
     let dims: Vec<usize> =
         shape.split(',').filter(|s| !s.is_empty()).map(|s| s.parse().context("bad shape")).collect::<Result<_>>()?;
     ensure!(dims.len() == 2, "{p}: need a 2-D array, shape ({shape})");

@@ -20,8 +20,8 @@ use xsent::model::weights::{random_encoder_tensors, Params};
 use xsent::model::{Encoder, EncoderConfig, Mode, Pooling};
 use xsent::train::config::BestMode;
 use xsent::train::shards::run_shards;
-use xsent::train::{Recipe, StepLoss, StepPlan};
 use xsent::train::{AdamW, AdamWConfig};
+use xsent::train::{Recipe, StepLoss, StepPlan};
 
 /// Mean-pooled sentence vectors regressed onto fixed random targets (an MSE, like distillation).
 struct Synthetic {
@@ -67,7 +67,8 @@ impl Recipe for Synthetic {
 fn main() -> Result<()> {
     xsent::threads::init_data_parallel();
     let args: Vec<usize> = std::env::args().skip(1).map(|a| a.parse().expect("numbers: batch tokens steps")).collect();
-    let (batch, tokens, steps) = (*args.first().unwrap_or(&64), *args.get(1).unwrap_or(&32), *args.get(2).unwrap_or(&4));
+    let (batch, tokens, steps) =
+        (*args.first().unwrap_or(&64), *args.get(1).unwrap_or(&32), *args.get(2).unwrap_or(&4));
     let cfg = EncoderConfig::from_json(
         r#"{"model_type": "xlm-roberta", "vocab_size": 250002, "hidden_size": 768, "num_hidden_layers": 12,
             "num_attention_heads": 12, "intermediate_size": 3072, "max_position_embeddings": 514,
@@ -79,13 +80,20 @@ fn main() -> Result<()> {
     let (tensors, params) = Params::from_tensors(tensors)?;
     let enc = Encoder::load(VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu), &cfg)?;
     eprintln!("init: {} parameters in {:.1} s", params.num_elements(), t0.elapsed().as_secs_f64());
-    let ids = (0..batch).map(|_| (0..tokens).map(|j| if j == 0 { 0 } else { rng.random_range(5..250_000) }).collect()).collect();
+    let ids = (0..batch)
+        .map(|_| (0..tokens).map(|j| if j == 0 { 0 } else { rng.random_range(5..250_000) }).collect())
+        .collect();
     let targets = (0..batch).map(|_| (0..768).map(|_| rng.random_range(-0.1..0.1)).collect()).collect();
     let recipe = Synthetic { enc, params: params.clone(), ids, targets };
     let mut opt = AdamW::new(&params, AdamWConfig::default())?;
     let batch_idx: Vec<usize> = (0..batch).collect();
     let shards: Vec<&[usize]> = batch_idx.chunks(8).collect();
-    println!("XLM-R-base-sized encoder, {} parameters, batch {batch} x {tokens} tokens, {} shards of 8 on {} threads", params.num_elements(), shards.len(), xsent::threads::threads());
+    println!(
+        "XLM-R-base-sized encoder, {} parameters, batch {batch} x {tokens} tokens, {} shards of 8 on {} threads",
+        params.num_elements(),
+        shards.len(),
+        xsent::threads::threads()
+    );
     println!("step  fwd+bwd_s  grad_norm_s  update_s  optimizer_share");
     let mut shares = Vec::new();
     for step in 1..=steps {

@@ -77,7 +77,8 @@ fn main() -> Result<()> {
     let (cs, ct) = (clouds(&enc, &src[..n])?, clouds(&enc, &tgt[..n])?);
     // d[i][j] = WMD(src_i, tgt_j); m[i][j] = WMD(src_i, src_j).
     let matrix = |x: &[Vec<f32>], y: &[Vec<f32>]| -> Result<Vec<Vec<f64>>> {
-        let pairs: Vec<(&[f32], &[f32])> = (0..n).flat_map(|i| (0..n).map(move |j| (x[i].as_slice(), y[j].as_slice()))).collect();
+        let pairs: Vec<(&[f32], &[f32])> =
+            (0..n).flat_map(|i| (0..n).map(move |j| (x[i].as_slice(), y[j].as_slice()))).collect();
         Ok(wmd_batch(&pairs, dim, &Solver::Exact)?.chunks(n).map(|r| r.to_vec()).collect())
     };
     let (d, m) = (matrix(&cs, &ct)?, matrix(&cs, &cs)?);
@@ -85,16 +86,24 @@ fn main() -> Result<()> {
     let s2t = (0..n).filter(|&i| argmin(&mut d[i].iter().copied().enumerate()) == Some(i)).count();
     let t2s = (0..n).filter(|&j| argmin(&mut (0..n).map(|i| (i, d[i][j]))) == Some(j)).count();
     // How often a translation is farther than the nearest other sentence of the source language.
-    let mono_closer = (0..n)
-        .filter(|&i| (0..n).filter(|&j| j != i).map(|j| m[i][j]).fold(f64::INFINITY, f64::min) < d[i][i])
-        .count();
+    let mono_closer =
+        (0..n).filter(|&i| (0..n).filter(|&j| j != i).map(|j| m[i][j]).fold(f64::INFINITY, f64::min) < d[i][i]).count();
     println!("aligned files, first {n} lines:");
-    println!("  WMD retrieval accuracy src→tgt {:.2}%, tgt→src {:.2}%", 100.0 * s2t as f64 / n as f64, 100.0 * t2s as f64 / n as f64);
+    println!(
+        "  WMD retrieval accuracy src→tgt {:.2}%, tgt→src {:.2}%",
+        100.0 * s2t as f64 / n as f64,
+        100.0 * t2s as f64 / n as f64
+    );
     println!("  mean WMD: translations {:.4}", mean((0..n).map(|i| d[i][i])));
-    let off_diagonal = |x: &[Vec<f64>]| mean((0..n).flat_map(|i| (0..n).filter(move |&j| j != i).map(move |j| (i, j))).map(|(i, j)| x[i][j]));
+    let off_diagonal = |x: &[Vec<f64>]| {
+        mean((0..n).flat_map(|i| (0..n).filter(move |&j| j != i).map(move |j| (i, j))).map(|(i, j)| x[i][j]))
+    };
     println!("            non-translations across languages {:.4}", off_diagonal(&d));
     println!("            two different source-language sentences {:.4}", off_diagonal(&m));
-    println!("  a source-language non-translation is closer than the translation for {:.2}% of sentences", 100.0 * mono_closer as f64 / n as f64);
+    println!(
+        "  a source-language non-translation is closer than the translation for {:.2}% of sentences",
+        100.0 * mono_closer as f64 / n as f64
+    );
 
     let rows = xnli_parallel_rows(&a.xnli_dir, &a.split, &[a.lang_a.as_str(), a.lang_b.as_str()])?;
     let k = rows[0].len().min(a.n);
@@ -102,9 +111,17 @@ fn main() -> Result<()> {
     let prem = clouds(&enc, &xa.iter().map(|p| p.0.as_str()).collect::<Vec<_>>())?;
     let hyp_a = clouds(&enc, &xa.iter().map(|p| p.1.as_str()).collect::<Vec<_>>())?;
     let hyp_b = clouds(&enc, &xb.iter().map(|p| p.1.as_str()).collect::<Vec<_>>())?;
-    let aligned = |x: &[Vec<f32>], y: &[Vec<f32>]| wmd_batch(&x.iter().zip(y).map(|(a, b)| (a.as_slice(), b.as_slice())).collect::<Vec<_>>(), dim, &Solver::Exact);
+    let aligned = |x: &[Vec<f32>], y: &[Vec<f32>]| {
+        wmd_batch(&x.iter().zip(y).map(|(a, b)| (a.as_slice(), b.as_slice())).collect::<Vec<_>>(), dim, &Solver::Exact)
+    };
     let (mono, cross) = (aligned(&prem, &hyp_a)?, aligned(&prem, &hyp_b)?);
     println!("XNLI {} {} first {k} rows, premise–hypothesis pairs:", a.xnli_dir.display(), a.split);
-    println!("  mean WMD: {a}-{a} {:.4}, {a}-{b} {:.4}", mean(mono.iter().copied()), mean(cross.iter().copied()), a = a.lang_a, b = a.lang_b);
+    println!(
+        "  mean WMD: {a}-{a} {:.4}, {a}-{b} {:.4}",
+        mean(mono.iter().copied()),
+        mean(cross.iter().copied()),
+        a = a.lang_a,
+        b = a.lang_b
+    );
     Ok(())
 }

@@ -67,7 +67,11 @@ fn main() -> Result<()> {
         println!("{name}\t{min:.4}\t{mean:.4}\t{below}");
         Ok(())
     };
-    println!("# {model}, {} STS-B {} sentences; configuration, min cosine to f32, mean, sentences < 0.99", texts.len(), if short { "train+dev shortest" } else { "dev" });
+    println!(
+        "# {model}, {} STS-B {} sentences; configuration, min cosine to f32, mean, sentences < 0.99",
+        texts.len(),
+        if short { "train+dev shortest" } else { "dev" }
+    );
     run("all int8".into(), &|_| false)?;
     for (k, kind) in KINDS.iter().enumerate() {
         run(format!("{kind} (every layer) in f32"), &|i| i % 6 == k)?;

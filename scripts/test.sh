@@ -7,6 +7,13 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 cache="${XSENT_CACHE:-$HOME/.cache/xsent}"
 
+# Formatting first: it takes a second and names the files to run `cargo fmt` on (rustfmt.toml).
+if cargo fmt --version >/dev/null 2>&1; then
+    cargo fmt --check >/dev/null || { echo "test: the tree is not formatted: run cargo fmt (cargo fmt --check lists the changes)" >&2; exit 1; }
+else
+    echo "test: rustfmt is not installed (rustup component add rustfmt): formatting not checked" >&2
+fi
+
 scripts/setup.sh
 
 # The .npy test checks that numpy itself loads xsent's output: a small venv with numpy.

@@ -8,7 +8,9 @@ pub fn parse_device(spec: &str) -> Result<Device> {
         "cpu" => return Ok(Device::Cpu),
         "cuda" => 0,
         s => match s.strip_prefix("cuda:") {
-            Some(n) => n.parse::<usize>().with_context(|| format!("--device {s}: expected cuda:N with N a GPU index"))?,
+            Some(n) => {
+                n.parse::<usize>().with_context(|| format!("--device {s}: expected cuda:N with N a GPU index"))?
+            }
             None => bail!("--device {s}: expected cpu, cuda or cuda:N"),
         },
     };

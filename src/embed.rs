@@ -80,7 +80,9 @@ impl Sink {
             // Through `io::Error`, which keeps the writer's own error (its kind, e.g. a closed pipe)
             // where serde_json's error would hide it from the error chain.
             Out::Jsonl(w) => w
-                .row(|b| serde_json::to_writer(&mut *b, row).map_err(std::io::Error::from).and_then(|()| b.write_all(b"\n")))
+                .row(|b| {
+                    serde_json::to_writer(&mut *b, row).map_err(std::io::Error::from).and_then(|()| b.write_all(b"\n"))
+                })
                 .map_err(anyhow::Error::from),
             Out::F32(w) => w.row(|b| write_f32(b, row)).map_err(anyhow::Error::from),
             Out::Npy(n) => n.write_row(row),
@@ -233,7 +235,13 @@ pub type Progress<'a> = &'a dyn Fn(u64, u64);
 
 /// Embed every line of `input` into `sink`, a window of lines at a time (memory bounded by
 /// `limits`, whatever the input).
-pub fn embed_stream(enc: &dyn Embedder, mut input: impl BufRead, sink: &mut Sink, limits: Limits, progress: Progress) -> Result<Summary> {
+pub fn embed_stream(
+    enc: &dyn Embedder,
+    mut input: impl BufRead,
+    sink: &mut Sink,
+    limits: Limits,
+    progress: Progress,
+) -> Result<Summary> {
     anyhow::ensure!(
         limits.span > 0 && limits.window > 0,
         "windows of {} bytes and {} lines hold nothing",
@@ -282,7 +290,9 @@ pub fn embed_stream(enc: &dyn Embedder, mut input: impl BufRead, sink: &mut Sink
             let text = match std::str::from_utf8(&buf) {
                 Ok(s) => Some(s),
                 // The cap fell inside a character: the line is kept up to the character before.
-                Err(e) if over && e.error_len().is_none() => Some(std::str::from_utf8(&buf[..e.valid_up_to()]).expect("valid up to there")),
+                Err(e) if over && e.error_len().is_none() => {
+                    Some(std::str::from_utf8(&buf[..e.valid_up_to()]).expect("valid up to there"))
+                }
                 Err(e) => {
                     problem = Some(format!("is not valid UTF-8 (byte {} of the line)", e.valid_up_to() + 1));
                     None
@@ -325,13 +335,13 @@ fn flush_window(
         .embed_checked(&texts, batch_size)
         .and_then(|e| crate::model::embedder::ensure_finite(&e.rows, &texts).map(|()| e))
         .with_context(|| {
-        format!(
-            "embedding lines {}-{}; the {} lines before them were embedded and written",
-            summary.lines + 1,
-            summary.lines + texts.len() as u64,
-            summary.lines
-        )
-    })?;
+            format!(
+                "embedding lines {}-{}; the {} lines before them were embedded and written",
+                summary.lines + 1,
+                summary.lines + texts.len() as u64,
+                summary.lines
+            )
+        })?;
     for (i, &c) in pending_cut.iter().enumerate() {
         if c {
             summary.cut += 1;
@@ -373,7 +383,8 @@ mod tests {
             }
             got.push((String::from_utf8(buf).unwrap(), n, over));
         }
-        let want = [("short\n", 6, false), ("abcde", 11, true), ("abcde\n", 6, false), ("\n", 1, false), ("last ", 20, true)];
+        let want =
+            [("short\n", 6, false), ("abcde", 11, true), ("abcde\n", 6, false), ("\n", 1, false), ("last ", 20, true)];
         assert_eq!(got, want.map(|(s, n, o)| (s.to_string(), n, o)));
     }
 

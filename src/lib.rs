@@ -8,8 +8,8 @@
 #[macro_use]
 pub mod log;
 pub mod cli;
-pub mod data;
 pub mod clock;
+pub mod data;
 pub mod device;
 pub mod embed;
 pub mod eval;

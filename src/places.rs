@@ -57,7 +57,11 @@ pub fn default_model() -> Result<PathBuf> {
     if dir.join("config.json").is_file() {
         return Ok(dir);
     }
-    let from = if var("XSENT_MODELS").is_some() { "XSENT_MODELS" } else { "the default models folder; set XSENT_MODELS for another" };
+    let from = if var("XSENT_MODELS").is_some() {
+        "XSENT_MODELS"
+    } else {
+        "the default models folder; set XSENT_MODELS for another"
+    };
     bail!(
         "no --model given, and the default model {DEFAULT_MODEL} is not installed in {} ({from}).\n\
          Install it with scripts/setup.sh (in an xsent checkout: it builds xsent and converts the model into {}), \
@@ -110,7 +114,9 @@ pub fn expand(value: &str) -> Result<String> {
 /// [`expand`] with the variables `lookup` gives (`HOME` among them, for `~/`).
 fn expand_with(value: &str, lookup: &dyn Fn(&str) -> Option<PathBuf>) -> Result<String> {
     if let Some(r) = value.strip_prefix("~/") {
-        let Some(home) = lookup("HOME") else { bail!("{value:?}: ~ stands for the home directory, but HOME is not set") };
+        let Some(home) = lookup("HOME") else {
+            bail!("{value:?}: ~ stands for the home directory, but HOME is not set")
+        };
         return Ok(home.join(r).display().to_string());
     }
     let mut out = String::new();

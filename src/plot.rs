@@ -47,7 +47,8 @@ pub fn pca(rows: &[Vec<f32>], k: usize) -> Result<Pca> {
         comps.push(v);
         explained.push(if total > 0.0 { eig.eigenvalues[c].max(0.0) / total } else { 0.0 });
     }
-    let coords = (0..n).map(|i| comps.iter().map(|v| x.row(i).iter().zip(v).map(|(a, b)| a * b).sum()).collect()).collect();
+    let coords =
+        (0..n).map(|i| comps.iter().map(|v| x.row(i).iter().zip(v).map(|(a, b)| a * b).sum()).collect()).collect();
     Ok(Pca { coords, explained })
 }
 
@@ -63,7 +64,10 @@ const MAX_GROUPS: usize = 20;
 
 /// Refuses more groups than the palette tells apart (the CLI calls it before embedding anything).
 pub fn check_groups(n: usize) -> Result<()> {
-    ensure!(n <= MAX_GROUPS, "{n} languages, but at most {MAX_GROUPS} can be told apart by colour; give fewer with --langs or --input");
+    ensure!(
+        n <= MAX_GROUPS,
+        "{n} languages, but at most {MAX_GROUPS} can be told apart by colour; give fewer with --langs or --input"
+    );
     Ok(())
 }
 
@@ -94,7 +98,12 @@ const PALETTE: [(u8, u8, u8); MAX_GROUPS] = [
 fn register_font() -> Result<()> {
     static DONE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let ok = *DONE.get_or_init(|| {
-        plotters::style::register_font("sans-serif", FontStyle::Normal, include_bytes!("../assets/fonts/DejaVuSans.ttf")).is_ok()
+        plotters::style::register_font(
+            "sans-serif",
+            FontStyle::Normal,
+            include_bytes!("../assets/fonts/DejaVuSans.ttf"),
+        )
+        .is_ok()
     });
     ensure!(ok, "the bundled font assets/fonts/DejaVuSans.ttf could not be read");
     Ok(())
@@ -121,7 +130,13 @@ pub fn scatter_png(path: &Path, panels: &[Panel], groups: &[String], panel_px: u
                 .x_label_area_size(30)
                 .y_label_area_size(45)
                 .build_cartesian_2d(x0..x1, y0..y1)?;
-            chart.configure_mesh().light_line_style(WHITE).x_desc("PC1").y_desc("PC2").label_style(("sans-serif", 12)).draw()?;
+            chart
+                .configure_mesh()
+                .light_line_style(WHITE)
+                .x_desc("PC1")
+                .y_desc("PC2")
+                .label_style(("sans-serif", 12))
+                .draw()?;
             chart.draw_series(panel.points.iter().map(|&(x, y, g)| {
                 let (r, gr, b) = PALETTE[g % PALETTE.len()];
                 Circle::new((x, y), 3, RGBColor(r, gr, b).mix(0.7).filled())
@@ -168,7 +183,9 @@ pub fn read_labelled(specs: &[String], limit: usize) -> Result<Vec<(String, Vec<
             !out.iter().any(|(l, _): &(String, Vec<String>)| l == lang),
             "--input {spec}: the language {lang} is given twice; give each language one file (one colour)"
         );
-        let (mut lines, blank) = crate::data::drop_blank(crate::data::read_lines(Path::new(file)).with_context(|| format!("--input {spec}"))?);
+        let (mut lines, blank) = crate::data::drop_blank(
+            crate::data::read_lines(Path::new(file)).with_context(|| format!("--input {spec}"))?,
+        );
         if blank > 0 {
             errln!("xsent plot: {blank} blank lines of {file} left out");
         }
@@ -198,7 +215,9 @@ pub fn run_curves(runs: &[std::path::PathBuf], only: &[String]) -> Result<Vec<Cu
     let mut bests: Vec<Option<(String, f64)>> = Vec::new();
     for run in runs {
         let path = run.join("metrics.jsonl");
-        let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {} (is {} a run directory of xsent train?)", path.display(), run.display()))?;
+        let text = std::fs::read_to_string(&path).with_context(|| {
+            format!("cannot read {} (is {} a run directory of xsent train?)", path.display(), run.display())
+        })?;
         let mut series: std::collections::HashMap<String, Vec<(f64, f64)>> = std::collections::HashMap::new();
         let mut push = |name: &str, step: f64, v: &serde_json::Value| {
             if let Some(v) = v.as_f64().filter(|v| v.is_finite()) {
@@ -209,7 +228,8 @@ pub fn run_curves(runs: &[std::path::PathBuf], only: &[String]) -> Result<Vec<Cu
             }
         };
         for (i, line) in text.lines().enumerate() {
-            let v: serde_json::Value = serde_json::from_str(line).with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
+            let v: serde_json::Value =
+                serde_json::from_str(line).with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
             let Some(step) = v["step"].as_f64() else { continue };
             if let Some(val) = v["val"].as_object() {
                 for (k, x) in val {
@@ -219,11 +239,14 @@ pub fn run_curves(runs: &[std::path::PathBuf], only: &[String]) -> Result<Vec<Cu
                 push("loss", step, &v["loss"]);
             }
         }
-        let best = std::fs::read_to_string(run.join("best/xsent-best.json")).ok().and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok()).and_then(|b| {
-            let step = b["step"].as_f64()?;
-            let metric = b.as_object()?.keys().find(|k| *k != "step")?.clone();
-            Some((metric, step))
-        });
+        let best = std::fs::read_to_string(run.join("best/xsent-best.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|b| {
+                let step = b["step"].as_f64()?;
+                let metric = b.as_object()?.keys().find(|k| *k != "step")?.clone();
+                Some((metric, step))
+            });
         per_run.push(series);
         bests.push(best);
     }
@@ -237,11 +260,16 @@ pub fn run_curves(runs: &[std::path::PathBuf], only: &[String]) -> Result<Vec<Cu
     Ok(chosen
         .into_iter()
         .map(|name| {
-            let lines: Vec<Vec<(f64, f64)>> = per_run.iter().map(|s| s.get(name).cloned().unwrap_or_default()).collect();
+            let lines: Vec<Vec<(f64, f64)>> =
+                per_run.iter().map(|s| s.get(name).cloned().unwrap_or_default()).collect();
             let best = bests
                 .iter()
                 .zip(&lines)
-                .map(|(b, line)| b.as_ref().filter(|(m, _)| m == name).and_then(|(_, step)| line.iter().find(|p| p.0 == *step).copied()))
+                .map(|(b, line)| {
+                    b.as_ref()
+                        .filter(|(m, _)| m == name)
+                        .and_then(|(_, step)| line.iter().find(|p| p.0 == *step).copied())
+                })
                 .collect();
             Curves { title: name.clone(), lines, best }
         })
@@ -287,7 +315,10 @@ pub fn curves_png(path: &Path, panels: &[Curves], runs: &[String], panel_px: u32
                     chart.draw_series(line.iter().map(|&p| Circle::new(p, 2, colour.filled())))?;
                 }
                 if let Some(p) = best {
-                    chart.draw_series([Circle::new(*p, 7, colour.filled()), Circle::new(*p, 7, BLACK.stroke_width(1))])?;
+                    chart.draw_series([
+                        Circle::new(*p, 7, colour.filled()),
+                        Circle::new(*p, 7, BLACK.stroke_width(1)),
+                    ])?;
                 }
             }
         }
@@ -366,7 +397,13 @@ mod tests {
         std::fs::write(&a, "one\ntwo\nthree\n").unwrap();
         let spec = |l: &str| format!("{l}={}", a.display());
         let got = read_labelled(&[spec("en"), spec("de")], 2).unwrap();
-        assert_eq!(got, vec![("en".to_string(), vec!["one".to_string(), "two".to_string()]), ("de".to_string(), vec!["one".to_string(), "two".to_string()])]);
+        assert_eq!(
+            got,
+            vec![
+                ("en".to_string(), vec!["one".to_string(), "two".to_string()]),
+                ("de".to_string(), vec!["one".to_string(), "two".to_string()])
+            ]
+        );
         let e = read_labelled(&[spec("en"), spec("en")], 2).unwrap_err().to_string();
         assert!(e.contains("the language en is given twice"), "{e}");
         let e = read_labelled(&["en".to_string()], 2).unwrap_err().to_string();

@@ -97,9 +97,11 @@ fn memchr_newline(b: &[u8]) -> Option<usize> {
 pub fn byte_range(file: &mut std::fs::File, size: u64, spec: ShardSpec, window_bytes: u64) -> Result<(u64, u64)> {
     ensure!(window_bytes > 0, "--window-bytes must be at least 1");
     let spans = size.div_ceil(window_bytes) as u128;
-    let cut = |i: u32| -> u64 { ((i as u128 * spans / spec.count as u128) * window_bytes as u128).min(size as u128) as u64 };
+    let cut =
+        |i: u32| -> u64 { ((i as u128 * spans / spec.count as u128) * window_bytes as u128).min(size as u128) as u64 };
     let start = line_start_at_or_after(file, cut(spec.index), size)?;
-    let end = if spec.index + 1 == spec.count { size } else { line_start_at_or_after(file, cut(spec.index + 1), size)? };
+    let end =
+        if spec.index + 1 == spec.count { size } else { line_start_at_or_after(file, cut(spec.index + 1), size)? };
     Ok((start, end.max(start)))
 }
 
@@ -120,7 +122,11 @@ impl InputId {
         let mut f = std::fs::File::open(path).with_context(|| format!("cannot open input {}", path.display()))?;
         let meta = f.metadata().with_context(|| format!("cannot read {}", path.display()))?;
         let size = meta.len();
-        let mtime_ns = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map_or(0, |d| d.as_nanos() as u64);
+        let mtime_ns = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos() as u64);
         const END: u64 = 64 << 10;
         let mut h = Sha256::new();
         let mut head = vec![0u8; size.min(END) as usize];
@@ -172,7 +178,10 @@ impl ModelId {
             h.update(rel.to_string_lossy().as_bytes());
             h.update([0]);
             h.update(size.to_le_bytes());
-            h.update(file_digest(&path, 8 << 20, 1 << 20).with_context(|| format!("cannot read the model file {}", path.display()))?);
+            h.update(
+                file_digest(&path, 8 << 20, 1 << 20)
+                    .with_context(|| format!("cannot read the model file {}", path.display()))?,
+            );
         }
         Ok(Self { spec: spec.to_string(), dir: dir.display().to_string(), sha256: hex(&h.finalize()) })
     }
@@ -256,7 +265,10 @@ impl Manifest {
     /// Write the manifest as `path`, through a temporary file renamed into place.
     pub fn write(&self, path: &Path) -> Result<()> {
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let mut tmp = tempfile::Builder::new().prefix(".xsent-manifest-").tempfile_in(dir).with_context(|| format!("cannot write in {}", dir.display()))?;
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".xsent-manifest-")
+            .tempfile_in(dir)
+            .with_context(|| format!("cannot write in {}", dir.display()))?;
         serde_json::to_writer_pretty(&mut tmp, self)?;
         std::io::Write::write_all(&mut tmp, b"\n")?;
         tmp.as_file().sync_all()?;
@@ -273,14 +285,30 @@ impl Manifest {
         if !self.input.same_file(&want.input) {
             return Some(format!(
                 "it was made from another input file (size {}, modified {} ns, ends {}; now {}, {}, {})",
-                self.input.size, self.input.mtime_ns, short(&self.input.sha256_ends), want.input.size, want.input.mtime_ns, short(&want.input.sha256_ends)
+                self.input.size,
+                self.input.mtime_ns,
+                short(&self.input.sha256_ends),
+                want.input.size,
+                want.input.mtime_ns,
+                short(&want.input.sha256_ends)
             ));
         }
         if self.model.sha256 != want.model.sha256 {
-            return Some(format!("it was made with another model ({} at {}, hash {}; now {}, {})", self.model.spec, self.model.dir, short(&self.model.sha256), want.model.dir, short(&want.model.sha256)));
+            return Some(format!(
+                "it was made with another model ({} at {}, hash {}; now {}, {})",
+                self.model.spec,
+                self.model.dir,
+                short(&self.model.sha256),
+                want.model.dir,
+                short(&want.model.sha256)
+            ));
         }
         if self.options != want.options {
-            return Some(format!("it was made with other options ({}; now {})", serde_json::Value::from(self.options.clone()), serde_json::Value::from(want.options.clone())));
+            return Some(format!(
+                "it was made with other options ({}; now {})",
+                serde_json::Value::from(self.options.clone()),
+                serde_json::Value::from(want.options.clone())
+            ));
         }
         if self.xsent_version != crate::VERSION {
             return Some(format!("it was made by xsent {} (this is {})", self.xsent_version, crate::VERSION));
@@ -324,7 +352,11 @@ pub fn done(dir: &Path, want: &RunId) -> Result<Option<Manifest>> {
     match sha256_file(&out) {
         Ok((sha, n)) if sha == m.output.sha256 && n == m.output.bytes => Ok(Some(m)),
         Ok(_) => {
-            errln!("xsent embed: {} no longer matches its manifest (size or sha256): shard {} is redone", out.display(), want.spec);
+            errln!(
+                "xsent embed: {} no longer matches its manifest (size or sha256): shard {} is redone",
+                out.display(),
+                want.spec
+            );
             Ok(None)
         }
         Err(_) => {
@@ -395,16 +427,31 @@ pub fn manifests_for_merge(dir: &Path) -> Result<Vec<Manifest>> {
     found.sort_by_key(|(_, m)| (m.shards, m.shard));
     let n = found[0].1.shards;
     if let Some((p, m)) = found.iter().find(|(_, m)| m.shards != n) {
-        bail!("{} holds shards of different runs: {} is one of {} shards, {} one of {n}", dir.display(), p.display(), m.shards, found[0].0.display());
+        bail!(
+            "{} holds shards of different runs: {} is one of {} shards, {} one of {n}",
+            dir.display(),
+            p.display(),
+            m.shards,
+            found[0].0.display()
+        );
     }
     let have: std::collections::BTreeSet<u32> = found.iter().map(|(_, m)| m.shard).collect();
     let missing: Vec<String> = (0..n).filter(|i| !have.contains(i)).map(|i| format!("{i}/{n}")).collect();
     if !missing.is_empty() {
-        let shown = if missing.len() > 10 { format!("{} … ({} in all)", missing[..10].join(", "), missing.len()) } else { missing.join(", ") };
+        let shown = if missing.len() > 10 {
+            format!("{} … ({} in all)", missing[..10].join(", "), missing.len())
+        } else {
+            missing.join(", ")
+        };
         bail!("{}: shard {shown} of {n} not finished (no manifest): run `xsent embed --shard i/{n}` for each with the same options, then merge", dir.display());
     }
     let first = found[0].1.clone();
-    let want = RunId { spec: ShardSpec { index: 0, count: n }, input: first.input.clone(), model: first.model.clone(), options: first.options.clone() };
+    let want = RunId {
+        spec: ShardSpec { index: 0, count: n },
+        input: first.input.clone(),
+        model: first.model.clone(),
+        options: first.options.clone(),
+    };
     let mut expect_start = 0u64;
     let mut out = Vec::with_capacity(found.len());
     for (path, m) in found {
@@ -420,7 +467,11 @@ pub fn manifests_for_merge(dir: &Path) -> Result<Vec<Manifest>> {
             m.bytes[0],
             m.bytes[1]
         );
-        ensure!(m.output.dim == first.output.dim && m.output.format == first.output.format, "{}: another format or dimension than shard 0", path.display());
+        ensure!(
+            m.output.dim == first.output.dim && m.output.format == first.output.format,
+            "{}: another format or dimension than shard 0",
+            path.display()
+        );
         expect_start = m.bytes[1];
         out.push(m);
     }
@@ -445,11 +496,13 @@ pub fn join(dir: &Path, manifests: &[Manifest], out: &mut dyn std::io::Write) ->
     }
     for m in manifests {
         let path = dir.join(&m.output.file);
-        let f = std::fs::File::open(&path).with_context(|| format!("cannot open {} (shard {}/{})", path.display(), m.shard, m.shards))?;
+        let f = std::fs::File::open(&path)
+            .with_context(|| format!("cannot open {} (shard {}/{})", path.display(), m.shard, m.shards))?;
         let mut r = HashingReader::new(std::io::BufReader::with_capacity(1 << 20, f));
         let mut header_bytes = 0;
         if npy {
-            let (hrows, dim, header) = crate::index::vectors::read_npy_header(&mut r).with_context(|| format!("{} is not a finished .npy file", path.display()))?;
+            let (hrows, dim, header) = crate::index::vectors::read_npy_header(&mut r)
+                .with_context(|| format!("{} is not a finished .npy file", path.display()))?;
             header_bytes = header;
             ensure!(
                 hrows == m.rows && dim == m.output.dim,
@@ -495,11 +548,14 @@ mod tests {
     #[test]
     fn byte_ranges_tile_the_file_at_line_starts() {
         let dir = tempfile::tempdir().unwrap();
-        let text = b"alpha\r\n\nbeta gamma delta\nx\n\n\nlonger line here, much longer than a window\nlast without newline";
+        let text =
+            b"alpha\r\n\nbeta gamma delta\nx\n\n\nlonger line here, much longer than a window\nlast without newline";
         let path = dir.path().join("t.txt");
         std::fs::File::create(&path).unwrap().write_all(text).unwrap();
         let size = text.len() as u64;
-        let starts: Vec<u64> = std::iter::once(0).chain(text.iter().enumerate().filter(|(_, &c)| c == b'\n').map(|(i, _)| i as u64 + 1)).collect();
+        let starts: Vec<u64> = std::iter::once(0)
+            .chain(text.iter().enumerate().filter(|(_, &c)| c == b'\n').map(|(i, _)| i as u64 + 1))
+            .collect();
         for window in [1u64, 3, 7, 16, 1000] {
             for n in [1u32, 2, 3, 5, 40, 200] {
                 let mut f = std::fs::File::open(&path).unwrap();

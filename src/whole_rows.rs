@@ -41,7 +41,9 @@ pub fn close_gate() -> bool {
                 std::mem::forget(g);
                 return true;
             }
-            Err(std::sync::TryLockError::WouldBlock) if start.elapsed() < GATE_WAIT => std::thread::sleep(Duration::from_millis(5)),
+            Err(std::sync::TryLockError::WouldBlock) if start.elapsed() < GATE_WAIT => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
             Err(std::sync::TryLockError::WouldBlock) => return false,
         }
     }
@@ -85,7 +87,8 @@ impl<W: Write> RowWriter<W> {
     /// Pass every row gathered on to the output, and flush it.
     pub fn flush(&mut self) -> std::io::Result<()> {
         let _held = gate();
-        let r = if self.buf.is_empty() { Ok(()) } else { self.inner.write_all(&self.buf) }.and_then(|()| self.inner.flush());
+        let r = if self.buf.is_empty() { Ok(()) } else { self.inner.write_all(&self.buf) }
+            .and_then(|()| self.inner.flush());
         match r {
             Ok(()) => {
                 self.committed += self.buf.len() as u64;

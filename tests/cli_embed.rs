@@ -33,7 +33,8 @@ fn stderr(out: &Output) -> String {
 
 #[test]
 fn jsonl_keeps_line_alignment_with_empty_lines_and_crlf() {
-    let out = embed(&["--model", &e5(), "--prefix", "query: "], b"Hello world\r\n\nDie Katze.\nlast line without newline");
+    let out =
+        embed(&["--model", &e5(), "--prefix", "query: "], b"Hello world\r\n\nDie Katze.\nlast line without newline");
     assert!(out.status.success(), "{}", stderr(&out));
     let r = rows(&out);
     assert_eq!(r.len(), 4);
@@ -71,10 +72,16 @@ fn invalid_utf8_stops_with_the_line_number_and_keeps_earlier_lines() {
     for fmt in ["jsonl", "npy"] {
         let o = dir.path().join(format!("v.{fmt}"));
         std::fs::write(&o, "earlier").unwrap();
-        let out = embed(&["--model", &e5(), "--format", fmt, "-o", o.to_str().unwrap()], b"one\ntwo\nbad \xff byte\nfour\n");
+        let out =
+            embed(&["--model", &e5(), "--format", fmt, "-o", o.to_str().unwrap()], b"one\ntwo\nbad \xff byte\nfour\n");
         assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
         let err = stderr(&out);
-        assert!(err.contains("line 3 is not valid UTF-8") && err.contains("is left as it was") && err.contains(&format!("v.{fmt}.partial")), "{err}");
+        assert!(
+            err.contains("line 3 is not valid UTF-8")
+                && err.contains("is left as it was")
+                && err.contains(&format!("v.{fmt}.partial")),
+            "{err}"
+        );
         assert_eq!(std::fs::read_to_string(&o).unwrap(), "earlier");
         let partial = std::fs::read(dir.path().join(format!("v.{fmt}.partial"))).unwrap();
         match fmt {
@@ -92,7 +99,11 @@ fn invalid_utf8_stops_with_the_line_number_and_keeps_earlier_lines() {
     let o = dir.path().join("none.jsonl");
     let out = embed(&["--model", &e5(), "-o", o.to_str().unwrap()], b"bad \xff first line\n");
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(stderr(&out).contains("stopped before any row; ") && stderr(&out).contains("is not written"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("stopped before any row; ") && stderr(&out).contains("is not written"),
+        "{}",
+        stderr(&out)
+    );
     assert!(!o.exists() && !dir.path().join("none.jsonl.partial").exists());
     // A replaced file keeps its permissions (a mode no umask gives a new file).
     #[cfg(unix)]
@@ -120,7 +131,8 @@ fn invalid_utf8_stops_with_the_line_number_and_keeps_earlier_lines() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = std::fs::read_to_string(&o).unwrap();
     assert!(text.starts_with("header\n[") && text.lines().count() == 3, "{text}");
-    let names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let names: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     assert!(names.iter().all(|n| !n.starts_with(".xsent-out-")), "{names:?}");
 }
 
@@ -129,11 +141,15 @@ fn invalid_utf8_stops_with_the_line_number_and_keeps_earlier_lines() {
 fn an_interrupted_embed_leaves_no_file() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.txt");
-    std::fs::write(&input, (0..3000).map(|i| format!("sentence number {i} of a long input\n")).collect::<String>()).unwrap();
+    std::fs::write(&input, (0..3000).map(|i| format!("sentence number {i} of a long input\n")).collect::<String>())
+        .unwrap();
     let out_dir = dir.path().join("out");
     std::fs::create_dir_all(&out_dir).unwrap();
     let out = out_dir.join("v.jsonl");
-    let (status, names) = common::interrupt_once_writing(&["embed", "--model", &e5(), "--input", input.to_str().unwrap(), "-o", out.to_str().unwrap()], &out_dir);
+    let (status, names) = common::interrupt_once_writing(
+        &["embed", "--model", &e5(), "--input", input.to_str().unwrap(), "-o", out.to_str().unwrap()],
+        &out_dir,
+    );
     assert_eq!(status.code(), Some(130), "{status:?}");
     assert!(names.is_empty(), "{names:?}");
 }
@@ -157,7 +173,12 @@ fn a_corrupt_gzip_input_stops_with_the_file_and_line_and_keeps_earlier_lines() {
     let err = stderr(&out);
     assert!(err.contains(&format!("embedding {}", gz.display())), "{err}");
     // The decoder hands over what it could inflate of the cut member before it fails.
-    let line: usize = err.split("caused by: line ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse().ok()).expect(&err);
+    let line: usize = err
+        .split("caused by: line ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect(&err);
     assert!((1101..1600).contains(&line), "{err}");
     assert!(err.contains(&format!("line {line} cannot be read")), "{err}");
     assert!(err.contains(&format!("the {} lines before it were embedded and written", line - 1)), "{err}");
@@ -189,7 +210,8 @@ fn tokenizer_config_model_max_length_is_the_default_length() {
     std::fs::write(m.join("tokenizer_config.json"), r#"{"model_max_length": 8}"#).unwrap();
     assert_eq!(common::embed_cli(&m, &[], &long), cut);
     // transformers' "no limit" stand-in leaves the model's positions.
-    std::fs::write(m.join("tokenizer_config.json"), r#"{"model_max_length": 1000000000000000019884624838656}"#).unwrap();
+    std::fs::write(m.join("tokenizer_config.json"), r#"{"model_max_length": 1000000000000000019884624838656}"#)
+        .unwrap();
     assert_eq!(common::embed_cli(&m, &[], &long), full);
     // sentence_bert_config.json's max_seq_length comes first.
     std::fs::write(m.join("tokenizer_config.json"), r#"{"model_max_length": 8}"#).unwrap();
@@ -212,7 +234,10 @@ fn npy_and_f32_outputs_hold_the_same_vectors() {
     let npy = dir.path().join("out.npy");
     let f32p = dir.path().join("out.f32");
     for (fmt, p) in [("npy", &npy), ("f32", &f32p)] {
-        let out = embed(&["--model", &e5(), "--input", input.to_str().unwrap(), "--format", fmt, "-o", p.to_str().unwrap()], b"");
+        let out = embed(
+            &["--model", &e5(), "--input", input.to_str().unwrap(), "--format", fmt, "-o", p.to_str().unwrap()],
+            b"",
+        );
         assert!(out.status.success(), "{}", stderr(&out));
     }
     let raw = std::fs::read(&f32p).unwrap();
@@ -236,7 +261,8 @@ fn npy_and_f32_outputs_hold_the_same_vectors() {
     let header_len = u16::from_le_bytes([raw[8], raw[9]]) as usize;
     let header = String::from_utf8_lossy(&raw[10..10 + header_len]);
     assert!(header.contains("'shape': (4, 384)") && header.contains("'<f4'"), "{header}");
-    let body: Vec<f32> = raw[10 + header_len..].chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+    let body: Vec<f32> =
+        raw[10 + header_len..].chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
     assert_eq!(body, want);
     // And numpy itself reads it (.ci/run provides a python with numpy as XSENT_PYTHON).
     let python = std::env::var("XSENT_PYTHON").unwrap_or_else(|_| "python3".into());
@@ -245,7 +271,11 @@ fn npy_and_f32_outputs_hold_the_same_vectors() {
         .arg(&npy)
         .output()
         .unwrap_or_else(|e| panic!("cannot run {python}: {e} (set XSENT_PYTHON to a python with numpy)"));
-    assert!(check.status.success(), "numpy could not load the file (set XSENT_PYTHON to a python with numpy): {}", String::from_utf8_lossy(&check.stderr));
+    assert!(
+        check.status.success(),
+        "numpy could not load the file (set XSENT_PYTHON to a python with numpy): {}",
+        String::from_utf8_lossy(&check.stderr)
+    );
     let first: f32 = String::from_utf8_lossy(&check.stdout).trim().parse().unwrap();
     assert_eq!(first, want[0]);
     // A run stopped before its end (killed: the header is written last) leaves a file numpy
@@ -255,9 +285,17 @@ fn npy_and_f32_outputs_hold_the_same_vectors() {
     w.write_row(&want[..384]).unwrap();
     drop(w);
     assert_eq!(std::fs::metadata(&cut).unwrap().len(), 128 + 384 * 4);
-    let check = std::process::Command::new(&python).args(["-c", "import sys, numpy as np; np.load(sys.argv[1])"]).arg(&cut).output().unwrap();
+    let check = std::process::Command::new(&python)
+        .args(["-c", "import sys, numpy as np; np.load(sys.argv[1])"])
+        .arg(&cut)
+        .output()
+        .unwrap();
     assert!(!check.status.success(), "numpy loaded an unfinished file");
-    assert!(String::from_utf8_lossy(&check.stderr).contains("UNFINISHED"), "{}", String::from_utf8_lossy(&check.stderr));
+    assert!(
+        String::from_utf8_lossy(&check.stderr).contains("UNFINISHED"),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
 }
 
 #[test]
@@ -268,9 +306,18 @@ fn user_errors_are_clear() {
         (vec!["--model".into(), e5(), "--device".into(), "cuda:0".into()], "built without CUDA"),
         (vec!["--model".into(), e5(), "--batch-size".into(), "0".into()], "--batch-size 0 is out of range"),
         (vec!["--model".into(), e5(), "--batch-size".into(), u64::MAX.to_string()], "is out of range: give 1..="),
-        (vec!["--model".into(), e5(), "-o".into(), "/nonexistent/dir/v.jsonl".into()], "the folder /nonexistent/dir does not exist"),
-        (vec!["--model".into(), e5(), "--input".into(), "/nonexistent/in.txt".into()], "cannot open input /nonexistent/in.txt"),
-        (vec!["--model".into(), e5(), "--max-length".into(), "100000".into()], "maximum length of 100000 tokens (--max-length"),
+        (
+            vec!["--model".into(), e5(), "-o".into(), "/nonexistent/dir/v.jsonl".into()],
+            "the folder /nonexistent/dir does not exist",
+        ),
+        (
+            vec!["--model".into(), e5(), "--input".into(), "/nonexistent/in.txt".into()],
+            "cannot open input /nonexistent/in.txt",
+        ),
+        (
+            vec!["--model".into(), e5(), "--max-length".into(), "100000".into()],
+            "maximum length of 100000 tokens (--max-length",
+        ),
         (vec!["--model".into(), "no/such/dir".into()], "not found"),
         (vec!["--model".into(), format!("{}/config.json", e5())], "is a file: give the model's directory"),
         (vec!["--model".into(), "org/name@".into()], "the revision after @ is empty"),
@@ -313,7 +360,10 @@ fn user_errors_are_clear() {
     std::fs::copy(common::model("all-MiniLM-L6-v2").join("config.json"), dir.path().join("config.json")).unwrap();
     let out = embed(&["--model", dir.path().to_str().unwrap()], b"x\n");
     let err = stderr(&out);
-    assert!(err.contains("has no weights") && err.contains("model.safetensors") && err.contains("pytorch_model.bin"), "{err}");
+    assert!(
+        err.contains("has no weights") && err.contains("model.safetensors") && err.contains("pytorch_model.bin"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -371,7 +421,11 @@ fn broken_model_directories_are_refused_with_the_file_named() {
     check(&m, &["config.json", "hidden_act \"quick_gelu\" is not supported"]);
     // A config.json that does not describe the weights: its key is named, with no backtrace
     // (candle adds one to its own errors when RUST_BACKTRACE is set).
-    let tiny_layers = serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(ok.join("config.json")).unwrap()).unwrap()["num_hidden_layers"].as_u64().unwrap();
+    let tiny_layers =
+        serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(ok.join("config.json")).unwrap()).unwrap()
+            ["num_hidden_layers"]
+            .as_u64()
+            .unwrap();
     for (key, value, want) in [
         ("num_hidden_layers", tiny_layers + 1, format!("{} layers are to be loaded (num_hidden_layers in config.json, or --layers), but the weights hold {tiny_layers}", tiny_layers + 1)),
         ("vocab_size", 2000, "config.json's vocab_size, hidden_size give embeddings.word_embeddings.weight the shape [2000,".to_string()),
@@ -388,15 +442,27 @@ fn broken_model_directories_are_refused_with_the_file_named() {
         assert!(!err.contains("candle-core"), "{key}: a backtrace: {err}");
     }
     // A thread count that is no number is said to be ignored.
-    let out = common::xsent().args(["embed", "--model", ok.to_str().unwrap()]).env("XSENT_THREADS", "two").stdin(Stdio::null()).output().unwrap();
+    let out = common::xsent()
+        .args(["embed", "--model", ok.to_str().unwrap()])
+        .env("XSENT_THREADS", "two")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stderr(&out).contains("XSENT_THREADS=\"two\" is not a number of threads (1 or more); ignored"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("XSENT_THREADS=\"two\" is not a number of threads (1 or more); ignored"),
+        "{}",
+        stderr(&out)
+    );
     // A run directory of xsent train points to its model.
     let run = dir.path().join("run");
     std::fs::create_dir_all(&run).unwrap();
     std::fs::write(run.join("config.toml"), "recipe = \"distill\"\n").unwrap();
     std::fs::rename(fresh("run-model"), run.join("final")).unwrap();
-    check(&run, &["is a run directory of xsent train, not a model", &format!("--model {}", run.join("final").display())]);
+    check(
+        &run,
+        &["is a run directory of xsent train, not a model", &format!("--model {}", run.join("final").display())],
+    );
     // A max_seq_length that is no length.
     let m = fresh("maxlen");
     std::fs::write(m.join("sentence_bert_config.json"), r#"{"max_seq_length": "abc"}"#).unwrap();
@@ -404,7 +470,11 @@ fn broken_model_directories_are_refused_with_the_file_named() {
     // A pooling config written for another model.
     let m = fresh("pooling");
     std::fs::create_dir_all(m.join("1_Pooling")).unwrap();
-    std::fs::write(m.join("1_Pooling/config.json"), r#"{"word_embedding_dimension": 999, "pooling_mode_mean_tokens": true}"#).unwrap();
+    std::fs::write(
+        m.join("1_Pooling/config.json"),
+        r#"{"word_embedding_dimension": 999, "pooling_mode_mean_tokens": true}"#,
+    )
+    .unwrap();
     check(&m, &["1_Pooling/config.json", "word_embedding_dimension is 999", "hidden_size is 32"]);
     // A module xsent cannot run would change the vectors.
     let m = fresh("modules");
@@ -437,9 +507,16 @@ fn broken_model_directories_are_refused_with_the_file_named() {
     check(&m, &["NaN or infinite values", "text 1 of 1", "\"w1 w2\""]);
     let pairs = dir.path().join("g3.tsv");
     std::fs::write(&pairs, "w1\tw2\t1\nw3\tw4\t2\nw5\tw6\t3\n").unwrap();
-    let o = common::xsent().args(["eval", "sts", "--model", m.to_str().unwrap(), "--pairs", pairs.to_str().unwrap()]).output().unwrap();
+    let o = common::xsent()
+        .args(["eval", "sts", "--model", m.to_str().unwrap(), "--pairs", pairs.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert!(stderr(&o).contains("NaN or infinite values") && !String::from_utf8_lossy(&o.stdout).contains("100.00"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("NaN or infinite values") && !String::from_utf8_lossy(&o.stdout).contains("100.00"),
+        "{}",
+        stderr(&o)
+    );
     // `-o -` is standard output; npy cannot go to a pipe (its header is written last).
     let out = embed(&["--model", ok.to_str().unwrap(), "-o", "-"], b"w1 w2\n");
     assert!(out.status.success(), "{}", stderr(&out));
@@ -505,12 +582,21 @@ fn a_default_prompt_is_prepended_as_sentence_transformers_does() {
     assert_eq!(rows(&run(&prompted, &["--prompt-name", "document"])), without);
     let out = run(&prompted, &["--prompt-name", "nope"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("no prompt named \"nope\"; its prompts are document, passage, query"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no prompt named \"nope\"; its prompts are document, passage, query"),
+        "{}",
+        stderr(&out)
+    );
     // Without the file, query and document exist and are empty, as in sentence-transformers.
     assert_eq!(rows(&run(&plain, &["--prompt-name", "query"])), without);
     let out = run(&plain, &["--prompt-name", "passage"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("no config_sentence_transformers.json") && stderr(&out).contains("its prompts are document, query"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no config_sentence_transformers.json")
+            && stderr(&out).contains("its prompts are document, query"),
+        "{}",
+        stderr(&out)
+    );
     let out = run(&prompted, &["--prompt-name", "query", "--prefix", "w5 "]);
     assert_eq!(out.status.code(), Some(2), "one or the other");
     assert!(stderr(&out).contains("cannot be used with"), "{}", stderr(&out));
@@ -530,22 +616,35 @@ fn a_default_prompt_is_prepended_as_sentence_transformers_does() {
     std::fs::write(old.join("xsent.json"), r#"{"prefix": "w5 "}"#).unwrap();
     assert_eq!(rows(&run(&old, &[])), with_prefix);
     // ... and it wins over a default prompt added later.
-    std::fs::write(old.join("config_sentence_transformers.json"), r#"{"prompts": {"query": "w6 "}, "default_prompt_name": "query"}"#).unwrap();
+    std::fs::write(
+        old.join("config_sentence_transformers.json"),
+        r#"{"prompts": {"query": "w6 "}, "default_prompt_name": "query"}"#,
+    )
+    .unwrap();
     assert_eq!(rows(&run(&old, &[])), with_prefix);
 
     // A default prompt that names no prompt, or no text.
     let bad = model("bad");
-    std::fs::write(bad.join("config_sentence_transformers.json"), r#"{"prompts": {"query": "w5 ", "n": 5}, "default_prompt_name": "passage"}"#).unwrap();
+    std::fs::write(
+        bad.join("config_sentence_transformers.json"),
+        r#"{"prompts": {"query": "w5 ", "n": 5}, "default_prompt_name": "passage"}"#,
+    )
+    .unwrap();
     let out = run(&bad, &[]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    for w in ["config_sentence_transformers.json", "no prompt named \"passage\"", "its prompts are document, n, query"] {
+    for w in ["config_sentence_transformers.json", "no prompt named \"passage\"", "its prompts are document, n, query"]
+    {
         assert!(err.contains(w), "expected {w:?} in {err}");
     }
     let err = stderr(&run(&bad, &["--prompt-name", "n"]));
     assert!(err.contains("the prompt \"n\" is 5, not text"), "{err}");
     // "prompts" that is not an object is an error, not silently no prompt.
-    std::fs::write(bad.join("config_sentence_transformers.json"), r#"{"prompts": "w5 ", "default_prompt_name": "query"}"#).unwrap();
+    std::fs::write(
+        bad.join("config_sentence_transformers.json"),
+        r#"{"prompts": "w5 ", "default_prompt_name": "query"}"#,
+    )
+    .unwrap();
     let out = run(&bad, &[]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
@@ -553,7 +652,11 @@ fn a_default_prompt_is_prepended_as_sentence_transformers_does() {
     // Pooling that leaves the prompt out cannot be reproduced with a prompt: refused, not wrong.
     let excl = model("exclude");
     std::fs::create_dir_all(excl.join("1_Pooling")).unwrap();
-    std::fs::write(excl.join("1_Pooling/config.json"), r#"{"pooling_mode_mean_tokens": true, "include_prompt": false}"#).unwrap();
+    std::fs::write(
+        excl.join("1_Pooling/config.json"),
+        r#"{"pooling_mode_mean_tokens": true, "include_prompt": false}"#,
+    )
+    .unwrap();
     assert_eq!(rows(&run(&excl, &[])), without, "no prompt: include_prompt does not matter");
     let out = run(&excl, &["--prefix", "w5 "]);
     let err = stderr(&out);
@@ -584,7 +687,8 @@ fn do_lower_case_lowercases_prefix_and_text() {
     // The word-level vocabulary has no upper-case words: unlowercased, "W1" is [UNK].
     assert_ne!(rows(&run(&plain, &["--prefix", "W5 "], b"W1 W2\nW3\n")), lower);
     let cased = model("lowercasing");
-    std::fs::write(cased.join("sentence_bert_config.json"), r#"{"max_seq_length": 64, "do_lower_case": true}"#).unwrap();
+    std::fs::write(cased.join("sentence_bert_config.json"), r#"{"max_seq_length": 64, "do_lower_case": true}"#)
+        .unwrap();
     assert_eq!(rows(&run(&cased, &["--prefix", "W5 "], b"W1 W2\nW3\n")), lower);
     // A model saved after training keeps lowercasing.
     let opts = xsent::model::LoadOptions { trainable: true, ..Default::default() };
@@ -622,12 +726,18 @@ fn normalisation_follows_the_models_modules_json() {
             r#"{"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}"#,
         ];
         if normalize {
-            m.push(r#"{"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}"#);
+            m.push(
+                r#"{"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}"#,
+            );
         }
         std::fs::write(model.join("modules.json"), format!("[{}]", m.join(","))).unwrap();
     };
     std::fs::create_dir_all(model.join("1_Pooling")).unwrap();
-    std::fs::write(model.join("1_Pooling/config.json"), r#"{"word_embedding_dimension": 32, "pooling_mode_mean_tokens": true}"#).unwrap();
+    std::fs::write(
+        model.join("1_Pooling/config.json"),
+        r#"{"word_embedding_dimension": 32, "pooling_mode_mean_tokens": true}"#,
+    )
+    .unwrap();
     modules(false);
     assert_eq!(norms(&[]), raw, "modules.json without Normalize: the raw vectors, as sentence-transformers");
     assert!(unit(&norms(&["--normalize"])));

@@ -11,15 +11,38 @@ use candle_core::{DType, Device, Tensor, Var};
 use xsent::model::{LoadOptions, Mode, SentenceEncoder};
 
 fn gpu() -> Device {
-    xsent::device::parse_device("cuda").expect("these tests need an NVIDIA GPU and its driver (run them through scripts/gpu-check.sh)")
+    xsent::device::parse_device("cuda")
+        .expect("these tests need an NVIDIA GPU and its driver (run them through scripts/gpu-check.sh)")
 }
 
 /// Largest |a − b| / max(|b|, 1) over two tensors of one shape (on any devices).
 fn rel_diff(a: &Tensor, b: &Tensor) -> f32 {
     assert_eq!(a.dims(), b.dims());
-    let a = a.to_device(&Device::Cpu).unwrap().to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    let b = b.to_device(&Device::Cpu).unwrap().to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    a.iter().zip(&b).map(|(x, y)| (x - y).abs() / y.abs().max(1.0)).fold(0f32, |m, d| if d.is_nan() { f32::NAN } else { m.max(d) })
+    let a = a
+        .to_device(&Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
+    let b = b
+        .to_device(&Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
+    a.iter().zip(&b).map(|(x, y)| (x - y).abs() / y.abs().max(1.0)).fold(0f32, |m, d| {
+        if d.is_nan() {
+            f32::NAN
+        } else {
+            m.max(d)
+        }
+    })
 }
 
 fn values(n: usize, seed: usize) -> Vec<f32> {
@@ -43,7 +66,9 @@ fn lightweight_losses_on_column_slices_equal_the_cpu() {
     let run = |d: &Device| {
         let v = Var::from_tensor(&base.to_device(d).unwrap()).unwrap();
         let (u, w) = (v.as_tensor().narrow(1, 0, h).unwrap(), v.as_tensor().narrow(1, h, h).unwrap());
-        let loss = (xsent::train::recipes::lightweight::align_loss(&u, &w).unwrap() + xsent::train::recipes::lightweight::sim_loss(&u, &w).unwrap()).unwrap();
+        let loss = (xsent::train::recipes::lightweight::align_loss(&u, &w).unwrap()
+            + xsent::train::recipes::lightweight::sim_loss(&u, &w).unwrap())
+        .unwrap();
         let g = loss.backward().unwrap();
         (loss, g.get(v.as_tensor()).unwrap().clone())
     };
@@ -57,10 +82,15 @@ fn lightweight_losses_on_column_slices_equal_the_cpu() {
 fn encoder_inference_and_training_equal_the_cpu() {
     let dir = tempfile::tempdir().unwrap();
     let words: Vec<String> = (0..50).map(|i| format!("w{i}")).collect();
-    let texts: Vec<String> = (0..40).map(|i| (0..(3 + i % 9)).map(|j| words[(i * 7 + j * 3) % 50].as_str()).collect::<Vec<_>>().join(" ")).collect();
+    let texts: Vec<String> = (0..40)
+        .map(|i| (0..(3 + i % 9)).map(|j| words[(i * 7 + j * 3) % 50].as_str()).collect::<Vec<_>>().join(" "))
+        .collect();
     for fixture in ["tiny-bert", "tiny-xlm-roberta"] {
         let path = common::tiny_model(fixture, dir.path(), &words);
-        let load = |d: Device, trainable: bool| SentenceEncoder::load(path.to_str().unwrap(), &LoadOptions { device: d, trainable, ..Default::default() }).unwrap();
+        let load = |d: Device, trainable: bool| {
+            SentenceEncoder::load(path.to_str().unwrap(), &LoadOptions { device: d, trainable, ..Default::default() })
+                .unwrap()
+        };
         // Inference: min cosine ≥ 0.99999 (the bar), and close values.
         let (cpu, cuda) = (load(Device::Cpu, false), load(gpu(), false));
         let (a, b) = (cpu.embed_unchecked(&texts, 16).unwrap(), cuda.embed_unchecked(&texts, 16).unwrap());
@@ -79,7 +109,14 @@ fn encoder_inference_and_training_equal_the_cpu() {
             let loss = emb.sqr().unwrap().sum_all().unwrap();
             let g = loss.backward().unwrap();
             let params = e.trainable_params();
-            (loss, params.vars.iter().map(|(n, v)| (n.clone(), g.get(v.as_tensor()).map(|t| t.to_device(&Device::Cpu).unwrap()))).collect::<Vec<_>>())
+            (
+                loss,
+                params
+                    .vars
+                    .iter()
+                    .map(|(n, v)| (n.clone(), g.get(v.as_tensor()).map(|t| t.to_device(&Device::Cpu).unwrap())))
+                    .collect::<Vec<_>>(),
+            )
         };
         let ((lc, gc), (lg, gg)) = (step(&cpu), step(&cuda));
         assert!(rel_diff(&lg, &lc) < 1e-5, "{fixture}: loss {lg} vs {lc}");
@@ -98,24 +135,38 @@ fn adamw_kernel_equals_the_cpu_kernel_bit_for_bit() {
     let dev = gpu();
     let init = values(300_001, 1);
     let run = |d: &Device| {
-        let w = Var::from_tensor(&Tensor::from_vec(init.clone(), (300_001,), &Device::Cpu).unwrap().to_device(d).unwrap()).unwrap();
-        let b = Var::from_tensor(&Tensor::from_vec(values(17, 2), 17, &Device::Cpu).unwrap().to_device(d).unwrap()).unwrap();
+        let w =
+            Var::from_tensor(&Tensor::from_vec(init.clone(), (300_001,), &Device::Cpu).unwrap().to_device(d).unwrap())
+                .unwrap();
+        let b = Var::from_tensor(&Tensor::from_vec(values(17, 2), 17, &Device::Cpu).unwrap().to_device(d).unwrap())
+            .unwrap();
         let params = Params { vars: vec![("layer.weight".into(), w.clone()), ("layer.bias".into(), b.clone())] };
         let mut opt = AdamW::new(&params, AdamWConfig { max_grad_norm: Some(0.5), ..Default::default() }).unwrap();
         let mut norms = Vec::new();
         for step in 0..4 {
-            let loss = ((w.as_tensor().sqr().unwrap().sum_all().unwrap() * 0.5).unwrap() + b.as_tensor().sum_all().unwrap()).unwrap();
+            let loss = ((w.as_tensor().sqr().unwrap().sum_all().unwrap() * 0.5).unwrap()
+                + b.as_tensor().sum_all().unwrap())
+            .unwrap();
             let grads = loss.backward().unwrap();
             norms.push(opt.step(&grads, 1e-2 / (step + 1) as f64).unwrap().grad_norm);
         }
-        (w.as_tensor().to_device(&Device::Cpu).unwrap(), b.as_tensor().to_device(&Device::Cpu).unwrap(), opt.state_tensors().unwrap(), norms)
+        (
+            w.as_tensor().to_device(&Device::Cpu).unwrap(),
+            b.as_tensor().to_device(&Device::Cpu).unwrap(),
+            opt.state_tensors().unwrap(),
+            norms,
+        )
     };
     let (wc, bc, sc, nc) = run(&Device::Cpu);
     let (wg, bg, sg, ng) = run(&dev);
     assert_eq!(wc.to_vec1::<f32>().unwrap(), wg.to_vec1::<f32>().unwrap(), "weights after 4 steps");
     assert_eq!(bc.to_vec1::<f32>().unwrap(), bg.to_vec1::<f32>().unwrap(), "biases after 4 steps");
     for (k, t) in &sc {
-        assert_eq!(t.flatten_all().unwrap().to_vec1::<f32>().unwrap(), sg[k].flatten_all().unwrap().to_vec1::<f32>().unwrap(), "optimiser state {k}");
+        assert_eq!(
+            t.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            sg[k].flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            "optimiser state {k}"
+        );
     }
     for (a, b) in nc.iter().zip(&ng) {
         assert!((a - b).abs() < 1e-5 * a, "gradient norms {nc:?} vs {ng:?}");
@@ -141,7 +192,8 @@ fn dropout_masks_equal_the_cpu_and_backward_reuses_them() {
 fn exact_knn_on_the_gpu_equals_the_cpu() {
     use xsent::index::knn::{knn_both, Matrix};
     // Small integers: exact products in any order, so the lists must be equal, ties included.
-    let m = |n: usize, s: usize| Matrix { data: (0..n * 8).map(|i| (((i + s) * 7919) % 5) as f32 - 2.0).collect(), dim: 8 };
+    let m =
+        |n: usize, s: usize| Matrix { data: (0..n * 8).map(|i| (((i + s) * 7919) % 5) as f32 - 2.0).collect(), dim: 8 };
     let (x, y) = (m(3000, 1), m(20_000, 2));
     let want = knn_both(&x, &y, 4).unwrap();
     let got = xsent::index::knn_gpu::search(&x, &y, 4, true, &gpu()).unwrap();
@@ -154,7 +206,8 @@ fn sp_averaging_on_the_gpu_equals_the_cpu() {
     use xsent::train::recipes::sp::{average_with_dropout, DropoutKind};
     let (vocab, dim) = (500, 32);
     let table = Tensor::from_vec(values(vocab * dim, 4), (vocab, dim), &Device::Cpu).unwrap();
-    let sents: Vec<Vec<u32>> = (0..64).map(|i| (0..(1 + i % 13)).map(|j| ((i * 31 + j * 17) % vocab) as u32).collect()).collect();
+    let sents: Vec<Vec<u32>> =
+        (0..64).map(|i| (0..(1 + i % 13)).map(|j| ((i * 31 + j * 17) % vocab) as u32).collect()).collect();
     let refs: Vec<&[u32]> = sents.iter().map(Vec::as_slice).collect();
     let run = |d: &Device| {
         let v = Var::from_tensor(&table.to_device(d).unwrap()).unwrap();

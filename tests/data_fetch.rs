@@ -41,7 +41,10 @@ impl Mirror {
                         files.insert(format!("/{}/{}/{path}", repo.name, repo.commit), content());
                     }
                     Origin::Zip { repo, archive, member } => {
-                        archives.entry(format!("/{}/{}/{archive}", repo.name, repo.commit)).or_default().push((member, content()));
+                        archives
+                            .entry(format!("/{}/{}/{archive}", repo.name, repo.commit))
+                            .or_default()
+                            .push((member, content()));
                     }
                     Origin::Gunzip { .. } => {}
                 }
@@ -128,7 +131,8 @@ fn serve(conn: TcpStream, state: &Mutex<State>) {
         let _ = w.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\nConnection: close\r\n\r\nnot found");
         return;
     };
-    let start: usize = range.as_deref().and_then(|r| r.strip_prefix("bytes=")?.strip_suffix('-')?.parse().ok()).unwrap_or(0);
+    let start: usize =
+        range.as_deref().and_then(|r| r.strip_prefix("bytes=")?.strip_suffix('-')?.parse().ok()).unwrap_or(0);
     if start >= body.len() && range.is_some() {
         let _ = write!(w, "HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", body.len());
         return;
@@ -173,7 +177,8 @@ fn stderr(o: &std::process::Output) -> String {
 #[test]
 fn the_registry_lists_the_shared_files() {
     let data = common::data();
-    let mut listed: Vec<String> = registry::SETS.iter().flat_map(|s| s.files.iter().map(|f| f.path.to_string())).collect();
+    let mut listed: Vec<String> =
+        registry::SETS.iter().flat_map(|s| s.files.iter().map(|f| f.path.to_string())).collect();
     listed.sort();
     let shared: Vec<String> = files_under(&data).into_iter().filter(|p| p != "README.md").collect();
     assert_eq!(listed, shared);
@@ -204,7 +209,10 @@ fn a_full_fetch_equals_the_shared_files() {
     let table = String::from_utf8_lossy(&list.stdout);
     assert!(list.status.success(), "{}", stderr(&list));
     for s in registry::SETS {
-        let row = table.lines().find(|l| l.starts_with(&format!("{} ", s.name))).unwrap_or_else(|| panic!("no row {}: {table}", s.name));
+        let row = table
+            .lines()
+            .find(|l| l.starts_with(&format!("{} ", s.name)))
+            .unwrap_or_else(|| panic!("no row {}: {table}", s.name));
         assert!(row.contains("present"), "{row}");
     }
 
@@ -299,7 +307,8 @@ fn a_missing_file_is_a_clear_error() {
 #[test]
 fn evaluators_name_the_fetch_command() {
     let tmp = tempfile::tempdir().unwrap();
-    let o = common::xsent().args(["eval", "tatoeba", "--model", "unused"]).env("XSENT_DATA", tmp.path()).output().unwrap();
+    let o =
+        common::xsent().args(["eval", "tatoeba", "--model", "unused"]).env("XSENT_DATA", tmp.path()).output().unwrap();
     assert!(!o.status.success());
     assert!(stderr(&o).contains("xsent data fetch tatoeba"), "{}", stderr(&o));
 }
@@ -324,7 +333,11 @@ fn decontamination_reads_the_registry_evaluation_files() {
         };
         match (read.remove(f.path), want) {
             (Some(got), Some(want)) => assert_eq!(got, want, "{}", f.path),
-            (None, Some(_)) => assert!(f.path.ends_with(".gold") || f.path.contains("/STS.gs.") || f.path.ends_with(".txt.gz"), "{} is not checked", f.path),
+            (None, Some(_)) => assert!(
+                f.path.ends_with(".gold") || f.path.contains("/STS.gs.") || f.path.ends_with(".txt.gz"),
+                "{} is not checked",
+                f.path
+            ),
             (Some(_), None) => panic!("{} is read as evaluation data but is {:?} in the registry", f.path, f.split),
             (None, None) => {}
         }

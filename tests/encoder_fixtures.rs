@@ -106,10 +106,20 @@ fn padding_id_is_irrelevant() -> Result<()> {
     let (enc, e) = load("tiny-xlm-roberta")?;
     let ids = e.ids.to_vec2::<u32>()?;
     let mask = e.mask.to_vec2::<f32>()?;
-    let other: Vec<u32> = ids.iter().zip(&mask).flat_map(|(r, m)| r.iter().zip(m).map(|(&i, &m)| if m > 0.0 { i } else { 999 })).collect();
+    let other: Vec<u32> = ids
+        .iter()
+        .zip(&mask)
+        .flat_map(|(r, m)| r.iter().zip(m).map(|(&i, &m)| if m > 0.0 { i } else { 999 }))
+        .collect();
     let other = Tensor::from_vec(other, e.ids.shape(), &Device::Cpu)?;
-    let a = Pooling::Mean.apply(&enc.forward(&e.ids, &e.mask, &mut Mode::Infer)?, &e.mask)?.flatten_all()?.to_vec1::<f32>()?;
-    let b = Pooling::Mean.apply(&enc.forward(&other, &e.mask, &mut Mode::Infer)?, &e.mask)?.flatten_all()?.to_vec1::<f32>()?;
+    let a = Pooling::Mean
+        .apply(&enc.forward(&e.ids, &e.mask, &mut Mode::Infer)?, &e.mask)?
+        .flatten_all()?
+        .to_vec1::<f32>()?;
+    let b = Pooling::Mean
+        .apply(&enc.forward(&other, &e.mask, &mut Mode::Infer)?, &e.mask)?
+        .flatten_all()?
+        .to_vec1::<f32>()?;
     assert!(common::max_abs_diff(&a, &b) < 1e-6);
     Ok(())
 }
@@ -146,7 +156,11 @@ fn shards(index: &std::path::Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Both tensor maps hold the same names; `want` turns the reference tensor into the one expected.
-fn assert_same_tensors(got: &HashMap<String, Tensor>, reference: &HashMap<String, Tensor>, want: impl Fn(&Tensor) -> Result<Tensor>) -> Result<()> {
+fn assert_same_tensors(
+    got: &HashMap<String, Tensor>,
+    reference: &HashMap<String, Tensor>,
+    want: impl Fn(&Tensor) -> Result<Tensor>,
+) -> Result<()> {
     let mut a: Vec<&String> = got.keys().collect();
     let mut b: Vec<&String> = reference.keys().collect();
     a.sort();
@@ -168,7 +182,8 @@ fn assert_same_tensors(got: &HashMap<String, Tensor>, reference: &HashMap<String
 fn pytorch_bin_matches_transformers() -> Result<()> {
     let bin = [resaved("bert-mlm-bin").join("pytorch_model.bin")];
     check_with("tiny-bert-mlm", &bin)?;
-    let reference = weights::load_encoder_tensors(&[common::fixtures().join("tiny-bert-mlm/model.safetensors")], &Device::Cpu, 2)?;
+    let reference =
+        weights::load_encoder_tensors(&[common::fixtures().join("tiny-bert-mlm/model.safetensors")], &Device::Cpu, 2)?;
     assert_same_tensors(&weights::load_encoder_tensors(&bin, &Device::Cpu, 2)?, &reference, |t| Ok(t.clone()))?;
     // Dropped layers are left out of a PyTorch file as of a safetensors one.
     let one = weights::load_encoder_tensors(&bin, &Device::Cpu, 1)?;
@@ -182,7 +197,11 @@ fn sharded_safetensors_match_transformers() -> Result<()> {
     let files = shards(&resaved("xlmr-mlm-sharded").join("model.safetensors.index.json"))?;
     assert_eq!(files.len(), 2);
     check_with("tiny-xlm-roberta-mlm", &files)?;
-    let reference = weights::load_encoder_tensors(&[common::fixtures().join("tiny-xlm-roberta-mlm/model.safetensors")], &Device::Cpu, 2)?;
+    let reference = weights::load_encoder_tensors(
+        &[common::fixtures().join("tiny-xlm-roberta-mlm/model.safetensors")],
+        &Device::Cpu,
+        2,
+    )?;
     assert_same_tensors(&weights::load_encoder_tensors(&files, &Device::Cpu, 2)?, &reference, |t| Ok(t.clone()))
 }
 
@@ -193,7 +212,11 @@ fn sharded_float16_pytorch_checkpoint_reads_its_values() -> Result<()> {
     let files = shards(&resaved("xlmr-f16-sharded-bin").join("pytorch_model.bin.index.json"))?;
     assert_eq!(files.len(), 3);
     assert!(files.iter().all(|f| f.extension().unwrap() == "bin"));
-    let reference = weights::load_encoder_tensors(&[common::fixtures().join("tiny-xlm-roberta/model.safetensors")], &Device::Cpu, 2)?;
+    let reference = weights::load_encoder_tensors(
+        &[common::fixtures().join("tiny-xlm-roberta/model.safetensors")],
+        &Device::Cpu,
+        2,
+    )?;
     let got = weights::load_encoder_tensors(&files, &Device::Cpu, 2)?;
     assert_same_tensors(&got, &reference, |t| Ok(t.to_dtype(DType::F16)?.to_dtype(DType::F32)?))
 }
@@ -203,12 +226,15 @@ fn sharded_float16_pytorch_checkpoint_reads_its_values() -> Result<()> {
 fn bfloat16_safetensors_read_their_values() -> Result<()> {
     let path = common::fixtures().join("tiny-bert-mlm/model.safetensors");
     let raw = candle_core::safetensors::load(&path, &Device::Cpu)?;
-    let bf16: HashMap<String, Tensor> = raw.iter().map(|(k, t)| Ok((k.clone(), t.to_dtype(DType::BF16)?))).collect::<Result<_>>()?;
+    let bf16: HashMap<String, Tensor> =
+        raw.iter().map(|(k, t)| Ok((k.clone(), t.to_dtype(DType::BF16)?))).collect::<Result<_>>()?;
     let dir = tempfile::tempdir()?;
     let out = dir.path().join("model.safetensors");
     candle_core::safetensors::save(&bf16, &out)?;
     let reference = weights::load_encoder_tensors(&[path], &Device::Cpu, 2)?;
-    assert_same_tensors(&weights::load_encoder_tensors(&[out], &Device::Cpu, 2)?, &reference, |t| Ok(t.to_dtype(DType::BF16)?.to_dtype(DType::F32)?))
+    assert_same_tensors(&weights::load_encoder_tensors(&[out], &Device::Cpu, 2)?, &reference, |t| {
+        Ok(t.to_dtype(DType::BF16)?.to_dtype(DType::F32)?)
+    })
 }
 
 /// A sentence-transformers Dense module saved as pytorch_model.bin gives sentence-transformers'
@@ -216,7 +242,8 @@ fn bfloat16_safetensors_read_their_values() -> Result<()> {
 #[test]
 fn dense_from_pytorch_bin_matches_sentence_transformers() -> Result<()> {
     let dense = xsent::model::Dense::load(&resaved("dense-bin"), &Device::Cpu)?;
-    let e: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(common::fixtures().join("tiny-bert/expected.json"))?)?;
+    let e: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(common::fixtures().join("tiny-bert/expected.json"))?)?;
     let input = Tensor::from_vec(flat(&e["mean_pooled"]), (3, 32), &Device::Cpu)?;
     let want: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(resaved("dense-expected.json"))?)?;
     let got = dense.forward(&input)?.flatten_all()?.to_vec1::<f32>()?;
@@ -232,8 +259,12 @@ fn broken_weight_files_are_named() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let legacy = dir.path().join("pytorch_model.bin");
     std::fs::write(&legacy, b"\x80\x02\x8a\x0alegacy pickle, not a zip archive")?;
-    let err = format!("{:#}", weights::load_encoder_tensors(std::slice::from_ref(&legacy), &Device::Cpu, 2).unwrap_err());
-    assert!(err.contains(&legacy.display().to_string()) && err.contains("zip format") && err.contains("save_pretrained"), "{err}");
+    let err =
+        format!("{:#}", weights::load_encoder_tensors(std::slice::from_ref(&legacy), &Device::Cpu, 2).unwrap_err());
+    assert!(
+        err.contains(&legacy.display().to_string()) && err.contains("zip format") && err.contains("save_pretrained"),
+        "{err}"
+    );
     let sharded = shards(&resaved("xlmr-mlm-sharded").join("model.safetensors.index.json"))?;
     let twice = [sharded[0].clone(), sharded[1].clone(), sharded[0].clone()];
     let err = format!("{:#}", weights::load_encoder_tensors(&twice, &Device::Cpu, 2).unwrap_err());

@@ -7,7 +7,15 @@ use xsent::data::bucc;
 
 #[test]
 fn bucc_zh_en_reproduces_reference_numbers() {
-    let (table, r) = common::eval_report(["bucc", "--model", &common::e5_small(), "--prefix", "query: ", "--data-dir", &common::data_arg()]);
+    let (table, r) = common::eval_report([
+        "bucc",
+        "--model",
+        &common::e5_small(),
+        "--prefix",
+        "query: ",
+        "--data-dir",
+        &common::data_arg(),
+    ]);
     assert!(table.contains("(oracle threshold)"), "{table}");
     let e = &r["results"][0];
     assert_eq!(e["language"], "zh-en");
@@ -61,7 +69,9 @@ fn bucc_reader_errors_name_files() {
 /// Split `split` of the BUCC pair de-en under `bucc`: ids `de-i` / `en-i` for the texts, and the
 /// gold lines as given.
 fn write_de_en_split(bucc: &Path, split: &str, de: &[&str], en: &[&str], gold: &str) {
-    let lines = |ids: &str, texts: &[&str]| texts.iter().enumerate().map(|(i, t)| format!("{ids}-{i}\t{t}\n")).collect::<String>();
+    let lines = |ids: &str, texts: &[&str]| {
+        texts.iter().enumerate().map(|(i, t)| format!("{ids}-{i}\t{t}\n")).collect::<String>()
+    };
     std::fs::create_dir_all(bucc).unwrap();
     write(&bucc.join(format!("de-en.{split}.de")), &lines("de", de));
     write(&bucc.join(format!("de-en.{split}.en")), &lines("en", en));
@@ -74,10 +84,25 @@ fn write_de_en_split(bucc: &Path, split: &str, de: &[&str], en: &[&str], gold: &
 #[test]
 fn bucc_mines_distinct_sentences_and_credits_every_id() {
     let d = tempfile::tempdir().unwrap();
-    let de = ["Der Hund schläft im Garten.", "Ich trinke jeden Morgen Kaffee.", "Der Hund schläft im Garten.", "Das Wetter ist heute schön."];
+    let de = [
+        "Der Hund schläft im Garten.",
+        "Ich trinke jeden Morgen Kaffee.",
+        "Der Hund schläft im Garten.",
+        "Das Wetter ist heute schön.",
+    ];
     let en = ["The weather is nice today.", "The dog is sleeping in the garden.", "I drink coffee every morning."];
     write_de_en_split(&d.path().join("bucc"), "dev", &de, &en, "de-0\ten-1\nde-1\ten-2\nde-2\ten-1\nde-3\ten-0\n");
-    let (_, r) = common::eval_report(["bucc", "--model", &common::e5_small(), "--prefix", "query: ", "--k", "2", "--data-dir", d.path().to_str().unwrap()]);
+    let (_, r) = common::eval_report([
+        "bucc",
+        "--model",
+        &common::e5_small(),
+        "--prefix",
+        "query: ",
+        "--k",
+        "2",
+        "--data-dir",
+        d.path().to_str().unwrap(),
+    ]);
     let e = &r["results"][0];
     assert_eq!(e["language"], "de-en");
     assert_eq!(e["scores"]["gold"], 4);
@@ -92,12 +117,32 @@ fn bucc_mines_distinct_sentences_and_credits_every_id() {
 #[test]
 fn bucc_takes_the_threshold_from_dev_in_xtremes_layout() {
     let d = tempfile::tempdir().unwrap();
-    let de = ["Der Hund schläft im Garten.", "Ich trinke jeden Morgen Kaffee.", "Das Wetter ist heute schön.", "Er liest ein Buch."];
-    let en = ["The weather is nice today.", "The dog is sleeping in the garden.", "I drink coffee every morning.", "Cats like fish."];
+    let de = [
+        "Der Hund schläft im Garten.",
+        "Ich trinke jeden Morgen Kaffee.",
+        "Das Wetter ist heute schön.",
+        "Er liest ein Buch.",
+    ];
+    let en = [
+        "The weather is nice today.",
+        "The dog is sleeping in the garden.",
+        "I drink coffee every morning.",
+        "Cats like fish.",
+    ];
     let b = d.path().join("bucc");
     write_de_en_split(&b, "dev", &de, &en, "de-0\ten-1\nde-1\ten-2\nde-2\ten-0\n");
     write_de_en_split(&b, "test", &de, &en, "de-0\ten-1\nde-1\ten-2\nde-2\ten-0\nde-0\ten-1\n");
-    let (table, r) = common::eval_report(["bucc", "--model", &common::e5_small(), "--prefix", "query: ", "--k", "2", "--data-dir", d.path().to_str().unwrap()]);
+    let (table, r) = common::eval_report([
+        "bucc",
+        "--model",
+        &common::e5_small(),
+        "--prefix",
+        "query: ",
+        "--k",
+        "2",
+        "--data-dir",
+        d.path().to_str().unwrap(),
+    ]);
     assert!(table.contains("(from dev)"), "{table}");
     let e = &r["results"][0];
     assert_eq!(e["split"], "test");
@@ -110,8 +155,10 @@ fn bucc_takes_the_threshold_from_dev_in_xtremes_layout() {
 /// 300 Tatoeba deu-eng pairs: src = German, tgt = English shuffled by a fixed rotation.
 fn corpus(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, Vec<String>, Vec<String>) {
     let t = common::data().join("tatoeba");
-    let de: Vec<String> = std::fs::read_to_string(t.join("tatoeba.deu-eng.deu")).unwrap().lines().take(300).map(String::from).collect();
-    let en: Vec<String> = std::fs::read_to_string(t.join("tatoeba.deu-eng.eng")).unwrap().lines().take(300).map(String::from).collect();
+    let de: Vec<String> =
+        std::fs::read_to_string(t.join("tatoeba.deu-eng.deu")).unwrap().lines().take(300).map(String::from).collect();
+    let en: Vec<String> =
+        std::fs::read_to_string(t.join("tatoeba.deu-eng.eng")).unwrap().lines().take(300).map(String::from).collect();
     let (s, g) = (dir.join("src.txt"), dir.join("tgt.txt"));
     write(&s, &(de.join("\n") + "\n"));
     write(&g, &(en.join("\n") + "\n"));
@@ -127,7 +174,19 @@ fn an_interrupted_mine_leaves_no_temporary_file() {
     std::fs::create_dir_all(&out_dir).unwrap();
     let out = out_dir.join("mined.tsv");
     let (status, names) = common::interrupt_once_writing(
-        &["mine", "--model", &common::e5_small(), "--prefix", "query: ", "--src-file", s.to_str().unwrap(), "--tgt-file", t.to_str().unwrap(), "-o", out.to_str().unwrap()],
+        &[
+            "mine",
+            "--model",
+            &common::e5_small(),
+            "--prefix",
+            "query: ",
+            "--src-file",
+            s.to_str().unwrap(),
+            "--tgt-file",
+            t.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
         &out_dir,
     );
     assert_eq!(status.code(), Some(130), "{status:?}");
@@ -158,12 +217,22 @@ fn mine_writes_sorted_tsv_of_mostly_true_pairs() {
     assert!(rows.windows(2).all(|w| w[0].0 >= w[1].0), "not sorted by score");
     // Max retrieval: each sentence at most once, so at most 300 pairs.
     assert!(rows.len() <= 300 && rows.len() >= 280, "{}", rows.len());
-    let correct = rows.iter().filter(|(_, a, b)| de.iter().position(|x| x == a) == en.iter().position(|x| x == b)).count();
+    let correct =
+        rows.iter().filter(|(_, a, b)| de.iter().position(|x| x == a) == en.iter().position(|x| x == b)).count();
     assert!(correct as f64 >= 0.9 * rows.len() as f64, "{correct} of {} mined pairs are true translations", rows.len());
     // A threshold keeps exactly the pairs scoring at least it.
     let t0 = rows[rows.len() / 2].0;
     let out = common::xsent()
-        .args(["mine", "--model", &common::e5_small(), "--prefix", "query: ", "--threshold", &t0.to_string(), "--src-file"])
+        .args([
+            "mine",
+            "--model",
+            &common::e5_small(),
+            "--prefix",
+            "query: ",
+            "--threshold",
+            &t0.to_string(),
+            "--src-file",
+        ])
         .arg(&s)
         .arg("--tgt-file")
         .arg(&t)
@@ -181,7 +250,8 @@ fn xsr_p_at_1_with_and_without_distractors() {
     let fra = std::fs::read_to_string(common::data().join("tatoeba/tatoeba.fra-eng.eng")).unwrap();
     write(&distract, &fra.lines().take(500).collect::<Vec<_>>().join("\n"));
     let p1 = |extra: bool| -> (f64, u64) {
-        let mut args = vec!["xsr".into(), "--model".into(), common::e5_small().into(), "--prefix".into(), "query: ".into()];
+        let mut args =
+            vec!["xsr".into(), "--model".into(), common::e5_small().into(), "--prefix".into(), "query: ".into()];
         args.extend(["--src".into(), s.clone().into_os_string(), "--tgt".into(), t.clone().into_os_string()]);
         if extra {
             args.extend(["--distractors".into(), distract.clone().into_os_string()]);
@@ -198,7 +268,13 @@ fn xsr_p_at_1_with_and_without_distractors() {
     // Misaligned files are refused with both names and counts.
     let short = dir.path().join("short.txt");
     write(&short, "one\ntwo\n");
-    let out = common::xsent().args(["eval", "xsr", "--model", &common::e5_small(), "--src"]).arg(&s).arg("--tgt").arg(&short).output().unwrap();
+    let out = common::xsent()
+        .args(["eval", "xsr", "--model", &common::e5_small(), "--src"])
+        .arg(&s)
+        .arg("--tgt")
+        .arg(&short)
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("has 300 lines") && err.contains("short.txt has 2"), "{err}");
 }
@@ -217,11 +293,14 @@ fn eval_all_runs_every_task_into_one_report() {
     }
     std::fs::create_dir_all(data.join("bucc")).unwrap();
     let t = common::data().join("tatoeba");
-    let fra: Vec<String> = std::fs::read_to_string(t.join("tatoeba.fra-eng.fra")).unwrap().lines().map(String::from).collect();
-    let eng: Vec<String> = std::fs::read_to_string(t.join("tatoeba.fra-eng.eng")).unwrap().lines().map(String::from).collect();
+    let fra: Vec<String> =
+        std::fs::read_to_string(t.join("tatoeba.fra-eng.fra")).unwrap().lines().map(String::from).collect();
+    let eng: Vec<String> =
+        std::fs::read_to_string(t.join("tatoeba.fra-eng.eng")).unwrap().lines().map(String::from).collect();
     // English lines 100..200 come from the far end of the file: not translations of the French 100..150.
     let fr: Vec<String> = (0..150).map(|i| format!("fr-{i}\t{}", fra[i])).collect();
-    let en: Vec<String> = (0..200).map(|i| format!("en-{i}\t{}", if i < 100 { &eng[i] } else { &eng[eng.len() - 1 - i] })).collect();
+    let en: Vec<String> =
+        (0..200).map(|i| format!("en-{i}\t{}", if i < 100 { &eng[i] } else { &eng[eng.len() - 1 - i] })).collect();
     let gold: Vec<String> = (0..100).map(|i| format!("fr-{i}\ten-{i}")).collect();
     write(&data.join("bucc/fr-en.sample.fr"), &fr.join("\n"));
     write(&data.join("bucc/fr-en.sample.en"), &en.join("\n"));
@@ -234,7 +313,15 @@ fn eval_all_runs_every_task_into_one_report() {
         write(&data.join(format!("bucc/zh-en.sample.{to_ext}")), &text);
         std::fs::remove_file(from).unwrap();
     }
-    let (table, r) = common::eval_report(["all", "--model", &common::e5_small(), "--prefix", "query: ", "--data-dir", data.to_str().unwrap()]);
+    let (table, r) = common::eval_report([
+        "all",
+        "--model",
+        &common::e5_small(),
+        "--prefix",
+        "query: ",
+        "--data-dir",
+        data.to_str().unwrap(),
+    ]);
     assert!(table.contains("## sts17") && table.contains("## tatoeba") && table.contains("## bucc2018"), "{table}");
     let results = r["results"].as_array().unwrap();
     let tasks: Vec<&str> = results.iter().map(|e| e["task"].as_str().unwrap()).collect();
@@ -251,7 +338,11 @@ fn eval_all_runs_every_task_into_one_report() {
     let deu = results.iter().find(|e| e["language"] == "deu-eng").unwrap()["main_score"].as_f64().unwrap();
     assert!((deu - 97.10).abs() <= 0.1);
     // --langs is refused for `all`.
-    let out = common::xsent().args(["eval", "all", "--model", &common::e5_small(), "--langs", "deu", "--data-dir"]).arg(data).output().unwrap();
+    let out = common::xsent()
+        .args(["eval", "all", "--model", &common::e5_small(), "--langs", "deu", "--data-dir"])
+        .arg(data)
+        .output()
+        .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("run the tasks one by one"));
 }
 
@@ -266,7 +357,15 @@ fn mine_leaves_blank_lines_out_and_outputs_are_checked_first() {
     write(&tgt, "w5\nw3 w4\n\nw1 w2\n");
     let mine = |extra: &[&str]| {
         common::xsent()
-            .args(["mine", "--model", model.to_str().unwrap(), "--src-file", src.to_str().unwrap(), "--tgt-file", tgt.to_str().unwrap()])
+            .args([
+                "mine",
+                "--model",
+                model.to_str().unwrap(),
+                "--src-file",
+                src.to_str().unwrap(),
+                "--tgt-file",
+                tgt.to_str().unwrap(),
+            ])
             .args(extra)
             .output()
             .unwrap()
@@ -285,7 +384,15 @@ fn mine_leaves_blank_lines_out_and_outputs_are_checked_first() {
     let dup = dir.path().join("dup.txt");
     write(&dup, "w5\nw3 w4\nw5\nw1 w2\nw5\n");
     let out = common::xsent()
-        .args(["mine", "--model", model.to_str().unwrap(), "--src-file", src.to_str().unwrap(), "--tgt-file", dup.to_str().unwrap()])
+        .args([
+            "mine",
+            "--model",
+            model.to_str().unwrap(),
+            "--src-file",
+            src.to_str().unwrap(),
+            "--tgt-file",
+            dup.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr).to_string();
@@ -304,7 +411,11 @@ fn mine_leaves_blank_lines_out_and_outputs_are_checked_first() {
     let made = dir.path().join("made-by-create.txt");
     std::fs::File::create(&made).unwrap();
     assert_eq!(mode(&tsv), mode(&made), "the mode of a file made by create, not a private temporary file's");
-    assert!(std::fs::read_dir(dir.path()).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().starts_with(".xsent-out-")));
+    assert!(std::fs::read_dir(dir.path()).unwrap().all(|e| !e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .starts_with(".xsent-out-")));
     // Through a symlink: its target is written, the link stays.
     let link = dir.path().join("link.tsv");
     std::os::unix::fs::symlink(&made, &link).unwrap();
@@ -333,11 +444,21 @@ fn mine_leaves_blank_lines_out_and_outputs_are_checked_first() {
     let pairs = dir.path().join("p.tsv");
     write(&pairs, "w1\tw1\t5\nw1\tw2\t1\n");
     let out = common::xsent()
-        .args(["eval", "sts", "--model", model.to_str().unwrap(), "--pairs", pairs.to_str().unwrap(), "--report", "/nonexistent/r.json"])
+        .args([
+            "eval",
+            "sts",
+            "--model",
+            model.to_str().unwrap(),
+            "--pairs",
+            pairs.to_str().unwrap(),
+            "--report",
+            "/nonexistent/r.json",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--report /nonexistent/r.json: the folder /nonexistent does not exist"));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("--report /nonexistent/r.json: the folder /nonexistent does not exist"));
     assert!(out.stdout.is_empty(), "no table printed before the error");
 }
 
@@ -362,13 +483,34 @@ fn reports_and_outputs_never_replace_an_input_or_a_benchmark_file() {
     let png_out = p("x.png");
     write(Path::new(&corpus), "w1 w2 w3\n");
     let cases: Vec<(Vec<&str>, String)> = vec![
-        (vec!["eval", "sts", "--model", model, "--pairs", &pairs, "--report", &pairs], format!("--report {pairs} is the input file {pairs}")),
-        (vec!["eval", "xsr", "--model", model, "--src", &src, "--tgt", &tgt, "--report", &tgt], format!("--report {tgt} is the input file {tgt}")),
-        (vec!["eval", "bucc", "--model", model, "--data-dir", &data, "--report", &in_bucc], format!("is inside {data}/bucc, among the benchmark files")),
-        (vec!["tokenizer", "train", "--input", &corpus, "-o", &corpus, "--vocab-size", "20"], format!("-o {corpus} is the input file {corpus}")),
-        (vec!["plot", "pca", "--model", model, "--input", &en, "--input", &de, "-o", &tgt], format!("-o {tgt} is the input file {tgt}")),
-        (vec!["plot", "pca", "--model", model, "--input", &en, "--input", &de, "-o", &txt], "give a path ending in .png".to_string()),
-        (vec!["plot", "pca", "--model", model, "--langs", "de,en,de", "-o", &png_out], "--langs lists de twice".to_string()),
+        (
+            vec!["eval", "sts", "--model", model, "--pairs", &pairs, "--report", &pairs],
+            format!("--report {pairs} is the input file {pairs}"),
+        ),
+        (
+            vec!["eval", "xsr", "--model", model, "--src", &src, "--tgt", &tgt, "--report", &tgt],
+            format!("--report {tgt} is the input file {tgt}"),
+        ),
+        (
+            vec!["eval", "bucc", "--model", model, "--data-dir", &data, "--report", &in_bucc],
+            format!("is inside {data}/bucc, among the benchmark files"),
+        ),
+        (
+            vec!["tokenizer", "train", "--input", &corpus, "-o", &corpus, "--vocab-size", "20"],
+            format!("-o {corpus} is the input file {corpus}"),
+        ),
+        (
+            vec!["plot", "pca", "--model", model, "--input", &en, "--input", &de, "-o", &tgt],
+            format!("-o {tgt} is the input file {tgt}"),
+        ),
+        (
+            vec!["plot", "pca", "--model", model, "--input", &en, "--input", &de, "-o", &txt],
+            "give a path ending in .png".to_string(),
+        ),
+        (
+            vec!["plot", "pca", "--model", model, "--langs", "de,en,de", "-o", &png_out],
+            "--langs lists de twice".to_string(),
+        ),
     ];
     for (args, want) in &cases {
         let out = common::xsent().args(args).output().unwrap();
@@ -396,7 +538,8 @@ fn reports_and_outputs_never_replace_an_input_or_a_benchmark_file() {
     write(&bucc.join("de-en.dev.de"), "d1\tw1 w2\nd2\tw3\n");
     write(&bucc.join("de-en.dev.en"), "e1\tw2 w1\ne2\tw3\ne3\tw4\n");
     write(&bucc.join("de-en.dev.gold"), "d1\te1\n");
-    let out = common::xsent().args(["eval", "bucc", "--model", model, "--data-dir", &data, "--k", "3"]).output().unwrap();
+    let out =
+        common::xsent().args(["eval", "bucc", "--model", model, "--data-dir", &data, "--k", "3"]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("de-en dev: k = 3 is more than the 2 sources or 3 targets"), "{err}");
@@ -404,16 +547,36 @@ fn reports_and_outputs_never_replace_an_input_or_a_benchmark_file() {
     // the line; a k beyond the lines is said; a negative threshold is a value, not a flag.
     let tabbed = p("tabbed.txt");
     write(Path::new(&tabbed), "w1\nw2\tw3\n");
-    let out = common::xsent().args(["mine", "--model", model, "--src-file", &tabbed, "--tgt-file", &tgt]).output().unwrap();
+    let out =
+        common::xsent().args(["mine", "--model", model, "--src-file", &tabbed, "--tgt-file", &tgt]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("{tabbed}:2 holds a tab")), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!("{tabbed}:2 holds a tab")),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // A line of whitespace and tabs is blank, left out like any blank line.
     write(Path::new(&tabbed), "w1\n\t \nw2\n");
-    let out = common::xsent().args(["mine", "--model", model, "--src-file", &tabbed, "--tgt-file", &tgt]).output().unwrap();
+    let out =
+        common::xsent().args(["mine", "--model", model, "--src-file", &tabbed, "--tgt-file", &tgt]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && err.contains(&format!("1 blank lines of {tabbed} left out")), "{err}");
     let out = common::xsent()
-        .args(["mine", "--model", model, "--src-file", &src, "--tgt-file", &tgt, "--k", "5", "--margin", "distance", "--threshold", "-0.5"])
+        .args([
+            "mine",
+            "--model",
+            model,
+            "--src-file",
+            &src,
+            "--tgt-file",
+            &tgt,
+            "--k",
+            "5",
+            "--margin",
+            "distance",
+            "--threshold",
+            "-0.5",
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -422,8 +585,14 @@ fn reports_and_outputs_never_replace_an_input_or_a_benchmark_file() {
     // Blank lines are no sentences for the picture: left out, and said so.
     write(Path::new(&src), "w1 w2\n\nw3\n  \n");
     let png = p("pca.png");
-    let out = common::xsent().args(["plot", "pca", "--model", model, "--input", &en, "--input", &de, "-o", &png]).output().unwrap();
+    let out = common::xsent()
+        .args(["plot", "pca", "--model", model, "--input", &en, "--input", &de, "-o", &png])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    assert!(err.contains(&format!("2 blank lines of {src} left out")) && err.contains("4 sentences in 2 languages"), "{err}");
+    assert!(
+        err.contains(&format!("2 blank lines of {src} left out")) && err.contains("4 sentences in 2 languages"),
+        "{err}"
+    );
 }

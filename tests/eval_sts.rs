@@ -8,7 +8,15 @@ use xsent::data::sts::read_sts2017;
 
 #[test]
 fn e5_small_reproduces_reference_numbers() {
-    let (table, r) = common::eval_report(["sts", "--model", &common::e5_small(), "--prefix", "query: ", "--data-dir", &common::data_arg()]);
+    let (table, r) = common::eval_report([
+        "sts",
+        "--model",
+        &common::e5_small(),
+        "--prefix",
+        "query: ",
+        "--data-dir",
+        &common::data_arg(),
+    ]);
     assert!(table.contains("| en-en | 250 |") && table.contains("Language bias"), "{table}");
     assert_eq!(r["prefix"], "query: ");
     assert!(r["date"].as_str().unwrap().ends_with('Z') && r["seconds"].as_f64().unwrap() > 0.0);
@@ -31,7 +39,8 @@ fn e5_small_reproduces_reference_numbers() {
         assert!((got - score).abs() <= 0.1, "{lang}: {got} vs {score}");
         assert_eq!(got, e["scores"]["spearman"].as_f64().unwrap());
         // The bootstrap interval holds the score; on 250 pairs it is a few points wide.
-        let ci: Vec<f64> = e["scores"]["spearman_ci95"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        let ci: Vec<f64> =
+            e["scores"]["spearman_ci95"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
         assert!(ci[0] < got && got < ci[1] && (1.0..30.0).contains(&(ci[1] - ci[0])), "{lang}: {got} {ci:?}");
         assert_eq!(e["items"]["sim"].as_array().unwrap().len(), 250);
     }
@@ -57,7 +66,9 @@ fn reader_errors_name_files_and_counts() {
     let sts = d.path();
     let input = sts.join("STS2017.eval.v1.1/STS.input.track5.en-en.txt");
     let gold = sts.join("STS2017.gs/STS.gs.track5.en-en.txt");
-    let err = |only: &[&str]| read_sts2017(sts, &only.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap_err().to_string();
+    let err = |only: &[&str]| {
+        read_sts2017(sts, &only.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap_err().to_string()
+    };
 
     let e = err(&["en-en"]);
     assert!(e.contains("STS.input.track5.en-en.txt is missing") && e.contains("STS.gs.trackN.xx-yy.txt"), "{e}");
@@ -104,12 +115,12 @@ fn reader_errors_name_files_and_counts() {
 
 #[test]
 fn missing_data_dir_is_explained() {
-    let out = common::xsent()
-        .args(["eval", "sts", "--model", "unused", "--data-dir", "/nonexistent/data"])
-        .output()
-        .unwrap();
+    let out =
+        common::xsent().args(["eval", "sts", "--model", "unused", "--data-dir", "/nonexistent/data"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("data directory /nonexistent/data (--data-dir) does not exist"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("data directory /nonexistent/data (--data-dir) does not exist")
+    );
 }
 
 #[test]
@@ -161,7 +172,17 @@ fn compare_gives_paired_differences() {
     let d = tempfile::tempdir().unwrap();
     let mini = d.path().join("minilm.json");
     let minilm = common::model("all-MiniLM-L6-v2").display().to_string();
-    let args = |model: &str| vec!["sts".to_string(), "--model".into(), model.into(), "--data-dir".into(), common::data_arg(), "--langs".into(), "en-en,es-es".into()];
+    let args = |model: &str| {
+        vec![
+            "sts".to_string(),
+            "--model".into(),
+            model.into(),
+            "--data-dir".into(),
+            common::data_arg(),
+            "--langs".into(),
+            "en-en,es-es".into(),
+        ]
+    };
     let o = common::xsent().arg("eval").args(args(&minilm)).arg("--report").arg(&mini).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&mini).unwrap()).unwrap();
@@ -171,7 +192,11 @@ fn compare_gives_paired_differences() {
     assert!(table.contains("## Compared with"), "{table}");
     let diffs = r["extra"]["compare"]["differences"].as_array().unwrap();
     assert_eq!(diffs.len(), 3, "two sets and their mean: {diffs:?}");
-    let score = |rep: &serde_json::Value, lang: &str| rep["results"].as_array().unwrap().iter().find(|e| e["language"] == lang).unwrap()["main_score"].as_f64().unwrap();
+    let score = |rep: &serde_json::Value, lang: &str| {
+        rep["results"].as_array().unwrap().iter().find(|e| e["language"] == lang).unwrap()["main_score"]
+            .as_f64()
+            .unwrap()
+    };
     for lang in ["en-en", "es-es"] {
         let diff = diffs.iter().find(|x| x["language"] == lang).unwrap()["difference"].clone();
         let want = score(&r, lang) - score(&m, lang);

@@ -8,7 +8,15 @@ use xsent::data::tatoeba;
 /// All 90 languages in ../shared/data (7 to 8 minutes on 2 cores): the average and four languages.
 #[test]
 fn e5_small_reproduces_reference_numbers() {
-    let (table, r) = common::eval_report(["tatoeba", "--model", &common::e5_small(), "--prefix", "query: ", "--data-dir", &common::data_arg()]);
+    let (table, r) = common::eval_report([
+        "tatoeba",
+        "--model",
+        &common::e5_small(),
+        "--prefix",
+        "query: ",
+        "--data-dir",
+        &common::data_arg(),
+    ]);
     assert!(table.contains("average (90 languages)"), "{table}");
     assert_eq!(r["extra"]["languages"], 90);
     let avg = r["extra"]["average"].as_f64().unwrap();
@@ -51,7 +59,10 @@ fn reader_errors_name_files_and_counts() {
 #[test]
 fn a_language_given_twice_is_refused() {
     for (task, langs) in [("tatoeba", "deu,fra,deu"), ("bucc", "zh-en,zh-en"), ("sts", "en-en, en-en")] {
-        let o = common::xsent().args(["eval", task, "--model", &common::e5_small(), "--data-dir", &common::data_arg(), "--langs", langs]).output().unwrap();
+        let o = common::xsent()
+            .args(["eval", task, "--model", &common::e5_small(), "--data-dir", &common::data_arg(), "--langs", langs])
+            .output()
+            .unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{task}: {err}");
         assert!(err.contains("--langs lists") && err.contains("twice"), "{task}: {err}");
@@ -72,13 +83,32 @@ fn bad_arguments_and_missing_data_are_reported_before_the_model_loads() {
         (&["bucc", "--batch-size", "0"], "--batch-size 0 is out of range"),
         (&["xsr", "--multi30k", "--batch-size", "0"], "--batch-size 0 is out of range"),
     ] {
-        let o = common::xsent().arg("eval").args(args).args(["--model", "/nonexistent/model", "--data-dir", &common::data_arg()]).output().unwrap();
+        let o = common::xsent()
+            .arg("eval")
+            .args(args)
+            .args(["--model", "/nonexistent/model", "--data-dir", &common::data_arg()])
+            .output()
+            .unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
         assert!(err.contains(want) && !err.contains("/nonexistent/model"), "{args:?}: expected {want:?} in {err}");
     }
     // Names are trimmed: " fra " is fra.
-    let o = common::xsent().args(["eval", "tatoeba", "--langs", "deu, fra", "--model", &common::e5_small(), "--prefix", "query: ", "--data-dir", &common::data_arg()]).output().unwrap();
+    let o = common::xsent()
+        .args([
+            "eval",
+            "tatoeba",
+            "--langs",
+            "deu, fra",
+            "--model",
+            &common::e5_small(),
+            "--prefix",
+            "query: ",
+            "--data-dir",
+            &common::data_arg(),
+        ])
+        .output()
+        .unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(out.contains("| deu | 1000 |") && out.contains("| fra | 1000 |"), "{out}");

@@ -10,12 +10,26 @@ mod common;
 /// German candidates. Measured 89.70 (README); the bound leaves room for kernel-level noise only.
 #[test]
 fn multi30k_en_de_e5_small() {
-    let (table, r) = common::eval_report(["xsr", "--model", &common::e5_small(), "--prefix", "query: ", "--multi30k", "--langs", "en-de", "--data-dir", &common::data_arg()]);
+    let (table, r) = common::eval_report([
+        "xsr",
+        "--model",
+        &common::e5_small(),
+        "--prefix",
+        "query: ",
+        "--multi30k",
+        "--langs",
+        "en-de",
+        "--data-dir",
+        &common::data_arg(),
+    ]);
     println!("{table}");
     let results = r["results"].as_array().unwrap();
     assert_eq!(results.len(), 1, "{r}");
     let e = &results[0];
-    assert_eq!((e["task"].as_str(), e["split"].as_str(), e["language"].as_str()), (Some("xsr"), Some("multi30k-test2016"), Some("en-de")));
+    assert_eq!(
+        (e["task"].as_str(), e["split"].as_str(), e["language"].as_str()),
+        (Some("xsr"), Some("multi30k-test2016"), Some("en-de"))
+    );
     assert_eq!(e["scores"]["queries"], 1000);
     assert_eq!(e["scores"]["candidates"], 3014);
     let p1 = e["scores"]["p_at_1"].as_f64().unwrap();
@@ -24,7 +38,10 @@ fn multi30k_en_de_e5_small() {
     assert!(p1 >= 87.0, "P@1 {p1} (measured 89.70)");
     assert_eq!(r["extra"]["mean_p_at_1"].as_f64(), Some(p1));
     assert!(table.contains(&format!("| en → de | 1000 | 3014 | {p1:.2} |")), "{table}");
-    assert!(table.contains("**mean (1 direction)**") && table.contains("seed 001 Tab. 4 P@1 ×100: en → de 86.3"), "{table}");
+    assert!(
+        table.contains("**mean (1 direction)**") && table.contains("seed 001 Tab. 4 P@1 ×100: en → de 86.3"),
+        "{table}"
+    );
 }
 
 fn xsr_err<const N: usize>(args: [&str; N]) -> String {
@@ -67,13 +84,29 @@ fn blank_lines_are_left_out_of_queries_and_candidates() {
         std::fs::write(&p, text).unwrap();
         p.to_str().unwrap().to_string()
     };
-    let (src, tgt, extra) = (f("src.txt", "w1 w2\n\nw3\nw4 w5\n"), f("tgt.txt", "w2 w1\nw9\n \nw5 w4\n"), f("extra.txt", "w7\n\n"));
+    let (src, tgt, extra) =
+        (f("src.txt", "w1 w2\n\nw3\nw4 w5\n"), f("tgt.txt", "w2 w1\nw9\n \nw5 w4\n"), f("extra.txt", "w7\n\n"));
     let out = common::xsent()
-        .args(["eval", "xsr", "--model", model.to_str().unwrap(), "--src", &src, "--tgt", &tgt, "--distractors", &extra])
+        .args([
+            "eval",
+            "xsr",
+            "--model",
+            model.to_str().unwrap(),
+            "--src",
+            &src,
+            "--tgt",
+            &tgt,
+            "--distractors",
+            &extra,
+        ])
         .output()
         .unwrap();
     let (table, err) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{err}");
-    assert!(err.contains("2 line pairs with a blank side left out") && err.contains(&format!("1 blank lines of {extra} left out")), "{err}");
+    assert!(
+        err.contains("2 line pairs with a blank side left out")
+            && err.contains(&format!("1 blank lines of {extra} left out")),
+        "{err}"
+    );
     assert!(table.contains(&format!("| {src} → {tgt} | 2 | 3 |")), "{table}");
 }

@@ -43,7 +43,13 @@ fn same_losses(s: &common::TrainSetup, args: &[&str], steps: usize) {
     assert_eq!(gpu.len(), steps, "{gpu:?}");
     for (a, b) in cpu.iter().zip(&gpu) {
         assert_eq!(a.0, b.0);
-        assert!((a.1 - b.1).abs() <= 1e-4 * a.1.abs().max(1e-3), "step {}: CPU loss {} against {} on the GPU's paths", a.0, a.1, b.1);
+        assert!(
+            (a.1 - b.1).abs() <= 1e-4 * a.1.abs().max(1e-3),
+            "step {}: CPU loss {} against {} on the GPU's paths",
+            a.0,
+            a.1,
+            b.1
+        );
     }
 }
 
@@ -96,11 +102,15 @@ fn dueam_on_the_gpu_paths_equals_the_cpu() {
     let p = common::word_pairs(120, 5);
     let xnli = dir.path().join("xnli");
     std::fs::create_dir_all(&xnli).unwrap();
-    let rows = |side: fn(&(String, String)) -> &String| -> String { (0..100).map(|i| format!("{}\t{}\tneutral\n", side(&p[i]), side(&p[i + 1]))).collect() };
+    let rows = |side: fn(&(String, String)) -> &String| -> String {
+        (0..100).map(|i| format!("{}\t{}\tneutral\n", side(&p[i]), side(&p[i + 1]))).collect()
+    };
     std::fs::write(xnli.join("dev-en.tsv"), rows(|x| &x.0)).unwrap();
     std::fs::write(xnli.join("dev-de.tsv"), rows(|x| &x.1)).unwrap();
-    std::fs::write(dir.path().join("val.en"), p[100..].iter().map(|x| format!("{}\n", x.0)).collect::<String>()).unwrap();
-    std::fs::write(dir.path().join("val.de"), p[100..].iter().map(|x| format!("{}\n", x.1)).collect::<String>()).unwrap();
+    std::fs::write(dir.path().join("val.en"), p[100..].iter().map(|x| format!("{}\n", x.0)).collect::<String>())
+        .unwrap();
+    std::fs::write(dir.path().join("val.de"), p[100..].iter().map(|x| format!("{}\n", x.1)).collect::<String>())
+        .unwrap();
     let body = format!(
         "recipe = \"dueam\"\nseed = 7\n[dueam]\nanchor = {:?}\nlearner = {:?}\nmax_length = 16\ndropout = 0.0\npairs = \"weak\"\nxnli_dir = {:?}\nsplits = [\"dev\"]\nlangs = [\"en\", \"de\"]\n\
          [[dueam.val_sources]]\nkind = \"aligned\"\nsrc = {:?}\ntgt = {:?}\nsrc_lang = \"en\"\ntgt_lang = \"de\"\n{}",
@@ -127,6 +137,9 @@ fn sp_on_the_gpu_paths_equals_the_cpu() {
 fn disentangle_on_the_gpu_paths_equals_the_cpu() {
     let dir = tempfile::tempdir().unwrap();
     let base = common::tiny_model("tiny-xlm-roberta", dir.path(), &words());
-    let body = format!("recipe = \"disentangle\"\nseed = 3\n[disentangle]\nbase = {:?}\nmax_length = 16\n{TRAIN}", base.to_str().unwrap());
+    let body = format!(
+        "recipe = \"disentangle\"\nseed = 3\n[disentangle]\nbase = {:?}\nmax_length = 16\n{TRAIN}",
+        base.to_str().unwrap()
+    );
     same_losses(&common::TrainSetup::new(&body, &common::word_pairs(200, 11)), &[], 6);
 }

@@ -43,7 +43,12 @@ fn embed_stdout(model: &str, envs: &[(&str, &Path)], offline: bool) -> std::proc
     if offline {
         cmd.env("HF_HUB_OFFLINE", "1");
     }
-    let mut child = cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     use std::io::Write;
     // The process may exit on an error before reading its input.
     let _ = child.stdin.take().unwrap().write_all(b"Die Katze sitzt auf der Matte.\n");
@@ -78,7 +83,10 @@ fn offline_cache_miss_names_the_file_and_what_to_do() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("tokenizer.json of xsent-test/partial"), "{err}");
     assert!(err.contains("HF_HUB_OFFLINE") && err.contains("local model directory"), "{err}");
-    assert!(err.contains("`huggingface-cli download xsent-test/partial`"), "no revision given, none in the hint: {err}");
+    assert!(
+        err.contains("`huggingface-cli download xsent-test/partial`"),
+        "no revision given, none in the hint: {err}"
+    );
 }
 
 /// The download hint keeps the revision the spec named.
@@ -99,13 +107,22 @@ fn a_commit_hash_revision_resolves_offline_from_its_snapshot() {
     assert!(!hub.path().join(format!("models--org--name/refs/{COMMIT}")).exists());
     let files = xsent::model::source::resolve_hub(&format!("org/name@{COMMIT}"), hub.path(), true).unwrap();
     assert_eq!(files.weights.len(), 1);
-    assert!(files.weights[0].ends_with(format!("snapshots/{COMMIT}/model.safetensors")), "{}", files.weights[0].display());
+    assert!(
+        files.weights[0].ends_with(format!("snapshots/{COMMIT}/model.safetensors")),
+        "{}",
+        files.weights[0].display()
+    );
     assert!(files.pooling.as_ref().unwrap().ends_with(format!("snapshots/{COMMIT}/1_Pooling/config.json")));
     assert_eq!(files.declares_normalize, Some(true), "modules.json of the snapshot (e5's, with Normalize) was read");
     // Another commit is not in the cache: the hint names it.
     let other = "fedcba9876543210fedcba9876543210fedcba98";
-    let err = xsent::model::source::resolve_hub(&format!("org/name@{other}"), hub.path(), true).unwrap_err().to_string();
-    assert!(err.contains(&format!("config.json of org/name (revision {other})")) && err.contains(&format!("--revision {other}")), "{err}");
+    let err =
+        xsent::model::source::resolve_hub(&format!("org/name@{other}"), hub.path(), true).unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("config.json of org/name (revision {other})"))
+            && err.contains(&format!("--revision {other}")),
+        "{err}"
+    );
 }
 
 #[test]
@@ -125,8 +142,13 @@ fn a_hub_models_default_prompt_is_read_from_the_cache() {
     let hub = tempfile::tempdir().unwrap();
     make_cache(hub.path(), "org/prompted", "main", &ALL);
     let root = hub.path().join("models--org--prompted");
-    std::fs::write(root.join("blobs/etag-st"), r#"{"prompts": {"query": "query: "}, "default_prompt_name": "query"}"#).unwrap();
-    std::os::unix::fs::symlink("../../blobs/etag-st", root.join("snapshots").join(COMMIT).join("config_sentence_transformers.json")).unwrap();
+    std::fs::write(root.join("blobs/etag-st"), r#"{"prompts": {"query": "query: "}, "default_prompt_name": "query"}"#)
+        .unwrap();
+    std::os::unix::fs::symlink(
+        "../../blobs/etag-st",
+        root.join("snapshots").join(COMMIT).join("config_sentence_transformers.json"),
+    )
+    .unwrap();
     let files = xsent::model::source::resolve_hub("org/prompted", hub.path(), true).unwrap();
     assert!(files.st_model_config.as_ref().unwrap().ends_with("config_sentence_transformers.json"));
     let enc = xsent::SentenceEncoder::from_files(files, &xsent::model::LoadOptions::default()).unwrap();
@@ -168,7 +190,12 @@ impl StubHub {
     }
 }
 
-fn serve(mut stream: TcpStream, files: &[(String, Vec<u8>)], status: &[(String, u16)], log: &Mutex<Vec<(String, Option<String>)>>) -> std::io::Result<()> {
+fn serve(
+    mut stream: TcpStream,
+    files: &[(String, Vec<u8>)],
+    status: &[(String, u16)],
+    log: &Mutex<Vec<(String, Option<String>)>>,
+) -> std::io::Result<()> {
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut line = String::new();
     reader.read_line(&mut line)?;
@@ -217,16 +244,32 @@ fn serve(mut stream: TcpStream, files: &[(String, Vec<u8>)], status: &[(String, 
 /// A tiny model (tiny-bert with a word-level tokenizer) as a directory and as (file, bytes).
 fn tiny_repo(dir: &Path) -> (PathBuf, Vec<(String, Vec<u8>)>) {
     let model = common::tiny_model("tiny-bert", dir, &["hello".to_string(), "world".to_string()]);
-    let files = ["config.json", "model.safetensors", "tokenizer.json"].iter().map(|f| (f.to_string(), std::fs::read(model.join(f)).unwrap())).collect();
+    let files = ["config.json", "model.safetensors", "tokenizer.json"]
+        .iter()
+        .map(|f| (f.to_string(), std::fs::read(model.join(f)).unwrap()))
+        .collect();
     (model, files)
 }
 
 /// `xsent embed --model MODEL` of one line, downloading from `endpoint` (none: offline), with
 /// no token, cache or proxy from this machine's environment unless `envs` sets one.
-fn embed_online(model: &str, endpoint: Option<&str>, envs: &[(&str, &Path)], cwd: Option<&Path>) -> std::process::Output {
+fn embed_online(
+    model: &str,
+    endpoint: Option<&str>,
+    envs: &[(&str, &Path)],
+    cwd: Option<&Path>,
+) -> std::process::Output {
     let mut cmd = common::xsent();
     cmd.args(["embed", "--model", model, "--prefix", ""]);
-    for k in ["HF_HOME", "HF_HUB_CACHE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_HUB_OFFLINE", "HF_ENDPOINT"] {
+    for k in [
+        "HF_HOME",
+        "HF_HUB_CACHE",
+        "HF_TOKEN",
+        "HUGGING_FACE_HUB_TOKEN",
+        "HF_TOKEN_PATH",
+        "HF_HUB_OFFLINE",
+        "HF_ENDPOINT",
+    ] {
         cmd.env_remove(k);
     }
     for k in ["http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"] {
@@ -242,7 +285,12 @@ fn embed_online(model: &str, endpoint: Option<&str>, envs: &[(&str, &Path)], cwd
     if let Some(d) = cwd {
         cmd.current_dir(d);
     }
-    let mut child = cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let _ = child.stdin.take().unwrap().write_all(b"hello world\n");
     child.wait_with_output().unwrap()
 }
@@ -265,9 +313,15 @@ fn an_optional_file_the_hub_fails_to_serve_is_an_error_not_absent() {
     let out = embed_online("xsent-test/tiny", Some(&hub.url), &[("HF_HOME", &home), ("HF_HUB_CACHE", &cache)], None);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("cannot get 1_Pooling/config.json of xsent-test/tiny (revision main)") && err.contains("503"), "{err}");
+    assert!(
+        err.contains("cannot get 1_Pooling/config.json of xsent-test/tiny (revision main)") && err.contains("503"),
+        "{err}"
+    );
     assert!(err.contains("only the hub's answer that it does not exist (404)"), "{err}");
-    assert!(err.contains("Retry") && err.contains("HF_HUB_OFFLINE=1") && err.contains("local model directory"), "{err}");
+    assert!(
+        err.contains("Retry") && err.contains("HF_HUB_OFFLINE=1") && err.contains("local model directory"),
+        "{err}"
+    );
     // modules.json's 404 before it was taken as absent.
     assert!(hub.requests().iter().any(|(f, _)| f == "modules.json"), "{:?}", hub.requests());
 
@@ -302,7 +356,12 @@ fn the_token_from_hf_home_or_hf_token_is_sent() {
     let hub = StubHub::start(files, &[]);
     let cache = dir.path().join("elsewhere2/hub");
     let token = Path::new("hf_from_env");
-    let out = embed_online("xsent-test/tiny", Some(&hub.url), &[("HF_HOME", &home), ("HF_HUB_CACHE", &cache), ("HF_TOKEN", token)], None);
+    let out = embed_online(
+        "xsent-test/tiny",
+        Some(&hub.url),
+        &[("HF_HOME", &home), ("HF_HUB_CACHE", &cache), ("HF_TOKEN", token)],
+        None,
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     let reqs = hub.requests();
     assert!(!reqs.is_empty() && reqs.iter().all(|(_, a)| a.as_deref() == Some("Bearer hf_from_env")), "{reqs:?}");
@@ -316,11 +375,21 @@ fn a_refused_download_says_how_to_give_a_token() {
     let home = dir.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
     let hub = StubHub::start(files.clone(), &[("config.json", 401)]);
-    let out = embed_online("xsent-test/gated", Some(&hub.url), &[("HF_HOME", &home), ("HF_HUB_CACHE", &dir.path().join("c1"))], None);
+    let out = embed_online(
+        "xsent-test/gated",
+        Some(&hub.url),
+        &[("HF_HOME", &home), ("HF_HUB_CACHE", &dir.path().join("c1"))],
+        None,
+    );
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("config.json of xsent-test/gated") && err.contains("401"), "{err}");
-    assert!(err.contains("private or gated (no token was sent)") && err.contains("HF_TOKEN") && err.contains("huggingface-cli login"), "{err}");
+    assert!(
+        err.contains("private or gated (no token was sent)")
+            && err.contains("HF_TOKEN")
+            && err.contains("huggingface-cli login"),
+        "{err}"
+    );
 
     // A token that was sent and refused is named by where it came from.
     let hub = StubHub::start(files, &[("modules.json", 403)]);
@@ -333,7 +402,10 @@ fn a_refused_download_says_how_to_give_a_token() {
     );
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("modules.json of xsent-test/gated") && err.contains("the token from HF_TOKEN was sent"), "{err}");
+    assert!(
+        err.contains("modules.json of xsent-test/gated") && err.contains("the token from HF_TOKEN was sent"),
+        "{err}"
+    );
 }
 
 // ---- Local directories ----
@@ -379,7 +451,10 @@ fn a_pipeline_xsent_would_run_in_another_order_is_refused() {
     assert_eq!(resolve(), Ok(()));
     write("2_Dense/config.json", r#"{"in_features": 32, "out_features": 8, "module_input_name": "token_embeddings"}"#);
     let err = resolve().unwrap_err();
-    assert!(err.contains("2_Dense/config.json: this Dense module's module_input_name is \"token_embeddings\""), "{err}");
+    assert!(
+        err.contains("2_Dense/config.json: this Dense module's module_input_name is \"token_embeddings\""),
+        "{err}"
+    );
 }
 
 /// `mkdir org; xsent embed -m org/tiny`: the spec is read as a local path, and the message says so.
@@ -392,12 +467,20 @@ fn a_local_folder_named_like_the_org_is_reported() {
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("xsent-test exists as a local directory but has no subdirectory \"tiny\""), "{err}");
-    assert!(err.contains("rename or remove the local folder \"xsent-test\", or run xsent from another directory"), "{err}");
+    assert!(
+        err.contains("rename or remove the local folder \"xsent-test\", or run xsent from another directory"),
+        "{err}"
+    );
 }
 
 /// `files`, served by a stub hub as xsent-test/tiny, embed as the local directory `local` does:
 /// that output, and the files the hub was asked for, in order.
-fn embeds_from_hub_as_locally(local: &Path, files: Vec<(String, Vec<u8>)>, home: &Path, cache: &Path) -> (Vec<u8>, Vec<String>) {
+fn embeds_from_hub_as_locally(
+    local: &Path,
+    files: Vec<(String, Vec<u8>)>,
+    home: &Path,
+    cache: &Path,
+) -> (Vec<u8>, Vec<String>) {
     let want = embed_online(local.to_str().unwrap(), None, &[], None);
     assert!(want.status.success(), "{}", stderr(&want));
     let hub = StubHub::start(files, &[]);
@@ -476,7 +559,10 @@ fn incomplete_sharded_checkpoints_are_refused() {
     assert!(err.contains("copy the index into it too"), "{err}");
     std::fs::remove_file(other.join("model-00001-of-00002.safetensors")).unwrap();
     let err = resolve(&other);
-    assert!(err.contains("has no weights") && err.contains("pytorch_model.bin") && err.contains("from_tf=True"), "{err}");
+    assert!(
+        err.contains("has no weights") && err.contains("pytorch_model.bin") && err.contains("from_tf=True"),
+        "{err}"
+    );
 }
 
 /// On the hub, the weights are the first of model.safetensors, its sharded index,
@@ -489,7 +575,11 @@ fn hub_repos_with_other_weight_layouts_download_and_embed() {
     std::fs::create_dir_all(&home).unwrap();
     for (fixture, layout, asked) in [
         ("tiny-xlm-roberta-mlm", "xlmr-mlm-sharded", &["model.safetensors", "model.safetensors.index.json"][..]),
-        ("tiny-bert-mlm", "bert-mlm-bin", &["model.safetensors", "model.safetensors.index.json", "pytorch_model.bin"][..]),
+        (
+            "tiny-bert-mlm",
+            "bert-mlm-bin",
+            &["model.safetensors", "model.safetensors.index.json", "pytorch_model.bin"][..],
+        ),
     ] {
         let (model, other) = model_in_layout(&dir.path().join(layout), fixture, layout);
         let files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&other)
@@ -501,12 +591,14 @@ fn hub_repos_with_other_weight_layouts_download_and_embed() {
             .collect();
         let hub = StubHub::start(files.clone(), &[]);
         let cache = dir.path().join(format!("cache-{layout}"));
-        let out = embed_online("xsent-test/tiny", Some(&hub.url), &[("HF_HOME", &home), ("HF_HUB_CACHE", &cache)], None);
+        let out =
+            embed_online("xsent-test/tiny", Some(&hub.url), &[("HF_HOME", &home), ("HF_HUB_CACHE", &cache)], None);
         assert!(out.status.success(), "{layout}: {}", stderr(&out));
         let local = embed_online(model.to_str().unwrap(), None, &[], None);
         assert_eq!(out.stdout, local.stdout, "{layout} from the hub embeds differently");
         let reqs: Vec<String> = hub.requests().into_iter().map(|(f, _)| f).collect();
-        let weight_reqs: Vec<&String> = reqs.iter().filter(|f| f.starts_with("model") || f.starts_with("pytorch_model")).collect();
+        let weight_reqs: Vec<&String> =
+            reqs.iter().filter(|f| f.starts_with("model") || f.starts_with("pytorch_model")).collect();
         assert!(weight_reqs.iter().take(asked.len()).map(|s| s.as_str()).eq(asked.iter().copied()), "{reqs:?}");
         for (f, _) in &files {
             if f.starts_with("model-") || f.starts_with("pytorch_model") {
@@ -518,13 +610,16 @@ fn hub_repos_with_other_weight_layouts_download_and_embed() {
         let out = embed_online("xsent-test/tiny", None, &[("HF_HOME", &home), ("HF_HUB_CACHE", &cache)], None);
         assert_eq!(out.stdout, local.stdout, "{layout} from the cache: {}", stderr(&out));
         let used = if layout.contains("sharded") { "model.safetensors.index.json" } else { "pytorch_model.bin" };
-        let note = format!("model.safetensors is not in the hub cache and HF_HUB_OFFLINE is set, so the cached {used} is used");
+        let note = format!(
+            "model.safetensors is not in the hub cache and HF_HUB_OFFLINE is set, so the cached {used} is used"
+        );
         assert!(stderr(&out).contains(&note), "{}", stderr(&out));
 
         // A 503 for model.safetensors is an error, not a reason to read another file.
         let hub = StubHub::start(files, &[("model.safetensors", 503)]);
         let cache = dir.path().join(format!("cache-503-{layout}"));
-        let out = embed_online("xsent-test/tiny", Some(&hub.url), &[("HF_HOME", &home), ("HF_HUB_CACHE", &cache)], None);
+        let out =
+            embed_online("xsent-test/tiny", Some(&hub.url), &[("HF_HOME", &home), ("HF_HUB_CACHE", &cache)], None);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(1), "{err}");
         assert!(err.contains("cannot get model.safetensors") && err.contains("which weight file is read"), "{err}");
@@ -558,7 +653,8 @@ fn hub_repos_with_other_weight_layouts_download_and_embed() {
     // with the tokenizer_config.json beside it, embeds as the same files locally.
     let local = dir.path().join("vocab-local");
     std::fs::create_dir_all(&local).unwrap();
-    let mut vocab: Vec<String> = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world"].map(String::from).to_vec();
+    let mut vocab: Vec<String> =
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "hello", "world"].map(String::from).to_vec();
     vocab.extend((vocab.len()..1000).map(|i| format!("w{i}")));
     let files: Vec<(String, Vec<u8>)> = vec![
         ("config.json".into(), std::fs::read(common::fixtures().join("tiny-bert/config.json")).unwrap()),
@@ -570,7 +666,11 @@ fn hub_repos_with_other_weight_layouts_download_and_embed() {
         std::fs::write(local.join(f), bytes).unwrap();
     }
     let (_, reqs) = embeds_from_hub_as_locally(&local, files, &home, &dir.path().join("cache-vocab"));
-    assert!(asked_at(&reqs, "tokenizer.json") < asked_at(&reqs, "vocab.txt") && reqs.contains(&"tokenizer_config.json".to_string()), "{reqs:?}");
+    assert!(
+        asked_at(&reqs, "tokenizer.json") < asked_at(&reqs, "vocab.txt")
+            && reqs.contains(&"tokenizer_config.json".to_string()),
+        "{reqs:?}"
+    );
 
     // A repo with no weights xsent reads.
     let (_, files) = tiny_repo(dir.path());
@@ -583,5 +683,8 @@ fn hub_repos_with_other_weight_layouts_download_and_embed() {
     assert!(err.contains("has no weights xsent reads") && err.contains("pytorch_model.bin.index.json"), "{err}");
     let out = embed_online("xsent-test/tiny", None, &[("HF_HOME", &home), ("HF_HUB_CACHE", &cache)], None);
     let err = stderr(&out);
-    assert!(err.contains("none of the weight files of xsent-test/tiny") && err.contains("HF_HUB_OFFLINE is set"), "{err}");
+    assert!(
+        err.contains("none of the weight files of xsent-test/tiny") && err.contains("HF_HUB_OFFLINE is set"),
+        "{err}"
+    );
 }

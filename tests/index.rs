@@ -69,15 +69,55 @@ fn sharded_indexes_find_what_one_index_finds() {
     for (i, s) in shards.iter().enumerate() {
         let out = tmp.path().join(format!("part-{i}.ivf"));
         let offset = cuts[i].to_string();
-        ok(&xsent(&["index", "build", "--vectors", p(s), "--quantizer", p(&quant), "--id-offset", &offset, "-o", p(&out)]));
+        ok(&xsent(&[
+            "index",
+            "build",
+            "--vectors",
+            p(s),
+            "--quantizer",
+            p(&quant),
+            "--id-offset",
+            &offset,
+            "-o",
+            p(&out),
+        ]));
         parts.push(out);
     }
     for nprobe in ["2", "40"] {
         let one = tmp.path().join(format!("one-{nprobe}.npy"));
-        let err = ok(&xsent(&["index", "search", "--index", p(&whole), "--queries", p(&queries), "--dim", "32", "-k", "5", "--nprobe", nprobe, "-o", p(&one)]));
+        let err = ok(&xsent(&[
+            "index",
+            "search",
+            "--index",
+            p(&whole),
+            "--queries",
+            p(&queries),
+            "--dim",
+            "32",
+            "-k",
+            "5",
+            "--nprobe",
+            nprobe,
+            "-o",
+            p(&one),
+        ]));
         assert!(err.contains("500 queries searched"), "{err}");
         let many = tmp.path().join(format!("many-{nprobe}.npy"));
-        let mut args = vec!["index", "search", "--queries", p(&queries), "--dim", "32", "-k", "5", "--nprobe", nprobe, "-o", p(&many), "--index"];
+        let mut args = vec![
+            "index",
+            "search",
+            "--queries",
+            p(&queries),
+            "--dim",
+            "32",
+            "-k",
+            "5",
+            "--nprobe",
+            nprobe,
+            "-o",
+            p(&many),
+            "--index",
+        ];
         args.extend(parts.iter().map(|s| p(s)));
         ok(&xsent(&args));
         let (a, b) = (std::fs::read(&one).unwrap(), std::fs::read(&many).unwrap());
@@ -124,7 +164,9 @@ fn mining_from_index_neighbours_agrees_with_the_exact_mine() {
     let text = {
         use std::io::Read;
         let mut s = String::new();
-        flate2::read::GzDecoder::new(std::fs::File::open(common::data().join("parallel/xnli-en-de.txt.gz")).unwrap()).read_to_string(&mut s).unwrap();
+        flate2::read::GzDecoder::new(std::fs::File::open(common::data().join("parallel/xnli-en-de.txt.gz")).unwrap())
+            .read_to_string(&mut s)
+            .unwrap();
         s
     };
     let (mut en, mut de) = (Vec::new(), Vec::new());
@@ -157,13 +199,53 @@ fn mining_from_index_neighbours_agrees_with_the_exact_mine() {
         let index = other.with_extension("ivf");
         ok(&xsent(&["index", "build", "--vectors", p(&vd), "--nlist", "8", "-o", p(&index)]));
         let out = side.with_extension("knn.npy");
-        ok(&xsent(&["index", "search", "--index", p(&index), "--queries", p(&vq), "-k", "4", "--nprobe", "8", "-o", p(&out)]));
+        ok(&xsent(&[
+            "index",
+            "search",
+            "--index",
+            p(&index),
+            "--queries",
+            p(&vq),
+            "-k",
+            "4",
+            "--nprobe",
+            "8",
+            "-o",
+            p(&out),
+        ]));
         knn.push(out);
     }
     let from_knn = tmp.path().join("knn.tsv");
-    ok(&xsent(&["mine", "--src-file", p(&src), "--tgt-file", p(&tgt), "--src-knn", p(&knn[0]), "--tgt-knn", p(&knn[1]), "-o", p(&from_knn)]));
+    ok(&xsent(&[
+        "mine",
+        "--src-file",
+        p(&src),
+        "--tgt-file",
+        p(&tgt),
+        "--src-knn",
+        p(&knn[0]),
+        "--tgt-knn",
+        p(&knn[1]),
+        "-o",
+        p(&from_knn),
+    ]));
     let approx = tmp.path().join("index.tsv");
-    ok(&xsent(&["mine", "-m", &model, "--src-file", p(&src), "--tgt-file", p(&tgt), "--index", "--nlist", "8", "--nprobe", "8", "-o", p(&approx)]));
+    ok(&xsent(&[
+        "mine",
+        "-m",
+        &model,
+        "--src-file",
+        p(&src),
+        "--tgt-file",
+        p(&tgt),
+        "--index",
+        "--nlist",
+        "8",
+        "--nprobe",
+        "8",
+        "-o",
+        p(&approx),
+    ]));
     let read = |f: &Path| -> Vec<(f64, String, String)> {
         let mut v: Vec<(f64, String, String)> = std::fs::read_to_string(f)
             .unwrap()
@@ -189,12 +271,44 @@ fn mining_from_index_neighbours_agrees_with_the_exact_mine() {
     // Lines that are not distinct rows are refused, and lists of another length.
     let dup = tmp.path().join("dup.txt");
     std::fs::write(&dup, format!("{}\n{}\n", de[0], de[0])).unwrap();
-    let e = fail(&xsent(&["mine", "--src-file", p(&dup), "--tgt-file", p(&tgt), "--src-knn", p(&knn[0]), "--tgt-knn", p(&knn[1])]));
+    let e = fail(&xsent(&[
+        "mine",
+        "--src-file",
+        p(&dup),
+        "--tgt-file",
+        p(&tgt),
+        "--src-knn",
+        p(&knn[0]),
+        "--tgt-knn",
+        p(&knn[1]),
+    ]));
     assert!(e.contains("dup.txt:2 repeats line 1") && e.contains("awk"), "{e}");
     let short = tmp.path().join("short.txt");
     std::fs::write(&short, format!("{}\n", de[0])).unwrap();
-    let e = fail(&xsent(&["mine", "--src-file", p(&short), "--tgt-file", p(&tgt), "--src-knn", p(&knn[0]), "--tgt-knn", p(&knn[1])]));
+    let e = fail(&xsent(&[
+        "mine",
+        "--src-file",
+        p(&short),
+        "--tgt-file",
+        p(&tgt),
+        "--src-knn",
+        p(&knn[0]),
+        "--tgt-knn",
+        p(&knn[1]),
+    ]));
     assert!(e.contains("--src-knn holds lists for 100 rows, but") && e.contains("has 1 lines"), "{e}");
-    let e = fail(&xsent(&["mine", "--src-file", p(&src), "--tgt-file", p(&tgt), "--src-knn", p(&knn[0]), "--tgt-knn", p(&knn[1]), "--k", "9"]));
+    let e = fail(&xsent(&[
+        "mine",
+        "--src-file",
+        p(&src),
+        "--tgt-file",
+        p(&tgt),
+        "--src-knn",
+        p(&knn[0]),
+        "--tgt-knn",
+        p(&knn[1]),
+        "--k",
+        "9",
+    ]));
     assert!(e.contains("fewer than --k 9"), "{e}");
 }

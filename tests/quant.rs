@@ -35,7 +35,10 @@ fn check_dtype(model: &str, prefix: &str, dtype: Dtype) -> Result<()> {
     let cos: Vec<f64> = f32v.iter().zip(&low).map(|(a, b)| common::cosine(a, b)).collect();
     let (min_i, min) = cos.iter().enumerate().fold((0, f64::INFINITY), |m, (i, &c)| if c < m.1 { (i, c) } else { m });
     let mean = cos.iter().sum::<f64>() / cos.len() as f64;
-    xsent::errln!("{model}: {dtype} cosine to f32 over {} sentences: min {min:.4} (sentence {min_i}), mean {mean:.4}", cos.len());
+    xsent::errln!(
+        "{model}: {dtype} cosine to f32 over {} sentences: min {min:.4} (sentence {min_i}), mean {mean:.4}",
+        cos.len()
+    );
     assert!(min >= 0.99, "{model}: {dtype} sentence {min_i} {:?} has cosine {min:.4} to f32 (< 0.99)", texts[min_i]);
     assert!(mean >= 0.995, "{model}: mean {dtype} cosine to f32 {mean:.4} (< 0.995)");
     // The reduced vectors are not the f32 ones (the reduced path did run).
@@ -91,7 +94,9 @@ fn every_bf16_kernel_path_gives_the_same_vectors() {
     assert_eq!(run(Some("avx512")), portable, "XSENT_BF16_KERNELS=avx512");
     // XSENT_KERNELS=portable picks the portable bf16 path too.
     assert_eq!(embed_with(&model, &lines, "bf16", Some("portable")), portable, "XSENT_KERNELS=portable");
-    let parse = |s: &str| -> Vec<Vec<f32>> { s.lines().map(|l| serde_json::from_str::<Vec<f32>>(l).expect("a JSON vector per line")).collect() };
+    let parse = |s: &str| -> Vec<Vec<f32>> {
+        s.lines().map(|l| serde_json::from_str::<Vec<f32>>(l).expect("a JSON vector per line")).collect()
+    };
     for (a, b) in parse(&run(None)).iter().zip(parse(&portable).iter()) {
         let c = common::cosine(a, b);
         assert!(c >= 0.99999, "default bf16 path vs portable: cosine {c}");
@@ -116,7 +121,11 @@ fn embed_with_env(model: &std::path::Path, lines: &[&str], dtype: &str, var: &st
         let mut child = cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
         child.stdin.take().unwrap().write_all(lines.join("\n").as_bytes()).unwrap();
         let o = child.wait_with_output().unwrap();
-        assert!(o.status.success(), "embed --dtype {dtype} with XSENT_KERNELS={kernels:?}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "embed --dtype {dtype} with XSENT_KERNELS={kernels:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         String::from_utf8(o.stdout).unwrap()
     }
 }
@@ -124,9 +133,19 @@ fn embed_with_env(model: &std::path::Path, lines: &[&str], dtype: &str, var: &st
 #[test]
 fn unsupported_dtypes_are_refused_clearly() {
     let model = common::e5_small();
-    let o = common::xsent().args(["embed", "--model", &model, "--dtype", "f16"]).stdin(std::process::Stdio::null()).output().unwrap();
+    let o = common::xsent()
+        .args(["embed", "--model", &model, "--dtype", "f16"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && err.contains("--dtype f16 is not supported") && err.contains("bf16") && err.contains("int8"), "f16: {err}");
+    assert!(
+        !o.status.success()
+            && err.contains("--dtype f16 is not supported")
+            && err.contains("bf16")
+            && err.contains("int8"),
+        "f16: {err}"
+    );
     for dtype in [Dtype::Int8, Dtype::Bf16] {
         let opts = LoadOptions { trainable: true, dtype: Some(dtype), ..Default::default() };
         let err = SentenceEncoder::load(&model, &opts).err().expect("a trainable reduced load is refused").to_string();
@@ -141,12 +160,18 @@ fn unsupported_dtypes_are_refused_clearly() {
 fn quantize_then_load_gives_the_dtype_vectors() {
     let src = common::model("all-MiniLM-L6-v2");
     let tmp = tempfile::tempdir().unwrap();
-    let lines = ["Hallo Welt", "The cat sat on the mat, then left.", "你好", "A somewhat longer sentence, with punctuation; and numbers 1, 2, 3."];
+    let lines = [
+        "Hallo Welt",
+        "The cat sat on the mat, then left.",
+        "你好",
+        "A somewhat longer sentence, with punctuation; and numbers 1, 2, 3.",
+    ];
     for dtype in ["int8", "bf16"] {
         let out = tmp.path().join(format!("minilm-{dtype}"));
         let o = common::xsent().arg("quantize").arg(&src).arg(&out).args(["--dtype", dtype]).output().unwrap();
         assert!(o.status.success(), "quantize --dtype {dtype}: {}", String::from_utf8_lossy(&o.stderr));
-        let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+        let config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
         assert_eq!(config["quantization_config"]["quant_method"], "xsent");
         assert_eq!(config["quantization_config"]["dtype"], dtype);
         // int8: a model_type transformers does not know, so that it refuses the directory
@@ -160,7 +185,10 @@ fn quantize_then_load_gives_the_dtype_vectors() {
             assert!(out.join(f).is_file(), "{f} was not copied");
         }
         let size = |p: &std::path::Path| std::fs::metadata(p).unwrap().len();
-        assert!(size(&out.join("model.safetensors")) < size(&src.join("model.safetensors")), "{dtype}: the weights are not smaller");
+        assert!(
+            size(&out.join("model.safetensors")) < size(&src.join("model.safetensors")),
+            "{dtype}: the weights are not smaller"
+        );
         let from_dir = embed_with(&out, &lines, dtype, None);
         let plain = {
             use std::io::Write;
@@ -179,11 +207,19 @@ fn quantize_then_load_gives_the_dtype_vectors() {
         };
         let source = embed_with(&src, &lines, dtype, None);
         assert_eq!(plain.lines().count(), lines.len());
-        assert_eq!(plain, source, "{dtype}: the quantised directory's vectors differ from --dtype {dtype} on the source");
+        assert_eq!(
+            plain, source,
+            "{dtype}: the quantised directory's vectors differ from --dtype {dtype} on the source"
+        );
         assert_eq!(from_dir, source);
         // Another dtype on the quantised directory is refused with what to do.
         let other = if dtype == "int8" { "bf16" } else { "int8" };
-        let o = common::xsent().args(["embed", "--dtype", other, "--model"]).arg(&out).stdin(std::process::Stdio::null()).output().unwrap();
+        let o = common::xsent()
+            .args(["embed", "--dtype", other, "--model"])
+            .arg(&out)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success() && err.contains("leave --dtype out"), "--dtype {other} on a {dtype} model: {err}");
     }
@@ -211,6 +247,12 @@ fn quantize_refuses_bad_input_clearly() {
     let e = err(common::xsent().arg("quantize").arg(&src).arg(&existing).arg("--force").output().unwrap());
     assert!(e.contains("not a model directory written by xsent quantize"), "{e}");
     assert_eq!(std::fs::read_to_string(existing.join("keep.txt")).unwrap(), "mine");
-    let e = err(common::xsent().arg("quantize").arg(&src).arg(tmp.path().join("x")).args(["--dtype", "f32"]).output().unwrap());
+    let e = err(common::xsent()
+        .arg("quantize")
+        .arg(&src)
+        .arg(tmp.path().join("x"))
+        .args(["--dtype", "f32"])
+        .output()
+        .unwrap());
     assert!(e.contains("int8 or bf16"), "{e}");
 }

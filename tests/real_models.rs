@@ -21,7 +21,11 @@ fn check_reference(file: &str, model_dir: &str) -> Result<()> {
     let got = enc.embed_unchecked(&sentences, 5)?;
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         let c = common::cosine(g, w);
-        assert!(c >= 0.9999, "{model_dir}: sentence {i} {:?}: cosine {c}", &sentences[i].chars().take(40).collect::<String>());
+        assert!(
+            c >= 0.9999,
+            "{model_dir}: sentence {i} {:?}: cosine {c}",
+            &sentences[i].chars().take(40).collect::<String>()
+        );
     }
     // The defaults read from the model dir (pooling, max_seq_length) give the same vectors.
     let default_enc = SentenceEncoder::load(
@@ -53,13 +57,22 @@ fn trainable_e5_saves_and_reloads() -> Result<()> {
     let before = enc.embed_unchecked(&texts, 8)?;
     let dir = tempfile::tempdir()?;
     enc.save(dir.path())?;
-    for f in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "modules.json", "1_Pooling/config.json", "sentence_bert_config.json"] {
+    for f in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "modules.json",
+        "1_Pooling/config.json",
+        "sentence_bert_config.json",
+    ] {
         assert!(dir.path().join(f).is_file(), "{f} not written");
     }
     let cfg = std::fs::read_to_string(dir.path().join("config.json"))?;
     assert!(cfg.contains("\"num_hidden_layers\": 2"), "{cfg}");
     // The prefix is sentence-transformers' default prompt, so SentenceTransformer(dir) prepends it too.
-    let st: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("config_sentence_transformers.json"))?)?;
+    let st: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("config_sentence_transformers.json"))?)?;
     assert_eq!(st["prompts"][st["default_prompt_name"].as_str().unwrap()], "query: ", "{st}");
     // encode_query / encode_document read these, not the default.
     assert_eq!((&st["prompts"]["query"], &st["prompts"]["document"]), (&"query: ".into(), &"query: ".into()), "{st}");
@@ -115,7 +128,12 @@ fn long_texts_cut_before_tokenising_keep_the_same_tokens() -> Result<()> {
     let (mut cut, mut redone) = (0, 0);
     for (model, prefix) in [("all-MiniLM-L6-v2", ""), ("multilingual-e5-small", "query: ")] {
         for max_length in [8, 61, 512] {
-            let opts = LoadOptions { prefix: Some(prefix.into()), max_length: Some(max_length), layers: Some(1), ..Default::default() };
+            let opts = LoadOptions {
+                prefix: Some(prefix.into()),
+                max_length: Some(max_length),
+                layers: Some(1),
+                ..Default::default()
+            };
             let enc = SentenceEncoder::load(common::model(model).to_str().unwrap(), &opts)?;
             let inputs: Vec<String> = texts.iter().map(|t| format!("{prefix}{t}").trim().to_string()).collect();
             let (got, c, r) = long_text::encode_counted(enc.tokenizer(), &inputs)?;
@@ -133,7 +151,11 @@ fn long_texts_cut_before_tokenising_keep_the_same_tokens() -> Result<()> {
             // Through the encoder: the prefix added, cut to max_length, the truncated flag.
             let items = enc.tokenize(&texts)?;
             for (i, (it, w)) in items.iter().zip(&want).enumerate() {
-                assert_eq!(it.ids, w.get_ids()[..w.get_ids().len().min(max_length)], "{model}, max_length {max_length}, text {i}");
+                assert_eq!(
+                    it.ids,
+                    w.get_ids()[..w.get_ids().len().min(max_length)],
+                    "{model}, max_length {max_length}, text {i}"
+                );
                 assert!(it.truncated, "{model}, max_length {max_length}, text {i}");
             }
         }

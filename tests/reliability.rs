@@ -28,7 +28,8 @@ fn tiny_distill(steps: u64, extra: &str) -> common::TrainSetup {
     // The models live as long as the setup: keep their folder inside it.
     let keep = s.dir.path().join("models");
     std::fs::rename(dir.path(), &keep).unwrap();
-    let text = std::fs::read_to_string(&s.config).unwrap().replace(dir.path().to_str().unwrap(), keep.to_str().unwrap());
+    let text =
+        std::fs::read_to_string(&s.config).unwrap().replace(dir.path().to_str().unwrap(), keep.to_str().unwrap());
     std::fs::write(&s.config, text).unwrap();
     s
 }
@@ -98,9 +99,16 @@ fn embed_finishes_with_stderr_closed() {
 /// The lock file of a run directory held by this test process, naming `pid` and `host`.
 fn hold_lock(dir: &Path, pid: u32, host: &str) -> std::fs::File {
     std::fs::create_dir_all(dir).unwrap();
-    let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(dir.join(".xsent.lock")).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(dir.join(".xsent.lock"))
+        .unwrap();
     f.try_lock().unwrap();
-    std::fs::write(dir.join(".xsent.lock"), format!("{{\"pid\": {pid}, \"host\": \"{host}\", \"started_unix\": 0}}\n")).unwrap();
+    std::fs::write(dir.join(".xsent.lock"), format!("{{\"pid\": {pid}, \"host\": \"{host}\", \"started_unix\": 0}}\n"))
+        .unwrap();
     f
 }
 
@@ -140,7 +148,11 @@ fn a_run_directory_is_locked_for_its_whole_run() {
         let o = if resumed { resume(&s, "r", &[]) } else { s.train("r", &[]) };
         let args = resumed;
         assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
-        assert!(stderr(&o).contains("is in use by another xsent train (pid 4242 on host elsewhere"), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("is in use by another xsent train (pid 4242 on host elsewhere"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
         assert_eq!(listing(&out), before, "{args:?}");
     }
     // A new --out is refused too while locked (a directory that does not exist yet cannot be).
@@ -159,7 +171,10 @@ fn a_run_directory_is_locked_for_its_whole_run() {
     let slow = tiny_distill(100_000, "");
     let a_out = slow.run("a");
     let a_log = slow.run("a.log");
-    let mut a = train_cmd(&slow, &a_out, &["--set", "train.checkpoint_every=0"]).stderr(std::fs::File::create(&a_log).unwrap()).spawn().unwrap();
+    let mut a = train_cmd(&slow, &a_out, &["--set", "train.checkpoint_every=0"])
+        .stderr(std::fs::File::create(&a_log).unwrap())
+        .spawn()
+        .unwrap();
     let start = std::time::Instant::now();
     while !std::fs::read_to_string(a_out.join("metrics.jsonl")).is_ok_and(|t| t.contains("\"loss\"")) {
         assert!(start.elapsed().as_secs() < 60 && a.try_wait().unwrap().is_none(), "run A did not start training");
@@ -175,7 +190,10 @@ fn a_run_directory_is_locked_for_its_whole_run() {
     let log = std::fs::read_to_string(&a_log).unwrap();
     assert_eq!(status.code(), Some(130), "SIGTERM finishes the step and checkpoints, as Ctrl-C: {log}");
     assert!(log.contains("interrupted; finishing this step"), "{log}");
-    let steps: Vec<String> = std::fs::read_dir(a_out.join("checkpoints")).expect(&log).map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let steps: Vec<String> = std::fs::read_dir(a_out.join("checkpoints"))
+        .expect(&log)
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     assert!(steps.len() == 1 && steps[0].starts_with("step-"), "{steps:?}");
 }
 
@@ -200,8 +218,15 @@ fn a_damaged_checkpoint_falls_back_to_the_one_before() {
     let o = resume(&s, "r", &[]);
     assert!(o.status.success(), "{}", stderr(&o));
     let e = stderr(&o);
-    assert!(e.contains("checkpoint step-6 is damaged (params.safetensors does not match its checksum") && e.contains("resumes from step-4"), "{e}");
-    assert!(run.join("checkpoints/damaged-step-6/params.safetensors").is_file(), "the damaged checkpoint is kept aside");
+    assert!(
+        e.contains("checkpoint step-6 is damaged (params.safetensors does not match its checksum")
+            && e.contains("resumes from step-4"),
+        "{e}"
+    );
+    assert!(
+        run.join("checkpoints/damaged-step-6/params.safetensors").is_file(),
+        "the damaged checkpoint is kept aside"
+    );
     let a = std::fs::read(s.run("whole").join("final/model.safetensors")).unwrap();
     let b = std::fs::read(run.join("final/model.safetensors")).unwrap();
     assert!(a == b, "resumed from step 4, the run ends with the uninterrupted run's weights");
@@ -213,7 +238,11 @@ fn a_damaged_checkpoint_falls_back_to_the_one_before() {
     }
     let o = resume(&s, "r", &["--set", "train.max_steps=10"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("no checkpoint in") && stderr(&o).contains("state.json does not match its checksum"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no checkpoint in") && stderr(&o).contains("state.json does not match its checksum"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// A config.json with fewer layers than its weights hold is an error naming the unused
@@ -228,7 +257,12 @@ fn unused_weights_are_an_error_naming_them() {
     std::fs::write(&cfg, text).unwrap();
     let run = |args: &[&str]| {
         let mut c = common::xsent();
-        c.args(["embed", "--model"]).arg(&m).args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        c.args(["embed", "--model"])
+            .arg(&m)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let mut child = c.spawn().unwrap();
         std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"w1 w2\n").unwrap();
         child.wait_with_output().unwrap()
@@ -236,7 +270,13 @@ fn unused_weights_are_an_error_naming_them() {
     let o = run(&[]);
     assert_eq!(o.status.code(), Some(1));
     let e = stderr(&o);
-    assert!(e.contains("16 tensor(s)") && e.contains("encoder.layer.1.*") && e.contains("--layers 1") && e.contains("--allow-unused-weights"), "{e}");
+    assert!(
+        e.contains("16 tensor(s)")
+            && e.contains("encoder.layer.1.*")
+            && e.contains("--layers 1")
+            && e.contains("--allow-unused-weights"),
+        "{e}"
+    );
     let a = run(&["--layers", "1"]);
     let b = run(&["--allow-unused-weights"]);
     assert!(a.status.success() && b.status.success(), "{}{}", stderr(&a), stderr(&b));
@@ -276,7 +316,15 @@ fn sigterm_and_sighup_leave_no_temporary_output() {
         let out_dir = dir.path().join(sig);
         std::fs::create_dir_all(&out_dir).unwrap();
         let out = out_dir.join("v.jsonl");
-        let args = ["embed", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap(), "-o", out.to_str().unwrap()];
+        let args = [
+            "embed",
+            "--model",
+            model.to_str().unwrap(),
+            "--input",
+            input.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ];
         let (status, names) = common::signal_once_writing(sig, &args, &out_dir);
         assert_eq!(status.code(), Some(130), "{sig}: {status:?}");
         assert!(names.is_empty(), "{sig}: {names:?}");
@@ -352,7 +400,12 @@ fn earlier_partial_files_and_read_only_outputs_are_kept() {
     let first = std::fs::read(dir.path().join("v.jsonl.partial")).unwrap();
     let o = embed(&[], b"three\n\xff\n");
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("v.jsonl.partial.1") && stderr(&o).contains("holds an earlier run's rows and is left as it was"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("v.jsonl.partial.1")
+            && stderr(&o).contains("holds an earlier run's rows and is left as it was"),
+        "{}",
+        stderr(&o)
+    );
     assert_eq!(std::fs::read(dir.path().join("v.jsonl.partial")).unwrap(), first);
     assert_eq!(std::fs::read_to_string(dir.path().join("v.jsonl.partial.1")).unwrap().lines().count(), 1);
 
@@ -386,7 +439,9 @@ fn a_full_disk_keeps_whole_rows() {
     unsafe {
         cmd.pre_exec(|| {
             let limit = libc::rlimit { rlim_cur: 2 << 20, rlim_max: 2 << 20 };
-            if libc::signal(libc::SIGXFSZ, libc::SIG_IGN) == libc::SIG_ERR || libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+            if libc::signal(libc::SIGXFSZ, libc::SIG_IGN) == libc::SIG_ERR
+                || libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0
+            {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
@@ -428,13 +483,20 @@ fn peak_rss(args: &[&str], stdin: &Path, kill_above: u64) -> (u64, std::process:
         }
         let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
             .ok()
-            .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()))
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmRSS:"))
+                    .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            })
             .unwrap_or(0)
             * 1024;
         if rss > kill_above {
             // SAFETY: a signal to our own child.
             unsafe { libc::kill(pid, libc::SIGKILL) };
-            panic!("xsent {args:?} passed {} MB of RSS (more than 3 times the formula's bound): memory is not bounded", rss >> 20);
+            panic!(
+                "xsent {args:?} passed {} MB of RSS (more than 3 times the formula's bound): memory is not bounded",
+                rss >> 20
+            );
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
@@ -443,7 +505,14 @@ fn peak_rss(args: &[&str], stdin: &Path, kill_above: u64) -> (u64, std::process:
 /// docs/reliability.md's peak-memory formula beyond the loaded model (R0), in bytes: tokenising a
 /// text of `text_bytes` (at most --max-line-bytes), the window's text, and `workers` batches of
 /// `tokens` tokens of length `len` in flight on a model of `heads`, `hidden`, `inter`.
-fn formula(text_bytes: u64, window_bytes: u64, workers: u64, tokens: u64, len: u64, (heads, hidden, inter): (u64, u64, u64)) -> u64 {
+fn formula(
+    text_bytes: u64,
+    window_bytes: u64,
+    workers: u64,
+    tokens: u64,
+    len: u64,
+    (heads, hidden, inter): (u64, u64, u64),
+) -> u64 {
     300 * text_bytes + 3 * window_bytes + workers * 4 * tokens * (2 * heads * len + 12 * hidden + 2 * inter)
 }
 
@@ -487,7 +556,13 @@ fn peak_memory_follows_the_formula_on_pathological_input() {
         let bound = (base + formula(MIB, MIB, 1, len, len, d)) * 11 / 10;
         let (peak, status) = peak_rss(&["embed", "--model", m], &input, 3 * bound);
         assert!(status.success(), "case {i}: {status:?}");
-        assert!(peak <= bound, "case {i}: peak {} MB over the formula's {} MB (base {} MB)", peak >> 20, bound >> 20, base >> 20);
+        assert!(
+            peak <= bound,
+            "case {i}: peak {} MB over the formula's {} MB (base {} MB)",
+            peak >> 20,
+            bound >> 20,
+            base >> 20
+        );
     }
     // 2,048 lines of 240 words, all in one window, at --batch-size 2048 (64 tokens each, to
     // keep the test short: the batches' bound is what is checked).
@@ -496,9 +571,16 @@ fn peak_memory_follows_the_formula_on_pathological_input() {
     std::fs::write(&input, line.repeat(2048)).unwrap();
     let (d, _) = dims(minilm);
     let bound = (base_minilm + formula(line.len() as u64, 2048 * line.len() as u64, 2, 8192, 64, d)) * 11 / 10;
-    let (peak, status) = peak_rss(&["embed", "--model", minilm, "--batch-size", "2048", "--max-length", "64"], &input, 3 * bound);
+    let (peak, status) =
+        peak_rss(&["embed", "--model", minilm, "--batch-size", "2048", "--max-length", "64"], &input, 3 * bound);
     assert!(status.success(), "{status:?}");
-    assert!(peak <= bound, "2,048 long lines: peak {} MB over the formula's {} MB (base {} MB)", peak >> 20, bound >> 20, base_minilm >> 20);
+    assert!(
+        peak <= bound,
+        "2,048 long lines: peak {} MB over the formula's {} MB (base {} MB)",
+        peak >> 20,
+        bound >> 20,
+        base_minilm >> 20
+    );
 }
 
 /// `kill -9` runs no handler and leaves the temporary output behind: the next run into the
@@ -513,7 +595,8 @@ fn a_killed_runs_temporary_output_is_removed_by_the_next() {
     std::fs::create_dir_all(&out_dir).unwrap();
     let out = out_dir.join("v.jsonl");
     std::fs::write(&out, "earlier\n").unwrap();
-    let args = ["embed", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap(), "-o", out.to_str().unwrap()];
+    let args =
+        ["embed", "--model", model.to_str().unwrap(), "--input", input.to_str().unwrap(), "-o", out.to_str().unwrap()];
     let (status, names) = common::signal_once_writing("KILL", &args, &out_dir);
     assert_eq!(status.code(), None);
     assert_eq!(names.len(), 2, "{names:?}");
@@ -521,7 +604,12 @@ fn a_killed_runs_temporary_output_is_removed_by_the_next() {
     std::fs::write(&input, "one line\n").unwrap();
     let o = common::xsent().args(args).output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stderr(&o).contains("the unfinished output of xsent process") && stderr(&o).contains("which is gone"), "{}", stderr(&o));
-    let names: Vec<String> = std::fs::read_dir(&out_dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(
+        stderr(&o).contains("the unfinished output of xsent process") && stderr(&o).contains("which is gone"),
+        "{}",
+        stderr(&o)
+    );
+    let names: Vec<String> =
+        std::fs::read_dir(&out_dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     assert_eq!(names, ["v.jsonl"]);
 }

@@ -87,7 +87,10 @@ fn sharded_runs_equal_the_single_run_byte_for_byte() {
             shard_all(input, &dir, n, &common_args);
             let merged = tmp.path().join(format!("merged-{format}-{n}"));
             ok(&merge(&dir, &merged));
-            assert!(std::fs::read(&merged).unwrap() == want, "{format}, {n} shards: the merge differs from the single run");
+            assert!(
+                std::fs::read(&merged).unwrap() == want,
+                "{format}, {n} shards: the merge differs from the single run"
+            );
         }
     }
     // A merge to stdout (jsonl).
@@ -104,7 +107,9 @@ fn shards_resume_and_redo_what_is_unfinished_or_changed() {
     let dir = tmp.path().join("shards");
     let d = dir.to_str().unwrap();
     let inp = input.to_str().unwrap();
-    let args = |spec: &'static str| vec!["--input", inp, "--shard", spec, "--out-dir", d, "--format", "f32", "--window-bytes", "500"];
+    let args = |spec: &'static str| {
+        vec!["--input", inp, "--shard", spec, "--out-dir", d, "--format", "f32", "--window-bytes", "500"]
+    };
     shard_all(&input, &dir, 3, &["--format", "f32", "--window-bytes", "500"]);
     let out1 = dir.join("shard-00001-of-00003.f32");
     let before = std::fs::metadata(&out1).unwrap().modified().unwrap();
@@ -119,7 +124,10 @@ fn shards_resume_and_redo_what_is_unfinished_or_changed() {
     std::fs::write(&out1, &bad).unwrap();
     let e = fail(&merge(&dir, &tmp.path().join("m.f32")));
     assert!(e.contains("has changed since shard 1/3 wrote it") && e.contains("run that shard again"), "{e}");
-    assert!(!tmp.path().join("m.f32").exists() && !tmp.path().join("m.f32.partial").exists(), "a failed merge leaves no file");
+    assert!(
+        !tmp.path().join("m.f32").exists() && !tmp.path().join("m.f32.partial").exists(),
+        "a failed merge leaves no file"
+    );
     let err = ok(&run(&args("1/3")));
     assert!(err.contains("no longer matches its manifest"), "{err}");
     assert_eq!(std::fs::read(&out1).unwrap(), good);
@@ -137,7 +145,10 @@ fn shards_resume_and_redo_what_is_unfinished_or_changed() {
     let mut other = args("0/3");
     other.extend(["--batch-size", "7"]);
     let e = fail(&run(&other));
-    assert!(e.contains("belongs to another run: it was made with other options") && e.contains("another --out-dir"), "{e}");
+    assert!(
+        e.contains("belongs to another run: it was made with other options") && e.contains("another --out-dir"),
+        "{e}"
+    );
     std::fs::write(&input, "changed\n").unwrap();
     let e = fail(&run(&args("0/3")));
     assert!(e.contains("another input file"), "{e}");
@@ -152,7 +163,18 @@ fn merge_checks_the_manifests() {
     shard_all(&input, &dir, 2, &["--format", "f32", "--window-bytes", "400"]);
     // A shard of another N in the same folder.
     let d = dir.to_str().unwrap();
-    ok(&run(&["--input", input.to_str().unwrap(), "--shard", "0/3", "--out-dir", d, "--format", "f32", "--window-bytes", "400"]));
+    ok(&run(&[
+        "--input",
+        input.to_str().unwrap(),
+        "--shard",
+        "0/3",
+        "--out-dir",
+        d,
+        "--format",
+        "f32",
+        "--window-bytes",
+        "400",
+    ]));
     let e = fail(&merge(&dir, &tmp.path().join("m.f32")));
     assert!(e.contains("holds shards of different runs"), "{e}");
     std::fs::remove_file(dir.join("shard-00000-of-00003.manifest.json")).unwrap();

@@ -133,7 +133,9 @@ fn curve(run: &Path) -> Vec<Vec<(String, f64)>> {
                     continue;
                 }
                 match x {
-                    Value::Object(inner) => v.extend(inner.iter().map(|(k2, y)| (format!("{k}.{k2}"), y.as_f64().unwrap()))),
+                    Value::Object(inner) => {
+                        v.extend(inner.iter().map(|(k2, y)| (format!("{k}.{k2}"), y.as_f64().unwrap())))
+                    }
                     _ => v.push((k.clone(), x.as_f64().unwrap())),
                 }
             }
@@ -161,7 +163,16 @@ fn gradient_accumulation_equals_one_batch_of_the_same_examples() {
     let (acc, one) = (s.run_dir("acc"), s.run_dir("one"));
     let o = s.train(&["--out", acc.to_str().unwrap(), "--set", "distill.dropout=0"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let o = s.train(&["--out", one.to_str().unwrap(), "--set", "distill.dropout=0", "--set", "train.batch_size=16", "--set", "train.grad_accum=1"]);
+    let o = s.train(&[
+        "--out",
+        one.to_str().unwrap(),
+        "--set",
+        "distill.dropout=0",
+        "--set",
+        "train.batch_size=16",
+        "--set",
+        "train.grad_accum=1",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let (a, b) = (curve(&acc), curve(&one));
     assert_eq!(a.len(), b.len());
@@ -169,7 +180,10 @@ fn gradient_accumulation_equals_one_batch_of_the_same_examples() {
     for (ra, rb) in a.iter().zip(&b) {
         assert_eq!(ra.iter().map(|x| &x.0).collect::<Vec<_>>(), rb.iter().map(|x| &x.0).collect::<Vec<_>>());
         for ((k, x), (_, y)) in ra.iter().zip(rb) {
-            assert!((x - y).abs() <= 1e-4 * x.abs().max(y.abs()).max(1e-3), "{k}: {x} with grad_accum 2, {y} with one batch");
+            assert!(
+                (x - y).abs() <= 1e-4 * x.abs().max(y.abs()).max(1e-3),
+                "{k}: {x} with grad_accum 2, {y} with one batch"
+            );
             compared += usize::from(k == "loss" || k == "grad_norm");
         }
     }
@@ -248,7 +262,16 @@ fn resume_continues_the_same_loss_curve() {
 
     // The final directory is a model: files in HF + sentence-transformers layout, loadable.
     let fin = full.join("final");
-    for f in ["config.json", "model.safetensors", "tokenizer.json", "modules.json", "1_Pooling/config.json", "2_Dense/config.json", "2_Dense/model.safetensors", "3_Normalize"] {
+    for f in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "modules.json",
+        "1_Pooling/config.json",
+        "2_Dense/config.json",
+        "2_Dense/model.safetensors",
+        "3_Normalize",
+    ] {
         assert!(fin.join(f).exists(), "final/{f} missing");
     }
     let mut child = common::xsent()
@@ -260,7 +283,8 @@ fn resume_continues_the_same_loss_curve() {
     std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"e1 e2 e3\nd3 d2 d1\n").unwrap();
     let o = child.wait_with_output().unwrap();
     assert!(o.status.success());
-    let rows: Vec<Vec<f32>> = String::from_utf8(o.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let rows: Vec<Vec<f32>> =
+        String::from_utf8(o.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[0].len(), 32);
     let norm: f32 = rows[0].iter().map(|x| x * x).sum::<f32>().sqrt();
@@ -280,10 +304,23 @@ fn resume_refuses_what_would_drop_work_and_a_failed_start_can_be_restarted() {
     // What the checkpoint was trained with cannot change on resume: a smaller model would drop
     // trained layers, another batch size would misplace the data position. Each changed key is
     // named with both values.
-    let o = s.train(&["--out", run.to_str().unwrap(), "--resume", "--set", "distill.student_layers=1", "--set", "train.batch_size=3"]);
+    let o = s.train(&[
+        "--out",
+        run.to_str().unwrap(),
+        "--resume",
+        "--set",
+        "distill.student_layers=1",
+        "--set",
+        "train.batch_size=3",
+    ]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let e = stderr(&o);
-    assert!(e.contains("--resume cannot change") && e.contains("distill.student_layers: (unset) -> 1") && e.contains("train.batch_size: 8 -> 3"), "{e}");
+    assert!(
+        e.contains("--resume cannot change")
+            && e.contains("distill.student_layers: (unset) -> 1")
+            && e.contains("train.batch_size: 8 -> 3"),
+        "{e}"
+    );
     // So can --unset (the default batch size is not the run's), and a key the config does not
     // set is named.
     let o = s.train(&["--out", run.to_str().unwrap(), "--resume", "--unset", "train.batch_size"]);
@@ -313,7 +350,10 @@ fn resume_refuses_what_would_drop_work_and_a_failed_start_can_be_restarted() {
     assert!(!run.join("final").exists());
     // A --config given with --resume must be the run's: each key that differs is named.
     let other = s.run_dir("other.toml");
-    let text = std::fs::read_to_string(&s.config).unwrap().replace("lr = 1e-3", "lr = 2e-3").replace("keep_last = 2", "keep_last = 3");
+    let text = std::fs::read_to_string(&s.config)
+        .unwrap()
+        .replace("lr = 1e-3", "lr = 2e-3")
+        .replace("keep_last = 2", "keep_last = 3");
     std::fs::write(&other, text).unwrap();
     let o = common::xsent()
         .args(["train", "--resume", "--out", run.to_str().unwrap(), "--config", other.to_str().unwrap()])
@@ -334,7 +374,14 @@ fn resume_refuses_what_would_drop_work_and_a_failed_start_can_be_restarted() {
     // the step-0 validation) leaves config.toml and metrics.jsonl; the same command with the
     // mistake fixed starts it over, and --resume says so.
     let bad = s.run_dir("bad");
-    let o = s.train(&["--out", bad.to_str().unwrap(), "--set", "train.best_metric=\"nope\"", "--set", "train.best_mode=\"max\""]);
+    let o = s.train(&[
+        "--out",
+        bad.to_str().unwrap(),
+        "--set",
+        "train.best_metric=\"nope\"",
+        "--set",
+        "train.best_mode=\"max\"",
+    ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(bad.join("config.toml").is_file());
     let o = s.train(&["--out", bad.to_str().unwrap(), "--resume"]);
@@ -379,7 +426,11 @@ fn a_damaged_run_directory_loses_nothing_and_says_what_to_do() {
     assert!(stderr(&o).contains("says step 7, but it is the checkpoint of step 8"), "{}", stderr(&o));
     edited("pos", 99999);
     let o = s.train(&["--out", run.to_str().unwrap(), "--resume"]);
-    assert!(stderr(&o).contains("data position 99999 is past the") && stderr(&o).contains("state.json"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("data position 99999 is past the") && stderr(&o).contains("state.json"),
+        "{}",
+        stderr(&o)
+    );
     // The newest checkpoint without its state.json: a fresh start is refused, and a resume
     // falls back to the checkpoint before it, keeping the damaged one aside (never deleted).
     std::fs::remove_file(step8.join("state.json")).unwrap();
@@ -388,7 +439,12 @@ fn a_damaged_run_directory_loses_nothing_and_says_what_to_do() {
     assert!(stderr(&o).contains("already exists") && stderr(&o).contains("--resume"), "{}", stderr(&o));
     let o = s.train(&["--out", run.to_str().unwrap(), "--resume", "--stop-after", "8"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stderr(&o).contains("checkpoint step-8 is damaged (state.json is missing)") && stderr(&o).contains("resumes from step-4"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("checkpoint step-8 is damaged (state.json is missing)")
+            && stderr(&o).contains("resumes from step-4"),
+        "{}",
+        stderr(&o)
+    );
     let aside = run.join("checkpoints/damaged-step-8");
     assert!(aside.join("params.safetensors").is_file() && aside.join("optimizer.safetensors").is_file());
     assert!(step8.join("state.json").is_file(), "step 8 trained again from step 4");
@@ -398,7 +454,12 @@ fn a_damaged_run_directory_loses_nothing_and_says_what_to_do() {
     let o = s.train(&["--out", run.to_str().unwrap()]);
     assert!(stderr(&o).contains("already exists") && stderr(&o).contains("--resume"), "{}", stderr(&o));
     let o = s.resume(&run, &[]);
-    assert!(stderr(&o).contains("is missing, so the run's config is unknown") && stderr(&o).contains("--resume --config FILE"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("is missing, so the run's config is unknown")
+            && stderr(&o).contains("--resume --config FILE"),
+        "{}",
+        stderr(&o)
+    );
     let o = s.train(&["--out", run.to_str().unwrap(), "--resume"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("resuming with") && run.join("final/model.safetensors").is_file(), "{}", stderr(&o));
@@ -407,14 +468,22 @@ fn a_damaged_run_directory_loses_nothing_and_says_what_to_do() {
     let file = s.run_dir("afile");
     std::fs::write(&file, "mine").unwrap();
     let o = s.train(&["--out", file.to_str().unwrap()]);
-    assert!(stderr(&o).contains("is a file, not a directory") && !stderr(&o).contains("training pairs"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("is a file, not a directory") && !stderr(&o).contains("training pairs"),
+        "{}",
+        stderr(&o)
+    );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
     // A user's own config.toml (or metrics.jsonl) in --out is not taken for a failed start.
     let mine = s.run_dir("mine");
     std::fs::create_dir_all(&mine).unwrap();
     let own = format!("# my notes\n{}", std::fs::read_to_string(&s.config).unwrap());
     std::fs::write(mine.join("config.toml"), &own).unwrap();
-    let o = common::xsent().args(["train", "--config", mine.join("config.toml").to_str().unwrap(), "--out", mine.to_str().unwrap()]).env("XSENT_CACHE", s.dir.path().join("cache")).output().unwrap();
+    let o = common::xsent()
+        .args(["train", "--config", mine.join("config.toml").to_str().unwrap(), "--out", mine.to_str().unwrap()])
+        .env("XSENT_CACHE", s.dir.path().join("cache"))
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("is the run directory's own config.toml"), "{}", stderr(&o));
     let o = s.train(&["--out", mine.to_str().unwrap()]);
@@ -471,7 +540,14 @@ fn teacher_embeddings_are_cached() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("teacher embeddings from the cache"), "{}", stderr(&o));
     // Other data, other key.
-    let o = s.train(&["--out", s.run_dir("c").to_str().unwrap(), "--set", "train.max_steps=1", "--set", "data.val_size=17"]);
+    let o = s.train(&[
+        "--out",
+        s.run_dir("c").to_str().unwrap(),
+        "--set",
+        "train.max_steps=1",
+        "--set",
+        "data.val_size=17",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("teacher embeddings from the cache"), "same sentences, same key: {}", stderr(&o));
     let o = s.train(&[
@@ -484,12 +560,24 @@ fn teacher_embeddings_are_cached() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("teacher embeddings cached"), "fewer sentences, new key: {}", stderr(&o));
-    assert!(stderr(&o).contains("embeddings of all") && stderr(&o).contains("from other cached sets"), "a subset embeds nothing: {}", stderr(&o));
+    assert!(
+        stderr(&o).contains("embeddings of all") && stderr(&o).contains("from other cached sets"),
+        "a subset embeds nothing: {}",
+        stderr(&o)
+    );
     // A teacher that lowercases first (sentence_bert_config.json) tokenises otherwise: another key.
-    std::fs::write(s.dir.path().join("tiny-bert/sentence_bert_config.json"), r#"{"max_seq_length": 16, "do_lower_case": true}"#).unwrap();
+    std::fs::write(
+        s.dir.path().join("tiny-bert/sentence_bert_config.json"),
+        r#"{"max_seq_length": 16, "do_lower_case": true}"#,
+    )
+    .unwrap();
     let o = s.train(&["--out", s.run_dir("e").to_str().unwrap(), "--set", "train.max_steps=1"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stderr(&o).contains("teacher embeddings cached") && !stderr(&o).contains("from the cache"), "lowercasing, new key: {}", stderr(&o));
+    assert!(
+        stderr(&o).contains("teacher embeddings cached") && !stderr(&o).contains("from the cache"),
+        "lowercasing, new key: {}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -561,7 +649,9 @@ fn ctrl_c_finishes_the_step_checkpoints_and_exits_130() {
         .unwrap();
     let start = std::time::Instant::now();
     loop {
-        let n = std::fs::read_to_string(run.join("metrics.jsonl")).map(|t| t.lines().filter(|l| l.contains("\"loss\"")).count()).unwrap_or(0);
+        let n = std::fs::read_to_string(run.join("metrics.jsonl"))
+            .map(|t| t.lines().filter(|l| l.contains("\"loss\"")).count())
+            .unwrap_or(0);
         if n >= 3 {
             break;
         }
@@ -575,7 +665,10 @@ fn ctrl_c_finishes_the_step_checkpoints_and_exits_130() {
     assert_eq!(o.status.code(), Some(130), "{err}");
     assert!(err.contains("interrupted") && err.contains("--resume"), "{err}");
     let last = metrics(&run).iter().filter_map(|m| m["step"].as_u64()).max().unwrap();
-    let state: Value = serde_json::from_str(&std::fs::read_to_string(run.join(format!("checkpoints/step-{last}/state.json"))).unwrap()).unwrap();
+    let state: Value = serde_json::from_str(
+        &std::fs::read_to_string(run.join(format!("checkpoints/step-{last}/state.json"))).unwrap(),
+    )
+    .unwrap();
     assert_eq!(state["step"].as_u64(), Some(last));
     // It resumes (and finishes two steps later).
     let o = common::xsent()
@@ -658,7 +751,10 @@ fn a_nan_loss_stops_with_the_step_and_keeps_the_last_checkpoint() {
     // The NaN comes at the step after the newest checkpoint, whose weights gave it: the
     // message says so instead of calling it good (an earlier checkpoint's wording: unit test
     // `nan_message_names_the_checkpoint_to_use` in src/train/trainer.rs).
-    assert!(err.contains(&format!("newest checkpoint, {}", run.join(format!("checkpoints/step-{last}")).display())), "{err}");
+    assert!(
+        err.contains(&format!("newest checkpoint, {}", run.join(format!("checkpoints/step-{last}")).display())),
+        "{err}"
+    );
     assert!(err.contains("holds the weights that gave this loss") && !err.contains("last good checkpoint"), "{err}");
     assert_eq!(std::fs::read_dir(run.join("checkpoints")).unwrap().count(), 1, "{err}");
     assert!(err.contains("repeats this step exactly") && err.contains("it is the only checkpoint written"), "{err}");
@@ -692,7 +788,10 @@ fn config_and_data_errors_are_clear() {
         // Another metric than the recipe's: which way is better must be said.
         ("train.best_metric=\"acc_mean\"", "add --set train.best_mode"),
         // A mode against the known direction of the metric would keep the worst model.
-        ("train.best_mode=\"max\"", "train.best_mode = \"max\" (higher is better) contradicts train.best_metric \"mse_x100\""),
+        (
+            "train.best_mode=\"max\"",
+            "train.best_mode = \"max\" (higher is better) contradicts train.best_metric \"mse_x100\"",
+        ),
         ("train.best_metric=\"sts_spearman\"", "is scored only with train.val_sts"),
         // A value of the wrong type names its key (not only in the echo of the --set).
         ("train.batch_size=-1", "in `train.batch_size`"),
@@ -706,9 +805,16 @@ fn config_and_data_errors_are_clear() {
     let typo = s.dir.path().join("typo.toml");
     let text = std::fs::read_to_string(&s.config).unwrap().replace("keep_last = 2", "keep_lst = 2");
     std::fs::write(&typo, text).unwrap();
-    let o = common::xsent().args(["train", "--config", typo.to_str().unwrap(), "--out", s.run_dir("t").to_str().unwrap()]).output().unwrap();
+    let o = common::xsent()
+        .args(["train", "--config", typo.to_str().unwrap(), "--out", s.run_dir("t").to_str().unwrap()])
+        .output()
+        .unwrap();
     let head = stderr(&o).lines().next().unwrap_or_default().to_string();
-    assert!(head.contains("typo.toml") && stderr(&o).contains("keep_lst") && stderr(&o).contains("line"), "{}", stderr(&o));
+    assert!(
+        head.contains("typo.toml") && stderr(&o).contains("keep_lst") && stderr(&o).contains("line"),
+        "{}",
+        stderr(&o)
+    );
 
     // A non-empty directory that is not a run is left alone; --resume without config.toml.
     let run = s.run_dir("r");
@@ -736,7 +842,8 @@ fn config_and_data_errors_are_clear() {
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("a.txt has 3 lines") && err.contains("b.txt has 2"), "{err}");
-    let o = s.train(&["--out", s.run_dir("n").to_str().unwrap(), "--set", "data.sources.0.path=\"/nonexistent/p.tsv\""]);
+    let o =
+        s.train(&["--out", s.run_dir("n").to_str().unwrap(), "--set", "data.sources.0.path=\"/nonexistent/p.tsv\""]);
     assert!(stderr(&o).contains("/nonexistent/p.tsv"), "{}", stderr(&o));
     let o = s.train(&["--out", s.run_dir("n").to_str().unwrap(), "--set", "data.val_size=1000"]);
     assert!(stderr(&o).contains("val_size"), "{}", stderr(&o));
@@ -756,13 +863,26 @@ fn early_stopping_ends_the_run_with_a_final_model() {
     // With lr 0 the weights, and so the validation MSE, stay as they are, and only a lower MSE
     // counts as better: patience 1 with a validation every 2 steps stops at step 2 of 12.
     let s = setup("");
-    let patience = ["--set", "train.eval_every=2", "--set", "train.early_stopping_patience=1", "--set", "train.best_metric=\"mse_x100\"", "--set", "optim.lr=0"];
+    let patience = [
+        "--set",
+        "train.eval_every=2",
+        "--set",
+        "train.early_stopping_patience=1",
+        "--set",
+        "train.best_metric=\"mse_x100\"",
+        "--set",
+        "optim.lr=0",
+    ];
     let run = s.run_dir("early");
     let o = s.train(&[&["--out", run.to_str().unwrap()][..], &patience].concat());
     assert!(o.status.success(), "{}", stderr(&o));
     let last = metrics(&run).iter().filter_map(|m| m["step"].as_u64()).max().unwrap();
     assert_eq!(last, 2, "{}", stderr(&o));
-    assert!(stderr(&o).contains("stopping early: mse_x100 has not improved") && stderr(&o).contains("(step 0)"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("stopping early: mse_x100 has not improved") && stderr(&o).contains("(step 0)"),
+        "{}",
+        stderr(&o)
+    );
     assert!(run.join("final/model.safetensors").is_file());
     // --resume of the early-stopped run trains no further.
     let before = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
@@ -780,7 +900,14 @@ fn early_stopping_ends_the_run_with_a_final_model() {
     assert_eq!(metrics(&stopped).len(), metrics(&run).len(), "the same steps and validations");
     assert!(stopped.join("checkpoints/step-2/state.json").is_file());
 
-    let o = s.train(&["--out", s.run_dir("bad").to_str().unwrap(), "--set", "train.best_metric=\"nope\"", "--set", "train.best_mode=\"min\""]);
+    let o = s.train(&[
+        "--out",
+        s.run_dir("bad").to_str().unwrap(),
+        "--set",
+        "train.best_metric=\"nope\"",
+        "--set",
+        "train.best_mode=\"min\"",
+    ]);
     assert!(stderr(&o).contains("nope") && stderr(&o).contains("mse_x100"), "{}", stderr(&o));
     // Found only at a later validation (none before the first step): the steps trained so far
     // are checkpointed, and --resume with the metric fixed finishes the run.
@@ -796,12 +923,17 @@ fn early_stopping_ends_the_run_with_a_final_model() {
         "train.best_mode=\"min\"",
     ]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert!(stderr(&o).contains("step 4 is checkpointed") && late.join("checkpoints/step-4/state.json").is_file(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("step 4 is checkpointed") && late.join("checkpoints/step-4/state.json").is_file(),
+        "{}",
+        stderr(&o)
+    );
     let o = s.resume(&late, &["--set", "train.best_metric=\"mse_x100\""]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(late.join("final/model.safetensors").is_file());
     // The step-4 validation that failed is run on resume, before step 5: one per step.
-    let vals: Vec<u64> = metrics(&late).iter().filter(|m| m.get("val").is_some()).map(|m| m["step"].as_u64().unwrap()).collect();
+    let vals: Vec<u64> =
+        metrics(&late).iter().filter(|m| m.get("val").is_some()).map(|m| m["step"].as_u64().unwrap()).collect();
     assert_eq!(vals, [4, 8, 12], "{}", stderr(&o));
 }
 
@@ -830,7 +962,10 @@ fn a_resume_keeps_the_best_of_its_own_metric_and_steps() {
     assert_eq!(best_step(&aside), 4, "moved aside, not deleted");
     assert_eq!(best_step(&run.join("best")), 4, "the replayed step 4 is this run's best");
     // Another metric: the best so far (mse_x100, lower is better) cannot be compared with it.
-    let o = s.resume(&run, &["--set", "train.best_metric=\"acc_mean\"", "--set", "train.best_mode=\"max\"", "--stop-after", "8"]);
+    let o = s.resume(
+        &run,
+        &["--set", "train.best_metric=\"acc_mean\"", "--set", "train.best_mode=\"max\"", "--stop-after", "8"],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("is mse_x100/min, and this run keeps the best by acc_mean/max"), "{}", stderr(&o));
     let v: Value = serde_json::from_str(&std::fs::read_to_string(run.join("best/xsent-best.json")).unwrap()).unwrap();
@@ -847,7 +982,14 @@ fn projection_variants() {
     let s = setup("");
     for (p, dense) in [("identity", true), ("random", true), ("none", false), ("procrustes", true)] {
         let run = s.run_dir(p);
-        let o = s.train(&["--out", run.to_str().unwrap(), "--set", &format!("distill.projection=\"{p}\""), "--set", "train.max_steps=2"]);
+        let o = s.train(&[
+            "--out",
+            run.to_str().unwrap(),
+            "--set",
+            &format!("distill.projection=\"{p}\""),
+            "--set",
+            "train.max_steps=2",
+        ]);
         assert!(o.status.success(), "{p}: {}", stderr(&o));
         assert_eq!(run.join("final/2_Dense/model.safetensors").is_file(), dense, "{p}");
     }
@@ -867,7 +1009,14 @@ fn projection_variants() {
     // pair's source and translation (2 × 100 sentences) and gives another map.
     for fit in ["source", "pairs"] {
         let run = s.run_dir(&format!("lstsq-{fit}"));
-        let o = s.train(&["--out", run.to_str().unwrap(), "--set", &format!("distill.projection_fit=\"{fit}\""), "--set", "train.max_steps=2"]);
+        let o = s.train(&[
+            "--out",
+            run.to_str().unwrap(),
+            "--set",
+            &format!("distill.projection_fit=\"{fit}\""),
+            "--set",
+            "train.max_steps=2",
+        ]);
         assert!(o.status.success(), "{fit}: {}", stderr(&o));
         let want = if fit == "pairs" { "least squares on 200 sentences" } else { "least squares on 100 sentences" };
         assert!(stderr(&o).contains(want), "{fit}: {}", stderr(&o));
@@ -879,7 +1028,16 @@ fn projection_variants() {
 fn student_targets_start_at_zero_and_are_cached_per_projection() {
     let s = setup("");
     let run = |name: &str, extra: &[&str]| {
-        let mut args = vec!["--out", name, "--set", "distill.targets=\"student\"", "--set", "train.max_steps=4", "--set", "train.eval_every=4"];
+        let mut args = vec![
+            "--out",
+            name,
+            "--set",
+            "distill.targets=\"student\"",
+            "--set",
+            "train.max_steps=4",
+            "--set",
+            "train.eval_every=4",
+        ];
         args.extend_from_slice(extra);
         let o = s.train(&args);
         assert!(o.status.success(), "{name}: {}", stderr(&o));
@@ -902,7 +1060,12 @@ fn student_targets_start_at_zero_and_are_cached_per_projection() {
     let err = run(s.run_dir("b").to_str().unwrap(), &[]);
     assert!(err.contains("student embeddings from the cache"), "{err}");
     let err = run(s.run_dir("c").to_str().unwrap(), &["--set", "distill.projection_fit=\"pairs\""]);
-    assert!(err.contains("student embeddings cached") && !err.contains("student embeddings from the cache") && !err.contains("student embeddings of"), "{err}");
+    assert!(
+        err.contains("student embeddings cached")
+            && !err.contains("student embeddings from the cache")
+            && !err.contains("student embeddings of"),
+        "{err}"
+    );
     // The run's config records the choice.
     assert!(std::fs::read_to_string(a.join("config.toml")).unwrap().contains("targets = \"student\""));
 }
@@ -912,7 +1075,14 @@ fn source_weight_scales_the_source_term_of_the_loss() {
     let s = setup("");
     let run = |name: &str, w: &str| {
         let dir = s.run_dir(name);
-        let o = s.train(&["--out", dir.to_str().unwrap(), "--set", &format!("distill.source_weight={w}"), "--set", "train.max_steps=3"]);
+        let o = s.train(&[
+            "--out",
+            dir.to_str().unwrap(),
+            "--set",
+            &format!("distill.source_weight={w}"),
+            "--set",
+            "train.max_steps=3",
+        ]);
         assert!(o.status.success(), "{name}: {}", stderr(&o));
         dir
     };
@@ -945,12 +1115,25 @@ fn student_targets_without_projection_need_no_teacher() {
     // The student's own start is the target and no projection is fitted: the teacher is never
     // read, so a path that does not exist (or none at all) trains.
     let a = s.run_dir("a");
-    let base = ["--set", "distill.targets=\"student\"", "--set", "distill.projection=\"none\"", "--set", "train.max_steps=4", "--set", "train.eval_every=4"];
+    let base = [
+        "--set",
+        "distill.targets=\"student\"",
+        "--set",
+        "distill.projection=\"none\"",
+        "--set",
+        "train.max_steps=4",
+        "--set",
+        "train.eval_every=4",
+    ];
     let mut args = vec!["--out", a.to_str().unwrap(), "--set", "distill.teacher=\"no/such/teacher\""];
     args.extend_from_slice(&base);
     let o = s.train(&args);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stderr(&o).contains("no teacher is loaded") && stderr(&o).contains("student embeddings cached"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("no teacher is loaded") && stderr(&o).contains("student embeddings cached"),
+        "{}",
+        stderr(&o)
+    );
     assert!(!s.dir.path().join("cache/teacher").exists(), "the teacher embedded nothing");
     assert!(metrics(&a)[0]["val"]["mse_src_x100"].as_f64().unwrap() < 1e-9);
     let b = s.run_dir("b");
@@ -958,7 +1141,10 @@ fn student_targets_without_projection_need_no_teacher() {
     args.extend_from_slice(&base);
     let o = s.train(&args);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(!std::fs::read_to_string(b.join("config.toml")).unwrap().contains("teacher ="), "no empty teacher key in the run's config");
+    assert!(
+        !std::fs::read_to_string(b.join("config.toml")).unwrap().contains("teacher ="),
+        "no empty teacher key in the run's config"
+    );
     // Every other setting needs the teacher, and says so before anything loads.
     for extra in [["--set", "distill.targets=\"teacher\""], ["--set", "distill.projection=\"lstsq\""]] {
         let c = s.run_dir("c");
@@ -978,47 +1164,83 @@ fn projection_fit_sources_replace_the_training_pairs_for_the_fit() {
     // start as fitting on the training pairs.
     let step0 = |s: &Setup, name: &str| -> (String, Value) {
         let run = s.run_dir(name);
-        let o = s.train(&["--out", run.to_str().unwrap(), "--set", "optim.lr=0", "--set", "train.max_steps=1", "--set", "train.eval_every=1"]);
+        let o = s.train(&[
+            "--out",
+            run.to_str().unwrap(),
+            "--set",
+            "optim.lr=0",
+            "--set",
+            "train.max_steps=1",
+            "--set",
+            "train.eval_every=1",
+        ]);
         assert!(o.status.success(), "{name}: {}", stderr(&o));
         (stderr(&o), metrics(&run)[0]["val"].clone())
     };
     let plain = setup("");
     let (_, v_plain) = step0(&plain, "plain");
     let tsv = plain.dir.path().join("pairs.tsv");
-    let same = setup(&format!("[[distill.projection_fit_sources]]\nkind = \"tsv\"\npath = \"{}\"\nsrc_lang = \"en\"\ntgt_lang = \"de\"\n", tsv.display()));
+    let same = setup(&format!(
+        "[[distill.projection_fit_sources]]\nkind = \"tsv\"\npath = \"{}\"\nsrc_lang = \"en\"\ntgt_lang = \"de\"\n",
+        tsv.display()
+    ));
     let (err, v_same) = step0(&same, "same");
     assert!(err.contains("fitted on") && err.contains("projection_fit_sources (0 more held out"), "{err}");
     assert_eq!(v_plain["mse_x100"], v_same["mse_x100"], "{v_plain} {v_same}");
     assert_eq!(v_plain["acc_mean"], v_same["acc_mean"], "{v_plain} {v_same}");
     // Other sentences give another projection (and the teacher embeds them too).
-    let rows: Vec<String> = std::fs::read_to_string(&tsv).unwrap().lines().take(60).map(|l| {
-        let (en, de) = l.split_once('\t').unwrap();
-        let mut e: Vec<&str> = en.split(' ').collect();
-        e.rotate_left(1);
-        format!("{}\t{de}", e.join(" "))
-    }).collect();
+    let rows: Vec<String> = std::fs::read_to_string(&tsv)
+        .unwrap()
+        .lines()
+        .take(60)
+        .map(|l| {
+            let (en, de) = l.split_once('\t').unwrap();
+            let mut e: Vec<&str> = en.split(' ').collect();
+            e.rotate_left(1);
+            format!("{}\t{de}", e.join(" "))
+        })
+        .collect();
     let other_tsv = same.dir.path().join("other.tsv");
     std::fs::write(&other_tsv, rows.join("\n") + "\n").unwrap();
-    let other = setup(&format!("[[distill.projection_fit_sources]]\nkind = \"tsv\"\npath = \"{}\"\nsrc_lang = \"en\"\ntgt_lang = \"de\"\n", other_tsv.display()));
+    let other = setup(&format!(
+        "[[distill.projection_fit_sources]]\nkind = \"tsv\"\npath = \"{}\"\nsrc_lang = \"en\"\ntgt_lang = \"de\"\n",
+        other_tsv.display()
+    ));
     let (_, v_other) = step0(&other, "other");
     assert_ne!(v_plain["mse_x100"], v_other["mse_x100"], "{v_plain} {v_other}");
     // Fit sources split otherwise than the training data (here: more of them): the run's own
     // validation sentences that land in their training part are held out of the fit too.
-    let fit = |p: &Path| format!("[[distill.projection_fit_sources]]\nkind = \"tsv\"\npath = \"{}\"\nsrc_lang = \"en\"\ntgt_lang = \"de\"\n", p.display());
+    let fit = |p: &Path| {
+        format!(
+            "[[distill.projection_fit_sources]]\nkind = \"tsv\"\npath = \"{}\"\nsrc_lang = \"en\"\ntgt_lang = \"de\"\n",
+            p.display()
+        )
+    };
     let mixed = setup(&(fit(&tsv) + &fit(&other_tsv)));
     let (err, _) = step0(&mixed, "mixed");
-    let held: usize = err.split(" more held out").next().and_then(|h| h.rsplit('(').next()).and_then(|n| n.parse().ok()).expect(&err);
+    let held: usize =
+        err.split(" more held out").next().and_then(|h| h.rsplit('(').next()).and_then(|n| n.parse().ok()).expect(&err);
     assert!(held > 0, "{err}");
     // The run's config records the fit sources; without a fitted projection they are an error.
-    assert!(std::fs::read_to_string(other.run_dir("other").join("config.toml")).unwrap().contains("[[distill.projection_fit_sources]]"));
+    assert!(std::fs::read_to_string(other.run_dir("other").join("config.toml"))
+        .unwrap()
+        .contains("[[distill.projection_fit_sources]]"));
     let o = other.train(&["--out", other.run_dir("none").to_str().unwrap(), "--set", "distill.projection=\"random\""]);
-    assert!(!o.status.success() && stderr(&o).contains("projection_fit_sources is only read by a fitted projection"), "{}", stderr(&o));
+    assert!(
+        !o.status.success() && stderr(&o).contains("projection_fit_sources is only read by a fitted projection"),
+        "{}",
+        stderr(&o)
+    );
     let bad = setup("[[distill.projection_fit_sources]]\nkind = \"tsv\"\npath = \"no/such.tsv\"\nsrc_lang = \"en\"\ntgt_lang = \"de\"\n");
     let o = bad.train(&["--out", bad.run_dir("bad").to_str().unwrap()]);
     // The error names the entry of the list it came from, not [[data.sources]].
     let err = stderr(&o);
-    assert!(!o.status.success() && err.contains("distill.projection_fit_sources[0]") && err.contains("no/such.tsv"), "{err}");
-    let error: Vec<&str> = err.lines().filter(|l| l.starts_with("xsent: error") || l.trim_start().starts_with("caused by")).collect();
+    assert!(
+        !o.status.success() && err.contains("distill.projection_fit_sources[0]") && err.contains("no/such.tsv"),
+        "{err}"
+    );
+    let error: Vec<&str> =
+        err.lines().filter(|l| l.starts_with("xsent: error") || l.trim_start().starts_with("caused by")).collect();
     assert!(!error.is_empty() && !error.iter().any(|l| l.contains("data.sources")), "{err}");
 }
 
@@ -1030,14 +1252,27 @@ fn val_sources_give_the_validation_pairs_and_leave_training_their_sentences() {
     // The first 20 training pairs and 5 pairs the training data lacks, one of whose source
     // sentences is given twice (two translations: one validation pair per source sentence).
     let mut val: Vec<String> = lines[..20].to_vec();
-    val.extend(["e1 e2 e3 e4 e5 e6 e7 e8 e9\td9 d8", "e1 e2 e3 e4 e5 e6 e7 e8 e9\td1 d2", "e9 e9 e9 e9 e9 e9 e9 e9 e9 e9\td9", "e0 e0 e0 e0 e0 e0 e0 e0 e0 e0\td0"].map(String::from));
+    val.extend(
+        [
+            "e1 e2 e3 e4 e5 e6 e7 e8 e9\td9 d8",
+            "e1 e2 e3 e4 e5 e6 e7 e8 e9\td1 d2",
+            "e9 e9 e9 e9 e9 e9 e9 e9 e9 e9\td9",
+            "e0 e0 e0 e0 e0 e0 e0 e0 e0 e0\td0",
+        ]
+        .map(String::from),
+    );
     let val_tsv = plain.dir.path().join("val.tsv");
     std::fs::write(&val_tsv, val.join("\n") + "\n").unwrap();
-    let distinct_sources = |ls: &[String]| ls.iter().map(|l| l.split('\t').next().unwrap().to_string()).collect::<std::collections::HashSet<_>>();
+    let distinct_sources = |ls: &[String]| {
+        ls.iter().map(|l| l.split('\t').next().unwrap().to_string()).collect::<std::collections::HashSet<_>>()
+    };
     let held = distinct_sources(&lines[..20]);
     let left_out = lines.iter().filter(|l| held.contains(l.split('\t').next().unwrap())).count();
     let unique: std::collections::HashSet<&String> = lines.iter().collect();
-    let s = setup(&format!("[[data.val_sources]]\nkind = \"tsv\"\npath = \"{}\"\nsrc_lang = \"en\"\ntgt_lang = \"de\"\n", val_tsv.display()));
+    let s = setup(&format!(
+        "[[data.val_sources]]\nkind = \"tsv\"\npath = \"{}\"\nsrc_lang = \"en\"\ntgt_lang = \"de\"\n",
+        val_tsv.display()
+    ));
     let run = s.run_dir("v");
     // val_size is not read when val_sources are given: 0 is accepted.
     let o = s.train(&["--out", run.to_str().unwrap(), "--set", "train.max_steps=2", "--set", "data.val_size=0"]);
@@ -1053,7 +1288,11 @@ fn val_sources_give_the_validation_pairs_and_leave_training_their_sentences() {
     let o = plain.train(&["--out", plain.run_dir("z").to_str().unwrap(), "--set", "data.val_size=0"]);
     assert!(!o.status.success() && stderr(&o).contains("or give [[data.val_sources]]"), "{}", stderr(&o));
     let o = s.train(&["--out", s.run_dir("b").to_str().unwrap(), "--set", "data.val_sources.0.path=\"no/such.tsv\""]);
-    assert!(!o.status.success() && stderr(&o).contains("data.val_sources[0]") && stderr(&o).contains("no/such.tsv"), "{}", stderr(&o));
+    assert!(
+        !o.status.success() && stderr(&o).contains("data.val_sources[0]") && stderr(&o).contains("no/such.tsv"),
+        "{}",
+        stderr(&o)
+    );
     // Validation sentences that are all of the training data leave nothing to train on.
     std::fs::write(&val_tsv, lines.join("\n") + "\n").unwrap();
     let o = s.train(&["--out", s.run_dir("all").to_str().unwrap()]);
@@ -1082,12 +1321,19 @@ fn scored_pairs_are_validated_and_can_pick_the_best_model() {
     std::fs::write(&sts, rows.join("\n") + "\n").unwrap();
     let run = s.run_dir("sts");
     let val_sts = format!("train.val_sts=\"{}\"", sts.display());
-    let o = s.train(&["--out", run.to_str().unwrap(), "--set", &val_sts, "--set", "train.best_metric=\"sts_spearman\""]);
+    let o =
+        s.train(&["--out", run.to_str().unwrap(), "--set", &val_sts, "--set", "train.best_metric=\"sts_spearman\""]);
     assert!(o.status.success(), "{}", stderr(&o));
     let vals: Vec<(u64, f64, f64)> = metrics(&run)
         .iter()
         .filter(|m| m.get("val").is_some())
-        .map(|m| (m["step"].as_u64().unwrap(), m["val"]["sts_spearman"].as_f64().unwrap(), m["val"]["sts_pearson"].as_f64().unwrap()))
+        .map(|m| {
+            (
+                m["step"].as_u64().unwrap(),
+                m["val"]["sts_spearman"].as_f64().unwrap(),
+                m["val"]["sts_pearson"].as_f64().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(vals.iter().map(|v| v.0).collect::<Vec<_>>(), vec![0, 4, 8, 12]);
     assert!(vals.iter().all(|v| v.1.abs() <= 100.0 && v.2.abs() <= 100.0), "{vals:?}");
@@ -1099,12 +1345,17 @@ fn scored_pairs_are_validated_and_can_pick_the_best_model() {
     let expected = 100.0 * common::spearman(&sim, &gold);
     assert!((vals[3].1 - expected).abs() < 1e-3, "validation {} vs xsent embed {expected}", vals[3].1);
     // A correlation: the best model is the one with the highest score (not the recipe's "min").
-    let best: Value = serde_json::from_str(&std::fs::read_to_string(run.join("best/xsent-best.json")).unwrap()).unwrap();
+    let best: Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("best/xsent-best.json")).unwrap()).unwrap();
     let top = vals.iter().fold(vals[0], |b, v| if v.1 > b.1 { *v } else { b });
     assert_eq!(best["step"].as_u64().unwrap(), top.0, "{best} {vals:?}");
     // Errors name the option and the file, and the line.
     let o = s.train(&["--out", s.run_dir("sts-missing").to_str().unwrap(), "--set", "train.val_sts=\"nope.csv\""]);
-    assert!(!o.status.success() && stderr(&o).contains("train.val_sts") && stderr(&o).contains("nope.csv"), "{}", stderr(&o));
+    assert!(
+        !o.status.success() && stderr(&o).contains("train.val_sts") && stderr(&o).contains("nope.csv"),
+        "{}",
+        stderr(&o)
+    );
     std::fs::write(&sts, "a\tb\t5\nc d\t1\n").unwrap();
     let o = s.train(&["--out", s.run_dir("sts-bad").to_str().unwrap(), "--set", &val_sts]);
     assert!(!o.status.success() && stderr(&o).contains("sts-dev.csv:2"), "{}", stderr(&o));
@@ -1128,12 +1379,17 @@ fn training_pairs_in_evaluation_sets_are_dropped() {
     // Pair 0's source (upper-cased, spaces doubled: the same sentence normalised) in an STS
     // track; pair 1's target in Tatoeba; pair 2's source in an eval_lines file.
     let shout = pairs[0].0.to_uppercase().replace(' ', "  ");
-    std::fs::write(bench.join("sts/STS2017.eval.v1.1/STS.input.track5.en-en.txt"), format!("{shout}\tsomething else\n")).unwrap();
+    std::fs::write(
+        bench.join("sts/STS2017.eval.v1.1/STS.input.track5.en-en.txt"),
+        format!("{shout}\tsomething else\n"),
+    )
+    .unwrap();
     std::fs::write(bench.join("tatoeba/tatoeba.deu-eng.deu"), format!("{}\n", pairs[1].1)).unwrap();
     std::fs::write(bench.join("tatoeba/tatoeba.deu-eng.eng"), "unrelated\n").unwrap();
     let lines = s.dir.path().join("mine.txt");
     std::fs::write(&lines, format!("{}\n", pairs[2].0)).unwrap();
-    let hits = |a: &str| pairs.iter().filter(|(x, y)| [x, y].iter().any(|t| t.to_lowercase() == a.to_lowercase())).count();
+    let hits =
+        |a: &str| pairs.iter().filter(|(x, y)| [x, y].iter().any(|t| t.to_lowercase() == a.to_lowercase())).count();
     let expected = [hits(&pairs[0].0), hits(&pairs[1].1), hits(&pairs[2].0)];
     let dir = format!("data.eval_dir=\"{}\"", bench.display());
     let extra = format!("data.eval_lines=[\"{}\"]", lines.display());
@@ -1143,22 +1399,52 @@ fn training_pairs_in_evaluation_sets_are_dropped() {
     assert!(o.status.success(), "{err}");
     let dropped: usize = expected.iter().sum();
     assert!(err.contains(&format!("decontamination: {dropped} of 150 pairs of data.sources dropped")), "{err}");
-    assert!(err.contains(&format!("STS 2017 track5.en-en {}", expected[0])) && err.contains(&format!("Tatoeba {}", expected[1])), "{err}");
-    let first: Value = serde_json::from_str(std::fs::read_to_string(run.join("metrics.jsonl")).unwrap().lines().next().unwrap()).unwrap();
+    assert!(
+        err.contains(&format!("STS 2017 track5.en-en {}", expected[0]))
+            && err.contains(&format!("Tatoeba {}", expected[1])),
+        "{err}"
+    );
+    let first: Value =
+        serde_json::from_str(std::fs::read_to_string(run.join("metrics.jsonl")).unwrap().lines().next().unwrap())
+            .unwrap();
     let d = &first["decontamination"][0];
-    assert_eq!((d["source"].as_str(), d["pairs"].as_u64(), d["dropped"].as_u64()), (Some("data.sources"), Some(150), Some(dropped as u64)), "{first}");
+    assert_eq!(
+        (d["source"].as_str(), d["pairs"].as_u64(), d["dropped"].as_u64()),
+        (Some("data.sources"), Some(150), Some(dropped as u64)),
+        "{first}"
+    );
     assert_eq!(d["by_set"]["Tatoeba"].as_u64(), Some(expected[1] as u64), "{first}");
     assert!(err.contains(&format!("{} training pairs", 150 - dropped - 16)), "{err}");
     // The audit prints the same counts without training.
-    let o = common::xsent().args(["data", "audit", "--config"]).arg(&s.config).args(["--set", &dir, "--set", &extra]).output().unwrap();
+    let o = common::xsent()
+        .args(["data", "audit", "--config"])
+        .arg(&s.config)
+        .args(["--set", &dir, "--set", &extra])
+        .output()
+        .unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(out.contains(&format!("data.sources: 150 pairs, {dropped} dropped")), "{out}");
     assert!(out.contains(&format!("| STS 2017 track5.en-en | Test | 2 | {} | 1 |", expected[0])), "{out}");
     // Off: every pair trains.
     let run = s.run_dir("off");
-    let o = s.train(&["--out", run.to_str().unwrap(), "--set", &dir, "--set", "data.decontaminate=false", "--set", "train.max_steps=1"]);
-    assert!(o.status.success() && stderr(&o).contains("134 training pairs") && stderr(&o).contains("decontamination is off"), "{}", stderr(&o));
+    let o = s.train(&[
+        "--out",
+        run.to_str().unwrap(),
+        "--set",
+        &dir,
+        "--set",
+        "data.decontaminate=false",
+        "--set",
+        "train.max_steps=1",
+    ]);
+    assert!(
+        o.status.success()
+            && stderr(&o).contains("134 training pairs")
+            && stderr(&o).contains("decontamination is off"),
+        "{}",
+        stderr(&o)
+    );
     assert!(!std::fs::read_to_string(run.join("metrics.jsonl")).unwrap().contains("decontamination"));
 }
 
@@ -1169,24 +1455,46 @@ fn plot_run_draws_the_curves_of_runs() {
     let s = setup("");
     let runs: Vec<PathBuf> = ["a", "b"].iter().map(|n| s.run_dir(n)).collect();
     for (i, run) in runs.iter().enumerate() {
-        let o = s.train(&["--out", run.to_str().unwrap(), "--set", "train.max_steps=8", "--set", &format!("seed={}", 7 + i)]);
+        let o = s.train(&[
+            "--out",
+            run.to_str().unwrap(),
+            "--set",
+            "train.max_steps=8",
+            "--set",
+            &format!("seed={}", 7 + i),
+        ]);
         assert!(o.status.success(), "{}", stderr(&o));
     }
     let png = s.run_dir("curves.png");
     let o = common::xsent().args(["plot", "run"]).args(&runs).arg("-o").arg(&png).output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stderr(&o).contains("6 panels (loss, acc_mean, acc_src2tgt, acc_tgt2src, mse_src_x100, mse_x100) of 2 runs"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("6 panels (loss, acc_mean, acc_src2tgt, acc_tgt2src, mse_src_x100, mse_x100) of 2 runs"),
+        "{}",
+        stderr(&o)
+    );
     let size = |png: &Path| {
         let bytes = std::fs::read(png).unwrap();
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
         (u32::from_be_bytes(bytes[16..20].try_into().unwrap()), u32::from_be_bytes(bytes[20..24].try_into().unwrap()))
     };
     assert_eq!(size(&png), (1500, 2 * 375 + 30 + 22), "three columns of 500 × 375, two rows, one legend row");
-    let o = common::xsent().args(["plot", "run"]).args(&runs).args(["--metrics", "loss,mse_x100", "-o"]).arg(&png).output().unwrap();
+    let o = common::xsent()
+        .args(["plot", "run"])
+        .args(&runs)
+        .args(["--metrics", "loss,mse_x100", "-o"])
+        .arg(&png)
+        .output()
+        .unwrap();
     assert!(stderr(&o).contains("2 panels (loss, mse_x100) of 2 runs"), "{}", stderr(&o));
     assert_eq!(size(&png).0, 1000, "two panels side by side");
-    let o = common::xsent().args(["plot", "run"]).args(&runs).args(["--metrics", "nope", "-o"]).arg(&png).output().unwrap();
+    let o =
+        common::xsent().args(["plot", "run"]).args(&runs).args(["--metrics", "nope", "-o"]).arg(&png).output().unwrap();
     assert!(!o.status.success() && stderr(&o).contains("--metrics nope: no run logged it; these did: loss, acc_mean, acc_src2tgt, acc_tgt2src, mse_src_x100, mse_x100"), "{}", stderr(&o));
     let o = common::xsent().args(["plot", "run"]).arg(s.run_dir("none")).arg("-o").arg(&png).output().unwrap();
-    assert!(!o.status.success() && stderr(&o).contains("is ") && stderr(&o).contains("a run directory of xsent train?"), "{}", stderr(&o));
+    assert!(
+        !o.status.success() && stderr(&o).contains("is ") && stderr(&o).contains("a run directory of xsent train?"),
+        "{}",
+        stderr(&o)
+    );
 }

@@ -123,7 +123,8 @@ fn disentangle_trains_saves_heads_and_embeds_with_each_head() {
     let w = heads["meaning.weight"].to_vec2::<f32>().unwrap();
     let b = heads["meaning.bias"].to_vec1::<f32>().unwrap();
     for (e, m) in base.iter().zip(&meaning) {
-        let y: Vec<f32> = w.iter().zip(&b).map(|(row, bi)| row.iter().zip(e).map(|(a, x)| a * x).sum::<f32>() + bi).collect();
+        let y: Vec<f32> =
+            w.iter().zip(&b).map(|(row, bi)| row.iter().zip(e).map(|(a, x)| a * x).sum::<f32>() + bi).collect();
         let n = y.iter().map(|v| v * v).sum::<f32>().sqrt();
         let y: Vec<f32> = y.iter().map(|v| v / n).collect();
         assert!(common::max_abs_diff(&y, m) < 1e-4, "{}", common::max_abs_diff(&y, m));
@@ -142,7 +143,18 @@ fn disentangle_trains_saves_heads_and_embeds_with_each_head() {
     // A picture of the three spaces: three panels side by side.
     let png = dir.path().join("pca.png");
     let o = common::xsent()
-        .args(["plot", "pca", "--model", model.to_str().unwrap(), "--rows", "30", "--panel-size", "300", "-o", png.to_str().unwrap()])
+        .args([
+            "plot",
+            "pca",
+            "--model",
+            model.to_str().unwrap(),
+            "--rows",
+            "30",
+            "--panel-size",
+            "300",
+            "-o",
+            png.to_str().unwrap(),
+        ])
         .args(["--data-dir", &common::data_arg()])
         .output()
         .unwrap();
@@ -244,14 +256,19 @@ fn a_resumed_run_keeps_meaning_lr_scale_and_ends_where_an_uninterrupted_one_does
     assert!(o.status.success() && stderr(&o).contains("resuming"), "{}", stderr(&o));
     let (a, b) = (final_heads(&full), final_heads(&split));
     for (name, t) in &a {
-        let (x, y) = (t.flatten_all().unwrap().to_vec1::<f32>().unwrap(), b[name].flatten_all().unwrap().to_vec1::<f32>().unwrap());
+        let (x, y) = (
+            t.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            b[name].flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+        );
         assert!(common::max_abs_diff(&x, &y) <= 1e-6, "{name} differs after resume");
     }
     // The scale mattered: at one rate MLP_M ends elsewhere.
     let one = dir.path().join("one");
     let o = train(dir.path(), &cfg, &one, &[&steps[..], &["--set", "disentangle.meaning_lr_scale=1"]].concat());
     assert!(o.status.success(), "{}", stderr(&o));
-    let w = |h: &std::collections::HashMap<String, candle_core::Tensor>| h["meaning.weight"].flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let w = |h: &std::collections::HashMap<String, candle_core::Tensor>| {
+        h["meaning.weight"].flatten_all().unwrap().to_vec1::<f32>().unwrap()
+    };
     assert!(common::max_abs_diff(&w(&a), &w(&final_heads(&one))) > 1e-4);
 }
 
@@ -272,7 +289,12 @@ fn validation_on_scored_pairs_scores_the_meaning_embeddings_being_trained() {
     let cfg = config(dir.path(), "meaning_init = \"identity\"");
     let run = dir.path().join("run");
     let val_sts = format!("train.val_sts={:?}", pairs.to_str().unwrap());
-    let o = train(dir.path(), &cfg, &run, &["--set", &val_sts, "--set", "train.epochs=3", "--set", "train.best_metric=\"sts_pearson\""]);
+    let o = train(
+        dir.path(),
+        &cfg,
+        &run,
+        &["--set", &val_sts, "--set", "train.epochs=3", "--set", "train.best_metric=\"sts_pearson\""],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let vals = validations(&run);
     let score = |v: &Value| v["val"]["sts_pearson"].as_f64().unwrap();
@@ -308,7 +330,11 @@ fn centred_init_starts_the_meaning_head_at_identity_minus_the_mean_embedding() {
         .map(|e| e.unwrap().path())
         .find(|p| p.extension().is_some_and(|e| e == "safetensors"))
         .unwrap();
-    let all = candle_core::safetensors::load(&cache, &candle_core::Device::Cpu).unwrap()["embeddings"].mean(0).unwrap().to_vec1::<f32>().unwrap();
+    let all = candle_core::safetensors::load(&cache, &candle_core::Device::Cpu).unwrap()["embeddings"]
+        .mean(0)
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
     let b = heads["meaning.bias"].to_vec1::<f32>().unwrap();
     let minus_all: Vec<f32> = all.iter().map(|x| -x).collect();
     assert!(common::max_abs_diff(&b, &minus_all) < 0.02, "bias vs −mean: {}", common::max_abs_diff(&b, &minus_all));
@@ -328,14 +354,16 @@ fn another_sentence_set_reuses_the_cached_base_embeddings_it_shares() {
     let o = train(dir.path(), &cfg, &dir.path().join("b"), &args);
     assert!(o.status.success(), "{}", stderr(&o));
     let log = stderr(&o);
-    let line = log.lines().find(|l| l.contains("from the cache; embedding the other")).unwrap_or_else(|| panic!("{log}"));
+    let line =
+        log.lines().find(|l| l.contains("from the cache; embedding the other")).unwrap_or_else(|| panic!("{log}"));
     let n: Vec<usize> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
     assert!(n.len() == 3 && n[0] + n[2] == n[1] && n[2] > 0 && n[0] > n[2], "{line}");
     // The same run with an empty cache embeds everything and validates the same.
     let o = train(fresh.path(), &cfg, &fresh.path().join("b"), &args);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(!stderr(&o).contains("from the cache"), "{}", stderr(&o));
-    let (shared, alone) = (&validations(&dir.path().join("b"))[0]["val"], &validations(&fresh.path().join("b"))[0]["val"]);
+    let (shared, alone) =
+        (&validations(&dir.path().join("b"))[0]["val"], &validations(&fresh.path().join("b"))[0]["val"]);
     for k in ["loss", "l_r", "l_m", "meaning_acc_mean"] {
         assert!((shared[k].as_f64().unwrap() - alone[k].as_f64().unwrap()).abs() < 1e-4, "{k}: {shared} vs {alone}");
     }

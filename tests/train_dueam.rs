@@ -24,7 +24,10 @@ fn lcg(x: &mut u64) -> u64 {
 fn sentence(x: &mut u64, en: &[String], de: &[String]) -> (String, String) {
     let len = 3 + lcg(x) as usize % 6;
     let ids: Vec<usize> = (0..len).map(|_| lcg(x) as usize % en.len()).collect();
-    (ids.iter().map(|&i| en[i].as_str()).collect::<Vec<_>>().join(" "), ids.iter().map(|&i| de[i].as_str()).collect::<Vec<_>>().join(" "))
+    (
+        ids.iter().map(|&i| en[i].as_str()).collect::<Vec<_>>().join(" "),
+        ids.iter().map(|&i| de[i].as_str()).collect::<Vec<_>>().join(" "),
+    )
 }
 
 /// Synthetic XNLI (`dev-en.tsv`, `dev-de.tsv`, 40 row-aligned premise/hypothesis rows), held-out
@@ -101,7 +104,14 @@ warmup_steps = 2
 
 impl Setup {
     fn train(&self, args: &[&str]) -> Output {
-        common::xsent().arg("train").arg("--config").arg(&self.config).args(args).env("XSENT_CACHE", self.dir.path().join("cache")).output().unwrap()
+        common::xsent()
+            .arg("train")
+            .arg("--config")
+            .arg(&self.config)
+            .args(args)
+            .env("XSENT_CACHE", self.dir.path().join("cache"))
+            .output()
+            .unwrap()
     }
 
     fn run_dir(&self, name: &str) -> PathBuf {
@@ -114,7 +124,11 @@ fn stderr(o: &Output) -> String {
 }
 
 fn metrics(run: &Path) -> Vec<Value> {
-    std::fs::read_to_string(run.join("metrics.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 fn steps(run: &Path) -> Vec<Value> {
@@ -147,14 +161,18 @@ fn weakly_supervised_run_logs_both_terms_validates_and_saves_a_loadable_model() 
     for v in &vals {
         let v = &v["val"];
         let a = v["acc_en-de"].as_f64().unwrap();
-        assert!((a - (v["acc_en-de_src2tgt"].as_f64().unwrap() + v["acc_en-de_tgt2src"].as_f64().unwrap()) / 2.0).abs() < 1e-9);
+        assert!(
+            (a - (v["acc_en-de_src2tgt"].as_f64().unwrap() + v["acc_en-de_tgt2src"].as_f64().unwrap()) / 2.0).abs()
+                < 1e-9
+        );
         assert_eq!(v["acc_mean"].as_f64().unwrap(), a, "one validation set");
         assert!((0.0..=100.0).contains(&a));
     }
     assert!(run.join("best/model.safetensors").is_file() && run.join("best/xsent-best.json").is_file());
     // The learner is a normal model directory: mean pooling, no Normalize module.
     let fin = run.join("final");
-    let pooling: Value = serde_json::from_str(&std::fs::read_to_string(fin.join("1_Pooling/config.json")).unwrap()).unwrap();
+    let pooling: Value =
+        serde_json::from_str(&std::fs::read_to_string(fin.join("1_Pooling/config.json")).unwrap()).unwrap();
     assert_eq!(pooling["pooling_mode_mean_tokens"], Value::Bool(true));
     assert!(!std::fs::read_to_string(fin.join("modules.json")).unwrap().contains("Normalize"));
     let rows = common::embed_cli(&fin, &["--no-normalize"], &["e1 e2 e3", "d1 d2 d3"]);
@@ -187,7 +205,11 @@ fn pairs_with_a_sentence_the_anchor_gives_no_token_are_left_out_before_training(
     // repeat its monolingual ones (kept once, as monolingual: 158 pairs, 80 of them
     // monolingual), and the two left, with the English and the German premise, are left out;
     // the summary counts the pairs that are trained on.
-    assert!(stderr(&o).contains("left out 2 of the 158 pairs: 1 sentence(s) give the anchor no token of their own"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("left out 2 of the 158 pairs: 1 sentence(s) give the anchor no token of their own"),
+        "{}",
+        stderr(&o)
+    );
     assert!(stderr(&o).contains("156 training pairs (78 monolingual, 78 cross-lingual)"), "{}", stderr(&o));
     assert_eq!(steps(&run).len(), 8, "every step trained (each pair seen at least once)");
 }
@@ -219,7 +241,17 @@ fn sinkhorn_and_the_token_vector_switches_train() {
         assert!(*a >= e * (1.0 - 1e-4) && *a <= e * 1.003, "Sinkhorn {a} vs exact {e}");
     }
     // Sinkhorn that cannot converge: every pair gets its exact WMD, said once, and the run goes on.
-    let (fb, err) = run("fallback", &["--set", "dueam.wmd_solver=\"sinkhorn\"", "--set", "dueam.sinkhorn_max_iter=1", "--set", "dueam.sinkhorn_tol=1e-12"]);
+    let (fb, err) = run(
+        "fallback",
+        &[
+            "--set",
+            "dueam.wmd_solver=\"sinkhorn\"",
+            "--set",
+            "dueam.sinkhorn_max_iter=1",
+            "--set",
+            "dueam.sinkhorn_tol=1e-12",
+        ],
+    );
     assert_eq!(err.matches("Sinkhorn did not converge in 1 iterations").count(), 1, "{err}");
     assert!(err.contains("gets the exact WMD instead"), "{err}");
     for (a, e) in d_wmd(&fb).iter().zip(d_wmd(&exact)) {
@@ -227,21 +259,36 @@ fn sinkhorn_and_the_token_vector_switches_train() {
     }
     // Raw token vectors with [CLS] and [SEP]: other distances, still a finite loss.
     let (raw, _) = run("raw", &["--set", "dueam.wmd_normalize=false", "--set", "dueam.wmd_skip_special=false"]);
-    assert!(d_wmd(&raw).iter().zip(d_wmd(&exact)).all(|(a, e)| (a - e).abs() > 1e-3 * e), "{:?} vs {:?}", d_wmd(&raw), d_wmd(&exact));
+    assert!(
+        d_wmd(&raw).iter().zip(d_wmd(&exact)).all(|(a, e)| (a - e).abs() > 1e-3 * e),
+        "{:?} vs {:?}",
+        d_wmd(&raw),
+        d_wmd(&exact)
+    );
 }
 
 #[test]
 fn loss_switches_train_one_term_only() {
     let s = setup("loss = \"wmd\"", "");
     let run = s.run_dir("wmd");
-    let o = s.train(&["--out", run.to_str().unwrap(), "--set", "train.max_steps=2", "--set", "train.eval_at_start=false"]);
+    let o =
+        s.train(&["--out", run.to_str().unwrap(), "--set", "train.max_steps=2", "--set", "train.eval_at_start=false"]);
     assert!(o.status.success(), "{}", stderr(&o));
     for m in steps(&run) {
         assert!(m.get("l_b").is_none(), "{m}");
         assert!((m["loss"].as_f64().unwrap() - m["l_a"].as_f64().unwrap()).abs() < 1e-6, "{m}");
     }
     let run = s.run_dir("cos");
-    let o = s.train(&["--out", run.to_str().unwrap(), "--set", "train.max_steps=2", "--set", "train.eval_at_start=false", "--set", "dueam.loss=cos"]);
+    let o = s.train(&[
+        "--out",
+        run.to_str().unwrap(),
+        "--set",
+        "train.max_steps=2",
+        "--set",
+        "train.eval_at_start=false",
+        "--set",
+        "dueam.loss=cos",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     for m in steps(&run) {
         assert!(m.get("l_a").is_none() && m.get("anchor_ms_per_pair").is_none(), "no anchor work: {m}");
@@ -263,7 +310,10 @@ fn loss_switches_train_one_term_only() {
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let m = &steps(&run)[0];
-    assert!((m["loss"].as_f64().unwrap() - (m["l_a"].as_f64().unwrap() - 0.5 * m["l_b"].as_f64().unwrap())).abs() < 1e-5, "{m}");
+    assert!(
+        (m["loss"].as_f64().unwrap() - (m["l_a"].as_f64().unwrap() - 0.5 * m["l_b"].as_f64().unwrap())).abs() < 1e-5,
+        "{m}"
+    );
 }
 
 #[test]
@@ -271,7 +321,16 @@ fn normalised_learner_puts_unit_vectors_into_the_loss_and_the_model() {
     let s = setup("learner_normalize = true", "");
     let run = s.run_dir("norm");
     // One pair per step: d_euc and l_b are then the pair's own distance and cosine.
-    let o = s.train(&["--out", run.to_str().unwrap(), "--set", "train.max_steps=3", "--set", "train.batch_size=1", "--set", "train.eval_at_start=false"]);
+    let o = s.train(&[
+        "--out",
+        run.to_str().unwrap(),
+        "--set",
+        "train.max_steps=3",
+        "--set",
+        "train.batch_size=1",
+        "--set",
+        "train.eval_at_start=false",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     for m in steps(&run) {
         let (d, cos) = (m["d_euc"].as_f64().unwrap(), m["l_b"].as_f64().unwrap());
@@ -324,7 +383,12 @@ fn config_errors_name_the_problem() {
         assert!(!o.status.success(), "{args:?} should fail");
         assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
     }
-    let o = common::xsent().args(["train", "--config"]).arg(&s.config).args(["--set", "recipe=nope", "--out", run.to_str().unwrap()]).output().unwrap();
+    let o = common::xsent()
+        .args(["train", "--config"])
+        .arg(&s.config)
+        .args(["--set", "recipe=nope", "--out", run.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert!(stderr(&o).contains("distill, disentangle, dueam, lightweight, sp"), "{}", stderr(&o));
 }
 
@@ -356,7 +420,11 @@ fn anchor_token_embeddings_are_the_hidden_states_without_specials_and_padding() 
     assert_eq!(enc.token_counts(&texts, false).unwrap(), [5, 3]);
     // A prefix (an instruction such as "query: ") is not part of the sentence: its tokens are
     // left out of the cloud too, specials or not.
-    let prefixed = SentenceEncoder::load(m.to_str().unwrap(), &LoadOptions { prefix: Some("e9 e8 ".into()), ..Default::default() }).unwrap();
+    let prefixed = SentenceEncoder::load(
+        m.to_str().unwrap(),
+        &LoadOptions { prefix: Some("e9 e8 ".into()), ..Default::default() },
+    )
+    .unwrap();
     assert_eq!(prefixed.token_counts(&texts, true).unwrap(), [3, 1]);
     assert_eq!(prefixed.token_counts(&texts, false).unwrap(), [5, 3]);
     let with_prefix = prefixed.token_embeddings(&texts, None, false, 2).unwrap();
@@ -380,10 +448,19 @@ fn val_sts_scores_the_learner_being_trained() {
     // Scored pairs over the val sentences (translations score 5, shifted pairs 0-4): the last
     // validation's Spearman equals the one of the saved learner's vectors.
     let s = setup("", "");
-    let en: Vec<String> = std::fs::read_to_string(s.dir.path().join("val.en")).unwrap().lines().map(str::to_string).collect();
-    let de: Vec<String> = std::fs::read_to_string(s.dir.path().join("val.de")).unwrap().lines().map(str::to_string).collect();
-    let pairs: Vec<(String, String, f64)> =
-        (0..20).map(|i| if i % 2 == 0 { (en[i].clone(), de[i].clone(), 5.0) } else { (en[i].clone(), de[(i + 7) % 20].clone(), (i % 5) as f64) }).collect();
+    let en: Vec<String> =
+        std::fs::read_to_string(s.dir.path().join("val.en")).unwrap().lines().map(str::to_string).collect();
+    let de: Vec<String> =
+        std::fs::read_to_string(s.dir.path().join("val.de")).unwrap().lines().map(str::to_string).collect();
+    let pairs: Vec<(String, String, f64)> = (0..20)
+        .map(|i| {
+            if i % 2 == 0 {
+                (en[i].clone(), de[i].clone(), 5.0)
+            } else {
+                (en[i].clone(), de[(i + 7) % 20].clone(), (i % 5) as f64)
+            }
+        })
+        .collect();
     let sts = s.dir.path().join("pairs.sts.tsv");
     common::write_scored_pairs(&sts, &pairs);
     let run = s.run_dir("sts");

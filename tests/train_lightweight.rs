@@ -46,7 +46,11 @@ val_size = 40
 }
 
 fn lines(run: &Path) -> Vec<Value> {
-    std::fs::read_to_string(run.join("metrics.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 /// (step, loss, grad norm) of each step line.
@@ -76,10 +80,12 @@ fn lightweight_trains_resumes_exactly_and_saves_a_bert_model() {
     }
     assert!(first.get("mlm").is_none() && first.get("smlm").is_none());
     // UGT + align + sim: L = kl + 2 align + 2 sim.
-    let sum = first["kl"].as_f64().unwrap() + 2.0 * first["align"].as_f64().unwrap() + 2.0 * first["sim"].as_f64().unwrap();
+    let sum =
+        first["kl"].as_f64().unwrap() + 2.0 * first["align"].as_f64().unwrap() + 2.0 * first["sim"].as_f64().unwrap();
     assert!((first["loss"].as_f64().unwrap() - sum).abs() < 1e-3 * sum.abs().max(1.0), "{first}");
     // Training helps held-out retrieval.
-    let val: Vec<f64> = lines(&s.run("full")).iter().filter_map(|v| v.get("val").map(|x| x["acc_mean"].as_f64().unwrap())).collect();
+    let val: Vec<f64> =
+        lines(&s.run("full")).iter().filter_map(|v| v.get("val").map(|x| x["acc_mean"].as_f64().unwrap())).collect();
     assert!(val.last().unwrap() > val.first().unwrap(), "validation accuracy {val:?}");
 
     // init/: the learned vocabulary with <pad> and <mask>, a BERT config of the asked shape.
@@ -87,14 +93,22 @@ fn lightweight_trains_resumes_exactly_and_saves_a_bert_model() {
     let (pad, mask) = (tok.token_to_id("<pad>").unwrap(), tok.token_to_id("<mask>").unwrap());
     let cfg: Value = serde_json::from_str(&std::fs::read_to_string(s.run("full/final/config.json")).unwrap()).unwrap();
     assert_eq!(cfg["model_type"], "bert");
-    assert_eq!((cfg["num_hidden_layers"].as_u64(), cfg["hidden_size"].as_u64(), cfg["intermediate_size"].as_u64()), (Some(2), Some(32), Some(64)));
+    assert_eq!(
+        (cfg["num_hidden_layers"].as_u64(), cfg["hidden_size"].as_u64(), cfg["intermediate_size"].as_u64()),
+        (Some(2), Some(32), Some(64))
+    );
     assert_eq!(cfg["vocab_size"].as_u64().unwrap() as usize, tok.get_vocab_size(true));
     assert_eq!(cfg["pad_token_id"].as_u64(), Some(pad as u64));
     assert!((mask as usize) < tok.get_vocab_size(true));
     // transformers (and so sentence-transformers, scripts/check-st.sh) must use tokenizer.json as
     // it is: for a `bert` config it would otherwise rebuild a WordPiece tokenizer.
-    let tc: Value = serde_json::from_str(&std::fs::read_to_string(s.run("full/final/tokenizer_config.json")).unwrap()).unwrap();
-    assert_eq!((tc["tokenizer_class"].as_str(), tc["pad_token"].as_str()), (Some("PreTrainedTokenizerFast"), Some("<pad>")), "{tc}");
+    let tc: Value =
+        serde_json::from_str(&std::fs::read_to_string(s.run("full/final/tokenizer_config.json")).unwrap()).unwrap();
+    assert_eq!(
+        (tc["tokenizer_class"].as_str(), tc["pad_token"].as_str()),
+        (Some("PreTrainedTokenizerFast"), Some("<pad>")),
+        "{tc}"
+    );
 
     // Stop after 5 steps, resume to 12: the same run (masks, dropout and data order included).
     // The same vocabulary: the unigram trainer breaks ties in hash-map order, so a vocabulary
@@ -109,12 +123,17 @@ fn lightweight_trains_resumes_exactly_and_saves_a_bert_model() {
     assert_eq!(split.len(), full.len());
     for (a, b) in full.iter().zip(&split) {
         assert_eq!(a.0, b.0);
-        assert!((a.1 - b.1).abs() < 1e-5 * a.1.abs().max(1.0) && (a.2 - b.2).abs() < 1e-4 * a.2.max(1.0), "step {}: {a:?} vs {b:?}", a.0);
+        assert!(
+            (a.1 - b.1).abs() < 1e-5 * a.1.abs().max(1.0) && (a.2 - b.2).abs() < 1e-4 * a.2.max(1.0),
+            "step {}: {a:?} vs {b:?}",
+            a.0
+        );
     }
     let (wa, wb) = (weights(&s.run("full/final")), weights(&s.run("split/final")));
     assert_eq!(wa.len(), wb.len());
     for (name, a) in &wa {
-        let d = a.sub(&wb[name]).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+        let d =
+            a.sub(&wb[name]).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
         assert!(d < 1e-5, "{name} differs by {d} after resume");
     }
     // The generative head is training-only: not in the model, but in the checkpoints.
@@ -165,7 +184,11 @@ fn task_switches_select_the_loss_terms() {
     let cases: [(&[&str], &[&str], &[&str]); 6] = [
         (&["lightweight.generative=smlm"], &["smlm", "align", "sim"], &["kl", "mlm"]),
         (&["lightweight.generative=xtr", "lightweight.sim=false"], &["kl", "align"], &["smlm", "mlm", "sim"]),
-        (&["lightweight.generative=mlm", "lightweight.align=false", "lightweight.sim=false"], &["mlm"], &["kl", "smlm", "align", "sim"]),
+        (
+            &["lightweight.generative=mlm", "lightweight.align=false", "lightweight.sim=false"],
+            &["mlm"],
+            &["kl", "smlm", "align", "sim"],
+        ),
         (&["lightweight.generative=mlm+xtr"], &["mlm", "kl", "align", "sim"], &["smlm"]),
         (&["lightweight.generative=none"], &["align", "sim"], &["kl", "smlm", "mlm"]),
         (&["lightweight.align=false", "lightweight.sim=false"], &["kl"], &["align", "sim", "mlm"]),
@@ -187,7 +210,10 @@ fn task_switches_select_the_loss_terms() {
         }
     }
     // No task at all, and a bad task name: config errors that say what to set.
-    let o = s.train("bad1", &["--set", "lightweight.generative=none", "--set", "lightweight.align=false", "--set", "lightweight.sim=false"]);
+    let o = s.train(
+        "bad1",
+        &["--set", "lightweight.generative=none", "--set", "lightweight.align=false", "--set", "lightweight.sim=false"],
+    );
     assert!(!o.status.success());
     assert!(stderr(&o).contains("no training task"), "{}", stderr(&o));
     let o = s.train("bad2", &["--set", "lightweight.generative=tlm"]);
@@ -198,7 +224,11 @@ fn task_switches_select_the_loss_terms() {
     assert!(stderr(&o).contains("multiple of lightweight.heads"), "{}", stderr(&o));
     let o = s.train("bad4", &["--set", "lightweight.hidden=0"]);
     assert!(!o.status.success());
-    assert!(stderr(&o).contains("lightweight.hidden (0) and lightweight.heads (4) must be at least 1"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("lightweight.hidden (0) and lightweight.heads (4) must be at least 1"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -208,7 +238,13 @@ fn a_vocabulary_from_xsent_tokenizer_train_gets_mask_and_pad() {
     let input = s.run("corpus.txt");
     std::fs::write(&input, text).unwrap();
     let tok = s.run("tok/tokenizer.json");
-    let o = common::xsent().args(["tokenizer", "train", "--vocab-size", "80", "--input"]).arg(&input).arg("--output").arg(&tok).output().unwrap();
+    let o = common::xsent()
+        .args(["tokenizer", "train", "--vocab-size", "80", "--input"])
+        .arg(&input)
+        .arg("--output")
+        .arg(&tok)
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let given = tokenizers::Tokenizer::from_file(&tok).unwrap();
     assert!(given.token_to_id("<mask>").is_none());
@@ -227,7 +263,16 @@ fn a_vocabulary_from_xsent_tokenizer_train_gets_mask_and_pad() {
 #[test]
 fn sharded_coupled_step_equals_the_whole_batch() {
     let s = setup();
-    let common = ["--set", "lightweight.generative=none", "--set", "lightweight.dropout=0.0", "--set", "train.max_steps=4", "--set", "train.eval_every=0"];
+    let common = [
+        "--set",
+        "lightweight.generative=none",
+        "--set",
+        "lightweight.dropout=0.0",
+        "--set",
+        "train.max_steps=4",
+        "--set",
+        "train.eval_every=0",
+    ];
     let mut runs: Vec<String> = Vec::new();
     for shard in ["16", "4"] {
         let out = format!("shard{shard}");
@@ -235,7 +280,9 @@ fn sharded_coupled_step_equals_the_whole_batch() {
         let mut args = common.to_vec();
         args.extend(["--set", &set]);
         // One vocabulary for both (see above).
-        let tok = runs.first().map(|r| format!("lightweight.tokenizer={:?}", s.run(&format!("{r}/init/tokenizer.json")).to_str().unwrap()));
+        let tok = runs.first().map(|r| {
+            format!("lightweight.tokenizer={:?}", s.run(&format!("{r}/init/tokenizer.json")).to_str().unwrap())
+        });
         if let Some(t) = &tok {
             args.extend(["--set", t]);
         }
@@ -251,7 +298,8 @@ fn sharded_coupled_step_equals_the_whole_batch() {
     }
     let (wa, wb) = (weights(&s.run(&format!("{}/final", runs[0]))), weights(&s.run(&format!("{}/final", runs[1]))));
     for (name, t) in &wa {
-        let d = t.sub(&wb[name]).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+        let d =
+            t.sub(&wb[name]).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
         assert!(d < 1e-4, "{name} differs by {d}");
     }
 }
@@ -309,7 +357,8 @@ fn val_sts_scores_the_model_being_trained() {
     let pairs = common::scored_pairs(&corpus(31));
     let sts = s.run("pairs.sts.tsv");
     common::write_scored_pairs(&sts, &pairs);
-    let o = s.train("sts", &["--set", "train.max_steps=4", "--set", &format!("train.val_sts={:?}", sts.to_str().unwrap())]);
+    let o =
+        s.train("sts", &["--set", "train.max_steps=4", "--set", &format!("train.val_sts={:?}", sts.to_str().unwrap())]);
     assert!(o.status.success(), "{}", stderr(&o));
     let last = lines(&s.run("sts")).into_iter().rfind(|v| v.get("val").is_some()).unwrap();
     let expected = common::model_spearman(&s.run("sts/final"), &pairs);

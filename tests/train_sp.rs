@@ -46,7 +46,11 @@ fn tokenizer_train_round_trip() {
         assert!(back.contains("house3"), "{model}: decoded {back:?}");
     }
     // Bad input: a clear error naming the file.
-    let o = common::xsent().args(["tokenizer", "train", "--input", "/nonexistent/x.txt", "--output"]).arg(dir.path().join("z")).output().unwrap();
+    let o = common::xsent()
+        .args(["tokenizer", "train", "--input", "/nonexistent/x.txt", "--output"])
+        .arg(dir.path().join("z"))
+        .output()
+        .unwrap();
     assert!(!o.status.success());
     assert!(stderr(&o).contains("/nonexistent/x.txt"), "{}", stderr(&o));
     assert!(!dir.path().join("z").exists(), "a failed read leaves no output folder");
@@ -55,23 +59,42 @@ fn tokenizer_train_round_trip() {
     std::fs::create_dir_all(&model).unwrap();
     std::fs::write(model.join("config.json"), "{}").unwrap();
     std::fs::write(model.join("tokenizer.json"), "theirs").unwrap();
-    let o = common::xsent().args(["tokenizer", "train", "--vocab-size", "80", "--input"]).arg(&input).arg("-o").arg(&model).output().unwrap();
+    let o = common::xsent()
+        .args(["tokenizer", "train", "--vocab-size", "80", "--input"])
+        .arg(&input)
+        .arg("-o")
+        .arg(&model)
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("holds a model (config.json)"), "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(model.join("tokenizer.json")).unwrap(), "theirs");
     // Nor the vocabulary a run keeps for its resume (vocab/ beside the run's config.toml).
     let run = dir.path().join("run");
     std::fs::create_dir_all(run.join("vocab")).unwrap();
-    std::fs::write(run.join("config.toml"), format!("{}recipe = \"sp\"\n", xsent::train::config::RUN_CONFIG_HEADER)).unwrap();
+    std::fs::write(run.join("config.toml"), format!("{}recipe = \"sp\"\n", xsent::train::config::RUN_CONFIG_HEADER))
+        .unwrap();
     std::fs::write(run.join("vocab/tokenizer.json"), "the run's").unwrap();
-    let o = common::xsent().args(["tokenizer", "train", "--vocab-size", "80", "--input"]).arg(&input).arg("-o").arg(run.join("vocab")).output().unwrap();
+    let o = common::xsent()
+        .args(["tokenizer", "train", "--vocab-size", "80", "--input"])
+        .arg(&input)
+        .arg("-o")
+        .arg(run.join("vocab"))
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("is inside the run directory of"), "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(run.join("vocab/tokenizer.json")).unwrap(), "the run's");
     // A file of another name in a model directory, or an earlier tokenizer of one's own, is
     // simply written.
     for out in [model.join("other.json"), dir.path().join("uni")] {
-        let o = common::xsent().args(["tokenizer", "train", "--vocab-size", "80", "--input"]).arg(&input).arg("-o").arg(&out).output().unwrap();
+        let o = common::xsent()
+            .args(["tokenizer", "train", "--vocab-size", "80", "--input"])
+            .arg(&input)
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .unwrap();
         assert!(o.status.success(), "{}: {}", out.display(), stderr(&o));
     }
 }
@@ -136,7 +159,11 @@ fn averaging_model_save_load_embed() {
     // scripts/check-st.sh checks that they give the same vectors there.
     for (units, st) in [("sp", true), ("word", true), ("trigram", false)] {
         let modules = std::fs::read_to_string(dir.path().join(units).join("modules.json")).ok();
-        assert_eq!(modules.as_deref().is_some_and(|m| m.contains("models.StaticEmbedding") && m.contains("models.Normalize")), st, "{units}: {modules:?}");
+        assert_eq!(
+            modules.as_deref().is_some_and(|m| m.contains("models.StaticEmbedding") && m.contains("models.Normalize")),
+            st,
+            "{units}: {modules:?}"
+        );
     }
     // It has no prompts.
     let opts = xsent::model::LoadOptions { prompt_name: Some("query".into()), ..Default::default() };
@@ -144,7 +171,10 @@ fn averaging_model_save_load_embed() {
     assert!(format!("{e:#}").contains("--prompt-name do not apply"), "{e:#}");
     // It is not a transformer encoder: a recipe that needs one says so.
     let e = xsent::SentenceEncoder::load(dir.path().join("word").to_str().unwrap(), &Default::default()).err().unwrap();
-    assert!(format!("{e:#}").contains("is an xsent averaging model") && format!("{e:#}").contains("BERT/XLM-R"), "{e:#}");
+    assert!(
+        format!("{e:#}").contains("is an xsent averaging model") && format!("{e:#}").contains("BERT/XLM-R"),
+        "{e:#}"
+    );
 }
 
 fn setup(units: &str) -> common::TrainSetup {
@@ -185,7 +215,14 @@ fn losses(run: &Path) -> Vec<(u64, f64, f64, f64)> {
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|v| v.get("loss").is_some())
-        .map(|v| (v["step"].as_u64().unwrap(), v["loss"].as_f64().unwrap(), v["grad_norm"].as_f64().unwrap(), v["megabatch"].as_f64().unwrap()))
+        .map(|v| {
+            (
+                v["step"].as_u64().unwrap(),
+                v["loss"].as_f64().unwrap(),
+                v["grad_norm"].as_f64().unwrap(),
+                v["megabatch"].as_f64().unwrap(),
+            )
+        })
         .collect()
 }
 
@@ -257,7 +294,12 @@ fn sp_recipe_trains_resumes_exactly_and_embeds() {
     common::write_scored_pairs(&sts, &pairs);
     let o = s.train("sts", &["--set", &tok, "--set", &format!("train.val_sts={:?}", sts.to_str().unwrap())]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let last: Value = std::fs::read_to_string(s.run("sts/metrics.jsonl")).unwrap().lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).rfind(|v| v.get("val").is_some()).unwrap();
+    let last: Value = std::fs::read_to_string(s.run("sts/metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .rfind(|v| v.get("val").is_some())
+        .unwrap();
     let expected = common::model_spearman(&s.run("sts/final"), &pairs);
     assert_eq!(last["step"].as_u64(), Some(12));
     assert!((last["val"]["sts_spearman"].as_f64().unwrap() - expected).abs() < 1e-3, "{last} vs {expected}");
@@ -270,19 +312,31 @@ fn random_variants_skip_training() {
         let o = s.train("random", &["--set", "sp.random=true"]);
         assert!(o.status.success(), "{}", stderr(&o));
         assert!(!s.run("random/metrics.jsonl").exists(), "no training step");
-        let meta: Value = serde_json::from_str(&std::fs::read_to_string(s.run("random/final/xsent.json")).unwrap()).unwrap();
+        let meta: Value =
+            serde_json::from_str(&std::fs::read_to_string(s.run("random/final/xsent.json")).unwrap()).unwrap();
         assert_eq!(meta["trained"], false);
         assert_eq!(meta["units"], units);
         // N(0, 1) rows.
         let t = table(&s.run("random/final"));
         let var = t.iter().map(|x| (x * x) as f64).sum::<f64>() / t.len() as f64;
         assert!((var - 1.0).abs() < 0.2, "variance {var}");
-        let m = xsent::model::load_embedder(s.run("random/final").to_str().unwrap(), &Default::default(), None).unwrap();
+        let m =
+            xsent::model::load_embedder(s.run("random/final").to_str().unwrap(), &Default::default(), None).unwrap();
         assert_eq!(m.embed(&["house1 haus2"], 4).unwrap()[0].len(), 16);
         if units == "sp" {
             // sp.init_std scales the same draws (configs/sp.toml uses 0.1); same vocabulary, same seed.
             let tok = s.run("random/final/tokenizer.json");
-            let o = s.train("random01", &["--set", "sp.random=true", "--set", "sp.init_std=0.1", "--set", &format!("sp.tokenizer={}", tok.display())]);
+            let o = s.train(
+                "random01",
+                &[
+                    "--set",
+                    "sp.random=true",
+                    "--set",
+                    "sp.init_std=0.1",
+                    "--set",
+                    &format!("sp.tokenizer={}", tok.display()),
+                ],
+            );
             assert!(o.status.success(), "{}", stderr(&o));
             let t01 = table(&s.run("random01/final"));
             assert_eq!(t01.len(), t.len());
@@ -316,15 +370,24 @@ fn sp_config_errors() {
     ] {
         let o = s.train(name, &["--set", set, "--set", "sp.anneal_rate=0"]);
         assert_eq!(o.status.code(), Some(1), "{set}: {}", stderr(&o));
-        assert!(stderr(&o).contains(want) && stderr(&o).contains("larger than the") && !stderr(&o).contains("panicked"), "{set}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(want) && stderr(&o).contains("larger than the") && !stderr(&o).contains("panicked"),
+            "{set}: {}",
+            stderr(&o)
+        );
     }
     // A mega-batch that the annealing would grow past the data later in the run is refused
     // before the first step (220 training pairs hold at most 27 batches of 8), not when it is
     // reached.
     let o = s.train("bad7", &["--set", "sp.megabatch_max=100", "--set", "train.max_steps=400"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-    assert!(stderr(&o).contains("set sp.megabatch_max to at most 27") && !s.run("bad7/checkpoints").exists(), "{}", stderr(&o));
-    let o = s.train("ok7", &["--set", "sp.megabatch_max=27", "--set", "sp.anneal_rate=0", "--set", "train.max_steps=1"]);
+    assert!(
+        stderr(&o).contains("set sp.megabatch_max to at most 27") && !s.run("bad7/checkpoints").exists(),
+        "{}",
+        stderr(&o)
+    );
+    let o =
+        s.train("ok7", &["--set", "sp.megabatch_max=27", "--set", "sp.anneal_rate=0", "--set", "train.max_steps=1"]);
     assert!(o.status.success(), "{}", stderr(&o));
     // A table that cannot be allocated: an error naming the keys, not an abort.
     let o = s.train("bad8", &["--set", "sp.dim=1000000000000"]);
@@ -347,7 +410,12 @@ fn unigram_vocabulary_is_reproducible() {
         texts.extend(t.lines().take(1500).map(|l| l.split('\t').next().unwrap().to_string()));
     }
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let train = || xsent::model::kinds::vocab::train_subword(&refs, SubwordModel::Unigram, 6000, false).unwrap().to_string(false).unwrap();
+    let train = || {
+        xsent::model::kinds::vocab::train_subword(&refs, SubwordModel::Unigram, 6000, false)
+            .unwrap()
+            .to_string(false)
+            .unwrap()
+    };
     let first = train();
     for _ in 0..2 {
         assert!(train() == first, "two trainings on the same text gave different tokenizer.json");

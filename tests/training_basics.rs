@@ -124,9 +124,14 @@ fn save_load_round_trip_is_exact() -> Result<()> {
         let b = loaded[n].flatten_all()?.to_vec1::<f32>()?;
         assert_eq!(a, b, "{n} changed in the round trip");
     }
-    let original = weights::load_encoder_tensors(&[common::fixtures().join("tiny-bert-mlm/model.safetensors")], &Device::Cpu, 2)?;
+    let original =
+        weights::load_encoder_tensors(&[common::fixtures().join("tiny-bert-mlm/model.safetensors")], &Device::Cpu, 2)?;
     let w = "encoder.layer.0.attention.self.query.weight";
-    assert_ne!(original[w].flatten_all()?.to_vec1::<f32>()?, loaded[w].flatten_all()?.to_vec1::<f32>()?, "training changed nothing");
+    assert_ne!(
+        original[w].flatten_all()?.to_vec1::<f32>()?,
+        loaded[w].flatten_all()?.to_vec1::<f32>()?,
+        "training changed nothing"
+    );
     let enc2 = Encoder::load(VarBuilder::from_tensors(loaded, DType::F32, &Device::Cpu), &cfg)?;
     let (ids, _, mask) = pairs(6, 2, 5, 101)?;
     let a: Vec<f32> = enc.forward(&ids, &mask, &mut Mode::Infer)?.flatten_all()?.to_vec1()?;

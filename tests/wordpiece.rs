@@ -19,12 +19,24 @@ fn ids(t: &Tokenizer, text: &str) -> (Vec<u32>, Vec<u32>) {
 /// The first `n` lines of every Tatoeba file of both sides (every script of the 90 languages),
 /// and edge cases.
 fn sentences(n: usize) -> Vec<String> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(common::data().join("tatoeba")).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(common::data().join("tatoeba")).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
-    let mut out: Vec<String> = files.iter().flat_map(|f| std::fs::read_to_string(f).unwrap().lines().take(n).map(String::from).collect::<Vec<_>>()).collect();
+    let mut out: Vec<String> = files
+        .iter()
+        .flat_map(|f| std::fs::read_to_string(f).unwrap().lines().take(n).map(String::from).collect::<Vec<_>>())
+        .collect();
     out.extend(
-        ["", "  ", "Hello [CLS] world [SEP] [MASK] [UNK] [PAD]", &"x".repeat(101), "Tabs\tand\u{0}control\u{7}chars\u{ad}", "Café ÜNÏCÖDÉ façade — “q” ½ ﬁ", "混合English和中文text"]
-            .map(String::from),
+        [
+            "",
+            "  ",
+            "Hello [CLS] world [SEP] [MASK] [UNK] [PAD]",
+            &"x".repeat(101),
+            "Tabs\tand\u{0}control\u{7}chars\u{ad}",
+            "Café ÜNÏCÖDÉ façade — “q” ½ ﬁ",
+            "混合English和中文text",
+        ]
+        .map(String::from),
     );
     out
 }
@@ -55,7 +67,8 @@ fn minilm_without_tokenizer_json(dir: &Path, files: &[&str]) -> PathBuf {
 #[test]
 fn uncased_vocab_txt_tokenizes_as_the_models_tokenizer_json() {
     let dir = tempfile::tempdir().unwrap();
-    let m = minilm_without_tokenizer_json(dir.path(), &["vocab.txt", "tokenizer_config.json", "special_tokens_map.json"]);
+    let m =
+        minilm_without_tokenizer_json(dir.path(), &["vocab.txt", "tokenizer_config.json", "special_tokens_map.json"]);
     let ours = load_tokenizer(&m.join("vocab.txt")).unwrap();
     let mut theirs = Tokenizer::from_file(minilm().join("tokenizer.json")).unwrap();
     theirs.with_padding(None).with_truncation(None).unwrap();
@@ -64,7 +77,8 @@ fn uncased_vocab_txt_tokenizes_as_the_models_tokenizer_json() {
     for s in &all {
         assert_eq!(ids(&ours, s), ids(&theirs, s), "{s:?}");
     }
-    let pair = |t: &Tokenizer| t.encode(("Das ist ein Test.", "A second sentence."), true).unwrap().get_type_ids().to_vec();
+    let pair =
+        |t: &Tokenizer| t.encode(("Das ist ein Test.", "A second sentence."), true).unwrap().get_type_ids().to_vec();
     assert_eq!(pair(&ours), pair(&theirs));
 }
 
@@ -76,7 +90,8 @@ fn uncased_vocab_txt_tokenizes_as_the_models_tokenizer_json() {
 #[test]
 fn vocab_txt_variants_tokenize_as_transformers() {
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tokenizers");
-    let want: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(data.join("wordpiece-expected.json")).unwrap()).unwrap();
+    let want: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(data.join("wordpiece-expected.json")).unwrap()).unwrap();
     let variants = want["variants"].as_object().unwrap();
     assert_eq!(variants.len(), 5);
     let vocab = std::fs::read_to_string(minilm().join("vocab.txt")).unwrap();
@@ -105,12 +120,23 @@ fn vocab_txt_variants_tokenize_as_transformers() {
 fn a_checkpoint_with_only_vocab_txt_embeds_and_saves_a_tokenizer_json() {
     let dir = tempfile::tempdir().unwrap();
     let files = [
-        "config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json", "modules.json",
-        "1_Pooling", "sentence_bert_config.json", "config_sentence_transformers.json",
+        "config.json",
+        "model.safetensors",
+        "vocab.txt",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "modules.json",
+        "1_Pooling",
+        "sentence_bert_config.json",
+        "config_sentence_transformers.json",
     ];
     let m = minilm_without_tokenizer_json(dir.path(), &files);
     let embed = |model: &Path| {
-        let out = common::xsent().args(["embed", "--model", model.to_str().unwrap(), "--input"]).arg(common::data().join("tatoeba/tatoeba.deu-eng.deu")).output().unwrap();
+        let out = common::xsent()
+            .args(["embed", "--model", model.to_str().unwrap(), "--input"])
+            .arg(common::data().join("tatoeba/tatoeba.deu-eng.deu"))
+            .output()
+            .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         out.stdout
     };

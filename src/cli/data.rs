@@ -64,7 +64,8 @@ fn audit(a: AuditArgs) -> Result<()> {
     }
     outln!("(read and checked in {seconds:.1} s)");
     if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_string_pretty(&overlaps)? + "\n").map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?;
+        std::fs::write(p, serde_json::to_string_pretty(&overlaps)? + "\n")
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?;
     }
     Ok(())
 }
@@ -77,7 +78,10 @@ fn fetch_sets(names: &[String], data_dir: Option<PathBuf>) -> Result<()> {
             "all" => registry::SETS.iter().collect(),
             _ => match registry::find(n) {
                 Some(s) => vec![s],
-                None => bail!("there is no data set {n:?}; the data sets are {}, or all (`xsent data list`)", registry::names()),
+                None => bail!(
+                    "there is no data set {n:?}; the data sets are {}, or all (`xsent data list`)",
+                    registry::names()
+                ),
             },
         };
         for s in found {
@@ -100,7 +104,13 @@ fn fetch_sets(names: &[String], data_dir: Option<PathBuf>) -> Result<()> {
         if done.files == 0 {
             errln!("xsent data fetch: {}: all {} files in place in {}", s.name, s.files.len(), dir.display());
         } else {
-            errln!("xsent data fetch: {}: {} files ({}) fetched into {}{already}", s.name, done.files, mb(done.bytes), dir.display());
+            errln!(
+                "xsent data fetch: {}: {} files ({}) fetched into {}{already}",
+                s.name,
+                done.files,
+                mb(done.bytes),
+                dir.display()
+            );
         }
     }
     Ok(())

@@ -106,7 +106,10 @@ pub fn run(args: Args) -> Result<()> {
     super::interrupt_handler()?;
     let enc = model.load()?;
     let to = match (&out_file, output) {
-        (Some(f), Some(p)) => Some((f.file().try_clone().with_context(|| format!("cannot write {}", p.display()))?, p.display().to_string())),
+        (Some(f), Some(p)) => Some((
+            f.file().try_clone().with_context(|| format!("cannot write {}", p.display()))?,
+            p.display().to_string(),
+        )),
         _ => None,
     };
     let mut sink = Sink::new(args.format, to, enc.dim())?;
@@ -124,8 +127,8 @@ pub fn run(args: Args) -> Result<()> {
         bar.set_message(format!("{lines} lines, {rate:.0} lines/s"));
     };
     let limits = limits(&args, 0);
-    let result = embed_stream(enc.as_ref(), reader, &mut sink, limits, &progress)
-        .with_context(|| format!("embedding {source}"));
+    let result =
+        embed_stream(enc.as_ref(), reader, &mut sink, limits, &progress).with_context(|| format!("embedding {source}"));
     bar.finish_and_clear();
     // Whatever was embedded before an error is written out (npy header included): into the
     // output file on success, else beside it as FILE.partial, the output left as it was.
@@ -145,7 +148,11 @@ pub fn run(args: Args) -> Result<()> {
                     Ok(Some(partial)) => {
                         let plain = super::partial_path(out);
                         // Both lie in one folder (`partial` named from the absolute path).
-                        let earlier = if partial.file_name() == plain.file_name() { String::new() } else { format!(" ({} holds an earlier run's rows and is left as it was)", plain.display()) };
+                        let earlier = if partial.file_name() == plain.file_name() {
+                            String::new()
+                        } else {
+                            format!(" ({} holds an earlier run's rows and is left as it was)", plain.display())
+                        };
                         errln!("xsent embed: stopped; {} {state}, and the rows written before the error are in {}{earlier}", out.display(), partial.display())
                     }
                     Ok(None) => errln!("xsent embed: stopped before any row; {} {state}", out.display()),
@@ -177,7 +184,12 @@ fn limits(args: &Args, start: u64) -> Limits {
     }
 }
 
-fn note_truncated(summary: &crate::embed::Summary, enc: &dyn crate::model::Embedder, of_shard: &str, max_line_bytes: usize) {
+fn note_truncated(
+    summary: &crate::embed::Summary,
+    enc: &dyn crate::model::Embedder,
+    of_shard: &str,
+    max_line_bytes: usize,
+) {
     if summary.cut > 0 {
         errln!(
             "xsent embed: {} of {} lines{of_shard} were longer than {max_line_bytes} bytes and only their first {max_line_bytes} bytes \
@@ -231,9 +243,17 @@ fn shard_options(args: &Args, model: &ModelArgs) -> serde_json::Map<String, serd
 /// skip it when DIR holds it done already.
 fn run_shard(args: &Args, model: &ModelArgs, spec: ShardSpec) -> Result<()> {
     let started = std::time::Instant::now();
-    let input = args.input.as_deref().filter(|p| p.as_os_str() != "-").context("--shard needs --input FILE (standard input cannot be cut into byte ranges)")?;
+    let input = args
+        .input
+        .as_deref()
+        .filter(|p| p.as_os_str() != "-")
+        .context("--shard needs --input FILE (standard input cannot be cut into byte ranges)")?;
     let dir = args.out_dir.as_deref().context("--shard needs --out-dir DIR")?;
-    anyhow::ensure!(input.is_file(), "--input {}: no such file (--shard reads byte ranges of a regular file)", input.display());
+    anyhow::ensure!(
+        input.is_file(),
+        "--input {}: no such file (--shard reads byte ranges of a regular file)",
+        input.display()
+    );
     if input.extension().is_some_and(|e| e == "gz") {
         anyhow::bail!(
             "--input {}: --shard cannot seek in a gzip file (it decompresses only from its start); \
@@ -251,7 +271,11 @@ fn run_shard(args: &Args, model: &ModelArgs, spec: ShardSpec) -> Result<()> {
     let out = dir.join(format!("{}.{}", spec.stem(), extension(args.format)));
     super::check_not_input(&out, "--out-dir", &[input])?;
     if let Some(m) = crate::shard::done(dir, &run)? {
-        errln!("xsent embed: shard {spec} is done already ({} rows, {} checked against its manifest); skipped", m.rows, out.display());
+        errln!(
+            "xsent embed: shard {spec} is done already ({} rows, {} checked against its manifest); skipped",
+            m.rows,
+            out.display()
+        );
         return Ok(());
     }
     let partial = out.with_file_name(format!("{}.partial", out.file_name().unwrap_or_default().to_string_lossy()));
@@ -259,15 +283,20 @@ fn run_shard(args: &Args, model: &ModelArgs, spec: ShardSpec) -> Result<()> {
     let mut file = std::fs::File::open(input).with_context(|| format!("cannot open input {}", input.display()))?;
     let (start, end) = crate::shard::byte_range(&mut file, run.input.size, spec, args.window_bytes)?;
     file.seek(std::io::SeekFrom::Start(start))?;
-    let mut reader = crate::shard::HashingReader::new(std::io::BufReader::with_capacity(1 << 20, file.take(end - start)));
+    let mut reader =
+        crate::shard::HashingReader::new(std::io::BufReader::with_capacity(1 << 20, file.take(end - start)));
     let out_file = super::OutputFile::open(&out, args.force)?;
     super::interrupt_handler()?;
     let enc = model.load()?;
     let handle = out_file.file().try_clone().with_context(|| format!("cannot write {}", out.display()))?;
     let mut sink = Sink::new(args.format, Some((handle, out.display().to_string())), enc.dim())?;
-    let result = embed_stream(enc.as_ref(), &mut reader, &mut sink, limits(args, start), &|_, _| {}).with_context(|| {
-        format!("shard {spec} of {} (bytes {start}..{end}; its line numbers count from byte {start})", input.display())
-    });
+    let result =
+        embed_stream(enc.as_ref(), &mut reader, &mut sink, limits(args, start), &|_, _| {}).with_context(|| {
+            format!(
+                "shard {spec} of {} (bytes {start}..{end}; its line numbers count from byte {start})",
+                input.display()
+            )
+        });
     let written = sink.rows() > 0;
     let finished = sink.finish();
     let summary = match (result, finished) {
@@ -305,19 +334,30 @@ fn run_shard(args: &Args, model: &ModelArgs, spec: ShardSpec) -> Result<()> {
     };
     manifest.write(&spec.manifest_path(dir))?;
     note_truncated(&summary, enc.as_ref(), " of the shard", model.max_line_bytes);
-    errln!("xsent embed: shard {spec}: {} lines (bytes {start}..{end}) in {:.1} s -> {}", summary.lines, manifest.seconds, out.display());
+    errln!(
+        "xsent embed: shard {spec}: {} lines (bytes {start}..{end}) in {:.1} s -> {}",
+        summary.lines,
+        manifest.seconds,
+        out.display()
+    );
     Ok(())
 }
 
 fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).or_else(|_| std::env::var("HOSTNAME")).unwrap_or_default()
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_default()
 }
 
 /// `--merge DIR [-o FILE]`: check every manifest, then join the shards in order.
 fn merge(dir: &Path, output: Option<&Path>) -> Result<()> {
     let manifests = crate::shard::manifests_for_merge(dir)?;
     let format = manifests[0].output.format.clone();
-    anyhow::ensure!(output.is_some() || format != "npy", "the shards are .npy files: give -o FILE for the merged .npy (its header is written first)");
+    anyhow::ensure!(
+        output.is_some() || format != "npy",
+        "the shards are .npy files: give -o FILE for the merged .npy (its header is written first)"
+    );
     if let Some(out) = output {
         super::check_output(out, "-o", &[])?;
         let shard_files: Vec<PathBuf> = manifests.iter().map(|m| dir.join(&m.output.file)).collect();

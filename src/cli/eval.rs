@@ -1,7 +1,7 @@
 use super::mine::MiningArgs;
 use super::ModelArgs;
-use crate::eval::bucc;
 use crate::clock::utc_now;
+use crate::eval::bucc;
 use crate::eval::report::{Entry, Report};
 use anyhow::{bail, ensure, Result};
 use clap::ValueEnum;
@@ -111,7 +111,14 @@ pub fn run(task: Task) -> Result<()> {
     }
 }
 
-fn write_report(model: &ModelArgs, path: Option<&Path>, prefix: &str, start: Instant, results: Vec<Entry>, extra: Option<serde_json::Value>) -> Result<()> {
+fn write_report(
+    model: &ModelArgs,
+    path: Option<&Path>,
+    prefix: &str,
+    start: Instant,
+    results: Vec<Entry>,
+    extra: Option<serde_json::Value>,
+) -> Result<()> {
     let Some(path) = path else { return Ok(()) };
     Report {
         model: model.spec()?,
@@ -155,7 +162,11 @@ fn sts_task(enc: &dyn crate::model::Embedder, sets: &[crate::data::sts::StsSet],
             items: Some(s.items.clone()),
         })
         .collect();
-    Ok(Outcome { table: crate::eval::sts::markdown(&scores, bias.as_ref()), results, extra: bias.map(|b| serde_json::json!({"language_bias": b})) })
+    Ok(Outcome {
+        table: crate::eval::sts::markdown(&scores, bias.as_ref()),
+        results,
+        extra: bias.map(|b| serde_json::json!({"language_bias": b})),
+    })
 }
 
 fn tatoeba_read(a: &Args) -> Result<Vec<crate::data::tatoeba::TatoebaSet>> {
@@ -164,7 +175,11 @@ fn tatoeba_read(a: &Args) -> Result<Vec<crate::data::tatoeba::TatoebaSet>> {
     langs.iter().map(|l| crate::data::tatoeba::read(&dir, l)).collect()
 }
 
-fn tatoeba_task(enc: &dyn crate::model::Embedder, sets: &[crate::data::tatoeba::TatoebaSet], batch_size: usize) -> Result<Outcome> {
+fn tatoeba_task(
+    enc: &dyn crate::model::Embedder,
+    sets: &[crate::data::tatoeba::TatoebaSet],
+    batch_size: usize,
+) -> Result<Outcome> {
     let scores = crate::eval::tatoeba::evaluate(enc, sets, batch_size)?;
     let results: Vec<Entry> = scores
         .iter()
@@ -181,7 +196,9 @@ fn tatoeba_task(enc: &dyn crate::model::Embedder, sets: &[crate::data::tatoeba::
     Ok(Outcome {
         table: crate::eval::tatoeba::markdown(&scores),
         results,
-        extra: Some(serde_json::json!({"average": average, "average_ci95": crate::eval::tatoeba::average_ci95(&scores), "languages": scores.len()})),
+        extra: Some(
+            serde_json::json!({"average": average, "average_ci95": crate::eval::tatoeba::average_ci95(&scores), "languages": scores.len()}),
+        ),
     })
 }
 
@@ -228,7 +245,9 @@ fn bucc_task(enc: &dyn crate::model::Embedder, b: &BuccArgs, data: &[BuccPair]) 
         let s = bucc::evaluate(enc, train.as_ref(), test, settings, a.batch_size)?;
         let label = match s.threshold_from.as_str() {
             "oracle" if !s.scores.threshold.is_finite() => "none (no gold pair among the candidates)".to_string(),
-            from if !s.scores.threshold.is_finite() => format!("none (no gold pair among the {from} split's candidates)"),
+            from if !s.scores.threshold.is_finite() => {
+                format!("none (no gold pair among the {from} split's candidates)")
+            }
             "oracle" => format!("{:.4} (oracle threshold)", s.scores.threshold),
             from => format!("{:.4} (from {from})", s.scores.threshold),
         };
@@ -268,7 +287,12 @@ fn bucc_task(enc: &dyn crate::model::Embedder, b: &BuccArgs, data: &[BuccPair]) 
         settings.k
     );
     if let Some(p) = &settings.index {
-        table += &format!("Neighbours from an IVF index of each side (approximate): nlist {}, nprobe {}, {:?} codes.\n", p.nlist.map_or("4 √n".into(), |n| n.to_string()), p.nprobe, p.codec);
+        table += &format!(
+            "Neighbours from an IVF index of each side (approximate): nlist {}, nprobe {}, {:?} codes.\n",
+            p.nlist.map_or("4 √n".into(), |n| n.to_string()),
+            p.nprobe,
+            p.codec
+        );
     }
     for c in &published {
         table += &format!("- {}: {}\n", c.system, c.sources());
@@ -278,7 +302,11 @@ fn bucc_task(enc: &dyn crate::model::Embedder, b: &BuccArgs, data: &[BuccPair]) 
 
 /// Check the arguments and the data directory, read the task's data (so a missing file or an
 /// unknown language is reported before the model loads), then [`loaded`].
-fn single<D>(a: &Args, read: impl FnOnce() -> Result<D>, task: impl FnOnce(&dyn crate::model::Embedder, D) -> Result<Outcome>) -> Result<()> {
+fn single<D>(
+    a: &Args,
+    read: impl FnOnce() -> Result<D>,
+    task: impl FnOnce(&dyn crate::model::Embedder, D) -> Result<Outcome>,
+) -> Result<()> {
     let dir = crate::data::data_dir(a.data_dir.as_deref())?;
     check(a, &[], Some(&dir))?;
     let data = read()?;
@@ -289,7 +317,11 @@ fn single<D>(a: &Args, read: impl FnOnce() -> Result<D>, task: impl FnOnce(&dyn 
 /// path against the task's input files and data directory.
 fn check(a: &Args, inputs: &[&Path], data_dir: Option<&Path>) -> Result<()> {
     super::check_batch_size(a.batch_size)?;
-    ensure!(!a.langs.iter().any(|l| l.trim().is_empty()), "--langs has an empty name ({:?}); give names separated by single commas", a.langs.join(","));
+    ensure!(
+        !a.langs.iter().any(|l| l.trim().is_empty()),
+        "--langs has an empty name ({:?}); give names separated by single commas",
+        a.langs.join(",")
+    );
     // A set given twice would count twice in the averages.
     for (i, l) in a.langs.iter().enumerate() {
         ensure!(!a.langs[..i].iter().any(|k| k.trim() == l.trim()), "--langs lists {} twice; give each once", l.trim());
@@ -337,13 +369,28 @@ fn sts(s: StsArgs) -> Result<()> {
 }
 
 /// `--pairs`: one row per file, no published columns.
-fn scored_pairs_task(enc: &dyn crate::model::Embedder, sets: &[crate::data::sts::StsSet], paths: &[PathBuf], batch_size: usize) -> Result<Outcome> {
+fn scored_pairs_task(
+    enc: &dyn crate::model::Embedder,
+    sets: &[crate::data::sts::StsSet],
+    paths: &[PathBuf],
+    batch_size: usize,
+) -> Result<Outcome> {
     let (scores, _) = crate::eval::sts::evaluate(enc, sets, batch_size)?;
     use crate::eval::bootstrap::show;
-    let mut table = String::from("| scored pairs | pairs | Spearman ×100 | 95 % CI | Pearson ×100 | 95 % CI |\n|---|---:|---:|---:|---:|---:|\n");
+    let mut table = String::from(
+        "| scored pairs | pairs | Spearman ×100 | 95 % CI | Pearson ×100 | 95 % CI |\n|---|---:|---:|---:|---:|---:|\n",
+    );
     let mut results = Vec::new();
     for (sc, path) in scores.iter().zip(paths) {
-        table += &format!("| {} | {} | {:.2} | {} | {:.2} | {} |\n", sc.name, sc.n, sc.spearman, show(sc.spearman_ci95), sc.pearson, show(sc.pearson_ci95));
+        table += &format!(
+            "| {} | {} | {:.2} | {} | {:.2} | {} |\n",
+            sc.name,
+            sc.n,
+            sc.spearman,
+            show(sc.spearman_ci95),
+            sc.pearson,
+            show(sc.pearson_ci95)
+        );
         results.push(Entry {
             task: "sts".into(),
             split: path.display().to_string(),
@@ -368,7 +415,10 @@ fn bucc(b: BuccArgs) -> Result<()> {
 
 /// STS 2017, Tatoeba and BUCC with one loaded model, one report.
 fn all(b: BuccArgs) -> Result<()> {
-    ensure!(b.common.langs.is_empty(), "--langs selects sets of one task; run the tasks one by one to choose languages");
+    ensure!(
+        b.common.langs.is_empty(),
+        "--langs selects sets of one task; run the tasks one by one to choose languages"
+    );
     b.mining.settings()?;
     let a = &b.common;
     let read = || Ok((sts_read(a)?, tatoeba_read(a)?, bucc_read(&b)?));
@@ -397,7 +447,10 @@ fn xsr(a: XsrArgs) -> Result<()> {
         return xsr_multi30k(&a);
     }
     // (clap's `requires` cannot express this: a flag counts as present through its default.)
-    ensure!(a.langs.is_empty() && a.data_dir.is_none(), "--langs and --data-dir select Multi30k data: add --multi30k, or leave them out with --src/--tgt");
+    ensure!(
+        a.langs.is_empty() && a.data_dir.is_none(),
+        "--langs and --data-dir select Multi30k data: add --multi30k, or leave them out with --src/--tgt"
+    );
     let start = Instant::now();
     let (Some(src_path), Some(tgt_path)) = (&a.src, &a.tgt) else {
         bail!("pass --src and --tgt (line-aligned files), or --multi30k for the Multi30k preset");
@@ -427,7 +480,12 @@ fn xsr(a: XsrArgs) -> Result<()> {
     if src.len() < n {
         errln!("xsent eval xsr: {} line pairs with a blank side left out", n - src.len());
     }
-    ensure!(!src.is_empty(), "{} and {} have no line pairs with text on both sides", src_path.display(), tgt_path.display());
+    ensure!(
+        !src.is_empty(),
+        "{} and {} have no line pairs with text on both sides",
+        src_path.display(),
+        tgt_path.display()
+    );
     let mut distractors = Vec::new();
     for d in &a.distractors {
         let (lines, blank) = crate::data::drop_blank(crate::data::read_lines(d)?);
@@ -467,7 +525,11 @@ fn xsr_multi30k(a: &XsrArgs) -> Result<()> {
     use crate::eval::xsr;
     let start = Instant::now();
     let dir = crate::data::set_dir(&crate::data::data_dir(a.data_dir.as_deref())?, "parallel/multi30k", "multi30k")?;
-    let directions: Vec<String> = if a.langs.is_empty() { xsr::MULTI30K_DIRECTIONS.iter().map(|d| d.to_string()).collect() } else { a.langs.iter().map(|d| d.trim().to_string()).collect() };
+    let directions: Vec<String> = if a.langs.is_empty() {
+        xsr::MULTI30K_DIRECTIONS.iter().map(|d| d.to_string()).collect()
+    } else {
+        a.langs.iter().map(|d| d.trim().to_string()).collect()
+    };
     for (i, d) in directions.iter().enumerate() {
         ensure!(!directions[..i].contains(d), "--langs lists {d} twice; give each direction once");
     }
@@ -488,7 +550,8 @@ fn xsr_multi30k(a: &XsrArgs) -> Result<()> {
         .collect();
     let mean = scores.iter().map(|s| s.p_at_1).sum::<f64>() / scores.len().max(1) as f64;
     let mean_ci = crate::eval::bootstrap::mean_interval(&scores.iter().map(|s| &s.items).collect::<Vec<_>>());
-    let mut extra = Some(serde_json::json!({"mean_p_at_1": mean, "mean_p_at_1_ci95": mean_ci, "directions": scores.len()}));
+    let mut extra =
+        Some(serde_json::json!({"mean_p_at_1": mean, "mean_p_at_1_ci95": mean_ci, "directions": scores.len()}));
     compare_with(a.compare.as_deref(), &results, &mut extra)?;
     write_report(&a.model, a.report.as_deref(), enc.prefix(), start, results, extra)
 }

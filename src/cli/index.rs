@@ -110,20 +110,35 @@ fn build(a: BuildArgs) -> Result<()> {
             from.quantizer
         }
         None => {
-            let params = BuildParams { nlist: a.nlist, sample: a.sample, iterations: a.iterations, seed: a.seed, codec: a.codec };
+            let params = BuildParams {
+                nlist: a.nlist,
+                sample: a.sample,
+                iterations: a.iterations,
+                seed: a.seed,
+                codec: a.codec,
+            };
             Quantizer::train(&mut src, &params, threads)?
         }
     };
     let trained = start.elapsed().as_secs_f64();
     let index = if a.train_only {
-        Ivf::build(q, &mut crate::index::SliceRows { data: &[], dim: src.dim() }, a.id_offset, names(&a.vectors), threads)?
+        Ivf::build(
+            q,
+            &mut crate::index::SliceRows { data: &[], dim: src.dim() },
+            a.id_offset,
+            names(&a.vectors),
+            threads,
+        )?
     } else {
         Ivf::build(q, &mut src, a.id_offset, names(&a.vectors), threads)?
     };
     let out = super::OutputFile::open(&a.out, false)?;
     {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, out.file());
-        index.write(&mut w).and_then(|()| w.flush().map_err(Into::into)).with_context(|| format!("cannot write {}", a.out.display()))?;
+        index
+            .write(&mut w)
+            .and_then(|()| w.flush().map_err(Into::into))
+            .with_context(|| format!("cannot write {}", a.out.display()))?;
     }
     out.commit()?;
     let m = &index.meta;
@@ -167,7 +182,9 @@ fn search(a: SearchArgs) -> Result<()> {
     let out = super::OutputFile::open(&a.out, false)?;
     {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, out.file());
-        write_knn(&mut w, &knn).and_then(|()| w.flush().map_err(Into::into)).with_context(|| format!("cannot write {}", a.out.display()))?;
+        write_knn(&mut w, &knn)
+            .and_then(|()| w.flush().map_err(Into::into))
+            .with_context(|| format!("cannot write {}", a.out.display()))?;
     }
     out.commit()?;
     errln!(
@@ -214,16 +231,31 @@ pub fn read_knn(paths: &[PathBuf]) -> Result<crate::index::Knn> {
     let mut out: Option<crate::index::Knn> = None;
     for path in paths {
         let raw = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-        let bad = || anyhow::anyhow!("{} is not a neighbour file of `xsent index search` (.npy with fields id and sim)", path.display());
+        let bad = || {
+            anyhow::anyhow!(
+                "{} is not a neighbour file of `xsent index search` (.npy with fields id and sim)",
+                path.display()
+            )
+        };
         ensure!(raw.len() >= 10 && &raw[..8] == b"\x93NUMPY\x01\x00", bad());
         let hl = u16::from_le_bytes([raw[8], raw[9]]) as usize;
         let header = std::str::from_utf8(raw.get(10..10 + hl).ok_or_else(bad)?).map_err(|_| bad())?;
         ensure!(header.contains(KNN_DESCR), bad());
         let shape = header.split("'shape': (").nth(1).and_then(|s| s.split(')').next()).ok_or_else(bad)?;
-        let dims: Vec<usize> = shape.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| s.parse().map_err(|_| bad())).collect::<Result<_>>()?;
+        let dims: Vec<usize> = shape
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| s.parse().map_err(|_| bad()))
+            .collect::<Result<_>>()?;
         let [n, k] = dims[..] else { return Err(bad()) };
         let body = &raw[10 + hl..];
-        ensure!(body.len() == n * k * 12, "{}: {} bytes of lists where its header says {n} × {k}", path.display(), body.len());
+        ensure!(
+            body.len() == n * k * 12,
+            "{}: {} bytes of lists where its header says {n} × {k}",
+            path.display(),
+            body.len()
+        );
         let mut part = crate::index::Knn { k, ids: Vec::with_capacity(n * k), sims: Vec::with_capacity(n * k) };
         for e in body.chunks_exact(12) {
             part.ids.push(u64::from_le_bytes(e[..8].try_into().expect("8 bytes")));

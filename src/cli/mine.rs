@@ -133,9 +133,16 @@ pub fn run(a: Args) -> Result<()> {
     // each pair of texts once.
     let (src, _) = crate::data::group_distinct(src_lines.iter().map(String::as_str));
     let (tgt, _) = crate::data::group_distinct(tgt_lines.iter().map(String::as_str));
-    for (distinct, lines, file) in [(src.len(), src_lines.len(), &a.src_file), (tgt.len(), tgt_lines.len(), &a.tgt_file)] {
+    for (distinct, lines, file) in
+        [(src.len(), src_lines.len(), &a.src_file), (tgt.len(), tgt_lines.len(), &a.tgt_file)]
+    {
         if distinct < lines {
-            errln!("xsent mine: {} of {} lines of {} repeat an earlier line; each text is mined once", lines - distinct, lines, file.display());
+            errln!(
+                "xsent mine: {} of {} lines of {} repeat an earlier line; each text is mined once",
+                lines - distinct,
+                lines,
+                file.display()
+            );
         }
     }
     if let Some(note) = crate::index::knn::k_note(s.k, src.len(), tgt.len()) {
@@ -158,7 +165,13 @@ pub fn run(a: Args) -> Result<()> {
 /// `score<TAB>src<TAB>tgt` lines of the candidates scoring at least `threshold`, into the
 /// output (committed) or stdout. Lines are passed on whole: an interrupted run never ends its
 /// output with a cut line.
-fn write_pairs<S: AsRef<str>>(cands: &[Candidate], src: &[S], tgt: &[S], threshold: Option<f64>, sink: Option<super::OutputFile>) -> Result<()> {
+fn write_pairs<S: AsRef<str>>(
+    cands: &[Candidate],
+    src: &[S],
+    tgt: &[S],
+    threshold: Option<f64>,
+    sink: Option<super::OutputFile>,
+) -> Result<()> {
     let mut out: RowWriter<Box<dyn Write + '_>> = RowWriter::new(match &sink {
         Some(f) => Box::new(f.file()),
         None => Box::new(std::io::stdout().lock()),
@@ -185,8 +198,15 @@ fn mine_knn(a: &Args, s: Settings, sink: Option<super::OutputFile>) -> Result<()
     let tgt = read_rows(&a.tgt_file)?;
     let x2y = crate::cli::index::read_knn(&a.src_knn)?;
     let y2x = crate::cli::index::read_knn(&a.tgt_knn)?;
-    for (knn, lines, flag, file, other) in [(&x2y, src.len(), "--src-knn", &a.src_file, tgt.len()), (&y2x, tgt.len(), "--tgt-knn", &a.tgt_file, src.len())] {
-        ensure!(knn.rows() == lines, "{flag} holds lists for {} rows, but {} has {lines} lines: give the lists of its vectors, in order", knn.rows(), file.display());
+    for (knn, lines, flag, file, other) in
+        [(&x2y, src.len(), "--src-knn", &a.src_file, tgt.len()), (&y2x, tgt.len(), "--tgt-knn", &a.tgt_file, src.len())]
+    {
+        ensure!(
+            knn.rows() == lines,
+            "{flag} holds lists for {} rows, but {} has {lines} lines: give the lists of its vectors, in order",
+            knn.rows(),
+            file.display()
+        );
         ensure!(
             knn.k >= s.k.min(other),
             "{flag} holds {} neighbours a row, fewer than --k {}: search with -k {} or more",
@@ -211,7 +231,11 @@ fn read_rows(path: &std::path::Path) -> Result<Vec<String>> {
     let mut seen = std::collections::HashMap::with_capacity(lines.len());
     for (i, l) in lines.iter().enumerate() {
         if l.contains('\t') {
-            anyhow::bail!("{}:{} holds a tab, which the output's columns cannot carry; replace the tabs before embedding", path.display(), i + 1);
+            anyhow::bail!(
+                "{}:{} holds a tab, which the output's columns cannot carry; replace the tabs before embedding",
+                path.display(),
+                i + 1
+            );
         }
         if l.trim().is_empty() {
             anyhow::bail!("{}:{} is blank: with --src-knn every line is a sentence; remove blank and repeated lines before embedding (e.g. awk 'NF && !seen[$0]++')", path.display(), i + 1);

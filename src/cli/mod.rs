@@ -15,7 +15,11 @@ mod train;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "xsent", version, about = "Multilingual sentence embeddings: embed, evaluate, mine, train, plot, convert")]
+#[command(
+    name = "xsent",
+    version,
+    about = "Multilingual sentence embeddings: embed, evaluate, mine, train, plot, convert"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -172,7 +176,10 @@ const MAX_BATCH: usize = 1 << 16;
 
 /// `--batch-size` of `embed` and `mine`: 1..=[`MAX_BATCH`].
 pub fn check_batch_size(n: usize) -> anyhow::Result<()> {
-    anyhow::ensure!((1..=MAX_BATCH).contains(&n), "--batch-size {n} is out of range: give 1..={MAX_BATCH} (64 is a good start)");
+    anyhow::ensure!(
+        (1..=MAX_BATCH).contains(&n),
+        "--batch-size {n} is out of range: give 1..={MAX_BATCH} (64 is a good start)"
+    );
     Ok(())
 }
 
@@ -185,7 +192,11 @@ pub fn check_output(output: &std::path::Path, flag: &str, inputs: &[&std::path::
     }
     if let Some(parent) = output.parent().filter(|p| !p.as_os_str().is_empty()) {
         if !parent.is_dir() {
-            anyhow::bail!("{flag} {}: the folder {} does not exist (create it first)", output.display(), parent.display());
+            anyhow::bail!(
+                "{flag} {}: the folder {} does not exist (create it first)",
+                output.display(),
+                parent.display()
+            );
         }
     }
     check_not_input(output, flag, inputs)
@@ -208,7 +219,11 @@ pub fn check_not_input(output: &std::path::Path, flag: &str, inputs: &[&std::pat
 /// Check `--report` before any work: [`check_output`] against the command's input files, and
 /// not inside the benchmark folders of the data directory (`sts/`, `tatoeba/`, `bucc/`,
 /// `parallel/`), where it could replace a benchmark file.
-pub fn check_report(report: &std::path::Path, inputs: &[&std::path::Path], data_dir: Option<&std::path::Path>) -> anyhow::Result<()> {
+pub fn check_report(
+    report: &std::path::Path,
+    inputs: &[&std::path::Path],
+    data_dir: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
     check_output(report, "--report", inputs)?;
     let Some(dir) = data_dir else { return Ok(()) };
     let parent = report.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
@@ -304,7 +319,10 @@ fn remove_stale_temporaries(dir: &std::path::Path) {
             continue;
         }
         if std::fs::remove_file(e.path()).is_ok() {
-            errln!("xsent: removed {}, the unfinished output of xsent process {pid}, which is gone", e.path().display());
+            errln!(
+                "xsent: removed {}, the unfinished output of xsent process {pid}, which is gone",
+                e.path().display()
+            );
         }
     }
 }
@@ -358,7 +376,10 @@ impl OutputFile {
             );
         }
         if target.exists() && !target.is_file() {
-            let f = std::fs::OpenOptions::new().write(true).open(out).with_context(|| format!("-o {}: cannot open it for writing", out.display()))?;
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(out)
+                .with_context(|| format!("-o {}: cannot open it for writing", out.display()))?;
             return Ok(Self::Direct(f));
         }
         let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
@@ -373,7 +394,9 @@ impl OutputFile {
         // As a file the shell creates (0666 less the umask), not a temporary file's 0600.
         #[cfg(unix)]
         builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666));
-        let tmp = builder.tempfile_in(dir).with_context(|| format!("-o {}: cannot create a file in {}", out.display(), dir.display()))?;
+        let tmp = builder
+            .tempfile_in(dir)
+            .with_context(|| format!("-o {}: cannot create a file in {}", out.display(), dir.display()))?;
         pending().push(tmp.path().to_path_buf());
         // A replaced file's own permissions, where the file system lets us (best effort).
         if let Ok(m) = std::fs::metadata(&target) {
@@ -406,7 +429,12 @@ impl OutputFile {
             Err(e) => e,
         };
         let kept = keep(e.file, &partial_path(&path))?;
-        anyhow::bail!("cannot move the output into place at {} ({}): it is left as it was, and the output is in {}", path.display(), e.error, kept.display())
+        anyhow::bail!(
+            "cannot move the output into place at {} ({}): it is left as it was, and the output is in {}",
+            path.display(),
+            e.error,
+            kept.display()
+        )
     }
 
     /// The command failed part-way: keep what was written as `FILE.partial` beside the output,
@@ -472,9 +500,12 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 pub fn main() -> i32 {
     let cli = Cli::parse();
     match cli.command {
-        Command::Embed(_) | Command::Eval(_) | Command::Mine(_) | Command::Train(_) | Command::Plot(_) | Command::Index(_) => {
-            crate::threads::init_data_parallel()
-        }
+        Command::Embed(_)
+        | Command::Eval(_)
+        | Command::Mine(_)
+        | Command::Train(_)
+        | Command::Plot(_)
+        | Command::Index(_) => crate::threads::init_data_parallel(),
         Command::Convert(_) | Command::Tokenizer(_) | Command::Config(_) | Command::Data(_) | Command::Quantize(_) => {}
     }
     let result = match cli.command {
@@ -536,10 +567,16 @@ mod tests {
         let f = OutputFile::open(&dir.path().join("y.txt"), false).unwrap();
         f.file().write_all(b"some").unwrap();
         assert_eq!(f.keep_partial(true).unwrap(), Some(dir.path().join("y.txt.partial")));
-        let names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
         assert!(names.iter().all(|n| !n.starts_with(".xsent-out-")), "{names:?}");
         assert!(!dir.path().join("x.txt").exists() && !dir.path().join("x.txt.partial").exists());
-        assert!(super::ON_INTERRUPT.lock().unwrap().is_empty(), "every file dealt with is forgotten by the Ctrl-C handler");
+        assert!(
+            super::ON_INTERRUPT.lock().unwrap().is_empty(),
+            "every file dealt with is forgotten by the Ctrl-C handler"
+        );
         // A named pipe or device is written directly.
         assert!(!OutputFile::open(std::path::Path::new("/dev/null"), false).unwrap().is_temporary());
     }

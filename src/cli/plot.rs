@@ -63,7 +63,8 @@ pub struct PcaArgs {
     batch_size: usize,
 }
 
-const XNLI_LANGS: [&str; 15] = ["ar", "bg", "de", "el", "en", "es", "fr", "hi", "ru", "sw", "th", "tr", "ur", "vi", "zh"];
+const XNLI_LANGS: [&str; 15] =
+    ["ar", "bg", "de", "el", "en", "es", "fr", "hi", "ru", "sw", "th", "tr", "ur", "vi", "zh"];
 
 pub fn run(p: Plot) -> Result<()> {
     match p {
@@ -73,7 +74,11 @@ pub fn run(p: Plot) -> Result<()> {
 }
 
 fn run_plot(a: RunArgs) -> Result<()> {
-    ensure!((200..=4000).contains(&a.panel_size), "--panel-size {} is out of range: give 200..=4000 pixels", a.panel_size);
+    ensure!(
+        (200..=4000).contains(&a.panel_size),
+        "--panel-size {} is out of range: give 200..=4000 pixels",
+        a.panel_size
+    );
     let metrics: Vec<std::path::PathBuf> = a.runs.iter().map(|r| r.join("metrics.jsonl")).collect();
     super::check_output(&a.output, "-o", &metrics.iter().map(PathBuf::as_path).collect::<Vec<_>>())?;
     ensure!(
@@ -84,15 +89,26 @@ fn run_plot(a: RunArgs) -> Result<()> {
     let names: Vec<String> = a.runs.iter().map(|r| r.display().to_string()).collect();
     let panels = crate::plot::run_curves(&a.runs, &a.metrics)?;
     crate::plot::curves_png(&a.output, &panels, &names, a.panel_size)?;
-    errln!("xsent plot: {} panels ({}) of {} runs in {}", panels.len(), panels.iter().map(|p| p.title.as_str()).collect::<Vec<_>>().join(", "), a.runs.len(), a.output.display());
+    errln!(
+        "xsent plot: {} panels ({}) of {} runs in {}",
+        panels.len(),
+        panels.iter().map(|p| p.title.as_str()).collect::<Vec<_>>().join(", "),
+        a.runs.len(),
+        a.output.display()
+    );
     Ok(())
 }
 
 fn pca_plot(a: PcaArgs) -> Result<()> {
     ensure!(a.rows >= 1, "--rows must be at least 1");
     super::check_batch_size(a.batch_size)?;
-    ensure!((200..=4000).contains(&a.panel_size), "--panel-size {} is out of range: give 200..=4000 pixels", a.panel_size);
-    let files: Vec<&std::path::Path> = a.inputs.iter().filter_map(|s| s.split_once('=')).map(|(_, f)| std::path::Path::new(f)).collect();
+    ensure!(
+        (200..=4000).contains(&a.panel_size),
+        "--panel-size {} is out of range: give 200..=4000 pixels",
+        a.panel_size
+    );
+    let files: Vec<&std::path::Path> =
+        a.inputs.iter().filter_map(|s| s.split_once('=')).map(|(_, f)| std::path::Path::new(f)).collect();
     super::check_output(&a.output, "-o", &files)?;
     let ext = a.output.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
     ensure!(
@@ -154,7 +170,8 @@ fn pca_plot(a: PcaArgs) -> Result<()> {
         let points = p.coords.iter().zip(&label).map(|(c, &g)| (c[0], c[1], g)).collect();
         panels.push(Panel { title, points });
     }
-    scatter_png(&a.output, &panels, &names, a.panel_size).with_context(|| format!("cannot write the picture {}", a.output.display()))?;
+    scatter_png(&a.output, &panels, &names, a.panel_size)
+        .with_context(|| format!("cannot write the picture {}", a.output.display()))?;
     errln!("xsent plot: {} sentences in {} languages → {}", texts.len(), names.len(), a.output.display());
     Ok(())
 }

@@ -20,7 +20,10 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let command = std::env::args().map(|s| if s.contains(char::is_whitespace) { format!("'{s}'") } else { s }).collect::<Vec<_>>().join(" ");
+    let command = std::env::args()
+        .map(|s| if s.contains(char::is_whitespace) { format!("'{s}'") } else { s })
+        .collect::<Vec<_>>()
+        .join(" ");
     let w = crate::model::quant::saved::quantize(&a.model, &a.out, a.dtype, a.force, &command)?;
     errln!(
         "xsent quantize: wrote {} ({} linear layers in {}; weights {:.1} MB, source {:.1} MB)",

@@ -34,12 +34,20 @@ pub fn run(c: Command) -> Result<()> {
             let t0 = std::time::Instant::now();
             let json = a.output.extension().is_some_and(|e| e == "json");
             if a.output.is_file() && !json {
-                anyhow::bail!("-o {} is a file: give a folder (tokenizer.json is written into it) or a path ending in .json", a.output.display());
+                anyhow::bail!(
+                    "-o {} is a file: give a folder (tokenizer.json is written into it) or a path ending in .json",
+                    a.output.display()
+                );
             }
             let path = if json { a.output.clone() } else { a.output.join("tokenizer.json") };
             let inputs: Vec<&std::path::Path> = a.input.iter().map(PathBuf::as_path).collect();
             crate::cli::check_not_input(&path, "-o", &inputs)?;
-            anyhow::ensure!(!path.is_dir(), "-o {}: {} is a folder; give another path", a.output.display(), path.display());
+            anyhow::ensure!(
+                !path.is_dir(),
+                "-o {}: {} is a folder; give another path",
+                a.output.display(),
+                path.display()
+            );
             // A model's tokenizer is part of the model, and a run's vocabulary part of the run
             // (a resume reloads it): a new vocabulary would silently change their vectors (the
             // ids no longer match the embeddings they were trained with).
@@ -48,9 +56,14 @@ pub fn run(c: Command) -> Result<()> {
                 // Absolute, so that `-o .` inside a run's vocab/ finds the run above it.
                 let dir = &std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
                 let model = ["config.json", "xsent.json", "model.safetensors"].iter().find(|f| dir.join(f).is_file());
-                let run = dir.parent().map(|r| r.join("config.toml")).filter(|c| crate::train::config::is_run_config(c));
+                let run =
+                    dir.parent().map(|r| r.join("config.toml")).filter(|c| crate::train::config::is_run_config(c));
                 if let Some(f) = model {
-                    anyhow::bail!("-o {}: {} holds a model ({f}) whose tokenizer.json this would replace: give another path", a.output.display(), dir.display());
+                    anyhow::bail!(
+                        "-o {}: {} holds a model ({f}) whose tokenizer.json this would replace: give another path",
+                        a.output.display(),
+                        dir.display()
+                    );
                 }
                 if let Some(c) = run {
                     anyhow::bail!(

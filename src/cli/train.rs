@@ -59,7 +59,11 @@ pub fn run(a: Args) -> Result<i32> {
         bail!("--config FILE is needed (or --resume to continue a run)");
     }
     if !out.exists() {
-        made = out.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).map(std::path::Path::to_path_buf).collect();
+        made = out
+            .ancestors()
+            .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
+            .map(std::path::Path::to_path_buf)
+            .collect();
         std::fs::create_dir_all(&out).with_context(|| format!("cannot create run directory {}", out.display()))?;
     }
     // Held until this command ends: no other run reads or writes the directory meanwhile.
@@ -95,7 +99,12 @@ pub fn run(a: Args) -> Result<i32> {
 /// The names in `out` other than the lock file (None if it cannot be read).
 fn entries_besides_lock(out: &std::path::Path) -> Option<Vec<String>> {
     let d = std::fs::read_dir(out).ok()?;
-    Some(d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n != LOCK_FILE).collect())
+    Some(
+        d.filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n != LOCK_FILE)
+            .collect(),
+    )
 }
 
 /// [`run`] once the run directory `out` exists and is locked.
@@ -196,7 +205,9 @@ fn run_locked(a: &Args, out: &std::path::Path, saved: &std::path::Path, wrote_co
             errln!("\nxsent train: second interrupt, exiting without a checkpoint");
             std::process::exit(130);
         }
-        errln!("\nxsent train: interrupted; finishing this step and writing a checkpoint (Ctrl-C again to quit at once)");
+        errln!(
+            "\nxsent train: interrupted; finishing this step and writing a checkpoint (Ctrl-C again to quit at once)"
+        );
     })
     .context("cannot install the Ctrl-C handler")?;
     let opts = RunOptions { stop_after: a.stop_after, interrupt: Some(flag), started: Some(started) };
@@ -322,7 +333,10 @@ fn clear_failed_start(out: &std::path::Path) -> Result<()> {
             out.display()
         );
     }
-    errln!("xsent train: {} holds no checkpoint (a start that stopped before its first one); starting it over", out.display());
+    errln!(
+        "xsent train: {} holds no checkpoint (a start that stopped before its first one); starting it over",
+        out.display()
+    );
     // config.toml last: an interruption in between leaves a directory still marked as a run's.
     entries.sort_by_key(|p| p.file_name().is_some_and(|n| n == "config.toml"));
     for p in entries {

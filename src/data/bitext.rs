@@ -107,7 +107,12 @@ impl Source {
         // `splits` and `pivot` have defaults (written out in a run's config), so only a value
         // other than the default shows that they were set.
         if self.kind != SourceKind::Xnli {
-            unread.extend([("splits", self.splits != d_splits()), ("pivot", self.pivot != d_pivot())].iter().filter(|(_, on)| *on).map(|(k, _)| *k));
+            unread.extend(
+                [("splits", self.splits != d_splits()), ("pivot", self.pivot != d_pivot())]
+                    .iter()
+                    .filter(|(_, on)| *on)
+                    .map(|(k, _)| *k),
+            );
         }
         if !unread.is_empty() {
             bail!(
@@ -146,7 +151,9 @@ impl Source {
         self.validate()?;
         let lang = |l: &Option<String>, d: &str| l.clone().unwrap_or_else(|| d.to_string());
         let mut pairs = match self.kind {
-            SourceKind::Tsv => read_tsv_pairs(self.path.as_ref().unwrap(), &lang(&self.src_lang, "src"), &lang(&self.tgt_lang, "tgt"))?,
+            SourceKind::Tsv => {
+                read_tsv_pairs(self.path.as_ref().unwrap(), &lang(&self.src_lang, "src"), &lang(&self.tgt_lang, "tgt"))?
+            }
             SourceKind::Aligned => read_aligned(
                 self.src.as_ref().unwrap(),
                 self.tgt.as_ref().unwrap(),
@@ -268,7 +275,9 @@ fn xnli_rows(path: &Path) -> Result<Vec<(String, String)>> {
             let mut c = l.split('\t');
             match (c.next(), c.next()) {
                 (Some(p), Some(h)) => Ok((p.to_string(), h.to_string())),
-                _ => bail!("{}: line {} has no tab; expected premise<TAB>hypothesis[<TAB>label]", path.display(), i + 1),
+                _ => {
+                    bail!("{}: line {} has no tab; expected premise<TAB>hypothesis[<TAB>label]", path.display(), i + 1)
+                }
             }
         })
         .collect()
@@ -375,28 +384,59 @@ mod tests {
         let e = read_sources(&[Source { langs: vec!["fr".into()], ..src.clone() }], "data.sources").unwrap_err();
         let e = format!("{e:#}");
         assert!(e.contains("dev-en.tsv has 2 rows") && e.contains("dev-fr.tsv has 1"), "{e}");
-        let e = format!("{:#}", read_sources(&[Source { splits: vec!["train".into()], ..src.clone() }], "data.sources").unwrap_err());
+        let e = format!(
+            "{:#}",
+            read_sources(&[Source { splits: vec!["train".into()], ..src.clone() }], "data.sources").unwrap_err()
+        );
         assert!(e.contains("train-en.tsv does not exist"), "{e}");
         // A language with no text among others still gives the others' pairs; alone, an error.
-        let both = read_sources(&[Source { langs: vec!["de".into(), "sw".into()], ..src.clone() }], "data.sources").unwrap();
+        let both =
+            read_sources(&[Source { langs: vec!["de".into(), "sw".into()], ..src.clone() }], "data.sources").unwrap();
         assert_eq!(both.len(), 3);
-        let e = format!("{:#}", read_sources(&[Source { langs: vec!["sw".into()], ..src.clone() }], "data.sources").unwrap_err());
+        let e = format!(
+            "{:#}",
+            read_sources(&[Source { langs: vec!["sw".into()], ..src.clone() }], "data.sources").unwrap_err()
+        );
         assert!(e.contains("data.sources[0]") && e.contains("en-{sw}.tsv") && e.contains("no pairs"), "{e}");
         // Settings that would read nothing, or pair English with itself, are refused.
         for (bad, want) in [
             (Source { splits: vec![], ..src.clone() }, "kind = \"xnli\" needs `splits`"),
             (Source { langs: vec!["de".into(), "en".into()], ..src.clone() }, "`langs` lists the pivot \"en\""),
             (Source { max_pairs: Some(0), ..src.clone() }, "max_pairs = 0 reads no pairs"),
-            (Source { kind: SourceKind::Aligned, src: Some("a".into()), dir: None, langs: vec![], splits: d_splits(), ..src.clone() }, "kind = \"aligned\" needs `tgt`"),
+            (
+                Source {
+                    kind: SourceKind::Aligned,
+                    src: Some("a".into()),
+                    dir: None,
+                    langs: vec![],
+                    splits: d_splits(),
+                    ..src.clone()
+                },
+                "kind = \"aligned\" needs `tgt`",
+            ),
             // A key of another kind would go unread.
             (Source { path: Some("p.tsv".into()), ..src.clone() }, "kind = \"xnli\" does not read path: remove it"),
             (
-                Source { kind: SourceKind::Aligned, src: Some("a".into()), tgt: Some("b".into()), splits: d_splits(), ..src.clone() },
+                Source {
+                    kind: SourceKind::Aligned,
+                    src: Some("a".into()),
+                    tgt: Some("b".into()),
+                    splits: d_splits(),
+                    ..src.clone()
+                },
                 "kind = \"aligned\" does not read dir, langs: remove them (it reads src, tgt, src_lang, tgt_lang)",
             ),
             // Keys with defaults: a value other than the default was set.
             (
-                Source { kind: SourceKind::Tsv, path: Some("p.tsv".into()), dir: None, langs: vec![], pivot: "de".into(), splits: vec!["x".into()], ..src.clone() },
+                Source {
+                    kind: SourceKind::Tsv,
+                    path: Some("p.tsv".into()),
+                    dir: None,
+                    langs: vec![],
+                    pivot: "de".into(),
+                    splits: vec!["x".into()],
+                    ..src.clone()
+                },
                 "kind = \"tsv\" does not read splits, pivot: remove them (it reads path, src_lang, tgt_lang)",
             ),
         ] {
@@ -404,7 +444,15 @@ mod tests {
             assert!(e.contains(want), "{e}");
         }
         // The defaults, as a run's config writes them out for every source, are no mistake.
-        let tsv = Source { kind: SourceKind::Tsv, path: Some("p.tsv".into()), dir: None, langs: vec![], pivot: d_pivot(), splits: d_splits(), ..src };
+        let tsv = Source {
+            kind: SourceKind::Tsv,
+            path: Some("p.tsv".into()),
+            dir: None,
+            langs: vec![],
+            pivot: d_pivot(),
+            splits: d_splits(),
+            ..src
+        };
         tsv.validate().unwrap();
     }
 }

@@ -37,7 +37,10 @@ pub fn pairs(dir: &Path) -> Result<Vec<String>> {
     let mut out: Vec<String> = gold_files(dir)?.into_iter().map(|(pair, _)| pair).collect();
     out.dedup();
     if out.is_empty() {
-        bail!("no BUCC gold file in {} (expected PAIR.SPLIT.gold, e.g. zh-en.test.gold, beside PAIR.SPLIT.{{xx,en}})", dir.display());
+        bail!(
+            "no BUCC gold file in {} (expected PAIR.SPLIT.gold, e.g. zh-en.test.gold, beside PAIR.SPLIT.{{xx,en}})",
+            dir.display()
+        );
     }
     Ok(out)
 }
@@ -46,7 +49,10 @@ pub fn pairs(dir: &Path) -> Result<Vec<String>> {
 pub fn splits(dir: &Path, pair: &str) -> Result<Vec<String>> {
     let out: Vec<String> = gold_files(dir)?.into_iter().filter(|(p, _)| p == pair).map(|(_, split)| split).collect();
     if out.is_empty() {
-        bail!("no BUCC gold file for {pair} in {} (expected {pair}.SPLIT.gold beside {pair}.SPLIT.{{xx,en}})", dir.display());
+        bail!(
+            "no BUCC gold file for {pair} in {} (expected {pair}.SPLIT.gold beside {pair}.SPLIT.{{xx,en}})",
+            dir.display()
+        );
     }
     Ok(out)
 }
@@ -57,9 +63,15 @@ fn read_side(path: &Path, expected: &str) -> Result<(Vec<String>, Vec<String>)> 
     let mut sents = Vec::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
     for (i, l) in read_lines(path)?.into_iter().enumerate() {
-        let Some((id, s)) = l.split_once('\t') else { bail!("{}:{}: expected `id<TAB>sentence`", path.display(), i + 1) };
+        let Some((id, s)) = l.split_once('\t') else {
+            bail!("{}:{}: expected `id<TAB>sentence`", path.display(), i + 1)
+        };
         if let Some(first) = seen.insert(id.to_string(), i + 1) {
-            bail!("{}:{}: the id {id} is already on line {first}; ids must be unique (the gold pairs name them)", path.display(), i + 1);
+            bail!(
+                "{}:{}: the id {id} is already on line {first}; ids must be unique (the gold pairs name them)",
+                path.display(),
+                i + 1
+            );
         }
         ids.push(id.to_string());
         sents.push(s.to_string());
@@ -75,13 +87,16 @@ pub fn read(dir: &Path, pair: &str, split: &str) -> Result<BuccSplit> {
     );
     let (src_ids, src) = read_side(&dir.join(format!("{pair}.{split}.{xx}")), &expected)?;
     let (tgt_ids, tgt) = read_side(&dir.join(format!("{pair}.{split}.{en}")), &expected)?;
-    let index = |ids: &[String]| -> HashMap<String, usize> { ids.iter().enumerate().map(|(i, s)| (s.clone(), i)).collect() };
+    let index =
+        |ids: &[String]| -> HashMap<String, usize> { ids.iter().enumerate().map(|(i, s)| (s.clone(), i)).collect() };
     let (si, ti) = (index(&src_ids), index(&tgt_ids));
     let gold_path = dir.join(format!("{pair}.{split}.gold"));
     require_file(&gold_path, "BUCC", &expected)?;
     let mut gold = Vec::new();
     for (n, l) in read_lines(&gold_path)?.into_iter().enumerate() {
-        let Some((a, b)) = l.split_once('\t') else { bail!("{}:{}: expected `{xx}-id<TAB>{en}-id`", gold_path.display(), n + 1) };
+        let Some((a, b)) = l.split_once('\t') else {
+            bail!("{}:{}: expected `{xx}-id<TAB>{en}-id`", gold_path.display(), n + 1)
+        };
         let (Some(&i), Some(&j)) = (si.get(a), ti.get(b)) else {
             bail!("{}:{}: id {a:?} or {b:?} is not in the {xx}/{en} files of split {split}", gold_path.display(), n + 1)
         };

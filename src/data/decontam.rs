@@ -70,19 +70,42 @@ pub fn standard_sets(dir: &Path) -> Vec<EvalSet> {
         }
     };
     let sts = dir.join("sts");
-    for stem in ["track1.ar-ar", "track2.ar-en", "track3.es-es", "track4a.es-en", "track4b.es-en", "track5.en-en", "track6.tr-en"] {
+    for stem in [
+        "track1.ar-ar",
+        "track2.ar-en",
+        "track3.es-es",
+        "track4a.es-en",
+        "track4b.es-en",
+        "track5.en-en",
+        "track6.tr-en",
+    ] {
         let file = sts.join(format!("STS2017.eval.v1.1/STS.input.{stem}.txt"));
         add(format!("STS 2017 {stem}"), Split::Test, vec![(file, Layout::Tabs)]);
     }
     add("STS 2017 en-de".into(), Split::Test, vec![(sts.join("STS2017.en-de.txt"), Layout::ScoredPairs)]);
     add("STS benchmark dev".into(), Split::Dev, vec![(sts.join("stsbenchmark/sts-dev.csv"), Layout::ScoredPairs)]);
     add("STS benchmark test".into(), Split::Test, vec![(sts.join("stsbenchmark/sts-test.csv"), Layout::ScoredPairs)]);
-    add("Tatoeba".into(), Split::Test, files_where(&dir.join("tatoeba"), |n| n.starts_with("tatoeba.")).into_iter().map(|p| (p, Layout::Lines)).collect());
+    add(
+        "Tatoeba".into(),
+        Split::Test,
+        files_where(&dir.join("tatoeba"), |n| n.starts_with("tatoeba."))
+            .into_iter()
+            .map(|p| (p, Layout::Lines))
+            .collect(),
+    );
     let bucc: Vec<PathBuf> = files_where(&dir.join("bucc"), |n| !n.ends_with(".gold") && n.split('.').count() == 3);
     add("BUCC".into(), Split::Test, bucc.into_iter().map(|p| (p, Layout::Id)).collect());
     let m30k = dir.join("parallel/multi30k");
-    add("Multi30k val".into(), Split::Dev, files_where(&m30k, |n| n.starts_with("val.")).into_iter().map(|p| (p, Layout::Lines)).collect());
-    add("Multi30k test".into(), Split::Test, files_where(&m30k, |n| n.starts_with("test")).into_iter().map(|p| (p, Layout::Lines)).collect());
+    add(
+        "Multi30k val".into(),
+        Split::Dev,
+        files_where(&m30k, |n| n.starts_with("val.")).into_iter().map(|p| (p, Layout::Lines)).collect(),
+    );
+    add(
+        "Multi30k test".into(),
+        Split::Test,
+        files_where(&m30k, |n| n.starts_with("test")).into_iter().map(|p| (p, Layout::Lines)).collect(),
+    );
     sets
 }
 
@@ -135,7 +158,9 @@ impl Index {
             let id = u16::try_from(i).context("more than 65,535 evaluation sets")?;
             let mut distinct = 0;
             for (file, layout) in &set.files {
-                for s in sentences(file, *layout).with_context(|| format!("evaluation set {} (decontamination)", set.name))? {
+                for s in sentences(file, *layout)
+                    .with_context(|| format!("evaluation set {} (decontamination)", set.name))?
+                {
                     let k = normalize(&s);
                     if k.is_empty() {
                         continue;
@@ -242,7 +267,8 @@ pub struct OverlapRow {
 impl Overlap {
     /// One line for the run log.
     pub fn summary(&self) -> String {
-        let hits: Vec<String> = self.sets.iter().filter(|r| r.pairs > 0).map(|r| format!("{} {}", r.set, r.pairs)).collect();
+        let hits: Vec<String> =
+            self.sets.iter().filter(|r| r.pairs > 0).map(|r| format!("{} {}", r.set, r.pairs)).collect();
         format!(
             "decontamination: {} of {} pairs of {} dropped: a side is in an evaluation set{}",
             self.dropped,
@@ -255,7 +281,10 @@ impl Overlap {
     /// The overlap table as markdown (`xsent data audit`).
     pub fn markdown(&self) -> String {
         let mut out = if self.validation {
-            format!("{} (validation, kept; checked against the test sets): {} pairs, {} with a side in a test set\n\n", self.source, self.items, self.dropped)
+            format!(
+                "{} (validation, kept; checked against the test sets): {} pairs, {} with a side in a test set\n\n",
+                self.source, self.items, self.dropped
+            )
         } else {
             format!("{}: {} pairs, {} dropped\n\n", self.source, self.items, self.dropped)
         };

@@ -79,7 +79,11 @@ pub fn fetch(set: &DataSet, dir: &Path, base: &str) -> Result<Fetched> {
         }
     }
     for (repo, archive) in archives {
-        let members: Vec<&File> = needed.iter().copied().filter(|f| matches!(f.origin, Origin::Zip { archive: a, .. } if a == archive)).collect();
+        let members: Vec<&File> = needed
+            .iter()
+            .copied()
+            .filter(|f| matches!(f.origin, Origin::Zip { archive: a, .. } if a == archive))
+            .collect();
         let url = http.url(repo, archive);
         let name = archive.rsplit('/').next().unwrap_or(archive);
         // Beside the first member's destination.
@@ -127,7 +131,11 @@ fn part_path(dest: &Path) -> Result<PathBuf> {
 /// left for the user to move.
 fn check_present(f: &File, dest: &Path) -> Result<()> {
     if !dest.is_file() {
-        bail!("{} is in the way of {}: it is not a file; move it away and run the command again", dest.display(), f.path);
+        bail!(
+            "{} is in the way of {}: it is not a file; move it away and run the command again",
+            dest.display(),
+            f.path
+        );
     }
     let got = sha256_file(dest)?;
     if got != f.sha256 {
@@ -167,7 +175,8 @@ fn extract(archive: &Path, members: &[&File], dir: &Path, url: &str) -> Result<(
         let dest = dir.join(f.path);
         let part = part_path(&dest)?;
         let from = format!("{member} of {url}");
-        let mut entry = zip.by_name(member).with_context(|| format!("{}: the archive {url} has no {member}", f.path))?;
+        let mut entry =
+            zip.by_name(member).with_context(|| format!("{}: the archive {url} has no {member}", f.path))?;
         let mut out = std::fs::File::create(&part).with_context(|| format!("cannot create {}", part.display()))?;
         if let Err(e) = copy_capped(&mut entry, &mut out, f.size, &from) {
             let _ = std::fs::remove_file(&part);
@@ -212,7 +221,9 @@ impl Http {
         let total = needed.iter().filter(|f| matches!(f.origin, Origin::Raw { .. })).map(|f| f.size).sum();
         let progress = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
         progress.set_style(
-            ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {eta}").expect("a valid template").progress_chars("=> "),
+            ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {eta}")
+                .expect("a valid template")
+                .progress_chars("=> "),
         );
         progress.set_message(format!("xsent data fetch {}", set.name));
         Self { agent, base: base.to_string(), progress, finished: std::cell::Cell::new(0) }
@@ -232,9 +243,16 @@ impl Http {
     /// archive's is not pinned; it is capped at [`MAX_ARCHIVE`]). A failure that leaves `part`
     /// empty removes it.
     fn download(&self, url: &str, part: &Path, what: &str, size: Option<u64>) -> Result<()> {
-        let file = std::fs::OpenOptions::new().create(true).append(true).open(part).with_context(|| format!("cannot create {}", part.display()))?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(part)
+            .with_context(|| format!("cannot create {}", part.display()))?;
         if file.try_lock().is_err() {
-            bail!("{} is being written by another xsent data fetch: wait for it to finish, then run the command again", part.display());
+            bail!(
+                "{} is being written by another xsent data fetch: wait for it to finish, then run the command again",
+                part.display()
+            );
         }
         let r = self.download_into(file, url, part, what, size);
         if r.is_err() && std::fs::metadata(part).is_ok_and(|m| m.len() == 0) {
@@ -243,7 +261,14 @@ impl Http {
         r
     }
 
-    fn download_into(&self, mut file: std::fs::File, url: &str, part: &Path, what: &str, size: Option<u64>) -> Result<()> {
+    fn download_into(
+        &self,
+        mut file: std::fs::File,
+        url: &str,
+        part: &Path,
+        what: &str,
+        size: Option<u64>,
+    ) -> Result<()> {
         let cap = size.unwrap_or(MAX_ARCHIVE);
         let mut counted = false;
         for attempt in 1..=TRIES {
@@ -316,8 +341,12 @@ impl Http {
             }
             match cut {
                 None if size.is_none_or(|s| got == s) => return Ok(()),
-                None => self.note(what, &format!("the transfer ended at {got} of {} bytes", size.unwrap_or(0)), attempt),
-                Some(e) if attempt < TRIES => self.note(what, &format!("the transfer was cut at {got} bytes ({e})"), attempt),
+                None => {
+                    self.note(what, &format!("the transfer ended at {got} of {} bytes", size.unwrap_or(0)), attempt)
+                }
+                Some(e) if attempt < TRIES => {
+                    self.note(what, &format!("the transfer was cut at {got} bytes ({e})"), attempt)
+                }
                 Some(e) => bail!("{what}: the transfer from {url} was cut: {e}\n{}", keep_note(part, got)),
             }
         }
@@ -327,10 +356,10 @@ impl Http {
 
     /// Say on stderr that a transfer goes on after a failure.
     fn note(&self, what: &str, problem: &str, attempt: u32) {
-        self.progress.suspend(|| errln!("xsent data fetch: {what}: {problem}; resuming (try {} of {TRIES})", attempt + 1));
+        self.progress
+            .suspend(|| errln!("xsent data fetch: {what}: {problem}; resuming (try {} of {TRIES})", attempt + 1));
         std::thread::sleep(std::time::Duration::from_millis(500 * u64::from(attempt)));
     }
-
 }
 
 impl Drop for Http {

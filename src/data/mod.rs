@@ -20,7 +20,10 @@ pub fn data_dir(arg: Option<&Path>) -> Result<PathBuf> {
         None => crate::places::data_dir(),
     };
     if dir.is_file() {
-        bail!("data directory {} ({from}) is a file: give the folder that holds sts/, tatoeba/, bucc/ …", dir.display());
+        bail!(
+            "data directory {} ({from}) is a file: give the folder that holds sts/, tatoeba/, bucc/ …",
+            dir.display()
+        );
     }
     if !dir.is_dir() {
         if arg.is_none() && std::env::var_os("XSENT_DATA").is_none_or(|v| v.is_empty()) {
@@ -31,7 +34,10 @@ pub fn data_dir(arg: Option<&Path>) -> Result<PathBuf> {
                 dir.display()
             );
         }
-        bail!("data directory {} ({from}) does not exist; `xsent data fetch all` downloads the benchmarks into it", dir.display());
+        bail!(
+            "data directory {} ({from}) does not exist; `xsent data fetch all` downloads the benchmarks into it",
+            dir.display()
+        );
     }
     Ok(dir)
 }
@@ -41,7 +47,11 @@ pub fn data_dir(arg: Option<&Path>) -> Result<PathBuf> {
 pub fn set_dir(dir: &Path, sub: &str, set: &str) -> Result<PathBuf> {
     let p = dir.join(sub);
     if !p.is_dir() {
-        bail!("{} does not exist: the data directory {} has no {set} data; download it with `xsent data fetch {set}`", p.display(), dir.display());
+        bail!(
+            "{} does not exist: the data directory {} has no {set} data; download it with `xsent data fetch {set}`",
+            p.display(),
+            dir.display()
+        );
     }
     Ok(p)
 }

@@ -46,15 +46,23 @@ pub fn read_sts2017(sts_dir: &Path, only: &[String]) -> Result<Vec<StsSet>> {
         }
         let input = sts_dir.join(format!("STS2017.eval.v1.1/STS.input.{stem}.txt"));
         let gold = sts_dir.join(format!("STS2017.gs/STS.gs.{stem}.txt"));
-        let expected =
-            format!("expected STS2017.eval.v1.1/STS.input.trackN.xx-yy.txt and STS2017.gs/STS.gs.trackN.xx-yy.txt under {}", sts_dir.display());
+        let expected = format!(
+            "expected STS2017.eval.v1.1/STS.input.trackN.xx-yy.txt and STS2017.gs/STS.gs.trackN.xx-yy.txt under {}",
+            sts_dir.display()
+        );
         for f in [&input, &gold] {
             require_file(f, "STS 2017", &expected)?;
         }
         let lines = read_lines(&input)?;
         let scores = read_lines(&gold)?;
         if lines.len() != scores.len() {
-            bail!("{} has {} pairs but {} has {} scores; they must be line-aligned", input.display(), lines.len(), gold.display(), scores.len());
+            bail!(
+                "{} has {} pairs but {} has {} scores; they must be line-aligned",
+                input.display(),
+                lines.len(),
+                gold.display(),
+                scores.len()
+            );
         }
         let mut set = StsSet { name: name.into(), pairs: Vec::new(), gold: Vec::new() };
         for (i, (l, g)) in lines.iter().zip(&scores).enumerate() {
@@ -99,7 +107,11 @@ fn score(text: &str, path: &Path, i: usize) -> Result<f64> {
 /// columns) or `sentence1<TAB>sentence2<TAB>score`. Blank lines are skipped. The set is named
 /// after the file (its name without the extension).
 pub fn read_scored_pairs(path: &Path) -> Result<StsSet> {
-    require_file(path, "STS pairs", "expected the STS benchmark's csv layout or `sentence1<TAB>sentence2<TAB>score` lines")?;
+    require_file(
+        path,
+        "STS pairs",
+        "expected the STS benchmark's csv layout or `sentence1<TAB>sentence2<TAB>score` lines",
+    )?;
     let name = path.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
     let mut set = StsSet { name, pairs: Vec::new(), gold: Vec::new() };
     for (i, l) in read_lines(path)?.iter().enumerate() {
@@ -124,7 +136,11 @@ pub fn read_scored_pairs(path: &Path) -> Result<StsSet> {
         bail!("{} has {} scored pairs; a correlation needs at least 2", path.display(), set.pairs.len());
     }
     if set.gold.iter().all(|&g| g == set.gold[0]) {
-        bail!("every pair in {} has the score {}: a correlation with constant scores is undefined", path.display(), set.gold[0]);
+        bail!(
+            "every pair in {} has the score {}: a correlation with constant scores is undefined",
+            path.display(),
+            set.gold[0]
+        );
     }
     Ok(set)
 }
@@ -145,7 +161,10 @@ mod tests {
         .unwrap();
         let s = read_scored_pairs(&stsb).unwrap();
         assert_eq!(s.name, "sts-dev");
-        assert_eq!(s.pairs, vec![("A man is dancing.".into(), "A man dances.".into()), ("Stocks fell.".into(), "A cat sleeps.".into())]);
+        assert_eq!(
+            s.pairs,
+            vec![("A man is dancing.".into(), "A man dances.".into()), ("Stocks fell.".into(), "A cat sleeps.".into())]
+        );
         assert_eq!(s.gold, vec![5.0, 0.5]);
         let plain = dir.path().join("pairs.tsv");
         std::fs::write(&plain, "a\tb\t4.2\nc\td\t1\n").unwrap();

@@ -15,7 +15,8 @@ pub struct TatoebaSet {
 
 /// Codes of every language with both files in `dir`, sorted.
 pub fn languages(dir: &Path) -> Result<Vec<String>> {
-    let entries = std::fs::read_dir(dir).map_err(|e| anyhow::anyhow!("cannot list Tatoeba directory {}: {e}", dir.display()))?;
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| anyhow::anyhow!("cannot list Tatoeba directory {}: {e}", dir.display()))?;
     let mut langs: Vec<String> = entries
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .filter_map(|n| {
@@ -34,18 +35,30 @@ pub fn languages(dir: &Path) -> Result<Vec<String>> {
 pub fn read(dir: &Path, lang: &str) -> Result<TatoebaSet> {
     let xx_path = dir.join(format!("tatoeba.{lang}-eng.{lang}"));
     let eng_path = dir.join(format!("tatoeba.{lang}-eng.eng"));
-    let expected = format!("language {lang:?} needs tatoeba.{lang}-eng.{lang} and tatoeba.{lang}-eng.eng in {}", dir.display());
+    let expected =
+        format!("language {lang:?} needs tatoeba.{lang}-eng.{lang} and tatoeba.{lang}-eng.eng in {}", dir.display());
     for p in [&xx_path, &eng_path] {
         require_file(p, "Tatoeba", &expected)?;
     }
     let xx = read_lines(&xx_path)?;
     let eng = read_lines(&eng_path)?;
     if xx.len() != eng.len() {
-        bail!("{} has {} lines but {} has {}; they must be line-aligned", xx_path.display(), xx.len(), eng_path.display(), eng.len());
+        bail!(
+            "{} has {} lines but {} has {}; they must be line-aligned",
+            xx_path.display(),
+            xx.len(),
+            eng_path.display(),
+            eng.len()
+        );
     }
     for (path, lines) in [(&xx_path, &xx), (&eng_path, &eng)] {
         if let Some(i) = lines.iter().position(|l| l.trim().is_empty()) {
-            bail!("{}:{} is blank: every Tatoeba line must hold a sentence (the pair is line {} of both files)", path.display(), i + 1, i + 1);
+            bail!(
+                "{}:{} is blank: every Tatoeba line must hold a sentence (the pair is line {} of both files)",
+                path.display(),
+                i + 1,
+                i + 1
+            );
         }
     }
     Ok(TatoebaSet { lang: lang.to_string(), xx, eng })

@@ -179,7 +179,10 @@ pub fn unsup_pairs(dir: &Path, splits: &[String], langs: &[String], n: usize, se
     }
     let m = int.sentences.len();
     if m < 2 {
-        bail!("{}: the XNLI files of {splits:?} in {langs:?} have {m} distinct sentence(s); random pairs need at least 2", dir.display());
+        bail!(
+            "{}: the XNLI files of {splits:?} in {langs:?} have {m} distinct sentence(s); random pairs need at least 2",
+            dir.display()
+        );
     }
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x0005_a1f5);
     let mut out = PairSet { sentences: int.sentences, ..Default::default() };
@@ -225,9 +228,16 @@ mod tests {
         let p = weak_pairs(d.path(), &langs(&["dev"]), &langs(&["en", "de"]), true).unwrap();
         let got = texts(&p);
         let want: HashSet<(String, String)> = [
-            ("P1", "H1"), ("P1", "H2"), ("p1", "h1"), ("p1", "h2"), ("p3", "h3"), // monolingual
-            ("P1", "h1"), ("P1", "h2"), ("P3", "h3"), // EN premise, DE hypothesis
-            ("p1", "H1"), ("p1", "H2"), // DE premise, EN hypothesis (row 3's EN hypothesis is empty)
+            ("P1", "H1"),
+            ("P1", "H2"),
+            ("p1", "h1"),
+            ("p1", "h2"),
+            ("p3", "h3"), // monolingual
+            ("P1", "h1"),
+            ("P1", "h2"),
+            ("P3", "h3"), // EN premise, DE hypothesis
+            ("p1", "H1"),
+            ("p1", "H2"), // DE premise, EN hypothesis (row 3's EN hypothesis is empty)
         ]
         .iter()
         .map(|(a, b)| (a.to_string(), b.to_string()))
@@ -245,7 +255,9 @@ mod tests {
         assert_eq!(mono.monolingual(), mono.len());
         let three = weak_pairs(d.path(), &langs(&["dev"]), &langs(&["en", "de", "fr"]), true).unwrap();
         // 8 monolingual; cross: per ordered pair of languages, rows with a premise and a hypothesis.
-        assert!(texts(&three).contains(&("q1".into(), "H2".into())) && texts(&three).contains(&("P3".into(), "g3".into())));
+        assert!(
+            texts(&three).contains(&("q1".into(), "H2".into())) && texts(&three).contains(&("P3".into(), "g3".into()))
+        );
         assert_eq!(three.len(), 8 + 2 * (3 + 3 + 2));
     }
 
@@ -257,7 +269,11 @@ mod tests {
         // P1 H1 H2 P3 | p1 h1 h2 p3 h3 | q1 g1 g2 q3 g3
         assert_eq!(p.sentences.len(), 14);
         assert!(p.pairs.iter().all(|(a, b)| a != b));
-        assert!(p.monolingual() > 0 && p.monolingual() < p.len(), "both same- and cross-language pairs: {}", p.monolingual());
+        assert!(
+            p.monolingual() > 0 && p.monolingual() < p.len(),
+            "both same- and cross-language pairs: {}",
+            p.monolingual()
+        );
         let used: HashSet<u32> = p.pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
         assert_eq!(used.len(), 14, "every sentence is drawn");
         let again = unsup_pairs(d.path(), &langs(&["dev"]), &langs(&["en", "de", "fr"]), 500, 1).unwrap();
@@ -275,11 +291,15 @@ mod tests {
         write(d.path(), "dev-de.tsv", "p1\tH\tneutral\np2\tx\tneutral\n");
         for order in [["en", "de"], ["de", "en"]] {
             let p = weak_pairs(d.path(), &langs(&["dev"]), &langs(&order), true).unwrap();
-            let got: HashSet<(String, String, bool)> = (0..p.len()).map(|i| (p.pair(i).0.to_string(), p.pair(i).1.to_string(), p.mono[i])).collect();
+            let got: HashSet<(String, String, bool)> =
+                (0..p.len()).map(|i| (p.pair(i).0.to_string(), p.pair(i).1.to_string(), p.mono[i])).collect();
             let want: HashSet<(String, String, bool)> = [
-                ("P1", "H", true), ("p1", "H", true), // within EN and within DE (also across)
-                ("P2", "X", true), ("p2", "x", true),
-                ("P2", "x", false), ("p2", "X", false),
+                ("P1", "H", true),
+                ("p1", "H", true), // within EN and within DE (also across)
+                ("P2", "X", true),
+                ("p2", "x", true),
+                ("P2", "x", false),
+                ("p2", "X", false),
             ]
             .iter()
             .map(|&(a, b, m)| (a.to_string(), b.to_string(), m))
@@ -291,7 +311,8 @@ mod tests {
             let h = q.sentences.iter().position(|s| s == "H").unwrap() as u32;
             q.retain(|&(_, b)| b != h);
             assert_eq!((q.len(), q.monolingual(), q.mono.len()), (4, 2, 4));
-            let kept: HashSet<(String, String, bool)> = (0..q.len()).map(|i| (q.pair(i).0.to_string(), q.pair(i).1.to_string(), q.mono[i])).collect();
+            let kept: HashSet<(String, String, bool)> =
+                (0..q.len()).map(|i| (q.pair(i).0.to_string(), q.pair(i).1.to_string(), q.mono[i])).collect();
             assert_eq!(kept, want.iter().filter(|(_, b, _)| b != "H").cloned().collect());
         }
         // Unsupervised: H is an EN and a DE sentence, so only P1/P2/X with p1/p2/x is cross-lingual.
@@ -303,7 +324,8 @@ mod tests {
             let cross = (is_en(a) && is_de(b)) || (is_de(a) && is_en(b));
             assert_eq!(u.mono[i], !cross, "{a:?} {b:?}");
         }
-        assert!(u.pairs.iter().any(|&(a, b)| [a, b].iter().any(|&k| u.sentences[k as usize] == "H") && [a, b].iter().any(|&k| is_de(&u.sentences[k as usize]))));
+        assert!(u.pairs.iter().any(|&(a, b)| [a, b].iter().any(|&k| u.sentences[k as usize] == "H")
+            && [a, b].iter().any(|&k| is_de(&u.sentences[k as usize]))));
     }
 
     #[test]

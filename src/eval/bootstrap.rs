@@ -20,7 +20,8 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 /// How the tables describe the intervals.
-pub const DESCRIPTION: &str = "percentile bootstrap over the test items (pairs, queries, source sentences), 1,000 resamples, seed 20261126";
+pub const DESCRIPTION: &str =
+    "percentile bootstrap over the test items (pairs, queries, source sentences), 1,000 resamples, seed 20261126";
 
 /// Resamples per interval.
 pub const RESAMPLES: usize = 1000;
@@ -53,7 +54,9 @@ pub fn show(i: Interval) -> String {
 impl Items {
     /// Items of one Tatoeba or XSR set from its hit flags (one list per direction).
     pub fn hits(directions: &[&[bool]]) -> Self {
-        Items::Hits { directions: directions.iter().map(|d| d.iter().map(|&h| if h { '1' } else { '0' }).collect()).collect() }
+        Items::Hits {
+            directions: directions.iter().map(|d| d.iter().map(|&h| if h { '1' } else { '0' }).collect()).collect(),
+        }
     }
 
     /// How many items can be drawn.
@@ -220,10 +223,17 @@ pub struct Difference {
 pub fn paired(a: &[&Items], b: &[&Items]) -> Result<Difference> {
     ensure!(a.len() == b.len(), "{} sets against {}", a.len(), b.len());
     for (x, y) in a.iter().zip(b) {
-        ensure!(x.units() == y.units(), "{} items against {}: the reports were not made on the same data", x.units(), y.units());
+        ensure!(
+            x.units() == y.units(),
+            "{} items against {}: the reports were not made on the same data",
+            x.units(),
+            y.units()
+        );
         ensure!(std::mem::discriminant(*x) == std::mem::discriminant(*y), "scores of different kinds");
     }
-    let mean = |s: &[&Items], w: Option<&[Vec<u32>]>| s.iter().enumerate().map(|(i, x)| x.scores(w.map(|w| w[i].as_slice()))[0]).sum::<f64>() / s.len().max(1) as f64;
+    let mean = |s: &[&Items], w: Option<&[Vec<u32>]>| {
+        s.iter().enumerate().map(|(i, x)| x.scores(w.map(|w| w[i].as_slice()))[0]).sum::<f64>() / s.len().max(1) as f64
+    };
     let (this, other) = (mean(a, None), mean(b, None));
     let difference = this - other;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(SEED);
@@ -289,7 +299,8 @@ mod tests {
     #[test]
     fn intervals_and_paired_differences() {
         let mut r = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-        let hits = |n: usize, p: f64, r: &mut rand_chacha::ChaCha8Rng| (0..n).map(|_| r.random_bool(p)).collect::<Vec<bool>>();
+        let hits =
+            |n: usize, p: f64, r: &mut rand_chacha::ChaCha8Rng| (0..n).map(|_| r.random_bool(p)).collect::<Vec<bool>>();
         let small = Items::hits(&[&hits(100, 0.7, &mut r)]);
         let large = Items::hits(&[&hits(10_000, 0.7, &mut r)]);
         let [lo, hi] = intervals(&small)[0];

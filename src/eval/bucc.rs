@@ -3,8 +3,8 @@
 //! threshold for best F1 on a training split applied to the test split, or — with one split —
 //! the best-F1 threshold on that split itself, reported as an oracle threshold.
 
-use crate::index::knn::{mine, Candidate, Margin, Matrix, Retrieval};
 use crate::data::bucc::BuccSplit;
+use crate::index::knn::{mine, Candidate, Margin, Matrix, Retrieval};
 use crate::model::Embedder;
 use anyhow::Result;
 use serde::Serialize;
@@ -134,7 +134,13 @@ pub struct BuccScore {
 }
 
 /// Evaluate `test` with the threshold chosen on `train` when given, else the oracle threshold.
-pub fn evaluate(enc: &dyn Embedder, train: Option<&BuccSplit>, test: &BuccSplit, s: Settings, batch_size: usize) -> Result<BuccScore> {
+pub fn evaluate(
+    enc: &dyn Embedder,
+    train: Option<&BuccSplit>,
+    test: &BuccSplit,
+    s: Settings,
+    batch_size: usize,
+) -> Result<BuccScore> {
     let gold_set = |sp: &BuccSplit| sp.gold.iter().copied().collect::<HashSet<_>>();
     let test_c = candidates(enc, test, s, batch_size)?;
     let (scores, from) = match train {
@@ -202,7 +208,10 @@ mod tests {
         let gold: HashSet<(usize, usize)> = [(0, 0), (1, 1), (2, 2), (5, 5)].into_iter().collect();
         // Cut after 2: P 2/2, R 2/4 -> F1 2/3. After 4: P 3/4, R 3/4 -> F1 3/4 (best). After 5: P 3/5, R 3/4 -> F1 2/3.
         let b = best_threshold(&cands, &gold);
-        assert!((b.f1 - 75.0).abs() < 1e-9 && (b.precision - 75.0).abs() < 1e-9 && (b.recall - 75.0).abs() < 1e-9, "{b:?}");
+        assert!(
+            (b.f1 - 75.0).abs() < 1e-9 && (b.precision - 75.0).abs() < 1e-9 && (b.recall - 75.0).abs() < 1e-9,
+            "{b:?}"
+        );
         // Halfway between the last kept score (1.0) and the next (0.9), as LASER's BuccOptimize.
         assert!((b.threshold - 0.95).abs() < 1e-12, "{b:?}");
         let at = prf_at(&cands, &gold, 1.15);
@@ -214,5 +223,4 @@ mod tests {
         assert!((b.precision - 50.0).abs() < 1e-9);
         assert_eq!(b.threshold, 1.0, "all kept: the last score itself");
     }
-
 }

@@ -329,25 +329,13 @@ mod tests {
     #[test]
     fn tatoeba_spot_checks() {
         // seed 003 Tab. 9, first block, row LaBSE, column deu.
-        assert_eq!(
-            find(TATOEBA, "LaBSE", "seed 003 Tab. 9").get("deu"),
-            Some(99.4)
-        );
+        assert_eq!(find(TATOEBA, "LaBSE", "seed 003 Tab. 9").get("deu"), Some(99.4));
         // seed 003 Tab. 10, row XLM-R← SBERT-p, column tgl.
-        assert_eq!(
-            find(TATOEBA, "XLM-R←SBERT-paraphrases", "seed 003 Tab. 10").get("tgl"),
-            Some(32.4)
-        );
+        assert_eq!(find(TATOEBA, "XLM-R←SBERT-paraphrases", "seed 003 Tab. 10").get("tgl"), Some(32.4));
         // seed 000 Tab. 14, row DuEAMwklysupv, column urd.
-        assert_eq!(
-            find(TATOEBA, "DuEAM weakly-sup.", "seed 000 Tab. 14").get("urd"),
-            Some(77.8)
-        );
+        assert_eq!(find(TATOEBA, "DuEAM weakly-sup.", "seed 000 Tab. 14").get("urd"), Some(77.8));
         // seed 000 Tab. 15, printed "79.80" for DuEAMunsupv ces.
-        assert_eq!(
-            find(TATOEBA, "DuEAM unsup.", "seed 000 Tab. 15").get("ces"),
-            Some(79.8)
-        );
+        assert_eq!(find(TATOEBA, "DuEAM unsup.", "seed 000 Tab. 15").get("ces"), Some(79.8));
         // Kvapilíková "–" cells are absent, and the misaligned block is left out.
         let k = find(TATOEBA, "Kvapilíková et al. 2020", "seed 000 Tab. 15");
         assert_eq!(k.get("ind"), Some(64.9));
@@ -361,12 +349,7 @@ mod tests {
         assert_eq!(find(TATOEBA, "LASER", "seed 003 Tab. 10").scores.len(), 65);
         assert_eq!(find(TATOEBA, "LASER", "seed 000 Tab. 14").scores.len(), 12);
         assert_eq!(find(TATOEBA, "LASER", "seed 000 Tab. 15").scores.len(), 30);
-        assert_eq!(
-            find(TATOEBA, "DuEAM unsup.", "seed 000 Tab. 16")
-                .scores
-                .len(),
-            16
-        );
+        assert_eq!(find(TATOEBA, "DuEAM unsup.", "seed 000 Tab. 16").scores.len(), 16);
         for p in TATOEBA {
             for (lang, v) in p.scores {
                 assert_eq!(lang.len(), 3, "{} {}: {lang}", p.system, p.source);
@@ -388,18 +371,9 @@ mod tests {
 
     #[test]
     fn bucc_spot_checks() {
-        assert_eq!(
-            find(BUCC_F1, "LaBSE", "seed 000 Tab. 3").get("zh-en"),
-            Some(93.0)
-        );
-        assert_eq!(
-            find(BUCC_F1, "XLM-R←SBERT-paraphrases", "seed 003 Tab. 3").get("de-en"),
-            Some(90.8)
-        );
-        assert_eq!(
-            find(BUCC_F1, "DuEAM unsup.", "seed 000 Tab. 3").get("ru-en"),
-            Some(78.4)
-        );
+        assert_eq!(find(BUCC_F1, "LaBSE", "seed 000 Tab. 3").get("zh-en"), Some(93.0));
+        assert_eq!(find(BUCC_F1, "XLM-R←SBERT-paraphrases", "seed 003 Tab. 3").get("de-en"), Some(90.8));
+        assert_eq!(find(BUCC_F1, "DuEAM unsup.", "seed 000 Tab. 3").get("ru-en"), Some(78.4));
         for p in BUCC_F1 {
             assert_eq!(p.scores.len(), 4, "{} {}", p.system, p.source);
         }

@@ -32,14 +32,17 @@ pub struct Report {
 
 impl Report {
     pub fn write(&self, path: &Path) -> Result<()> {
-        std::fs::write(path, serde_json::to_string_pretty(self)? + "\n").with_context(|| format!("cannot write report {}", path.display()))
+        std::fs::write(path, serde_json::to_string_pretty(self)? + "\n")
+            .with_context(|| format!("cannot write report {}", path.display()))
     }
 
     /// Read a report that `eval --report` wrote (gzip-compressed when its name ends in `.gz`, as
     /// the run records in docs/results/runs keep them).
     pub fn read(path: &Path) -> Result<Self> {
-        let text = crate::data::read_lines(path).with_context(|| format!("cannot read report {}", path.display()))?.join("\n");
-        serde_json::from_str(&text).with_context(|| format!("{} is not a report of xsent eval --report", path.display()))
+        let text =
+            crate::data::read_lines(path).with_context(|| format!("cannot read report {}", path.display()))?.join("\n");
+        serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a report of xsent eval --report", path.display()))
     }
 }
 
@@ -50,14 +53,26 @@ impl Report {
 pub fn compare(this: &[Entry], other: &Report, other_path: &Path) -> Result<(String, serde_json::Value)> {
     use super::bootstrap::{paired, show, Items};
     let key = |e: &Entry| (e.task.clone(), e.split.clone(), e.language.clone());
-    let others: std::collections::HashMap<_, &Items> = other.results.iter().filter_map(|e| e.items.as_ref().map(|i| (key(e), i))).collect();
-    let mut table = String::from("| task | set | this | other | difference | 95 % CI | p |\n|---|---|---:|---:|---:|---:|---:|\n");
+    let others: std::collections::HashMap<_, &Items> =
+        other.results.iter().filter_map(|e| e.items.as_ref().map(|i| (key(e), i))).collect();
+    let mut table =
+        String::from("| task | set | this | other | difference | 95 % CI | p |\n|---|---|---:|---:|---:|---:|---:|\n");
     let mut json = Vec::new();
     let mut by_task: Vec<(String, Vec<(&Items, &Items)>)> = Vec::new();
     for e in this {
         let (Some(mine), Some(theirs)) = (e.items.as_ref(), others.get(&key(e))) else { continue };
-        let d = paired(&[mine], &[theirs]).with_context(|| format!("{} {} against {}", e.task, e.language, other_path.display()))?;
-        table += &format!("| {} | {} | {:.2} | {:.2} | {:+.2} | {} | {:.3} |\n", e.task, e.language, d.this, d.other, d.difference, show(d.ci95), d.p);
+        let d = paired(&[mine], &[theirs])
+            .with_context(|| format!("{} {} against {}", e.task, e.language, other_path.display()))?;
+        table += &format!(
+            "| {} | {} | {:.2} | {:.2} | {:+.2} | {} | {:.3} |\n",
+            e.task,
+            e.language,
+            d.this,
+            d.other,
+            d.difference,
+            show(d.ci95),
+            d.p
+        );
         json.push(serde_json::json!({"task": e.task, "split": e.split, "language": e.language, "difference": d}));
         match by_task.iter_mut().find(|(t, _)| *t == e.task) {
             Some((_, v)) => v.push((mine, theirs)),
@@ -72,7 +87,14 @@ pub fn compare(this: &[Entry], other: &Report, other_path: &Path) -> Result<(Str
         let (a, b): (Vec<&Items>, Vec<&Items>) = pairs.iter().copied().unzip();
         let d = paired(&a, &b)?;
         let name = format!("mean of {} sets", pairs.len());
-        table += &format!("| {task} | **{name}** | {:.2} | {:.2} | **{:+.2}** | {} | {:.3} |\n", d.this, d.other, d.difference, show(d.ci95), d.p);
+        table += &format!(
+            "| {task} | **{name}** | {:.2} | {:.2} | **{:+.2}** | {} | {:.3} |\n",
+            d.this,
+            d.other,
+            d.difference,
+            show(d.ci95),
+            d.p
+        );
         json.push(serde_json::json!({"task": task, "language": name, "difference": d}));
     }
     table += &format!(
@@ -81,5 +103,8 @@ pub fn compare(this: &[Entry], other: &Report, other_path: &Path) -> Result<(Str
         other.model,
         super::bootstrap::DESCRIPTION
     );
-    Ok((table, serde_json::json!({"against": other_path.display().to_string(), "model": other.model, "differences": json})))
+    Ok((
+        table,
+        serde_json::json!({"against": other_path.display().to_string(), "model": other.model, "differences": json}),
+    ))
 }

@@ -39,7 +39,11 @@ pub struct LanguageBias {
 }
 
 /// Score each set with cosine similarity; each distinct sentence is embedded once.
-pub fn evaluate(enc: &dyn Embedder, sets: &[StsSet], batch_size: usize) -> Result<(Vec<SetScore>, Option<LanguageBias>)> {
+pub fn evaluate(
+    enc: &dyn Embedder,
+    sets: &[StsSet],
+    batch_size: usize,
+) -> Result<(Vec<SetScore>, Option<LanguageBias>)> {
     let texts = sets.iter().flat_map(|s| s.pairs.iter().flat_map(|(a, b)| [a.as_str(), b.as_str()]));
     let vecs = super::embed_unique(enc, texts, batch_size)?;
     let mut scores = Vec::new();
@@ -61,15 +65,29 @@ pub fn evaluate(enc: &dyn Embedder, sets: &[StsSet], batch_size: usize) -> Resul
         }
         let items = super::bootstrap::Items::Correlation { sim: sim.clone(), gold: set.gold.clone() };
         let ci = super::bootstrap::intervals(&items);
-        scores.push(SetScore { name: set.name.clone(), n: sim.len(), spearman: 100.0 * rho, pearson: 100.0 * r, spearman_ci95: ci[0], pearson_ci95: ci[1], items });
+        scores.push(SetScore {
+            name: set.name.clone(),
+            n: sim.len(),
+            spearman: 100.0 * rho,
+            pearson: 100.0 * r,
+            spearman_ci95: ci[0],
+            pearson_ci95: ci[1],
+            items,
+        });
         all_sim.push(sim);
     }
     let pooled: Vec<usize> = (0..sets.len()).filter(|&i| !NOT_POOLED.contains(&sets[i].name.as_str())).collect();
     let bias = (pooled.len() > 1).then(|| {
         let expected = pooled.iter().map(|&i| scores[i].spearman).sum::<f64>() / pooled.len() as f64;
-        let (sim, gold): (Vec<f64>, Vec<f64>) = pooled.iter().flat_map(|&i| all_sim[i].iter().copied().zip(sets[i].gold.iter().copied())).unzip();
+        let (sim, gold): (Vec<f64>, Vec<f64>) =
+            pooled.iter().flat_map(|&i| all_sim[i].iter().copied().zip(sets[i].gold.iter().copied())).unzip();
         let actual = 100.0 * spearman(&sim, &gold);
-        LanguageBias { sets: pooled.iter().map(|&i| sets[i].name.clone()).collect(), expected, actual, difference: actual - expected }
+        LanguageBias {
+            sets: pooled.iter().map(|&i| sets[i].name.clone()).collect(),
+            expected,
+            actual,
+            difference: actual - expected,
+        }
     });
     Ok((scores, bias))
 }
@@ -94,7 +112,15 @@ pub fn markdown(scores: &[SetScore], bias: Option<&LanguageBias>) -> String {
     out += &"---:|".repeat(P.len() + R.len());
     out += "\n";
     for s in scores {
-        out += &format!("| {} | {} | {:.2} | {} | {:.2} | {} |", s.name, s.n, s.spearman, show(s.spearman_ci95), s.pearson, show(s.pearson_ci95));
+        out += &format!(
+            "| {} | {} | {:.2} | {} | {:.2} | {} |",
+            s.name,
+            s.n,
+            s.spearman,
+            show(s.spearman_ci95),
+            s.pearson,
+            show(s.pearson_ci95)
+        );
         for p in P.iter().chain(R) {
             out += &match p.get(&s.name) {
                 // As printed: one decimal, two where the paper gives two (seed 000 Tab. 2).
@@ -135,26 +161,32 @@ mod tests {
                 assert!(names.contains(set), "{} ({}): unknown set {set}", p.system, p.source);
             }
         }
-        let scores: Vec<SetScore> =
-            ["es-es", "en-de"]
-                .iter()
-                .map(|n| SetScore {
-                    name: n.to_string(),
-                    n: 250,
-                    spearman: 70.0,
-                    pearson: 71.0,
-                    spearman_ci95: [68.0, 72.0],
-                    pearson_ci95: [69.0, 73.0],
-                    items: super::super::bootstrap::Items::Correlation { sim: vec![], gold: vec![] },
-                })
-                .collect();
+        let scores: Vec<SetScore> = ["es-es", "en-de"]
+            .iter()
+            .map(|n| SetScore {
+                name: n.to_string(),
+                n: 250,
+                spearman: 70.0,
+                pearson: 71.0,
+                spearman_ci95: [68.0, 72.0],
+                pearson_ci95: [69.0, 73.0],
+                items: super::super::bootstrap::Items::Correlation { sim: vec![], gold: vec![] },
+            })
+            .collect();
         let t = markdown(&scores, None);
         let header = t.lines().next().unwrap();
         for p in STS17_SPEARMAN {
             assert!(header.contains(&format!(" {} ({}) |", p.system, p.source)), "{}", p.system);
         }
         let col = |system: &str| header.split(" |").position(|c| c.trim_start().starts_with(system)).unwrap();
-        let row = |set: &str| t.lines().find(|l| l.starts_with(&format!("| {set} |"))).unwrap().split(" |").map(str::trim).collect::<Vec<_>>();
+        let row = |set: &str| {
+            t.lines()
+                .find(|l| l.starts_with(&format!("| {set} |")))
+                .unwrap()
+                .split(" |")
+                .map(str::trim)
+                .collect::<Vec<_>>()
+        };
         assert_eq!(row("es-es")[col("DuEAM weakly-sup., EN-DE only")], "78.64");
         assert_eq!(row("en-de")[col("DuEAM weakly-sup., EN-DE only")], "–");
         assert_eq!(row("en-de")[col("XLM-R←SBERT-paraphrases")], "84.0");

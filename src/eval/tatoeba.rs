@@ -74,7 +74,15 @@ pub fn markdown(scores: &[LangScore]) -> String {
     out += &"---:|".repeat(cols.len());
     out += "\n";
     for s in scores {
-        out += &format!("| {} | {} | {:.2} | {:.2} | {:.2} | {} |", s.lang, s.n, s.xx_to_en, s.en_to_xx, s.mean, super::bootstrap::show(s.mean_ci95));
+        out += &format!(
+            "| {} | {} | {:.2} | {:.2} | {:.2} | {} |",
+            s.lang,
+            s.n,
+            s.xx_to_en,
+            s.en_to_xx,
+            s.mean,
+            super::bootstrap::show(s.mean_ci95)
+        );
         for c in &cols {
             out += &c.get(&s.lang).map(|(v, _)| format!(" {v:.1} |")).unwrap_or_else(|| " – |".into());
         }

@@ -18,8 +18,19 @@ use std::path::{Path, PathBuf};
 
 /// `src[i]`'s translation is `tgt[i]`; the candidates are `tgt` followed by `distractors`.
 /// Returns each query's hit and the number of candidates (P@1 is `hits.scores(None)[0]`).
-pub fn p_at_1(enc: &dyn Embedder, src: &[String], tgt: &[String], distractors: &[String], batch_size: usize) -> Result<(Items, usize)> {
-    ensure!(src.len() == tgt.len(), "{} source and {} target sentences: they must be line-aligned", src.len(), tgt.len());
+pub fn p_at_1(
+    enc: &dyn Embedder,
+    src: &[String],
+    tgt: &[String],
+    distractors: &[String],
+    batch_size: usize,
+) -> Result<(Items, usize)> {
+    ensure!(
+        src.len() == tgt.len(),
+        "{} source and {} target sentences: they must be line-aligned",
+        src.len(),
+        tgt.len()
+    );
     let all: Vec<&String> = tgt.iter().chain(distractors).collect();
     let vecs = super::embed_unique(enc, src.iter().chain(all.iter().copied()).map(String::as_str), batch_size)?;
     let q = rows(&vecs, src.iter());
@@ -41,7 +52,9 @@ pub fn p_at_1_vectors(q: &Matrix, t: &Matrix, same_text: impl Fn(usize, usize) -
 /// Per query of [`p_at_1_vectors`]: whether its nearest candidate is its answer.
 pub fn hits_at_1(q: &Matrix, t: &Matrix, same_text: impl Fn(usize, usize) -> bool) -> Result<Vec<bool>> {
     let nb = knn(q, t, 1)?;
-    Ok((0..q.rows()).map(|i| nb.row(i).1.first().is_some_and(|&j| j as usize == i || same_text(i, j as usize))).collect())
+    Ok((0..q.rows())
+        .map(|i| nb.row(i).1.first().is_some_and(|&j| j as usize == i || same_text(i, j as usize)))
+        .collect())
 }
 
 /// Multi30k split of the queries (and of their translations, the first candidates).
@@ -73,7 +86,9 @@ impl Multi30kSet {
 /// `en-de` → (`en`, `de`).
 pub fn parse_direction(s: &str) -> Result<(String, String)> {
     match s.trim().split_once('-') {
-        Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains('-') && a != b => Ok((a.to_string(), b.to_string())),
+        Some((a, b)) if !a.is_empty() && !b.is_empty() && !b.contains('-') && a != b => {
+            Ok((a.to_string(), b.to_string()))
+        }
         _ => bail!("direction {s:?} is not SRC-TGT with two different language codes; pass e.g. --langs en-de,de-en"),
     }
 }
@@ -85,7 +100,10 @@ fn multi30k_file(dir: &Path, split: &str, lang: &str) -> PathBuf {
 /// The files of direction `src`→`tgt` in the Multi30k directory `dir`: the queries, then the
 /// candidates in order ([`MULTI30K_CANDIDATES`] in `tgt`).
 pub fn multi30k_files(dir: &Path, src: &str, tgt: &str) -> (PathBuf, Vec<PathBuf>) {
-    (multi30k_file(dir, MULTI30K_QUERIES, src), MULTI30K_CANDIDATES.iter().map(|s| multi30k_file(dir, s, tgt)).collect())
+    (
+        multi30k_file(dir, MULTI30K_QUERIES, src),
+        MULTI30K_CANDIDATES.iter().map(|s| multi30k_file(dir, s, tgt)).collect(),
+    )
 }
 
 /// Languages in `dir` that can be a source (the query split is there) and a target (every
@@ -97,7 +115,11 @@ pub fn multi30k_languages(dir: &Path) -> Result<(Vec<String>, Vec<String>)> {
         .filter_map(|n| Some(n.strip_prefix(MULTI30K_QUERIES)?.strip_prefix('.')?.strip_suffix(".gz")?.to_string()))
         .collect();
     langs.sort();
-    let targets = langs.iter().filter(|l| MULTI30K_CANDIDATES.iter().all(|s| multi30k_file(dir, s, l).is_file())).cloned().collect();
+    let targets = langs
+        .iter()
+        .filter(|l| MULTI30K_CANDIDATES.iter().all(|s| multi30k_file(dir, s, l).is_file()))
+        .cloned()
+        .collect();
     Ok((langs, targets))
 }
 
@@ -168,11 +190,26 @@ pub fn evaluate_multi30k(enc: &dyn Embedder, sets: &[Multi30kSet], batch_size: u
     let vecs = super::embed_unique(enc, texts, batch_size)?;
     sets.iter()
         .map(|s| {
-            ensure!(s.queries.len() <= s.candidates.len(), "{}: {} queries but only {} candidates", s.direction(), s.queries.len(), s.candidates.len());
-            let hits = hits_at_1(&rows(&vecs, s.queries.iter()), &rows(&vecs, s.candidates.iter()), |i, j| s.candidates[j] == s.candidates[i])?;
+            ensure!(
+                s.queries.len() <= s.candidates.len(),
+                "{}: {} queries but only {} candidates",
+                s.direction(),
+                s.queries.len(),
+                s.candidates.len()
+            );
+            let hits = hits_at_1(&rows(&vecs, s.queries.iter()), &rows(&vecs, s.candidates.iter()), |i, j| {
+                s.candidates[j] == s.candidates[i]
+            })?;
             let items = Items::hits(&[&hits]);
             let (p_at_1, p_at_1_ci95) = (items.scores(None)[0], super::bootstrap::intervals(&items)[0]);
-            Ok(Multi30kScore { direction: s.direction(), queries: s.queries.len(), candidates: s.candidates.len(), p_at_1, p_at_1_ci95, items })
+            Ok(Multi30kScore {
+                direction: s.direction(),
+                queries: s.queries.len(),
+                candidates: s.candidates.len(),
+                p_at_1,
+                p_at_1_ci95,
+                items,
+            })
         })
         .collect()
 }
@@ -181,21 +218,36 @@ pub fn evaluate_multi30k(enc: &dyn Embedder, sets: &[Multi30kSet], batch_size: u
 /// for reference.
 pub fn multi30k_markdown(scores: &[Multi30kScore]) -> String {
     let arrow = |d: &str| d.replacen('-', " → ", 1);
-    let mut out = String::from("| Multi30k XSR | queries | candidates | P@1 ×100 | 95 % CI |\n|---|---:|---:|---:|---:|\n");
+    let mut out =
+        String::from("| Multi30k XSR | queries | candidates | P@1 ×100 | 95 % CI |\n|---|---:|---:|---:|---:|\n");
     for s in scores {
-        out += &format!("| {} | {} | {} | {:.2} | {} |\n", arrow(&s.direction), s.queries, s.candidates, s.p_at_1, super::bootstrap::show(s.p_at_1_ci95));
+        out += &format!(
+            "| {} | {} | {} | {:.2} | {} |\n",
+            arrow(&s.direction),
+            s.queries,
+            s.candidates,
+            s.p_at_1,
+            super::bootstrap::show(s.p_at_1_ci95)
+        );
     }
     let mean = scores.iter().map(|s| s.p_at_1).sum::<f64>() / scores.len().max(1) as f64;
     let plural = if scores.len() == 1 { "" } else { "s" };
     let mean_ci = super::bootstrap::mean_interval(&scores.iter().map(|s| &s.items).collect::<Vec<_>>());
-    out += &format!("| **mean ({} direction{plural})** | | | **{mean:.2}** | {} |\n", scores.len(), super::bootstrap::show(mean_ci));
+    out += &format!(
+        "| **mean ({} direction{plural})** | | | **{mean:.2}** | {} |\n",
+        scores.len(),
+        super::bootstrap::show(mean_ci)
+    );
     out += &format!("\n95 % CI: {} (the mean: within each direction).\n", super::bootstrap::DESCRIPTION);
     out += &format!(
         "\nQueries: {MULTI30K_QUERIES} in the source language; candidates: {} in the target language, in that order (a hit: the top-1 candidate is the query's own line; ties go to the lower index).\n",
         MULTI30K_CANDIDATES.join(" + ")
     );
     for p in super::published_tables::XSR_P_AT_1 {
-        let values: Vec<String> = scores.iter().filter_map(|s| p.get(&s.direction).map(|v| format!("{} {v:.1}", arrow(&s.direction)))).collect();
+        let values: Vec<String> = scores
+            .iter()
+            .filter_map(|s| p.get(&s.direction).map(|v| format!("{} {v:.1}", arrow(&s.direction))))
+            .collect();
         if !values.is_empty() {
             out += &format!(
                 "For reference, {} P@1 ×100: {} (Europarl, 2,000 queries among 200k target sentences: not comparable).\n",
@@ -251,9 +303,15 @@ mod tests {
     fn tiny_multi30k() -> tempfile::TempDir {
         let d = tempfile::tempdir().unwrap();
         for lang in ["en", "de"] {
-            write_gz(&d.path().join(format!("test_2016_flickr.{lang}.gz")), &[&format!("{lang} q0"), &format!("{lang} q1")]);
+            write_gz(
+                &d.path().join(format!("test_2016_flickr.{lang}.gz")),
+                &[&format!("{lang} q0"), &format!("{lang} q1")],
+            );
             write_gz(&d.path().join(format!("test_2017_flickr.{lang}.gz")), &[&format!("{lang} t17a")]);
-            write_gz(&d.path().join(format!("val.{lang}.gz")), &[&format!("{lang} val0"), &format!("{lang} val1"), &format!("{lang} val2")]);
+            write_gz(
+                &d.path().join(format!("val.{lang}.gz")),
+                &[&format!("{lang} val0"), &format!("{lang} val1"), &format!("{lang} val2")],
+            );
         }
         write_gz(&d.path().join("test_2016_flickr.cs.gz"), &["cs q0", "cs q1"]);
         write_gz(&d.path().join("val.cs.gz"), &["cs val0"]);
@@ -279,7 +337,10 @@ mod tests {
         let s = read_multi30k(d.path(), "cs-en").unwrap();
         assert_eq!(s.queries, ["cs q0", "cs q1"]);
         assert_eq!(s.candidates.len(), 6);
-        assert_eq!(multi30k_languages(d.path()).unwrap(), (vec!["cs".into(), "de".into(), "en".into()], vec!["de".into(), "en".into()]));
+        assert_eq!(
+            multi30k_languages(d.path()).unwrap(),
+            (vec!["cs".into(), "de".into(), "en".into()], vec!["de".into(), "en".into()])
+        );
     }
 
     #[test]
@@ -307,7 +368,14 @@ mod tests {
         // 99 and 97 hits of 100 queries.
         let s = |d: &str, hits: usize| {
             let items = Items::hits(&[&(0..100).map(|i| i < hits).collect::<Vec<bool>>()]);
-            Multi30kScore { direction: d.into(), queries: 100, candidates: 3014, p_at_1: items.scores(None)[0], p_at_1_ci95: [90.0, 100.0], items }
+            Multi30kScore {
+                direction: d.into(),
+                queries: 100,
+                candidates: 3014,
+                p_at_1: items.scores(None)[0],
+                p_at_1_ci95: [90.0, 100.0],
+                items,
+            }
         };
         let t = multi30k_markdown(&[s("en-de", 99), s("cs-en", 97)]);
         assert!(t.contains("| en → de | 100 | 3014 | 99.00 | [90.00, 100.00] |"), "{t}");

@@ -52,7 +52,12 @@ impl candle_core::InplaceOp1 for AdamW<'_> {
         let n = pl.shape().elem_count();
         for (what, t) in [("gradient", self.g), ("first moment", self.m), ("second moment", self.v)] {
             if t.elem_count() != n || !t.is_contiguous() {
-                candle_core::bail!("{name}: the {what} has shape {:?} (contiguous: {}), the parameter {:?}", t.dims(), t.is_contiguous(), pl.dims());
+                candle_core::bail!(
+                    "{name}: the {what} has shape {:?} (contiguous: {}), the parameter {:?}",
+                    t.dims(),
+                    t.is_contiguous(),
+                    pl.dims()
+                );
             }
         }
         if n == 0 {
@@ -60,7 +65,9 @@ impl candle_core::InplaceOp1 for AdamW<'_> {
         }
         let dev = ps.device().clone();
         let func = dev.get_or_load_custom_func("xsent_adamw_f32", "xsent_adamw", ADAMW_PTX)?;
-        let Some((a, b)) = pl.contiguous_offsets() else { candle_core::bail!("{name}: the parameter is not contiguous") };
+        let Some((a, b)) = pl.contiguous_offsets() else {
+            candle_core::bail!("{name}: the parameter is not contiguous")
+        };
         let mut p = ps.as_cuda_slice_mut::<f32>()?.slice_mut(a..b);
         let (gs, gl) = self.g.storage_and_layout();
         let (ms, ml) = self.m.storage_and_layout();
@@ -86,7 +93,13 @@ impl candle_core::InplaceOp1 for AdamW<'_> {
 
 /// `x ⊙ mask / (1 − p)` for the counter-based mask of `seed` (src/gpu/dropout.cu) on a
 /// contiguous CUDA f32 tensor.
-pub fn dropout(s: &CudaStorage, l: &Layout, seed: u64, p: f32, scale: f32) -> candle_core::Result<(CudaStorage, Shape)> {
+pub fn dropout(
+    s: &CudaStorage,
+    l: &Layout,
+    seed: u64,
+    p: f32,
+    scale: f32,
+) -> candle_core::Result<(CudaStorage, Shape)> {
     let x = f32_view("xsent-dropout", s, l)?;
     let n = l.shape().elem_count();
     let dev: &CudaDevice = s.device();

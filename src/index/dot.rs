@@ -120,12 +120,27 @@ mod tests {
             let mut full = Vec::new();
             dot_block(&a, m0, &b, n0, d, &mut full, &mut s);
             let mut out = Vec::new();
-            for (m, n) in [(1, 1), (1, 700), (2, 3), (17, 15), (31, 33), (64, 1), (100, 2100), (1500, 7), (257, 1031), (1000, 2000)] {
+            for (m, n) in [
+                (1, 1),
+                (1, 700),
+                (2, 3),
+                (17, 15),
+                (31, 33),
+                (64, 1),
+                (100, 2100),
+                (1500, 7),
+                (257, 1031),
+                (1000, 2000),
+            ] {
                 for (i0, j0) in [(0, 0), (m0 - m, n0 - n), ((m0 - m) / 3, (n0 - n) / 2)] {
                     dot_block(&a[i0 * d..], m, &b[j0 * d..], n, d, &mut out, &mut s);
                     for i in 0..m {
                         for j in 0..n {
-                            assert_eq!(out[i * n + j].to_bits(), full[(i0 + i) * n0 + j0 + j].to_bits(), "d {d}, block {m} × {n} at ({i0}, {j0}), element ({i}, {j})");
+                            assert_eq!(
+                                out[i * n + j].to_bits(),
+                                full[(i0 + i) * n0 + j0 + j].to_bits(),
+                                "d {d}, block {m} × {n} at ({i0}, {j0}), element ({i}, {j})"
+                            );
                         }
                     }
                 }

@@ -16,7 +16,15 @@ const CENTROID_TILE: usize = 4096;
 
 /// The `p` best centroids of each of the `n` rows (`n × p` ids, best first, ties to the lower
 /// id) and their inner products.
-pub fn nearest(rows: &[f32], n: usize, centroids: &[f32], nlist: usize, d: usize, p: usize, threads: usize) -> Result<(Vec<u32>, Vec<f32>)> {
+pub fn nearest(
+    rows: &[f32],
+    n: usize,
+    centroids: &[f32],
+    nlist: usize,
+    d: usize,
+    p: usize,
+    threads: usize,
+) -> Result<(Vec<u32>, Vec<f32>)> {
     let p = p.min(nlist);
     let blocks = n.div_ceil(ROW_BLOCK);
     let out = Mutex::new((vec![0u32; n * p], vec![0f32; n * p]));
@@ -34,7 +42,12 @@ pub fn nearest(rows: &[f32], n: usize, centroids: &[f32], nlist: usize, d: usize
                 let w = CENTROID_TILE.min(nlist - c0);
                 dot_block(&rows[r0 * d..], m, &centroids[c0 * d..], w, d, prod, scratch);
                 for i in 0..m {
-                    offer_row(&mut sims[i * p..(i + 1) * p], &mut ids[i * p..(i + 1) * p], &prod[i * w..(i + 1) * w], |j| (c0 + j) as u32);
+                    offer_row(
+                        &mut sims[i * p..(i + 1) * p],
+                        &mut ids[i * p..(i + 1) * p],
+                        &prod[i * w..(i + 1) * w],
+                        |j| (c0 + j) as u32,
+                    );
                 }
             }
             let mut o = out.lock().map_err(|_| anyhow::anyhow!("a worker panicked"))?;
@@ -156,7 +169,11 @@ mod tests {
         assert!(t.objective > 0.99, "{}", t.objective);
         let again = train(&x, d, 5, 10, 7, 2).unwrap();
         assert!(again.centroids == t.centroids, "other thread count, other centroids");
-        assert!(train(&x[..4 * d], d, 5, 1, 0, 1).err().unwrap().to_string().contains("need at least 5 training vectors"));
+        assert!(train(&x[..4 * d], d, 5, 1, 0, 1)
+            .err()
+            .unwrap()
+            .to_string()
+            .contains("need at least 5 training vectors"));
     }
 
     #[test]

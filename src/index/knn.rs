@@ -44,7 +44,11 @@ impl Matrix {
 
     /// Embed `texts` with `enc` into L2-normalised rows, `128 × batch_size` texts at a time:
     /// besides the vectors, only one window's tokens are held.
-    pub fn embed_normalized<S: AsRef<str>>(enc: &dyn crate::model::Embedder, texts: &[S], batch_size: usize) -> Result<Self> {
+    pub fn embed_normalized<S: AsRef<str>>(
+        enc: &dyn crate::model::Embedder,
+        texts: &[S],
+        batch_size: usize,
+    ) -> Result<Self> {
         let dim = enc.dim();
         let mut m = Self { data: Vec::with_capacity(texts.len() * dim), dim };
         for window in texts.chunks(batch_size.clamp(1, usize::MAX / 128) * 128) {
@@ -94,7 +98,10 @@ impl Neighbours {
 
     /// Mean similarity of each query to its k neighbours.
     pub fn means(&self) -> Vec<f64> {
-        self.sims.chunks(self.k.max(1)).map(|c| c.iter().map(|&s| s as f64).sum::<f64>() / c.len().max(1) as f64).collect()
+        self.sims
+            .chunks(self.k.max(1))
+            .map(|c| c.iter().map(|&s| s as f64).sum::<f64>() / c.len().max(1) as f64)
+            .collect()
     }
 }
 
@@ -155,7 +162,8 @@ fn spans(n: usize, size: usize) -> Vec<(usize, usize)> {
 /// `targets` (cosine) is row i, for line-aligned translations.
 pub fn translation_accuracy(queries: &Matrix, targets: &Matrix) -> Result<f64> {
     let nn = knn(queries, targets, 1)?;
-    Ok(100.0 * nn.idx.iter().enumerate().filter(|(i, j)| **j as usize == *i).count() as f64 / queries.rows().max(1) as f64)
+    Ok(100.0 * nn.idx.iter().enumerate().filter(|(i, j)| **j as usize == *i).count() as f64
+        / queries.rows().max(1) as f64)
 }
 
 pub fn knn(queries: &Matrix, targets: &Matrix, k: usize) -> Result<Neighbours> {
@@ -181,7 +189,12 @@ struct ColumnTop {
 
 impl ColumnTop {
     fn new(columns: usize, k: usize) -> Self {
-        Self { k, sims: vec![f32::NEG_INFINITY; columns * k], idx: vec![0; columns * k], min: vec![f32::NEG_INFINITY; columns] }
+        Self {
+            k,
+            sims: vec![f32::NEG_INFINITY; columns * k],
+            idx: vec![0; columns * k],
+            min: vec![f32::NEG_INFINITY; columns],
+        }
     }
 }
 
@@ -202,7 +215,15 @@ fn insert(sims: &mut [f32], idx: &mut [u32], v: f32, id: u32) {
 /// One similarity `v` of query `qid` and target `tid`: into the row's list when it beats the
 /// row's k-th (`rmin`), and with `BOTH` into the column's list when it beats the column's k-th.
 #[inline(always)]
-fn visit<const BOTH: bool>(v: f32, qid: u32, tid: usize, bs: &mut [f32], bi: &mut [u32], rmin: &mut f32, cols: &mut ColumnTop) {
+fn visit<const BOTH: bool>(
+    v: f32,
+    qid: u32,
+    tid: usize,
+    bs: &mut [f32],
+    bi: &mut [u32],
+    rmin: &mut f32,
+    cols: &mut ColumnTop,
+) {
     if v > *rmin {
         insert(bs, bi, v, tid as u32);
         *rmin = bs[bs.len() - 1];
@@ -263,7 +284,13 @@ fn scan<const BOTH: bool>(
 }
 
 /// The blocked search: `queries` against `targets`, rows' top-k and, with `both`, columns'.
-fn search(queries: &Matrix, targets: &Matrix, k: usize, plan: Plan, both: bool) -> Result<(Neighbours, Option<Neighbours>)> {
+fn search(
+    queries: &Matrix,
+    targets: &Matrix,
+    k: usize,
+    plan: Plan,
+    both: bool,
+) -> Result<(Neighbours, Option<Neighbours>)> {
     queries.check("queries")?;
     targets.check("targets")?;
     if let Some(dev) = super::knn_gpu::device() {
@@ -285,26 +312,27 @@ fn search(queries: &Matrix, targets: &Matrix, k: usize, plan: Plan, both: bool) 
         None
     };
     // One query block against every target block, into its rows' lists and `cols`.
-    let run_block = |q0: usize, len: usize, row_sims: &mut [f32], row_idx: &mut [u32], cols: &mut ColumnTop| -> Result<()> {
-        let q = queries.block(q0, len)?;
-        for (i, &(t0, width)) in tspans.iter().enumerate() {
-            let t = match &shared {
-                Some(blocks) => blocks[i].clone(),
-                None => targets.block(t0, width)?,
-            };
-            let p = crate::model::matmul::matmul(&q, &t.t()?)?;
-            let (storage, layout) = p.storage_and_layout();
-            let Storage::Cpu(cpu) = &*storage else { return Err(anyhow!("kNN block product is not on the CPU")) };
-            ensure!(layout.is_contiguous(), "kNN block product is not contiguous");
-            let s = &cpu.as_slice::<f32>()?[layout.start_offset()..][..len * width];
-            if both {
-                scan::<true>(s, len, width, q0, t0, kr, row_sims, row_idx, cols);
-            } else {
-                scan::<false>(s, len, width, q0, t0, kr, row_sims, row_idx, cols);
+    let run_block =
+        |q0: usize, len: usize, row_sims: &mut [f32], row_idx: &mut [u32], cols: &mut ColumnTop| -> Result<()> {
+            let q = queries.block(q0, len)?;
+            for (i, &(t0, width)) in tspans.iter().enumerate() {
+                let t = match &shared {
+                    Some(blocks) => blocks[i].clone(),
+                    None => targets.block(t0, width)?,
+                };
+                let p = crate::model::matmul::matmul(&q, &t.t()?)?;
+                let (storage, layout) = p.storage_and_layout();
+                let Storage::Cpu(cpu) = &*storage else { return Err(anyhow!("kNN block product is not on the CPU")) };
+                ensure!(layout.is_contiguous(), "kNN block product is not contiguous");
+                let s = &cpu.as_slice::<f32>()?[layout.start_offset()..][..len * width];
+                if both {
+                    scan::<true>(s, len, width, q0, t0, kr, row_sims, row_idx, cols);
+                } else {
+                    scan::<false>(s, len, width, q0, t0, kr, row_sims, row_idx, cols);
+                }
             }
-        }
-        Ok(())
-    };
+            Ok(())
+        };
     let next = AtomicUsize::new(0);
     let out = Mutex::new((&mut rows.sims, &mut rows.idx));
     let work = || -> Result<Option<ColumnTop>> {
@@ -348,7 +376,13 @@ fn merge_columns(parts: &[ColumnTop], m: usize, k: usize) -> Neighbours {
     for c in 0..m {
         cand.clear();
         for p in parts {
-            cand.extend(p.sims[c * k..(c + 1) * k].iter().copied().zip(p.idx[c * k..(c + 1) * k].iter().copied()).filter(|(s, _)| *s > f32::NEG_INFINITY));
+            cand.extend(
+                p.sims[c * k..(c + 1) * k]
+                    .iter()
+                    .copied()
+                    .zip(p.idx[c * k..(c + 1) * k].iter().copied())
+                    .filter(|(s, _)| *s > f32::NEG_INFINITY),
+            );
         }
         cand.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         for (r, &(s, i)) in cand.iter().take(k).enumerate() {
@@ -418,7 +452,13 @@ pub fn mine(x: &Matrix, y: &Matrix, k: usize, margin: Margin, retrieval: Retriev
 /// [`mine`] from neighbour lists found elsewhere (an approximate index): `x2y` holds each
 /// source's best targets, `y2x` each target's best sources, best first. The margin averages each
 /// list's first `k` entries.
-pub fn mine_neighbours(x2y: &Neighbours, y2x: &Neighbours, k: usize, margin: Margin, retrieval: Retrieval) -> Result<Vec<Candidate>> {
+pub fn mine_neighbours(
+    x2y: &Neighbours,
+    y2x: &Neighbours,
+    k: usize,
+    margin: Margin,
+    retrieval: Retrieval,
+) -> Result<Vec<Candidate>> {
     let (nx, ny) = (x2y.sims.len().checked_div(x2y.k).unwrap_or(0), y2x.sims.len().checked_div(y2x.k).unwrap_or(0));
     let cut = |nb: &Neighbours| -> Neighbours {
         let kk = k.min(nb.k);
@@ -463,8 +503,18 @@ pub fn mine_neighbours(x2y: &Neighbours, y2x: &Neighbours, k: usize, margin: Mar
             })
             .collect()
     };
-    let fwd: Vec<Candidate> = best(&x2y, &xm, &ym).into_iter().enumerate().filter(|(_, (_, s))| s.is_finite()).map(|(i, (j, s))| Candidate { src: i, tgt: j, score: s }).collect();
-    let bwd: Vec<Candidate> = best(&y2x, &ym, &xm).into_iter().enumerate().filter(|(_, (_, s))| s.is_finite()).map(|(j, (i, s))| Candidate { src: i, tgt: j, score: s }).collect();
+    let fwd: Vec<Candidate> = best(&x2y, &xm, &ym)
+        .into_iter()
+        .enumerate()
+        .filter(|(_, (_, s))| s.is_finite())
+        .map(|(i, (j, s))| Candidate { src: i, tgt: j, score: s })
+        .collect();
+    let bwd: Vec<Candidate> = best(&y2x, &ym, &xm)
+        .into_iter()
+        .enumerate()
+        .filter(|(_, (_, s))| s.is_finite())
+        .map(|(j, (i, s))| Candidate { src: i, tgt: j, score: s })
+        .collect();
     if let (n @ 1.., low) = negative.get() {
         anyhow::bail!(
             "the ratio margin divides by the mean cosine of the two sentences' {k} nearest neighbours, but for {n} candidate pairs \
@@ -571,7 +621,8 @@ mod tests {
     /// Unit rows of random floats.
     fn float_matrix(rows: usize, dim: usize, seed: u64) -> Matrix {
         let mut r = lcg(seed);
-        let raw: Vec<Vec<f32>> = (0..rows).map(|_| (0..dim).map(|_| (r() % 20001) as f32 / 10000.0 - 1.0).collect()).collect();
+        let raw: Vec<Vec<f32>> =
+            (0..rows).map(|_| (0..dim).map(|_| (r() % 20001) as f32 / 10000.0 - 1.0).collect()).collect();
         Matrix::normalized(&raw)
     }
 
@@ -582,7 +633,12 @@ mod tests {
             .map(|i| {
                 let qi = &q.data[i * d..(i + 1) * d];
                 let mut all: Vec<(f64, u32)> = (0..t.rows())
-                    .map(|j| (qi.iter().zip(&t.data[j * d..(j + 1) * d]).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>(), j as u32))
+                    .map(|j| {
+                        (
+                            qi.iter().zip(&t.data[j * d..(j + 1) * d]).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>(),
+                            j as u32,
+                        )
+                    })
                     .collect();
                 all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
                 all.truncate(k);
@@ -682,7 +738,15 @@ mod tests {
 
     #[test]
     fn query_blocks_keep_every_worker_busy() {
-        for (n, workers, block) in [(10, 2, 64), (100, 2, 64), (1000, 2, 125), (10_000, 2, 1024), (100_000, 2, 1024), (1000, 16, 64), (5000, 4, 313)] {
+        for (n, workers, block) in [
+            (10, 2, 64),
+            (100, 2, 64),
+            (1000, 2, 125),
+            (10_000, 2, 1024),
+            (100_000, 2, 1024),
+            (1000, 16, 64),
+            (5000, 4, 313),
+        ] {
             let p = Plan::new(n, 1000, 384, workers);
             assert_eq!(p.query_block, block, "n {n}, {workers} workers");
             let s = spans(n, p.query_block);
@@ -750,7 +814,8 @@ mod tests {
         // One direction each: every source's best target (both y0), every target's best source
         // (y1's is x1, the less negative cosine), as (src, tgt) pairs.
         let pairs = |r| {
-            let mut p: Vec<(usize, usize)> = mine(&x, &y, 1, Margin::Absolute, r).unwrap().iter().map(|c| (c.src, c.tgt)).collect();
+            let mut p: Vec<(usize, usize)> =
+                mine(&x, &y, 1, Margin::Absolute, r).unwrap().iter().map(|c| (c.src, c.tgt)).collect();
             p.sort();
             p
         };

@@ -67,7 +67,11 @@ pub(crate) fn top_k_rows(s: &Tensor, k: usize) -> Result<TopK> {
         return Ok((vec![Vec::new(); rows], vec![Vec::new(); rows]));
     }
     let vals = Tensor::cat(&vals, 1)?.to_vec2::<f32>()?;
-    let idx = Tensor::cat(&idx, 1)?.to_vec2::<f32>()?.into_iter().map(|r| r.into_iter().map(|c| c as u32).collect()).collect();
+    let idx = Tensor::cat(&idx, 1)?
+        .to_vec2::<f32>()?
+        .into_iter()
+        .map(|r| r.into_iter().map(|c| c as u32).collect())
+        .collect();
     Ok((vals, idx))
 }
 
@@ -90,18 +94,35 @@ fn merge(sims: &mut [f32], idx: &mut [u32], vals: &[f32], ids: impl Iterator<Ite
 }
 
 /// [`super::knn`]'s search on `dev`: the rows' top-k, and with `both` the columns'.
-pub fn search(queries: &Matrix, targets: &Matrix, k: usize, both: bool, dev: &Device) -> Result<(Neighbours, Option<Neighbours>)> {
+pub fn search(
+    queries: &Matrix,
+    targets: &Matrix,
+    k: usize,
+    both: bool,
+    dev: &Device,
+) -> Result<(Neighbours, Option<Neighbours>)> {
     search_blocks(queries, targets, k, both, dev, (QUERY_BLOCK, TARGET_BLOCK))
 }
 
 /// [`search`] with query and target blocks of the given rows.
-fn search_blocks(queries: &Matrix, targets: &Matrix, k: usize, both: bool, dev: &Device, (qb, tb): (usize, usize)) -> Result<(Neighbours, Option<Neighbours>)> {
+fn search_blocks(
+    queries: &Matrix,
+    targets: &Matrix,
+    k: usize,
+    both: bool,
+    dev: &Device,
+    (qb, tb): (usize, usize),
+) -> Result<(Neighbours, Option<Neighbours>)> {
     let (n, m) = (queries.rows(), targets.rows());
-    ensure!(queries.data.len() == n * queries.dim && targets.data.len() == m * targets.dim, "kNN: values are not whole rows");
+    ensure!(
+        queries.data.len() == n * queries.dim && targets.data.len() == m * targets.dim,
+        "kNN: values are not whole rows"
+    );
     ensure!(queries.dim == targets.dim || n == 0 || m == 0, "dimension mismatch: {} vs {}", queries.dim, targets.dim);
     ensure!(n <= u32::MAX as usize && m <= u32::MAX as usize, "kNN indices are 32-bit: {n} × {m} rows is too many");
     let (kr, kc) = (k.min(m), k.min(n));
-    let empty = |rows: usize, k: usize| Neighbours { k, sims: vec![f32::NEG_INFINITY; rows * k], idx: vec![0; rows * k] };
+    let empty =
+        |rows: usize, k: usize| Neighbours { k, sims: vec![f32::NEG_INFINITY; rows * k], idx: vec![0; rows * k] };
     let (mut rows, mut cols) = (empty(n, kr), empty(if both { m } else { 0 }, kc));
     if kr == 0 || kc == 0 {
         return Ok((rows, both.then(|| empty(m, kc))));
@@ -124,13 +145,23 @@ fn search_blocks(queries: &Matrix, targets: &Matrix, k: usize, both: bool, dev: 
             let (vals, ids) = top_k_rows(&s, kr.min(tlen))?;
             for (r, (v, i)) in vals.iter().zip(&ids).enumerate() {
                 let at = (q0 + r) * kr;
-                merge(&mut rows.sims[at..at + kr], &mut rows.idx[at..at + kr], v, i.iter().map(|&c| (t0 + c as usize) as u32));
+                merge(
+                    &mut rows.sims[at..at + kr],
+                    &mut rows.idx[at..at + kr],
+                    v,
+                    i.iter().map(|&c| (t0 + c as usize) as u32),
+                );
             }
             if both {
                 let (vals, ids) = top_k_rows(&s.t()?.contiguous()?, kc.min(qlen))?;
                 for (c, (v, i)) in vals.iter().zip(&ids).enumerate() {
                     let at = (t0 + c) * kc;
-                    merge(&mut cols.sims[at..at + kc], &mut cols.idx[at..at + kc], v, i.iter().map(|&r| (q0 + r as usize) as u32));
+                    merge(
+                        &mut cols.sims[at..at + kc],
+                        &mut cols.idx[at..at + kc],
+                        v,
+                        i.iter().map(|&r| (q0 + r as usize) as u32),
+                    );
                 }
             }
         }

@@ -18,13 +18,23 @@ pub struct AnnParams {
 
 impl AnnParams {
     fn build(&self) -> BuildParams {
-        BuildParams { nlist: self.nlist, sample: self.sample, iterations: self.iterations, seed: self.seed, codec: self.codec }
+        BuildParams {
+            nlist: self.nlist,
+            sample: self.sample,
+            iterations: self.iterations,
+            seed: self.seed,
+            codec: self.codec,
+        }
     }
 }
 
 /// Top-k lists of an index search as [`Neighbours`] (row ids of a side of at most 2³² rows).
 pub fn to_neighbours(knn: &Knn) -> Result<Neighbours> {
-    ensure!(knn.ids.iter().all(|&i| i != u64::MAX), "an index search found fewer than k = {} neighbours for a query", knn.k);
+    ensure!(
+        knn.ids.iter().all(|&i| i != u64::MAX),
+        "an index search found fewer than k = {} neighbours for a query",
+        knn.k
+    );
     ensure!(knn.ids.iter().all(|&i| i <= u32::MAX as u64), "neighbour ids beyond 2^32 rows");
     Ok(Neighbours { k: knn.k, sims: knn.sims.clone(), idx: knn.ids.iter().map(|&i| i as u32).collect() })
 }

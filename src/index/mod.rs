@@ -209,11 +209,16 @@ impl Quantizer {
         ensure!(n > 0, "no vectors to train an index on");
         let nlist = params.nlist.unwrap_or_else(|| default_nlist(n));
         ensure!(nlist >= 1, "--nlist must be at least 1");
-        ensure!(nlist as u64 <= n, "--nlist {nlist} is more than the {n} vectors: give at most {n} (default 4 √n = {})", default_nlist(n));
+        ensure!(
+            nlist as u64 <= n,
+            "--nlist {nlist} is more than the {n} vectors: give at most {n} (default 4 √n = {})",
+            default_nlist(n)
+        );
         let s = params.sample.unwrap_or(SAMPLE_PER_LIST * nlist).min(n as usize).max(nlist);
         use rand::SeedableRng;
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(params.seed);
-        let mut rows: Vec<usize> = if s as u64 == n { (0..s).collect() } else { rand::seq::index::sample(&mut rng, n as usize, s).into_vec() };
+        let mut rows: Vec<usize> =
+            if s as u64 == n { (0..s).collect() } else { rand::seq::index::sample(&mut rng, n as usize, s).into_vec() };
         rows.sort_unstable();
         let mut sample = Vec::with_capacity(s * d);
         let mut i = 0;
@@ -233,7 +238,13 @@ impl Quantizer {
             dim: d,
             nlist,
             codec: params.codec,
-            train: TrainInfo { rows: n, sample: s, iterations: params.iterations, seed: params.seed, objective: t.objective },
+            train: TrainInfo {
+                rows: n,
+                sample: s,
+                iterations: params.iterations,
+                seed: params.seed,
+                objective: t.objective,
+            },
             centroids: t.centroids,
             int8,
         })
@@ -325,17 +336,30 @@ impl Knn {
 
 impl Ivf {
     /// Add the rows of `src` to an index of quantizer `q`; their ids start at `id_offset`.
-    pub fn build(q: Quantizer, src: &mut dyn Rows, id_offset: u64, vectors: Vec<String>, threads: usize) -> Result<Self> {
+    pub fn build(
+        q: Quantizer,
+        src: &mut dyn Rows,
+        id_offset: u64,
+        vectors: Vec<String>,
+        threads: usize,
+    ) -> Result<Self> {
         let (n, d) = (src.rows(), src.dim());
         ensure!(n == 0 || d == q.dim, "the vectors have {d} values a row, the quantizer {}", q.dim);
-        ensure!(id_offset.checked_add(n).is_some_and(|e| e < u64::MAX), "--id-offset {id_offset} leaves no room for {n} ids");
+        ensure!(
+            id_offset.checked_add(n).is_some_and(|e| e < u64::MAX),
+            "--id-offset {id_offset} leaves no room for {n} ids"
+        );
         let mut list_of = Vec::with_capacity(n as usize);
         let mut buf = Vec::new();
         for start in (0..n).step_by(BUILD_CHUNK) {
             let m = (BUILD_CHUNK as u64).min(n - start) as usize;
             buf.clear();
             src.read(start, m, &mut buf)?;
-            ensure!(buf.iter().all(|x| x.is_finite()), "vectors {start}..{} hold NaN or infinite values", start + m as u64);
+            ensure!(
+                buf.iter().all(|x| x.is_finite()),
+                "vectors {start}..{} hold NaN or infinite values",
+                start + m as u64
+            );
             list_of.extend(q.probes(&buf, m, 1, threads)?);
         }
         let mut offsets = vec![0u64; q.nlist + 1];
@@ -363,7 +387,11 @@ impl Ivf {
                 ids[at] = id_offset + r as u64;
                 match &mut codes {
                     Codes::F32(c) => c[at * d..(at + 1) * d].copy_from_slice(row),
-                    Codes::Int8(c) => q.int8.as_ref().expect("an int8 quantizer has its codec").encode(row, &mut c[at * d..(at + 1) * d]),
+                    Codes::Int8(c) => q
+                        .int8
+                        .as_ref()
+                        .expect("an int8 quantizer has its codec")
+                        .encode(row, &mut c[at * d..(at + 1) * d]),
                 }
             }
         }
@@ -421,14 +449,24 @@ impl Ivf {
         let states = topk::for_each_item(
             threads,
             work.len(),
-            || State { knn: Knn::empty(nq, k), scratch: dot::Scratch::default(), qbuf: Vec::new(), vbuf: Vec::new(), prod: Vec::new() },
+            || State {
+                knn: Knn::empty(nq, k),
+                scratch: dot::Scratch::default(),
+                qbuf: Vec::new(),
+                vbuf: Vec::new(),
+                prod: Vec::new(),
+            },
             |st, w| {
                 let l = work[w];
                 let (start, len) = (self.offsets[l] as usize, self.list_len(l));
                 let vecs: &[f32] = match &self.codes {
                     Codes::F32(c) => &c[start * d..(start + len) * d],
                     Codes::Int8(c) => {
-                        self.quantizer.int8.as_ref().expect("int8 codec").decode(&c[start * d..(start + len) * d], &mut st.vbuf);
+                        self.quantizer
+                            .int8
+                            .as_ref()
+                            .expect("int8 codec")
+                            .decode(&c[start * d..(start + len) * d], &mut st.vbuf);
                         &st.vbuf
                     }
                 };
@@ -522,7 +560,8 @@ impl Ivf {
         let f = std::fs::File::open(path).with_context(|| format!("cannot open index {}", path.display()))?;
         let size = f.metadata()?.len();
         let mut r = std::io::BufReader::with_capacity(1 << 20, f);
-        Self::read_from(&mut r, size).with_context(|| format!("{} is not an xsent index, or is damaged", path.display()))
+        Self::read_from(&mut r, size)
+            .with_context(|| format!("{} is not an xsent index, or is damaged", path.display()))
     }
 
     fn read_from(r: &mut dyn Read, size: u64) -> Result<Self> {
@@ -544,11 +583,23 @@ impl Ivf {
         let per = if meta.codec == Codec::F32 { 4 * d } else { d };
         let codec_bytes = if meta.codec == Codec::Int8 { 8 * d } else { 0 };
         let expect = used.next_multiple_of(64) as u64 + 4 * nlist * d + codec_bytes + 8 * (nlist + 1) + n * (8 + per);
-        ensure!(size == expect, "{size} bytes where its header ({} vectors of {d}, {nlist} lists, {:?}) needs {expect}", n, meta.codec);
+        ensure!(
+            size == expect,
+            "{size} bytes where its header ({} vectors of {d}, {nlist} lists, {:?}) needs {expect}",
+            n,
+            meta.codec
+        );
         let centroids = read_f32s(r, (nlist * d) as usize)?;
-        let int8 = if meta.codec == Codec::Int8 { Some(Int8Codec { min: read_f32s(r, d as usize)?, step: read_f32s(r, d as usize)? }) } else { None };
+        let int8 = if meta.codec == Codec::Int8 {
+            Some(Int8Codec { min: read_f32s(r, d as usize)?, step: read_f32s(r, d as usize)? })
+        } else {
+            None
+        };
         let offsets = read_u64s(r, nlist as usize + 1)?;
-        ensure!(offsets[0] == 0 && offsets.windows(2).all(|w| w[0] <= w[1]) && offsets[nlist as usize] == n, "its list offsets are not in order");
+        ensure!(
+            offsets[0] == 0 && offsets.windows(2).all(|w| w[0] <= w[1]) && offsets[nlist as usize] == n,
+            "its list offsets are not in order"
+        );
         let ids = read_u64s(r, n as usize)?;
         let codes = match meta.codec {
             Codec::F32 => Codes::F32(read_f32s(r, (n * d) as usize)?),
@@ -558,7 +609,14 @@ impl Ivf {
                 Codes::Int8(c)
             }
         };
-        let quantizer = Quantizer { dim: meta.dim, nlist: meta.nlist, codec: meta.codec, train: meta.train.clone(), centroids, int8 };
+        let quantizer = Quantizer {
+            dim: meta.dim,
+            nlist: meta.nlist,
+            codec: meta.codec,
+            train: meta.train.clone(),
+            centroids,
+            int8,
+        };
         ensure!(quantizer.hash() == meta.quantizer, "its centroids do not match the hash in its header");
         Ok(Self { meta, quantizer, offsets, ids, codes })
     }
@@ -624,7 +682,12 @@ pub fn search_all<I: std::borrow::Borrow<Ivf>>(
         if *dim.get_or_insert(index.meta.dim) != index.meta.dim {
             bail!("the indexes have vectors of {} and {} values", dim.unwrap_or(0), index.meta.dim);
         }
-        ensure!(nq == 0 || queries.dim() == index.meta.dim, "the queries have {} values a row, the index {}", queries.dim(), index.meta.dim);
+        ensure!(
+            nq == 0 || queries.dim() == index.meta.dim,
+            "the queries have {} values a row, the index {}",
+            queries.dim(),
+            index.meta.dim
+        );
         let reuse = matches!(&cache, Some((h, _)) if *h == index.meta.quantizer);
         if cacheable && !reuse {
             cache = Some((index.meta.quantizer.clone(), Vec::new()));
@@ -647,7 +710,8 @@ pub fn search_all<I: std::borrow::Borrow<Ivf>>(
                 }
             };
             let part = index.search_probed(&buf, m, p, k, threads)?;
-            let mut slice = Knn { k, ids: out.ids[c0 * k..(c0 + m) * k].to_vec(), sims: out.sims[c0 * k..(c0 + m) * k].to_vec() };
+            let mut slice =
+                Knn { k, ids: out.ids[c0 * k..(c0 + m) * k].to_vec(), sims: out.sims[c0 * k..(c0 + m) * k].to_vec() };
             slice.merge(&part);
             out.ids[c0 * k..(c0 + m) * k].copy_from_slice(&slice.ids);
             out.sims[c0 * k..(c0 + m) * k].copy_from_slice(&slice.sims);

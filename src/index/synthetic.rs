@@ -29,7 +29,9 @@ impl Clustered {
     pub fn points(&self, side: u64, n: usize) -> Vec<f32> {
         let centres = self.centre_rows();
         let d = self.dim;
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(self.seed ^ (side.wrapping_add(1)).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(
+            self.seed ^ (side.wrapping_add(1)).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        );
         let scale = self.noise / (d as f32).sqrt();
         let mut out = Vec::with_capacity(n * d);
         for _ in 0..n {

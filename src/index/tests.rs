@@ -15,7 +15,11 @@ fn build(x: &[f32], d: usize, p: &BuildParams, threads: usize) -> Ivf {
 fn brute(q: &[f32], x: &[f32], d: usize, k: usize) -> Vec<Vec<(f64, u64)>> {
     q.chunks_exact(d)
         .map(|qi| {
-            let mut all: Vec<(f64, u64)> = x.chunks_exact(d).enumerate().map(|(j, xj)| (qi.iter().zip(xj).map(|(&a, &b)| a as f64 * b as f64).sum(), j as u64)).collect();
+            let mut all: Vec<(f64, u64)> = x
+                .chunks_exact(d)
+                .enumerate()
+                .map(|(j, xj)| (qi.iter().zip(xj).map(|(&a, &b)| a as f64 * b as f64).sum(), j as u64))
+                .collect();
             all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
             all.truncate(k);
             all
@@ -63,16 +67,27 @@ fn sharded_search_equals_unsharded_search() {
         let cuts = [0usize, 333, 334, 700, 1000];
         let shards: Vec<Ivf> = cuts
             .windows(2)
-            .map(|w| Ivf::build(quant.clone(), &mut SliceRows { data: &x[w[0] * d..w[1] * d], dim: d }, w[0] as u64, vec![], 2).unwrap())
+            .map(|w| {
+                Ivf::build(
+                    quant.clone(),
+                    &mut SliceRows { data: &x[w[0] * d..w[1] * d], dim: d },
+                    w[0] as u64,
+                    vec![],
+                    2,
+                )
+                .unwrap()
+            })
             .collect();
-        let got = search_all(shards.len(), |i| Ok(&shards[i]), &mut SliceRows { data: &q, dim: d }, 4, nprobe, 2).unwrap();
+        let got =
+            search_all(shards.len(), |i| Ok(&shards[i]), &mut SliceRows { data: &q, dim: d }, 4, nprobe, 2).unwrap();
         assert_eq!(got, want, "one quantizer, nprobe {nprobe}");
         if nprobe == 20 {
             let own: Vec<Ivf> = cuts
                 .windows(2)
                 .map(|w| {
                     let mut s = SliceRows { data: &x[w[0] * d..w[1] * d], dim: d };
-                    let qz = Quantizer::train(&mut s, &BuildParams { nlist: Some(7.min(w[1] - w[0])), ..p }, 2).unwrap();
+                    let qz =
+                        Quantizer::train(&mut s, &BuildParams { nlist: Some(7.min(w[1] - w[0])), ..p }, 2).unwrap();
                     Ivf::build(qz, &mut s, w[0] as u64, vec![], 2).unwrap()
                 })
                 .collect();
@@ -145,10 +160,12 @@ fn bad_settings_are_clear_errors() {
     let d = 24;
     let x = data(10, 0);
     let mut src = SliceRows { data: &x, dim: d };
-    let e = Quantizer::train(&mut src, &BuildParams { nlist: Some(11), ..Default::default() }, 1).unwrap_err().to_string();
+    let e =
+        Quantizer::train(&mut src, &BuildParams { nlist: Some(11), ..Default::default() }, 1).unwrap_err().to_string();
     assert!(e.contains("--nlist 11 is more than the 10 vectors"), "{e}");
     let mut nan = x.clone();
     nan[5] = f32::NAN;
-    let e = Quantizer::train(&mut SliceRows { data: &nan, dim: d }, &BuildParams::default(), 1).unwrap_err().to_string();
+    let e =
+        Quantizer::train(&mut SliceRows { data: &nan, dim: d }, &BuildParams::default(), 1).unwrap_err().to_string();
     assert!(e.contains("NaN"), "{e}");
 }

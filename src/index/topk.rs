@@ -74,7 +74,10 @@ pub fn for_each_item<S: Send>(
     }
     std::thread::scope(|sc| {
         let handles: Vec<_> = (0..workers).map(|_| sc.spawn(work)).collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("an index worker panicked")))).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("an index worker panicked"))))
+            .collect()
     })
 }
 

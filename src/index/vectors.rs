@@ -26,7 +26,12 @@ pub fn read_npy_header(r: &mut dyn Read) -> Result<(u64, usize, u64)> {
     let h = String::from_utf8_lossy(&h);
     ensure!(h.contains("'descr': '<f4'"), "not little-endian float32 (the header is {h:?})");
     ensure!(h.contains("'fortran_order': False"), "not in C order (the header is {h:?})");
-    let shape = h.split("'shape':").nth(1).and_then(|s| s.split_once('(')).and_then(|(_, s)| s.split_once(')')).map(|(s, _)| s.to_string());
+    let shape = h
+        .split("'shape':")
+        .nth(1)
+        .and_then(|s| s.split_once('('))
+        .and_then(|(_, s)| s.split_once(')'))
+        .map(|(s, _)| s.to_string());
     let Some(shape) = shape else { bail!("no shape in the header {h:?} (an unfinished file?)") };
     let dims: Vec<&str> = shape.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
     let parse = |s: &str| s.parse::<u64>().map_err(|_| anyhow::anyhow!("shape ({shape}) is not numbers"));
@@ -50,7 +55,8 @@ impl VectorFile {
         let size = file.metadata()?.len();
         let is_npy = path.extension().is_some_and(|e| e == "npy");
         let (rows, d, data_start) = if is_npy {
-            let (rows, d, start) = read_npy_header(&mut std::io::BufReader::new(&mut file)).with_context(|| format!("{} is not a float32 .npy file", path.display()))?;
+            let (rows, d, start) = read_npy_header(&mut std::io::BufReader::new(&mut file))
+                .with_context(|| format!("{} is not a float32 .npy file", path.display()))?;
             ensure!(
                 start + rows * d as u64 * 4 == size,
                 "{}: its header says {rows} × {d} float32 values, but it holds {} bytes after the header",
@@ -63,13 +69,23 @@ impl VectorFile {
             (rows, d, start)
         } else {
             if path.extension().is_some_and(|e| e == "jsonl" || e == "json") {
-                bail!("{}: vectors for an index are float32 files: embed with --format f32 or --format npy", path.display());
+                bail!(
+                    "{}: vectors for an index are float32 files: embed with --format f32 or --format npy",
+                    path.display()
+                );
             }
             let Some(d) = dim else {
-                bail!("{}: a raw float32 file does not say its dimension: give --dim (384 for e5-small) or use .npy", path.display())
+                bail!(
+                    "{}: a raw float32 file does not say its dimension: give --dim (384 for e5-small) or use .npy",
+                    path.display()
+                )
             };
             ensure!(d > 0, "--dim must be at least 1");
-            ensure!(size % (4 * d as u64) == 0, "{}: {size} bytes are not whole rows of {d} float32 values", path.display());
+            ensure!(
+                size % (4 * d as u64) == 0,
+                "{}: {size} bytes are not whole rows of {d} float32 values",
+                path.display()
+            );
             (size / (4 * d as u64), d, 0)
         };
         Ok((Self { path: path.to_path_buf(), file, data_start, rows }, d))

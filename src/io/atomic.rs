@@ -42,7 +42,8 @@ pub fn restore_replaced(dst: &Path) -> Result<()> {
     let name = dst.file_name().and_then(|n| n.to_str()).unwrap_or("dir");
     let old = dst.with_file_name(format!(".{name}.old"));
     if !dst.exists() && old.is_dir() {
-        std::fs::rename(&old, dst).with_context(|| format!("cannot restore {} from {}", dst.display(), old.display()))?;
+        std::fs::rename(&old, dst)
+            .with_context(|| format!("cannot restore {} from {}", dst.display(), old.display()))?;
     }
     Ok(())
 }

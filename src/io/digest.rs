@@ -28,10 +28,16 @@ mod tests {
     #[test]
     fn known_digests() {
         // printf abc | sha256sum
-        assert_eq!(super::hex(&<sha2::Sha256 as sha2::Digest>::digest(b"abc")), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(
+            super::hex(&<sha2::Sha256 as sha2::Digest>::digest(b"abc")),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
         let dir = std::env::temp_dir().join(format!("xsent-digest-{}", std::process::id()));
         std::fs::write(&dir, b"abc").unwrap();
-        assert_eq!(super::sha256_file_len(&dir).unwrap(), ("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad".into(), 3));
+        assert_eq!(
+            super::sha256_file_len(&dir).unwrap(),
+            ("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad".into(), 3)
+        );
         std::fs::remove_file(&dir).unwrap();
         assert!(super::sha256_file(&dir).unwrap_err().to_string().contains("cannot open"));
     }

@@ -57,8 +57,8 @@ pub struct EncoderConfig {
 
 impl EncoderConfig {
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read model config {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("cannot read model config {}", path.display()))?;
         Self::from_json(&text).with_context(|| format!("invalid model config {}", path.display()))
     }
 
@@ -124,7 +124,11 @@ impl EncoderConfig {
     /// Keep only the first `n` layers (a smaller learner that starts from a pretrained one).
     pub fn truncate_layers(&mut self, n: usize) -> Result<()> {
         if n == 0 || n > self.num_hidden_layers {
-            bail!("layers = {n}: the model has {} layers; choose 1..={}", self.num_hidden_layers, self.num_hidden_layers);
+            bail!(
+                "layers = {n}: the model has {} layers; choose 1..={}",
+                self.num_hidden_layers,
+                self.num_hidden_layers
+            );
         }
         self.num_hidden_layers = n;
         if let Some(obj) = self.raw.as_object_mut() {

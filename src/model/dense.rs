@@ -56,15 +56,22 @@ impl Dense {
     pub fn load(dir: &Path, device: &Device) -> Result<Self> {
         let cfg_path = dir.join("config.json");
         let text = std::fs::read_to_string(&cfg_path).with_context(|| format!("cannot read {}", cfg_path.display()))?;
-        let cfg: DenseConfig = serde_json::from_str(&text).with_context(|| format!("invalid {}", cfg_path.display()))?;
+        let cfg: DenseConfig =
+            serde_json::from_str(&text).with_context(|| format!("invalid {}", cfg_path.display()))?;
         let activation = match cfg.activation_function.as_deref() {
             None | Some(IDENTITY) => DenseActivation::Identity,
             Some(TANH) => DenseActivation::Tanh,
-            Some(other) => bail!("{}: activation_function {other:?} is not supported (Identity, Tanh)", cfg_path.display()),
+            Some(other) => {
+                bail!("{}: activation_function {other:?} is not supported (Identity, Tanh)", cfg_path.display())
+            }
         };
         // sentence-transformers' order: model.safetensors, else pytorch_model.bin.
-        let Some(w_path) = ["model.safetensors", "pytorch_model.bin"].iter().map(|f| dir.join(f)).find(|p| p.is_file()) else {
-            bail!("Dense module {} has no weights: neither model.safetensors nor pytorch_model.bin is there", dir.display());
+        let Some(w_path) = ["model.safetensors", "pytorch_model.bin"].iter().map(|f| dir.join(f)).find(|p| p.is_file())
+        else {
+            bail!(
+                "Dense module {} has no weights: neither model.safetensors nor pytorch_model.bin is there",
+                dir.display()
+            );
         };
         let t = weights::read_weight_file(&w_path)?;
         let weight = t

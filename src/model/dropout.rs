@@ -34,12 +34,20 @@ impl CustomOp1 for HashDropout {
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
         let CpuStorage::F32(v) = s else { candle_core::bail!("{}: f32 only", self.name()) };
         let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("{}: contiguous input only", self.name()) };
-        let out = v[a..b].iter().enumerate().map(|(i, &x)| if keep(self.seed, i as u64, self.p) { x * self.scale } else { 0.0 }).collect();
+        let out = v[a..b]
+            .iter()
+            .enumerate()
+            .map(|(i, &x)| if keep(self.seed, i as u64, self.p) { x * self.scale } else { 0.0 })
+            .collect();
         Ok((CpuStorage::F32(out), l.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]
-    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        l: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
         crate::gpu::dropout(s, l, self.seed, self.p, self.scale)
     }
 

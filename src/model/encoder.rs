@@ -244,7 +244,11 @@ pub fn check_config(tensors: &std::collections::HashMap<String, Tensor>, cfg: &E
     let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
     let expected: [(&str, [usize; 2], &str); 5] = [
         ("embeddings.word_embeddings.weight", [cfg.vocab_size, h], "vocab_size, hidden_size"),
-        ("embeddings.position_embeddings.weight", [cfg.max_position_embeddings, h], "max_position_embeddings, hidden_size"),
+        (
+            "embeddings.position_embeddings.weight",
+            [cfg.max_position_embeddings, h],
+            "max_position_embeddings, hidden_size",
+        ),
         ("embeddings.token_type_embeddings.weight", [cfg.type_vocab_size, h], "type_vocab_size, hidden_size"),
         ("encoder.layer.0.attention.self.query.weight", [h, h], "hidden_size, hidden_size"),
         ("encoder.layer.0.intermediate.dense.weight", [i, h], "intermediate_size, hidden_size"),
@@ -267,11 +271,17 @@ pub fn check_config(tensors: &std::collections::HashMap<String, Tensor>, cfg: &E
 /// `embeddings.position_ids` buffer some checkpoints carry: more layers than `cfg` has, or
 /// tensors of another architecture.
 pub fn unused_tensors(tensors: &std::collections::HashMap<String, Tensor>, cfg: &EncoderConfig) -> Vec<String> {
-    let mut used: std::collections::HashSet<String> =
-        ["word_embeddings.weight", "position_embeddings.weight", "token_type_embeddings.weight", "LayerNorm.weight", "LayerNorm.bias", "position_ids"]
-            .iter()
-            .map(|n| format!("embeddings.{n}"))
-            .collect();
+    let mut used: std::collections::HashSet<String> = [
+        "word_embeddings.weight",
+        "position_embeddings.weight",
+        "token_type_embeddings.weight",
+        "LayerNorm.weight",
+        "LayerNorm.bias",
+        "position_ids",
+    ]
+    .iter()
+    .map(|n| format!("embeddings.{n}"))
+    .collect();
     for i in 0..cfg.num_hidden_layers {
         for n in [
             "attention.self.query",
@@ -352,7 +362,9 @@ impl Encoder {
 
     /// The transformer layers' linear layers (6 per layer), for [`super::quant`].
     pub fn linears_mut(&mut self) -> impl Iterator<Item = &mut Linear> {
-        self.layers.iter_mut().flat_map(|l| [&mut l.query, &mut l.key, &mut l.value, &mut l.attn_out, &mut l.intermediate, &mut l.output])
+        self.layers
+            .iter_mut()
+            .flat_map(|l| [&mut l.query, &mut l.key, &mut l.value, &mut l.attn_out, &mut l.intermediate, &mut l.output])
     }
 
     /// A copy whose weights are detached from autograd but share storage with these: inference
@@ -448,7 +460,9 @@ impl Encoder {
             bail!("input of {l} tokens needs position {last} but the model has {max_pos} position embeddings; lower --max-length");
         }
         let pos = match self.family {
-            Family::Bert => Tensor::arange(0u32, l as u32, mask.device())?.unsqueeze(0)?.broadcast_as((b, l))?.contiguous()?,
+            Family::Bert => {
+                Tensor::arange(0u32, l as u32, mask.device())?.unsqueeze(0)?.broadcast_as((b, l))?.contiguous()?
+            }
             Family::XlmRoberta => {
                 let m = mask.to_dtype(DType::F32)?;
                 (m.cumsum(1)?.mul(&m)? + self.pad_id as f64)?.to_dtype(DType::U32)?
@@ -465,7 +479,13 @@ impl Encoder {
 
     /// Like [`forward`](Self::forward) but returns the hidden state after the first `n` layers
     /// (`n = 0`: the embedding output).
-    pub fn forward_layers(&self, input_ids: &Tensor, attention_mask: &Tensor, n: usize, mode: &mut Mode) -> Result<Tensor> {
+    pub fn forward_layers(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: &Tensor,
+        n: usize,
+        mode: &mut Mode,
+    ) -> Result<Tensor> {
         if n > self.layers.len() {
             bail!("asked for layer {n} of an encoder with {} layers", self.layers.len());
         }
@@ -490,7 +510,14 @@ impl Encoder {
     }
 
     /// One layer on `x` `[B·L, H]`.
-    fn layer_forward(&self, layer: &Layer, x: &Tensor, (b, l): (usize, usize), bias: &Tensor, mode: &mut Mode) -> Result<Tensor> {
+    fn layer_forward(
+        &self,
+        layer: &Layer,
+        x: &Tensor,
+        (b, l): (usize, usize),
+        bias: &Tensor,
+        mode: &mut Mode,
+    ) -> Result<Tensor> {
         let h = self.hidden;
         let (nh, hd) = (self.heads, h / self.heads);
         let split = |t: Tensor| super::kernels::split_heads(&t, b, l, nh);
@@ -528,7 +555,12 @@ mod tests {
     fn position_ids_on_the_device_equal_the_host_ones() {
         for family in ["bert", "xlm-roberta"] {
             let e = encoder(family);
-            let mask = Tensor::from_vec(vec![1f32, 1., 1., 0., 0., 1., 1., 1., 1., 1., 1., 0., 0., 0., 0.], (3, 5), &Device::Cpu).unwrap();
+            let mask = Tensor::from_vec(
+                vec![1f32, 1., 1., 0., 0., 1., 1., 1., 1., 1., 1., 0., 0., 0., 0.],
+                (3, 5),
+                &Device::Cpu,
+            )
+            .unwrap();
             let host = e.position_ids(&mask).unwrap().to_vec1::<u32>().unwrap();
             let dev = e.position_ids_on_device(&mask).unwrap().to_vec1::<u32>().unwrap();
             assert_eq!(host, dev, "{family}");

@@ -48,7 +48,13 @@ impl CustomOp1 for GeluErf {
 }
 
 /// The f32 data of two contiguous inputs of the same length (the backward kernels' inputs).
-fn two_f32<'a>(op: &str, s1: &'a CpuStorage, l1: &Layout, s2: &'a CpuStorage, l2: &Layout) -> candle_core::Result<(&'a [f32], &'a [f32])> {
+fn two_f32<'a>(
+    op: &str,
+    s1: &'a CpuStorage,
+    l1: &Layout,
+    s2: &'a CpuStorage,
+    l2: &Layout,
+) -> candle_core::Result<(&'a [f32], &'a [f32])> {
     let (CpuStorage::F32(x), CpuStorage::F32(y)) = (s1, s2) else { candle_core::bail!("{op}: f32 only") };
     let (Some((a, b)), Some((c, d))) = (l1.contiguous_offsets(), l2.contiguous_offsets()) else {
         candle_core::bail!("{op}: contiguous inputs only")
@@ -67,7 +73,13 @@ impl CustomOp2 for GeluErfGrad {
         "fast-gelu-erf-grad"
     }
 
-    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (x, g) = two_f32(self.name(), s1, l1, s2, l2)?;
         const INV_SQRT_2PI: f32 = 0.398_942_3;
         let out: Vec<f32> = x
@@ -134,7 +146,11 @@ pub fn exp_f32(x: f32) -> f32 {
     p = p * r + 1.0;
     p = p * r + 1.0;
     let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
-    if underflow { 0.0 } else { p * scale }
+    if underflow {
+        0.0
+    } else {
+        p * scale
+    }
 }
 
 /// Softmax backward from the output y and the gradient g: `y ⊙ (g − Σ g⊙y)` per row.
@@ -145,7 +161,13 @@ impl CustomOp2 for SoftmaxGrad {
         "fast-softmax-grad"
     }
 
-    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (y, g) = two_f32(self.name(), s1, l1, s2, l2)?;
         let n = (*l1.dims().last().unwrap_or(&1)).max(1);
         let mut out = vec![0f32; y.len()];
@@ -170,9 +192,17 @@ impl CustomOp2 for MaskedSoftmax {
         "fast-masked-softmax"
     }
 
-    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (x, bias) = (one_f32(self.name(), s1, l1)?, one_f32(self.name(), s2, l2)?);
-        let &[b, h, lq, lk] = l1.dims() else { candle_core::bail!("{}: scores of rank 4 expected, got {:?}", self.name(), l1.dims()) };
+        let &[b, h, lq, lk] = l1.dims() else {
+            candle_core::bail!("{}: scores of rank 4 expected, got {:?}", self.name(), l1.dims())
+        };
         if l2.dims() != [b, 1, 1, lk] {
             candle_core::bail!("{}: a mask bias of shape [{b}, 1, 1, {lk}] expected, got {:?}", self.name(), l2.dims());
         }
@@ -192,7 +222,13 @@ impl CustomOp2 for MaskedSoftmax {
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
-    fn bwd(&self, _scores: &Tensor, _bias: &Tensor, res: &Tensor, grad: &Tensor) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+    fn bwd(
+        &self,
+        _scores: &Tensor,
+        _bias: &Tensor,
+        res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
         Ok((Some(res.contiguous()?.apply_op2_no_bwd(&grad.contiguous()?, &SoftmaxGrad)?), None))
     }
 }
@@ -208,10 +244,18 @@ pub fn masked_softmax(scores: &Tensor, bias: &Tensor, train: bool) -> Result<Ten
     };
     if cpu_f32(&[scores, bias]) && fits && !bias.track_op() {
         let (scores, bias) = (scores.contiguous()?, bias.contiguous()?);
-        Ok(if train { scores.apply_op2(&bias, MaskedSoftmax)? } else { scores.apply_op2_no_bwd(&bias, &MaskedSoftmax)? })
+        Ok(if train {
+            scores.apply_op2(&bias, MaskedSoftmax)?
+        } else {
+            scores.apply_op2_no_bwd(&bias, &MaskedSoftmax)?
+        })
     } else {
         let x = scores.broadcast_add(bias)?;
-        Ok(if train { candle_nn::ops::softmax(&x, candle_core::D::Minus1)? } else { candle_nn::ops::softmax_last_dim(&x)? })
+        Ok(if train {
+            candle_nn::ops::softmax(&x, candle_core::D::Minus1)?
+        } else {
+            candle_nn::ops::softmax_last_dim(&x)?
+        })
     }
 }
 
@@ -225,15 +269,32 @@ impl CustomOp2 for MaskMul {
         "fast-mask-mul"
     }
 
-    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
         if l1.dims() != l2.dims() {
-            candle_core::bail!("{}: a mask of shape {:?} for an input of shape {:?}", self.name(), l2.dims(), l1.dims());
+            candle_core::bail!(
+                "{}: a mask of shape {:?} for an input of shape {:?}",
+                self.name(),
+                l2.dims(),
+                l1.dims()
+            );
         }
         let (x, m) = two_f32(self.name(), s1, l1, s2, l2)?;
         Ok((CpuStorage::F32(x.iter().zip(m).map(|(x, m)| x * m).collect()), l1.shape().clone()))
     }
 
-    fn bwd(&self, x: &Tensor, mask: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+    fn bwd(
+        &self,
+        x: &Tensor,
+        mask: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
         Ok((if x.track_op() { Some(grad.contiguous()?.apply_op2_no_bwd(mask, &MaskMul)?) } else { None }, None))
     }
 }
@@ -259,7 +320,11 @@ struct Heads {
 
 impl CustomOp1 for Heads {
     fn name(&self) -> &'static str {
-        if self.merge { "fast-merge-heads" } else { "fast-split-heads" }
+        if self.merge {
+            "fast-merge-heads"
+        } else {
+            "fast-split-heads"
+        }
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
@@ -270,7 +335,11 @@ impl CustomOp1 for Heads {
             (false, &[_, w]) if nh > 0 => w / nh,
             _ => 0,
         };
-        let (want, out_shape) = if self.merge { ([b, nh, len, d].to_vec(), Shape::from((b * len, nh * d))) } else { ([b * len, nh * d].to_vec(), Shape::from((b, nh, len, d))) };
+        let (want, out_shape) = if self.merge {
+            ([b, nh, len, d].to_vec(), Shape::from((b * len, nh * d)))
+        } else {
+            ([b * len, nh * d].to_vec(), Shape::from((b, nh, len, d)))
+        };
         if l.dims() != want.as_slice() || nh == 0 {
             candle_core::bail!("{}: shape {:?} for {b} × {len} tokens and {nh} heads", self.name(), l.dims());
         }
@@ -362,7 +431,11 @@ fn one_f32<'a>(op: &str, s: &'a CpuStorage, l: &Layout) -> candle_core::Result<&
 }
 
 /// The rows of `x` (`[…, n]`) and a `[n]` vector's data, checked to fit.
-fn rows_and_vec<'a>(op: &str, x: (&'a CpuStorage, &Layout), v: (&'a CpuStorage, &Layout)) -> candle_core::Result<(&'a [f32], &'a [f32], usize)> {
+fn rows_and_vec<'a>(
+    op: &str,
+    x: (&'a CpuStorage, &Layout),
+    v: (&'a CpuStorage, &Layout),
+) -> candle_core::Result<(&'a [f32], &'a [f32], usize)> {
     let n = *x.1.dims().last().unwrap_or(&1);
     let (xs, vs) = (one_f32(op, x.0, x.1)?, one_f32(op, v.0, v.1)?);
     if n == 0 || vs.len() != n || v.1.dims().len() != 1 {
@@ -396,7 +469,15 @@ impl CustomOp3 for LayerNormTrain {
         "fast-layer-norm-train"
     }
 
-    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout, s3: &CpuStorage, l3: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (x, w, n) = rows_and_vec(self.name(), (s1, l1), (s2, l2))?;
         let (_, b, _) = rows_and_vec(self.name(), (s1, l1), (s3, l3))?;
         let mut out = vec![0f32; x.len()];
@@ -409,9 +490,20 @@ impl CustomOp3 for LayerNormTrain {
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
-    fn bwd(&self, x: &Tensor, w: &Tensor, b: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        b: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let (x, g) = (x.contiguous()?, grad.contiguous()?);
-        let dx = if x.track_op() { Some(x.apply_op3_no_bwd(&w.contiguous()?, &g, &LayerNormGradX { eps: self.eps })?) } else { None };
+        let dx = if x.track_op() {
+            Some(x.apply_op3_no_bwd(&w.contiguous()?, &g, &LayerNormGradX { eps: self.eps })?)
+        } else {
+            None
+        };
         let (dw, db) = if w.track_op() || b.track_op() {
             let wb = x.apply_op2_no_bwd(&g, &LayerNormGradWB { eps: self.eps })?;
             (w.track_op().then(|| wb.get(0)).transpose()?, b.track_op().then(|| wb.get(1)).transpose()?)
@@ -433,7 +525,15 @@ impl CustomOp3 for LayerNormGradX {
         "fast-layer-norm-grad-x"
     }
 
-    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout, s3: &CpuStorage, l3: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (_, w, n) = rows_and_vec(self.name(), (s1, l1), (s2, l2))?;
         let (x, g) = two_f32(self.name(), s1, l1, s3, l3)?;
         let mut out = vec![0f32; x.len()];
@@ -466,7 +566,13 @@ impl CustomOp2 for LayerNormGradWB {
         "fast-layer-norm-grad-wb"
     }
 
-    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (x, g) = two_f32(self.name(), s1, l1, s2, l2)?;
         let n = (*l1.dims().last().unwrap_or(&1)).max(1);
         let (mut dw, mut db, mut xhat) = (vec![0f64; n], vec![0f64; n], vec![0f32; n]);
@@ -526,12 +632,25 @@ impl CustomOp3 for FusedLinear {
         "fast-linear"
     }
 
-    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout, s3: &CpuStorage, l3: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
         let name = self.name();
         let (CpuStorage::F32(x), CpuStorage::F32(w)) = (s1, s2) else { candle_core::bail!("{name}: f32 only") };
         let b = one_f32(name, s3, l3)?;
         let (&[m, k], &[n, k2], 1) = (l1.dims(), l2.dims(), l3.dims().len()) else {
-            candle_core::bail!("{name}: [rows, in], [out, in] and [out] expected, got {:?}, {:?}, {:?}", l1.dims(), l2.dims(), l3.dims())
+            candle_core::bail!(
+                "{name}: [rows, in], [out, in] and [out] expected, got {:?}, {:?}, {:?}",
+                l1.dims(),
+                l2.dims(),
+                l3.dims()
+            )
         };
         if k != k2 || b.len() != n {
             candle_core::bail!("{name}: shapes {:?}, {:?}, {:?} do not fit", l1.dims(), l2.dims(), l3.dims());
@@ -575,7 +694,14 @@ impl CustomOp3 for FusedLinear {
         Ok((CpuStorage::F32(out), Shape::from((m, n))))
     }
 
-    fn bwd(&self, x: &Tensor, w: &Tensor, b: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        b: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
         let dx = if x.track_op() { Some(grad.matmul(&w.detach())?) } else { None }; // CPU only
         let dw = if w.track_op() { Some(grad.t()?.matmul(&x.detach())?) } else { None }; // CPU only
         let db = if b.track_op() { Some(grad.contiguous()?.apply_op1_no_bwd(&ColumnSums)?) } else { None };
@@ -587,7 +713,13 @@ impl CustomOp3 for FusedLinear {
 /// values as candle's `matmul` then `broadcast_add`, one output buffer instead of two) whose
 /// backward (`train`) hands the weight its gradient in its own layout; candle's ops elsewhere.
 pub fn linear(x: &Tensor, w: &Tensor, b: &Tensor, train: bool) -> Result<Tensor> {
-    anyhow::ensure!(x.rank() == 2 && w.rank() == 2 && b.rank() == 1, "linear: [rows, in], [out, in] and [out] expected, got {:?}, {:?}, {:?}", x.dims(), w.dims(), b.dims());
+    anyhow::ensure!(
+        x.rank() == 2 && w.rank() == 2 && b.rank() == 1,
+        "linear: [rows, in], [out, in] and [out] expected, got {:?}, {:?}, {:?}",
+        x.dims(),
+        w.dims(),
+        b.dims()
+    );
     if !cpu_f32(&[x, w, b]) {
         return Ok(super::matmul::matmul(x, &w.t()?)?.broadcast_add(b)?);
     }
@@ -668,7 +800,11 @@ mod tests {
         let xs: Vec<f32> = (0..6 * 29).map(|i| ((i * 7919) % 401) as f32 / 40.0 - 5.0).collect();
         let weights: Vec<f32> = (0..6 * 29).map(|i| ((i * 104_729) % 97) as f32 / 48.0 - 1.0).collect();
         let w = Tensor::from_vec(weights, (6, 29), &dev)?;
-        let check = |name: &str, ours: &dyn Fn(&Tensor) -> Result<Tensor>, theirs: &dyn Fn(&Tensor) -> Result<Tensor>, tol: f32| -> Result<()> {
+        let check = |name: &str,
+                     ours: &dyn Fn(&Tensor) -> Result<Tensor>,
+                     theirs: &dyn Fn(&Tensor) -> Result<Tensor>,
+                     tol: f32|
+         -> Result<()> {
             let mut x = Tensor::from_vec(xs.clone(), (6, 29), &dev)?;
             x = x.slice_assign(&[0..6, 5..6], &Tensor::full(-1e30f32, (6, 1), &dev)?)?;
             let (va, vb) = (candle_core::Var::from_tensor(&x)?, candle_core::Var::from_tensor(&x)?);
@@ -678,14 +814,22 @@ mod tests {
             let gb = yb.mul(&w)?.sum_all()?.backward()?;
             let d = |a: &Tensor, b: &Tensor| -> Result<f32> {
                 let (a, b) = (a.flatten_all()?.to_vec1::<f32>()?, b.flatten_all()?.to_vec1::<f32>()?);
-                Ok(a.iter().zip(&b).map(|(x, y)| if x.is_finite() || y.is_finite() { (x - y).abs() } else { 0.0 }).fold(0f32, f32::max))
+                Ok(a.iter()
+                    .zip(&b)
+                    .map(|(x, y)| if x.is_finite() || y.is_finite() { (x - y).abs() } else { 0.0 })
+                    .fold(0f32, f32::max))
             };
             let (dv, dg) = (d(&ya, &yb)?, d(ga.get(va.as_tensor()).unwrap(), gb.get(vb.as_tensor()).unwrap())?);
             assert!(dv < tol && dg < tol, "{name}: value diff {dv}, gradient diff {dg}");
             Ok(())
         };
         // GELU on finite inputs (|x| <= 50); values up to 5, so 5e-6 is about 1e-6 relative.
-        check("gelu", &|x| gelu_erf_train(&x.clamp(-50f32, 50f32)?), &|x| Ok(x.clamp(-50f32, 50f32)?.gelu_erf()?), 5e-6)?;
+        check(
+            "gelu",
+            &|x| gelu_erf_train(&x.clamp(-50f32, 50f32)?),
+            &|x| Ok(x.clamp(-50f32, 50f32)?.gelu_erf()?),
+            5e-6,
+        )?;
         Ok(())
     }
 
@@ -694,15 +838,27 @@ mod tests {
         assert_eq!(a.dims(), b.dims());
         let (a, b) = (a.flatten_all()?.to_vec1::<f32>()?, b.flatten_all()?.to_vec1::<f32>()?);
         // NaN or infinity anywhere makes the difference NaN (f32::max would skip a NaN).
-        Ok(a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, |m, d| if d.is_finite() && m.is_finite() { m.max(d) } else { f32::NAN }))
+        Ok(a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, |m, d| {
+            if d.is_finite() && m.is_finite() {
+                m.max(d)
+            } else {
+                f32::NAN
+            }
+        }))
     }
 
     /// The differences between two implementations of an op under a weighted sum: of the values,
     /// then of each input's gradient; relative to `theirs`, element by element (absolute below
     /// 1), NaN if anything is not finite.
-    fn grad_errors(inputs: &[Tensor], ours: &dyn Fn(&[Tensor]) -> Result<Tensor>, theirs: &dyn Fn(&[Tensor]) -> Result<Tensor>) -> Result<Vec<f32>> {
-        let va: Vec<candle_core::Var> = inputs.iter().map(candle_core::Var::from_tensor).collect::<candle_core::Result<_>>()?;
-        let vb: Vec<candle_core::Var> = inputs.iter().map(candle_core::Var::from_tensor).collect::<candle_core::Result<_>>()?;
+    fn grad_errors(
+        inputs: &[Tensor],
+        ours: &dyn Fn(&[Tensor]) -> Result<Tensor>,
+        theirs: &dyn Fn(&[Tensor]) -> Result<Tensor>,
+    ) -> Result<Vec<f32>> {
+        let va: Vec<candle_core::Var> =
+            inputs.iter().map(candle_core::Var::from_tensor).collect::<candle_core::Result<_>>()?;
+        let vb: Vec<candle_core::Var> =
+            inputs.iter().map(candle_core::Var::from_tensor).collect::<candle_core::Result<_>>()?;
         let ta: Vec<Tensor> = va.iter().map(|v| v.as_tensor().clone()).collect();
         let tb: Vec<Tensor> = vb.iter().map(|v| v.as_tensor().clone()).collect();
         let (ya, yb) = (ours(&ta)?, theirs(&tb)?);
@@ -713,7 +869,13 @@ mod tests {
         let rel = |a: &Tensor, b: &Tensor| -> Result<f32> {
             assert_eq!(a.dims(), b.dims());
             let (a, b) = (a.flatten_all()?.to_vec1::<f32>()?, b.flatten_all()?.to_vec1::<f32>()?);
-            Ok(a.iter().zip(&b).map(|(x, y)| (x - y).abs() / y.abs().max(1.0)).fold(0f32, |m, d| if d.is_finite() && m.is_finite() { m.max(d) } else { f32::NAN }))
+            Ok(a.iter().zip(&b).map(|(x, y)| (x - y).abs() / y.abs().max(1.0)).fold(0f32, |m, d| {
+                if d.is_finite() && m.is_finite() {
+                    m.max(d)
+                } else {
+                    f32::NAN
+                }
+            }))
         };
         let mut errors = vec![rel(&ya, &yb)?];
         for (a, b) in ta.iter().zip(&tb) {
@@ -723,9 +885,18 @@ mod tests {
     }
 
     /// [`grad_errors`] each below `tol`.
-    fn check_grads(name: &str, inputs: &[Tensor], ours: &dyn Fn(&[Tensor]) -> Result<Tensor>, theirs: &dyn Fn(&[Tensor]) -> Result<Tensor>, tol: f32) -> Result<()> {
+    fn check_grads(
+        name: &str,
+        inputs: &[Tensor],
+        ours: &dyn Fn(&[Tensor]) -> Result<Tensor>,
+        theirs: &dyn Fn(&[Tensor]) -> Result<Tensor>,
+        tol: f32,
+    ) -> Result<()> {
         let errors = grad_errors(inputs, ours, theirs)?;
-        assert!(errors.iter().all(|e| *e < tol), "{name}: differences (value, then each input's gradient) {errors:?}, tolerance {tol}");
+        assert!(
+            errors.iter().all(|e| *e < tol),
+            "{name}: differences (value, then each input's gradient) {errors:?}, tolerance {tol}"
+        );
         Ok(())
     }
 
@@ -739,7 +910,11 @@ mod tests {
             .map(|i| {
                 let r = i / n;
                 let v = ((i * 7919) % 401) as f32 / 40.0 - 5.0;
-                if r == 3 { 2.0 + v * 1e-2 } else { v * (r as f32 + 0.5) + r as f32 }
+                if r == 3 {
+                    2.0 + v * 1e-2
+                } else {
+                    v * (r as f32 + 0.5) + r as f32
+                }
             })
             .collect();
         let x = Tensor::from_vec(xs, (rows, n), &dev)?;
@@ -751,23 +926,39 @@ mod tests {
             let inputs = [x.reshape((1, rows, n))?, w.clone(), b.clone()];
             let f64_ref = |t: &[Tensor]| -> Result<Tensor> {
                 let f = |t: &Tensor| t.to_dtype(candle_core::DType::F64);
-                Ok(candle_nn::ops::layer_norm_slow(&f(&t[0])?, &f(&t[1])?, &f(&t[2])?, eps)?.to_dtype(candle_core::DType::F32)?)
+                Ok(candle_nn::ops::layer_norm_slow(&f(&t[0])?, &f(&t[1])?, &f(&t[2])?, eps)?
+                    .to_dtype(candle_core::DType::F32)?)
             };
             let ours = grad_errors(&inputs, &|t| layer_norm_train(&t[0], &t[1], &t[2], eps), &f64_ref)?;
-            let candle_f32 = grad_errors(&inputs, &|t| Ok(candle_nn::ops::layer_norm_slow(&t[0], &t[1], &t[2], eps)?), &f64_ref)?;
+            let candle_f32 =
+                grad_errors(&inputs, &|t| Ok(candle_nn::ops::layer_norm_slow(&t[0], &t[1], &t[2], eps)?), &f64_ref)?;
             for (o, c) in ours.iter().zip(&candle_f32) {
-                assert!(*o <= (2.0 * c).max(2e-6), "layer norm, eps {eps}: our errors {ours:?}, candle's f32 errors {candle_f32:?}");
+                assert!(
+                    *o <= (2.0 * c).max(2e-6),
+                    "layer norm, eps {eps}: our errors {ours:?}, candle's f32 errors {candle_f32:?}"
+                );
             }
         }
-        let wl = Tensor::from_vec((0..n * n).map(|i| ((i * 31) % 17) as f32 / 8.0 - 1.0).collect::<Vec<_>>(), (n, n), &dev)?;
-        check_grads("linear", &[x.clone(), wl.clone(), b.clone()], &|t| linear(&t[0], &t[1], &t[2], true), &|t| Ok(t[0].matmul(&t[1].t()?)?.broadcast_add(&t[2])?), 1e-5)?;
+        let wl =
+            Tensor::from_vec((0..n * n).map(|i| ((i * 31) % 17) as f32 / 8.0 - 1.0).collect::<Vec<_>>(), (n, n), &dev)?;
+        check_grads(
+            "linear",
+            &[x.clone(), wl.clone(), b.clone()],
+            &|t| linear(&t[0], &t[1], &t[2], true),
+            &|t| Ok(t[0].matmul(&t[1].t()?)?.broadcast_add(&t[2])?),
+            1e-5,
+        )?;
         let (scores, mask) = scores_and_bias(&dev)?;
         let scores = (scores / 4.0)?;
         let va = candle_core::Var::from_tensor(&scores)?;
         let vb = candle_core::Var::from_tensor(&scores)?;
         let ya = masked_softmax(va.as_tensor(), &mask, true)?;
         let yb = candle_nn::ops::softmax(&vb.as_tensor().broadcast_add(&mask)?, candle_core::D::Minus1)?;
-        let wts = Tensor::from_vec((0..ya.elem_count()).map(|i| ((i * 104_729) % 97) as f32 / 48.0 - 1.0).collect::<Vec<_>>(), ya.shape(), &dev)?;
+        let wts = Tensor::from_vec(
+            (0..ya.elem_count()).map(|i| ((i * 104_729) % 97) as f32 / 48.0 - 1.0).collect::<Vec<_>>(),
+            ya.shape(),
+            &dev,
+        )?;
         let (ga, gb) = (ya.mul(&wts)?.sum_all()?.backward()?, yb.mul(&wts)?.sum_all()?.backward()?);
         let dg = max_diff(ga.get(va.as_tensor()).unwrap(), gb.get(vb.as_tensor()).unwrap())?;
         assert!(dg < 1e-6, "masked softmax: gradient diff {dg}");
@@ -785,7 +976,11 @@ mod tests {
     fn head_split_merge_and_dropout_match_candle() -> Result<()> {
         let dev = candle_core::Device::Cpu;
         let (b, l, nh, d) = (3, 5, 4, 6);
-        let x = Tensor::from_vec((0..b * l * nh * d).map(|i| i as f32 * 0.37 - 20.0).collect::<Vec<_>>(), (b * l, nh * d), &dev)?;
+        let x = Tensor::from_vec(
+            (0..b * l * nh * d).map(|i| i as f32 * 0.37 - 20.0).collect::<Vec<_>>(),
+            (b * l, nh * d),
+            &dev,
+        )?;
         let theirs = x.reshape((b, l, nh, d))?.transpose(1, 2)?.contiguous()?;
         let ours = split_heads(&x, b, l, nh)?;
         assert_eq!(ours.dims(), &[b, nh, l, d]);
@@ -796,16 +991,26 @@ mod tests {
         assert_eq!(merge_heads(&split_heads(&empty, 0, l, nh)?)?.dims(), &[0, nh * d]);
         assert!(split_heads(&Tensor::zeros((b * l, nh * d + 1), candle_core::DType::F32, &dev)?, b, l, nh).is_err());
         // Gradients through split, a product with fixed weights and merge, against candle's views.
-        let w = Tensor::from_vec((0..b * nh * l * d).map(|i| ((i * 31) % 17) as f32 - 8.0).collect::<Vec<_>>(), (b, nh, l, d), &dev)?;
+        let w = Tensor::from_vec(
+            (0..b * nh * l * d).map(|i| ((i * 31) % 17) as f32 - 8.0).collect::<Vec<_>>(),
+            (b, nh, l, d),
+            &dev,
+        )?;
         check_grads(
             "split/merge heads",
             std::slice::from_ref(&x),
             &|t| merge_heads(&split_heads(&t[0], b, l, nh)?.mul(&w)?),
-            &|t| Ok(t[0].reshape((b, l, nh, d))?.transpose(1, 2)?.mul(&w)?.transpose(1, 2)?.reshape((b * l, nh * d))?),
+            &|t| {
+                Ok(t[0].reshape((b, l, nh, d))?.transpose(1, 2)?.mul(&w)?.transpose(1, 2)?.reshape((b * l, nh * d))?)
+            },
             1e-7,
         )?;
         // Dropout's product: the input's gradient is the mask's product, the mask gets none.
-        let mask = Tensor::from_vec((0..b * l * nh * d).map(|i| if i % 3 == 0 { 0f32 } else { 1.25 }).collect::<Vec<_>>(), (b * l, nh * d), &dev)?;
+        let mask = Tensor::from_vec(
+            (0..b * l * nh * d).map(|i| if i % 3 == 0 { 0f32 } else { 1.25 }).collect::<Vec<_>>(),
+            (b * l, nh * d),
+            &dev,
+        )?;
         let v = candle_core::Var::from_tensor(&x)?;
         let y = dropout_mul(v.as_tensor(), &mask)?;
         assert_eq!(max_diff(&y, &x.mul(&mask)?)?, 0.0);
@@ -826,7 +1031,9 @@ mod tests {
         let dev = candle_core::Device::Cpu;
         let (b, l, nh, d) = (2, 5, 2, 4);
         let h = nh * d;
-        let val = |n: usize, k: usize| -> Vec<f32> { (0..n).map(|i| (((i + k) * 7919) % 211) as f32 / 105.0 - 1.0).collect() };
+        let val = |n: usize, k: usize| -> Vec<f32> {
+            (0..n).map(|i| (((i + k) * 7919) % 211) as f32 / 105.0 - 1.0).collect()
+        };
         let mat = |r: usize, c: usize, k: usize| Tensor::from_vec(val(r * c, k), (r, c), &dev);
         // Inputs: x is rows 1.. of a larger tensor (a view at an offset), then 4 projections, LN.
         let mut inputs = vec![mat(b * l + 1, h, 1)?];
@@ -841,33 +1048,71 @@ mod tests {
         mask[3] = -1e30;
         mask[l..].iter_mut().for_each(|m| *m = -1e30);
         let mask = Tensor::from_vec(mask, (b, 1, 1, l), &dev)?;
-        let drop = |n: usize| Tensor::from_vec((0..n).map(|i| if i % 4 == 1 { 0f32 } else { 1.0 / 0.75 }).collect::<Vec<_>>(), n, &dev);
+        let drop = |n: usize| {
+            Tensor::from_vec((0..n).map(|i| if i % 4 == 1 { 0f32 } else { 1.0 / 0.75 }).collect::<Vec<_>>(), n, &dev)
+        };
         let (drop_p, drop_a) = (drop(b * nh * l * l)?.reshape((b, nh, l, l))?, drop(b * l * h)?.reshape((b * l, h))?);
         let block = |t: &[Tensor], fused: bool| -> Result<Tensor> {
             let x = t[0].narrow(0, 1, b * l)?;
             let lin = |x: &Tensor, i: usize| -> Result<Tensor> {
-                if fused { linear(x, &t[1 + 2 * i], &t[2 + 2 * i], true) } else { Ok(x.matmul(&t[1 + 2 * i].t()?)?.broadcast_add(&t[2 + 2 * i])?) }
+                if fused {
+                    linear(x, &t[1 + 2 * i], &t[2 + 2 * i], true)
+                } else {
+                    Ok(x.matmul(&t[1 + 2 * i].t()?)?.broadcast_add(&t[2 + 2 * i])?)
+                }
             };
-            let split = |y: Tensor| -> Result<Tensor> { if fused { split_heads(&y, b, l, nh) } else { Ok(y.reshape((b, l, nh, d))?.transpose(1, 2)?.contiguous()?) } };
+            let split = |y: Tensor| -> Result<Tensor> {
+                if fused {
+                    split_heads(&y, b, l, nh)
+                } else {
+                    Ok(y.reshape((b, l, nh, d))?.transpose(1, 2)?.contiguous()?)
+                }
+            };
             let q = split((lin(&x, 0)? * 0.5)?)?;
             let (k, v) = (split(lin(&x, 1)?)?, split(lin(&x, 2)?)?);
             let scores = q.matmul(&k.t()?)?;
-            let probs = if fused { dropout_mul(&masked_softmax(&scores, &mask, true)?, &drop_p)? } else { candle_nn::ops::softmax(&scores.broadcast_add(&mask)?, candle_core::D::Minus1)?.mul(&drop_p)? };
+            let probs = if fused {
+                dropout_mul(&masked_softmax(&scores, &mask, true)?, &drop_p)?
+            } else {
+                candle_nn::ops::softmax(&scores.broadcast_add(&mask)?, candle_core::D::Minus1)?.mul(&drop_p)?
+            };
             let ctx = probs.matmul(&v)?;
             let ctx = if fused { merge_heads(&ctx)? } else { ctx.transpose(1, 2)?.reshape((b * l, h))? };
             let a = lin(&ctx, 3)?;
             let a = if fused { dropout_mul(&a, &drop_a)? } else { a.mul(&drop_a)? };
             let r = (a + &x)?;
-            if fused { layer_norm_train(&r, &t[9], &t[10], 1e-12) } else { Ok(candle_nn::ops::layer_norm_slow(&r, &t[9], &t[10], 1e-12)?) }
+            if fused {
+                layer_norm_train(&r, &t[9], &t[10], 1e-12)
+            } else {
+                Ok(candle_nn::ops::layer_norm_slow(&r, &t[9], &t[10], 1e-12)?)
+            }
         };
         check_grads("attention block", &inputs, &|t| block(t, true), &|t| block(t, false), 1e-5)?;
         // The same block through the fallbacks a GPU runs (candle's ops, operands made
         // contiguous for cuBLAS), forced on the CPU, against the fused kernels.
-        check_grads("attention block, GPU fallbacks", &inputs, &|t| with_candle_ops(|| block(t, true)), &|t| block(t, true), 1e-5)?;
+        check_grads(
+            "attention block, GPU fallbacks",
+            &inputs,
+            &|t| with_candle_ops(|| block(t, true)),
+            &|t| block(t, true),
+            1e-5,
+        )?;
         // Untracked inputs, tracked parameters: only the parameters get gradients, as candle's.
         let x = mat(b * l, h, 3)?;
-        check_grads("layer norm parameters", &inputs[9..11], &|t| layer_norm_train(&x, &t[0], &t[1], 1e-12), &|t| Ok(candle_nn::ops::layer_norm_slow(&x, &t[0], &t[1], 1e-12)?), 1e-5)?;
-        check_grads("linear parameters", &inputs[1..3], &|t| linear(&x, &t[0], &t[1], true), &|t| Ok(x.matmul(&t[0].t()?)?.broadcast_add(&t[1])?), 1e-6)?;
+        check_grads(
+            "layer norm parameters",
+            &inputs[9..11],
+            &|t| layer_norm_train(&x, &t[0], &t[1], 1e-12),
+            &|t| Ok(candle_nn::ops::layer_norm_slow(&x, &t[0], &t[1], 1e-12)?),
+            1e-5,
+        )?;
+        check_grads(
+            "linear parameters",
+            &inputs[1..3],
+            &|t| linear(&x, &t[0], &t[1], true),
+            &|t| Ok(x.matmul(&t[0].t()?)?.broadcast_add(&t[1])?),
+            1e-6,
+        )?;
         Ok(())
     }
 
@@ -879,23 +1124,32 @@ mod tests {
     #[test]
     fn linear_matches_candle() -> Result<()> {
         let dev = candle_core::Device::Cpu;
-        let val = |n: usize, k: usize| -> Vec<f32> { (0..n).map(|i| (((i + k) * 7919) % 211) as f32 / 105.0 - 1.0).collect() };
+        let val = |n: usize, k: usize| -> Vec<f32> {
+            (0..n).map(|i| (((i + k) * 7919) % 211) as f32 / 105.0 - 1.0).collect()
+        };
         let (rows, inp, out) = (37, 70, 45);
         type View = dyn Fn(&Tensor) -> candle_core::Result<Tensor>;
         // Each case: a base tensor (tracked by the gradient check) and the view the layer reads.
         let xs: Vec<(Tensor, Box<View>)> = vec![
             (Tensor::from_vec(val(rows * inp, 4), (rows, inp), &dev)?, Box::new(|t: &Tensor| Ok(t.clone()))),
-            (Tensor::from_vec(val(rows * (inp + 9), 3), (rows, inp + 9), &dev)?, Box::new(move |t: &Tensor| t.narrow(1, 5, inp))),
+            (
+                Tensor::from_vec(val(rows * (inp + 9), 3), (rows, inp + 9), &dev)?,
+                Box::new(move |t: &Tensor| t.narrow(1, 5, inp)),
+            ),
             (Tensor::from_vec(val(rows * inp, 5), (inp, rows), &dev)?, Box::new(|t: &Tensor| t.t())),
             (Tensor::from_vec(val(inp, 6), (1, inp), &dev)?, Box::new(move |t: &Tensor| t.broadcast_as((rows, inp)))),
         ];
         let ws: Vec<(Tensor, Box<View>)> = vec![
             (Tensor::from_vec(val(out * inp, 1), (out, inp), &dev)?, Box::new(|t: &Tensor| Ok(t.clone()))),
-            (Tensor::from_vec(val((out + 2) * inp, 7), (out + 2, inp), &dev)?, Box::new(move |t: &Tensor| t.narrow(0, 1, out))),
+            (
+                Tensor::from_vec(val((out + 2) * inp, 7), (out + 2, inp), &dev)?,
+                Box::new(move |t: &Tensor| t.narrow(0, 1, out)),
+            ),
             (Tensor::from_vec(val(out * inp, 8), (inp, out), &dev)?, Box::new(|t: &Tensor| t.t())),
         ];
         let b = Tensor::from_vec(val(out, 2), out, &dev)?;
-        let reference = |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> { Ok(x.matmul(&w.t()?)?.broadcast_add(b)?) };
+        let reference =
+            |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> { Ok(x.matmul(&w.t()?)?.broadcast_add(b)?) };
         for (xb, xv) in &xs {
             for (wb, wv) in &ws {
                 let (x, w) = (xv(xb)?, wv(wb)?);
@@ -919,14 +1173,30 @@ mod tests {
         let (vw, vb) = (candle_core::Var::from_tensor(&w)?, candle_core::Var::from_tensor(&b)?);
         let g = linear(&x, vw.as_tensor(), vb.as_tensor(), true)?.sum_all()?.backward()?;
         assert!(g.get(&x).is_none() && g.get(vw.as_tensor()).is_some() && g.get(vb.as_tensor()).is_some());
-        check_grads("linear weight alone", std::slice::from_ref(&w), &|t| linear(&x, &t[0], &b, true), &|t| reference(&x, &t[0], &b), 1e-5)?;
-        check_grads("linear bias alone", std::slice::from_ref(&b), &|t| linear(&x, &w, &t[0], true), &|t| reference(&x, &w, &t[0]), 1e-6)?;
+        check_grads(
+            "linear weight alone",
+            std::slice::from_ref(&w),
+            &|t| linear(&x, &t[0], &b, true),
+            &|t| reference(&x, &t[0], &b),
+            1e-5,
+        )?;
+        check_grads(
+            "linear bias alone",
+            std::slice::from_ref(&b),
+            &|t| linear(&x, &w, &t[0], true),
+            &|t| reference(&x, &w, &t[0]),
+            1e-6,
+        )?;
         // No rows, no inputs (the bias alone) or no outputs; mismatched shapes are refused.
         let empty = Tensor::zeros((0, inp), candle_core::DType::F32, &dev)?;
         assert_eq!(linear(&empty, &w, &b, true)?.dims(), &[0, out]);
-        let (x0, w0) = (Tensor::zeros((rows, 0), candle_core::DType::F32, &dev)?, Tensor::zeros((out, 0), candle_core::DType::F32, &dev)?);
+        let (x0, w0) = (
+            Tensor::zeros((rows, 0), candle_core::DType::F32, &dev)?,
+            Tensor::zeros((out, 0), candle_core::DType::F32, &dev)?,
+        );
         assert_eq!(max_diff(&linear(&x0, &w0, &b, true)?, &b.broadcast_as((rows, out))?.contiguous()?)?, 0.0);
-        let (wn, bn) = (Tensor::zeros((0, inp), candle_core::DType::F32, &dev)?, Tensor::zeros(0, candle_core::DType::F32, &dev)?);
+        let (wn, bn) =
+            (Tensor::zeros((0, inp), candle_core::DType::F32, &dev)?, Tensor::zeros(0, candle_core::DType::F32, &dev)?);
         let vb0 = candle_core::Var::from_tensor(&bn)?;
         let g = linear(&x, &wn, vb0.as_tensor(), true)?.sum_all()?.backward()?;
         assert_eq!(g.get(vb0.as_tensor()).unwrap().dims(), &[0]);
@@ -942,13 +1212,16 @@ mod tests {
     #[test]
     fn candle_fallbacks_match_the_fused_kernels() -> Result<()> {
         let dev = candle_core::Device::Cpu;
-        let val = |n: usize, k: usize| -> Vec<f32> { (0..n).map(|i| (((i + k) * 7919) % 211) as f32 / 105.0 - 1.0).collect() };
+        let val = |n: usize, k: usize| -> Vec<f32> {
+            (0..n).map(|i| (((i + k) * 7919) % 211) as f32 / 105.0 - 1.0).collect()
+        };
         let (rows, inp, out) = (9, 12, 7);
         let wide = Tensor::from_vec(val(rows * (inp + 4), 1), (rows, inp + 4), &dev)?;
         let tall = Tensor::from_vec(val((out + 3) * inp, 2), (out + 3, inp), &dev)?;
         let b = Tensor::from_vec(val(out, 3), out, &dev)?;
         // A column slice of x, rows 2.. of the weight, and both transposed from their storage.
-        let views = |t: &[Tensor]| -> Result<(Tensor, Tensor)> { Ok((t[0].narrow(1, 3, inp)?, t[1].narrow(0, 2, out)?)) };
+        let views =
+            |t: &[Tensor]| -> Result<(Tensor, Tensor)> { Ok((t[0].narrow(1, 3, inp)?, t[1].narrow(0, 2, out)?)) };
         check_grads(
             "linear on views",
             &[wide.clone(), tall.clone(), b.clone()],
@@ -968,12 +1241,21 @@ mod tests {
         assert!(max_diff(&with_candle_ops(|| linear(&x, &w, &b, false))?, &linear(&x, &w, &b, false)?)? < 1e-6);
         let (scores, bias) = scores_and_bias(&dev)?;
         for train in [false, true] {
-            let d = max_diff(&with_candle_ops(|| masked_softmax(&scores, &bias, train))?, &masked_softmax(&scores, &bias, train)?)?;
+            let d = max_diff(
+                &with_candle_ops(|| masked_softmax(&scores, &bias, train))?,
+                &masked_softmax(&scores, &bias, train)?,
+            )?;
             assert!(d < 1e-6, "masked softmax (train {train}): {d}");
         }
         let g = wide.affine(3.0, 0.0)?;
         assert!(max_diff(&with_candle_ops(|| gelu_erf_infer(&g))?, &gelu_erf_infer(&g)?)? < 1e-6);
-        check_grads("gelu", std::slice::from_ref(&g), &|t| with_candle_ops(|| gelu_erf_train(&t[0])), &|t| gelu_erf_train(&t[0]), 1e-6)?;
+        check_grads(
+            "gelu",
+            std::slice::from_ref(&g),
+            &|t| with_candle_ops(|| gelu_erf_train(&t[0])),
+            &|t| gelu_erf_train(&t[0]),
+            1e-6,
+        )?;
         // f64 needs no switch: it is outside the kernels' domain.
         let x64 = x.to_dtype(candle_core::DType::F64)?;
         let w64 = w.to_dtype(candle_core::DType::F64)?;

@@ -27,7 +27,10 @@ pub const MARGIN: usize = 64;
 /// change the pieces anywhere in a run of unsplit text, and texts are always tokenised whole).
 fn budget(tokenizer: &Tokenizer) -> Option<(usize, usize)> {
     let limit = tokenizer.get_truncation()?.max_length;
-    tokenizer.get_pre_tokenizer().filter(|p| splits_at_spaces(p)).map(|_| (limit.saturating_mul(BYTES_PER_TOKEN).max(256), limit))
+    tokenizer
+        .get_pre_tokenizer()
+        .filter(|p| splits_at_spaces(p))
+        .map(|_| (limit.saturating_mul(BYTES_PER_TOKEN).max(256), limit))
 }
 
 /// Whether every ASCII space of the raw text ends a piece: the text before it is then
@@ -35,7 +38,9 @@ fn budget(tokenizer: &Tokenizer) -> Option<(usize, usize)> {
 /// (later members only split pieces further; an earlier one could have replaced the space).
 fn splits_at_spaces(p: &PreTokenizerWrapper) -> bool {
     match p {
-        PreTokenizerWrapper::BertPreTokenizer(_) | PreTokenizerWrapper::Whitespace(_) | PreTokenizerWrapper::WhitespaceSplit(_) => true,
+        PreTokenizerWrapper::BertPreTokenizer(_)
+        | PreTokenizerWrapper::Whitespace(_)
+        | PreTokenizerWrapper::WhitespaceSplit(_) => true,
         // The space becomes the first character of the next piece.
         PreTokenizerWrapper::Metaspace(m) => m.get_split(),
         // GPT-2's pattern: a space starts the next word's piece, or a run of spaces of its own.
@@ -113,7 +118,8 @@ pub fn encode_counted(tokenizer: &Tokenizer, inputs: &[String]) -> Result<(Vec<E
                 bytes += rest[n].len();
                 n += 1;
             }
-            let encs = tokenizer.encode_batch(rest[..n].to_vec(), true).map_err(|e| anyhow!("tokenizer failed: {e}"))?;
+            let encs =
+                tokenizer.encode_batch(rest[..n].to_vec(), true).map_err(|e| anyhow!("tokenizer failed: {e}"))?;
             out.extend(encs.into_iter().map(|e| {
                 let m = made(&e);
                 (trim_overflow(e), m)
@@ -127,7 +133,9 @@ pub fn encode_counted(tokenizer: &Tokenizer, inputs: &[String]) -> Result<(Vec<E
     };
     let cuts: Vec<Option<usize>> = inputs.iter().map(|t| cut_point(t, budget)).collect();
     let heads = run(inputs.iter().zip(&cuts).map(|(t, c)| &t[..c.unwrap_or(t.len())]).collect())?;
-    let redo: Vec<usize> = (0..inputs.len()).filter(|&i| cuts[i].is_some_and(|cut| heads[i].1 .0 < limit || heads[i].1 .1 + MARGIN > cut)).collect();
+    let redo: Vec<usize> = (0..inputs.len())
+        .filter(|&i| cuts[i].is_some_and(|cut| heads[i].1 .0 < limit || heads[i].1 .1 + MARGIN > cut))
+        .collect();
     let mut encs: Vec<Encoding> = heads.into_iter().map(|(e, _)| e).collect();
     let cut = cuts.iter().flatten().count() - redo.len();
     let redone = redo.len();

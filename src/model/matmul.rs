@@ -55,7 +55,12 @@ mod tests {
 
     fn t(shape: &[usize]) -> Tensor {
         let n: usize = shape.iter().product();
-        Tensor::from_vec((0..n).map(|i| ((i * 7919) % 211) as f32 / 50.0 - 2.0).collect::<Vec<_>>(), shape, &Device::Cpu).unwrap()
+        Tensor::from_vec(
+            (0..n).map(|i| ((i * 7919) % 211) as f32 / 50.0 - 2.0).collect::<Vec<_>>(),
+            shape,
+            &Device::Cpu,
+        )
+        .unwrap()
     }
 
     /// The two layouts of the failing lightweight step (`u·vᵀ` with `u`, `v` the halves of
@@ -95,7 +100,8 @@ mod tests {
         let ours = |x: &Tensor| -> Result<Tensor> { matmul(&x.narrow(1, 0, 5)?, &x.narrow(1, 5, 5)?.t()?) };
         let want = theirs(x.as_tensor())?;
         let got = super::super::kernels::with_candle_ops(|| -> Result<Tensor> {
-            let (a, b) = (blas_ready(&y.as_tensor().narrow(1, 0, 5)?)?, blas_ready(&y.as_tensor().narrow(1, 5, 5)?.t()?)?);
+            let (a, b) =
+                (blas_ready(&y.as_tensor().narrow(1, 0, 5)?)?, blas_ready(&y.as_tensor().narrow(1, 5, 5)?.t()?)?);
             assert!(cublas_reads(a.dims(), a.stride()) && cublas_reads(b.dims(), b.stride()));
             ours(y.as_tensor())
         })?;
@@ -105,7 +111,8 @@ mod tests {
         let w = t(&[6, 6]);
         let ga = want.mul(&w)?.sum_all()?.backward()?;
         let gb = got.mul(&w)?.sum_all()?.backward()?;
-        let gd = (ga.get(x.as_tensor()).unwrap() - gb.get(y.as_tensor()).unwrap())?.abs()?.max_all()?.to_scalar::<f32>()?;
+        let gd =
+            (ga.get(x.as_tensor()).unwrap() - gb.get(y.as_tensor()).unwrap())?.abs()?.max_all()?.to_scalar::<f32>()?;
         assert!(gd < 1e-6, "gradient differs by {gd}");
         Ok(())
     }
@@ -134,12 +141,19 @@ mod tests {
                         break;
                     }
                     // The CPU kernels' own backward (runs on the CPU only) is marked so.
-                    if line.contains(".matmul(") && !line.contains("// CPU only") && !line.trim_start().starts_with("//") {
+                    if line.contains(".matmul(")
+                        && !line.contains("// CPU only")
+                        && !line.trim_start().starts_with("//")
+                    {
                         bad.push(format!("{}:{}: {}", p.display(), i + 1, line.trim()));
                     }
                 }
             }
         }
-        assert!(bad.is_empty(), "use crate::model::matmul::matmul (cuBLAS needs contiguous operands):\n{}", bad.join("\n"));
+        assert!(
+            bad.is_empty(),
+            "use crate::model::matmul::matmul (cuBLAS needs contiguous operands):\n{}",
+            bad.join("\n")
+        );
     }
 }

@@ -18,12 +18,12 @@ pub mod source;
 pub mod weights;
 pub mod wordpiece;
 
-pub use kinds::averaging::AveragingModel;
 pub use config::{EncoderConfig, Family};
 pub use dense::Dense;
 pub use embedder::{Embedded, Embedder};
-pub use load::load_embedder;
 pub use encoder::{Encoder, Mode};
+pub use kinds::averaging::AveragingModel;
+pub use load::load_embedder;
 pub use pooling::Pooling;
 pub use sentence::{Batch, LoadOptions, SentenceEncoder};
 pub use source::ModelFiles;

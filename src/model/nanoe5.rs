@@ -40,7 +40,11 @@ struct Cursor<'a> {
 
 impl<'a> Cursor<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
-        ensure!(self.pos.checked_add(n).is_some_and(|end| end <= self.buf.len()), "file truncated at byte {} (wanted {n} more)", self.pos);
+        ensure!(
+            self.pos.checked_add(n).is_some_and(|end| end <= self.buf.len()),
+            "file truncated at byte {} (wanted {n} more)",
+            self.pos
+        );
         let s = &self.buf[self.pos..self.pos + n];
         self.pos += n;
         Ok(s)
@@ -126,17 +130,17 @@ pub fn parse(buf: &[u8]) -> Result<(Header, Tensors)> {
         let data = &buf[off..off + nbytes];
         let values = match dtype {
             0 => {
-                ensure!(n.checked_mul(4).is_some_and(|b| nbytes >= b), "tensor {name}: {nbytes} bytes for {n} f32 values");
+                ensure!(
+                    n.checked_mul(4).is_some_and(|b| nbytes >= b),
+                    "tensor {name}: {nbytes} bytes for {n} f32 values"
+                );
                 data[..n * 4].chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()
             }
             1 => dequantize_q4_0(data, n).with_context(|| format!("tensor {name}"))?,
             d => bail!("tensor {name}: unknown dtype {d}"),
         };
         let (hf, shape) = hf_name(&name, &h)?;
-        ensure!(
-            shape.iter().product::<usize>() == n,
-            "tensor {name}: {n} elements, expected shape {shape:?}"
-        );
+        ensure!(shape.iter().product::<usize>() == n, "tensor {name}: {n} elements, expected shape {shape:?}");
         tensors.insert(hf, (shape, values));
     }
     Ok((h, tensors))
@@ -198,8 +202,12 @@ pub fn convert(bin: &Path, out: &Path, tokenizer: Option<&Path>) -> Result<Heade
     // half-built directory behind.
     let tok = tokenizer
         .map(|t| {
-            tokenizers::Tokenizer::from_file(t)
-                .map_err(|e| anyhow::anyhow!("--tokenizer {} is not a tokenizer.json that the tokenizers library loads: {e}", t.display()))
+            tokenizers::Tokenizer::from_file(t).map_err(|e| {
+                anyhow::anyhow!(
+                    "--tokenizer {} is not a tokenizer.json that the tokenizers library loads: {e}",
+                    t.display()
+                )
+            })
         })
         .transpose()?;
     let buf = std::fs::read(bin).with_context(|| format!("cannot read {}", bin.display()))?;
@@ -258,7 +266,12 @@ pub fn convert(bin: &Path, out: &Path, tokenizer: Option<&Path>) -> Result<Heade
         std::fs::write(out.join("tokenizer_config.json"), serde_json::to_string_pretty(&tc)?)?;
     }
     // multilingual-e5-small's sentence-transformers setup: mean pooling, 512 tokens, normalised.
-    let st = super::sentence::StFiles { max_seq_length: 512.min(h.max_pos), lowercase: false, normalize: true, dense: false };
+    let st = super::sentence::StFiles {
+        max_seq_length: 512.min(h.max_pos),
+        lowercase: false,
+        normalize: true,
+        dense: false,
+    };
     super::sentence::write_st_files(out, super::Pooling::Mean, h.hidden, &st)?;
     std::fs::write(out.join("config_sentence_transformers.json"), serde_json::to_string_pretty(&e5_prompts())?)?;
     Ok(h)

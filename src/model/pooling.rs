@@ -77,7 +77,8 @@ impl Pooling {
             return Ok((pooling, c.include_prompt));
         }
         let modes = [c.pooling_mode_cls_token, c.pooling_mode_mean_tokens, c.pooling_mode_max_tokens];
-        let unsupported = c.pooling_mode_mean_sqrt_len_tokens || c.pooling_mode_weightedmean_tokens || c.pooling_mode_lasttoken;
+        let unsupported =
+            c.pooling_mode_mean_sqrt_len_tokens || c.pooling_mode_weightedmean_tokens || c.pooling_mode_lasttoken;
         if unsupported || modes.iter().filter(|m| **m).count() != 1 {
             bail!(
                 "{}: xsent supports exactly one of cls, mean or max pooling; pass --pooling to choose",
@@ -151,13 +152,26 @@ mod tests {
             std::fs::write(&p, json).unwrap();
             Pooling::from_st_config(&p, 8).map_err(|e| format!("{e:#}"))
         };
-        assert_eq!(read(r#"{"word_embedding_dimension": 8, "pooling_mode_cls_token": true}"#).unwrap(), (Pooling::Cls, true));
-        assert_eq!(read(r#"{"pooling_mode_mean_tokens": true, "include_prompt": false}"#).unwrap(), (Pooling::Mean, false));
+        assert_eq!(
+            read(r#"{"word_embedding_dimension": 8, "pooling_mode_cls_token": true}"#).unwrap(),
+            (Pooling::Cls, true)
+        );
+        assert_eq!(
+            read(r#"{"pooling_mode_mean_tokens": true, "include_prompt": false}"#).unwrap(),
+            (Pooling::Mean, false)
+        );
         assert_eq!(read(r#"{"pooling_mode": "max"}"#).unwrap(), (Pooling::Max, true));
-        assert!(read(r#"{"word_embedding_dimension": 9, "pooling_mode_mean_tokens": true}"#).unwrap_err().contains("hidden_size is 8"));
+        assert!(read(r#"{"word_embedding_dimension": 9, "pooling_mode_mean_tokens": true}"#)
+            .unwrap_err()
+            .contains("hidden_size is 8"));
         // sentence-transformers concatenates every mode set: one that xsent cannot run, alone
         // or beside another, is refused, never dropped.
-        for extra in ["pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken", "pooling_mode_mean_sqrt_len_tokens", "pooling_mode_max_tokens"] {
+        for extra in [
+            "pooling_mode_weightedmean_tokens",
+            "pooling_mode_lasttoken",
+            "pooling_mode_mean_sqrt_len_tokens",
+            "pooling_mode_max_tokens",
+        ] {
             let e = read(&format!(r#"{{"pooling_mode_mean_tokens": true, "{extra}": true}}"#)).unwrap_err();
             assert!(e.contains("exactly one of cls, mean or max"), "{extra}: {e}");
         }

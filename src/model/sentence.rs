@@ -86,7 +86,13 @@ fn summarize_names(names: &[String]) -> String {
     layers.dedup();
     let mut parts = Vec::new();
     if let (Some(first), Some(last)) = (layers.first(), layers.last()) {
-        let which = if first == last { first.to_string() } else if last - first + 1 == layers.len() { format!("{first}-{last}") } else { format!("{layers:?}") };
+        let which = if first == last {
+            first.to_string()
+        } else if last - first + 1 == layers.len() {
+            format!("{first}-{last}")
+        } else {
+            format!("{layers:?}")
+        };
         parts.push(format!("encoder.layer.{which}.*"));
     }
     let others: Vec<&String> = names.iter().filter(|n| weights::layer_index(n).is_none()).collect();
@@ -176,15 +182,16 @@ impl SentenceEncoder {
         // The tokenizer (for XLM-R 250,002 pieces parsed from JSON into maps and a trie) loads on
         // a second thread while the weights are read.
         let (tensors, tokenizer) = std::thread::scope(|s| {
-            let tokenizer = s.spawn(|| {
-                super::wordpiece::load_tokenizer(&files.tokenizer)
-            });
+            let tokenizer = s.spawn(|| super::wordpiece::load_tokenizer(&files.tokenizer));
             let tensors = if saved_dtype == Some(super::quant::Dtype::Int8) {
                 super::quant::saved::load_int8(&files.weights, &opts.device, config.num_hidden_layers)
             } else {
-                weights::load_encoder_tensors_noting(&files.weights, &opts.device, config.num_hidden_layers).map(|(t, d)| (t, d, Default::default()))
+                weights::load_encoder_tensors_noting(&files.weights, &opts.device, config.num_hidden_layers)
+                    .map(|(t, d)| (t, d, Default::default()))
             };
-            let tokenizer = tokenizer.join().unwrap_or_else(|_| Err(anyhow!("loading the tokenizer {} failed (the thread panicked)", files.tokenizer.display())));
+            let tokenizer = tokenizer.join().unwrap_or_else(|_| {
+                Err(anyhow!("loading the tokenizer {} failed (the thread panicked)", files.tokenizer.display()))
+            });
             (tensors, tokenizer)
         });
         let (tensors, dropped, stored_int8) = tensors?;
@@ -214,9 +221,11 @@ impl SentenceEncoder {
         } else {
             (tensors, None)
         };
-        super::encoder::check_config(&tensors, &config).with_context(|| format!("{} and {}", files.config.display(), super::weights::describe(&files.weights)))?;
+        super::encoder::check_config(&tensors, &config)
+            .with_context(|| format!("{} and {}", files.config.display(), super::weights::describe(&files.weights)))?;
         let vb = VarBuilder::from_tensors(tensors, DType::F32, &opts.device);
-        let mut encoder = Encoder::load(vb, &config).with_context(|| format!("loading weights {}", files.weights[0].display()))?;
+        let mut encoder =
+            Encoder::load(vb, &config).with_context(|| format!("loading weights {}", files.weights[0].display()))?;
         if saved_dtype == Some(super::quant::Dtype::Int8) {
             super::quant::saved::attach_int8(&mut encoder, stored_int8, &opts.device, &files.spec)?;
         } else {
@@ -252,7 +261,8 @@ impl SentenceEncoder {
         }
 
         let saved: SavedSettings = match &files.xsent {
-            Some(p) => serde_json::from_str(&std::fs::read_to_string(p)?).with_context(|| format!("invalid {}", p.display()))?,
+            Some(p) => serde_json::from_str(&std::fs::read_to_string(p)?)
+                .with_context(|| format!("invalid {}", p.display()))?,
             None => SavedSettings::default(),
         };
         // Whether the model's own pooling config leaves a prompt's tokens out of the pooling.
@@ -313,7 +323,9 @@ impl SentenceEncoder {
         let (prefix, from) = match (opts.prefix.clone(), opts.prompt_name.as_deref(), saved.prefix) {
             (Some(_), Some(_), _) => bail!("give a prefix or a prompt name, not both"),
             (Some(p), None, _) => (p, "the prefix given"),
-            (None, Some(name), _) => (st_prompt(st_prompts, Some(name))?.unwrap_or_default(), "the prompt --prompt-name names"),
+            (None, Some(name), _) => {
+                (st_prompt(st_prompts, Some(name))?.unwrap_or_default(), "the prompt --prompt-name names")
+            }
             (None, None, Some(p)) => (p, "xsent.json's prefix"),
             (None, None, None) => (st_prompt(st_prompts, None)?.unwrap_or_default(), "the model's default prompt"),
         };
@@ -333,7 +345,12 @@ impl SentenceEncoder {
         };
         if let Some(d) = &dense {
             if d.in_dim() != config.hidden_size {
-                bail!("Dense module {} takes {} inputs but the encoder gives {}", files.dense.as_ref().unwrap().display(), d.in_dim(), config.hidden_size);
+                bail!(
+                    "Dense module {} takes {} inputs but the encoder gives {}",
+                    files.dense.as_ref().unwrap().display(),
+                    d.in_dim(),
+                    config.hidden_size
+                );
             }
         }
         let dense_params = match (&mut dense, opts.trainable) {
@@ -368,7 +385,11 @@ impl SentenceEncoder {
     /// Put a Dense module after pooling (replacing any), trainable if the encoder is.
     pub fn set_dense(&mut self, mut dense: Dense) -> Result<()> {
         if dense.in_dim() != self.encoder.hidden_size() {
-            bail!("a Dense module of {} inputs cannot follow an encoder of {} dims", dense.in_dim(), self.encoder.hidden_size());
+            bail!(
+                "a Dense module of {} inputs cannot follow an encoder of {} dims",
+                dense.in_dim(),
+                self.encoder.hidden_size()
+            );
         }
         self.dense_params = if self.params.is_some() { Some(dense.make_trainable()?) } else { None };
         self.dense = Some(dense);
@@ -421,7 +442,11 @@ impl SentenceEncoder {
         if p.len() + t.len() <= cap {
             return (format!("{p}{t}"), false);
         }
-        let head = if p.len() >= cap { p[..p.floor_char_boundary(cap)].to_string() } else { format!("{p}{}", &t[..t.floor_char_boundary(cap - p.len())]) };
+        let head = if p.len() >= cap {
+            p[..p.floor_char_boundary(cap)].to_string()
+        } else {
+            format!("{p}{}", &t[..t.floor_char_boundary(cap - p.len())])
+        };
         (head.trim_end().to_string(), true)
     }
 
@@ -533,7 +558,8 @@ impl SentenceEncoder {
         let mut order: Vec<usize> = (0..items.len()).collect();
         order.sort_by_key(|&i| std::cmp::Reverse(items[i].ids.len()));
         let lens: Vec<usize> = order.iter().map(|&i| items[i].ids.len()).collect();
-        let batches: Vec<&[usize]> = length_batches(&lens, batch_size, self.max_batch_tokens).into_iter().map(|r| &order[r]).collect();
+        let batches: Vec<&[usize]> =
+            length_batches(&lens, batch_size, self.max_batch_tokens).into_iter().map(|r| &order[r]).collect();
         let run = |chunk: &[usize]| -> Result<Vec<Vec<f32>>> {
             let batch = self.collate(&chunk.iter().map(|&i| &items[i]).collect::<Vec<_>>())?;
             let hidden = self.hidden_states(&batch, &mut Mode::Infer)?;
@@ -577,10 +603,17 @@ impl SentenceEncoder {
     /// per text as a row-major `n_i × hidden_size` vector, in input order. Padding never appears;
     /// with `skip_special` the tokenizer's special tokens (`[CLS]`, `</s>`, …) are left out too.
     /// Texts are sorted by length and run `batch_size` at a time on the calling thread.
-    pub fn token_embeddings<S: AsRef<str>>(&self, texts: &[S], layer: Option<usize>, skip_special: bool, batch_size: usize) -> Result<Vec<Vec<f32>>> {
+    pub fn token_embeddings<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        layer: Option<usize>,
+        skip_special: bool,
+        batch_size: usize,
+    ) -> Result<Vec<Vec<f32>>> {
         let (encs, capped) = self.encode_all(texts)?;
         let items: Vec<Encoded> = encs.iter().zip(capped).map(|(e, c)| self.encoded(e, c)).collect();
-        let kept: Vec<Vec<bool>> = encs.iter().zip(&items).map(|(e, it)| self.sentence_tokens(e, it.ids.len(), skip_special)).collect();
+        let kept: Vec<Vec<bool>> =
+            encs.iter().zip(&items).map(|(e, it)| self.sentence_tokens(e, it.ids.len(), skip_special)).collect();
         let layer = layer.unwrap_or(self.encoder.num_layers());
         let h = self.encoder.hidden_size();
         let mut order: Vec<usize> = (0..items.len()).collect();
@@ -588,7 +621,8 @@ impl SentenceEncoder {
         let mut out = vec![Vec::new(); items.len()];
         for chunk in token_chunks(&order, |i| items[i].ids.len(), batch_size, self.max_batch_tokens) {
             let batch = self.collate(&chunk.iter().map(|&i| &items[i]).collect::<Vec<_>>())?;
-            let hidden = self.encoder.forward_layers(&batch.input_ids, &batch.attention_mask, layer, &mut Mode::Infer)?;
+            let hidden =
+                self.encoder.forward_layers(&batch.input_ids, &batch.attention_mask, layer, &mut Mode::Infer)?;
             let hidden = hidden.detach().to_dtype(DType::F32)?.to_device(&Device::Cpu)?.to_vec3::<f32>()?;
             for (&i, states) in chunk.iter().zip(hidden) {
                 let mut cloud = Vec::with_capacity(items[i].ids.len() * h);
@@ -606,7 +640,15 @@ impl SentenceEncoder {
     /// How many token vectors [`Self::token_embeddings`] gives for each text (tokenising only).
     pub fn token_counts<S: AsRef<str>>(&self, texts: &[S], skip_special: bool) -> Result<Vec<usize>> {
         let (encs, _) = self.encode_all(texts)?;
-        Ok(encs.iter().map(|e| self.sentence_tokens(e, e.get_ids().len().min(self.max_length), skip_special).iter().filter(|k| **k).count()).collect())
+        Ok(encs
+            .iter()
+            .map(|e| {
+                self.sentence_tokens(e, e.get_ids().len().min(self.max_length), skip_special)
+                    .iter()
+                    .filter(|k| **k)
+                    .count()
+            })
+            .collect())
     }
 
     /// Which of the first `n` tokens belong to the text itself: not the prefix's (an
@@ -620,7 +662,8 @@ impl SentenceEncoder {
         (0..n)
             .map(|j| {
                 let is_special = special.get(j).is_some_and(|&s| s == 1);
-                let in_prefix = !is_special && prefix_len > 0 && offsets.get(j).is_some_and(|&(_, end)| end <= prefix_len);
+                let in_prefix =
+                    !is_special && prefix_len > 0 && offsets.get(j).is_some_and(|&(_, end)| end <= prefix_len);
                 !(in_prefix || (skip_special && is_special))
             })
             .collect()
@@ -661,14 +704,21 @@ impl SentenceEncoder {
                 }
             }
         }
-        let st = StFiles { max_seq_length: self.max_length, lowercase: self.lowercase, normalize: self.normalize, dense: self.dense.is_some() };
+        let st = StFiles {
+            max_seq_length: self.max_length,
+            lowercase: self.lowercase,
+            normalize: self.normalize,
+            dense: self.dense.is_some(),
+        };
         write_st_files(dir, self.pooling, self.encoder.hidden_size(), &st)?;
         // The prefix as sentence-transformers' default, query and document prompt: its `encode`,
         // `encode_query` and `encode_document` prepend it as `xsent embed` does, and xsent reads
         // the default back from there.
         let prompts = match self.prefix.as_str() {
             "" => serde_json::json!({"prompts": {}, "default_prompt_name": null, "similarity_fn_name": "cosine"}),
-            p => serde_json::json!({"prompts": {"query": p, "document": p}, "default_prompt_name": "query", "similarity_fn_name": "cosine"}),
+            p => {
+                serde_json::json!({"prompts": {"query": p, "document": p}, "default_prompt_name": "query", "similarity_fn_name": "cosine"})
+            }
         };
         std::fs::write(dir.join("config_sentence_transformers.json"), serde_json::to_string_pretty(&prompts)?)?;
         Ok(())
@@ -688,7 +738,8 @@ fn st_prompt(path: Option<&Path>, name: Option<&str>) -> Result<Option<String>> 
         }
         None => serde_json::json!({}),
     };
-    let file = path.map_or_else(|| "the model (no config_sentence_transformers.json)".to_string(), |p| p.display().to_string());
+    let file = path
+        .map_or_else(|| "the model (no config_sentence_transformers.json)".to_string(), |p| p.display().to_string());
     if !matches!(v["prompts"], serde_json::Value::Object(_) | serde_json::Value::Null) {
         bail!("{file}: \"prompts\" is {}; expected an object of prompt names to texts (or leave it out)", v["prompts"]);
     }
@@ -696,7 +747,9 @@ fn st_prompt(path: Option<&Path>, name: Option<&str>) -> Result<Option<String>> 
         (Some(n), _) => n,
         (None, serde_json::Value::Null) => return Ok(None),
         (None, serde_json::Value::String(n)) => n.as_str(),
-        (None, other) => bail!("{file}: default_prompt_name is {other}; expected the name of one of its prompts, or null"),
+        (None, other) => {
+            bail!("{file}: default_prompt_name is {other}; expected the name of one of its prompts, or null")
+        }
     };
     match v["prompts"].get(name) {
         Some(serde_json::Value::String(prompt)) => Ok(Some(prompt.clone())),
@@ -704,7 +757,8 @@ fn st_prompt(path: Option<&Path>, name: Option<&str>) -> Result<Option<String>> 
         None if name == "query" || name == "document" => Ok(Some(String::new())),
         Some(other) => bail!("{file}: the prompt {name:?} is {other}, not text"),
         None => {
-            let mut names: Vec<&str> = v["prompts"].as_object().map(|m| m.keys().map(String::as_str).collect()).unwrap_or_default();
+            let mut names: Vec<&str> =
+                v["prompts"].as_object().map(|m| m.keys().map(String::as_str).collect()).unwrap_or_default();
             names.extend(["query", "document"]);
             names.sort_unstable();
             names.dedup();
@@ -734,7 +788,9 @@ pub fn write_st_files(dir: &Path, pooling: Pooling, dim: usize, st: &StFiles) ->
         serde_json::json!({"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}),
     ];
     if st.dense {
-        modules.push(serde_json::json!({"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}));
+        modules.push(
+            serde_json::json!({"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}),
+        );
     }
     if st.normalize {
         let (idx, path) = (modules.len(), format!("{}_Normalize", modules.len()));
@@ -745,7 +801,9 @@ pub fn write_st_files(dir: &Path, pooling: Pooling, dim: usize, st: &StFiles) ->
     std::fs::write(dir.join("1_Pooling/config.json"), serde_json::to_string_pretty(&pooling.st_config(dim))?)?;
     std::fs::write(
         dir.join("sentence_bert_config.json"),
-        serde_json::to_string_pretty(&serde_json::json!({"max_seq_length": st.max_seq_length, "do_lower_case": st.lowercase}))?,
+        serde_json::to_string_pretty(
+            &serde_json::json!({"max_seq_length": st.max_seq_length, "do_lower_case": st.lowercase}),
+        )?,
     )?;
     Ok(())
 }
@@ -761,7 +819,10 @@ fn read_model_max_length(path: &Path) -> Result<Option<usize>> {
         m => match m.as_f64() {
             Some(x) if x >= 1e29 => Ok(None),
             Some(x) if x >= 2.0 && x.fract() == 0.0 => Ok(Some(x as usize)),
-            _ => bail!("{}: model_max_length is {m}; expected a number of tokens of at least 2 (or remove the key)", path.display()),
+            _ => bail!(
+                "{}: model_max_length is {m}; expected a number of tokens of at least 2 (or remove the key)",
+                path.display()
+            ),
         },
     }
 }
@@ -774,7 +835,10 @@ fn read_st_config(path: Option<&Path>) -> Result<(Option<usize>, bool)> {
         serde_json::Value::Null => None,
         m => match m.as_u64() {
             Some(n) if n >= 2 => Some(n as usize),
-            _ => bail!("{}: max_seq_length is {m}; expected a number of tokens of at least 2 (or remove the key)", path.display()),
+            _ => bail!(
+                "{}: max_seq_length is {m}; expected a number of tokens of at least 2 (or remove the key)",
+                path.display()
+            ),
         },
     };
     let lowercase = match &v["do_lower_case"] {
@@ -799,7 +863,9 @@ pub(crate) fn length_batches(lens: &[usize], batch_size: usize, max_tokens: usiz
     let (mut start, mut real) = (0, 0);
     for (i, &len) in lens.iter().enumerate() {
         let n = i - start;
-        if n > 0 && (n == batch_size || lens[start] * (n + 1) > max_tokens || 10 * lens[start] * (n + 1) > 11 * (real + len)) {
+        if n > 0
+            && (n == batch_size || lens[start] * (n + 1) > max_tokens || 10 * lens[start] * (n + 1) > 11 * (real + len))
+        {
             out.push(start..i);
             (start, real) = (i, 0);
         }

@@ -63,10 +63,15 @@ pub fn shard_names(index: &Path) -> Result<Vec<String>> {
     };
     let mut shards = std::collections::BTreeSet::new();
     for (tensor, file) in map {
-        let Some(file) = file.as_str() else { bail!("{}: the weight_map entry of {tensor} is {file}, not a file name", index.display()) };
+        let Some(file) = file.as_str() else {
+            bail!("{}: the weight_map entry of {tensor} is {file}, not a file name", index.display())
+        };
         let plain = !file.is_empty() && file != "." && file != ".." && !file.contains(['/', '\\']);
         if !plain {
-            bail!("{}: the weight_map entry of {tensor} is {file:?}, not the name of a file beside the index", index.display());
+            bail!(
+                "{}: the weight_map entry of {tensor} is {file:?}, not the name of a file beside the index",
+                index.display()
+            );
         }
         shards.insert(file.to_string());
     }
@@ -84,9 +89,11 @@ fn local_weights(dir: &Path) -> Result<Vec<PathBuf>> {
                 "It holds {shard}, a shard of a sharded checkpoint, but not the index that lists the shards \
                  (model.safetensors.index.json or pytorch_model.bin.index.json): copy the index into it too"
             ),
-            None => "Save the model with transformers' save_pretrained(dir); TensorFlow or Flax weights must be loaded in \
+            None => {
+                "Save the model with transformers' save_pretrained(dir); TensorFlow or Flax weights must be loaded in \
                  transformers (from_tf=True / from_flax=True) and saved again"
-                .to_string(),
+                    .to_string()
+            }
         };
         bail!(
             "model directory {} has no weights: xsent reads {WEIGHT_FORMATS}.\n{hint}.\nFor the bundled models run scripts/setup.sh.",
@@ -121,8 +128,11 @@ fn stray_shard(dir: &Path) -> Option<String> {
                 .is_some_and(|(i, n)| digits(i) && digits(n))
         })
     };
-    let mut shards: Vec<String> =
-        std::fs::read_dir(dir).ok()?.filter_map(|e| e.ok()?.file_name().into_string().ok()).filter(|n| is_shard(n)).collect();
+    let mut shards: Vec<String> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| is_shard(n))
+        .collect();
     shards.sort();
     shards.into_iter().next()
 }
@@ -143,7 +153,9 @@ pub fn resolve(spec: &str) -> Result<ModelFiles> {
     let first = spec.split('/').next().unwrap_or("");
     if looks_like_hub_id(spec) && Path::new(first).is_dir() {
         let rest = &spec[first.len() + 1..];
-        let cwd = std::env::current_dir().map(|d| d.join(first).display().to_string()).unwrap_or_else(|_| format!("./{first}"));
+        let cwd = std::env::current_dir()
+            .map(|d| d.join(first).display().to_string())
+            .unwrap_or_else(|_| format!("./{first}"));
         bail!(
             "model {spec:?} not found: {cwd} exists as a local directory but has no subdirectory {rest:?}, \
              so {spec:?} was taken as a local path, not as a hub id.\n\
@@ -186,7 +198,11 @@ pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
             .map(|m| dir.join(m).display().to_string())
             .collect();
         if !models.is_empty() {
-            bail!("{} is a run directory of xsent train, not a model: give its model, --model {}", dir.display(), models.join(" or --model "));
+            bail!(
+                "{} is a run directory of xsent train, not a model: give its model, --model {}",
+                dir.display(),
+                models.join(" or --model ")
+            );
         }
     }
     let require = |f: &str| {
@@ -214,7 +230,11 @@ pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
     if let Some(rel) = &pipeline.pooling {
         // A Pooling module listed but absent would silently fall back to mean pooling.
         if !dir.join(rel).is_file() {
-            bail!("{} lists a Pooling module whose config {} does not exist", dir.join("modules.json").display(), dir.join(rel).display());
+            bail!(
+                "{} lists a Pooling module whose config {} does not exist",
+                dir.join("modules.json").display(),
+                dir.join(rel).display()
+            );
         }
     }
     let pooling_rel = pipeline.pooling.as_deref().unwrap_or("1_Pooling/config.json");
@@ -222,7 +242,11 @@ pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
         Some(rel) => {
             let d = dir.join(rel);
             if !d.join("config.json").is_file() {
-                bail!("{} lists a Dense module at {rel}/ but {} does not exist", dir.join("modules.json").display(), d.join("config.json").display());
+                bail!(
+                    "{} lists a Dense module at {rel}/ but {} does not exist",
+                    dir.join("modules.json").display(),
+                    d.join("config.json").display()
+                );
             }
             check_dense_config(&d.join("config.json"))?;
             Some(d)
@@ -251,8 +275,10 @@ fn st_modules(modules: Option<&Path>) -> Result<Vec<(String, String)>> {
     let v: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{} is not valid JSON: {e}", path.display()))?;
     let Some(mods) = v.as_array() else { bail!("{}: expected a JSON list of modules", path.display()) };
-    let mods: Vec<(String, String)> =
-        mods.iter().map(|m| (m["type"].as_str().unwrap_or("").to_string(), m["path"].as_str().unwrap_or("").to_string())).collect();
+    let mods: Vec<(String, String)> = mods
+        .iter()
+        .map(|m| (m["type"].as_str().unwrap_or("").to_string(), m["path"].as_str().unwrap_or("").to_string()))
+        .collect();
     // What xsent runs: the transformer, then pooling, an optional Dense layer and normalisation.
     // Any other module would change the vectors sentence-transformers gives.
     for (t, _) in &mods {
@@ -279,9 +305,15 @@ fn check_pipeline(path: &Path, mods: &[(String, String)]) -> Result<()> {
     const ORDER: &str = "xsent runs Transformer → Pooling → Dense (optional) → Normalize (optional), in that order";
     let name = |i: usize| {
         let (t, p) = &mods[i];
-        if p.is_empty() { format!("{} (module {})", module_kind(t), i) } else { format!("{} ({p})", module_kind(t)) }
+        if p.is_empty() {
+            format!("{} (module {})", module_kind(t), i)
+        } else {
+            format!("{} ({p})", module_kind(t))
+        }
     };
-    let at = |kind: &str| mods.iter().enumerate().filter(|(_, (t, _))| module_kind(t) == kind).map(|(i, _)| i).collect::<Vec<_>>();
+    let at = |kind: &str| {
+        mods.iter().enumerate().filter(|(_, (t, _))| module_kind(t) == kind).map(|(i, _)| i).collect::<Vec<_>>()
+    };
     for kind in ["Transformer", "Pooling", "Normalize"] {
         if at(kind).len() > 1 {
             bail!("{} lists {} {kind} modules; {ORDER}", path.display(), at(kind).len());
@@ -304,7 +336,12 @@ fn check_pipeline(path: &Path, mods: &[(String, String)]) -> Result<()> {
         }
     }
     if let Some(i) = pooling.filter(|&i| i != 1) {
-        bail!("{}: {} comes right after the Transformer, not the Pooling module {}; {ORDER}", path.display(), name(1), name(i));
+        bail!(
+            "{}: {} comes right after the Transformer, not the Pooling module {}; {ORDER}",
+            path.display(),
+            name(1),
+            name(i)
+        );
     }
     if let Some(i) = at("Normalize").into_iter().find(|&i| i + 1 != mods.len()) {
         bail!("{} lists {} before {}: xsent normalises last; {ORDER}", path.display(), name(i), name(i + 1));
@@ -373,7 +410,8 @@ pub fn hub_cache_dir() -> Result<PathBuf> {
 
 /// `HF_HUB_OFFLINE` set to a true value.
 pub fn hub_offline() -> bool {
-    std::env::var("HF_HUB_OFFLINE").is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
+    std::env::var("HF_HUB_OFFLINE")
+        .is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
 }
 
 /// A hub token: its value, and where it was found (for messages).
@@ -476,7 +514,8 @@ impl HubRepo {
         };
         let repo = hf_hub::Repo::with_revision(id.clone(), hf_hub::RepoType::Model, revision.clone());
         let cache = hf_hub::Cache::new(cache_dir.to_path_buf()).repo(repo.clone());
-        let snapshot = is_commit_hash(&revision).then(|| cache_dir.join(repo.folder_name()).join("snapshots").join(&revision));
+        let snapshot =
+            is_commit_hash(&revision).then(|| cache_dir.join(repo.folder_name()).join("snapshots").join(&revision));
         let (api, token) = if offline {
             (None, None)
         } else {
@@ -583,11 +622,16 @@ impl HubRepo {
 
     /// ` --revision REV` when the spec named one.
     fn revision_flag(&self) -> String {
-        if self.given_revision { format!(" --revision {}", self.revision) } else { String::new() }
+        if self.given_revision {
+            format!(" --revision {}", self.revision)
+        } else {
+            String::new()
+        }
     }
 
     fn failure_message(&self, file: &str, required: bool, failure: &HubFailure) -> String {
-        let head = format!("cannot get {file} of {} (revision {}) from the hub: {}", self.id, self.revision, failure.message);
+        let head =
+            format!("cannot get {file} of {} (revision {}) from the hub: {}", self.id, self.revision, failure.message);
         if matches!(failure.status, Some(401 | 403)) {
             let sent = match &self.token {
                 Some(t) => format!("the token from {} was sent but does not give access to it", t.from),
@@ -725,14 +769,27 @@ mod tests {
         };
         let from = |p: &Path| p.display().to_string();
         assert_eq!(token(&[("HF_TOKEN", "hf_env"), ("HF_HOME", &hf_home)]), Some(("hf_env".into(), "HF_TOKEN".into())));
-        assert_eq!(token(&[("HF_TOKEN", " "), ("HF_HOME", &hf_home)]), Some(("from-hf-home".into(), from(&hf_home_file))));
+        assert_eq!(
+            token(&[("HF_TOKEN", " "), ("HF_HOME", &hf_home)]),
+            Some(("from-hf-home".into(), from(&hf_home_file)))
+        );
         assert_eq!(token(&[("HF_HOME", &hf_home)]), Some(("from-hf-home".into(), from(&hf_home_file))));
         let legacy = ("HUGGING_FACE_HUB_TOKEN", "hf_legacy");
-        assert_eq!(token(&[legacy, ("HF_HOME", &hf_home)]), Some(("hf_legacy".into(), "HUGGING_FACE_HUB_TOKEN".into())));
-        assert_eq!(token(&[("HF_TOKEN", "hf_env"), legacy]), Some(("hf_env".into(), "HF_TOKEN".into())), "HF_TOKEN comes first");
+        assert_eq!(
+            token(&[legacy, ("HF_HOME", &hf_home)]),
+            Some(("hf_legacy".into(), "HUGGING_FACE_HUB_TOKEN".into()))
+        );
+        assert_eq!(
+            token(&[("HF_TOKEN", "hf_env"), legacy]),
+            Some(("hf_env".into(), "HF_TOKEN".into())),
+            "HF_TOKEN comes first"
+        );
         assert_eq!(token(&[("HF_TOKEN", ""), legacy]), Some(("hf_legacy".into(), "HUGGING_FACE_HUB_TOKEN".into())));
         let path = from(&path_file);
-        assert_eq!(token(&[("HF_TOKEN_PATH", &path), ("HF_HOME", &hf_home)]), Some(("from-token-path".into(), path.clone())));
+        assert_eq!(
+            token(&[("HF_TOKEN_PATH", &path), ("HF_HOME", &hf_home)]),
+            Some(("from-token-path".into(), path.clone()))
+        );
         assert_eq!(token(&[]), Some(("from-home".into(), from(&home_file))));
         let blank = dir.join("blank").display().to_string();
         assert_eq!(token(&[("HF_HOME", &blank)]), None, "a blank token file is no token");
@@ -756,14 +813,22 @@ mod tests {
                 kinds.iter().map(|(t, p)| (format!("sentence_transformers.models.{t}"), p.to_string())).collect();
             check_pipeline(Path::new("m/modules.json"), &mods).map_err(|e| e.to_string())
         };
-        let (t, p, d, n) = (("Transformer", ""), ("Pooling", "1_Pooling"), ("Dense", "2_Dense"), ("Normalize", "3_Normalize"));
+        let (t, p, d, n) =
+            (("Transformer", ""), ("Pooling", "1_Pooling"), ("Dense", "2_Dense"), ("Normalize", "3_Normalize"));
         for ok in [vec![t], vec![t, p], vec![t, p, d], vec![t, p, n], vec![t, p, d, n]] {
             assert_eq!(check(&ok), Ok(()), "{ok:?}");
         }
         let err = check(&[t, d, p, n]).unwrap_err();
-        assert!(err.contains("m/modules.json lists Dense (2_Dense) before any Pooling") && err.contains("only after Pooling"), "{err}");
+        assert!(
+            err.contains("m/modules.json lists Dense (2_Dense) before any Pooling")
+                && err.contains("only after Pooling"),
+            "{err}"
+        );
         let err = check(&[t, p, n, d]).unwrap_err();
-        assert!(err.contains("Normalize (3_Normalize) before Dense (2_Dense)") && err.contains("normalises last"), "{err}");
+        assert!(
+            err.contains("Normalize (3_Normalize) before Dense (2_Dense)") && err.contains("normalises last"),
+            "{err}"
+        );
         let err = check(&[t, n]).unwrap_err();
         assert!(err.contains("Normalize (3_Normalize) before any Pooling"), "{err}");
         let err = check(&[p, t]).unwrap_err();
@@ -800,7 +865,11 @@ mod tests {
         let two = r#"{"metadata": {"total_size": 8}, "weight_map": {"b.weight": "model-00002-of-00002.safetensors",
             "a.weight": "model-00001-of-00002.safetensors", "a.bias": "model-00001-of-00002.safetensors"}}"#;
         assert_eq!(names(two).unwrap(), ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]);
-        for bad in [r#"{"weight_map": {"a": "../x.safetensors"}}"#, r#"{"weight_map": {"a": "/abs/x.bin"}}"#, r#"{"weight_map": {"a": ""}}"#] {
+        for bad in [
+            r#"{"weight_map": {"a": "../x.safetensors"}}"#,
+            r#"{"weight_map": {"a": "/abs/x.bin"}}"#,
+            r#"{"weight_map": {"a": ""}}"#,
+        ] {
             let err = names(bad).unwrap_err();
             assert!(err.contains("not the name of a file beside the index"), "{err}");
         }

@@ -49,10 +49,15 @@ pub fn load_encoder_tensors(paths: &[PathBuf], device: &Device, keep_layers: usi
 }
 
 /// [`load_encoder_tensors`], and the canonical names of the tensors of the layers it dropped.
-pub fn load_encoder_tensors_noting(paths: &[PathBuf], device: &Device, keep_layers: usize) -> Result<(HashMap<String, Tensor>, Vec<String>)> {
+pub fn load_encoder_tensors_noting(
+    paths: &[PathBuf],
+    device: &Device,
+    keep_layers: usize,
+) -> Result<(HashMap<String, Tensor>, Vec<String>)> {
     let files = paths.iter().map(|p| CheckpointFile::open(p)).collect::<Result<Vec<_>>>()?;
     let mut dropped = Vec::new();
-    let prefix = detect_prefix(files.iter().flat_map(|f| f.names())).with_context(|| format!("in {}", describe(paths)))?;
+    let prefix =
+        detect_prefix(files.iter().flat_map(|f| f.names())).with_context(|| format!("in {}", describe(paths)))?;
     let mut out = HashMap::new();
     let mut from: HashMap<String, &Path> = HashMap::new();
     for (file, path) in files.iter().zip(paths) {
@@ -65,7 +70,11 @@ pub fn load_encoder_tensors_noting(paths: &[PathBuf], device: &Device, keep_laye
                 }
             }
             if let Some(first) = from.insert(canon.clone(), path) {
-                bail!("tensor {name} is in two weight files of one checkpoint, {} and {}", first.display(), path.display());
+                bail!(
+                    "tensor {name} is in two weight files of one checkpoint, {} and {}",
+                    first.display(),
+                    path.display()
+                );
             }
             let t = file.get(name)?;
             let t = if t.dtype() == DType::F32 { t } else { t.to_dtype(DType::F32)? };
@@ -107,7 +116,8 @@ enum CheckpointFile {
 impl CheckpointFile {
     fn open(path: &Path) -> Result<Self> {
         if !is_pytorch_file(path) {
-            let t = candle_core::safetensors::load(path, &Device::Cpu).with_context(|| format!("cannot read weights {}", path.display()))?;
+            let t = candle_core::safetensors::load(path, &Device::Cpu)
+                .with_context(|| format!("cannot read weights {}", path.display()))?;
             return Ok(Self::Safetensors(t));
         }
         let tensors = candle_core::pickle::PthTensors::new(path, None).map_err(|e| {
@@ -259,10 +269,8 @@ impl Params {
 pub fn save_tensors(tensors: &HashMap<String, Tensor>, path: &Path) -> Result<()> {
     let tmp = path.with_extension("safetensors.tmp");
     // Detach from any autograd graph and bring to the CPU before writing.
-    let cpu: HashMap<String, Tensor> = tensors
-        .iter()
-        .map(|(k, v)| Ok((k.clone(), v.detach().to_device(&Device::Cpu)?)))
-        .collect::<Result<_>>()?;
+    let cpu: HashMap<String, Tensor> =
+        tensors.iter().map(|(k, v)| Ok((k.clone(), v.detach().to_device(&Device::Cpu)?))).collect::<Result<_>>()?;
     candle_core::safetensors::save(&cpu, &tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("cannot move {} into place", path.display()))?;
     Ok(())

@@ -46,7 +46,8 @@ fn token_text(v: &Value) -> Option<String> {
 /// transformers' tokenizer classes that are BERT's WordPiece tokenizer with BERT's basic
 /// tokenisation (subclasses that change nothing else); any other `tokenizer_class` beside a
 /// vocab.txt (e.g. `BertJapaneseTokenizer`, which splits words with MeCab) is refused.
-const WORDPIECE_CLASSES: [&str; 5] = ["BertTokenizer", "DistilBertTokenizer", "ElectraTokenizer", "MobileBertTokenizer", "SqueezeBertTokenizer"];
+const WORDPIECE_CLASSES: [&str; 5] =
+    ["BertTokenizer", "DistilBertTokenizer", "ElectraTokenizer", "MobileBertTokenizer", "SqueezeBertTokenizer"];
 
 /// The `tokenizer.json` text for the WordPiece vocabulary `vocab` (one token per line, the line
 /// number its id) and the settings beside it, checked to give every added token the id the
@@ -59,7 +60,8 @@ pub fn tokenizer_json(vocab: &Path) -> Result<String> {
 /// says.
 fn checked(vocab: &Path) -> Result<(String, Tokenizer)> {
     let (json, added) = build(vocab)?;
-    let t = <Tokenizer as std::str::FromStr>::from_str(&json).map_err(|e| anyhow!("cannot build a tokenizer from {}: {e}", vocab.display()))?;
+    let t = <Tokenizer as std::str::FromStr>::from_str(&json)
+        .map_err(|e| anyhow!("cannot build a tokenizer from {}: {e}", vocab.display()))?;
     for (token, id) in added {
         if t.token_to_id(&token) != Some(id) {
             bail!(
@@ -133,17 +135,37 @@ fn build(vocab: &Path) -> Result<(String, Vec<(String, u32)>)> {
     let mut next_id = ids.len() as u64;
     if let Some(decoder) = decoder {
         for (id, t) in decoder {
-            let id: u64 = id.parse().map_err(|_| anyhow!("{}: added_tokens_decoder has the key {id:?}, not an id", config_path.display()))?;
-            let Some(content) = token_text(t) else { bail!("{}: added_tokens_decoder {id} has no content", config_path.display()) };
+            let id: u64 = id.parse().map_err(|_| {
+                anyhow!("{}: added_tokens_decoder has the key {id:?}, not an id", config_path.display())
+            })?;
+            let Some(content) = token_text(t) else {
+                bail!("{}: added_tokens_decoder {id} has no content", config_path.display())
+            };
             let b = |k: &str, d: bool| t[k].as_bool().unwrap_or(d);
-            added.push(AddedEntry { id, content, special: b("special", false), normalized: b("normalized", true), lstrip: b("lstrip", false), rstrip: b("rstrip", false), single_word: b("single_word", false) });
+            added.push(AddedEntry {
+                id,
+                content,
+                special: b("special", false),
+                normalized: b("normalized", true),
+                lstrip: b("lstrip", false),
+                rstrip: b("rstrip", false),
+                single_word: b("single_word", false),
+            });
         }
     }
-    let id_of = |added: &[AddedEntry], token: &str| ids.get(token).and_then(Value::as_u64).or_else(|| added.iter().find(|a| a.content == token).map(|a| a.id));
+    let id_of = |added: &[AddedEntry], token: &str| {
+        ids.get(token).and_then(Value::as_u64).or_else(|| added.iter().find(|a| a.content == token).map(|a| a.id))
+    };
     // unk, cls and sep must be tokens of the vocabulary (or added ones); pad and mask are
     // added as special tokens when they are.
     let mut named = Vec::new();
-    for (key, default, required) in [("unk_token", "[UNK]", true), ("cls_token", "[CLS]", true), ("sep_token", "[SEP]", true), ("pad_token", "[PAD]", false), ("mask_token", "[MASK]", false)] {
+    for (key, default, required) in [
+        ("unk_token", "[UNK]", true),
+        ("cls_token", "[CLS]", true),
+        ("sep_token", "[SEP]", true),
+        ("pad_token", "[PAD]", false),
+        ("mask_token", "[MASK]", false),
+    ] {
         let token = token_of(key, default);
         match id_of(&added, &token) {
             Some(id) => named.push((key, token, id)),
@@ -169,13 +191,23 @@ fn build(vocab: &Path) -> Result<(String, Vec<(String, u32)>)> {
             let Some(file) = file.as_object() else { bail!("{}: expected an object of token → id", path.display()) };
             let mut entries: Vec<(u64, &String)> = Vec::new();
             for (token, id) in file {
-                let Some(id) = id.as_u64() else { bail!("{}: the id of {token:?} is {id}, not a number", path.display()) };
+                let Some(id) = id.as_u64() else {
+                    bail!("{}: the id of {token:?} is {id}, not a number", path.display())
+                };
                 entries.push((id, token));
             }
             entries.sort();
             for (id, token) in entries {
                 let special = named.iter().any(|(_, t, _)| t == token) || extra.contains(token);
-                added.push(AddedEntry { id, content: token.clone(), special, normalized: !special, lstrip: false, rstrip: false, single_word: false });
+                added.push(AddedEntry {
+                    id,
+                    content: token.clone(),
+                    special,
+                    normalized: !special,
+                    lstrip: false,
+                    rstrip: false,
+                    single_word: false,
+                });
                 expected.push((token.clone(), id as u32));
                 next_id = next_id.max(id + 1);
             }
@@ -183,7 +215,15 @@ fn build(vocab: &Path) -> Result<(String, Vec<(String, u32)>)> {
     }
     for (_, token, id) in &named {
         if !added.iter().any(|a| a.id == *id) {
-            added.push(AddedEntry { id: *id, content: token.clone(), special: true, normalized: false, lstrip: false, rstrip: false, single_word: false });
+            added.push(AddedEntry {
+                id: *id,
+                content: token.clone(),
+                special: true,
+                normalized: false,
+                lstrip: false,
+                rstrip: false,
+                single_word: false,
+            });
         }
     }
     for token in extra {
@@ -197,7 +237,15 @@ fn build(vocab: &Path) -> Result<(String, Vec<(String, u32)>)> {
                         next_id - 1
                     }
                 };
-                added.push(AddedEntry { id, content: token, special: true, normalized: false, lstrip: false, rstrip: false, single_word: false });
+                added.push(AddedEntry {
+                    id,
+                    content: token,
+                    special: true,
+                    normalized: false,
+                    lstrip: false,
+                    rstrip: false,
+                    single_word: false,
+                });
             }
         }
     }
@@ -208,7 +256,9 @@ fn build(vocab: &Path) -> Result<(String, Vec<(String, u32)>)> {
             json!({"id": a.id, "content": a.content, "single_word": a.single_word, "lstrip": a.lstrip, "rstrip": a.rstrip, "normalized": a.normalized, "special": a.special})
         })
         .collect();
-    let token_named = |key: &str| named.iter().find(|(k, _, _)| *k == key).map(|(_, t, id)| (t.clone(), *id)).expect("a required token");
+    let token_named = |key: &str| {
+        named.iter().find(|(k, _, _)| *k == key).map(|(_, t, id)| (t.clone(), *id)).expect("a required token")
+    };
     let (unk, _) = token_named("unk_token");
     let (cls, cls_id) = token_named("cls_token");
     let (sep, sep_id) = token_named("sep_token");
@@ -265,7 +315,11 @@ mod tests {
         std::fs::write(&vocab, "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nHello\nworld\n##s\n").unwrap();
         let t = load_tokenizer(&vocab).unwrap();
         assert_eq!(ids(&t, "Hello worlds"), [2, 5, 7, 8, 3], "lowercased by default, as BertTokenizer");
-        std::fs::write(dir.path().join("tokenizer_config.json"), r#"{"do_lower_case": false, "cls_token": {"content": "[CLS]", "__type": "AddedToken"}}"#).unwrap();
+        std::fs::write(
+            dir.path().join("tokenizer_config.json"),
+            r#"{"do_lower_case": false, "cls_token": {"content": "[CLS]", "__type": "AddedToken"}}"#,
+        )
+        .unwrap();
         let t = load_tokenizer(&vocab).unwrap();
         assert_eq!(ids(&t, "Hello hello [MASK] xyz"), [2, 6, 5, 4, 1, 3]);
         std::fs::write(dir.path().join("added_tokens.json"), r#"{"<new>": 9}"#).unwrap();
@@ -278,10 +332,15 @@ mod tests {
         let err = load_tokenizer(&vocab).unwrap_err().to_string();
         assert!(err.contains("do_lower_case is \"yes\""), "{err}");
         // Another tokenizer class, and settings xsent does not build, are refused.
-        std::fs::write(dir.path().join("tokenizer_config.json"), r#"{"tokenizer_class": "BertJapaneseTokenizer"}"#).unwrap();
+        std::fs::write(dir.path().join("tokenizer_config.json"), r#"{"tokenizer_class": "BertJapaneseTokenizer"}"#)
+            .unwrap();
         let err = load_tokenizer(&vocab).unwrap_err().to_string();
         assert!(err.contains("tokenizer_class is \"BertJapaneseTokenizer\""), "{err}");
-        std::fs::write(dir.path().join("tokenizer_config.json"), r#"{"tokenizer_class": "DistilBertTokenizerFast", "never_split": ["hello"]}"#).unwrap();
+        std::fs::write(
+            dir.path().join("tokenizer_config.json"),
+            r#"{"tokenizer_class": "DistilBertTokenizerFast", "never_split": ["hello"]}"#,
+        )
+        .unwrap();
         assert!(load_tokenizer(&vocab).unwrap_err().to_string().contains("never_split"));
         std::fs::write(dir.path().join("tokenizer_config.json"), r#"{"do_basic_tokenize": false}"#).unwrap();
         assert!(load_tokenizer(&vocab).unwrap_err().to_string().contains("do_basic_tokenize"));

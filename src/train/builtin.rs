@@ -22,7 +22,10 @@ macro_rules! builtin {
 /// Every file of `configs/`, in name order.
 pub const CONFIGS: &[BuiltIn] = &[
     builtin!("disentangle", "meaning and language heads over frozen multilingual-e5-small (seed 004); CPU scale"),
-    builtin!("distill", "knowledge distillation (seed 003), the recommended CPU config: MiniLM teacher, e5-small student"),
+    builtin!(
+        "distill",
+        "knowledge distillation (seed 003), the recommended CPU config: MiniLM teacher, e5-small student"
+    ),
     builtin!("distill-direct", "distillation towards the MiniLM teacher's own vectors, the paper's form; CPU scale"),
     builtin!("distill-multi30k", "distill-direct with Multi30k image captions added; CPU scale"),
     builtin!("distill-paper", "distillation as in seed 003: xlm-roberta-base student, your parallel data; GPU"),

@@ -40,7 +40,9 @@ pub fn problem(dir: &Path, files: &[&str], old: &mut bool) -> Option<String> {
         }
         Err(e) => return Some(format!("{CHECKSUMS} cannot be read ({e})")),
     };
-    let Some(sums) = serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["sha256"].as_object().cloned()) else {
+    let Some(sums) =
+        serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["sha256"].as_object().cloned())
+    else {
         return Some(format!("{CHECKSUMS} is not what xsent writes"));
     };
     for f in files {
@@ -70,7 +72,10 @@ mod tests {
         assert_eq!(problem(d.path(), &["a", "b"], &mut old), None);
         assert!(!old);
         // SHA-256 of "hello" (as sha256sum prints it).
-        assert_eq!(sha256_file(&d.path().join("a")).unwrap(), "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824");
+        assert_eq!(
+            sha256_file(&d.path().join("a")).unwrap(),
+            "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+        );
         std::fs::write(d.path().join("b"), b"worle").unwrap();
         assert!(problem(d.path(), &["a", "b"], &mut old).unwrap().contains("b does not match"));
         std::fs::remove_file(d.path().join("a")).unwrap();

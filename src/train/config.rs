@@ -274,7 +274,9 @@ impl ConfigFrom<'_> {
 
     fn text(&self) -> Result<String> {
         match self {
-            Self::File(p) | Self::Run(p) => std::fs::read_to_string(p).with_context(|| format!("cannot read config {}", p.display())),
+            Self::File(p) | Self::Run(p) => {
+                std::fs::read_to_string(p).with_context(|| format!("cannot read config {}", p.display()))
+            }
             Self::BuiltIn(b) => Ok(b.text.to_string()),
         }
     }
@@ -361,12 +363,14 @@ pub fn load_from(from: ConfigFrom, unsets: &[String], sets: &[String], missing_o
         // Straight from the text, so that the error shows the line and column.
         toml::from_str(&text).map_err(|e| anyhow::anyhow!("invalid config {name}: {}", e.to_string().trim_end()))?
     } else {
-        value
-            .try_into()
-            .map_err(|e: toml::de::Error| {
-                let changes: Vec<String> = unsets.iter().map(|k| format!("--unset {k}")).chain(sets.iter().map(|s| format!("--set {s}"))).collect();
-                anyhow::anyhow!("invalid config {name} after {}: {}", changes.join(" "), e.to_string().trim_end())
-            })?
+        value.try_into().map_err(|e: toml::de::Error| {
+            let changes: Vec<String> = unsets
+                .iter()
+                .map(|k| format!("--unset {k}"))
+                .chain(sets.iter().map(|s| format!("--set {s}")))
+                .collect();
+            anyhow::anyhow!("invalid config {name} after {}: {}", changes.join(" "), e.to_string().trim_end())
+        })?
     };
     cfg.validate()?;
     let base = from.base()?;
@@ -449,7 +453,9 @@ pub fn apply_set(root: &mut toml::Value, set: &str) -> Result<()> {
                     .parse()
                     .map_err(|_| anyhow::anyhow!("--set {key}: {part:?} indexes a list and must be a number"))?;
                 let len = a.len();
-                let slot = a.get_mut(idx).ok_or_else(|| anyhow::anyhow!("--set {key}: index {idx} but the list has {len} entries"))?;
+                let slot = a
+                    .get_mut(idx)
+                    .ok_or_else(|| anyhow::anyhow!("--set {key}: index {idx} but the list has {len} entries"))?;
                 if last {
                     *slot = parsed;
                     return Ok(());
@@ -487,7 +493,9 @@ pub fn apply_unset(root: &mut toml::Value, key: &str, missing_ok: bool) -> Resul
             },
             toml::Value::Array(a) => {
                 let len = a.len();
-                let idx: usize = part.parse().map_err(|_| anyhow::anyhow!("--unset {key}: {part:?} indexes a list and must be a number"))?;
+                let idx: usize = part
+                    .parse()
+                    .map_err(|_| anyhow::anyhow!("--unset {key}: {part:?} indexes a list and must be a number"))?;
                 match a.get_mut(idx) {
                     Some(v) => v,
                     None if missing_ok => return Ok(()),
@@ -530,7 +538,13 @@ impl Config {
         }
         self.optim.validate()?;
         // Each recipe and whether its section is set.
-        let present = [self.distill.is_some(), self.disentangle.is_some(), self.dueam.is_some(), self.lightweight.is_some(), self.sp.is_some()];
+        let present = [
+            self.distill.is_some(),
+            self.disentangle.is_some(),
+            self.dueam.is_some(),
+            self.lightweight.is_some(),
+            self.sp.is_some(),
+        ];
         let sections: Vec<(&str, bool)> = RECIPE_SECTIONS.into_iter().zip(present).collect();
         match self.recipe.as_str() {
             "distill" => match &self.distill {
@@ -713,7 +727,11 @@ pub fn find(arg: &Path) -> Result<ConfigFrom<'_>> {
         return Ok(ConfigFrom::File(arg));
     }
     if arg.exists() {
-        bail!("--config {} is not a file: give a config file, or the name of a built-in config ({})", arg.display(), super::builtin::names());
+        bail!(
+            "--config {} is not a file: give a config file, or the name of a built-in config ({})",
+            arg.display(),
+            super::builtin::names()
+        );
     }
     match builtin {
         Some(b) => {
@@ -733,7 +751,8 @@ mod tests {
     use super::*;
 
     fn base() -> toml::Value {
-        toml::from_str("recipe = \"distill\"\n[train]\nmax_steps = 5\n[distill]\nteacher = \"t\"\nstudent = \"s\"\n").unwrap()
+        toml::from_str("recipe = \"distill\"\n[train]\nmax_steps = 5\n[distill]\nteacher = \"t\"\nstudent = \"s\"\n")
+            .unwrap()
     }
 
     /// The paper-scale distillation config lists the paper's languages, each paired with
@@ -830,13 +849,17 @@ mod tests {
             let p = e.unwrap().path();
             if p.extension().is_some_and(|x| x == "toml") {
                 // The paper-scale configs name a GPU; this build may have no CUDA.
-                let cfg = load(&p, &["train.device=\"cpu\"".to_string()]).unwrap_or_else(|e| panic!("{}: {e:#}", p.display()));
+                let cfg = load(&p, &["train.device=\"cpu\"".to_string()])
+                    .unwrap_or_else(|e| panic!("{}: {e:#}", p.display()));
                 assert!(!cfg.recipe.is_empty());
                 n += 1;
             }
         }
         assert!(n >= 10, "only {n} configs in {}", dir.display());
         let distill = load(&dir.join("distill.toml"), &[]).unwrap();
-        assert_eq!(distill.train.val_sts, Some(crate::places::data_dir().0.join("sts/stsbenchmark/sts-dev.csv").display().to_string()));
+        assert_eq!(
+            distill.train.val_sts,
+            Some(crate::places::data_dir().0.join("sts/stsbenchmark/sts-dev.csv").display().to_string())
+        );
     }
 }

@@ -2,8 +2,8 @@
 //! config's training data is checked against, and the overlap each recipe reports.
 
 use super::config::Config;
-use crate::data::decontam::{default_data_dir, standard_sets, EvalSet, Index, Layout, Overlap, Split};
 use crate::data::bitext::{read_sources, Pair, Source, SourceKind};
+use crate::data::decontam::{default_data_dir, standard_sets, EvalSet, Index, Layout, Overlap, Split};
 use crate::data::xnli::PairSet;
 use anyhow::Result;
 
@@ -72,7 +72,11 @@ pub fn sets(cfg: &Config) -> Result<Vec<EvalSet>> {
     let d = &cfg.data;
     let mut sets = match d.eval_dir.clone().or_else(default_data_dir) {
         Some(dir) => {
-            anyhow::ensure!(dir.is_dir(), "data.eval_dir {} is not a folder (the benchmark data, as ../shared/data)", dir.display());
+            anyhow::ensure!(
+                dir.is_dir(),
+                "data.eval_dir {} is not a folder (the benchmark data, as ../shared/data)",
+                dir.display()
+            );
             standard_sets(&dir)
         }
         None => Vec::new(),
@@ -85,7 +89,8 @@ pub fn sets(cfg: &Config) -> Result<Vec<EvalSet>> {
     }
     // The config's own files, unless a benchmark set already holds them (train.val_sts is often
     // the STS benchmark's dev split).
-    let known: Vec<std::path::PathBuf> = sets.iter().flat_map(|s| s.files.iter().filter_map(|(p, _)| p.canonicalize().ok())).collect();
+    let known: Vec<std::path::PathBuf> =
+        sets.iter().flat_map(|s| s.files.iter().filter_map(|(p, _)| p.canonicalize().ok())).collect();
     let mut own = |name: String, files: Vec<(std::path::PathBuf, Layout)>| {
         if !files.iter().all(|(p, _)| p.canonicalize().is_ok_and(|c| known.contains(&c))) {
             sets.push(EvalSet { name, split: Split::Dev, files });
@@ -163,8 +168,12 @@ pub fn audit(cfg: &Config) -> Result<Vec<Overlap>> {
     }
     if let Some(dc) = &cfg.dueam {
         let data = match dc.pairs {
-            super::recipes::dueam::PairKind::Weak => crate::data::xnli::weak_pairs(&dc.xnli_dir, &dc.splits, &dc.langs, dc.cross_lingual)?,
-            super::recipes::dueam::PairKind::Unsup => crate::data::xnli::unsup_pairs(&dc.xnli_dir, &dc.splits, &dc.langs, dc.unsup_pairs, cfg.seed)?,
+            super::recipes::dueam::PairKind::Weak => {
+                crate::data::xnli::weak_pairs(&dc.xnli_dir, &dc.splits, &dc.langs, dc.cross_lingual)?
+            }
+            super::recipes::dueam::PairKind::Unsup => {
+                crate::data::xnli::unsup_pairs(&dc.xnli_dir, &dc.splits, &dc.langs, dc.unsup_pairs, cfg.seed)?
+            }
         };
         let (_, o) = all.check("dueam.xnli_dir", data.len(), |i| {
             let (a, b) = data.pair(i);

@@ -21,7 +21,9 @@ pub fn fit_affine(x: &[Vec<f32>], y: &[Vec<f32>], ridge: f64) -> Result<(Vec<f32
         xtx[(i, i)] += lambda;
     }
     let xty = xa.transpose() * ym;
-    let chol = xtx.cholesky().context("least-squares fit: the normal equations are singular (too few or repeated sentences?)")?;
+    let chol = xtx
+        .cholesky()
+        .context("least-squares fit: the normal equations are singular (too few or repeated sentences?)")?;
     let a = chol.solve(&xty); // [din + 1, dout]
     let mut w = vec![0f32; dout * din];
     for o in 0..dout {
@@ -44,7 +46,8 @@ pub fn fit_orthogonal(x: &[Vec<f32>], y: &[Vec<f32>]) -> Result<Vec<f32>> {
         bail!("Procrustes fit needs as many (non-zero) inputs as targets: {} vs {}", n, y.len());
     }
     let (din, dout) = (x[0].len(), y[0].len());
-    let norms: Vec<f64> = x.iter().map(|r| r.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt().max(1e-12)).collect();
+    let norms: Vec<f64> =
+        x.iter().map(|r| r.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt().max(1e-12)).collect();
     let xn = DMatrix::<f64>::from_fn(n, din, |i, j| x[i][j] as f64 / norms[i]);
     let ym = DMatrix::<f64>::from_fn(n, dout, |i, j| y[i][j] as f64);
     let svd = (ym.transpose() * xn).svd(true, true); // Σ yᵢ x̂ᵢᵀ, [dout, din]
@@ -66,7 +69,8 @@ mod tests {
         let x: Vec<Vec<f32>> = (0..200).map(|_| (0..5).map(|_| rng.random_range(-1.0..1.0)).collect()).collect();
         let w = [[1.0, 2.0, 0.0, -1.0, 0.5], [0.0, 0.0, 3.0, 0.0, 0.0], [-2.0, 0.0, 0.0, 0.0, 1.0]];
         let b = [0.5, -1.0, 2.0];
-        let y: Vec<Vec<f32>> = x.iter().map(|r| (0..3).map(|o| (0..5).map(|i| w[o][i] * r[i]).sum::<f32>() + b[o]).collect()).collect();
+        let y: Vec<Vec<f32>> =
+            x.iter().map(|r| (0..3).map(|o| (0..5).map(|i| w[o][i] * r[i]).sum::<f32>() + b[o]).collect()).collect();
         let (fw, fb) = fit_affine(&x, &y, 0.0).unwrap();
         for o in 0..3 {
             assert!((fb[o] - b[o]).abs() < 1e-4, "bias {o}: {} vs {}", fb[o], b[o]);
@@ -90,7 +94,9 @@ mod tests {
             .iter()
             .map(|r| {
                 let n = r.iter().map(|v| v * v).sum::<f32>().sqrt();
-                (0..d).map(|o| (0..d).map(|i| q[(o, i)] as f32 * r[i] / n).sum::<f32>() + rng.random_range(-0.01..0.01)).collect()
+                (0..d)
+                    .map(|o| (0..d).map(|i| q[(o, i)] as f32 * r[i] / n).sum::<f32>() + rng.random_range(-0.01..0.01))
+                    .collect()
             })
             .collect();
         let w = fit_orthogonal(&x, &y).unwrap();

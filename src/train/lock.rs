@@ -34,7 +34,9 @@ pub(crate) fn host() -> String {
 /// Who the lock file says holds it: "pid P on host H, started N s ago" (None when it is empty).
 fn holder(text: &str) -> Option<String> {
     let v: serde_json::Value = serde_json::from_str(text.trim()).ok()?;
-    let since = v["started_unix"].as_u64().map_or(String::new(), |t| format!(", started {} s ago", unix_now().saturating_sub(t)));
+    let since = v["started_unix"]
+        .as_u64()
+        .map_or(String::new(), |t| format!(", started {} s ago", unix_now().saturating_sub(t)));
     Some(format!("pid {} on host {}{since}", v["pid"].as_u64()?, v["host"].as_str().unwrap_or("?")))
 }
 
@@ -78,7 +80,8 @@ impl RunLock {
                     );
                 }
                 Err(std::fs::TryLockError::Error(e)) => {
-                    return Err(e).with_context(|| format!("cannot lock {} (is the file system read-only?)", path.display()))
+                    return Err(e)
+                        .with_context(|| format!("cannot lock {} (is the file system read-only?)", path.display()))
                 }
             }
             // The holder before us may have removed the file between our open and our lock:
@@ -131,11 +134,13 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let first = RunLock::acquire(d.path()).unwrap();
         let e = RunLock::acquire(d.path()).err().unwrap().to_string();
-        assert!(e.contains("in use by another xsent train") && e.contains(&format!("pid {}", std::process::id())), "{e}");
+        assert!(
+            e.contains("in use by another xsent train") && e.contains(&format!("pid {}", std::process::id())),
+            "{e}"
+        );
         drop(first);
         let again = RunLock::acquire(d.path()).unwrap();
         again.remove();
         assert!(!d.path().join(LOCK_FILE).exists());
     }
-
 }

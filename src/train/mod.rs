@@ -42,7 +42,9 @@ pub fn build_recipe(cfg: &Config, out: &Path) -> Result<Box<dyn Recipe>> {
         "sp" => Ok(Box::new(sp::SpRecipe::new(cfg, out)?)),
         "dueam" => Ok(Box::new(dueam::Dueam::new(cfg)?)),
         "lightweight" => Ok(Box::new(lightweight::Lightweight::new(cfg, out)?)),
-        other => anyhow::bail!("recipe = {other:?} is not known; this xsent trains: distill, disentangle, dueam, lightweight, sp"),
+        other => anyhow::bail!(
+            "recipe = {other:?} is not known; this xsent trains: distill, disentangle, dueam, lightweight, sp"
+        ),
     }
 }
 

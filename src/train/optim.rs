@@ -123,7 +123,9 @@ impl candle_core::InplaceOp2 for Update<'_> {
         if p.len() > 1 << 17 && workers > 1 {
             let part = p.len().div_ceil(workers);
             std::thread::scope(|s| {
-                for (((p, g), m), v) in p.chunks_mut(part).zip(g.chunks(part)).zip(m.chunks_mut(part)).zip(v.chunks_mut(part)) {
+                for (((p, g), m), v) in
+                    p.chunks_mut(part).zip(g.chunks(part)).zip(m.chunks_mut(part)).zip(v.chunks_mut(part))
+                {
                     s.spawn(move || kernel((((p, g), m), v)));
                 }
             });
@@ -150,9 +152,25 @@ impl AdamW {
             let no_decay = decay_exempt(name);
             let slot = if on_device(var) {
                 let z = || Var::zeros(var.shape(), DType::F32, var.device());
-                Slot { var: var.clone(), name: name.clone(), m: Vec::new(), v: Vec::new(), dev: Some((z()?, z()?)), no_decay, lr_scale: 1.0 }
+                Slot {
+                    var: var.clone(),
+                    name: name.clone(),
+                    m: Vec::new(),
+                    v: Vec::new(),
+                    dev: Some((z()?, z()?)),
+                    no_decay,
+                    lr_scale: 1.0,
+                }
             } else {
-                Slot { var: var.clone(), name: name.clone(), m: vec![0.0; n], v: vec![0.0; n], dev: None, no_decay, lr_scale: 1.0 }
+                Slot {
+                    var: var.clone(),
+                    name: name.clone(),
+                    m: vec![0.0; n],
+                    v: vec![0.0; n],
+                    dev: None,
+                    no_decay,
+                    lr_scale: 1.0,
+                }
             };
             slots.push(slot);
         }
@@ -226,17 +244,21 @@ impl AdamW {
                     s.var.as_tensor().inplace_op2(&g, &op)?;
                 }
                 #[cfg(feature = "cuda")]
-                Some((m, v)) if s.var.device().is_cuda() => crate::gpu::adamw_update(s.var.as_tensor(), &g, m.as_tensor(), v.as_tensor(), &h.cuda())?,
+                Some((m, v)) if s.var.device().is_cuda() => {
+                    crate::gpu::adamw_update(s.var.as_tensor(), &g, m.as_tensor(), v.as_tensor(), &h.cuda())?
+                }
                 Some((m, v)) => {
                     // The kernel's arithmetic as tensor ops, in f32 and in the same order (so
                     // the same values), each result copied into the buffer it replaces.
                     let scalar = |x: f32| Tensor::new(x, g.device());
                     let g = g.affine(h.grad_scale as f64, 0.0)?;
                     let m_new = (m.as_tensor().affine(h.b1 as f64, 0.0)? + g.affine((1.0 - h.b1) as f64, 0.0)?)?;
-                    let v_new = (v.as_tensor().affine(h.b2 as f64, 0.0)? + g.affine((1.0 - h.b2) as f64, 0.0)?.mul(&g)?)?;
+                    let v_new =
+                        (v.as_tensor().affine(h.b2 as f64, 0.0)? + g.affine((1.0 - h.b2) as f64, 0.0)?.mul(&g)?)?;
                     let denom = v_new.broadcast_div(&scalar(h.bc2)?)?.sqrt()?.affine(1.0, h.eps as f64)?;
                     let upd = m_new.broadcast_div(&scalar(h.bc1)?)?.div(&denom)?;
-                    let p = (s.var.as_tensor().affine((1.0 - h.lr * h.decay) as f64, 0.0)? - upd.affine(h.lr as f64, 0.0)?)?;
+                    let p = (s.var.as_tensor().affine((1.0 - h.lr * h.decay) as f64, 0.0)?
+                        - upd.affine(h.lr as f64, 0.0)?)?;
                     m.set(&m_new)?;
                     v.set(&v_new)?;
                     s.var.set(&p)?;
@@ -252,7 +274,9 @@ impl AdamW {
         let mut out = HashMap::new();
         for s in &self.slots {
             let (m, v) = match &s.dev {
-                None => (Tensor::from_slice(&s.m, s.var.shape(), &dev)?, Tensor::from_slice(&s.v, s.var.shape(), &dev)?),
+                None => {
+                    (Tensor::from_slice(&s.m, s.var.shape(), &dev)?, Tensor::from_slice(&s.v, s.var.shape(), &dev)?)
+                }
                 Some((m, v)) => (m.as_tensor().to_device(&dev)?, v.as_tensor().to_device(&dev)?),
             };
             out.insert(format!("m.{}", s.name), m);
@@ -297,7 +321,8 @@ fn sum_of_squares(g: &Tensor) -> Result<f64> {
     if g.device().is_cpu() && g.dtype() == DType::F32 {
         let g = g.contiguous()?;
         let (storage, layout) = g.storage_and_layout();
-        if let (candle_core::Storage::Cpu(CpuStorage::F32(v)), Some((a, b))) = (&*storage, layout.contiguous_offsets()) {
+        if let (candle_core::Storage::Cpu(CpuStorage::F32(v)), Some((a, b))) = (&*storage, layout.contiguous_offsets())
+        {
             let v = &v[a..b];
             // Blocks of 64 summed in f32, then in f64; parts added in order.
             let chunk = |c: &[f32]| -> f64 {
@@ -383,7 +408,11 @@ mod tests {
                 }
                 Ok((w.as_tensor().flatten_all()?.to_vec1::<f32>()?, b.as_tensor().to_vec1::<f32>()?, state, norms))
             };
-            if forced { crate::model::kernels::with_candle_ops(body) } else { body() }
+            if forced {
+                crate::model::kernels::with_candle_ops(body)
+            } else {
+                body()
+            }
         };
         let (w1, b1, s1, n1) = run(false)?;
         let (w2, b2, s2, n2) = run(true)?;
@@ -413,10 +442,20 @@ mod tests {
 
     #[test]
     fn biases_and_layer_norms_are_not_decayed() {
-        for name in ["encoder.layer.0.attention.self.query.bias", "head.out_bias", "embeddings.LayerNorm.weight", "norm.layer_norm.weight"] {
+        for name in [
+            "encoder.layer.0.attention.self.query.bias",
+            "head.out_bias",
+            "embeddings.LayerNorm.weight",
+            "norm.layer_norm.weight",
+        ] {
             assert!(decay_exempt(name), "{name}");
         }
-        for name in ["encoder.layer.0.attention.self.query.weight", "embeddings.word_embeddings.weight", "head.transform.weight", "meaning.weight"] {
+        for name in [
+            "encoder.layer.0.attention.self.query.weight",
+            "embeddings.word_embeddings.weight",
+            "head.transform.weight",
+            "meaning.weight",
+        ] {
             assert!(!decay_exempt(name), "{name}");
         }
     }

@@ -33,7 +33,10 @@ pub(crate) fn nan_message(step: u64, value: f64, terms: &[(String, f64)], out: &
             dir.join(format!("step-{last}")).display()
         ),
     };
-    Ok(format!("the loss is {value} at step {step} ({}); stopped before updating the weights. {advice}", terms.join(", ")))
+    Ok(format!(
+        "the loss is {value} at step {step} ({}); stopped before updating the weights. {advice}",
+        terms.join(", ")
+    ))
 }
 
 /// Progress on stderr: a bar on a terminal, else a line every `log_every` steps.
@@ -49,9 +52,11 @@ impl Progress {
         let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
             let b = indicatif::ProgressBar::new(total);
             b.set_style(
-                indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] step {pos}/{len} {msg} ETA {eta}")
-                    .expect("a valid template")
-                    .progress_chars("=> "),
+                indicatif::ProgressStyle::with_template(
+                    "{elapsed_precise} [{bar:30}] step {pos}/{len} {msg} ETA {eta}",
+                )
+                .expect("a valid template")
+                .progress_chars("=> "),
             );
             b.set_position(step);
             b

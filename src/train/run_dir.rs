@@ -37,7 +37,11 @@ pub fn restore_run(out: &Path) -> Result<()> {
                 remove_stale(&e.path())?;
                 continue;
             }
-            let Some(step) = name.to_str().and_then(|n| n.strip_prefix(".step-")?.strip_suffix(".old")?.parse::<u64>().ok()) else { continue };
+            let Some(step) =
+                name.to_str().and_then(|n| n.strip_prefix(".step-")?.strip_suffix(".old")?.parse::<u64>().ok())
+            else {
+                continue;
+            };
             if newest.is_none_or(|n| step > n) {
                 restore_replaced(&dir.join(format!("step-{step}")))?;
             } else {
@@ -66,7 +70,12 @@ pub(crate) fn truncate_metrics(path: &Path, step: u64) -> Result<()> {
     let Ok(text) = std::fs::read_to_string(path) else { return Ok(()) };
     let kept: Vec<&str> = text
         .lines()
-        .filter(|l| serde_json::from_str::<serde_json::Value>(l).ok().and_then(|v| v["step"].as_u64()).is_some_and(|s| s <= step))
+        .filter(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .ok()
+                .and_then(|v| v["step"].as_u64())
+                .is_some_and(|s| s <= step)
+        })
         .collect();
     let mut out = kept.join("\n");
     if !out.is_empty() {
@@ -83,7 +92,9 @@ pub(crate) fn truncate_metrics(path: &Path, step: u64) -> Result<()> {
 pub(crate) fn set_aside_stale_best(out: &Path, step: u64) -> Result<()> {
     let best = out.join("best");
     let Ok(text) = std::fs::read_to_string(best.join("xsent-best.json")) else { return Ok(()) };
-    let Some(at) = serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["step"].as_u64()) else { return Ok(()) };
+    let Some(at) = serde_json::from_str::<serde_json::Value>(&text).ok().and_then(|v| v["step"].as_u64()) else {
+        return Ok(());
+    };
     if at <= step {
         return Ok(());
     }
@@ -105,7 +116,9 @@ pub(crate) fn set_aside_stale_best(out: &Path, step: u64) -> Result<()> {
 /// Whether `metrics.jsonl` holds a validation at `step`.
 pub(crate) fn validation_logged(path: &Path, step: u64) -> bool {
     std::fs::read_to_string(path).is_ok_and(|text| {
-        text.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).any(|v| v["step"].as_u64() == Some(step) && v.get("val").is_some())
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .any(|v| v["step"].as_u64() == Some(step) && v.get("val").is_some())
     })
 }
 

@@ -76,7 +76,15 @@ pub fn run_shards(
         let mut grads = scaled.backward()?;
         let rows = take_row_grads(&mut grads, &lookups)?;
         let terms = l.terms.into_iter().map(|(k, v)| (k, v * w)).collect();
-        Ok(Ok(Done { grads: Some(grads), rows, loss: value * w, terms, sentences: l.sentences, fwd, bwd: t1.elapsed().as_secs_f64() }))
+        Ok(Ok(Done {
+            grads: Some(grads),
+            rows,
+            loss: value * w,
+            terms,
+            sentences: l.sentences,
+            fwd,
+            bwd: t1.elapsed().as_secs_f64(),
+        }))
     };
     let n = shards.len();
     // Shards are folded into the running sum in shard order as they finish, so at most a few
@@ -186,7 +194,14 @@ pub(crate) fn par_map<T: Send>(n: usize, f: impl Fn(usize) -> T + Sync) -> Vec<T
 /// the coupled loss on a leaf copy of their vectors, then each shard's backward of its weighted
 /// separable loss plus `Σ vectors ⊙ ∂L_coupled/∂vectors` on separate cores; gradients summed in
 /// shard order.
-pub fn run_coupled(recipe: &dyn Recipe, batch: &[usize], shards: &[&[usize]], seeds: &[u64], accum: usize, params: &Params) -> Result<MicroBatch> {
+pub fn run_coupled(
+    recipe: &dyn Recipe,
+    batch: &[usize],
+    shards: &[&[usize]],
+    seeds: &[u64],
+    accum: usize,
+    params: &Params,
+) -> Result<MicroBatch> {
     let n = shards.len();
     let b = batch.len() as f64;
     let accum = accum as f64;
@@ -197,7 +212,15 @@ pub fn run_coupled(recipe: &dyn Recipe, batch: &[usize], shards: &[&[usize]], se
         let (l, v) = r?;
         Ok((l, v, lookups, t0.elapsed().as_secs_f64()))
     });
-    let mut out = MicroBatch { grads: GradStore::default(), loss: 0.0, terms: Vec::new(), sentences: 0, non_finite: None, forward_s: 0.0, backward_s: 0.0 };
+    let mut out = MicroBatch {
+        grads: GradStore::default(),
+        loss: 0.0,
+        terms: Vec::new(),
+        sentences: 0,
+        non_finite: None,
+        forward_s: 0.0,
+        backward_s: 0.0,
+    };
     let mut parts = Vec::with_capacity(n);
     for (i, r) in forward.into_iter().enumerate() {
         let (l, v, lookups, fwd) = r?;
@@ -369,7 +392,9 @@ mod row_lookup_tests {
         let dev = Device::Cpu;
         let ids_a = Tensor::new(&[[1u32, 7, 7, 3], [9, 7, 2, 0]], &dev).unwrap();
         let ids_b = Tensor::new(&[[7u32, 40, 3, 3]], &dev).unwrap();
-        let tied = Tensor::from_vec((0..50 * 8).map(|i| ((i % 13) as f32 - 6.0) / 7.0).collect::<Vec<_>>(), (50, 8), &dev).unwrap();
+        let tied =
+            Tensor::from_vec((0..50 * 8).map(|i| ((i % 13) as f32 - 6.0) / 7.0).collect::<Vec<_>>(), (50, 8), &dev)
+                .unwrap();
         let loss = || -> Tensor {
             let mut rng = Rng::seed_from_u64(11);
             let mut total = (table.mul(&tied).unwrap().sum_all().unwrap() * 0.1).unwrap();

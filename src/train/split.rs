@@ -93,13 +93,28 @@ mod tests {
 
     /// English sentences s0.. each paired with a German (d0..) and a French (f0..) translation.
     fn de_fr_pairs(n: usize) -> Vec<Pair> {
-        (0..n).flat_map(|i| [pair(&format!("s{i}"), &format!("d{i}"), "de"), pair(&format!("s{i}"), &format!("f{i}"), "fr")]).collect()
+        (0..n)
+            .flat_map(|i| {
+                [pair(&format!("s{i}"), &format!("d{i}"), "de"), pair(&format!("s{i}"), &format!("f{i}"), "fr")]
+            })
+            .collect()
     }
 
     #[test]
     fn one_pair_per_source_takes_languages_in_turn() {
-        let p = |s: &str, t: &str, l: &str| Pair { src: s.into(), tgt: t.into(), src_lang: "en".into(), tgt_lang: l.into() };
-        let pairs = vec![p("a", "a-de", "de"), p("a", "a-fr", "fr"), p("b", "b-de", "de"), p("b", "b-fr", "fr"), p("c", "c-de", "de")];
+        let p = |s: &str, t: &str, l: &str| Pair {
+            src: s.into(),
+            tgt: t.into(),
+            src_lang: "en".into(),
+            tgt_lang: l.into(),
+        };
+        let pairs = vec![
+            p("a", "a-de", "de"),
+            p("a", "a-fr", "fr"),
+            p("b", "b-de", "de"),
+            p("b", "b-fr", "fr"),
+            p("c", "c-de", "de"),
+        ];
         let got: Vec<String> = one_pair_per_source(pairs).into_iter().map(|q| q.tgt).collect();
         assert_eq!(got, ["a-de", "b-fr", "c-de"]);
     }

@@ -102,15 +102,20 @@ impl<'a> Trainer<'a> {
                 None => {
                     for (b, why) in &bad {
                         let aside = free_name(&dir, &format!("damaged-step-{b}"));
-                        std::fs::rename(dir.join(format!("step-{b}")), &aside)
-                            .with_context(|| format!("cannot move the damaged checkpoint step-{b} aside to {}", aside.display()))?;
+                        std::fs::rename(dir.join(format!("step-{b}")), &aside).with_context(|| {
+                            format!("cannot move the damaged checkpoint step-{b} aside to {}", aside.display())
+                        })?;
                         crate::errln!(
                             "xsent train: checkpoint step-{b} is damaged ({why}); it is kept as {} and the run resumes from step-{n}",
                             aside.display()
                         );
                     }
                     if old {
-                        crate::errln!("xsent train: {} has no {} (an older xsent wrote it): resuming without verifying it", ckpt.display(), super::checksums::CHECKSUMS);
+                        crate::errln!(
+                            "xsent train: {} has no {} (an older xsent wrote it): resuming without verifying it",
+                            ckpt.display(),
+                            super::checksums::CHECKSUMS
+                        );
                     }
                     return Ok(Some(ckpt));
                 }
@@ -138,7 +143,10 @@ impl<'a> Trainer<'a> {
         // A batch (or a mega-batch of batches) larger than the data would repeat examples
         // within itself: refuse it before anything is allocated for it.
         if t.batch_size > n {
-            bail!("train.batch_size = {} is larger than the {n} training examples; lower train.batch_size (or add data)", t.batch_size);
+            bail!(
+                "train.batch_size = {} is larger than the {n} training examples; lower train.batch_size (or add data)",
+                t.batch_size
+            );
         }
         let sts = match &t.val_sts {
             None => None,
@@ -222,7 +230,8 @@ impl<'a> Trainer<'a> {
                 ),
             }
         };
-        std::fs::create_dir_all(&self.out).with_context(|| format!("cannot create run directory {}", self.out.display()))?;
+        std::fs::create_dir_all(&self.out)
+            .with_context(|| format!("cannot create run directory {}", self.out.display()))?;
         restore_run(&self.out)?;
         if resume {
             let Some(ckpt) = Self::resume_checkpoint(&self.out)? else {
@@ -230,7 +239,12 @@ impl<'a> Trainer<'a> {
             };
             state = load_checkpoint(&ckpt, &params, &mut opt)?;
             let state_file = ckpt.join("state.json");
-            rng.set_word_pos(state.rng_word_pos.parse::<u128>().with_context(|| format!("{}: bad rng_word_pos", state_file.display()))?);
+            rng.set_word_pos(
+                state
+                    .rng_word_pos
+                    .parse::<u128>()
+                    .with_context(|| format!("{}: bad rng_word_pos", state_file.display()))?,
+            );
             if state.pos > n {
                 bail!(
                     "{}: data position {} is past the {n} training examples: the checkpoint was written for other data \
@@ -265,7 +279,8 @@ impl<'a> Trainer<'a> {
         // completed, never trained further or validated again.
         let patience = t.early_stopping_patience;
         let patience_out = patience > 0 && state.best.is_some() && state.evals_since_best >= patience;
-        let ended = if patience_out { Some(Outcome::EarlyStopped) } else { (state.step == total).then_some(Outcome::Finished) };
+        let ended =
+            if patience_out { Some(Outcome::EarlyStopped) } else { (state.step == total).then_some(Outcome::Finished) };
         if ended == Some(Outcome::Finished) && state.finished.is_none() && self.out.join("final").is_dir() {
             // Written before checkpoints recorded `finished`: the final validation is logged.
             state.finished = Some(validation_logged(&self.out.join("metrics.jsonl"), state.step));
@@ -319,7 +334,8 @@ impl<'a> Trainer<'a> {
         if state.pending_validation && ended.is_none() {
             // The validation of the checkpointed step failed on an unknown metric: run it now.
             state.pending_validation = false;
-            stopped_before = self.validate(recipe, sts.as_ref(), &mut metrics, &mut state, (&best_metric, best_mode), &progress)?;
+            stopped_before =
+                self.validate(recipe, sts.as_ref(), &mut metrics, &mut state, (&best_metric, best_mode), &progress)?;
         } else if state.step == 0 && t.eval_at_start {
             self.validate(recipe, sts.as_ref(), &mut metrics, &mut state, (&best_metric, best_mode), &progress)?;
         }
@@ -361,11 +377,16 @@ impl<'a> Trainer<'a> {
                         mega.2 = s.next_batch(size);
                     }
                     let at = (micro - mega.0) as usize * t.batch_size;
-                    debug_assert_eq!(&mega.2[at..at + t.batch_size], &batch[..], "the mega-batch holds this micro-batch");
+                    debug_assert_eq!(
+                        &mega.2[at..at + t.batch_size],
+                        &batch[..],
+                        "the mega-batch holds this micro-batch"
+                    );
                     &mega.2
                 };
                 recipe.order_batch(&mut batch);
-                let shards: Vec<&[usize]> = if plan.shards() { batch.chunks(t.shard_size.max(1)).collect() } else { vec![&batch] };
+                let shards: Vec<&[usize]> =
+                    if plan.shards() { batch.chunks(t.shard_size.max(1)).collect() } else { vec![&batch] };
                 // One RNG per shard, seeded in order from the run's RNG: the same dropout
                 // whatever the number of threads.
                 let seeds: Vec<u64> = shards.iter().map(|_| rng.next_u64()).collect();
@@ -429,7 +450,14 @@ impl<'a> Trainer<'a> {
             progress.set(state.step, loss_sum);
             let mut stop_early = false;
             if t.eval_every > 0 && state.step.is_multiple_of(t.eval_every) && state.step < total {
-                match self.validate(recipe, sts.as_ref(), &mut metrics, &mut state, (&best_metric, best_mode), &progress) {
+                match self.validate(
+                    recipe,
+                    sts.as_ref(),
+                    &mut metrics,
+                    &mut state,
+                    (&best_metric, best_mode),
+                    &progress,
+                ) {
                     Ok(stop) => stop_early = stop,
                     Err(e) if e.is::<UnknownMetric>() => {
                         // Keep the steps trained so far: the mistake is fixed on resume, which
@@ -521,13 +549,20 @@ impl<'a> Trainer<'a> {
         // step again, and metrics.jsonl keeps one validation per step.
         let Some(&(_, score)) = scores.iter().find(|(k, _)| k == best_metric) else {
             let names: Vec<&str> = scores.iter().map(|(k, _)| k.as_str()).collect();
-            return Err(UnknownMetric(format!("train.best_metric = {best_metric:?} is not among the validation scores {names:?}")).into());
+            return Err(UnknownMetric(format!(
+                "train.best_metric = {best_metric:?} is not among the validation scores {names:?}"
+            ))
+            .into());
         };
         let mut val = serde_json::Map::new();
         for (k, v) in &scores {
             val.insert(k.clone(), serde_json::json!(v));
         }
-        writeln!(metrics, "{}", serde_json::json!({"step": state.step, "val": val, "val_s": t0.elapsed().as_secs_f64()}))?;
+        writeln!(
+            metrics,
+            "{}",
+            serde_json::json!({"step": state.step, "val": val, "val_s": t0.elapsed().as_secs_f64()})
+        )?;
         // A NaN score is never the best (and a NaN best would compare false with everything).
         let better = score.is_finite()
             && match (state.best, mode) {
@@ -542,7 +577,10 @@ impl<'a> Trainer<'a> {
             if self.cfg.train.keep_best {
                 write_atomically(&self.out.join("best"), |d| {
                     recipe.save_model(d)?;
-                    std::fs::write(d.join("xsent-best.json"), serde_json::to_string_pretty(&serde_json::json!({"step": state.step, best_metric: score}))?)?;
+                    std::fs::write(
+                        d.join("xsent-best.json"),
+                        serde_json::to_string_pretty(&serde_json::json!({"step": state.step, best_metric: score}))?,
+                    )?;
                     Ok(())
                 })?;
             }

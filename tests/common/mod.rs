@@ -83,8 +83,11 @@ pub fn embed_cli(model: &std::path::Path, args: &[&str], lines: &[&str]) -> Vec<
     child.stdin.take().expect("a stdin pipe").write_all(lines.join("\n").as_bytes()).expect("stdin takes the lines");
     let o = child.wait_with_output().expect("xsent finishes");
     assert!(o.status.success(), "xsent embed failed: {}", String::from_utf8_lossy(&o.stderr));
-    let rows: Vec<Vec<f32>> =
-        String::from_utf8(o.stdout).expect("UTF-8 output").lines().map(|l| serde_json::from_str(l).expect("a JSON array per line")).collect();
+    let rows: Vec<Vec<f32>> = String::from_utf8(o.stdout)
+        .expect("UTF-8 output")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON array per line"))
+        .collect();
     assert_eq!(rows.len(), lines.len(), "one vector per input line");
     rows
 }
@@ -165,14 +168,25 @@ impl TrainSetup {
         let data = dir.path().join("pairs.tsv");
         std::fs::write(&data, tsv).unwrap();
         let config = dir.path().join("config.toml");
-        let source = format!("[[data.sources]]\nkind = \"tsv\"\npath = {:?}\nsrc_lang = \"en\"\ntgt_lang = \"de\"\n", data.to_str().unwrap());
+        let source = format!(
+            "[[data.sources]]\nkind = \"tsv\"\npath = {:?}\nsrc_lang = \"en\"\ntgt_lang = \"de\"\n",
+            data.to_str().unwrap()
+        );
         std::fs::write(&config, format!("{body}\n{source}")).unwrap();
         Self { dir, config }
     }
 
     /// `xsent train --config CONFIG --out DIR/out ARGS...`
     pub fn train(&self, out: &str, args: &[&str]) -> std::process::Output {
-        xsent().arg("train").arg("--config").arg(&self.config).arg("--out").arg(self.dir.path().join(out)).args(args).output().unwrap()
+        xsent()
+            .arg("train")
+            .arg("--config")
+            .arg(&self.config)
+            .arg("--out")
+            .arg(self.dir.path().join(out))
+            .args(args)
+            .output()
+            .unwrap()
     }
 
     pub fn run(&self, name: &str) -> PathBuf {
@@ -228,7 +242,13 @@ pub fn scored_pairs(pairs: &[(String, String)]) -> Vec<(String, String, f64)> {
     pairs
         .iter()
         .enumerate()
-        .map(|(i, (en, de))| if i % 2 == 0 { (en.clone(), de.clone(), 5.0) } else { (en.clone(), pairs[n - i].1.clone(), (i % 5) as f64) })
+        .map(|(i, (en, de))| {
+            if i % 2 == 0 {
+                (en.clone(), de.clone(), 5.0)
+            } else {
+                (en.clone(), pairs[n - i].1.clone(), (i % 5) as f64)
+            }
+        })
         .collect()
 }
 
@@ -242,9 +262,15 @@ pub fn interrupt_once_writing(args: &[&str], out_dir: &std::path::Path) -> (std:
 
 /// [`interrupt_once_writing`] with another signal (`TERM`, `HUP`).
 #[allow(dead_code)]
-pub fn signal_once_writing(signal: &str, args: &[&str], out_dir: &std::path::Path) -> (std::process::ExitStatus, Vec<String>) {
+pub fn signal_once_writing(
+    signal: &str,
+    args: &[&str],
+    out_dir: &std::path::Path,
+) -> (std::process::ExitStatus, Vec<String>) {
     let mut child = xsent().args(args).stderr(std::process::Stdio::null()).spawn().unwrap();
-    let names = || -> Vec<String> { std::fs::read_dir(out_dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect() };
+    let names = || -> Vec<String> {
+        std::fs::read_dir(out_dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
+    };
     let start = std::time::Instant::now();
     while !names().iter().any(|n| n.starts_with(".xsent-out-")) {
         assert!(start.elapsed().as_secs() < 60, "no temporary file appeared");
@@ -252,7 +278,8 @@ pub fn signal_once_writing(signal: &str, args: &[&str], out_dir: &std::path::Pat
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     std::thread::sleep(std::time::Duration::from_millis(200));
-    let killed = std::process::Command::new("kill").args([&format!("-{signal}"), &child.id().to_string()]).status().unwrap();
+    let killed =
+        std::process::Command::new("kill").args([&format!("-{signal}"), &child.id().to_string()]).status().unwrap();
     assert!(killed.success());
     let status = child.wait().unwrap();
     (status, names())

@@ -11,9 +11,9 @@
 //! and a `Normalize`. Inference is a plain loop over the f32 table, sentences spread over
 //! [`crate::threads::threads`] workers.
 
+use super::vocab;
 use crate::model::embedder::{Embedded, Embedder};
 use crate::model::pooling::l2_normalize_row;
-use super::vocab;
 use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -79,12 +79,24 @@ impl Segmenter {
                 bail!("trigram {g:?} is listed twice");
             }
         }
-        Ok(Self { units: Units::Trigram, lowercase, tokenizer: None, trigrams: Some((list, map)), norm: vocab::normalizer(lowercase) })
+        Ok(Self {
+            units: Units::Trigram,
+            lowercase,
+            tokenizer: None,
+            trigrams: Some((list, map)),
+            norm: vocab::normalizer(lowercase),
+        })
     }
 
     /// Learn the vocabulary from `texts`: `size` pieces (sp), the `size` most frequent words
     /// (word) or trigrams (trigram).
-    pub fn train(units: Units, texts: &[&str], size: usize, subword: vocab::SubwordModel, lowercase: bool) -> Result<Self> {
+    pub fn train(
+        units: Units,
+        texts: &[&str],
+        size: usize,
+        subword: vocab::SubwordModel,
+        lowercase: bool,
+    ) -> Result<Self> {
         match units {
             Units::Sp => Self::from_tokenizer(units, vocab::train_subword(texts, subword, size, lowercase)?, lowercase),
             Units::Word => Self::from_tokenizer(units, vocab::train_words(texts, size, lowercase)?, lowercase),
@@ -118,7 +130,8 @@ impl Segmenter {
 
     /// Unit ids of many texts, on [`crate::threads::threads`] workers.
     pub fn ids_batch<S: AsRef<str> + Sync>(&self, texts: &[S]) -> Result<Vec<Vec<u32>>> {
-        let chunks = par_chunks(texts.len(), |range| range.map(|i| self.ids(texts[i].as_ref())).collect::<Result<Vec<_>>>());
+        let chunks =
+            par_chunks(texts.len(), |range| range.map(|i| self.ids(texts[i].as_ref())).collect::<Result<Vec<_>>>());
         let mut out = Vec::with_capacity(texts.len());
         for c in chunks {
             out.extend(c?);
@@ -129,12 +142,14 @@ impl Segmenter {
     /// Write the vocabulary file into `dir`.
     pub fn save(&self, dir: &Path) -> Result<()> {
         if let Some(t) = &self.tokenizer {
-            t.save(dir.join("tokenizer.json"), false).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", dir.join("tokenizer.json").display()))?;
+            t.save(dir.join("tokenizer.json"), false)
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", dir.join("tokenizer.json").display()))?;
         }
         if let Some((list, _)) = &self.trigrams {
             let mut text = list.join("\n");
             text.push('\n');
-            std::fs::write(dir.join("trigrams.txt"), text).with_context(|| format!("cannot write {}", dir.join("trigrams.txt").display()))?;
+            std::fs::write(dir.join("trigrams.txt"), text)
+                .with_context(|| format!("cannot write {}", dir.join("trigrams.txt").display()))?;
         }
         Ok(())
     }
@@ -143,13 +158,21 @@ impl Segmenter {
         match units {
             Units::Sp | Units::Word => {
                 let p = dir.join("tokenizer.json");
-                crate::data::require_file(&p, "vocabulary", "an averaging model with sp or word units keeps its vocabulary in tokenizer.json")?;
+                crate::data::require_file(
+                    &p,
+                    "vocabulary",
+                    "an averaging model with sp or word units keeps its vocabulary in tokenizer.json",
+                )?;
                 let t = Tokenizer::from_file(&p).map_err(|e| anyhow::anyhow!("cannot load {}: {e}", p.display()))?;
                 Self::from_tokenizer(units, t, lowercase)
             }
             Units::Trigram => {
                 let p = dir.join("trigrams.txt");
-                crate::data::require_file(&p, "vocabulary", "an averaging model with trigram units keeps its trigrams in trigrams.txt, one per line")?;
+                crate::data::require_file(
+                    &p,
+                    "vocabulary",
+                    "an averaging model with trigram units keeps its trigrams in trigrams.txt, one per line",
+                )?;
                 let text = std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
                 let list: Vec<String> = text.split('\n').filter(|l| !l.is_empty()).map(str::to_string).collect();
                 Self::from_trigrams(list, lowercase).with_context(|| format!("in {}", p.display()))
@@ -166,10 +189,12 @@ pub fn par_chunks<T: Send>(n: usize, f: impl Fn(std::ops::Range<usize>) -> T + S
     }
     let per = n.div_ceil(workers);
     std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers).map(|w| {
-            let f = &f;
-            s.spawn(move || f(w * per..((w + 1) * per).min(n)))
-        }).collect();
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                let f = &f;
+                s.spawn(move || f(w * per..((w + 1) * per).min(n)))
+            })
+            .collect();
         handles.into_iter().map(|h| h.join().expect("an averaging worker panicked")).collect()
     })
 }
@@ -218,7 +243,10 @@ pub fn embed_ids_flat(table: &[f32], dim: usize, ids: &[u32], offsets: &[usize],
     if let Some(&bad) = ids.iter().find(|&&i| i as usize >= rows) {
         bail!("unit id {bad} is out of range: the table has {rows} rows");
     }
-    ensure!(offsets.first() == Some(&0) && offsets.last() == Some(&ids.len()), "offsets must run from 0 to the number of ids");
+    ensure!(
+        offsets.first() == Some(&0) && offsets.last() == Some(&ids.len()),
+        "offsets must run from 0 to the number of ids"
+    );
     let n = offsets.len() - 1;
     let mut out = vec![0f32; n * dim];
     let workers = crate::threads::threads().min(n.div_ceil(256)).max(1);
@@ -298,7 +326,10 @@ impl AveragingModel {
         };
         std::fs::write(dir.join("xsent.json"), serde_json::to_string_pretty(&meta)?)?;
         let t = candle_core::Tensor::from_slice(table, (vocab_size, dim), &candle_core::Device::Cpu)?;
-        crate::model::weights::save_tensors(&HashMap::from([("embeddings".to_string(), t)]), &dir.join("model.safetensors"))?;
+        crate::model::weights::save_tensors(
+            &HashMap::from([("embeddings".to_string(), t)]),
+            &dir.join("model.safetensors"),
+        )?;
         if segmenter.units != Units::Trigram {
             // sentence-transformers' StaticEmbedding encodes with this tokenizer.json (no special
             // tokens) and averages the rows (it reads model2vec's `embeddings` key): this model.
@@ -319,8 +350,10 @@ impl AveragingModel {
     /// Load a model directory written by [`save_parts`](Self::save_parts).
     pub fn load(dir: &Path, normalize: bool, prefix: Option<&str>) -> Result<Self> {
         let mp = dir.join("xsent.json");
-        let meta: Meta = serde_json::from_str(&std::fs::read_to_string(&mp).with_context(|| format!("cannot read {}", mp.display()))?)
-            .with_context(|| format!("invalid {}", mp.display()))?;
+        let meta: Meta = serde_json::from_str(
+            &std::fs::read_to_string(&mp).with_context(|| format!("cannot read {}", mp.display()))?,
+        )
+        .with_context(|| format!("invalid {}", mp.display()))?;
         ensure!(meta.kind == "averaging", "{} names kind {:?}, not \"averaging\"", mp.display(), meta.kind);
         ensure!(meta.dim > 0, "{}: dim must be positive", mp.display());
         let segmenter = Segmenter::load(dir, meta.units, meta.lowercase)?;
@@ -329,7 +362,8 @@ impl AveragingModel {
             ep = dir.join("embeddings.safetensors"); // saved by an earlier version
         }
         crate::data::require_file(&ep, "embeddings", "an averaging model keeps its table in model.safetensors")?;
-        let tensors = candle_core::safetensors::load(&ep, &candle_core::Device::Cpu).with_context(|| format!("cannot read {}", ep.display()))?;
+        let tensors = candle_core::safetensors::load(&ep, &candle_core::Device::Cpu)
+            .with_context(|| format!("cannot read {}", ep.display()))?;
         let t = tensors.get("embeddings").with_context(|| format!("{} has no tensor `embeddings`", ep.display()))?;
         let (v, d) = t.dims2().with_context(|| format!("{}: `embeddings` must be 2-D", ep.display()))?;
         if d != meta.dim || v != segmenter.vocab_size() {
@@ -364,7 +398,10 @@ impl Embedder for AveragingModel {
 
     fn embed_checked(&self, texts: &[&str], _batch_size: usize) -> Result<Embedded> {
         let flat = self.embed_flat(texts)?;
-        Ok(Embedded { rows: flat.chunks(self.meta.dim).map(<[f32]>::to_vec).collect(), truncated: vec![false; texts.len()] })
+        Ok(Embedded {
+            rows: flat.chunks(self.meta.dim).map(<[f32]>::to_vec).collect(),
+            truncated: vec![false; texts.len()],
+        })
     }
 
     fn prefix(&self) -> &str {
@@ -388,7 +425,8 @@ mod tests {
             average_into(&table, dim, &ids, &mut a);
             average_into_portable(&table, dim, &ids, &mut b);
             assert_eq!(a, b);
-            let manual: Vec<f32> = (0..dim).map(|j| ids.iter().map(|&i| table[i as usize * dim + j]).sum::<f32>() / len as f32).collect();
+            let manual: Vec<f32> =
+                (0..dim).map(|j| ids.iter().map(|&i| table[i as usize * dim + j]).sum::<f32>() / len as f32).collect();
             assert!(a.iter().zip(&manual).all(|(x, y)| (x - y).abs() < 1e-5));
         }
     }

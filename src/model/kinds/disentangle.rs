@@ -32,7 +32,9 @@ impl Head {
         match s {
             "meaning" => Ok(Head::Meaning),
             "language" => Ok(Head::Language),
-            other => bail!("--head {other:?}: a disentangle model has the heads `meaning` (the default) and `language`"),
+            other => {
+                bail!("--head {other:?}: a disentangle model has the heads `meaning` (the default) and `language`")
+            }
         }
     }
 }
@@ -45,7 +47,8 @@ pub struct Heads {
     pub langid: Linear,
 }
 
-const NAMES: [&str; 6] = ["meaning.weight", "meaning.bias", "language.weight", "language.bias", "langid.weight", "langid.bias"];
+const NAMES: [&str; 6] =
+    ["meaning.weight", "meaning.bias", "language.weight", "language.bias", "langid.weight", "langid.bias"];
 
 impl Heads {
     /// Heads initialised as PyTorch's `nn.Linear` (uniform in ±1/√fan_in) from a seeded RNG.
@@ -84,10 +87,17 @@ impl Heads {
             language: Linear::new(get(NAMES[2])?, get(NAMES[3])?),
             langid: Linear::new(get(NAMES[4])?, get(NAMES[5])?),
         };
-        ensure!(heads.meaning.weight.rank() == 2, "{}: meaning.weight has shape {:?}, not [d, d]", what.display(), heads.meaning.weight.dims());
+        ensure!(
+            heads.meaning.weight.rank() == 2,
+            "{}: meaning.weight has shape {:?}, not [d, d]",
+            what.display(),
+            heads.meaning.weight.dims()
+        );
         let d = heads.dim();
         ensure!(
-            heads.meaning.weight.dims() == [d, d] && heads.language.weight.dims() == [d, d] && heads.langid.weight.dim(1)? == d,
+            heads.meaning.weight.dims() == [d, d]
+                && heads.language.weight.dims() == [d, d]
+                && heads.langid.weight.dim(1)? == d,
             "{}: head shapes disagree (meaning {:?}, language {:?}, langid {:?})",
             what.display(),
             heads.meaning.weight.dims(),
@@ -124,7 +134,13 @@ impl Heads {
 
     /// One head's output for base embeddings (rows of [`dim`](Heads::dim)), L2-normalised with
     /// `normalize`: what a saved model gives, and what training scores with `train.val_sts`.
-    pub fn apply<R: AsRef<[f32]>>(&self, head: Head, rows: &[R], normalize: bool, device: &Device) -> Result<Vec<Vec<f32>>> {
+    pub fn apply<R: AsRef<[f32]>>(
+        &self,
+        head: Head,
+        rows: &[R],
+        normalize: bool,
+        device: &Device,
+    ) -> Result<Vec<Vec<f32>>> {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
@@ -234,7 +250,8 @@ impl DisentangledEncoder {
             )
         })?;
         let wpath = dir.join("heads.safetensors");
-        let t = candle_core::safetensors::load(&wpath, &opts.device).with_context(|| format!("cannot read {}", wpath.display()))?;
+        let t = candle_core::safetensors::load(&wpath, &opts.device)
+            .with_context(|| format!("cannot read {}", wpath.display()))?;
         let heads = Heads::from_map(&t, &wpath)?;
         ensure!(
             heads.dim() == base.dim(),
@@ -284,7 +301,10 @@ impl Embedder for DisentangledEncoder {
 
     fn embed_checked(&self, texts: &[&str], batch_size: usize) -> Result<Embedded> {
         let base = self.base.embed_checked(texts, batch_size)?;
-        Ok(Embedded { rows: self.heads.apply(self.head, &base.rows, self.normalize, self.base.device())?, truncated: base.truncated })
+        Ok(Embedded {
+            rows: self.heads.apply(self.head, &base.rows, self.normalize, self.base.device())?,
+            truncated: base.truncated,
+        })
     }
 
     fn prefix(&self) -> &str {

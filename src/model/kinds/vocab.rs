@@ -79,8 +79,13 @@ fn train_with(
             texts.len()
         );
     }
-    let mut tk: TokenizerImpl<ModelWrapper, NormalizerWrapper, PreTokenizerWrapper, tokenizers::PostProcessorWrapper, DecoderWrapper> =
-        TokenizerImpl::new(model);
+    let mut tk: TokenizerImpl<
+        ModelWrapper,
+        NormalizerWrapper,
+        PreTokenizerWrapper,
+        tokenizers::PostProcessorWrapper,
+        DecoderWrapper,
+    > = TokenizerImpl::new(model);
     tk.with_normalizer(Some(normalizer(lowercase))).map_err(|e| anyhow::anyhow!("normaliser: {e}"))?;
     tk.with_pre_tokenizer(Some(pre.clone()));
     tk.with_decoder(decoder);
@@ -93,7 +98,10 @@ fn train_with(
         TrainerWrapper::UnigramTrainer(ut) => {
             let words = word_counts(&normalizer(lowercase), &pre, &kept)?;
             let mut model = Unigram::default();
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().context("a one-thread pool for the unigram trainer")?;
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(1)
+                .build()
+                .context("a one-thread pool for the unigram trainer")?;
             pool.install(|| ut.do_train(words, &mut model)).and_then(|special| {
                 tk.with_model(canonical_unigram(&model)?);
                 tk.add_special_tokens(special)?;
@@ -170,7 +178,9 @@ fn canonical_unigram(model: &Unigram) -> tokenizers::Result<Unigram> {
         }
         // The longest run; equal lengths by the lowest start score, for a fixed choice.
         let (best_steps, best_run) = &best;
-        if steps > *best_steps || (steps == *best_steps && steps > 0 && best_run.first().is_some_and(|&b| m < rest[b].1)) {
+        if steps > *best_steps
+            || (steps == *best_steps && steps > 0 && best_run.first().is_some_and(|&b| m < rest[b].1))
+        {
             best = (steps, run);
         }
     }
@@ -275,7 +285,11 @@ pub fn read_corpus(files: &[std::path::PathBuf]) -> Result<Vec<String>> {
     }
     if out.is_empty() {
         let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
-        bail!("no text to train on: {} {} no non-blank line", names.join(", "), if names.len() == 1 { "has" } else { "have" });
+        bail!(
+            "no text to train on: {} {} no non-blank line",
+            names.join(", "),
+            if names.len() == 1 { "has" } else { "have" }
+        );
     }
     Ok(out)
 }

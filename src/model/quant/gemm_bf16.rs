@@ -61,7 +61,10 @@ impl BfPath {
 
     /// The paths this CPU can run, fastest first.
     pub fn all_available() -> Vec<BfPath> {
-        [BfPath::Avx512Bf16, BfPath::Avx512, BfPath::Avx2, BfPath::Portable].into_iter().filter(|p| p.available()).collect()
+        [BfPath::Avx512Bf16, BfPath::Avx512, BfPath::Avx2, BfPath::Portable]
+            .into_iter()
+            .filter(|p| p.available())
+            .collect()
     }
 
     /// The path in use: the fastest this CPU has, unless `XSENT_BF16_KERNELS=avx512|avx2|portable`
@@ -451,7 +454,18 @@ mod tests {
     /// one add the exact products in `k` order, `vdpbf16ps` in pairs, odd `k` first.
     #[test]
     fn every_path_matches_the_reference_bit_for_bit() {
-        let shapes = [(1, 1, 1), (1, 384, 384), (3, 5, 7), (8, 32, 2), (9, 33, 17), (70, 31, 65), (130, 97, 383), (65, 384, 1536), (2, 1536, 385), (17, 1, 1)];
+        let shapes = [
+            (1, 1, 1),
+            (1, 384, 384),
+            (3, 5, 7),
+            (8, 32, 2),
+            (9, 33, 17),
+            (70, 31, 65),
+            (130, 97, 383),
+            (65, 384, 1536),
+            (2, 1536, 385),
+            (17, 1, 1),
+        ];
         let paths = BfPath::all_available();
         assert!(paths.contains(&BfPath::Portable));
         for (si, &(m, n, k)) in shapes.iter().enumerate() {
@@ -464,7 +478,13 @@ mod tests {
                 let want = if path == BfPath::Avx512Bf16 { &in_pairs } else { &in_order };
                 let got = run(path, &x, &w, &b, m, n, k);
                 for (idx, (g, e)) in got.iter().zip(want).enumerate() {
-                    assert_eq!(g.to_bits(), e.to_bits(), "{path:?} m={m} n={n} k={k} at ({}, {}): {g} vs {e}", idx / n, idx % n);
+                    assert_eq!(
+                        g.to_bits(),
+                        e.to_bits(),
+                        "{path:?} m={m} n={n} k={k} at ({}, {}): {g} vs {e}",
+                        idx / n,
+                        idx % n
+                    );
                 }
             }
         }

@@ -89,7 +89,16 @@ type Kernel = unsafe fn(a: &[u8], kp: usize, rows: usize, panel: &[i8], acc: &mu
 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn drive<E: Epilogue>(kernel: Kernel, path: Path, a: &[u8], m: usize, w: &PackedI8, out: &mut [f32], ld_out: usize, e: &E) {
+fn drive<E: Epilogue>(
+    kernel: Kernel,
+    path: Path,
+    a: &[u8],
+    m: usize,
+    w: &PackedI8,
+    out: &mut [f32],
+    ld_out: usize,
+    e: &E,
+) {
     let kp = w.kp;
     let panels = w.np / NR;
     let corr: Vec<[i32; NR]> = (0..panels)
@@ -230,7 +239,12 @@ unsafe fn tile_portable(a: &[u8], kp: usize, rows: usize, panel: &[i8], acc: &mu
         let row = &a[r * kp..(r + 1) * kp];
         let mut s = [0i32; NR];
         for (g, w) in panel.chunks_exact(4 * NR).enumerate() {
-            let av = [row[4 * g] as i8 as i32, row[4 * g + 1] as i8 as i32, row[4 * g + 2] as i8 as i32, row[4 * g + 3] as i8 as i32];
+            let av = [
+                row[4 * g] as i8 as i32,
+                row[4 * g + 1] as i8 as i32,
+                row[4 * g + 2] as i8 as i32,
+                row[4 * g + 3] as i8 as i32,
+            ];
             for c in 0..NR {
                 let wc = &w[4 * c..4 * c + 4];
                 s[c] += av[0] * wc[0] as i32 + av[1] * wc[1] as i32 + av[2] * wc[2] as i32 + av[3] * wc[3] as i32;
@@ -347,7 +361,18 @@ mod tests {
 
     #[test]
     fn every_path_matches_the_integer_reference_bit_for_bit() {
-        let shapes = [(1, 1, 1), (1, 384, 384), (3, 5, 7), (8, 32, 4), (9, 33, 17), (70, 31, 65), (130, 97, 383), (65, 384, 1536), (2, 1536, 384), (17, 1, 1)];
+        let shapes = [
+            (1, 1, 1),
+            (1, 384, 384),
+            (3, 5, 7),
+            (8, 32, 4),
+            (9, 33, 17),
+            (70, 31, 65),
+            (130, 97, 383),
+            (65, 384, 1536),
+            (2, 1536, 384),
+            (17, 1, 1),
+        ];
         let paths = Path::all_available();
         assert!(paths.contains(&Path::Portable));
         for (si, &(m, n, k)) in shapes.iter().enumerate() {

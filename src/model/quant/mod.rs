@@ -30,7 +30,9 @@ impl Path {
         match self {
             #[cfg(target_arch = "x86_64")]
             Path::Avx512Vnni => {
-                is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vnni")
+                is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vnni")
             }
             #[cfg(target_arch = "x86_64")]
             Path::Avx2 => is_x86_feature_detected!("avx2"),
@@ -63,7 +65,10 @@ impl Path {
             if want.available() {
                 want
             } else {
-                crate::errln!("xsent: XSENT_KERNELS asks for the {want:?} kernels, which this CPU lacks; using {:?}", Path::detected());
+                crate::errln!(
+                    "xsent: XSENT_KERNELS asks for the {want:?} kernels, which this CPU lacks; using {:?}",
+                    Path::detected()
+                );
                 Path::detected()
             }
         })
@@ -117,7 +122,14 @@ impl QLinear {
     }
 
     /// [`Self::from_int8`] of weights quantised as `W diag(s)` with smoothing factors `s`.
-    pub fn from_int8_smoothed(q: &[i8], scales: &[f32], bias: &[f32], n: usize, k: usize, smooth: Option<&[f32]>) -> Result<Self> {
+    pub fn from_int8_smoothed(
+        q: &[i8],
+        scales: &[f32],
+        bias: &[f32],
+        n: usize,
+        k: usize,
+        smooth: Option<&[f32]>,
+    ) -> Result<Self> {
         if let Some(s) = smooth {
             anyhow::ensure!(s.len() == k, "int8 linear layer: {k} smoothing factors expected, got {}", s.len());
         }
@@ -129,7 +141,12 @@ impl QLinear {
     /// From int8 weights `[n, k]` (values in [-127, 127]), their `n` scales and the bias.
     pub fn from_int8(q: &[i8], scales: &[f32], bias: &[f32], n: usize, k: usize) -> Result<Self> {
         if q.len() != n * k || scales.len() != n || bias.len() != n {
-            bail!("int8 linear layer: {n}×{k} weights, {n} scales and {n} biases expected, got {}, {} and {}", q.len(), scales.len(), bias.len());
+            bail!(
+                "int8 linear layer: {n}×{k} weights, {n} scales and {n} biases expected, got {}, {} and {}",
+                q.len(),
+                scales.len(),
+                bias.len()
+            );
         }
         if q.contains(&-128) {
             bail!("int8 linear layer: weights must lie in [-127, 127] (symmetric quantisation), found -128");
@@ -154,7 +171,15 @@ impl QLinear {
     pub fn forward_slice(&self, path: Path, x: &[f32], rows: usize) -> Vec<f32> {
         let p = &self.packed;
         let mut qa = Vec::new();
-        let sa = quantize::quantize_activations(x, rows, p.k, p.kp, gemm_i8::shifted(path), self.inv_smooth.as_deref(), &mut qa);
+        let sa = quantize::quantize_activations(
+            x,
+            rows,
+            p.k,
+            p.kp,
+            gemm_i8::shifted(path),
+            self.inv_smooth.as_deref(),
+            &mut qa,
+        );
         let mut out = vec![0f32; rows * p.n];
         gemm_i8::gemm_f32(path, &qa, rows, &sa, p, &self.scales, &self.bias, &mut out);
         out
@@ -306,7 +331,11 @@ pub fn apply(encoder: &mut super::Encoder, dtype: Dtype, device: &candle_core::D
     let ok = device.is_cpu() && matches!(dtype, Dtype::Int8 | Dtype::Bf16);
     if !ok {
         let on = if device.is_cpu() { "the CPU".to_string() } else { format!("{device:?}") };
-        bail!("--dtype {dtype} is not supported on {on}: it runs {} (use --dtype f32{})", supported_on(device), if device.is_cpu() { ", bf16 or int8" } else { ", or --device cpu for bf16 and int8" });
+        bail!(
+            "--dtype {dtype} is not supported on {on}: it runs {} (use --dtype f32{})",
+            supported_on(device),
+            if device.is_cpu() { ", bf16 or int8" } else { ", or --device cpu for bf16 and int8" }
+        );
     }
     if dtype == Dtype::Bf16 {
         for l in encoder.linears_mut() {
@@ -318,7 +347,14 @@ pub fn apply(encoder: &mut super::Encoder, dtype: Dtype, device: &candle_core::D
     for (l, (q, scales, smooth)) in encoder.linears_mut().zip(layers) {
         let (n, k) = l.weight.dims2()?;
         let bias: Vec<f32> = l.bias.to_dtype(candle_core::DType::F32)?.to_vec1()?;
-        l.reduced = Some(std::sync::Arc::new(Reduced::Int8(QLinear::from_int8_smoothed(&q, &scales, &bias, n, k, smooth.as_deref())?)));
+        l.reduced = Some(std::sync::Arc::new(Reduced::Int8(QLinear::from_int8_smoothed(
+            &q,
+            &scales,
+            &bias,
+            n,
+            k,
+            smooth.as_deref(),
+        )?)));
     }
     Ok(())
 }
@@ -329,7 +365,11 @@ pub fn apply(encoder: &mut super::Encoder, dtype: Dtype, device: &candle_core::D
 /// divided by their geometric mean; a zero column keeps 1.
 pub fn smoothing(gamma: &[f32], beta: &[f32], weight: &Tensor) -> Result<Vec<f32>> {
     let (_, k) = weight.dims2()?;
-    anyhow::ensure!(gamma.len() == k && beta.len() == k, "smoothing: LayerNorm of {} features before a layer of {k} inputs", gamma.len());
+    anyhow::ensure!(
+        gamma.len() == k && beta.len() == k,
+        "smoothing: LayerNorm of {} features before a layer of {k} inputs",
+        gamma.len()
+    );
     let w: Vec<f32> = weight.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?;
     let mut wmax = vec![0f32; k];
     for row in w.chunks_exact(k) {

@@ -50,7 +50,15 @@ pub fn quantize_row(x: &[f32], out: &mut [i8]) -> f32 {
 /// operand; it is `q ^ 0x80`), else `q` as i8 bits. With `mul` (length `k`), column `c` is
 /// multiplied by `mul[c]` first (the layer's smoothing, see [`super::QLinear`]). Returns the
 /// per-row scales.
-pub fn quantize_activations(x: &[f32], m: usize, k: usize, kp: usize, shift: bool, mul: Option<&[f32]>, out: &mut Vec<u8>) -> Vec<f32> {
+pub fn quantize_activations(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    kp: usize,
+    shift: bool,
+    mul: Option<&[f32]>,
+    out: &mut Vec<u8>,
+) -> Vec<f32> {
     assert!(x.len() == m * k && kp >= k, "quantize_activations: [{m}, {k}] input expected, got {}", x.len());
     out.clear();
     out.resize(m * kp, if shift { 0x80 } else { 0 });
@@ -96,13 +104,29 @@ fn activations(x: &[f32], k: usize, kp: usize, shift: bool, mul: Option<&[f32]>,
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn activations_avx512(x: &[f32], k: usize, kp: usize, shift: bool, mul: Option<&[f32]>, out: &mut [u8], scales: &mut [f32]) {
+unsafe fn activations_avx512(
+    x: &[f32],
+    k: usize,
+    kp: usize,
+    shift: bool,
+    mul: Option<&[f32]>,
+    out: &mut [u8],
+    scales: &mut [f32],
+) {
     activations(x, k, kp, shift, mul, out, scales)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn activations_avx2(x: &[f32], k: usize, kp: usize, shift: bool, mul: Option<&[f32]>, out: &mut [u8], scales: &mut [f32]) {
+unsafe fn activations_avx2(
+    x: &[f32],
+    k: usize,
+    kp: usize,
+    shift: bool,
+    mul: Option<&[f32]>,
+    out: &mut [u8],
+    scales: &mut [f32],
+) {
     activations(x, k, kp, shift, mul, out, scales)
 }
 

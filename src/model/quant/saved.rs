@@ -44,8 +44,15 @@ pub fn restore_model_type(raw: &mut serde_json::Value) {
 pub fn linear_names(layers: usize) -> Vec<String> {
     (0..layers)
         .flat_map(|i| {
-            ["attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense", "intermediate.dense", "output.dense"]
-                .map(|n| format!("encoder.layer.{i}.{n}"))
+            [
+                "attention.self.query",
+                "attention.self.key",
+                "attention.self.value",
+                "attention.output.dense",
+                "intermediate.dense",
+                "output.dense",
+            ]
+            .map(|n| format!("encoder.layer.{i}.{n}"))
         })
         .collect()
 }
@@ -65,7 +72,10 @@ pub fn saved_dtype(raw: &serde_json::Value, path: &Path) -> Result<Option<Dtype>
     match q.get("dtype").and_then(|v| v.as_str()) {
         Some("int8") => Ok(Some(Dtype::Int8)),
         Some("bf16") => Ok(Some(Dtype::Bf16)),
-        other => bail!("{}: quantization_config has dtype {other:?}; xsent quantize writes \"int8\" or \"bf16\"", path.display()),
+        other => bail!(
+            "{}: quantization_config has dtype {other:?}; xsent quantize writes \"int8\" or \"bf16\"",
+            path.display()
+        ),
     }
 }
 
@@ -108,13 +118,18 @@ pub fn int8_layers(encoder: &mut Encoder) -> Result<Vec<Int8Parts>> {
 /// f32 copy every [`crate::model::encoder::Linear`] keeps), the tensors of layers at index
 /// `>= keep_layers` left out (their names), and the int8 layers by name.
 #[allow(clippy::type_complexity)]
-pub fn load_int8(paths: &[PathBuf], device: &Device, keep_layers: usize) -> Result<(HashMap<String, Tensor>, Vec<String>, HashMap<String, QLinear>)> {
+pub fn load_int8(
+    paths: &[PathBuf],
+    device: &Device,
+    keep_layers: usize,
+) -> Result<(HashMap<String, Tensor>, Vec<String>, HashMap<String, QLinear>)> {
     let mut f32s: HashMap<String, (Vec<f32>, Vec<usize>)> = HashMap::new();
     let mut ints: HashMap<String, (Vec<i8>, Vec<usize>)> = HashMap::new();
     let mut dropped = Vec::new();
     for path in paths {
         let bytes = std::fs::read(path).with_context(|| format!("cannot read weights {}", path.display()))?;
-        let st = safetensors::SafeTensors::deserialize(&bytes).with_context(|| format!("{} is not a safetensors file", path.display()))?;
+        let st = safetensors::SafeTensors::deserialize(&bytes)
+            .with_context(|| format!("{} is not a safetensors file", path.display()))?;
         for (name, view) in st.tensors() {
             if weights::layer_index(&name).is_some_and(|l| l >= keep_layers) {
                 dropped.push(name);
@@ -135,13 +150,22 @@ pub fn load_int8(paths: &[PathBuf], device: &Device, keep_layers: usize) -> Resu
     }
     let mut layers = HashMap::new();
     for (wname, (q, shape)) in ints {
-        let Some(p) = wname.strip_suffix(".weight").map(str::to_string) else { bail!("int8 tensor {wname}: only linear layers' weights are stored in int8") };
+        let Some(p) = wname.strip_suffix(".weight").map(str::to_string) else {
+            bail!("int8 tensor {wname}: only linear layers' weights are stored in int8")
+        };
         let [n, k] = shape[..] else { bail!("int8 tensor {wname} has shape {shape:?}, [out, in] expected") };
-        let take = |suffix: &str, f32s: &mut HashMap<String, (Vec<f32>, Vec<usize>)>| f32s.remove(&format!("{p}.{suffix}")).map(|(v, _)| v);
-        let scales = take("weight_scale", &mut f32s).with_context(|| format!("int8 weights {wname} without their scales {p}.weight_scale"))?;
+        let take = |suffix: &str, f32s: &mut HashMap<String, (Vec<f32>, Vec<usize>)>| {
+            f32s.remove(&format!("{p}.{suffix}")).map(|(v, _)| v)
+        };
+        let scales = take("weight_scale", &mut f32s)
+            .with_context(|| format!("int8 weights {wname} without their scales {p}.weight_scale"))?;
         let smooth = take("input_smooth", &mut f32s);
-        let bias = f32s.get(&format!("{p}.bias")).map(|(v, _)| v.clone()).with_context(|| format!("int8 weights {wname} without a bias {p}.bias"))?;
-        let layer = QLinear::from_int8_smoothed(&q, &scales, &bias, n, k, smooth.as_deref()).with_context(|| format!("int8 layer {p}"))?;
+        let bias = f32s
+            .get(&format!("{p}.bias"))
+            .map(|(v, _)| v.clone())
+            .with_context(|| format!("int8 weights {wname} without a bias {p}.bias"))?;
+        let layer = QLinear::from_int8_smoothed(&q, &scales, &bias, n, k, smooth.as_deref())
+            .with_context(|| format!("int8 layer {p}"))?;
         // The f32 copy: q · scale / s.
         let w: Vec<f32> = q
             .chunks_exact(k)
@@ -155,18 +179,27 @@ pub fn load_int8(paths: &[PathBuf], device: &Device, keep_layers: usize) -> Resu
         f32s.insert(wname, (w, vec![n, k]));
         layers.insert(p, layer);
     }
-    let tensors = f32s.into_iter().map(|(n, (v, s))| Ok((n, Tensor::from_vec(v, s, device)?))).collect::<Result<HashMap<_, _>>>()?;
+    let tensors = f32s
+        .into_iter()
+        .map(|(n, (v, s))| Ok((n, Tensor::from_vec(v, s, device)?)))
+        .collect::<Result<HashMap<_, _>>>()?;
     Ok((tensors, dropped, layers))
 }
 
 /// Give `encoder`'s linear layers the int8 layers read by [`load_int8`].
-pub fn attach_int8(encoder: &mut Encoder, mut layers: HashMap<String, QLinear>, device: &Device, spec: &str) -> Result<()> {
+pub fn attach_int8(
+    encoder: &mut Encoder,
+    mut layers: HashMap<String, QLinear>,
+    device: &Device,
+    spec: &str,
+) -> Result<()> {
     if !device.is_cpu() {
         bail!("{spec} holds int8 weights written by `xsent quantize`, which run on the CPU only: use --device cpu, or the f32 source model on {device:?}");
     }
     let n = encoder.linears_mut().count() / 6;
     for (l, name) in encoder.linears_mut().zip(linear_names(n)) {
-        let q = layers.remove(&name).with_context(|| format!("{spec}: the int8 model has no int8 weights for {name}"))?;
+        let q =
+            layers.remove(&name).with_context(|| format!("{spec}: the int8 model has no int8 weights for {name}"))?;
         l.reduced = Some(std::sync::Arc::new(Reduced::Int8(q)));
     }
     Ok(())
@@ -202,7 +235,10 @@ pub fn quantize(model: &str, out: &Path, dtype: Dtype, force: bool, command: &st
         let is_ours = std::fs::read_to_string(out.join("config.json"))
             .ok()
             .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .is_some_and(|v| v.get("quantization_config").and_then(|q| q.get("quant_method")).and_then(|m| m.as_str()) == Some(METHOD));
+            .is_some_and(|v| {
+                v.get("quantization_config").and_then(|q| q.get("quant_method")).and_then(|m| m.as_str())
+                    == Some(METHOD)
+            });
         if !is_ours {
             bail!("{} exists and is not a model directory written by xsent quantize; --force replaces only those: remove it yourself or choose another output directory", out.display());
         }
@@ -212,13 +248,16 @@ pub fn quantize(model: &str, out: &Path, dtype: Dtype, force: bool, command: &st
     }
 
     let tensors = weights::load_encoder_tensors(&files.weights, &Device::Cpu, cfg.num_hidden_layers)?;
-    crate::model::encoder::check_config(&tensors, &cfg).with_context(|| format!("{} and {}", files.config.display(), weights::describe(&files.weights)))?;
+    crate::model::encoder::check_config(&tensors, &cfg)
+        .with_context(|| format!("{} and {}", files.config.display(), weights::describe(&files.weights)))?;
     let mut encoder = Encoder::load(VarBuilder::from_tensors(tensors.clone(), DType::F32, &Device::Cpu), &cfg)?;
     let names = linear_names(cfg.num_hidden_layers);
 
     // Every tensor as little-endian bytes, under its canonical name.
     let mut blobs: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
-    let f32_bytes = |t: &Tensor| -> Result<Vec<u8>> { Ok(t.flatten_all()?.to_vec1::<f32>()?.iter().flat_map(|v| v.to_le_bytes()).collect()) };
+    let f32_bytes = |t: &Tensor| -> Result<Vec<u8>> {
+        Ok(t.flatten_all()?.to_vec1::<f32>()?.iter().flat_map(|v| v.to_le_bytes()).collect())
+    };
     let linear_weights: std::collections::HashSet<String> = names.iter().map(|n| format!("{n}.weight")).collect();
     for (name, t) in &tensors {
         if linear_weights.contains(name) || name == "embeddings.position_ids" {
@@ -233,11 +272,26 @@ pub fn quantize(model: &str, out: &Path, dtype: Dtype, force: bool, command: &st
             let mut smoothed = 0;
             for (name, (q, scales, smooth)) in names.iter().zip(layers) {
                 let (n, k) = (scales.len(), q.len() / scales.len());
-                blobs.push((format!("{name}.weight"), safetensors::Dtype::I8, vec![n, k], q.iter().map(|&v| v as u8).collect()));
-                blobs.push((format!("{name}.weight_scale"), safetensors::Dtype::F32, vec![n], scales.iter().flat_map(|v| v.to_le_bytes()).collect()));
+                blobs.push((
+                    format!("{name}.weight"),
+                    safetensors::Dtype::I8,
+                    vec![n, k],
+                    q.iter().map(|&v| v as u8).collect(),
+                ));
+                blobs.push((
+                    format!("{name}.weight_scale"),
+                    safetensors::Dtype::F32,
+                    vec![n],
+                    scales.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                ));
                 if let Some(s) = smooth {
                     smoothed += 1;
-                    blobs.push((format!("{name}.input_smooth"), safetensors::Dtype::F32, vec![k], s.iter().flat_map(|v| v.to_le_bytes()).collect()));
+                    blobs.push((
+                        format!("{name}.input_smooth"),
+                        safetensors::Dtype::F32,
+                        vec![k],
+                        s.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                    ));
                 }
             }
             smoothing_note = format!(
@@ -258,7 +312,11 @@ pub fn quantize(model: &str, out: &Path, dtype: Dtype, force: bool, command: &st
 
     let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
-    let tmp = parent.join(format!(".{}.partial-{}", out.file_name().and_then(|n| n.to_str()).unwrap_or("quantized"), std::process::id()));
+    let tmp = parent.join(format!(
+        ".{}.partial-{}",
+        out.file_name().and_then(|n| n.to_str()).unwrap_or("quantized"),
+        std::process::id()
+    ));
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).with_context(|| format!("cannot remove the leftover {}", tmp.display()))?;
     }
@@ -270,7 +328,8 @@ pub fn quantize(model: &str, out: &Path, dtype: Dtype, force: bool, command: &st
             .collect::<Result<Vec<_>>>()?;
         let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
         let wpath = tmp.join("model.safetensors");
-        safetensors::serialize_to_file(views, Some(meta), &wpath).with_context(|| format!("cannot write {}", wpath.display()))?;
+        safetensors::serialize_to_file(views, Some(meta), &wpath)
+            .with_context(|| format!("cannot write {}", wpath.display()))?;
         let mut raw = cfg.raw.clone();
         let block = serde_json::json!({
             "quant_method": METHOD,
@@ -342,7 +401,9 @@ pub fn quantize(model: &str, out: &Path, dtype: Dtype, force: bool, command: &st
         }
     };
     if out.exists() {
-        std::fs::remove_dir_all(out).with_context(|| format!("cannot remove the old {} (the new model is in {})", out.display(), tmp.display()))?;
+        std::fs::remove_dir_all(out).with_context(|| {
+            format!("cannot remove the old {} (the new model is in {})", out.display(), tmp.display())
+        })?;
     }
     std::fs::rename(&tmp, out).with_context(|| format!("cannot move {} to {}", tmp.display(), out.display()))?;
     let source_bytes = files.weights.iter().filter_map(|w| std::fs::metadata(w).ok()).map(|m| m.len()).sum();
@@ -367,15 +428,19 @@ fn copy_model_files(src: &Path, dst: &Path, top: bool) -> Result<()> {
         let name = entry.file_name();
         let name = name.to_string_lossy();
         let path = entry.path();
-        if name.starts_with('.') || (top && matches!(name.as_ref(), "config.json" | "README.md" | "onnx" | "openvino")) {
+        if name.starts_with('.') || (top && matches!(name.as_ref(), "config.json" | "README.md" | "onnx" | "openvino"))
+        {
             continue;
         }
-        let weightish = [".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ot", ".index.json"].iter().any(|s| name.ends_with(s));
+        let weightish = [".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ot", ".index.json"]
+            .iter()
+            .any(|s| name.ends_with(s));
         if path.is_dir() {
             std::fs::create_dir_all(dst.join(&*name))?;
             copy_model_files(&path, &dst.join(&*name), false)?;
         } else if !weightish {
-            std::fs::copy(&path, dst.join(&*name)).with_context(|| format!("cannot copy {} to {}", path.display(), dst.display()))?;
+            std::fs::copy(&path, dst.join(&*name))
+                .with_context(|| format!("cannot copy {} to {}", path.display(), dst.display()))?;
         }
     }
     Ok(())

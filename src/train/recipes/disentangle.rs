@@ -16,14 +16,14 @@
 //! the paper, plus language-identification accuracy and translation retrieval with the meaning
 //! embeddings.
 
-use crate::train::config::{BestMode, Config};
-use crate::train::split::train_val_pairs;
-use crate::train::recipe::{Recipe, StepLoss, StepPlan};
 use crate::index::knn::{translation_accuracy, Matrix};
-use crate::model::kinds::disentangle::{self, BaseSettings, Head, Heads};
 use crate::model::encoder::Rng;
+use crate::model::kinds::disentangle::{self, BaseSettings, Head, Heads};
 use crate::model::weights::Params;
 use crate::model::{Embedded, Embedder, LoadOptions, Pooling, SentenceEncoder};
+use crate::train::config::{BestMode, Config};
+use crate::train::recipe::{Recipe, StepLoss, StepPlan};
+use crate::train::split::train_val_pairs;
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, D};
 use rand::{Rng as _, SeedableRng};
@@ -85,7 +85,10 @@ impl DisentangleConfig {
     /// Values that would wreck training silently (checked when the config is loaded).
     pub fn validate(&self) -> Result<()> {
         if !(self.reconstruction_weight.is_finite() && self.reconstruction_weight >= 0.0) {
-            bail!("disentangle.reconstruction_weight = {} must be a finite number ≥ 0 (the paper's weight is 1)", self.reconstruction_weight);
+            bail!(
+                "disentangle.reconstruction_weight = {} must be a finite number ≥ 0 (the paper's weight is 1)",
+                self.reconstruction_weight
+            );
         }
         if !(self.meaning_lr_scale.is_finite() && self.meaning_lr_scale >= 0.0) {
             bail!("disentangle.meaning_lr_scale = {} must be a finite number ≥ 0 (1: MLP_M trains at optim.lr like the other heads; 0 freezes it)", self.meaning_lr_scale);
@@ -206,7 +209,8 @@ impl Disentangle {
             normalize: Some(dc.normalize_input),
             ..Default::default()
         };
-        let base_enc = SentenceEncoder::load(&dc.base, &opts).with_context(|| format!("loading the base encoder {}", dc.base))?;
+        let base_enc =
+            SentenceEncoder::load(&dc.base, &opts).with_context(|| format!("loading the base encoder {}", dc.base))?;
         let texts: Vec<String> = sentences.iter().map(|(s, _)| s.clone()).collect();
         let (rows, dim) = crate::train::cache::embeddings(&base_enc, &texts, dc.embed_batch_size, "base")?;
         let table = Tensor::from_vec(rows, (texts.len(), dim), &Device::Cpu)?.to_device(&device)?;
@@ -219,7 +223,8 @@ impl Disentangle {
             normalize: dc.normalize_input,
         };
         // Only `train.val_sts` embeds new text while training; otherwise free the encoder.
-        let live = cfg.train.val_sts.is_some().then(|| LiveBase { encoder: base_enc, seen: Mutex::new(HashMap::new()) });
+        let live =
+            cfg.train.val_sts.is_some().then(|| LiveBase { encoder: base_enc, seen: Mutex::new(HashMap::new()) });
 
         let mut init_rng = Rng::seed_from_u64(cfg.seed ^ 0xd15e);
         let mut heads = Heads::random(dim, languages.len(), &mut init_rng, &device)?;
@@ -235,9 +240,28 @@ impl Disentangle {
         let mut val_rng = Rng::seed_from_u64(cfg.seed ^ 0x7a1);
         let val_negatives = val
             .iter()
-            .map(|e| (draw(&val_pools[e.s_lang as usize], e.s, &mut val_rng), draw(&val_pools[e.t_lang as usize], e.t, &mut val_rng)))
+            .map(|e| {
+                (
+                    draw(&val_pools[e.s_lang as usize], e.s, &mut val_rng),
+                    draw(&val_pools[e.t_lang as usize], e.t, &mut val_rng),
+                )
+            })
             .collect();
-        Ok(Self { cfg: dc, heads, infer, params, table, languages, train, pools, val, val_negatives, base, live, overlaps: decontam.overlaps })
+        Ok(Self {
+            cfg: dc,
+            heads,
+            infer,
+            params,
+            table,
+            languages,
+            train,
+            pools,
+            val,
+            val_negatives,
+            base,
+            live,
+            overlaps: decontam.overlaps,
+        })
     }
 
     /// The loss terms of examples with their s′, t′, and the number of pairs.
@@ -256,7 +280,11 @@ impl Disentangle {
         let d = e.dim(1)? as f64;
         // L_R on s and t.
         let st = e.narrow(0, 0, 2 * b)?;
-        let recon = st.sub(&m.narrow(0, 0, 2 * b)?.add(&l.narrow(0, 0, 2 * b)?)?)?.sqr()?.sum(D::Minus1)?.affine(1.0 / d, 0.0)?;
+        let recon = st
+            .sub(&m.narrow(0, 0, 2 * b)?.add(&l.narrow(0, 0, 2 * b)?)?)?
+            .sqr()?
+            .sum(D::Minus1)?
+            .affine(1.0 / d, 0.0)?;
         let l_r = (part(&recon, 0)?.mean_all()? + part(&recon, 1)?.mean_all()?)?;
         // L_M.
         let (sm, tm, sm2, tm2) = (part(&m, 0)?, part(&m, 1)?, part(&m, 2)?, part(&m, 3)?);
@@ -264,7 +292,8 @@ impl Disentangle {
         let l_m_neg = (cosine(&sm, &sm2)?.relu()?.mean_all()? + cosine(&tm, &tm2)?.relu()?.mean_all()?)?;
         // L_L: similarity of same-language language embeddings, and language identification.
         let (sl, tl, sl2, tl2) = (part(&l, 0)?, part(&l, 1)?, part(&l, 2)?, part(&l, 3)?);
-        let l_sim = (cosine(&sl, &sl2)?.affine(-1.0, 1.0)?.mean_all()? + cosine(&tl, &tl2)?.affine(-1.0, 1.0)?.mean_all()?)?;
+        let l_sim =
+            (cosine(&sl, &sl2)?.affine(-1.0, 1.0)?.mean_all()? + cosine(&tl, &tl2)?.affine(-1.0, 1.0)?.mean_all()?)?;
         let logits = heads.langid.forward(&l.narrow(0, 0, 2 * b)?)?;
         let labels: Vec<u32> = ex.iter().map(|e| e.s_lang).chain(ex.iter().map(|e| e.t_lang)).collect();
         let labels = Tensor::new(labels, logits.device())?;
@@ -447,7 +476,8 @@ impl Embedder for Disentangle {
 
     fn embed_checked(&self, texts: &[&str], batch_size: usize) -> Result<Embedded> {
         let live = self.live.as_ref().context("the base encoder was not kept: train.val_sts is not set")?;
-        let mut seen = live.seen.lock().map_err(|_| anyhow::anyhow!("the base-embedding memo was poisoned by a panic"))?;
+        let mut seen =
+            live.seen.lock().map_err(|_| anyhow::anyhow!("the base-embedding memo was poisoned by a panic"))?;
         let mut new: Vec<&str> = texts.iter().copied().filter(|t| !seen.contains_key(*t)).collect();
         new.sort_unstable();
         new.dedup();
@@ -479,7 +509,10 @@ mod tests {
     use crate::model::encoder::Linear;
 
     fn linear(w: Vec<f32>, out: usize, inp: usize) -> Linear {
-        Linear::new(Tensor::from_vec(w, (out, inp), &Device::Cpu).unwrap(), Tensor::zeros(out, DType::F32, &Device::Cpu).unwrap())
+        Linear::new(
+            Tensor::from_vec(w, (out, inp), &Device::Cpu).unwrap(),
+            Tensor::zeros(out, DType::F32, &Device::Cpu).unwrap(),
+        )
     }
 
     /// Two-dimensional embeddings, meaning head = identity, language head = zero, langid = zero:
@@ -518,7 +551,14 @@ mod tests {
             pools: vec![vec![0, 2], vec![], vec![1, 3]],
             val: vec![ex],
             val_negatives: vec![(2, 3)],
-            base: BaseSettings { model: String::new(), resolved: None, prefix: String::new(), pooling: Pooling::Mean, max_length: 8, normalize: false },
+            base: BaseSettings {
+                model: String::new(),
+                resolved: None,
+                prefix: String::new(),
+                pooling: Pooling::Mean,
+                max_length: 8,
+                normalize: false,
+            },
             live: None,
             overlaps: Vec::new(),
         }
@@ -543,7 +583,11 @@ mod tests {
         let no_lang = recipe(true, false);
         assert!(no_lang.total(&t).unwrap().to_scalar::<f32>().unwrap().abs() < 1e-6);
         let no_meaning = recipe(false, true);
-        let t2 = Terms { l_m_align: Tensor::new(5f32, &Device::Cpu).unwrap(), l_m_neg: Tensor::new(3f32, &Device::Cpu).unwrap(), ..t };
+        let t2 = Terms {
+            l_m_align: Tensor::new(5f32, &Device::Cpu).unwrap(),
+            l_m_neg: Tensor::new(3f32, &Device::Cpu).unwrap(),
+            ..t
+        };
         assert!((no_meaning.total(&t2).unwrap().to_scalar::<f32>().unwrap() as f64 - total).abs() < 1e-5);
     }
 
@@ -553,7 +597,10 @@ mod tests {
         let mut r = recipe(true, true);
         let t = r.losses(&r.heads, &r.train, &[(1, 3)]).unwrap();
         let v: HashMap<String, f64> = t.scalars().unwrap().into_iter().collect();
-        assert!(v["l_m_align"].abs() < 1e-6 && (v["l_m_neg"] - 1.0).abs() < 1e-6 && (v["l_m"] - 1.0).abs() < 1e-6, "{v:?}");
+        assert!(
+            v["l_m_align"].abs() < 1e-6 && (v["l_m_neg"] - 1.0).abs() < 1e-6 && (v["l_m"] - 1.0).abs() < 1e-6,
+            "{v:?}"
+        );
         let with = r.total(&t).unwrap().to_scalar::<f32>().unwrap() as f64;
         assert!((with - (1.0 + 2.0 + 2.0 * 3f64.ln())).abs() < 1e-5, "{with}");
         r.cfg.meaning_negatives = false;
@@ -601,7 +648,10 @@ mod tests {
             assert_eq!(draw(&[4, 9], 4, &mut rng), 9);
         }
         assert_eq!(draw(&[4], 4, &mut rng), 4);
-        let pools = language_pools(&[Example { s: 0, t: 1, s_lang: 0, t_lang: 1 }, Example { s: 2, t: 1, s_lang: 0, t_lang: 1 }], 2);
+        let pools = language_pools(
+            &[Example { s: 0, t: 1, s_lang: 0, t_lang: 1 }, Example { s: 2, t: 1, s_lang: 0, t_lang: 1 }],
+            2,
+        );
         assert_eq!(pools, vec![vec![0, 2], vec![1]]);
     }
 

@@ -13,15 +13,15 @@
 //! embeddings of the source sentences before training (after the projection): the English term
 //! starts at zero and the student learns to put each translation where its English already is.
 
-use crate::train::config::{BestMode, Config};
-use crate::train::fit::{fit_affine, fit_orthogonal};
-use crate::train::split::{drop_val_sources, split_by_source, train_val_pairs};
-use crate::train::recipe::{Recipe, StepLoss, StepPlan};
 use crate::data::bitext::{read_sources, validate_sources, Pair};
 use crate::index::knn::{translation_accuracy, Matrix};
 use crate::model::encoder::Rng;
 use crate::model::weights::Params;
 use crate::model::{Dense, LoadOptions, Mode, SentenceEncoder};
+use crate::train::config::{BestMode, Config};
+use crate::train::fit::{fit_affine, fit_orthogonal};
+use crate::train::recipe::{Recipe, StepLoss, StepPlan};
+use crate::train::split::{drop_val_sources, split_by_source, train_val_pairs};
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use rand::seq::SliceRandom;
@@ -220,7 +220,10 @@ impl Distill {
         let fit_pool = if dc.projection_fit_sources.is_empty() {
             None
         } else {
-            let pairs = decontam.pairs("distill.projection_fit_sources", read_sources(&dc.projection_fit_sources, "distill.projection_fit_sources")?);
+            let pairs = decontam.pairs(
+                "distill.projection_fit_sources",
+                read_sources(&dc.projection_fit_sources, "distill.projection_fit_sources")?,
+            );
             // Split as training data is (with [[data.val_sources]] it is not split), but other
             // sources split otherwise: the run's own held-out sentences are taken out too, so
             // that the fit never sees them.
@@ -246,18 +249,25 @@ impl Distill {
             teacher_sentences.sort_unstable();
             teacher_sentences.dedup();
         }
-        let teacher_row: HashMap<&str, usize> = teacher_sentences.iter().enumerate().map(|(i, s)| (s.as_str(), i)).collect();
+        let teacher_row: HashMap<&str, usize> =
+            teacher_sentences.iter().enumerate().map(|(i, s)| (s.as_str(), i)).collect();
         let device = crate::device::parse_device(&cfg.train.device)?;
         let mut teacher_normalized = None;
         let teacher = if dc.uses_teacher() {
-            let teacher_opts =
-                LoadOptions { device: device.clone(), prefix: Some(dc.teacher_prefix.clone()), max_length: Some(dc.max_length), ..Default::default() };
-            let mut teacher_enc = SentenceEncoder::load(&dc.teacher, &teacher_opts).with_context(|| format!("loading teacher {}", dc.teacher))?;
+            let teacher_opts = LoadOptions {
+                device: device.clone(),
+                prefix: Some(dc.teacher_prefix.clone()),
+                max_length: Some(dc.max_length),
+                ..Default::default()
+            };
+            let mut teacher_enc = SentenceEncoder::load(&dc.teacher, &teacher_opts)
+                .with_context(|| format!("loading teacher {}", dc.teacher))?;
             // The teacher's output as sentence-transformers gives it (seed 003 regresses onto
             // M(s) itself), unless the config says otherwise; part of the cache key.
             teacher_enc.normalize = dc.teacher_normalize.or(teacher_enc.files.declares_normalize).unwrap_or(true);
             teacher_normalized = Some(teacher_enc.normalize);
-            let (rows, dim) = crate::train::cache::embeddings(&teacher_enc, &teacher_sentences, dc.embed_batch_size, "teacher")?;
+            let (rows, dim) =
+                crate::train::cache::embeddings(&teacher_enc, &teacher_sentences, dc.embed_batch_size, "teacher")?;
             drop(teacher_enc);
             Some((Tensor::from_vec(rows, (teacher_sentences.len(), dim), &Device::Cpu)?, dim))
         } else {
@@ -274,7 +284,8 @@ impl Distill {
             device: device.clone(),
             ..Default::default()
         };
-        let mut student = SentenceEncoder::load(&dc.student, &student_opts).with_context(|| format!("loading student {}", dc.student))?;
+        let mut student = SentenceEncoder::load(&dc.student, &student_opts)
+            .with_context(|| format!("loading student {}", dc.student))?;
         if let Some(p) = dc.dropout {
             student.encoder.hidden_dropout = p;
             student.encoder.attention_dropout = p;
@@ -308,24 +319,42 @@ impl Distill {
                 let u = Uniform::new(-bound, bound).expect("a valid range");
                 let w: Vec<f32> = (0..dim * h).map(|_| u.sample(&mut init_rng)).collect();
                 let b: Vec<f32> = (0..dim).map(|_| u.sample(&mut init_rng)).collect();
-                student.set_dense(Dense::new(Tensor::from_vec(w, (dim, h), &device)?, Tensor::from_vec(b, dim, &device)?))?;
+                student.set_dense(Dense::new(
+                    Tensor::from_vec(w, (dim, h), &device)?,
+                    Tensor::from_vec(b, dim, &device)?,
+                ))?;
             }
             Projection::Lstsq | Projection::Procrustes => {
                 let (tvecs, dim) = teacher.as_ref().context(NO_TEACHER)?;
                 let dim = *dim;
-                let fit = fit_examples(fit_pool.as_deref().unwrap_or(&train), dc.projection_fit, dc.projection_fit_size, &mut init_rng);
+                let fit = fit_examples(
+                    fit_pool.as_deref().unwrap_or(&train),
+                    dc.projection_fit,
+                    dc.projection_fit_size,
+                    &mut init_rng,
+                );
                 let t0 = std::time::Instant::now();
                 let inputs: Vec<&str> = fit.iter().map(|&(_, input)| input).collect();
                 let x = student.embed_pooled(&inputs, dc.embed_batch_size)?;
-                let y: Vec<Vec<f32>> = fit.iter().map(|(s, _)| tvecs.get(teacher_row[*s]).and_then(|r| r.to_vec1())).collect::<candle_core::Result<_>>()?;
+                let y: Vec<Vec<f32>> = fit
+                    .iter()
+                    .map(|(s, _)| tvecs.get(teacher_row[*s]).and_then(|r| r.to_vec1()))
+                    .collect::<candle_core::Result<_>>()?;
                 let (w, b, how) = if dc.projection == Projection::Lstsq {
                     let (w, b) = fit_affine(&x, &y, 1e-3)?;
                     (w, b, "least squares")
                 } else {
                     (fit_orthogonal(&x, &y)?, vec![0f32; dim], "orthogonal Procrustes")
                 };
-                student.set_dense(Dense::new(Tensor::from_vec(w, (dim, h), &device)?, Tensor::from_vec(b, dim, &device)?))?;
-                errln!("xsent train: projection fitted by {how} on {} sentences ({:.1} s)", fit.len(), t0.elapsed().as_secs_f64());
+                student.set_dense(Dense::new(
+                    Tensor::from_vec(w, (dim, h), &device)?,
+                    Tensor::from_vec(b, dim, &device)?,
+                ))?;
+                errln!(
+                    "xsent train: projection fitted by {how} on {} sentences ({:.1} s)",
+                    fit.len(),
+                    t0.elapsed().as_secs_f64()
+                );
             }
         }
         let infer = student.detached();
@@ -397,12 +426,16 @@ impl Recipe for Distill {
     fn loss(&self, batch: &[usize], rng: &mut Rng) -> Result<StepLoss> {
         let pairs: Vec<&Pair> = batch.iter().map(|&i| &self.train[i]).collect();
         let b = pairs.len();
-        let texts: Vec<&str> = pairs.iter().map(|p| p.src.as_str()).chain(pairs.iter().map(|p| p.tgt.as_str())).collect();
+        let texts: Vec<&str> =
+            pairs.iter().map(|p| p.src.as_str()).chain(pairs.iter().map(|p| p.tgt.as_str())).collect();
         let emb = self.student.forward(&texts, &mut Mode::Train(rng))?;
         let target = self.teacher_batch(&pairs)?.to_device(emb.device())?;
         let mse_src = emb.narrow(0, 0, b)?.sub(&target)?.sqr()?.mean_all()?;
         let mse_tgt = emb.narrow(0, b, b)?.sub(&target)?.sqr()?.mean_all()?;
-        let terms = vec![("mse_src".to_string(), mse_src.to_scalar::<f32>()? as f64), ("mse_tgt".to_string(), mse_tgt.to_scalar::<f32>()? as f64)];
+        let terms = vec![
+            ("mse_src".to_string(), mse_src.to_scalar::<f32>()? as f64),
+            ("mse_tgt".to_string(), mse_tgt.to_scalar::<f32>()? as f64),
+        ];
         Ok(StepLoss { total: (mse_src.affine(self.source_weight, 0.0)? + mse_tgt)?, terms, sentences: 2 * b })
     }
 
@@ -417,7 +450,11 @@ impl Recipe for Distill {
         let teacher = self.teacher_batch(&self.val.iter().collect::<Vec<_>>())?.to_vec2::<f32>()?;
         let mse = |a: &[Vec<f32>]| -> f64 {
             let n = (a.len() * self.dim) as f64;
-            a.iter().zip(&teacher).flat_map(|(x, y)| x.iter().zip(y).map(|(u, v)| ((u - v) as f64).powi(2))).sum::<f64>() / n
+            a.iter()
+                .zip(&teacher)
+                .flat_map(|(x, y)| x.iter().zip(y).map(|(u, v)| ((u - v) as f64).powi(2)))
+                .sum::<f64>()
+                / n
         };
         let (ms, mt) = (mse(&es), mse(&et));
         let (xs, xt) = (Matrix::normalized(&es), Matrix::normalized(&et));
@@ -474,7 +511,11 @@ mod tests {
 
     /// English sentences s0.. each paired with a German (d0..) and a French (f0..) translation.
     fn de_fr_pairs(n: usize) -> Vec<Pair> {
-        (0..n).flat_map(|i| [pair(&format!("s{i}"), &format!("d{i}"), "de"), pair(&format!("s{i}"), &format!("f{i}"), "fr")]).collect()
+        (0..n)
+            .flat_map(|i| {
+                [pair(&format!("s{i}"), &format!("d{i}"), "de"), pair(&format!("s{i}"), &format!("f{i}"), "fr")]
+            })
+            .collect()
     }
 
     #[test]

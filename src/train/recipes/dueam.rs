@@ -15,8 +15,6 @@
 //! per batch (each shard on its own core) and kept in memory by example, so a later epoch reuses
 //! them. Validation: translation retrieval accuracy both ways on held-out parallel sentences.
 
-use crate::train::config::{BestMode, Config};
-use crate::train::recipe::{Recipe, StepLoss, StepPlan};
 use super::wmd::{wmd_batch, SinkhornOptions, Solver};
 use crate::data::bitext::{Pair, Source};
 use crate::data::xnli::{unsup_pairs, weak_pairs, PairSet};
@@ -24,6 +22,8 @@ use crate::index::knn::{translation_accuracy, Matrix};
 use crate::model::encoder::Rng;
 use crate::model::weights::Params;
 use crate::model::{LoadOptions, Mode, Pooling, SentenceEncoder};
+use crate::train::config::{BestMode, Config};
+use crate::train::recipe::{Recipe, StepLoss, StepPlan};
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Tensor};
 use serde::{Deserialize, Serialize};
@@ -213,9 +213,11 @@ impl DueamConfig {
     fn solver(&self) -> Solver {
         match self.wmd_solver {
             SolverKind::Exact => Solver::Exact,
-            SolverKind::Sinkhorn => {
-                Solver::Sinkhorn(SinkhornOptions { eps: self.sinkhorn_eps, tol: self.sinkhorn_tol, max_iter: self.sinkhorn_max_iter })
-            }
+            SolverKind::Sinkhorn => Solver::Sinkhorn(SinkhornOptions {
+                eps: self.sinkhorn_eps,
+                tol: self.sinkhorn_tol,
+                max_iter: self.sinkhorn_max_iter,
+            }),
         }
     }
 }
@@ -275,8 +277,14 @@ impl Dueam {
         let anchor = if dc.loss == LossTerms::Cos {
             None
         } else {
-            let opts = LoadOptions { device: device.clone(), prefix: Some(dc.anchor_prefix.clone()), max_length: Some(dc.max_length), ..Default::default() };
-            let a = SentenceEncoder::load(&dc.anchor, &opts).with_context(|| format!("loading anchor {}", dc.anchor))?;
+            let opts = LoadOptions {
+                device: device.clone(),
+                prefix: Some(dc.anchor_prefix.clone()),
+                max_length: Some(dc.max_length),
+                ..Default::default()
+            };
+            let a =
+                SentenceEncoder::load(&dc.anchor, &opts).with_context(|| format!("loading anchor {}", dc.anchor))?;
             if let Some(l) = dc.wmd_layer {
                 if l > a.encoder.num_layers() {
                     bail!("dueam.wmd_layer = {l} but the anchor {} has {} layers", dc.anchor, a.encoder.num_layers());
@@ -309,7 +317,8 @@ impl Dueam {
             device,
             ..Default::default()
         };
-        let mut learner = SentenceEncoder::load(&dc.learner, &opts).with_context(|| format!("loading learner {}", dc.learner))?;
+        let mut learner =
+            SentenceEncoder::load(&dc.learner, &opts).with_context(|| format!("loading learner {}", dc.learner))?;
         if let Some(p) = dc.dropout {
             learner.encoder.hidden_dropout = p;
             learner.encoder.attention_dropout = p;
@@ -341,13 +350,24 @@ impl Dueam {
             batch.iter().copied().filter(|i| !cache.contains_key(i)).collect()
         };
         if !todo.is_empty() {
-            let texts: Vec<&str> = todo.iter().flat_map(|&i| {
-                let (a, b) = self.data.pair(i);
-                [a, b]
-            }).collect();
-            let clouds = anchor_clouds(anchor, &texts, self.wmd_layer, self.wmd_skip_special, self.wmd_normalize, self.embed_batch)?;
+            let texts: Vec<&str> = todo
+                .iter()
+                .flat_map(|&i| {
+                    let (a, b) = self.data.pair(i);
+                    [a, b]
+                })
+                .collect();
+            let clouds = anchor_clouds(
+                anchor,
+                &texts,
+                self.wmd_layer,
+                self.wmd_skip_special,
+                self.wmd_normalize,
+                self.embed_batch,
+            )?;
             let dim = anchor.encoder.hidden_size();
-            let pairs: Vec<(&[f32], &[f32])> = clouds.chunks_exact(2).map(|c| (c[0].as_slice(), c[1].as_slice())).collect();
+            let pairs: Vec<(&[f32], &[f32])> =
+                clouds.chunks_exact(2).map(|c| (c[0].as_slice(), c[1].as_slice())).collect();
             let d = wmd_batch(&pairs, dim, &self.solver)?;
             let mut cache = self.wmd_cache.lock().expect("no worker panicked");
             for (&i, v) in todo.iter().zip(d) {
@@ -396,7 +416,10 @@ pub fn anchor_clouds<S: AsRef<str>>(
     let dim = anchor.encoder.hidden_size();
     for (cloud, text) in clouds.iter_mut().zip(texts) {
         if cloud.is_empty() {
-            bail!("the anchor gives no token vectors for the sentence {:?} (empty after leaving out special tokens)", text.as_ref());
+            bail!(
+                "the anchor gives no token vectors for the sentence {:?} (empty after leaving out special tokens)",
+                text.as_ref()
+            );
         }
         if normalize {
             cloud.chunks_exact_mut(dim).for_each(crate::model::pooling::l2_normalize_row);
@@ -408,7 +431,13 @@ pub fn anchor_clouds<S: AsRef<str>>(
 /// The DuEAM loss of one batch from the learner's vectors `s`, `t` (`[N, H]`) and, for L_A, the
 /// anchor's WMDs. Returns the total and the terms `l_a`, `l_b`, `d_euc` (mean), `d_wmd` (mean)
 /// that were computed.
-pub fn dueam_loss(s: &Tensor, t: &Tensor, wmd: Option<&[f64]>, lambda: f64, terms: LossTerms) -> Result<(Tensor, Vec<(String, f64)>)> {
+pub fn dueam_loss(
+    s: &Tensor,
+    t: &Tensor,
+    wmd: Option<&[f64]>,
+    lambda: f64,
+    terms: LossTerms,
+) -> Result<(Tensor, Vec<(String, f64)>)> {
     let n = s.dim(0)?;
     let mut out = Vec::new();
     let scalar = |x: &Tensor| -> Result<f64> { Ok(x.to_dtype(DType::F64)?.to_scalar::<f64>()?) };
@@ -492,7 +521,8 @@ impl Recipe for Dueam {
             terms.push(("anchor_ms_per_pair".to_string(), 1e3 * t0.elapsed().as_secs_f64() / n as f64));
             Some(d)
         };
-        let texts: Vec<&str> = batch.iter().map(|&i| self.data.pair(i).0).chain(batch.iter().map(|&i| self.data.pair(i).1)).collect();
+        let texts: Vec<&str> =
+            batch.iter().map(|&i| self.data.pair(i).0).chain(batch.iter().map(|&i| self.data.pair(i).1)).collect();
         let emb = self.learner.forward(&texts, &mut Mode::Train(rng))?;
         let (s, t) = (emb.narrow(0, 0, n)?, emb.narrow(0, n, n)?);
         let (total, loss_terms) = dueam_loss(&s, &t, wmd.as_deref(), self.lambda, self.terms)?;

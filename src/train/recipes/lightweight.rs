@@ -29,17 +29,17 @@
 //! tokenizer.json, mean pooling): `xsent embed|eval|mine` and sentence-transformers load it. The
 //! generative head (fully connected layer, output bias) is training-only and lives in checkpoints.
 
-use crate::train::config::{BestMode, Config};
-use crate::train::split::train_val_pairs;
-use crate::io::atomic::write_atomically;
-use crate::train::recipe::{Recipe, StepLoss, StepPlan};
 use crate::index::knn::{translation_accuracy, Matrix};
+use crate::io::atomic::write_atomically;
 use crate::model::encoder::{Linear, Rng};
+use crate::model::kinds::vocab::{self, SubwordModel};
 use crate::model::matmul::matmul;
 use crate::model::sentence::{write_st_files, Encoded, StFiles};
-use crate::model::kinds::vocab::{self, SubwordModel};
 use crate::model::weights::{self, Params};
 use crate::model::{EncoderConfig, LoadOptions, Mode, Pooling, SentenceEncoder};
+use crate::train::config::{BestMode, Config};
+use crate::train::recipe::{Recipe, StepLoss, StepPlan};
+use crate::train::split::train_val_pairs;
 use anyhow::{bail, ensure, Context, Result};
 use candle_core::{DType, Device, Tensor, D};
 use rand::seq::index::sample;
@@ -183,15 +183,31 @@ fn d_embed_batch() -> usize {
 impl LightweightConfig {
     pub fn validate(&self) -> Result<()> {
         ensure!(self.layers >= 1, "lightweight.layers must be at least 1");
-        ensure!(self.hidden >= 1 && self.heads >= 1, "lightweight.hidden ({}) and lightweight.heads ({}) must be at least 1", self.hidden, self.heads);
-        ensure!(self.hidden.is_multiple_of(self.heads), "lightweight.hidden ({}) must be a multiple of lightweight.heads ({})", self.hidden, self.heads);
+        ensure!(
+            self.hidden >= 1 && self.heads >= 1,
+            "lightweight.hidden ({}) and lightweight.heads ({}) must be at least 1",
+            self.hidden,
+            self.heads
+        );
+        ensure!(
+            self.hidden.is_multiple_of(self.heads),
+            "lightweight.hidden ({}) must be a multiple of lightweight.heads ({})",
+            self.hidden,
+            self.heads
+        );
         ensure!(self.ffn >= 1, "lightweight.ffn must be at least 1");
         ensure!(self.max_length >= 2, "lightweight.max_length must be at least 2");
         crate::model::kinds::vocab::check_size("lightweight.vocab_size", self.vocab_size)?;
         ensure!((0.0..1.0).contains(&self.dropout), "lightweight.dropout must be in [0, 1), got {}", self.dropout);
-        ensure!(self.mlm_prob > 0.0 && self.mlm_prob <= 1.0, "lightweight.mlm_prob must be in (0, 1], got {}", self.mlm_prob);
+        ensure!(
+            self.mlm_prob > 0.0 && self.mlm_prob <= 1.0,
+            "lightweight.mlm_prob must be in (0, 1], got {}",
+            self.mlm_prob
+        );
         ensure!(self.embed_batch_size >= 1, "lightweight.embed_batch_size must be at least 1");
-        for (name, w) in [("gen_weight", self.gen_weight), ("align_weight", self.align_weight), ("sim_weight", self.sim_weight)] {
+        for (name, w) in
+            [("gen_weight", self.gen_weight), ("align_weight", self.align_weight), ("sim_weight", self.sim_weight)]
+        {
             ensure!(w.is_finite() && w >= 0.0, "lightweight.{name} must be a finite number >= 0, got {w}");
         }
         if self.generative == Generative::None && !self.align && !self.sim {
@@ -359,11 +375,14 @@ pub struct Lightweight {
 /// Write the initial model directory (vocabulary, config, seeded random weights) into `dir`.
 fn write_init(lc: &LightweightConfig, texts: &[&str], seed: u64, dir: &Path) -> Result<()> {
     let mut tok = match &lc.tokenizer {
-        Some(p) => tokenizers::Tokenizer::from_file(p).map_err(|e| anyhow::anyhow!("lightweight.tokenizer: cannot load {}: {e}", p.display()))?,
+        Some(p) => tokenizers::Tokenizer::from_file(p)
+            .map_err(|e| anyhow::anyhow!("lightweight.tokenizer: cannot load {}: {e}", p.display()))?,
         None => vocab::train_subword(texts, lc.subword_model, lc.vocab_size, lc.lowercase)?,
     };
-    let specials: Vec<AddedToken> = [PAD, MASK].iter().filter(|t| tok.token_to_id(t).is_none()).map(|t| AddedToken::from(*t, true)).collect();
-    tok.add_special_tokens(specials).map_err(|e| anyhow::anyhow!("cannot add {PAD} and {MASK} to the vocabulary: {e}"))?;
+    let specials: Vec<AddedToken> =
+        [PAD, MASK].iter().filter(|t| tok.token_to_id(t).is_none()).map(|t| AddedToken::from(*t, true)).collect();
+    tok.add_special_tokens(specials)
+        .map_err(|e| anyhow::anyhow!("cannot add {PAD} and {MASK} to the vocabulary: {e}"))?;
     let pad = tok.token_to_id(PAD).context("the vocabulary has no <pad> after adding it")?;
     let vocab = tok.get_vocab_size(true);
     tok.save(dir.join("tokenizer.json"), true).map_err(|e| anyhow::anyhow!("cannot write tokenizer.json: {e}"))?;
@@ -407,7 +426,11 @@ impl Lightweight {
             texts.dedup();
             std::fs::create_dir_all(out).with_context(|| format!("cannot create run directory {}", out.display()))?;
             write_atomically(&init, |d| write_init(&lc, &texts, cfg.seed, d))?;
-            errln!("xsent train: vocabulary and initial model written to {} ({:.1} s)", init.display(), t0.elapsed().as_secs_f64());
+            errln!(
+                "xsent train: vocabulary and initial model written to {} ({:.1} s)",
+                init.display(),
+                t0.elapsed().as_secs_f64()
+            );
         }
         let opts = LoadOptions {
             device: device.clone(),
@@ -417,13 +440,17 @@ impl Lightweight {
             trainable: true,
             ..Default::default()
         };
-        let encoder = SentenceEncoder::load(&init.to_string_lossy(), &opts).with_context(|| format!("loading the initial model {}", init.display()))?;
+        let encoder = SentenceEncoder::load(&init.to_string_lossy(), &opts)
+            .with_context(|| format!("loading the initial model {}", init.display()))?;
         ensure!(
-            encoder.config.num_hidden_layers == lc.layers && encoder.config.hidden_size == lc.hidden && encoder.config.intermediate_size == lc.ffn,
+            encoder.config.num_hidden_layers == lc.layers
+                && encoder.config.hidden_size == lc.hidden
+                && encoder.config.intermediate_size == lc.ffn,
             "{} was written for another model shape than [lightweight] asks for; start a new run directory",
             init.display()
         );
-        let mask_id = encoder.tokenizer().token_to_id(MASK).with_context(|| format!("{} has no {MASK} token", init.display()))?;
+        let mask_id =
+            encoder.tokenizer().token_to_id(MASK).with_context(|| format!("{} has no {MASK} token", init.display()))?;
         let vocab = encoder.config.vocab_size;
         errln!(
             "xsent train: {}-layer encoder, hidden {}, {} heads, feed-forward {}, vocabulary {vocab}, {:.1}M parameters",
@@ -436,7 +463,9 @@ impl Lightweight {
         let mut head_rng = Rng::seed_from_u64(cfg.seed ^ 0x4ead);
         let head = Head::new(lc.hidden, vocab, &mut head_rng, &device)?;
 
-        let tokens = |texts: Vec<&str>| -> Result<Vec<Vec<u32>>> { Ok(encoder.tokenize(&texts)?.into_iter().map(|e| e.ids).collect()) };
+        let tokens = |texts: Vec<&str>| -> Result<Vec<Vec<u32>>> {
+            Ok(encoder.tokenize(&texts)?.into_iter().map(|e| e.ids).collect())
+        };
         let src_all = tokens(train.iter().map(|p| p.src.as_str()).collect())?;
         let tgt_all = tokens(train.iter().map(|p| p.tgt.as_str()).collect())?;
         let (mut src, mut tgt) = (Vec::with_capacity(src_all.len()), Vec::with_capacity(tgt_all.len()));
@@ -497,7 +526,8 @@ impl Lightweight {
             }
         }
         let pooled = Tensor::cat(&pooled, 0)?;
-        let pooled = pooled.index_select(&Tensor::new(place.iter().map(|&p| p as u32).collect::<Vec<_>>(), pooled.device())?, 0)?;
+        let pooled = pooled
+            .index_select(&Tensor::new(place.iter().map(|&p| p as u32).collect::<Vec<_>>(), pooled.device())?, 0)?;
         let picked = if picks.is_empty() {
             None
         } else {
@@ -563,7 +593,8 @@ impl Recipe for Lightweight {
         let b = batch.len();
         let task = self.cfg.generative;
         // Inputs: the batch's source sides, then its target sides; masks drawn from the RNG.
-        let mut rows: Vec<Vec<u32>> = batch.iter().map(|&i| self.src[i].clone()).chain(batch.iter().map(|&i| self.tgt[i].clone())).collect();
+        let mut rows: Vec<Vec<u32>> =
+            batch.iter().map(|&i| self.src[i].clone()).chain(batch.iter().map(|&i| self.tgt[i].clone())).collect();
         let mut masked: Vec<Option<(usize, u32)>> = vec![None; b];
         let mut picks: Vec<(usize, usize)> = Vec::new();
         let mut pick_labels: Vec<u32> = Vec::new();
@@ -604,7 +635,10 @@ impl Recipe for Lightweight {
                 }
                 q_src.extend(q_tgt);
                 let kl = kl_sparse(&self.head.logits(&pooled, emb)?, &q_src, b)?;
-                terms.push((if task == Generative::Smlm { "smlm" } else { "kl" }.to_string(), kl.to_scalar::<f32>()? as f64));
+                terms.push((
+                    if task == Generative::Smlm { "smlm" } else { "kl" }.to_string(),
+                    kl.to_scalar::<f32>()? as f64,
+                ));
                 gen = (gen + kl)?;
             }
             if let Some(states) = states {
@@ -689,7 +723,11 @@ mod tests {
         assert_eq!(dense(&qs, 6), vec![0.0, 0.0, 0.0, 0.5, 0.0, 0.5]);
         assert_eq!(dense(&qt, 6), vec![0.0, 0.0, 0.0, 0.75, 0.25, 0.0]);
         let (qs, qt) = sentence_targets(Generative::Smlm, &src, &tgt, Some((1, 4)));
-        assert_eq!((dense(&qs, 5), dense(&qt, 5)), (vec![0.0, 0.0, 0.0, 0.0, 1.0], vec![0.0, 0.0, 0.0, 0.0, 1.0]), "SMLM: w_t from both sides");
+        assert_eq!(
+            (dense(&qs, 5), dense(&qt, 5)),
+            (vec![0.0, 0.0, 0.0, 0.0, 1.0], vec![0.0, 0.0, 0.0, 0.0, 1.0]),
+            "SMLM: w_t from both sides"
+        );
         for q in [qs, qt] {
             assert!((q.iter().map(|x| x.1).sum::<f32>() - 1.0).abs() < 1e-6);
         }

@@ -17,14 +17,14 @@
 //! exact without storing negatives in checkpoints, and costs one more averaging pass over the
 //! mega-batch per step (a plain loop, cheap next to the update of the table).
 
-use crate::train::config::{BestMode, Config};
-use crate::train::split::train_val_pairs;
-use crate::train::recipe::{Recipe, StepLoss, StepPlan};
 use crate::index::knn::{translation_accuracy, Matrix};
-use crate::model::kinds::averaging::{embed_ids_flat, flatten, AveragingModel, Segmenter, Units};
 use crate::model::encoder::Rng;
+use crate::model::kinds::averaging::{embed_ids_flat, flatten, AveragingModel, Segmenter, Units};
 use crate::model::kinds::vocab::SubwordModel;
 use crate::model::weights::Params;
+use crate::train::config::{BestMode, Config};
+use crate::train::recipe::{Recipe, StepLoss, StepPlan};
+use crate::train::split::train_val_pairs;
 use anyhow::{bail, ensure, Context, Result};
 use candle_core::{Device, Storage, Tensor, Var};
 use rand::Rng as _;
@@ -131,7 +131,11 @@ impl SpConfig {
     pub fn validate(&self) -> Result<()> {
         ensure!(self.dim > 0, "sp.dim must be at least 1");
         crate::model::kinds::vocab::check_size("sp.vocab_size", self.vocab_size())?;
-        ensure!(self.margin.is_finite() && self.margin >= 0.0, "sp.margin must be a finite number >= 0, got {}", self.margin);
+        ensure!(
+            self.margin.is_finite() && self.margin >= 0.0,
+            "sp.margin must be a finite number >= 0, got {}",
+            self.margin
+        );
         ensure!(self.megabatch_max >= 1, "sp.megabatch_max must be at least 1");
         ensure!((0.0..1.0).contains(&self.dropout), "sp.dropout must be in [0, 1), got {}", self.dropout);
         ensure!(
@@ -173,7 +177,13 @@ pub fn megabatches(micro_batches: u64, anneal_rate: u64, max: usize) -> Vec<(u64
 /// key differs from the query's in both parts (a pair's source text and target text: a
 /// candidate that shares either is a translation, not a negative). Ties go to the lower index;
 /// `None` when every candidate is excluded. Rows are `[n, dim]` row-major.
-pub fn hardest_negatives(queries: &[f32], q_keys: &[(u32, u32)], cands: &[f32], c_keys: &[(u32, u32)], dim: usize) -> Result<Vec<Option<usize>>> {
+pub fn hardest_negatives(
+    queries: &[f32],
+    q_keys: &[(u32, u32)],
+    cands: &[f32],
+    c_keys: &[(u32, u32)],
+    dim: usize,
+) -> Result<Vec<Option<usize>>> {
     let (nq, nc) = (q_keys.len(), c_keys.len());
     ensure!(queries.len() == nq * dim && cands.len() == nc * dim, "hardest_negatives: rows and keys disagree");
     if nq == 0 || nc == 0 {
@@ -249,7 +259,8 @@ impl SpRecipe {
         let vocab_dir = out.join("vocab");
         let segmenter = match &sc.tokenizer {
             Some(p) => {
-                let t = tokenizers::Tokenizer::from_file(p).map_err(|e| anyhow::anyhow!("sp.tokenizer: cannot load {}: {e}", p.display()))?;
+                let t = tokenizers::Tokenizer::from_file(p)
+                    .map_err(|e| anyhow::anyhow!("sp.tokenizer: cannot load {}: {e}", p.display()))?;
                 Segmenter::from_tokenizer(sc.units, t, sc.lowercase)?
             }
             None if vocab_dir.is_dir() => {
@@ -262,7 +273,8 @@ impl SpRecipe {
                 texts.sort_unstable();
                 texts.dedup();
                 let seg = Segmenter::train(sc.units, &texts, sc.vocab_size(), sc.subword_model, sc.lowercase)?;
-                std::fs::create_dir_all(out).with_context(|| format!("cannot create run directory {}", out.display()))?;
+                std::fs::create_dir_all(out)
+                    .with_context(|| format!("cannot create run directory {}", out.display()))?;
                 crate::io::atomic::write_atomically(&vocab_dir, |d| seg.save(d))?;
                 seg
             }
@@ -308,7 +320,13 @@ impl SpRecipe {
     /// with the current table, on the table's device: on the CPU by averaging loops over its
     /// memory, elsewhere (and on the CPU under `XSENT_KERNELS=candle`) by the gather and sum of
     /// [`average_with_dropout`] there, without dropout.
-    fn negatives(&self, batch: &[usize], mega: &[usize], bk: &[(u32, u32)], mk: &[(u32, u32)]) -> Result<(Negatives, Negatives)> {
+    fn negatives(
+        &self,
+        batch: &[usize],
+        mega: &[usize],
+        bk: &[(u32, u32)],
+        mk: &[(u32, u32)],
+    ) -> Result<(Negatives, Negatives)> {
         if self.table.device().is_cpu() && !crate::model::kernels::candle_ops_forced() {
             return self.with_table(|table| {
                 let qs = self.encode(table, &self.src, batch)?;
@@ -328,10 +346,21 @@ impl SpRecipe {
         let mut no_draws = <Rng as rand::SeedableRng>::seed_from_u64(0);
         let mut vectors = |side: &Side, idx: &[usize]| -> Result<Tensor> {
             let sents: Vec<&[u32]> = idx.iter().map(|&i| side.ids[i].as_slice()).collect();
-            crate::model::pooling::l2_normalize(&average_with_dropout(&table, self.dim, &sents, 0.0, DropoutKind::Unit, &mut no_draws)?)
+            crate::model::pooling::l2_normalize(&average_with_dropout(
+                &table,
+                self.dim,
+                &sents,
+                0.0,
+                DropoutKind::Unit,
+                &mut no_draws,
+            )?)
         };
         let nt = hardest_of(&vectors(&self.src, batch)?, bk, &vectors(&self.tgt, mega)?, mk)?;
-        let ns = if self.cfg.symmetric { hardest_of(&vectors(&self.tgt, batch)?, bk, &vectors(&self.src, mega)?, mk)? } else { Vec::new() };
+        let ns = if self.cfg.symmetric {
+            hardest_of(&vectors(&self.tgt, batch)?, bk, &vectors(&self.src, mega)?, mk)?
+        } else {
+            Vec::new()
+        };
         Ok((nt, ns))
     }
 
@@ -364,7 +393,14 @@ impl SpRecipe {
 /// (`index_add`), so the work (and the element mask) scales with the real units, not with the
 /// longest sentence. Element dropout off the CPU draws one seed and computes its mask on the
 /// device ([`crate::model::dropout`]).
-pub fn average_with_dropout(table: &Tensor, dim: usize, sentences: &[&[u32]], p: f64, kind: DropoutKind, rng: &mut Rng) -> Result<Tensor> {
+pub fn average_with_dropout(
+    table: &Tensor,
+    dim: usize,
+    sentences: &[&[u32]],
+    p: f64,
+    kind: DropoutKind,
+    rng: &mut Rng,
+) -> Result<Tensor> {
     let unit = p > 0.0 && kind == DropoutKind::Unit;
     let n = sentences.len();
     let (mut ids, mut seg, mut w) = (Vec::<u32>::new(), Vec::<u32>::new(), Vec::<f32>::new());
@@ -397,7 +433,8 @@ pub fn average_with_dropout(table: &Tensor, dim: usize, sentences: &[&[u32]], p:
                 // A value is kept when a uniform u32 is at least p · 2³² (one draw per value).
                 let scale = (1.0 / (1.0 - p)) as f32;
                 let drop_below = (p * 4_294_967_296.0) as u64;
-                let mask: Vec<f32> = (0..t * dim).map(|_| if rng.random::<u32>() as u64 >= drop_below { scale } else { 0.0 }).collect();
+                let mask: Vec<f32> =
+                    (0..t * dim).map(|_| if rng.random::<u32>() as u64 >= drop_below { scale } else { 0.0 }).collect();
                 rows.mul(&Tensor::from_vec(mask, (t, dim), dev)?)?
             }
         };
@@ -446,7 +483,8 @@ impl Recipe for SpRecipe {
 
     fn loss_in_megabatch(&self, batch: &[usize], mega: &[usize], rng: &mut Rng) -> Result<StepLoss> {
         let b = batch.len();
-        let keys = |idx: &[usize]| -> Vec<(u32, u32)> { idx.iter().map(|&i| (self.src.key[i], self.tgt.key[i])).collect() };
+        let keys =
+            |idx: &[usize]| -> Vec<(u32, u32)> { idx.iter().map(|&i| (self.src.key[i], self.tgt.key[i])).collect() };
         let (bk, mk) = (keys(batch), keys(mega));
         // Hardest negatives among the mega-batch, with the current table and no dropout.
         let (neg_t, neg_s) = self.negatives(batch, mega, &bk, &mk)?;
@@ -461,7 +499,13 @@ impl Recipe for SpRecipe {
         }
         let v = l2_rows(&self.average(&sents, rng)?)?;
         let (s, t, tn) = (v.narrow(0, 0, b)?, v.narrow(0, b, b)?, v.narrow(0, 2 * b, b)?);
-        let mask = |negs: &[Option<usize>]| Tensor::from_vec(negs.iter().map(|n| if n.is_some() { 1f32 } else { 0.0 }).collect::<Vec<_>>(), b, v.device());
+        let mask = |negs: &[Option<usize>]| {
+            Tensor::from_vec(
+                negs.iter().map(|n| if n.is_some() { 1f32 } else { 0.0 }).collect::<Vec<_>>(),
+                b,
+                v.device(),
+            )
+        };
         let delta = self.cfg.margin;
         let h_t = margin_hinge(&s, &t, &tn, &mask(&neg_t)?, delta)?;
         let mut terms = vec![("hinge_tgt".to_string(), h_t.to_scalar::<f32>()? as f64 / b as f64)];
@@ -522,7 +566,10 @@ impl crate::model::Embedder for SpRecipe {
     fn embed_checked(&self, texts: &[&str], _batch_size: usize) -> Result<crate::model::Embedded> {
         let (flat, off) = flatten(&self.segmenter.ids_batch(texts)?);
         let rows = self.with_table(|table| embed_ids_flat(table, self.dim, &flat, &off, true))?;
-        Ok(crate::model::Embedded { rows: rows.chunks(self.dim).map(<[f32]>::to_vec).collect(), truncated: vec![false; texts.len()] })
+        Ok(crate::model::Embedded {
+            rows: rows.chunks(self.dim).map(<[f32]>::to_vec).collect(),
+            truncated: vec![false; texts.len()],
+        })
     }
 }
 
@@ -532,13 +579,21 @@ mod tests {
     use rand::SeedableRng;
 
     /// The padded implementation of 9eaa89d (every sentence padded to the longest), kept as the
-        /// reference of [`average_with_dropout`]: the mean of each sentence's rows of `table` (`[vocab, dim]`), under dropout `p` of `kind`
+    /// reference of [`average_with_dropout`]: the mean of each sentence's rows of `table` (`[vocab, dim]`), under dropout `p` of `kind`
     /// drawn from `rng`, as a differentiable `[n, dim]` tensor.
-    fn padded_average(table: &Tensor, dim: usize, sentences: &[&[u32]], p: f64, kind: DropoutKind, rng: &mut Rng) -> Result<Tensor> {
+    fn padded_average(
+        table: &Tensor,
+        dim: usize,
+        sentences: &[&[u32]],
+        p: f64,
+        kind: DropoutKind,
+        rng: &mut Rng,
+    ) -> Result<Tensor> {
         let unit = p > 0.0 && kind == DropoutKind::Unit;
         let mut kept: Vec<Vec<u32>> = Vec::with_capacity(sentences.len());
         for s in sentences {
-            let k: Vec<u32> = if unit { s.iter().copied().filter(|_| rng.random::<f64>() >= p).collect() } else { s.to_vec() };
+            let k: Vec<u32> =
+                if unit { s.iter().copied().filter(|_| rng.random::<f64>() >= p).collect() } else { s.to_vec() };
             kept.push(if k.is_empty() { s.to_vec() } else { k });
         }
         let len = kept.iter().map(Vec::len).max().unwrap_or(0).max(1);
@@ -578,21 +633,33 @@ mod tests {
         let mut g = Rng::seed_from_u64(9);
         let (vocab, dim) = (50usize, 7usize);
         let table: Vec<f32> = (0..vocab * dim).map(|_| g.random::<f32>() - 0.5).collect();
-        let sents: Vec<Vec<u32>> = (0..20).map(|i| (0..(i * 7) % 13).map(|_| g.random_range(0..vocab as u32)).collect()).collect();
+        let sents: Vec<Vec<u32>> =
+            (0..20).map(|i| (0..(i * 7) % 13).map(|_| g.random_range(0..vocab as u32)).collect()).collect();
         let refs: Vec<&[u32]> = sents.iter().map(Vec::as_slice).collect();
-        for (p, kind) in [(0.0, DropoutKind::Element), (0.3, DropoutKind::Element), (0.3, DropoutKind::Unit), (0.9, DropoutKind::Unit)] {
+        for (p, kind) in [
+            (0.0, DropoutKind::Element),
+            (0.3, DropoutKind::Element),
+            (0.3, DropoutKind::Unit),
+            (0.9, DropoutKind::Unit),
+        ] {
             let var = Var::from_tensor(&Tensor::from_vec(table.clone(), (vocab, dim), &Device::Cpu).unwrap()).unwrap();
             let run = |f: &dyn Fn(&Tensor, &mut Rng) -> Result<Tensor>| -> (Vec<f32>, Vec<f32>) {
                 let mut rng = Rng::seed_from_u64(4);
                 let out = f(var.as_tensor(), &mut rng).unwrap();
                 let loss = (out.sqr().unwrap().sum_all().unwrap() + out.sum_all().unwrap()).unwrap();
-                let grad = loss.backward().unwrap().get(var.as_tensor()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+                let grad =
+                    loss.backward().unwrap().get(var.as_tensor()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
                 (out.flatten_all().unwrap().to_vec1().unwrap(), grad)
             };
             let (a, ga) = run(&|t, rng| average_with_dropout(t, dim, &refs, p, kind, rng));
             let (b, gb) = run(&|t, rng| padded_average(t, dim, &refs, p, kind, rng));
             let diff = |x: &[f32], y: &[f32]| x.iter().zip(y).map(|(u, v)| (u - v).abs()).fold(0f32, f32::max);
-            assert!(diff(&a, &b) < 1e-6 && diff(&ga, &gb) < 1e-5, "{p} {kind:?}: {} / {}", diff(&a, &b), diff(&ga, &gb));
+            assert!(
+                diff(&a, &b) < 1e-6 && diff(&ga, &gb) < 1e-5,
+                "{p} {kind:?}: {} / {}",
+                diff(&a, &b),
+                diff(&ga, &gb)
+            );
         }
     }
 
@@ -604,7 +671,12 @@ mod tests {
         let mean = [0.5f32, 1.5];
         let avg = |p: f64, kind: DropoutKind, seed: u64| -> Vec<f32> {
             let mut rng = Rng::seed_from_u64(seed);
-            average_with_dropout(&table, 2, &[sent], p, kind, &mut rng).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+            average_with_dropout(&table, 2, &[sent], p, kind, &mut rng)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap()
         };
         // No dropout: the plain mean, whatever the kind.
         assert_eq!(avg(0.0, DropoutKind::Element, 1), mean);
@@ -620,7 +692,8 @@ mod tests {
                 [rows.iter().map(|&i| t[i][0]).sum::<f32>() / k, rows.iter().map(|&i| t[i][1]).sum::<f32>() / k]
             })
             .collect();
-        let is_subset_mean = |v: &[f32]| subset_means.iter().any(|m| (m[0] - v[0]).abs() < 1e-6 && (m[1] - v[1]).abs() < 1e-6);
+        let is_subset_mean =
+            |v: &[f32]| subset_means.iter().any(|m| (m[0] - v[0]).abs() < 1e-6 && (m[1] - v[1]).abs() < 1e-6);
         let (mut sum, mut outside) = ([0f64; 2], 0);
         for seed in 0..4000 {
             let u = avg(0.5, DropoutKind::Unit, seed);
@@ -657,7 +730,8 @@ mod tests {
         // (target key 10), then another pair of the same source sentence (source key 0, e.g. the
         // French of the same English line), then a real negative, then a farther one.
         let q: Vec<f32> = [unit(&[1.0, 0.0]), unit(&[0.0, 1.0])].concat();
-        let c: Vec<f32> = [unit(&[1.0, 0.01]), unit(&[1.0, 0.02]), unit(&[1.0, 0.3]), unit(&[1.0, 1.0]), unit(&[0.0, 1.0])].concat();
+        let c: Vec<f32> =
+            [unit(&[1.0, 0.01]), unit(&[1.0, 0.02]), unit(&[1.0, 0.3]), unit(&[1.0, 1.0]), unit(&[0.0, 1.0])].concat();
         let q_keys = [(0, 10), (1, 11)];
         let c_keys = [(0, 10), (0, 12), (2, 13), (3, 14), (1, 11)];
         let n = hardest_negatives(&q, &q_keys, &c, &c_keys, 2).unwrap();
@@ -683,7 +757,10 @@ mod tests {
         let mask = Tensor::new(&[1f32, 1.0, 0.0], d).unwrap();
         let h = margin_hinge(&s, &t, &tn, &mask, 0.4).unwrap().to_scalar::<f32>().unwrap();
         assert!((h - 0.6).abs() < 1e-6, "{h}");
-        let all = margin_hinge(&s, &t, &tn, &Tensor::ones(3, candle_core::DType::F32, d).unwrap(), 0.4).unwrap().to_scalar::<f32>().unwrap();
+        let all = margin_hinge(&s, &t, &tn, &Tensor::ones(3, candle_core::DType::F32, d).unwrap(), 0.4)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
         assert!((all - 1.2).abs() < 1e-6, "{all}");
     }
 }

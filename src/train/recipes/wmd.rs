@@ -1080,7 +1080,11 @@ mod tests {
             let (a, b) = (unit_cloud(&mut rng, n, dim, mu), unit_cloud(&mut rng, m, dim, mu));
             let exact = wmd(&a, &b, dim).unwrap();
             let approx = sinkhorn(&a, &b, dim, &opts).unwrap();
-            assert!((approx / exact - 1.0).abs() <= 3e-3, "{n}×{m} (clustered: {}): Sinkhorn {approx} vs exact {exact}", mu.is_some());
+            assert!(
+                (approx / exact - 1.0).abs() <= 3e-3,
+                "{n}×{m} (clustered: {}): Sinkhorn {approx} vs exact {exact}",
+                mu.is_some()
+            );
             let off = sinkhorn(&a, &b, dim, &coarse).unwrap();
             assert!(off / exact - 1.0 > 3e-3, "{n}×{m}: eps 1e-1 gives {off} vs exact {exact}, within the bound");
         }
@@ -1090,7 +1094,8 @@ mod tests {
     fn a_pair_sinkhorn_does_not_converge_for_gets_the_exact_distance() {
         let mut rng = ChaCha8Rng::seed_from_u64(14);
         let dim = 8;
-        let clouds: Vec<(Vec<f32>, Vec<f32>)> = (0..6).map(|k| (cloud(&mut rng, 3 + k, dim), cloud(&mut rng, 9 - k, dim))).collect();
+        let clouds: Vec<(Vec<f32>, Vec<f32>)> =
+            (0..6).map(|k| (cloud(&mut rng, 3 + k, dim), cloud(&mut rng, 9 - k, dim))).collect();
         let pairs: Vec<(&[f32], &[f32])> = clouds.iter().map(|(a, b)| (a.as_slice(), b.as_slice())).collect();
         let few = SinkhornOptions { eps: 1e-4, tol: 1e-12, max_iter: 3 };
         assert!(sinkhorn(pairs[0].0, pairs[0].1, dim, &few).is_err(), "Sinkhorn alone says it did not converge");
