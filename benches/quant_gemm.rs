@@ -1,11 +1,13 @@
 //! Linear-layer throughput on the encoders' shapes (M = a batch's tokens, K/N = 384/1536), one
 //! thread: f32 (the gemm crate, as inference runs now), candle's Q8_0 quantized matmul, and
-//! xsent's int8 kernels on every path this CPU has. `cargo bench --bench quant_gemm`.
+//! xsent's int8 kernels and bf16 kernels on every path this CPU has (bf16: the GEMM alone, and
+//! the rounding of the activations that precedes it). `cargo bench --bench quant_gemm`.
 //! Prints GMAC/s (multiply-adds per second) and each one's ratio to f32.
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 use std::time::Instant;
+use xsent::model::quant::gemm_bf16::{self, BfPath, PackedBf16};
 use xsent::model::quant::{Path, QLinear};
 
 fn best<F: FnMut()>(mut f: F) -> f64 {
@@ -50,6 +52,25 @@ fn main() -> anyhow::Result<()> {
                 format!("{path:?}").to_lowercase(),
                 macs / s / 1e9,
                 f32_s / s
+            );
+        }
+        let wv: Vec<f32> = w.flatten_all()?.to_vec1()?;
+        let wb: Vec<u16> = wv.iter().map(|&v| gemm_bf16::to_bf16(v)).collect();
+        let packed = PackedBf16::pack(&wb, n, k);
+        let bias = vec![0f32; n];
+        let mut out = vec![0f32; m * n];
+        for path in BfPath::all_available() {
+            let acts = gemm_bf16::activations(path, &xs, m, k, packed.kp);
+            let s = best(|| gemm_bf16::gemm(path, &acts, m, &packed, &bias, &mut out));
+            let r = best(|| {
+                gemm_bf16::activations(path, &xs, m, k, packed.kp);
+            });
+            xsent::outln!(
+                "{shape:>16} {:>10} {:>12.1} {:>8.2}   (rounding the activations: {:.1} % of the GEMM's time)",
+                format!("bf16-{path:?}").to_lowercase(),
+                macs / s / 1e9,
+                f32_s / s,
+                100.0 * r / s
             );
         }
     }
