@@ -21,8 +21,58 @@ fn best<F: FnMut()>(mut f: F) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
+/// Issue rate of the bare instructions, 16 independent accumulators (no loads): f32 FMAs
+/// (`vfmadd231ps zmm`) and `vdpbf16ps zmm`, in instructions per nanosecond. Tells whether the
+/// bf16 kernel is held back by the instruction itself or by its shape.
+#[cfg(target_arch = "x86_64")]
+fn probe_issue_rates() {
+    use std::arch::x86_64::*;
+    const ITERS: usize = 20_000_000;
+    #[target_feature(enable = "avx512f")]
+    unsafe fn fma() -> f32 {
+        let (a, b) = (_mm512_set1_ps(1.0e-8), _mm512_set1_ps(0.999));
+        let mut c = [_mm512_set1_ps(1.0); 16];
+        for _ in 0..ITERS {
+            for v in c.iter_mut() {
+                *v = _mm512_fmadd_ps(*v, b, a);
+            }
+        }
+        c.iter().map(|v| _mm512_reduce_add_ps(*v)).sum()
+    }
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    unsafe fn dpbf16() -> f32 {
+        let x: __m512bh = std::mem::transmute(_mm512_set1_epi16(0x3f80));
+        let y: __m512bh = std::mem::transmute(_mm512_set1_epi16(0x3380));
+        let mut c = [_mm512_set1_ps(1.0); 16];
+        for _ in 0..ITERS {
+            for v in c.iter_mut() {
+                *v = _mm512_dpbf16_ps(*v, x, y);
+            }
+        }
+        c.iter().map(|v| _mm512_reduce_add_ps(*v)).sum()
+    }
+    let rate = |f: &dyn Fn() -> f32| {
+        let s = best(|| {
+            std::hint::black_box(f());
+        });
+        (16 * ITERS) as f64 / s / 1e9
+    };
+    if is_x86_feature_detected!("avx512f") {
+        // SAFETY: avx512f checked above.
+        let r = rate(&|| unsafe { fma() });
+        xsent::outln!("issue rate, 16 chains: vfmadd231ps zmm {r:.2} per ns ({:.1} GMAC/s)", 16.0 * r);
+    }
+    if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16") {
+        // SAFETY: avx512f and avx512bf16 checked above.
+        let r = rate(&|| unsafe { dpbf16() });
+        xsent::outln!("issue rate, 16 chains: vdpbf16ps zmm   {r:.2} per ns ({:.1} GMAC/s)", 32.0 * r);
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     std::env::set_var("RAYON_NUM_THREADS", "1");
+    #[cfg(target_arch = "x86_64")]
+    probe_issue_rates();
     let dev = Device::Cpu;
     let m = 2000;
     xsent::outln!("{:>16} {:>10} {:>12} {:>8}", "shape MxKxN", "kind", "GMAC/s", "vs f32");
