@@ -84,15 +84,15 @@ pub fn split_by_source(pairs: Vec<Pair>, val_size: usize, seed: u64) -> Result<(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn pair(s: &str, t: &str, l: &str) -> Pair {
+    pub(crate) fn pair(s: &str, t: &str, l: &str) -> Pair {
         Pair { src: s.into(), tgt: t.into(), src_lang: "en".into(), tgt_lang: l.into() }
     }
 
     /// English sentences s0.. each paired with a German (d0..) and a French (f0..) translation.
-    fn de_fr_pairs(n: usize) -> Vec<Pair> {
+    pub(crate) fn de_fr_pairs(n: usize) -> Vec<Pair> {
         (0..n)
             .flat_map(|i| {
                 [pair(&format!("s{i}"), &format!("d{i}"), "de"), pair(&format!("s{i}"), &format!("f{i}"), "fr")]

@@ -504,19 +504,7 @@ fn fit_examples<'a>(train: &'a [Pair], fit_on: FitOn, size: usize, rng: &mut Rng
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pair(s: &str, t: &str, l: &str) -> Pair {
-        Pair { src: s.into(), tgt: t.into(), src_lang: "en".into(), tgt_lang: l.into() }
-    }
-
-    /// English sentences s0.. each paired with a German (d0..) and a French (f0..) translation.
-    fn de_fr_pairs(n: usize) -> Vec<Pair> {
-        (0..n)
-            .flat_map(|i| {
-                [pair(&format!("s{i}"), &format!("d{i}"), "de"), pair(&format!("s{i}"), &format!("f{i}"), "fr")]
-            })
-            .collect()
-    }
+    use crate::train::split::tests::de_fr_pairs;
 
     #[test]
     fn projection_fit_examples_are_sources_or_both_sides_of_pairs() {
