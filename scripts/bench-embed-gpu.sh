@@ -77,13 +77,20 @@ for m in "${dirs[@]}"; do
             echo "RESULT embed $name $dt | torch $(printf %.0f "$tsps") sent/s; xsent has no --dtype yet | null"
             continue
         fi
-        best="" small=""
+        best="" small="" failed=0
         for _ in 1 2; do
-            s=$(secs "$xsent" embed -m "$m" --device "$bdev" "${flag[@]}" -i "$tmp/s.txt" --format npy -o "$tmp/x.npy" --batch-size "$batch") || die "xsent failed on $name $dt"
-            t=$(secs "$xsent" embed -m "$m" --device "$bdev" "${flag[@]}" -i "$tmp/small.txt" --format npy -o "$tmp/y.npy" --batch-size "$batch") || die "xsent failed on $name $dt"
+            s=$(secs "$xsent" embed -m "$m" --device "$bdev" "${flag[@]}" -i "$tmp/s.txt" --format npy -o "$tmp/x.npy" --batch-size "$batch" 2>"$tmp/err") \
+                && t=$(secs "$xsent" embed -m "$m" --device "$bdev" "${flag[@]}" -i "$tmp/small.txt" --format npy -o "$tmp/y.npy" --batch-size "$batch" 2>"$tmp/err") \
+                || { failed=1; break; }
             best=$(calc "min($s, ${best:-$s})")
             small=$(calc "min($t, ${small:-$t})")
         done
+        if [ $failed = 1 ]; then
+            # One failed engine/dtype is a row; the other rows still run.
+            printf '%-12s | %-5s | %14s | %14s | %14.0f | %7s\n' "$name" "$dt" "failed" "-" "$tsps" "-"
+            echo "RESULT embed $name $dt | xsent failed: $(tail -n1 "$tmp/err" | cut -c1-160) | false"
+            continue
+        fi
         xsps=$(calc "($n - $batch) / max($best - $small, 1e-9)")
         ratio=$(calc "$xsps / $tsps")
         ok=$(calc "'true' if $ratio >= 1.0 else 'false'")

@@ -112,6 +112,8 @@ printf '%-8s | %-30s | %12s | %12s | %7s\n' recipe "xsent" "xsent sent/s" "torch
 for r in distill dueam; do
     "$xsent" train --config "$tmp/$r.toml" --out "$tmp/run-$r" >"$tmp/$r.log" 2>&1 || { tail -n 5 "$tmp/$r.log" >&2; die "xsent train $r failed"; }
     xj=$("$py" "$helper" xsent-sps --metrics "$tmp/run-$r/metrics.jsonl" --skip 4) || die "no step times in xsent's metrics"
+    # XSENT_BENCH_KEEP=DIR keeps xsent's per-step times (forward_s, backward_s, optimizer_s).
+    [ -n "${XSENT_BENCH_KEEP:-}" ] && cp "$tmp/run-$r/metrics.jsonl" "$XSENT_BENCH_KEEP/bench-train-$r-metrics.jsonl"
     args=(--student "$student" --pairs "$tmp/pairs.tsv" --batch "$batch" --steps "$steps")
     [ "$r" = distill ] && args+=(--teacher "$teacher")
     tj=$("$py" "$helper" torch-train "$r" "${args[@]}") || die "torch $r failed"

@@ -234,6 +234,19 @@ if [ "$part" = 1 ] || [ "$part" = all ]; then
         else
             record "embed $m cuda vs torch" "failed: $(tail -n1 "$out/torch-embed-$m.log" | cut -c1-200)" "runs" false $(( $(date +%s) - t0 ))
         fi
+        # Half precision on the GPU against f32 on the GPU (the real models' cost is measured on
+        # the CPU with the same code path: docs/gpu.md).
+        for dt in bf16 f16; do
+            t0=$(date +%s)
+            if run "embed-$m-$dt" 300 "$xsent" embed -m "$M/$m" --device "$gdev" --dtype "$dt" -i "$work/s2k.txt" --format npy -o "$work/$m-$dt.npy" --batch-size 64 \
+                && [ -f "$work/$m-gpu.npy" ]; then
+                c=$("$py" "$helper" cosines --a "$work/$m-gpu.npy" --b "$work/$m-$dt.npy")
+                mc=$("$py" -c 'import json,sys; print(json.loads(sys.argv[1])["min_cosine"])' "$c")
+                record "embed $m cuda $dt vs f32" "$c" "min cosine >= 0.99" "$("$py" -c "print('true' if $mc >= 0.99 else 'false')")" $(( $(date +%s) - t0 ))
+            else
+                record "embed $m cuda $dt vs f32" "failed: $(tail -n1 "$out/embed-$m-$dt.log" | cut -c1-200)" "runs" false $(( $(date +%s) - t0 ))
+            fi
+        done
     done
 
     # Evaluations, mining and plotting on the GPU, against the CPU's output.
@@ -388,6 +401,7 @@ langs = [\"de\"]"
             run "train-$r-gpu" 300 "$xsent" train --config "$tiny/$r.toml" --out "$tiny/run-$r-gpu" --set "train.device=\"$gdev\"" "${extra[@]}" || ok=false
         fi
         if $ok; then
+            cp "$tiny/run-$r-gpu/metrics.jsonl" "$out/train-$r-gpu-metrics.jsonl"
             c=$("$py" "$helper" losses --a "$tiny/run-$r-cpu/metrics.jsonl" --b "$tiny/run-$r-gpu/metrics.jsonl")
             worst=$("$py" -c 'import json,sys; print(json.loads(sys.argv[1])["max_rel_diff"])' "$c")
             sps=$("$py" "$helper" xsent-sps --metrics "$tiny/run-$r-gpu/metrics.jsonl" --skip 5 2>/dev/null | "$py" -c 'import json,sys; print(round(json.load(sys.stdin)["sentences_per_s"]))' 2>/dev/null)
@@ -409,7 +423,7 @@ if [ "$part" = 2 ] || [ "$part" = all ]; then
     done < <(grep '^RESULT' "$out/bench-embed.log" | sed 's/^RESULT //')
     [ $rc = 0 ] || record "bench-embed-gpu" "exit $rc: $(tail -n1 "$out/bench-embed.log" | cut -c1-200)" "runs" false $(( $(date +%s) - t0 ))
     t0=$(date +%s)
-    XSENT_BIN="$xsent" XSENT_PYTHON="$py" run bench-train 360 scripts/bench-train-gpu.sh --student "$M/e5s" --teacher "$M/e5s-teacher" --data "$work/data" --steps "$([ "$rehearsal" = 1 ] && echo 6 || echo 14)"
+    XSENT_BIN="$xsent" XSENT_PYTHON="$py" XSENT_BENCH_KEEP="$out" run bench-train 360 scripts/bench-train-gpu.sh --student "$M/e5s" --teacher "$M/e5s-teacher" --data "$work/data" --steps "$([ "$rehearsal" = 1 ] && echo 6 || echo 14)"
     rc=$?
     while IFS= read -r line; do
         record "$(echo "$line" | cut -d'|' -f1 | xargs)" "$(echo "$line" | cut -d'|' -f2 | xargs)" ">= 0.8x torch" "$(echo "$line" | cut -d'|' -f3 | xargs)" $(( $(date +%s) - t0 ))
@@ -429,6 +443,7 @@ if [ "$part" = 2 ] || [ "$part" = all ]; then
         rc=$?
         kill "$smi" 2>/dev/null
         peak=$(sort -n "$work/$n-mem.txt" | tail -n1)
+        cp "$work/run-$n/metrics.jsonl" "$out/$n-metrics.jsonl" 2>/dev/null
         if [ $rc = 0 ]; then
             s=$("$py" "$helper" xsent-sps --metrics "$work/run-$n/metrics.jsonl" --skip 5)
             record "$n 50 steps" "$(echo "$s" | "$py" -c 'import json,sys; r=json.load(sys.stdin); print("%.3f s/step, %.0f sent/s" % (r["step_s"], r["sentences_per_s"]))'), peak ${peak:-?} MiB" "runs" true $(( $(date +%s) - t0 ))

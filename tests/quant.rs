@@ -66,6 +66,35 @@ fn minilm_bf16_is_close_to_f32() -> Result<()> {
     check_dtype("all-MiniLM-L6-v2", "", Dtype::Bf16)
 }
 
+/// The GPU's bf16 and f16 path (the whole encoder in that dtype on candle's ops), run on the CPU
+/// with the GPU's code paths forced: close to f32 within the same bounds, and not the f32 vectors.
+/// (`scripts/gpu-check.sh` compares the same on CUDA.)
+#[test]
+fn gpu_half_precision_path_is_close_to_f32() -> Result<()> {
+    let texts: Vec<String> = sentences().into_iter().step_by(3).collect();
+    for model in ["all-MiniLM-L6-v2", "multilingual-e5-small"] {
+        let prefix = if model.contains("e5") { "query: " } else { "" };
+        let load = |dtype| {
+            let opts = LoadOptions { prefix: Some(prefix.into()), dtype: Some(dtype), ..Default::default() };
+            SentenceEncoder::load(common::model(model).to_str().unwrap(), &opts)
+        };
+        let f32v = load(Dtype::F32)?.embed_unchecked(&texts, 32)?;
+        for dtype in [Dtype::Bf16, Dtype::F16] {
+            let low = xsent::model::kernels::with_candle_ops(|| load(dtype)?.embed_unchecked(&texts, 32))?;
+            let cos: Vec<f64> = f32v.iter().zip(&low).map(|(a, b)| common::cosine(a, b)).collect();
+            let min = cos.iter().cloned().fold(f64::INFINITY, f64::min);
+            let mean = cos.iter().sum::<f64>() / cos.len() as f64;
+            xsent::errln!(
+                "{model}: GPU-path {dtype} cosine to f32 over {} sentences: min {min:.5}, mean {mean:.5}",
+                cos.len()
+            );
+            assert!(min >= 0.99 && mean >= 0.995, "{model} {dtype}: min {min:.5}, mean {mean:.5}");
+            assert!(f32v.iter().zip(&low).any(|(a, b)| a != b), "{model}: {dtype} gave the f32 vectors");
+        }
+    }
+    Ok(())
+}
+
 /// `XSENT_KERNELS=avx2|portable` give the vectors of the fastest path bit for bit (the i32 sums
 /// are exact on every path and the f32 arithmetic after them is the same).
 #[test]

@@ -118,9 +118,10 @@ pub struct ModelArgs {
     /// whitespace runs).
     #[arg(long, value_name = "BYTES", default_value_t = crate::model::sentence::DEFAULT_MAX_TEXT_BYTES, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub max_line_bytes: usize,
-    /// Element type of the encoder's linear layers: f32 (default), int8 (CPU; weights per
-    /// channel, activations per row), bf16 (CPU; weights and activations rounded to bf16, f32
-    /// sums); see docs/quantization.md. f16 is not implemented and is refused.
+    /// Element type of the encoder at inference: f32 (default); int8 (CPU; weights per channel,
+    /// activations per row); bf16 (CPU: linear layers' weights and activations rounded to
+    /// bf16, f32 sums; CUDA: the whole encoder in bf16, f32 LayerNorm/softmax statistics); f16
+    /// (CUDA only, as bf16 there). See docs/quantization.md and docs/gpu.md.
     #[arg(long, value_enum)]
     pub dtype: Option<crate::model::quant::Dtype>,
 }

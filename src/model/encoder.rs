@@ -370,33 +370,59 @@ impl Encoder {
     /// A copy whose weights are detached from autograd but share storage with these: inference
     /// on it records no graph, and it sees in-place optimiser updates of the trainable weights.
     pub fn detached(&self) -> Self {
-        let d = |t: &Tensor| t.detach();
-        let lin = |l: &Linear| Linear { weight: d(&l.weight), bias: d(&l.bias), reduced: l.reduced.clone() };
-        let norm = |n: &LayerNorm| LayerNorm { weight: d(&n.weight), bias: d(&n.bias), eps: n.eps };
+        self.map_tensors(&|t: &Tensor| Ok(t.detach())).expect("detach cannot fail")
+    }
+
+    /// A copy with every weight in `dtype` (bf16 or f16 inference off the CPU's kernels: the
+    /// matrix products, activations and weights in `dtype`; candle's LayerNorm and softmax
+    /// kernels keep their statistics in f32; [`Self::forward`] returns f32). Inference only.
+    pub fn to_dtype(&self, dtype: DType) -> Result<Self> {
+        let mut e = self.map_tensors(&|t: &Tensor| Ok(t.detach().to_dtype(dtype)?))?;
+        for l in e.linears_mut() {
+            l.reduced = None;
+        }
+        Ok(e)
+    }
+
+    /// The element type of the weights (f32 unless made by [`Self::to_dtype`]).
+    pub fn dtype(&self) -> DType {
+        self.embeddings.word.dtype()
+    }
+
+    /// A copy with `f` applied to every weight (the reduced copies are kept).
+    fn map_tensors(&self, f: &dyn Fn(&Tensor) -> Result<Tensor>) -> Result<Self> {
+        let lin = |l: &Linear| -> Result<Linear> {
+            Ok(Linear { weight: f(&l.weight)?, bias: f(&l.bias)?, reduced: l.reduced.clone() })
+        };
+        let norm = |n: &LayerNorm| -> Result<LayerNorm> {
+            Ok(LayerNorm { weight: f(&n.weight)?, bias: f(&n.bias)?, eps: n.eps })
+        };
         let e = &self.embeddings;
-        Self {
+        Ok(Self {
             embeddings: Embeddings {
-                word: d(&e.word),
-                position: d(&e.position),
-                token_type: d(&e.token_type),
-                norm: norm(&e.norm),
+                word: f(&e.word)?,
+                position: f(&e.position)?,
+                token_type: f(&e.token_type)?,
+                norm: norm(&e.norm)?,
             },
             layers: self
                 .layers
                 .iter()
-                .map(|l| Layer {
-                    query: lin(&l.query),
-                    key: lin(&l.key),
-                    value: lin(&l.value),
-                    attn_out: lin(&l.attn_out),
-                    attn_norm: norm(&l.attn_norm),
-                    intermediate: lin(&l.intermediate),
-                    output: lin(&l.output),
-                    out_norm: norm(&l.out_norm),
+                .map(|l| {
+                    Ok(Layer {
+                        query: lin(&l.query)?,
+                        key: lin(&l.key)?,
+                        value: lin(&l.value)?,
+                        attn_out: lin(&l.attn_out)?,
+                        attn_norm: norm(&l.attn_norm)?,
+                        intermediate: lin(&l.intermediate)?,
+                        output: lin(&l.output)?,
+                        out_norm: norm(&l.out_norm)?,
+                    })
                 })
-                .collect(),
+                .collect::<Result<_>>()?,
             ..self.clone()
-        }
+        })
     }
 
     pub fn num_layers(&self) -> usize {
@@ -502,11 +528,16 @@ impl Encoder {
         let x = e.norm.forward(&x, mode)?;
         let mut x = mode.dropout(&x, self.hidden_dropout)?;
         // Additive mask bias [B, 1, 1, L]: 0 where attended, a large negative where padded.
-        let bias = ((mask.ones_like()? - &mask)? * -1e30f64)?.reshape((b, 1, 1, l))?;
+        // (In bf16 -1e30 stays finite; in f16 it becomes -inf, which softmax also maps to 0.)
+        let mut bias = ((mask.ones_like()? - &mask)? * -1e30f64)?.reshape((b, 1, 1, l))?;
+        let dtype = self.dtype();
+        if dtype != DType::F32 {
+            bias = bias.to_dtype(dtype)?;
+        }
         for layer in &self.layers[..n] {
             x = self.layer_forward(layer, &x, (b, l), &bias, mode)?;
         }
-        Ok(x.reshape((b, l, h))?)
+        Ok(x.reshape((b, l, h))?.to_dtype(DType::F32)?)
     }
 
     /// One layer on `x` `[B·L, H]`.

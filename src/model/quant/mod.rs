@@ -315,7 +315,7 @@ fn supported_on(device: &candle_core::Device) -> &'static str {
     if device.is_cpu() {
         "f32, bf16 and int8"
     } else {
-        "f32"
+        "f32, bf16 and f16"
     }
 }
 
@@ -328,13 +328,22 @@ pub fn apply(encoder: &mut super::Encoder, dtype: Dtype, device: &candle_core::D
     if trainable {
         bail!("--dtype {dtype} is for inference only; training runs in f32 (leave --dtype out)");
     }
+    // Off the CPU (or on it when the GPU's code paths are forced, for tests) bf16 and f16 are
+    // the whole encoder in that dtype on candle's ops: cuBLAS's bf16/f16 products with f32
+    // accumulation, candle's LayerNorm and softmax with f32 statistics, f32 pooling.
+    let device_path = !device.is_cpu() || super::kernels::candle_ops_forced();
+    if device_path && matches!(dtype, Dtype::Bf16 | Dtype::F16) {
+        let dt = if dtype == Dtype::Bf16 { candle_core::DType::BF16 } else { candle_core::DType::F16 };
+        *encoder = encoder.to_dtype(dt)?;
+        return Ok(());
+    }
     let ok = device.is_cpu() && matches!(dtype, Dtype::Int8 | Dtype::Bf16);
     if !ok {
         let on = if device.is_cpu() { "the CPU".to_string() } else { format!("{device:?}") };
         bail!(
             "--dtype {dtype} is not supported on {on}: it runs {} (use --dtype f32{})",
             supported_on(device),
-            if device.is_cpu() { ", bf16 or int8" } else { ", or --device cpu for bf16 and int8" }
+            if device.is_cpu() { ", bf16 or int8" } else { ", bf16 or f16, or --device cpu for int8" }
         );
     }
     if dtype == Dtype::Bf16 {
