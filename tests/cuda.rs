@@ -128,20 +128,25 @@ fn encoder_inference_and_training_equal_the_cpu() {
     }
 }
 
+/// The AdamW kernel's arithmetic is the CPU kernel's: without clipping, weights and moments
+/// after 4 steps are equal bit for bit. With clipping, the GPU sums the gradient norm in another
+/// order (f32 on the device, f64 on the host), so the clipping scale, and with it the moments,
+/// may differ in the last bits (measured on an H100: v off by 1–2 ulp, weights equal); they are
+/// compared to 1e-6 relative there, and the norms to 1e-5.
 #[test]
 fn adamw_kernel_equals_the_cpu_kernel_bit_for_bit() {
     use xsent::model::weights::Params;
     use xsent::train::{AdamW, AdamWConfig};
     let dev = gpu();
     let init = values(300_001, 1);
-    let run = |d: &Device| {
+    let run = |d: &Device, max_grad_norm: Option<f64>| {
         let w =
             Var::from_tensor(&Tensor::from_vec(init.clone(), (300_001,), &Device::Cpu).unwrap().to_device(d).unwrap())
                 .unwrap();
         let b = Var::from_tensor(&Tensor::from_vec(values(17, 2), 17, &Device::Cpu).unwrap().to_device(d).unwrap())
             .unwrap();
         let params = Params { vars: vec![("layer.weight".into(), w.clone()), ("layer.bias".into(), b.clone())] };
-        let mut opt = AdamW::new(&params, AdamWConfig { max_grad_norm: Some(0.5), ..Default::default() }).unwrap();
+        let mut opt = AdamW::new(&params, AdamWConfig { max_grad_norm, ..Default::default() }).unwrap();
         let mut norms = Vec::new();
         for step in 0..4 {
             let loss = ((w.as_tensor().sqr().unwrap().sum_all().unwrap() * 0.5).unwrap()
@@ -150,23 +155,31 @@ fn adamw_kernel_equals_the_cpu_kernel_bit_for_bit() {
             let grads = loss.backward().unwrap();
             norms.push(opt.step(&grads, 1e-2 / (step + 1) as f64).unwrap().grad_norm);
         }
-        (
-            w.as_tensor().to_device(&Device::Cpu).unwrap(),
-            b.as_tensor().to_device(&Device::Cpu).unwrap(),
-            opt.state_tensors().unwrap(),
-            norms,
-        )
+        let mut state: Vec<(String, Tensor)> = opt.state_tensors().unwrap().into_iter().collect();
+        state.sort_by(|a, b| a.0.cmp(&b.0));
+        (w.as_tensor().to_device(&Device::Cpu).unwrap(), b.as_tensor().to_device(&Device::Cpu).unwrap(), state, norms)
     };
-    let (wc, bc, sc, nc) = run(&Device::Cpu);
-    let (wg, bg, sg, ng) = run(&dev);
-    assert_eq!(wc.to_vec1::<f32>().unwrap(), wg.to_vec1::<f32>().unwrap(), "weights after 4 steps");
-    assert_eq!(bc.to_vec1::<f32>().unwrap(), bg.to_vec1::<f32>().unwrap(), "biases after 4 steps");
-    for (k, t) in &sc {
-        assert_eq!(
-            t.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
-            sg[k].flatten_all().unwrap().to_vec1::<f32>().unwrap(),
-            "optimiser state {k}"
-        );
+    let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    // Without clipping: bit for bit.
+    let (wc, bc, sc, _) = run(&Device::Cpu, None);
+    let (wg, bg, sg, _) = run(&dev, None);
+    assert_eq!(flat(&wc), flat(&wg), "weights after 4 steps");
+    assert_eq!(flat(&bc), flat(&bg), "biases after 4 steps");
+    assert_eq!(sc.len(), sg.len());
+    for ((k, a), (_, b)) in sc.iter().zip(&sg) {
+        assert_eq!(flat(a), flat(b), "optimiser state {k}");
+    }
+    // With clipping (the norm summed in another order): close.
+    let (wc, bc, sc, nc) = run(&Device::Cpu, Some(0.5));
+    let (wg, bg, sg, ng) = run(&dev, Some(0.5));
+    for (name, a, b) in [("weights", &wc, &wg), ("biases", &bc, &bg)] {
+        let d = rel_diff(b, a);
+        assert!(d < 1e-6, "{name} after 4 clipped steps differ by {d}");
+    }
+    for ((k, a), (_, b)) in sc.iter().zip(&sg) {
+        let (a, b) = (flat(a), flat(b));
+        let worst = a.iter().zip(&b).map(|(x, y)| ((x - y).abs() / x.abs().max(1e-30)) as f64).fold(0f64, f64::max);
+        assert!(worst < 1e-6, "optimiser state {k} after 4 clipped steps: largest relative difference {worst}");
     }
     for (a, b) in nc.iter().zip(&ng) {
         assert!((a - b).abs() < 1e-5 * a, "gradient norms {nc:?} vs {ng:?}");
