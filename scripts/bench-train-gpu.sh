@@ -17,6 +17,12 @@
 # sentences/s = 2 × batch / median step time of the steps after the first 4 (warm-up); the
 # ratio xsent/torch has the target >= 0.8. Lines starting RESULT are read by gpu-check.sh.
 #
+# --ncu: instead, where each step's time goes. Both engines run the distill step twice under
+# Nsight Compute (`ncu`, kernel durations only), for --ncu-steps and twice that many steps; the
+# difference divided by --ncu-steps is one step's kernels and GPU time, without loading. Beside
+# the unprofiled step time, it says whether a step waits for the GPU or for the host issuing work
+# ((step − GPU time) / kernels is the host's time per kernel). Lines starting PROFILE.
+#
 # Environment: XSENT_BIN (default target-cuda/release/xsent), XSENT_PYTHON (default python3),
 # XSENT_DATA (default ../shared/data, for xnli/), CUDA libraries on LD_LIBRARY_PATH.
 set -uo pipefail
@@ -27,7 +33,7 @@ export LC_ALL=C.UTF-8
 py="${XSENT_PYTHON:-python3}"
 xsent="${XSENT_BIN:-$root/target-cuda/release/xsent}"
 helper="$root/scripts/gpu_check.py"
-student="" teacher="" steps=14 batch=32 dry=0
+student="" teacher="" steps=14 batch=32 dry=0 ncu=0 ncu_steps=2
 while [ $# -gt 0 ]; do
     case "$1" in
         --student) student="${2:-}"; shift 2 ;;
@@ -36,6 +42,8 @@ while [ $# -gt 0 ]; do
         --steps) steps="${2:-}"; shift 2 ;;
         --batch) batch="${2:-}"; shift 2 ;;
         --dry-run) dry=1; shift ;;
+        --ncu) ncu=1; shift ;;
+        --ncu-steps) ncu_steps="${2:-}"; shift 2 ;;
         -h|--help) bench_help; exit 0 ;;
         *) usage_error "unknown argument: $1" ;;
     esac
@@ -44,6 +52,14 @@ for d in "$student" "$teacher"; do [ -n "$d" ] && [ -f "$d/modules.json" ] || di
 [ -x "$xsent" ] || die "no xsent binary at $xsent (scripts/build-cuda.sh builds one; set XSENT_BIN)"
 [ -f "$data/xnli/dev-en.tsv" ] && [ -f "$data/xnli/dev-de.tsv" ] || die "no $data/xnli/dev-{en,de}.tsv (set XSENT_DATA or --data)"
 "$py" -c 'import torch, sentence_transformers' 2>/dev/null || die "$py lacks torch or sentence-transformers"
+bench_positive_int --steps "$steps"
+bench_positive_int --batch "$batch"
+bench_positive_int --ncu-steps "$ncu_steps"
+if [ "$ncu" = 1 ]; then
+    command -v ncu >/dev/null || die "--ncu needs Nsight Compute's ncu on PATH"
+    # Both profiled runs read 2 × --ncu-steps batches; the timed runs --steps.
+    [ "$steps" -ge $((2 * ncu_steps)) ] || steps=$((2 * ncu_steps))
+fi
 if [ "$dry" = 1 ]; then
     echo "bench-train-gpu: would train distill and dueam for $steps steps of $batch pairs on each engine"
     exit 0
@@ -131,3 +147,26 @@ for r in distill dueam; do
     printf '%-8s | %-30s | %12.0f | %12.0f | %6.2fx\n' "$r" "$what" "$xsps" "$tsps" "$ratio"
     echo "RESULT train $r step | xsent $(printf %.0f "$xsps") sent/s ($what), torch $(printf %.0f "$tsps"): $(printf %.2f "$ratio")x | $ok"
 done
+
+if [ "$ncu" = 1 ]; then
+    # Kernels and GPU time of one distill step, each engine (its unprofiled step time above).
+    xstep=$("$py" "$helper" xsent-sps --metrics "$tmp/run-distill/metrics.jsonl" --skip 4 | "$py" -c 'import json,sys; print(json.load(sys.stdin)["step_s"])')
+    targs=(--student "$student" --teacher "$teacher" --pairs "$tmp/pairs.tsv" --batch "$batch")
+    tstep=$("$py" "$helper" torch-train distill "${targs[@]}" --steps "$steps" | "$py" -c 'import json,sys; print(json.load(sys.stdin)["step_s"])') || die "torch distill failed"
+    for engine in xsent torch; do
+        for k in "$ncu_steps" $((2 * ncu_steps)); do
+            log="$tmp/ncu-$engine-$k.csv"
+            if [ "$engine" = xsent ]; then
+                cmd=("$xsent" train --config "$tmp/distill.toml" --out "$tmp/ncu-run-$k" --set "train.max_steps=$k")
+            else
+                cmd=("$py" "$helper" torch-train distill "${targs[@]}" --steps "$k")
+            fi
+            timeout 300 ncu --csv --metrics gpu__time_duration.sum --print-units base --log-file "$log" "${cmd[@]}" >"$tmp/ncu-$engine-$k.out" 2>&1 \
+                || { tail -n 3 "$tmp/ncu-$engine-$k.out" >&2; die "ncu $engine ($k steps) failed or ran past 300 s"; }
+        done
+        step=$([ "$engine" = xsent ] && echo "$xstep" || echo "$tstep")
+        line=$("$py" "$helper" ncu-summary --a "$tmp/ncu-$engine-$ncu_steps.csv" --b "$tmp/ncu-$engine-$((2 * ncu_steps)).csv" --steps "$ncu_steps" --step-s "$step")
+        [ -n "${XSENT_BENCH_KEEP:-}" ] && cp "$tmp/ncu-$engine-$((2 * ncu_steps)).csv" "$XSENT_BENCH_KEEP/ncu-$engine-distill.csv"
+        echo "PROFILE distill $engine | $line"
+    done
+fi

@@ -9,7 +9,9 @@
 #                                         mine, plot, 20 training steps of every recipe vs the CPU)
 #   scripts/gpu-check.sh --part 2         there: speed against torch (bench-embed-gpu.sh,
 #                                         bench-train-gpu.sh) and 50 steps of each *-paper.toml
-#   scripts/gpu-check.sh                  there: both parts (about 12 minutes: only with a budget)
+#   scripts/gpu-check.sh --part 3         there: where a training step's time goes (ncu: kernels and
+#                                         GPU time per distill step, xsent and torch; ~3 minutes)
+#   scripts/gpu-check.sh                  there: parts 1 and 2 (about 12 minutes: only with a budget)
 #
 # The GPU machine has the driver, python3 with torch (CUDA 13 wheels), transformers and
 # sentence-transformers, and no network and no cargo: it gets the stripped, compressed binaries
@@ -41,9 +43,12 @@ part=all
 rehearsal="${XSENT_GPU_REHEARSAL:-0}"
 gdev=cuda
 small=()
+half_env=()
 if [ "$rehearsal" = 1 ]; then
     gdev=cpu
     small=(--small)
+    # The GPU's bf16/f16 path, on the CPU.
+    half_env=(XSENT_KERNELS=candle)
     export XSENT_TORCH_DEVICE=cpu XSENT_BENCH_DEVICE=cpu
 fi
 while [ $# -gt 0 ]; do
@@ -56,7 +61,7 @@ while [ $# -gt 0 ]; do
         *) echo "gpu-check: unknown argument $1 (see --help)" >&2; exit 64 ;;
     esac
 done
-case "$part" in 1|2|all) ;; *) echo "gpu-check: --part must be 1, 2 or all (got '$part')" >&2; exit 64 ;; esac
+case "$part" in 1|2|3|all) ;; *) echo "gpu-check: --part must be 1, 2, 3 or all (got '$part')" >&2; exit 64 ;; esac
 
 say() { printf 'gpu-check: %s\n' "$*" >&2; }
 die() { printf 'gpu-check: error: %s\n' "$*" >&2; exit 1; }
@@ -241,7 +246,7 @@ if [ "$part" = 1 ] || [ "$part" = all ]; then
         # the CPU with the same code path: docs/gpu.md).
         for dt in bf16 f16; do
             t0=$(date +%s)
-            if run "embed-$m-$dt" 300 "$xsent" embed -m "$M/$m" --device "$gdev" --dtype "$dt" -i "$work/s2k.txt" --format npy -o "$work/$m-$dt.npy" --batch-size 64 \
+            if run "embed-$m-$dt" 300 env "${half_env[@]}" "$xsent" embed -m "$M/$m" --device "$gdev" --dtype "$dt" -i "$work/s2k.txt" --format npy -o "$work/$m-$dt.npy" --batch-size 64 \
                 && [ -f "$work/$m-gpu.npy" ]; then
                 c=$("$py" "$helper" cosines --a "$work/$m-gpu.npy" --b "$work/$m-$dt.npy")
                 mc=$("$py" -c 'import json,sys; print(json.loads(sys.argv[1])["min_cosine"])' "$c")
@@ -263,6 +268,7 @@ if [ "$part" = 1 ] || [ "$part" = all ]; then
             run "$name-$side" 240 "$xsent" eval $task -m "$M/e5s" --data-dir "$D" --device "$(dev "$side")" --report "$work/$name-$side.json" || ok=false
         done
         if $ok; then
+            cp "$work/$name-cpu.json" "$work/$name-gpu.json" "$out/"
             same=$("$py" - "$work/$name-cpu.json" "$work/$name-gpu.json" <<'EOF'
 import json, sys
 # The scores, not the per-item lists (BUCC's ranked candidates: one near-tie that changes
@@ -299,6 +305,7 @@ EOF
         run "mine-$side" 240 "$xsent" mine -m "$M/e5s" --device "$(dev "$side")" --src-file "$work/mine.de" --tgt-file "$work/mine.en" -o "$work/mine-$side.tsv" || ok=false
     done
     if $ok; then
+        cp "$work/mine-cpu.tsv" "$work/mine-gpu.tsv" "$out/"
         # The same pairs (as a set: pairs whose scores agree to the printed digits may swap
         # places) with the same scores.
         same=$("$py" - "$work/mine-cpu.tsv" "$work/mine-gpu.tsv" <<'EOF'
@@ -419,6 +426,7 @@ langs = [\"de\"]"
         fi
         if $ok; then
             cp "$tiny/run-$r-gpu/metrics.jsonl" "$out/train-$r-gpu-metrics.jsonl"
+            cp "$tiny/run-$r-cpu/metrics.jsonl" "$out/train-$r-cpu-metrics.jsonl"
             c=$("$py" "$helper" losses --a "$tiny/run-$r-cpu/metrics.jsonl" --b "$tiny/run-$r-gpu/metrics.jsonl")
             worst=$("$py" -c 'import json,sys; print(json.loads(sys.argv[1])["max_rel_diff"])' "$c")
             sps=$("$py" "$helper" xsent-sps --metrics "$tiny/run-$r-gpu/metrics.jsonl" --skip 5 2>/dev/null | "$py" -c 'import json,sys; print(round(json.load(sys.stdin)["sentences_per_s"]))' 2>/dev/null)
@@ -470,5 +478,21 @@ if [ "$part" = 2 ] || [ "$part" = all ]; then
     done
 fi
 
+# ------------------------------------------------------------------------ part 3 --
+if [ "$part" = 3 ]; then
+    t0=$(date +%s)
+    XSENT_BIN="$xsent" XSENT_PYTHON="$py" XSENT_BENCH_KEEP="$out" run profile 480 scripts/bench-train-gpu.sh --ncu --ncu-steps 2 --steps 8 \
+        --student "$M/e5s" --teacher "$M/e5s-teacher" --data "$work/data"
+    rc=$?
+    while IFS= read -r line; do
+        record "$(echo "$line" | cut -d'|' -f1 | xargs)" "$(echo "$line" | cut -d'|' -f2 | xargs)" "" null $(( $(date +%s) - t0 ))
+    done < <(grep '^PROFILE' "$out/profile.log" | sed 's/^PROFILE //')
+    grep '^PROFILE' "$out/profile.log" # in full (the table cuts results at 58 characters)
+    [ $rc = 0 ] || record "profile" "exit $rc: $(tail -n1 "$out/profile.log" | cut -c1-200)" "runs" false $(( $(date +%s) - t0 ))
+fi
+
 record total "$(( $(date +%s) - started )) s" "<= 480 s per part" null $(( $(date +%s) - started ))
 "$py" "$helper" table --results "$results" | tee "$out/table.txt"
+# The device tool brings back only the first few files of $OUT (by name): everything in one
+# archive that sorts first.
+tar -czf "$work/0-everything.tgz" -C "$out" . 2>/dev/null && mv "$work/0-everything.tgz" "$out/"

@@ -25,6 +25,7 @@ sentence-transformers as the GPU machine has them; numpy). Subcommands:
   paper-config --paper TOML --model DIR --data DIR --out TOML
       A *-paper.toml for 50 steps on the data and models at hand (see gpu-check.sh).
   table --results FILE                 the summary table of gpu-check.sh
+  ncu-summary --a N.csv --b 2N.csv --steps N --step-s S   one step's kernels and GPU time (ncu logs)
 """
 import argparse
 import json
@@ -296,6 +297,37 @@ def torch_train(a):
                       "sentences_per_s": 2 * b / step_s, "peak_mem_gib": _peak_gib()}))
 
 
+def _ncu_kernels(path):
+    """(name, seconds) of each kernel in an `ncu --csv --metrics gpu__time_duration.sum
+    --print-units base` log (ns)."""
+    import csv
+    rows = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = [l for l in f if l.startswith('"')]
+    for r in csv.DictReader(lines):
+        if r.get("Metric Name") == "gpu__time_duration.sum":
+            v = float(r["Metric Value"].replace(",", ""))
+            rows.append((r.get("Kernel Name", "?"), v * (1e-9 if r.get("Metric Unit", "ns") in ("ns", "nsecond") else 1.0)))
+    return rows
+
+
+def ncu_summary(a):
+    """One step's kernels and GPU seconds from two ncu logs of N and 2N steps, beside the
+    unprofiled step time: where the step waits."""
+    ka, kb = _ncu_kernels(a.a), _ncu_kernels(a.b)
+    n = (len(kb) - len(ka)) / a.steps
+    gpu = (sum(t for _, t in kb) - sum(t for _, t in ka)) / a.steps
+    by = {}
+    for name, t in kb:
+        short = name.split("(")[0].split("<")[0][:40]
+        by[short] = by.get(short, 0.0) + t
+    top = sorted(by.items(), key=lambda x: -x[1])[:5]
+    host = (a.step_s - gpu) / n * 1e6 if n > 0 else float("nan")
+    print(f"{n:.0f} kernels/step, GPU busy {gpu * 1e3:.1f} ms of a {a.step_s * 1e3:.1f} ms step "
+          f"({100 * gpu / a.step_s:.0f} %), host {host:.1f} us per kernel beyond the GPU's time; "
+          f"most GPU time ({2 * a.steps} steps + load): " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in top))
+
+
 def _toml(d, prefix=""):
     """A small TOML writer for xsent's configs (tables, arrays of tables, scalars, lists)."""
     def val(v):
@@ -389,9 +421,11 @@ def main():
     x = s.add_parser("paper-config"); x.add_argument("--paper", required=True); x.add_argument("--model", required=True)
     x.add_argument("--data", required=True); x.add_argument("--out", required=True); x.add_argument("--device", default="cuda")
     x = s.add_parser("table"); x.add_argument("--results", required=True)
+    x = s.add_parser("ncu-summary"); x.add_argument("--a", required=True); x.add_argument("--b", required=True)
+    x.add_argument("--steps", type=int, required=True); x.add_argument("--step-s", type=float, required=True)
     a = p.parse_args()
     {"models": models, "sentences": sentences, "pairs": pairs, "words": words, "tiny-model": tiny_model, "cosines": cosines,
-     "losses": losses, "xsent-sps": xsent_sps, "torch-embed": torch_embed, "torch-train": torch_train,
+     "losses": losses, "xsent-sps": xsent_sps, "ncu-summary": ncu_summary, "torch-embed": torch_embed, "torch-train": torch_train,
      "paper-config": paper_config, "table": table}[a.cmd.replace("_", "-")](a)
 
 
