@@ -10,10 +10,11 @@
 //! last bits) on the other lines of its batch, so this rule is what lets a shard that starts at
 //! a span boundary ([`crate::shard`]) form the same batches as a run over the whole file.
 
+use crate::io::npy::{write_f32, NpyWriter};
 use crate::model::Embedder;
 use crate::whole_rows::RowWriter;
 use anyhow::{bail, Context, Result};
-use std::io::{BufRead, Seek, SeekFrom, Write};
+use std::io::{BufRead, Seek, Write};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -98,66 +99,6 @@ impl Sink {
             Out::Npy(n) => n.finish(),
         };
         r.with_context(|| format!("cannot write {}", self.name))
-    }
-}
-
-fn write_f32(w: &mut dyn Write, row: &[f32]) -> std::io::Result<()> {
-    for x in row {
-        w.write_all(&x.to_le_bytes())?;
-    }
-    Ok(())
-}
-
-/// A `.npy` writer for an unknown number of rows: a fixed-size header is rewritten at the end
-/// (until then it is one numpy cannot parse).
-pub struct NpyWriter {
-    file: std::io::BufWriter<std::fs::File>,
-    dim: usize,
-    rows: u64,
-}
-
-const NPY_HEADER_LEN: usize = 128;
-
-/// The header of `rows` × `dim` float32 rows; `rows = None` writes a header that numpy refuses
-/// to parse (`shape` names the file unfinished), so that a run killed before
-/// [`NpyWriter::finish`] leaves a file that fails to load rather than one that loads as empty.
-pub fn npy_header(rows: Option<u64>, dim: usize) -> Vec<u8> {
-    let shape = match rows {
-        Some(rows) => format!("({rows}, {dim})"),
-        None => "UNFINISHED: xsent embed stopped before the row count".to_string(),
-    };
-    let dict = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
-    assert!(dict.len() < NPY_HEADER_LEN - 10, "the npy header holds {} characters", dict.len());
-    let mut h = Vec::with_capacity(NPY_HEADER_LEN);
-    h.extend_from_slice(b"\x93NUMPY\x01\x00");
-    h.extend_from_slice(&((NPY_HEADER_LEN - 10) as u16).to_le_bytes());
-    h.extend_from_slice(dict.as_bytes());
-    h.resize(NPY_HEADER_LEN - 1, b' ');
-    h.push(b'\n');
-    h
-}
-
-impl NpyWriter {
-    pub fn new(file: std::fs::File, dim: usize) -> Result<Self> {
-        let mut file = std::io::BufWriter::with_capacity(1 << 20, file);
-        file.write_all(&npy_header(None, dim))?;
-        Ok(Self { file, dim, rows: 0 })
-    }
-
-    pub fn write_row(&mut self, row: &[f32]) -> Result<()> {
-        debug_assert_eq!(row.len(), self.dim);
-        write_f32(&mut self.file, row)?;
-        self.rows += 1;
-        Ok(())
-    }
-
-    pub fn finish(mut self) -> Result<()> {
-        self.file.flush()?;
-        let mut f = self.file.into_inner().map_err(|e| e.into_error())?;
-        f.seek(SeekFrom::Start(0))?;
-        f.write_all(&npy_header(Some(self.rows), self.dim))?;
-        f.flush()?;
-        Ok(())
     }
 }
 
@@ -386,18 +327,5 @@ mod tests {
         let want =
             [("short\n", 6, false), ("abcde", 11, true), ("abcde\n", 6, false), ("\n", 1, false), ("last ", 20, true)];
         assert_eq!(got, want.map(|(s, n, o)| (s.to_string(), n, o)));
-    }
-
-    #[test]
-    fn npy_header_is_aligned() {
-        let h = npy_header(Some(u64::MAX), 4096);
-        assert_eq!(h.len(), NPY_HEADER_LEN);
-        assert_eq!(h.len() % 64, 0);
-        assert_eq!(*h.last().unwrap(), b'\n');
-        let text = String::from_utf8_lossy(&h[10..]);
-        assert!(text.contains("'shape': (18446744073709551615, 4096)"), "{text}");
-        let h = npy_header(None, 384);
-        assert_eq!(h.len(), NPY_HEADER_LEN);
-        assert!(String::from_utf8_lossy(&h[10..]).contains("'shape': UNFINISHED"));
     }
 }

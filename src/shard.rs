@@ -492,7 +492,7 @@ pub fn join(dir: &Path, manifests: &[Manifest], out: &mut dyn std::io::Write) ->
     let Some(first) = manifests.first() else { return Ok(0) };
     let npy = first.output.format == "npy";
     if npy {
-        out.write_all(&crate::embed::npy_header(Some(rows), first.output.dim))?;
+        out.write_all(&crate::io::npy::npy_header(Some(rows), first.output.dim))?;
     }
     for m in manifests {
         let path = dir.join(&m.output.file);
@@ -501,7 +501,7 @@ pub fn join(dir: &Path, manifests: &[Manifest], out: &mut dyn std::io::Write) ->
         let mut r = HashingReader::new(std::io::BufReader::with_capacity(1 << 20, f));
         let mut header_bytes = 0;
         if npy {
-            let (hrows, dim, header) = crate::index::vectors::read_npy_header(&mut r)
+            let (hrows, dim, header) = crate::io::npy::read_npy_header(&mut r)
                 .with_context(|| format!("{} is not a finished .npy file", path.display()))?;
             header_bytes = header;
             ensure!(

@@ -281,7 +281,7 @@ fn npy_and_f32_outputs_hold_the_same_vectors() {
     // A run stopped before its end (killed: the header is written last) leaves a file numpy
     // refuses, not one it loads as an empty array.
     let cut = dir.path().join("cut.npy");
-    let mut w = xsent::embed::NpyWriter::new(std::fs::File::create(&cut).unwrap(), 384).unwrap();
+    let mut w = xsent::io::npy::NpyWriter::new(std::fs::File::create(&cut).unwrap(), 384).unwrap();
     w.write_row(&want[..384]).unwrap();
     drop(w);
     assert_eq!(std::fs::metadata(&cut).unwrap().len(), 128 + 384 * 4);

@@ -100,10 +100,10 @@ pub fn run(args: Args) -> Result<()> {
         _ => (Box::new(std::io::BufReader::with_capacity(1 << 20, std::io::stdin().lock())), None),
     };
     // Opened before the model loads: a path that cannot be written fails at once.
-    let out_file = output.map(|o| super::OutputFile::open(o, args.force)).transpose()?;
+    let out_file = output.map(|o| crate::io::output::OutputFile::open(o, args.force)).transpose()?;
     // Ctrl-C (SIGTERM, SIGHUP) removes a temporary output file, and lets rows being written to
     // a pipe or terminal through whole.
-    super::interrupt_handler()?;
+    crate::io::output::interrupt_handler()?;
     let enc = model.load()?;
     let to = match (&out_file, output) {
         (Some(f), Some(p)) => Some((
@@ -142,11 +142,11 @@ pub fn run(args: Args) -> Result<()> {
             summary
         }
         (Err(e), _) | (Ok(_), Err(e)) => {
-            if let (Some(f), Some(out)) = (out_file.filter(super::OutputFile::is_temporary), output) {
+            if let (Some(f), Some(out)) = (out_file.filter(crate::io::output::OutputFile::is_temporary), output) {
                 let state = if out.exists() { "is left as it was" } else { "is not written" };
                 match f.keep_partial(written) {
                     Ok(Some(partial)) => {
-                        let plain = super::partial_path(out);
+                        let plain = crate::io::output::partial_path(out);
                         // Both lie in one folder (`partial` named from the absolute path).
                         let earlier = if partial.file_name() == plain.file_name() {
                             String::new()
@@ -285,8 +285,8 @@ fn run_shard(args: &Args, model: &ModelArgs, spec: ShardSpec) -> Result<()> {
     file.seek(std::io::SeekFrom::Start(start))?;
     let mut reader =
         crate::shard::HashingReader::new(std::io::BufReader::with_capacity(1 << 20, file.take(end - start)));
-    let out_file = super::OutputFile::open(&out, args.force)?;
-    super::interrupt_handler()?;
+    let out_file = crate::io::output::OutputFile::open(&out, args.force)?;
+    crate::io::output::interrupt_handler()?;
     let enc = model.load()?;
     let handle = out_file.file().try_clone().with_context(|| format!("cannot write {}", out.display()))?;
     let mut sink = Sink::new(args.format, Some((handle, out.display().to_string())), enc.dim())?;
@@ -363,8 +363,8 @@ fn merge(dir: &Path, output: Option<&Path>) -> Result<()> {
         let shard_files: Vec<PathBuf> = manifests.iter().map(|m| dir.join(&m.output.file)).collect();
         super::check_not_input(out, "-o", &shard_files.iter().map(PathBuf::as_path).collect::<Vec<_>>())?;
     }
-    let out_file = output.map(|o| super::OutputFile::open(o, false)).transpose()?;
-    super::interrupt_handler()?;
+    let out_file = output.map(|o| crate::io::output::OutputFile::open(o, false)).transpose()?;
+    crate::io::output::interrupt_handler()?;
     let result = {
         let mut w: Box<dyn std::io::Write> = match &out_file {
             Some(f) => Box::new(std::io::BufWriter::with_capacity(1 << 20, f.file())),

@@ -132,7 +132,7 @@ fn build(a: BuildArgs) -> Result<()> {
     } else {
         Ivf::build(q, &mut src, a.id_offset, names(&a.vectors), threads)?
     };
-    let out = super::OutputFile::open(&a.out, false)?;
+    let out = crate::io::output::OutputFile::open(&a.out, false)?;
     {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, out.file());
         index
@@ -179,7 +179,7 @@ fn search(a: SearchArgs) -> Result<()> {
         a.nprobe,
         threads,
     )?;
-    let out = super::OutputFile::open(&a.out, false)?;
+    let out = crate::io::output::OutputFile::open(&a.out, false)?;
     {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, out.file());
         write_knn(&mut w, &knn)

@@ -108,11 +108,11 @@ pub fn run(a: Args) -> Result<()> {
     let sink = match &a.output {
         Some(out) => {
             super::check_output(out, "-o", &[&a.src_file, &a.tgt_file])?;
-            Some(super::OutputFile::open(out, a.force)?)
+            Some(crate::io::output::OutputFile::open(out, a.force)?)
         }
         None => {
             // Ctrl-C lets a write to standard output end at a line's end.
-            super::interrupt_handler()?;
+            crate::io::output::interrupt_handler()?;
             None
         }
     };
@@ -170,7 +170,7 @@ fn write_pairs<S: AsRef<str>>(
     src: &[S],
     tgt: &[S],
     threshold: Option<f64>,
-    sink: Option<super::OutputFile>,
+    sink: Option<crate::io::output::OutputFile>,
 ) -> Result<()> {
     let mut out: RowWriter<Box<dyn Write + '_>> = RowWriter::new(match &sink {
         Some(f) => Box::new(f.file()),
@@ -193,7 +193,7 @@ fn write_pairs<S: AsRef<str>>(
 /// `--src-knn/--tgt-knn`: margin scores from neighbour lists found by `xsent index search`.
 /// Row i is line i, so the files must hold each sentence once and no blank line (the rows of
 /// vectors and indexes are the lines as they are).
-fn mine_knn(a: &Args, s: Settings, sink: Option<super::OutputFile>) -> Result<()> {
+fn mine_knn(a: &Args, s: Settings, sink: Option<crate::io::output::OutputFile>) -> Result<()> {
     let src = read_rows(&a.src_file)?;
     let tgt = read_rows(&a.tgt_file)?;
     let x2y = crate::cli::index::read_knn(&a.src_knn)?;

@@ -6,41 +6,6 @@ use anyhow::{bail, ensure, Context, Result};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-/// Read an .npy header of float32 rows: (rows, dim, header bytes).
-pub fn read_npy_header(r: &mut dyn Read) -> Result<(u64, usize, u64)> {
-    let mut pre = [0u8; 10];
-    r.read_exact(&mut pre)?;
-    ensure!(&pre[..6] == b"\x93NUMPY", "no .npy magic");
-    let (len, skip) = match pre[6] {
-        1 => (u16::from_le_bytes([pre[8], pre[9]]) as usize, 10),
-        2 | 3 => {
-            let mut more = [0u8; 2];
-            r.read_exact(&mut more)?;
-            (u32::from_le_bytes([pre[8], pre[9], more[0], more[1]]) as usize, 12)
-        }
-        v => bail!("npy format version {v} is unknown"),
-    };
-    ensure!(len <= 1 << 20, "an npy header of {len} bytes");
-    let mut h = vec![0u8; len];
-    r.read_exact(&mut h)?;
-    let h = String::from_utf8_lossy(&h);
-    ensure!(h.contains("'descr': '<f4'"), "not little-endian float32 (the header is {h:?})");
-    ensure!(h.contains("'fortran_order': False"), "not in C order (the header is {h:?})");
-    let shape = h
-        .split("'shape':")
-        .nth(1)
-        .and_then(|s| s.split_once('('))
-        .and_then(|(_, s)| s.split_once(')'))
-        .map(|(s, _)| s.to_string());
-    let Some(shape) = shape else { bail!("no shape in the header {h:?} (an unfinished file?)") };
-    let dims: Vec<&str> = shape.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
-    let parse = |s: &str| s.parse::<u64>().map_err(|_| anyhow::anyhow!("shape ({shape}) is not numbers"));
-    match dims.as_slice() {
-        [r, d] => Ok((parse(r)?, parse(d)? as usize, (skip + len) as u64)),
-        _ => bail!("shape ({shape}) is not two-dimensional"),
-    }
-}
-
 /// One file of rows.
 struct VectorFile {
     path: PathBuf,
@@ -55,7 +20,7 @@ impl VectorFile {
         let size = file.metadata()?.len();
         let is_npy = path.extension().is_some_and(|e| e == "npy");
         let (rows, d, data_start) = if is_npy {
-            let (rows, d, start) = read_npy_header(&mut std::io::BufReader::new(&mut file))
+            let (rows, d, start) = crate::io::npy::read_npy_header(&mut std::io::BufReader::new(&mut file))
                 .with_context(|| format!("{} is not a float32 .npy file", path.display()))?;
             ensure!(
                 start + rows * d as u64 * 4 == size,

@@ -8,6 +8,7 @@
 //! so a lock is never left behind: a file still naming a holder that is gone is taken over, and
 //! the message says so.
 
+use crate::io::host;
 use anyhow::{bail, Context, Result};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
@@ -19,16 +20,6 @@ pub const LOCK_FILE: &str = ".xsent.lock";
 pub struct RunLock {
     file: std::fs::File,
     path: PathBuf,
-}
-
-/// This machine's name (for the lock file, and the names of temporary outputs).
-pub(crate) fn host() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "an unknown host".to_string())
 }
 
 /// Who the lock file says holds it: "pid P on host H, started N s ago" (None when it is empty).
