@@ -122,7 +122,7 @@ mod tests {
     /// The differences between two implementations of an op under a weighted sum: of the values,
     /// then of each input's gradient; relative to `theirs`, element by element (absolute below
     /// 1), NaN if anything is not finite.
-    pub(super) fn grad_errors(
+    fn grad_errors(
         inputs: &[Tensor],
         ours: &dyn Fn(&[Tensor]) -> Result<Tensor>,
         theirs: &dyn Fn(&[Tensor]) -> Result<Tensor>,
