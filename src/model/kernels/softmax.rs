@@ -1,0 +1,172 @@
+//! Attention's masked softmax, and the exp approximation it uses.
+
+use anyhow::Result;
+use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
+
+use super::{cpu_f32, one_f32, two_f32};
+
+/// `e^x` for f32 by range reduction `x = n·ln2 + r` and a degree-6 polynomial for `e^r`
+/// (about 1 ulp); 0 below -87.3 (where f32 `e^x` underflows), written so that it vectorises.
+#[inline(always)]
+pub fn exp_f32(x: f32) -> f32 {
+    let underflow = x < -87.3;
+    let x = x.clamp(-87.3, 88.7);
+    let n = (x * std::f32::consts::LOG2_E).round();
+    // r = x - n·ln2 in two steps (Cody-Waite) to keep it exact enough.
+    let r = x - n * 0.693_145_75 - n * 1.428_606_8e-6;
+    let mut p = 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    if underflow {
+        0.0
+    } else {
+        p * scale
+    }
+}
+
+/// Softmax backward from the output y and the gradient g: `y ⊙ (g − Σ g⊙y)` per row.
+struct SoftmaxGrad;
+
+impl CustomOp2 for SoftmaxGrad {
+    fn name(&self) -> &'static str {
+        "fast-softmax-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (y, g) = two_f32(self.name(), s1, l1, s2, l2)?;
+        let n = (*l1.dims().last().unwrap_or(&1)).max(1);
+        let mut out = vec![0f32; y.len()];
+        for ((o, y), g) in out.chunks_exact_mut(n).zip(y.chunks_exact(n)).zip(g.chunks_exact(n)) {
+            let dot: f32 = y.iter().zip(g).map(|(y, g)| y * g).sum();
+            for i in 0..n {
+                o[i] = y[i] * (g[i] - dot);
+            }
+        }
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+}
+
+/// Softmax over the last dimension of `scores + bias`, where `scores` is `[B, H, Lq, Lk]` and the
+/// additive mask `bias` is `[B, 1, 1, Lk]` (broadcast over heads and query rows), as attention
+/// computes it. Its backward is [`SoftmaxGrad`] for the scores; the bias, made from the attention
+/// mask, gets no gradient.
+struct MaskedSoftmax;
+
+impl CustomOp2 for MaskedSoftmax {
+    fn name(&self) -> &'static str {
+        "fast-masked-softmax"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (x, bias) = (one_f32(self.name(), s1, l1)?, one_f32(self.name(), s2, l2)?);
+        let &[b, h, lq, lk] = l1.dims() else {
+            candle_core::bail!("{}: scores of rank 4 expected, got {:?}", self.name(), l1.dims())
+        };
+        if l2.dims() != [b, 1, 1, lk] {
+            candle_core::bail!("{}: a mask bias of shape [{b}, 1, 1, {lk}] expected, got {:?}", self.name(), l2.dims());
+        }
+        let mut out = x.to_vec();
+        for (r, row) in out.chunks_exact_mut(lk.max(1)).enumerate() {
+            let bias = &bias[(r / (h * lq)) * lk..][..lk];
+            row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0.0;
+            for x in row.iter_mut() {
+                *x = exp_f32(*x - max);
+                sum += *x;
+            }
+            let inv = 1.0 / sum;
+            row.iter_mut().for_each(|x| *x *= inv);
+        }
+        Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        _scores: &Tensor,
+        _bias: &Tensor,
+        res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        Ok((Some(res.contiguous()?.apply_op2_no_bwd(&grad.contiguous()?, &SoftmaxGrad)?), None))
+    }
+}
+
+/// Attention probabilities `softmax(scores + bias)` (see [`MaskedSoftmax`]): one fused kernel on
+/// CPU f32 for a `[B, 1, 1, Lk]` bias that needs no gradient (with a fused backward in training),
+/// candle's ops elsewhere.
+pub fn masked_softmax(scores: &Tensor, bias: &Tensor, train: bool) -> Result<Tensor> {
+    // The fused op's shapes, and a bias that needs no gradient (the fused op gives it none).
+    let fits = match scores.dims() {
+        &[b, _, _, lk] => bias.dims() == [b, 1, 1, lk],
+        _ => false,
+    };
+    if cpu_f32(&[scores, bias]) && fits && !bias.track_op() {
+        let (scores, bias) = (scores.contiguous()?, bias.contiguous()?);
+        Ok(if train {
+            scores.apply_op2(&bias, MaskedSoftmax)?
+        } else {
+            scores.apply_op2_no_bwd(&bias, &MaskedSoftmax)?
+        })
+    } else {
+        let x = scores.broadcast_add(bias)?;
+        Ok(if train {
+            candle_nn::ops::softmax(&x, candle_core::D::Minus1)?
+        } else {
+            candle_nn::ops::softmax_last_dim(&x)?
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{max_diff, scores_and_bias};
+    use super::*;
+
+    #[test]
+    fn exp_is_accurate() {
+        let mut worst = 0f64;
+        for i in -87_000..=88_000 {
+            let x = i as f32 / 1000.0;
+            let (got, want) = (exp_f32(x) as f64, (x as f64).exp());
+            worst = worst.max(((got - want) / want).abs());
+        }
+        assert!(worst < 5e-7, "max relative exp error {worst}");
+        assert_eq!(exp_f32(-1e30), 0.0);
+        assert_eq!(exp_f32(-100.0), 0.0);
+    }
+
+    #[test]
+    fn masked_softmax_matches_candle() -> Result<()> {
+        let (scores, bias) = scores_and_bias(&candle_core::Device::Cpu)?;
+        let want = candle_nn::ops::softmax(&scores.broadcast_add(&bias)?, candle_core::D::Minus1)?;
+        for train in [false, true] {
+            let got = masked_softmax(&scores, &bias, train)?;
+            let worst = max_diff(&got, &want)?;
+            assert!(worst < 1e-7, "max |softmax difference| {worst}");
+        }
+        let p = masked_softmax(&scores, &bias, false)?.flatten_all()?.to_vec1::<f32>()?;
+        // Masked keys get probability 0 in every row of their batch entry only.
+        assert_eq!(p[3], 0.0);
+        assert_eq!(p[3 * 5 * 37 + 30], 0.0);
+        assert!(p[30] > 0.0 && p[3 * 5 * 37 + 3] > 0.0);
+        Ok(())
+    }
+}
