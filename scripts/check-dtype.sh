@@ -4,12 +4,14 @@
 # the GPU's bf16/f16 code path within 0.2 (issue 41).
 #
 # usage: scripts/check-dtype.sh [--models e5|minilm|all] [--dtypes int8,bf16,gpu-bf16,gpu-f16]
-#                               [--quick] [--out DIR] [--f32-reports DIR]
+#                               [--tasks tatoeba,sts17,bucc] [--quick] [--out DIR]
+#                               [--f32-reports DIR]
 #
 #   --dtypes     int8 and bf16 are the CPU's kernels; gpu-bf16 and gpu-f16 run the code path a
 #                GPU runs (the whole encoder in bf16/f16 on candle's ops, XSENT_KERNELS=candle)
 #                on the CPU: the same arithmetic as cuBLAS's (half inputs, f32 sums, half
 #                outputs) where the model's weights cannot travel to a GPU machine
+#   --tasks      which evaluations (default all three; bucc runs for e5 only)
 #   --quick      Tatoeba deu,fra and STS 2017 only (minutes, not hours)
 #   --out        where the reports go (default /tmp/xsent-check-dtype)
 #   --f32-reports DIR   reuse DIR/eval-{tatoeba,sts17,bucc}.json[.gz] as the f32 side (say so)
@@ -24,12 +26,13 @@ set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib/bench-common.sh"
 bench_init check-dtype
 xsent="${XSENT_BIN:-$root/target/release/xsent}"
-spec=all dtypes=int8,bf16,gpu-bf16 quick=0 out=/tmp/xsent-check-dtype f32dir=""
+spec=all dtypes=int8,bf16,gpu-bf16 quick=0 out=/tmp/xsent-check-dtype f32dir="" only=tatoeba,sts17,bucc
 while [ $# -gt 0 ]; do
     case "$1" in
         --models) spec="${2:-}"; shift 2 ;;
         --dtypes) dtypes="${2:-}"; shift 2 ;;
         --quick) quick=1; shift ;;
+        --tasks) only="${2:-}"; shift 2 ;;
         --out) out="${2:-}"; shift 2 ;;
         --f32-reports) f32dir="${2:-}"; shift 2 ;;
         -h|--help) bench_help; exit 0 ;;
@@ -41,6 +44,9 @@ bench_check_models
 IFS=, read -r -a dts <<<"$dtypes"
 for d in "${dts[@]}"; do
     case "$d" in int8|bf16|gpu-bf16|gpu-f16) ;; *) usage_error "--dtypes: $d is not int8, bf16, gpu-bf16 or gpu-f16" ;; esac
+done
+for t in ${only//,/ }; do
+    case "$t" in tatoeba|sts17|bucc) ;; *) usage_error "--tasks: $t is not tatoeba, sts17 or bucc" ;; esac
 done
 [ -x "$xsent" ] || die "no xsent binary at $xsent (cargo build --release, or set XSENT_BIN)"
 [ -d "$data/tatoeba" ] || die "no $data/tatoeba (set XSENT_DATA)"
@@ -61,6 +67,7 @@ for k in "${keys[@]}"; do
     for side in f32 "${dts[@]}"; do
         for task in "${t[@]}"; do
             name="${task%%|*}" args="${task#*|}"
+            [[ ",$only," == *",$name,"* ]] || continue
             rep="$out/$k-$side-$name.json"
             if [ "$side" = f32 ] && [ -n "$f32dir" ]; then
                 src="$(ls "$f32dir/eval-$name.json" "$f32dir/eval-$name.json.gz" 2>/dev/null | head -n1)"
