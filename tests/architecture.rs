@@ -27,7 +27,6 @@ const KNOWN_CYCLES: &[&[&str]] = &[
     &["index::knn", "index::knn_gpu"],
     &["model::config", "model::encoder", "model::quant"],
     &["model::kernels", "model::matmul"],
-    &["train::config", "train::decontam", "train::recipe", "train::recipes", "train::split"],
 ];
 
 fn layer(top: &str) -> Option<usize> {

@@ -216,7 +216,8 @@ fn exact_knn_on_the_gpu_equals_the_cpu() {
 
 #[test]
 fn sp_averaging_on_the_gpu_equals_the_cpu() {
-    use xsent::train::recipes::sp::{average_with_dropout, DropoutKind};
+    use xsent::train::config::DropoutKind;
+    use xsent::train::recipes::sp::average_with_dropout;
     let (vocab, dim) = (500, 32);
     let table = Tensor::from_vec(values(vocab * dim, 4), (vocab, dim), &Device::Cpu).unwrap();
     let sents: Vec<Vec<u32>> =

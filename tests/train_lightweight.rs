@@ -313,7 +313,8 @@ fn gradient_cache_step_equals_one_backward() {
     use xsent::train::Recipe;
     let s = setup();
     let cfg = xsent::train::config::load(&s.config, &[]).unwrap();
-    let recipe = xsent::train::recipes::lightweight::Lightweight::new(&cfg, &s.run("lib")).unwrap();
+    let xsent::train::RecipeConfig::Lightweight(lc) = &cfg.recipe else { panic!("{}", cfg.recipe) };
+    let recipe = xsent::train::recipes::lightweight::Lightweight::new(&cfg, lc, &s.run("lib")).unwrap();
     let params = recipe.params();
     let batch: Vec<usize> = (0..12).collect();
     let shards: Vec<&[usize]> = batch.chunks(5).collect();

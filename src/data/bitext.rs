@@ -18,22 +18,49 @@ pub struct Pair {
     pub tgt_lang: String,
 }
 
+/// One data source of a training config (`[[data.sources]]`), as `kind` says: only that kind's
+/// keys can be given (a key of another kind, or a missing one, is an error naming it when the
+/// config is read, see [`SourceKeys`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "SourceKeys", into = "SourceKeys")]
+pub enum Source {
+    /// `kind = "tsv"`: `path`, `src<TAB>tgt` per line (further columns ignored).
+    Tsv { path: PathBuf, src_lang: Option<String>, tgt_lang: Option<String>, max_pairs: Option<usize> },
+    /// `kind = "aligned"`: `src` and `tgt`, two files, line i of one the translation of line i
+    /// of the other.
+    Aligned { src: PathBuf, tgt: PathBuf, src_lang: Option<String>, tgt_lang: Option<String>, max_pairs: Option<usize> },
+    /// `kind = "xnli"`: `dir` with `{split}-{lang}.tsv`: `pivot` paired with each of `langs`,
+    /// premises and hypotheses of the `splits`.
+    Xnli { dir: PathBuf, langs: Vec<String>, splits: Vec<String>, pivot: String, max_pairs: Option<usize> },
+}
+
+/// The `kind` key of a source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SourceKind {
-    /// `path`: `src<TAB>tgt` per line (further columns ignored).
     Tsv,
-    /// `src` and `tgt`: two files, line i of one the translation of line i of the other.
     Aligned,
-    /// `dir` with `{split}-{lang}.tsv`: `pivot` paired with each of `langs`, premises and
-    /// hypotheses of the `splits`.
     Xnli,
 }
 
-/// One data source of a training config (`[[data.sources]]`).
+impl SourceKind {
+    /// The name a config gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SourceKind::Tsv => "tsv",
+            SourceKind::Aligned => "aligned",
+            SourceKind::Xnli => "xnli",
+        }
+    }
+}
+
+/// A source as a config writes it: `kind` and every key any kind reads. [`Source`] is read
+/// through it, so that a key of another kind or a missing one gets an error that says which
+/// (serde's own would say "unknown field"), and written through it, so that a run's config
+/// keeps the layout it always had (`splits` and `pivot` written out for every kind).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Source {
+pub struct SourceKeys {
     pub kind: SourceKind,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<PathBuf>,
@@ -48,9 +75,9 @@ pub struct Source {
     pub src_lang: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tgt_lang: Option<String>,
-    #[serde(default = "d_splits")]
+    #[serde(default = "default_splits")]
     pub splits: Vec<String>,
-    #[serde(default = "d_pivot")]
+    #[serde(default = "default_pivot")]
     pub pivot: String,
     #[serde(default)]
     pub langs: Vec<String>,
@@ -59,127 +86,187 @@ pub struct Source {
     pub max_pairs: Option<usize>,
 }
 
-fn d_splits() -> Vec<String> {
+/// `splits` of an xnli source when the config gives none.
+pub fn default_splits() -> Vec<String> {
     vec!["dev".into(), "test".into()]
 }
-fn d_pivot() -> String {
+
+/// `pivot` of an xnli source when the config gives none.
+pub fn default_pivot() -> String {
     "en".into()
 }
 
-impl SourceKind {
-    /// The name a config gives it.
-    pub fn name(self) -> &'static str {
-        match self {
-            SourceKind::Tsv => "tsv",
-            SourceKind::Aligned => "aligned",
-            SourceKind::Xnli => "xnli",
-        }
-    }
-}
+impl TryFrom<SourceKeys> for Source {
+    type Error = anyhow::Error;
 
-impl Source {
-    pub fn validate(&self) -> Result<()> {
-        let need = |v: &Option<PathBuf>, key: &str| -> Result<()> {
-            if v.is_none() {
-                bail!("kind = \"{}\" needs `{key}`", self.kind.name());
-            }
-            Ok(())
-        };
-        if self.max_pairs == Some(0) {
-            bail!("max_pairs = 0 reads no pairs: leave it out to read them all");
-        }
+    fn try_from(k: SourceKeys) -> Result<Self> {
         // A key of another kind (an xnli source given `path`, say) would be silently unread.
         let set = [
-            ("path", self.path.is_some()),
-            ("src", self.src.is_some()),
-            ("tgt", self.tgt.is_some()),
-            ("dir", self.dir.is_some()),
-            ("src_lang", self.src_lang.is_some()),
-            ("tgt_lang", self.tgt_lang.is_some()),
-            ("langs", !self.langs.is_empty()),
+            ("path", k.path.is_some()),
+            ("src", k.src.is_some()),
+            ("tgt", k.tgt.is_some()),
+            ("dir", k.dir.is_some()),
+            ("src_lang", k.src_lang.is_some()),
+            ("tgt_lang", k.tgt_lang.is_some()),
+            ("langs", !k.langs.is_empty()),
         ];
-        let reads: &[&str] = match self.kind {
+        let reads: &[&str] = match k.kind {
             SourceKind::Tsv => &["path", "src_lang", "tgt_lang"],
             SourceKind::Aligned => &["src", "tgt", "src_lang", "tgt_lang"],
             SourceKind::Xnli => &["dir", "langs", "splits", "pivot"],
         };
-        let mut unread: Vec<&str> = set.iter().filter(|(k, on)| *on && !reads.contains(k)).map(|(k, _)| *k).collect();
+        let mut unread: Vec<&str> =
+            set.iter().filter(|(key, on)| *on && !reads.contains(key)).map(|(key, _)| *key).collect();
         // `splits` and `pivot` have defaults (written out in a run's config), so only a value
         // other than the default shows that they were set.
-        if self.kind != SourceKind::Xnli {
+        if k.kind != SourceKind::Xnli {
             unread.extend(
-                [("splits", self.splits != d_splits()), ("pivot", self.pivot != d_pivot())]
+                [("splits", k.splits != default_splits()), ("pivot", k.pivot != default_pivot())]
                     .iter()
                     .filter(|(_, on)| *on)
-                    .map(|(k, _)| *k),
+                    .map(|(key, _)| *key),
             );
         }
         if !unread.is_empty() {
             bail!(
                 "kind = \"{}\" does not read {}: remove {} (it reads {})",
-                self.kind.name(),
+                k.kind.name(),
                 unread.join(", "),
                 if unread.len() == 1 { "it" } else { "them" },
                 reads.join(", ")
             );
         }
-        match self.kind {
-            SourceKind::Tsv => need(&self.path, "path"),
-            SourceKind::Aligned => need(&self.src, "src").and(need(&self.tgt, "tgt")),
-            SourceKind::Xnli => {
-                need(&self.dir, "dir")?;
-                if self.langs.is_empty() {
-                    bail!("kind = \"xnli\" needs `langs`, e.g. [\"de\", \"es\"]");
-                }
-                if self.splits.is_empty() {
-                    bail!("kind = \"xnli\" needs `splits`, e.g. [\"dev\", \"test\"] (the default)");
-                }
-                if self.langs.contains(&self.pivot) {
-                    bail!(
-                        "`langs` lists the pivot {:?}: its pairs would be each sentence with itself; list only the languages paired with {:?}",
-                        self.pivot,
-                        self.pivot
-                    );
-                }
-                Ok(())
+        let need = |v: Option<PathBuf>, key: &str| -> Result<PathBuf> {
+            v.ok_or_else(|| anyhow::anyhow!("kind = \"{}\" needs `{key}`", k.kind.name()))
+        };
+        let source = match k.kind {
+            SourceKind::Tsv => Source::Tsv {
+                path: need(k.path.clone(), "path")?,
+                src_lang: k.src_lang,
+                tgt_lang: k.tgt_lang,
+                max_pairs: k.max_pairs,
+            },
+            SourceKind::Aligned => Source::Aligned {
+                src: need(k.src.clone(), "src")?,
+                tgt: need(k.tgt.clone(), "tgt")?,
+                src_lang: k.src_lang,
+                tgt_lang: k.tgt_lang,
+                max_pairs: k.max_pairs,
+            },
+            SourceKind::Xnli => Source::Xnli {
+                dir: need(k.dir.clone(), "dir")?,
+                langs: k.langs,
+                splits: k.splits,
+                pivot: k.pivot,
+                max_pairs: k.max_pairs,
+            },
+        };
+        source.check()?;
+        Ok(source)
+    }
+}
+
+impl From<Source> for SourceKeys {
+    fn from(s: Source) -> Self {
+        let mut k = SourceKeys {
+            kind: s.kind(),
+            path: None,
+            src: None,
+            tgt: None,
+            dir: None,
+            src_lang: None,
+            tgt_lang: None,
+            splits: default_splits(),
+            pivot: default_pivot(),
+            langs: Vec::new(),
+            max_pairs: s.max_pairs(),
+        };
+        match s {
+            Source::Tsv { path, src_lang, tgt_lang, .. } => {
+                (k.path, k.src_lang, k.tgt_lang) = (Some(path), src_lang, tgt_lang);
+            }
+            Source::Aligned { src, tgt, src_lang, tgt_lang, .. } => {
+                (k.src, k.tgt, k.src_lang, k.tgt_lang) = (Some(src), Some(tgt), src_lang, tgt_lang);
+            }
+            Source::Xnli { dir, langs, splits, pivot, .. } => {
+                (k.dir, k.langs, k.splits, k.pivot) = (Some(dir), langs, splits, pivot);
+            }
+        }
+        k
+    }
+}
+
+impl Source {
+    /// Its `kind`.
+    pub fn kind(&self) -> SourceKind {
+        match self {
+            Source::Tsv { .. } => SourceKind::Tsv,
+            Source::Aligned { .. } => SourceKind::Aligned,
+            Source::Xnli { .. } => SourceKind::Xnli,
+        }
+    }
+
+    /// `max_pairs`: read at most this many pairs (the first ones).
+    pub fn max_pairs(&self) -> Option<usize> {
+        match self {
+            Source::Tsv { max_pairs, .. } | Source::Aligned { max_pairs, .. } | Source::Xnli { max_pairs, .. } => {
+                *max_pairs
             }
         }
     }
 
+    /// Values that would read nothing, or pair the pivot with itself.
+    pub fn check(&self) -> Result<()> {
+        if self.max_pairs() == Some(0) {
+            bail!("max_pairs = 0 reads no pairs: leave it out to read them all");
+        }
+        if let Source::Xnli { langs, splits, pivot, .. } = self {
+            if langs.is_empty() {
+                bail!("kind = \"xnli\" needs `langs`, e.g. [\"de\", \"es\"]");
+            }
+            if splits.is_empty() {
+                bail!("kind = \"xnli\" needs `splits`, e.g. [\"dev\", \"test\"] (the default)");
+            }
+            if langs.contains(pivot) {
+                bail!(
+                    "`langs` lists the pivot {pivot:?}: its pairs would be each sentence with itself; list only the languages paired with {pivot:?}"
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// Read the pairs of this source.
     pub fn read(&self) -> Result<Vec<Pair>> {
-        self.validate()?;
+        self.check()?;
         let lang = |l: &Option<String>, d: &str| l.clone().unwrap_or_else(|| d.to_string());
-        let mut pairs = match self.kind {
-            SourceKind::Tsv => {
-                read_tsv_pairs(self.path.as_ref().unwrap(), &lang(&self.src_lang, "src"), &lang(&self.tgt_lang, "tgt"))?
+        let mut pairs = match self {
+            Source::Tsv { path, src_lang, tgt_lang, .. } => {
+                read_tsv_pairs(path, &lang(src_lang, "src"), &lang(tgt_lang, "tgt"))?
             }
-            SourceKind::Aligned => read_aligned(
-                self.src.as_ref().unwrap(),
-                self.tgt.as_ref().unwrap(),
-                &lang(&self.src_lang, "src"),
-                &lang(&self.tgt_lang, "tgt"),
-            )?,
-            SourceKind::Xnli => {
+            Source::Aligned { src, tgt, src_lang, tgt_lang, .. } => {
+                read_aligned(src, tgt, &lang(src_lang, "src"), &lang(tgt_lang, "tgt"))?
+            }
+            Source::Xnli { dir, langs, splits, pivot, .. } => {
                 let mut all = Vec::new();
-                for lang in &self.langs {
-                    for split in &self.splits {
-                        all.extend(xnli_pairs(self.dir.as_ref().unwrap(), split, &self.pivot, lang)?);
+                for lang in langs {
+                    for split in splits {
+                        all.extend(xnli_pairs(dir, split, pivot, lang)?);
                     }
                 }
                 if all.is_empty() {
                     bail!(
                         "{}: the {}-{{{}}}.tsv files of splits {:?} have no pairs (no row where the pivot and a language both have text)",
-                        self.dir.as_ref().unwrap().display(),
-                        self.pivot,
-                        self.langs.join(","),
-                        self.splits
+                        dir.display(),
+                        pivot,
+                        langs.join(","),
+                        splits
                     );
                 }
                 all
             }
         };
-        if let Some(n) = self.max_pairs {
+        if let Some(n) = self.max_pairs() {
             pairs.truncate(n);
         }
         Ok(pairs)
@@ -201,15 +288,6 @@ pub fn read_sources(sources: &[Source], key: &str) -> Result<Vec<Pair>> {
         }
     }
     Ok(out)
-}
-
-/// Check every source of the config list `key` (e.g. `data.sources`) without reading it; an
-/// error names the entry, `key[i]`.
-pub fn validate_sources(sources: &[Source], key: &str) -> Result<()> {
-    for (i, s) in sources.iter().enumerate() {
-        s.validate().with_context(|| format!("{key}[{i}]"))?;
-    }
-    Ok(())
 }
 
 /// `src<TAB>tgt[<TAB>…]` lines. Empty lines, and pairs with an empty side (as in
@@ -366,93 +444,108 @@ mod tests {
         // source yields none.
         write(d.path(), "dev-sw.tsv", "\t\tneutral\n \t\tcontradiction\n");
         assert!(xnli_pairs(d.path(), "dev", "en", "sw").unwrap().is_empty());
-        let src = Source {
-            kind: SourceKind::Xnli,
-            path: None,
-            src: None,
-            tgt: None,
-            dir: Some(d.path().to_path_buf()),
-            src_lang: None,
-            tgt_lang: None,
+        let src = Source::Xnli {
+            dir: d.path().to_path_buf(),
             splits: vec!["dev".into()],
             pivot: "en".into(),
             langs: vec!["de".into()],
             max_pairs: None,
         };
+        let xnli = |langs: &[&str], splits: &[&str]| Source::Xnli {
+            dir: d.path().to_path_buf(),
+            splits: splits.iter().map(|s| s.to_string()).collect(),
+            pivot: "en".into(),
+            langs: langs.iter().map(|s| s.to_string()).collect(),
+            max_pairs: None,
+        };
         let all = read_sources(std::slice::from_ref(&src), "data.sources").unwrap();
         assert_eq!(all.len(), 3, "the repeated premise pair is kept once");
-        let e = read_sources(&[Source { langs: vec!["fr".into()], ..src.clone() }], "data.sources").unwrap_err();
+        let e = read_sources(&[xnli(&["fr"], &["dev"])], "data.sources").unwrap_err();
         let e = format!("{e:#}");
         assert!(e.contains("dev-en.tsv has 2 rows") && e.contains("dev-fr.tsv has 1"), "{e}");
-        let e = format!(
-            "{:#}",
-            read_sources(&[Source { splits: vec!["train".into()], ..src.clone() }], "data.sources").unwrap_err()
-        );
+        let e = format!("{:#}", read_sources(&[xnli(&["de"], &["train"])], "data.sources").unwrap_err());
         assert!(e.contains("train-en.tsv does not exist"), "{e}");
         // A language with no text among others still gives the others' pairs; alone, an error.
-        let both =
-            read_sources(&[Source { langs: vec!["de".into(), "sw".into()], ..src.clone() }], "data.sources").unwrap();
+        let both = read_sources(&[xnli(&["de", "sw"], &["dev"])], "data.sources").unwrap();
         assert_eq!(both.len(), 3);
-        let e = format!(
-            "{:#}",
-            read_sources(&[Source { langs: vec!["sw".into()], ..src.clone() }], "data.sources").unwrap_err()
-        );
+        let e = format!("{:#}", read_sources(&[xnli(&["sw"], &["dev"])], "data.sources").unwrap_err());
         assert!(e.contains("data.sources[0]") && e.contains("en-{sw}.tsv") && e.contains("no pairs"), "{e}");
-        // Settings that would read nothing, or pair English with itself, are refused.
+        // Values that would read nothing, or pair English with itself, are refused when read.
         for (bad, want) in [
-            (Source { splits: vec![], ..src.clone() }, "kind = \"xnli\" needs `splits`"),
-            (Source { langs: vec!["de".into(), "en".into()], ..src.clone() }, "`langs` lists the pivot \"en\""),
-            (Source { max_pairs: Some(0), ..src.clone() }, "max_pairs = 0 reads no pairs"),
+            (xnli(&["de"], &[]), "kind = \"xnli\" needs `splits`"),
+            (xnli(&["de", "en"], &["dev"]), "`langs` lists the pivot \"en\""),
             (
-                Source {
-                    kind: SourceKind::Aligned,
-                    src: Some("a".into()),
-                    dir: None,
-                    langs: vec![],
-                    splits: d_splits(),
-                    ..src.clone()
-                },
-                "kind = \"aligned\" needs `tgt`",
-            ),
-            // A key of another kind would go unread.
-            (Source { path: Some("p.tsv".into()), ..src.clone() }, "kind = \"xnli\" does not read path: remove it"),
-            (
-                Source {
-                    kind: SourceKind::Aligned,
-                    src: Some("a".into()),
-                    tgt: Some("b".into()),
-                    splits: d_splits(),
-                    ..src.clone()
-                },
-                "kind = \"aligned\" does not read dir, langs: remove them (it reads src, tgt, src_lang, tgt_lang)",
-            ),
-            // Keys with defaults: a value other than the default was set.
-            (
-                Source {
-                    kind: SourceKind::Tsv,
-                    path: Some("p.tsv".into()),
-                    dir: None,
-                    langs: vec![],
-                    pivot: "de".into(),
-                    splits: vec!["x".into()],
-                    ..src.clone()
-                },
-                "kind = \"tsv\" does not read splits, pivot: remove them (it reads path, src_lang, tgt_lang)",
+                Source::Tsv { path: "p.tsv".into(), src_lang: None, tgt_lang: None, max_pairs: Some(0) },
+                "max_pairs = 0 reads no pairs",
             ),
         ] {
             let e = format!("{:#}", read_sources(&[bad], "data.sources").unwrap_err());
             assert!(e.contains(want), "{e}");
         }
-        // The defaults, as a run's config writes them out for every source, are no mistake.
-        let tsv = Source {
-            kind: SourceKind::Tsv,
-            path: Some("p.tsv".into()),
-            dir: None,
-            langs: vec![],
-            pivot: d_pivot(),
-            splits: d_splits(),
-            ..src
+    }
+
+    /// A source as a config writes it: a missing key or a key of another kind is an error that
+    /// names it, before anything is read; a source written out reads back the same.
+    #[test]
+    fn a_source_takes_only_its_kinds_keys() {
+        let parse = |text: &str| -> std::result::Result<Source, String> {
+            toml::from_str::<Source>(text).map_err(|e| e.to_string())
         };
-        tsv.validate().unwrap();
+        for (text, want) in [
+            ("kind = \"xnli\"\ndir = \"x\"\nlangs = [\"de\"]\nsplits = []", "kind = \"xnli\" needs `splits`"),
+            ("kind = \"xnli\"\ndir = \"x\"", "kind = \"xnli\" needs `langs`"),
+            ("kind = \"xnli\"\ndir = \"x\"\nlangs = [\"de\", \"en\"]", "`langs` lists the pivot \"en\""),
+            ("kind = \"tsv\"\npath = \"p.tsv\"\nmax_pairs = 0", "max_pairs = 0 reads no pairs"),
+            ("kind = \"aligned\"\nsrc = \"a\"", "kind = \"aligned\" needs `tgt`"),
+            ("kind = \"tsv\"", "kind = \"tsv\" needs `path`"),
+            // A key of another kind would go unread.
+            (
+                "kind = \"xnli\"\ndir = \"x\"\nlangs = [\"de\"]\npath = \"p.tsv\"",
+                "kind = \"xnli\" does not read path: remove it",
+            ),
+            (
+                "kind = \"aligned\"\nsrc = \"a\"\ntgt = \"b\"\ndir = \"x\"\nlangs = [\"de\"]",
+                "kind = \"aligned\" does not read dir, langs: remove them (it reads src, tgt, src_lang, tgt_lang)",
+            ),
+            // Keys with defaults: a value other than the default was set.
+            (
+                "kind = \"tsv\"\npath = \"p.tsv\"\nsplits = [\"x\"]\npivot = \"de\"",
+                "kind = \"tsv\" does not read splits, pivot: remove them (it reads path, src_lang, tgt_lang)",
+            ),
+            ("kind = \"csv\"\npath = \"p.csv\"", "unknown variant `csv`"),
+            ("kind = \"tsv\"\npath = \"p.tsv\"\nfile = \"q\"", "unknown field `file`"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+        // The defaults, as a run's config writes them out for every source, are no mistake; a
+        // source written and read again is the same.
+        let tsv =
+            parse("kind = \"tsv\"\npath = \"p.tsv\"\nsplits = [\"dev\", \"test\"]\npivot = \"en\"\nsrc_lang = \"en\"")
+                .unwrap();
+        assert_eq!(
+            tsv,
+            Source::Tsv { path: "p.tsv".into(), src_lang: Some("en".into()), tgt_lang: None, max_pairs: None }
+        );
+        for s in [
+            tsv,
+            Source::Aligned {
+                src: "a".into(),
+                tgt: "b".into(),
+                src_lang: None,
+                tgt_lang: Some("de".into()),
+                max_pairs: Some(3),
+            },
+            Source::Xnli {
+                dir: "x".into(),
+                langs: vec!["de".into()],
+                splits: vec!["dev".into()],
+                pivot: "en".into(),
+                max_pairs: None,
+            },
+        ] {
+            let text = toml::to_string(&s).unwrap();
+            assert_eq!(parse(&text).unwrap(), s, "{text}");
+        }
     }
 }

@@ -1,8 +1,8 @@
 //! The training side of decontamination ([`crate::data::decontam`]): which evaluation sets a
 //! config's training data is checked against, and the overlap each recipe reports.
 
-use super::config::Config;
-use crate::data::bitext::{read_sources, Pair, Source, SourceKind};
+use super::config::{Config, PairKind, RecipeConfig};
+use crate::data::bitext::{read_sources, Pair, Source};
 use crate::data::decontam::{default_data_dir, standard_sets, EvalSet, Index, Layout, Overlap, Split};
 use crate::data::xnli::PairSet;
 use anyhow::Result;
@@ -101,7 +101,11 @@ pub fn sets(cfg: &Config) -> Result<Vec<EvalSet>> {
     }
     // (`data.val_sources` are held out of training by their source sentences already: see
     // `train_val_pairs`.)
-    for (i, s) in cfg.dueam.iter().flat_map(|c| &c.val_sources).enumerate() {
+    let dueam_val: &[Source] = match &cfg.recipe {
+        RecipeConfig::Dueam(d) => &d.val_sources,
+        _ => &[],
+    };
+    for (i, s) in dueam_val.iter().enumerate() {
         own(format!("dueam.val_sources[{i}]"), source_files(s));
     }
     for p in &d.eval_pairs {
@@ -117,11 +121,11 @@ pub fn sets(cfg: &Config) -> Result<Vec<EvalSet>> {
 
 /// The files of a validation source, as sentence lists.
 fn source_files(s: &Source) -> Vec<(std::path::PathBuf, Layout)> {
-    match s.kind {
-        SourceKind::Tsv => s.path.iter().map(|p| (p.clone(), Layout::Tabs)).collect(),
-        SourceKind::Aligned => s.src.iter().chain(&s.tgt).map(|p| (p.clone(), Layout::Lines)).collect(),
+    match s {
+        Source::Tsv { path, .. } => vec![(path.clone(), Layout::Tabs)],
+        Source::Aligned { src, tgt, .. } => vec![(src.clone(), Layout::Lines), (tgt.clone(), Layout::Lines)],
         // XNLI files are training text; validating on them is refused elsewhere where it matters.
-        SourceKind::Xnli => Vec::new(),
+        Source::Xnli { .. } => Vec::new(),
     }
 }
 
@@ -159,19 +163,19 @@ pub fn audit(cfg: &Config) -> Result<Vec<Overlap>> {
     if !cfg.data.sources.is_empty() {
         out.push(all.filter_pairs("data.sources", read_sources(&cfg.data.sources, "data.sources")?).1);
     }
-    if let Some(dc) = cfg.distill.as_ref().filter(|d| !d.projection_fit_sources.is_empty()) {
-        let key = "distill.projection_fit_sources";
-        out.push(all.filter_pairs(key, read_sources(&dc.projection_fit_sources, key)?).1);
+    if let RecipeConfig::Distill(dc) = &cfg.recipe {
+        if !dc.projection_fit_sources.is_empty() {
+            let key = "distill.projection_fit_sources";
+            out.push(all.filter_pairs(key, read_sources(&dc.projection_fit_sources, key)?).1);
+        }
     }
     for (i, s) in cfg.data.val_sources.iter().enumerate() {
         out.push(validation(format!("data.val_sources[{i}]"), s.read()?));
     }
-    if let Some(dc) = &cfg.dueam {
+    if let RecipeConfig::Dueam(dc) = &cfg.recipe {
         let data = match dc.pairs {
-            super::recipes::dueam::PairKind::Weak => {
-                crate::data::xnli::weak_pairs(&dc.xnli_dir, &dc.splits, &dc.langs, dc.cross_lingual)?
-            }
-            super::recipes::dueam::PairKind::Unsup => {
+            PairKind::Weak => crate::data::xnli::weak_pairs(&dc.xnli_dir, &dc.splits, &dc.langs, dc.cross_lingual)?,
+            PairKind::Unsup => {
                 crate::data::xnli::unsup_pairs(&dc.xnli_dir, &dc.splits, &dc.langs, dc.unsup_pairs, cfg.seed)?
             }
         };

@@ -18,7 +18,7 @@ pub mod shards;
 pub mod split;
 pub mod trainer;
 
-pub use config::Config;
+pub use config::{Config, RecipeConfig};
 pub use optim::{AdamW, AdamWConfig};
 pub use recipe::{Recipe, StepLoss, StepPlan};
 pub use run_dir::{restore_run, write_run_config};
@@ -36,24 +36,23 @@ pub fn cache_dir() -> PathBuf {
 /// Build the recipe a config names, for run directory `out` (where a recipe may keep what it
 /// derives from the data once, e.g. the sp recipe's learned vocabulary, so a resumed run reuses it).
 pub fn build_recipe(cfg: &Config, out: &Path) -> Result<Box<dyn Recipe>> {
-    match cfg.recipe.as_str() {
-        "distill" => Ok(Box::new(distill::Distill::new(cfg)?)),
-        "disentangle" => Ok(Box::new(disentangle::Disentangle::new(cfg)?)),
-        "sp" => Ok(Box::new(sp::SpRecipe::new(cfg, out)?)),
-        "dueam" => Ok(Box::new(dueam::Dueam::new(cfg)?)),
-        "lightweight" => Ok(Box::new(lightweight::Lightweight::new(cfg, out)?)),
-        other => anyhow::bail!(
-            "recipe = {other:?} is not known; this xsent trains: distill, disentangle, dueam, lightweight, sp"
-        ),
-    }
+    Ok(match &cfg.recipe {
+        RecipeConfig::Distill(d) => Box::new(distill::Distill::new(cfg, d)?),
+        RecipeConfig::Disentangle(d) => Box::new(disentangle::Disentangle::new(cfg, d)?),
+        RecipeConfig::Sp(s) => Box::new(sp::SpRecipe::new(cfg, s, out)?),
+        RecipeConfig::Dueam(d) => Box::new(dueam::Dueam::new(cfg, d)?),
+        RecipeConfig::Lightweight(l) => Box::new(lightweight::Lightweight::new(cfg, l, out)?),
+    })
 }
 
 /// Train a config into run directory `out` (resuming from its newest checkpoint with `resume`).
 pub fn train(cfg: &Config, out: &Path, resume: bool, opts: &RunOptions) -> Result<Outcome> {
-    if cfg.recipe == "sp" && cfg.sp.as_ref().is_some_and(|s| s.random) {
-        // The untrained encoders of seed 002 Table 2: no step to take.
-        sp::write_untrained(cfg, out)?;
-        return Ok(Outcome::Finished);
+    if let RecipeConfig::Sp(s) = &cfg.recipe {
+        if s.random {
+            // The untrained encoders of seed 002 Table 2: no step to take.
+            sp::write_untrained(cfg, s, out)?;
+            return Ok(Outcome::Finished);
+        }
     }
     let mut recipe = build_recipe(cfg, out)?;
     Trainer::new(cfg, out).run(recipe.as_mut(), resume, opts)

@@ -16,200 +16,22 @@
 //! them. Validation: translation retrieval accuracy both ways on held-out parallel sentences.
 
 use super::wmd::{wmd_batch, SinkhornOptions, Solver};
-use crate::data::bitext::{Pair, Source};
+use crate::data::bitext::Pair;
 use crate::data::xnli::{unsup_pairs, weak_pairs, PairSet};
 use crate::index::knn::{translation_accuracy, Matrix};
 use crate::model::encoder::Rng;
 use crate::model::weights::Params;
 use crate::model::{LoadOptions, Mode, Pooling, SentenceEncoder};
-use crate::train::config::{BestMode, Config};
+use crate::train::config::{BestMode, Config, DueamConfig, LossTerms, PairKind, SolverKind};
 use crate::train::recipe::{Recipe, StepLoss, StepPlan};
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Tensor};
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DueamConfig {
-    /// The frozen anchor (token vectors for the WMD): model directory or hub id.
-    pub anchor: String,
-    #[serde(default)]
-    pub anchor_prefix: String,
-    /// The trainable learner (mean pooling): model directory or hub id.
-    pub learner: String,
-    #[serde(default)]
-    pub learner_prefix: String,
-    /// Keep only the learner's first N layers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub learner_layers: Option<usize>,
-    /// L2-normalise the learner's mean-pooled vectors before the loss (and in the saved model).
-    /// Default false, as seed 000 (unnormalised s′, t′); with it, ‖s′ − t′‖ = √(2 − 2 cos), so
-    /// L_A shapes the angles that cosine retrieval uses.
-    #[serde(default)]
-    pub learner_normalize: bool,
-    /// Override the learner's dropout probability (hidden and attention).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dropout: Option<f64>,
-    /// Truncate inputs (anchor and learner) to this many tokens.
-    #[serde(default = "d_max_length")]
-    pub max_length: usize,
-    /// λ of `L = L_A − λ·L_B`.
-    #[serde(default = "d_lambda")]
-    pub lambda: f64,
-    /// `both` (L_A − λ·L_B), `wmd` (L_A only) or `cos` (−L_B only).
-    #[serde(default = "d_loss")]
-    pub loss: LossTerms,
-    /// Anchor layer whose token vectors go into the WMD (default: the last).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub wmd_layer: Option<usize>,
-    /// L2-normalise each anchor token vector before the WMD.
-    #[serde(default = "d_true")]
-    pub wmd_normalize: bool,
-    /// Leave the tokenizer's special tokens (`<s>`, `</s>`, `[CLS]`, …) out of the WMD.
-    #[serde(default = "d_true")]
-    pub wmd_skip_special: bool,
-    /// `exact` (network simplex) or `sinkhorn` (entropic, `sinkhorn_*` below).
-    #[serde(default = "d_solver")]
-    pub wmd_solver: SolverKind,
-    /// Sinkhorn's entropic regularisation as a fraction of the pair's largest ground cost (the
-    /// largest token distance), not an absolute value: the solver uses `eps · max_ij ‖a_i − b_j‖`,
-    /// so it does not depend on the scale of the token vectors. Default 3e-3 (about 0.1 % above
-    /// the exact WMD).
-    #[serde(default = "d_sk_eps")]
-    pub sinkhorn_eps: f64,
-    /// Sinkhorn stops once the plan's row sums are this close to uniform (L1).
-    #[serde(default = "d_sk_tol")]
-    pub sinkhorn_tol: f64,
-    /// A pair Sinkhorn has not converged for after this many iterations gets its exact WMD
-    /// instead (said once on stderr).
-    #[serde(default = "d_sk_iter")]
-    pub sinkhorn_max_iter: usize,
-    /// Training pairs: `weak` (XNLI premise–hypothesis pairs within and across languages) or
-    /// `unsup` (random pairs of XNLI sentences).
-    pub pairs: PairKind,
-    /// Directory with XNLI's `{split}-{lang}.tsv`.
-    pub xnli_dir: PathBuf,
-    #[serde(default = "d_splits")]
-    pub splits: Vec<String>,
-    pub langs: Vec<String>,
-    /// `weak`: add the cross-lingual premise-in-A / hypothesis-in-B pairs.
-    #[serde(default = "d_true")]
-    pub cross_lingual: bool,
-    /// `unsup`: how many random pairs.
-    #[serde(default = "d_unsup_pairs")]
-    pub unsup_pairs: usize,
-    /// Batch size of the anchor's and of validation's inference.
-    #[serde(default = "d_embed_batch")]
-    pub embed_batch_size: usize,
-    /// Held-out parallel sentences for validation (`kind = "aligned"` or `"tsv"`; each source is
-    /// scored on its own, named `{src_lang}-{tgt_lang}`).
-    #[serde(default)]
-    pub val_sources: Vec<Source>,
-}
-
-fn d_max_length() -> usize {
-    128
-}
-fn d_lambda() -> f64 {
-    0.003
-}
-fn d_loss() -> LossTerms {
-    LossTerms::Both
-}
-fn d_true() -> bool {
-    true
-}
-fn d_solver() -> SolverKind {
-    SolverKind::Exact
-}
-fn d_sk_eps() -> f64 {
-    SinkhornOptions::default().eps
-}
-fn d_sk_tol() -> f64 {
-    SinkhornOptions::default().tol
-}
-fn d_sk_iter() -> usize {
-    SinkhornOptions::default().max_iter
-}
-fn d_splits() -> Vec<String> {
-    vec!["dev".into(), "test".into()]
-}
-fn d_unsup_pairs() -> usize {
-    100_000
-}
-fn d_embed_batch() -> usize {
-    64
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LossTerms {
-    /// `L_A − λ·L_B`.
-    Both,
-    /// `L_A` only.
-    Wmd,
-    /// `−L_B` only.
-    Cos,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SolverKind {
-    Exact,
-    Sinkhorn,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PairKind {
-    Weak,
-    Unsup,
-}
-
 impl DueamConfig {
-    /// Checks that need no files.
-    pub fn validate(&self) -> Result<()> {
-        if !(self.lambda.is_finite() && self.lambda >= 0.0) {
-            bail!("dueam.lambda must be a finite number >= 0, got {}", self.lambda);
-        }
-        if let Some(p) = self.dropout {
-            if !(0.0..1.0).contains(&p) {
-                bail!("dueam.dropout must be in [0, 1), got {p}");
-            }
-        }
-        if self.langs.is_empty() {
-            bail!("dueam.langs is empty: list the XNLI languages, e.g. [\"en\", \"de\"]");
-        }
-        if self.val_sources.is_empty() {
-            bail!("dueam.val_sources is empty: add held-out parallel sentences ([[dueam.val_sources]] kind = \"aligned\", src, tgt)");
-        }
-        crate::data::bitext::validate_sources(&self.val_sources, "dueam.val_sources")?;
-        for (i, s) in self.val_sources.iter().enumerate() {
-            if matches!(s.kind, crate::data::bitext::SourceKind::Xnli) {
-                bail!("dueam.val_sources[{i}]: kind = \"xnli\" would validate on the training sentences; use held-out parallel text (\"aligned\" or \"tsv\")");
-            }
-        }
-        if self.pairs == PairKind::Unsup && self.unsup_pairs == 0 {
-            bail!("dueam.unsup_pairs must be at least 1");
-        }
-        if self.wmd_solver == SolverKind::Sinkhorn {
-            if !(self.sinkhorn_eps > 0.0 && self.sinkhorn_eps.is_finite()) {
-                bail!("dueam.sinkhorn_eps must be > 0, got {}", self.sinkhorn_eps);
-            }
-            if !(self.sinkhorn_tol > 0.0 && self.sinkhorn_tol.is_finite()) {
-                bail!("dueam.sinkhorn_tol must be > 0, got {}", self.sinkhorn_tol);
-            }
-            if self.sinkhorn_max_iter == 0 {
-                bail!("dueam.sinkhorn_max_iter must be at least 1");
-            }
-        }
-        Ok(())
-    }
-
     fn solver(&self) -> Solver {
         match self.wmd_solver {
             SolverKind::Exact => Solver::Exact,
@@ -249,8 +71,7 @@ pub struct Dueam {
 }
 
 impl Dueam {
-    pub fn new(cfg: &Config) -> Result<Self> {
-        let dc = cfg.dueam.as_ref().context("recipe = \"dueam\" needs a [dueam] section")?;
+    pub fn new(cfg: &Config, dc: &DueamConfig) -> Result<Self> {
         dc.validate()?;
         let t0 = Instant::now();
         let data = match dc.pairs {

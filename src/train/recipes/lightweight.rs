@@ -32,44 +32,26 @@
 use crate::index::knn::{translation_accuracy, Matrix};
 use crate::io::atomic::write_atomically;
 use crate::model::encoder::{Linear, Rng};
-use crate::model::kinds::vocab::{self, SubwordModel};
+use crate::model::kinds::vocab;
 use crate::model::matmul::matmul;
 use crate::model::sentence::{write_st_files, Encoded, StFiles};
 use crate::model::weights::{self, Params};
 use crate::model::{EncoderConfig, LoadOptions, Mode, Pooling, SentenceEncoder};
-use crate::train::config::{BestMode, Config};
+use crate::train::config::{BestMode, Config, Generative, LightweightConfig};
 use crate::train::recipe::{Recipe, StepLoss, StepPlan};
 use crate::train::split::train_val_pairs;
 use anyhow::{bail, ensure, Context, Result};
 use candle_core::{DType, Device, Tensor, D};
 use rand::seq::index::sample;
 use rand::{Rng as _, SeedableRng};
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use tokenizers::AddedToken;
 
 /// The mask token the recipe adds to the vocabulary (when it is not there already).
 pub const MASK: &str = "<mask>";
 /// The padding token the recipe adds to the vocabulary.
 pub const PAD: &str = "<pad>";
-
-/// The generative task (seed 001 Table 6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Generative {
-    #[serde(rename = "none")]
-    None,
-    #[serde(rename = "mlm")]
-    Mlm,
-    #[serde(rename = "smlm")]
-    Smlm,
-    #[serde(rename = "xtr")]
-    Xtr,
-    #[serde(rename = "mlm+xtr", alias = "mlm-xtr")]
-    MlmXtr,
-    #[serde(rename = "ugt")]
-    Ugt,
-}
 
 impl Generative {
     fn single_mask(self) -> bool {
@@ -83,139 +65,7 @@ impl Generative {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LightweightConfig {
-    /// A tokenizer.json to use (e.g. from `xsent tokenizer train`); default: a shared unigram
-    /// vocabulary learned from the training pairs (both sides). `<mask>` and `<pad>` are added
-    /// when missing.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tokenizer: Option<PathBuf>,
-    /// Pieces of the learned vocabulary (seed 001: 50k per language pair).
-    #[serde(default = "d_vocab")]
-    pub vocab_size: usize,
-    #[serde(default = "d_subword")]
-    pub subword_model: SubwordModel,
-    /// Lowercase before learning and applying the vocabulary (NFKC always).
-    #[serde(default)]
-    pub lowercase: bool,
-    #[serde(default = "d_layers")]
-    pub layers: usize,
-    #[serde(default = "d_hidden")]
-    pub hidden: usize,
-    #[serde(default = "d_heads")]
-    pub heads: usize,
-    /// Feed-forward (filter) size.
-    #[serde(default = "d_ffn")]
-    pub ffn: usize,
-    /// Longest input in pieces (also the number of learned positions).
-    #[serde(default = "d_max_length")]
-    pub max_length: usize,
-    /// Dropout of the hidden states and attention probabilities.
-    #[serde(default = "d_dropout")]
-    pub dropout: f64,
-    /// `ugt`, `smlm`, `xtr`, `mlm`, `mlm+xtr` or `none`.
-    #[serde(default = "d_generative")]
-    pub generative: Generative,
-    /// In-batch sentence alignment loss (Eq. 5).
-    #[serde(default = "d_true")]
-    pub align: bool,
-    /// In-batch sentence similarity loss (Eq. 6).
-    #[serde(default = "d_true")]
-    pub sim: bool,
-    #[serde(default = "d_one")]
-    pub gen_weight: f64,
-    #[serde(default = "d_two")]
-    pub align_weight: f64,
-    #[serde(default = "d_two")]
-    pub sim_weight: f64,
-    /// Fraction of tokens masked by `mlm` (at least one per sentence).
-    #[serde(default = "d_mlm_prob")]
-    pub mlm_prob: f64,
-    /// Batch size of validation embedding (inference).
-    #[serde(default = "d_embed_batch")]
-    pub embed_batch_size: usize,
-}
-
-fn d_vocab() -> usize {
-    16_000
-}
-fn d_subword() -> SubwordModel {
-    SubwordModel::Unigram
-}
-fn d_layers() -> usize {
-    2
-}
-fn d_hidden() -> usize {
-    512
-}
-fn d_heads() -> usize {
-    8
-}
-fn d_ffn() -> usize {
-    1024
-}
-fn d_max_length() -> usize {
-    64
-}
-fn d_dropout() -> f64 {
-    0.1
-}
-fn d_generative() -> Generative {
-    Generative::Ugt
-}
-fn d_true() -> bool {
-    true
-}
-fn d_one() -> f64 {
-    1.0
-}
-fn d_two() -> f64 {
-    2.0
-}
-fn d_mlm_prob() -> f64 {
-    0.15
-}
-fn d_embed_batch() -> usize {
-    128
-}
-
 impl LightweightConfig {
-    pub fn validate(&self) -> Result<()> {
-        ensure!(self.layers >= 1, "lightweight.layers must be at least 1");
-        ensure!(
-            self.hidden >= 1 && self.heads >= 1,
-            "lightweight.hidden ({}) and lightweight.heads ({}) must be at least 1",
-            self.hidden,
-            self.heads
-        );
-        ensure!(
-            self.hidden.is_multiple_of(self.heads),
-            "lightweight.hidden ({}) must be a multiple of lightweight.heads ({})",
-            self.hidden,
-            self.heads
-        );
-        ensure!(self.ffn >= 1, "lightweight.ffn must be at least 1");
-        ensure!(self.max_length >= 2, "lightweight.max_length must be at least 2");
-        crate::model::kinds::vocab::check_size("lightweight.vocab_size", self.vocab_size)?;
-        ensure!((0.0..1.0).contains(&self.dropout), "lightweight.dropout must be in [0, 1), got {}", self.dropout);
-        ensure!(
-            self.mlm_prob > 0.0 && self.mlm_prob <= 1.0,
-            "lightweight.mlm_prob must be in (0, 1], got {}",
-            self.mlm_prob
-        );
-        ensure!(self.embed_batch_size >= 1, "lightweight.embed_batch_size must be at least 1");
-        for (name, w) in
-            [("gen_weight", self.gen_weight), ("align_weight", self.align_weight), ("sim_weight", self.sim_weight)]
-        {
-            ensure!(w.is_finite() && w >= 0.0, "lightweight.{name} must be a finite number >= 0, got {w}");
-        }
-        if self.generative == Generative::None && !self.align && !self.sim {
-            bail!("lightweight: no training task: set generative (ugt, smlm, xtr, mlm, mlm+xtr) or align/sim");
-        }
-        Ok(())
-    }
-
     /// The encoder's `config.json` for a vocabulary of `vocab` pieces padded with `pad`.
     pub fn encoder_config(&self, vocab: usize, pad: u32) -> serde_json::Value {
         serde_json::json!({
@@ -408,8 +258,8 @@ impl Lightweight {
     /// weights) is written once to `out/init/` and read from there by a resumed run (a unigram
     /// vocabulary learned again would be the same, but a BPE one could number its pieces
     /// differently).
-    pub fn new(cfg: &Config, out: &Path) -> Result<Self> {
-        let lc = cfg.lightweight.clone().context("recipe = \"lightweight\" needs a [lightweight] section")?;
+    pub fn new(cfg: &Config, lc: &LightweightConfig, out: &Path) -> Result<Self> {
+        let lc = lc.clone();
         lc.validate()?;
         let device = crate::device::parse_device(&cfg.train.device)?;
         let mut decontam = crate::train::decontam::Decontam::new(cfg)?;

@@ -19,136 +19,18 @@
 
 use crate::index::knn::{translation_accuracy, Matrix};
 use crate::model::encoder::Rng;
-use crate::model::kinds::averaging::{embed_ids_flat, flatten, AveragingModel, Segmenter, Units};
-use crate::model::kinds::vocab::SubwordModel;
+use crate::model::kinds::averaging::{embed_ids_flat, flatten, AveragingModel, Segmenter};
 use crate::model::weights::Params;
-use crate::train::config::{BestMode, Config};
+use crate::train::config::{BestMode, Config, DropoutKind, SpConfig};
 use crate::train::recipe::{Recipe, StepLoss, StepPlan};
 use crate::train::split::train_val_pairs;
 use anyhow::{bail, ensure, Context, Result};
 use candle_core::{Device, Storage, Tensor, Var};
 use rand::Rng as _;
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SpConfig {
-    /// `sp` (SentencePiece pieces), `word` or `trigram` (seed 002 §2).
-    #[serde(default = "d_units")]
-    pub units: Units,
-    /// A tokenizer.json to use (sp or word units); default: learned from the training pairs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tokenizer: Option<PathBuf>,
-    /// `unigram` or `bpe` (sp units, when the vocabulary is learned).
-    #[serde(default = "d_subword")]
-    pub subword_model: SubwordModel,
-    /// Vocabulary size: pieces (sp, default 20,000) or most frequent types kept (word and
-    /// trigram, default 200,000).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub vocab_size: Option<usize>,
-    /// Lowercase inputs (NFKC always).
-    #[serde(default)]
-    pub lowercase: bool,
-    /// Embedding dimension.
-    #[serde(default = "d_dim")]
-    pub dim: usize,
-    /// Embeddings start from N(0, init_std²).
-    #[serde(default = "d_init_std")]
-    pub init_std: f64,
-    /// δ of the margin loss.
-    #[serde(default = "d_margin")]
-    pub margin: f64,
-    /// Largest mega-batch, in mini-batches (M_max).
-    #[serde(default = "d_megabatch")]
-    pub megabatch_max: usize,
-    /// M grows by one every this many mini-batches (0: M_max from the start).
-    #[serde(default = "d_anneal")]
-    pub anneal_rate: u64,
-    /// Also the hardest source-side negative for each target.
-    #[serde(default)]
-    pub symmetric: bool,
-    /// Dropout rate in training.
-    #[serde(default = "d_dropout")]
-    pub dropout: f64,
-    /// What dropout drops: `element` (each value of each looked-up embedding, the kept ones
-    /// scaled by 1/(1 − p): standard dropout, as seed 002 and its authors' code) or `unit` (each
-    /// unit of a sentence whole, the mean taken over the units kept).
-    #[serde(default = "d_dropout_kind")]
-    pub dropout_kind: DropoutKind,
-    /// No training: write the randomly initialised encoder (seed 002 Table 2's random rows).
-    #[serde(default)]
-    pub random: bool,
-}
-
-fn d_units() -> Units {
-    Units::Sp
-}
-fn d_subword() -> SubwordModel {
-    SubwordModel::Unigram
-}
-fn d_dim() -> usize {
-    300
-}
-fn d_init_std() -> f64 {
-    1.0
-}
-fn d_margin() -> f64 {
-    0.4
-}
-fn d_megabatch() -> usize {
-    120
-}
-fn d_anneal() -> u64 {
-    150
-}
-fn d_dropout() -> f64 {
-    0.3
-}
-fn d_dropout_kind() -> DropoutKind {
-    DropoutKind::Element
-}
-
-/// What `sp.dropout` drops in training.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DropoutKind {
-    /// Each value of each looked-up embedding (standard dropout, kept values scaled by 1/(1 − p)).
-    Element,
-    /// Each unit of a sentence whole; when every unit of a sentence is drawn, none is dropped.
-    Unit,
-}
+use std::path::Path;
 
 impl SpConfig {
-    pub fn vocab_size(&self) -> usize {
-        self.vocab_size.unwrap_or(match self.units {
-            Units::Sp => 20_000,
-            Units::Word | Units::Trigram => 200_000,
-        })
-    }
-
-    pub fn validate(&self) -> Result<()> {
-        ensure!(self.dim > 0, "sp.dim must be at least 1");
-        crate::model::kinds::vocab::check_size("sp.vocab_size", self.vocab_size())?;
-        ensure!(
-            self.margin.is_finite() && self.margin >= 0.0,
-            "sp.margin must be a finite number >= 0, got {}",
-            self.margin
-        );
-        ensure!(self.megabatch_max >= 1, "sp.megabatch_max must be at least 1");
-        ensure!((0.0..1.0).contains(&self.dropout), "sp.dropout must be in [0, 1), got {}", self.dropout);
-        ensure!(
-            self.init_std > 0.0 && (self.init_std as f32).is_finite() && self.init_std as f32 > 0.0,
-            "sp.init_std must be a positive number within f32 range (e.g. 0.1), got {}",
-            self.init_std
-        );
-        if self.tokenizer.is_some() && self.units == Units::Trigram {
-            bail!("sp.tokenizer is for sp or word units; trigram units learn their trigrams from the data");
-        }
-        Ok(())
-    }
-
     /// Mega-batching with M annealed from 1 up to `megabatch_max`.
     pub fn plan(&self) -> StepPlan {
         StepPlan::MegaBatch { anneal_rate: self.anneal_rate, max: self.megabatch_max }
@@ -248,8 +130,8 @@ impl SpRecipe {
     /// `out/vocab/` and reused from there by a resumed run (learning a unigram vocabulary again
     /// gives the same one, [`crate::model::kinds::vocab::train_subword`], but takes time; a BPE one could
     /// number its pieces differently).
-    pub fn new(cfg: &Config, out: &Path) -> Result<Self> {
-        let sc = cfg.sp.clone().context("recipe = \"sp\" needs an [sp] section")?;
+    pub fn new(cfg: &Config, sc: &SpConfig, out: &Path) -> Result<Self> {
+        let sc = sc.clone();
         sc.validate()?;
         let device = crate::device::parse_device(&cfg.train.device)?;
         let mut decontam = crate::train::decontam::Decontam::new(cfg)?;
@@ -547,8 +429,8 @@ impl Recipe for SpRecipe {
 
 /// `sp.random = true`: write the untrained encoder (vocabulary learned, table drawn) as `final/`
 /// of the run directory, with the resolved config, and no training step.
-pub fn write_untrained(cfg: &Config, out: &Path) -> Result<()> {
-    let recipe = SpRecipe::new(cfg, out)?;
+pub fn write_untrained(cfg: &Config, sc: &SpConfig, out: &Path) -> Result<()> {
+    let recipe = SpRecipe::new(cfg, sc, out)?;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create run directory {}", out.display()))?;
     crate::train::write_run_config(out, cfg)?;
     crate::io::atomic::write_atomically(&out.join("final"), |d| recipe.save(d, false))?;

@@ -44,7 +44,8 @@ pub struct SinkhornOptions {
 
 impl Default for SinkhornOptions {
     fn default() -> Self {
-        Self { eps: 3e-3, tol: 1e-4, max_iter: 100_000 }
+        use crate::train::config::defaults::dueam as d;
+        Self { eps: d::sinkhorn_eps(), tol: d::sinkhorn_tol(), max_iter: d::sinkhorn_max_iter() }
     }
 }
 

@@ -3,35 +3,157 @@
 //! Unknown keys are errors; `--set key=value` overrides any value; the resolved config (every
 //! default filled in) is written into the run directory.
 
+use crate::data::bitext::Source;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
+pub mod defaults;
+pub mod disentangle;
+pub mod distill;
+pub mod dueam;
+pub mod lightweight;
+mod load;
+pub mod sp;
+
+pub use disentangle::{DisentangleConfig, MeaningInit};
+pub use distill::{DistillConfig, FitOn, Projection, Targets};
+pub use dueam::{DueamConfig, LossTerms, PairKind, SolverKind};
+pub use lightweight::{Generative, LightweightConfig};
+pub use load::{apply_set, apply_unset, default_out, find, load, load_from, load_with, ConfigFrom};
+pub use sp::{DropoutKind, SpConfig};
+
+/// A training config: the trainer's sections and the section of the recipe that trains.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "ConfigFile", into = "ConfigFile")]
 pub struct Config {
-    /// Which recipe trains: `distill`, `disentangle`, `dueam`, `lightweight` or `sp`.
-    pub recipe: String,
+    /// Which recipe trains, with its section (`recipe = "distill"` and `[distill]` in the file).
+    pub recipe: RecipeConfig,
     /// Seeds initialisation, data order and dropout.
-    #[serde(default = "d_seed")]
     pub seed: u64,
-    #[serde(default)]
     pub train: TrainConfig,
-    #[serde(default)]
     pub optim: OptimConfig,
-    #[serde(default)]
     pub data: DataConfig,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub distill: Option<super::recipes::distill::DistillConfig>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub disentangle: Option<super::recipes::disentangle::DisentangleConfig>,
-    pub sp: Option<super::recipes::sp::SpConfig>,
-    pub dueam: Option<super::recipes::dueam::DueamConfig>,
-    pub lightweight: Option<super::recipes::lightweight::LightweightConfig>,
 }
 
-fn d_seed() -> u64 {
-    42
+/// The recipe that trains, with its own section of the config.
+#[derive(Debug, Clone)]
+pub enum RecipeConfig {
+    Distill(DistillConfig),
+    Disentangle(DisentangleConfig),
+    Dueam(DueamConfig),
+    Lightweight(LightweightConfig),
+    Sp(SpConfig),
+}
+
+impl RecipeConfig {
+    /// The recipes' names, as `recipe = …` and their sections name them.
+    pub const NAMES: [&'static str; 5] = ["distill", "disentangle", "dueam", "lightweight", "sp"];
+
+    /// Its name: `recipe = …` and its section's.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Distill(_) => "distill",
+            Self::Disentangle(_) => "disentangle",
+            Self::Dueam(_) => "dueam",
+            Self::Lightweight(_) => "lightweight",
+            Self::Sp(_) => "sp",
+        }
+    }
+
+    /// The section's own checks (no files read).
+    fn validate(&self) -> Result<()> {
+        match self {
+            Self::Distill(d) => d.validate(),
+            Self::Disentangle(d) => d.validate(),
+            Self::Dueam(d) => d.validate(),
+            Self::Lightweight(l) => l.validate().context("[lightweight]"),
+            Self::Sp(s) => s.validate().context("[sp]"),
+        }
+    }
+}
+
+impl std::fmt::Display for RecipeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A config as its file has it: `recipe = "NAME"` beside one optional section per recipe.
+/// [`Config`] is read and written through it; only the named recipe's section may be set.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    recipe: String,
+    #[serde(default = "defaults::seed")]
+    seed: u64,
+    #[serde(default)]
+    train: TrainConfig,
+    #[serde(default)]
+    optim: OptimConfig,
+    #[serde(default)]
+    data: DataConfig,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    distill: Option<DistillConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    disentangle: Option<DisentangleConfig>,
+    sp: Option<SpConfig>,
+    dueam: Option<DueamConfig>,
+    lightweight: Option<LightweightConfig>,
+}
+
+impl TryFrom<ConfigFile> for Config {
+    type Error = anyhow::Error;
+
+    /// The recipe's section, which must be set; any other recipe's section is an error (a typo
+    /// in `recipe`, or a key set for the wrong recipe: `--set sp.dim=…` on a distill config).
+    fn try_from(f: ConfigFile) -> Result<Self> {
+        let present =
+            [f.distill.is_some(), f.disentangle.is_some(), f.dueam.is_some(), f.lightweight.is_some(), f.sp.is_some()];
+        let needs = |name: &str| {
+            let article = if name == "sp" { "an" } else { "a" };
+            anyhow::anyhow!("recipe = \"{name}\" needs {article} [{name}] section")
+        };
+        let recipe = match f.recipe.as_str() {
+            "distill" => RecipeConfig::Distill(f.distill.ok_or_else(|| needs("distill"))?),
+            "disentangle" => RecipeConfig::Disentangle(f.disentangle.ok_or_else(|| needs("disentangle"))?),
+            "dueam" => RecipeConfig::Dueam(f.dueam.ok_or_else(|| needs("dueam"))?),
+            "lightweight" => RecipeConfig::Lightweight(f.lightweight.ok_or_else(|| needs("lightweight"))?),
+            "sp" => RecipeConfig::Sp(f.sp.ok_or_else(|| needs("sp"))?),
+            other => bail!("recipe = {other:?} is not known; this xsent trains: {}", RecipeConfig::NAMES.join(", ")),
+        };
+        if let Some((name, _)) =
+            RecipeConfig::NAMES.iter().zip(present).find(|(name, set)| *set && **name != recipe.name())
+        {
+            return Err(other_recipes_section(name, recipe.name()));
+        }
+        Ok(Config { recipe, seed: f.seed, train: f.train, optim: f.optim, data: f.data })
+    }
+}
+
+impl From<Config> for ConfigFile {
+    fn from(c: Config) -> Self {
+        let mut f = ConfigFile {
+            recipe: c.recipe.name().to_string(),
+            seed: c.seed,
+            train: c.train,
+            optim: c.optim,
+            data: c.data,
+            distill: None,
+            disentangle: None,
+            sp: None,
+            dueam: None,
+            lightweight: None,
+        };
+        match c.recipe {
+            RecipeConfig::Distill(d) => f.distill = Some(d),
+            RecipeConfig::Disentangle(d) => f.disentangle = Some(d),
+            RecipeConfig::Dueam(d) => f.dueam = Some(d),
+            RecipeConfig::Lightweight(l) => f.lightweight = Some(l),
+            RecipeConfig::Sp(s) => f.sp = Some(s),
+        }
+        f
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -78,29 +200,6 @@ pub struct TrainConfig {
     pub val_sts: Option<String>,
 }
 
-impl Default for TrainConfig {
-    fn default() -> Self {
-        Self {
-            max_steps: 0,
-            epochs: 1,
-            batch_size: 32,
-            grad_accum: 1,
-            shard_size: 8,
-            log_every: 10,
-            eval_every: 200,
-            eval_at_start: true,
-            checkpoint_every: 200,
-            keep_last: 2,
-            keep_best: true,
-            best_metric: None,
-            best_mode: None,
-            early_stopping_patience: 0,
-            device: "cpu".into(),
-            val_sts: None,
-        }
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BestMode {
@@ -129,21 +228,6 @@ pub struct OptimConfig {
     pub max_grad_norm: f64,
     pub warmup_steps: u64,
     pub schedule: Schedule,
-}
-
-impl Default for OptimConfig {
-    fn default() -> Self {
-        Self {
-            lr: 2e-5,
-            weight_decay: 0.01,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-6,
-            max_grad_norm: 1.0,
-            warmup_steps: 0,
-            schedule: Schedule::Linear,
-        }
-    }
 }
 
 impl OptimConfig {
@@ -201,13 +285,13 @@ impl OptimConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DataConfig {
-    pub sources: Vec<crate::data::bitext::Source>,
+    pub sources: Vec<Source>,
     /// Examples (distinct source sentences) held out for validation.
     pub val_size: usize,
     /// Validate on these sources instead of holding out `val_size` sentences of `sources`
     /// (which then trains on every pair whose source sentence is not among them).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub val_sources: Vec<crate::data::bitext::Source>,
+    pub val_sources: Vec<Source>,
     /// Drop every training (and projection-fitting) pair with a side in an evaluation set: the
     /// benchmark sets under `eval_dir`, the config's validation files and `eval_pairs` /
     /// `eval_lines` ([`crate::data::decontam`]).
@@ -223,72 +307,12 @@ pub struct DataConfig {
     pub eval_lines: Vec<PathBuf>,
 }
 
-impl Default for DataConfig {
-    fn default() -> Self {
-        Self {
-            sources: Vec::new(),
-            val_size: 500,
-            val_sources: Vec::new(),
-            decontaminate: true,
-            eval_dir: None,
-            eval_pairs: Vec::new(),
-            eval_lines: Vec::new(),
-        }
-    }
-}
-
-/// The recipes' own sections.
-const RECIPE_SECTIONS: [&str; 5] = ["distill", "disentangle", "dueam", "lightweight", "sp"];
-
 /// The error for a section that the config's recipe does not read: a typo in `recipe`, or a key
 /// set for the wrong recipe (`--set sp.dim=…` on a distill config).
 fn other_recipes_section(name: &str, recipe: &str) -> anyhow::Error {
     anyhow::anyhow!(
         "[{name}] is set, but recipe = {recipe:?} does not read it; remove the section (or the --set that made it), or set recipe = \"{name}\""
     )
-}
-
-/// Where a config's text comes from, which decides what its relative paths are relative to
-/// ([`Config::paths_mut`] lists them). Paths given by `--set` are relative to the current
-/// directory.
-#[derive(Clone, Copy)]
-pub enum ConfigFrom<'a> {
-    /// A file: relative paths in it are relative to its folder.
-    File(&'a Path),
-    /// A config of `configs/` compiled into xsent: it names places by variables, and a relative
-    /// path in it is relative to the current directory.
-    BuiltIn(&'static super::builtin::BuiltIn),
-    /// A run directory's `config.toml`: written with absolute paths; a relative one (written by
-    /// an older xsent) is relative to the current directory, as it was then.
-    Run(&'a Path),
-}
-
-impl ConfigFrom<'_> {
-    /// The config as messages name it: its path, or `built-in config NAME`.
-    pub fn name(&self) -> String {
-        match self {
-            Self::File(p) | Self::Run(p) => p.display().to_string(),
-            Self::BuiltIn(b) => format!("built-in config {}", b.name),
-        }
-    }
-
-    fn text(&self) -> Result<String> {
-        match self {
-            Self::File(p) | Self::Run(p) => {
-                std::fs::read_to_string(p).with_context(|| format!("cannot read config {}", p.display()))
-            }
-            Self::BuiltIn(b) => Ok(b.text.to_string()),
-        }
-    }
-
-    /// The folder relative paths of the config are relative to.
-    fn base(&self) -> Result<PathBuf> {
-        let cwd = std::env::current_dir().context("cannot read the current directory")?;
-        Ok(match self {
-            Self::File(p) => cwd.join(p.parent().unwrap_or(Path::new(""))),
-            Self::BuiltIn(_) | Self::Run(_) => cwd,
-        })
-    }
 }
 
 /// What a path of a config names: a model (a directory, or a hub id when no such directory
@@ -328,199 +352,6 @@ impl PathField<'_> {
     }
 }
 
-/// Read a config file and apply `--set key=value` overrides.
-pub fn load(path: &Path, sets: &[String]) -> Result<Config> {
-    load_with(path, &[], sets, false)
-}
-
-/// Read a config file, remove the `--unset` keys (their defaults apply), then apply the `--set`
-/// overrides. A key to remove that the file does not set is an error, unless `missing_ok`
-/// (a file compared with a run's saved config, which writes out every default).
-pub fn load_with(path: &Path, unsets: &[String], sets: &[String], missing_ok: bool) -> Result<Config> {
-    load_from(ConfigFrom::File(path), unsets, sets, missing_ok)
-}
-
-/// [`load_with`] for a config from anywhere: its paths made absolute ([`ConfigFrom`]) with
-/// `${XSENT_DATA}`-style variables expanded ([`crate::places::expand`]).
-pub fn load_from(from: ConfigFrom, unsets: &[String], sets: &[String], missing_ok: bool) -> Result<Config> {
-    let name = from.name();
-    let text = from.text()?;
-    let mut value: toml::Value = toml::from_str(&text).with_context(|| format!("{name} is not valid TOML"))?;
-    for k in unsets {
-        apply_unset(&mut value, k, missing_ok).with_context(|| format!("in config {name}"))?;
-    }
-    for s in sets {
-        apply_set(&mut value, s)?;
-    }
-    // Before the sections' own fields are read: a half-filled section of another recipe (made
-    // by `--set distill.teacher=…` on an sp config) is named as such, not as a missing field.
-    if let Some(recipe) = value.get("recipe").and_then(toml::Value::as_str).filter(|r| RECIPE_SECTIONS.contains(r)) {
-        if let Some(name) = RECIPE_SECTIONS.iter().find(|n| **n != recipe && value.get(**n).is_some()) {
-            return Err(other_recipes_section(name, recipe));
-        }
-    }
-    let mut cfg: Config = if sets.is_empty() && unsets.is_empty() {
-        // Straight from the text, so that the error shows the line and column.
-        toml::from_str(&text).map_err(|e| anyhow::anyhow!("invalid config {name}: {}", e.to_string().trim_end()))?
-    } else {
-        value.try_into().map_err(|e: toml::de::Error| {
-            let changes: Vec<String> = unsets
-                .iter()
-                .map(|k| format!("--unset {k}"))
-                .chain(sets.iter().map(|s| format!("--set {s}")))
-                .collect();
-            anyhow::anyhow!("invalid config {name} after {}: {}", changes.join(" "), e.to_string().trim_end())
-        })?
-    };
-    cfg.validate()?;
-    let base = from.base()?;
-    let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let set_keys: Vec<&str> = sets.iter().filter_map(|s| s.split_once('=')).map(|(k, _)| k.trim()).collect();
-    for mut f in cfg.paths_mut() {
-        let by_set = set_keys.iter().any(|k| f.key == *k || f.key.strip_prefix(k).is_some_and(|r| r.starts_with('.')));
-        let (base, said) = if by_set { (cwd.as_path(), "--set") } else { (base.as_path(), "config") };
-        let v = resolve_path(&f.get(), f.kind, base, &cwd)
-            .with_context(|| format!("{name}: {} = {:?} ({said})", f.key, f.get()))?;
-        f.set(v);
-    }
-    Ok(cfg)
-}
-
-/// A path of a config made absolute: variables expanded, then a relative path joined to `base`
-/// (a model path that is no directory there but has the form `org/name` stays a hub id). A
-/// relative path that exists only relative to `cwd` is refused with a hint: older xsent read
-/// config paths relative to the current directory.
-fn resolve_path(value: &str, kind: PathKind, base: &Path, cwd: &Path) -> Result<String> {
-    let expanded = crate::places::expand(value)?;
-    let p = Path::new(&expanded);
-    if p.is_absolute() {
-        return Ok(expanded);
-    }
-    let rel = p.strip_prefix(".").unwrap_or(p);
-    let joined = base.join(rel);
-    if kind == PathKind::Model && !joined.is_dir() && crate::model::source::looks_like_hub_id(&expanded) {
-        if base != cwd && cwd.join(rel).is_dir() {
-            bail!(
-                "no model directory {} (paths in a config are relative to its folder), but {} is one; \
-                 write \"${{XSENT_MODELS}}/NAME\" for a model that scripts/setup.sh installed, a path relative to the config's folder, \
-                 or an absolute path (older xsent read config paths relative to the current directory)",
-                joined.display(),
-                cwd.join(rel).display()
-            );
-        }
-        return Ok(expanded);
-    }
-    if base != cwd && !joined.exists() && cwd.join(rel).exists() {
-        bail!(
-            "{} does not exist (paths in a config are relative to its folder), but {} does; \
-             write \"${{XSENT_DATA}}/…\" for the benchmark data, a path relative to the config's folder, \
-             or an absolute path (older xsent read config paths relative to the current directory)",
-            joined.display(),
-            cwd.join(rel).display()
-        );
-    }
-    Ok(joined.display().to_string())
-}
-
-/// `a.b.c=value`: the value is TOML (`20`, `2e-5`, `true`, `"text"`, `["de", "fr"]`); anything
-/// that does not parse as TOML is taken as a string. Array elements are addressed by index.
-pub fn apply_set(root: &mut toml::Value, set: &str) -> Result<()> {
-    let Some((key, raw)) = set.split_once('=') else {
-        bail!("--set {set:?}: expected key=value, e.g. --set train.max_steps=20")
-    };
-    let key = key.trim();
-    let parsed: toml::Value = match toml::from_str::<toml::Table>(&format!("v = {raw}")) {
-        Ok(mut t) => t.remove("v").expect("the key just written"),
-        Err(_) => toml::Value::String(raw.to_string()),
-    };
-    let parts: Vec<&str> = key.split('.').collect();
-    if parts.iter().any(|p| p.is_empty()) {
-        bail!("--set {set:?}: empty key part in {key:?}");
-    }
-    let mut cur = root;
-    for (i, part) in parts.iter().enumerate() {
-        let last = i + 1 == parts.len();
-        cur = match cur {
-            toml::Value::Table(t) => {
-                if last {
-                    t.insert(part.to_string(), parsed);
-                    return Ok(());
-                }
-                t.entry(part.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()))
-            }
-            toml::Value::Array(a) => {
-                let idx: usize = part
-                    .parse()
-                    .map_err(|_| anyhow::anyhow!("--set {key}: {part:?} indexes a list and must be a number"))?;
-                let len = a.len();
-                let slot = a
-                    .get_mut(idx)
-                    .ok_or_else(|| anyhow::anyhow!("--set {key}: index {idx} but the list has {len} entries"))?;
-                if last {
-                    *slot = parsed;
-                    return Ok(());
-                }
-                slot
-            }
-            _ => bail!("--set {key}: {} is not a table", parts[..i].join(".")),
-        };
-    }
-    unreachable!("the loop returns at the last key part")
-}
-
-/// `a.b.c`: remove the key, so that its default applies (an optional setting such as
-/// `train.val_sts` is then off). A key the config does not set is an error (a typo would
-/// otherwise change nothing), unless `missing_ok`. Entries of a list are not removed one by one:
-/// `--set` the list.
-pub fn apply_unset(root: &mut toml::Value, key: &str, missing_ok: bool) -> Result<()> {
-    let key = key.trim();
-    if key.contains('=') {
-        bail!("--unset {key}: --unset takes a key alone (e.g. --unset train.val_sts); to give a value use --set KEY=VALUE");
-    }
-    let parts: Vec<&str> = key.split('.').collect();
-    if parts.iter().any(|p| p.is_empty()) {
-        bail!("--unset {key}: empty key part");
-    }
-    let (last, path) = parts.split_last().expect("split gives at least one part");
-    let mut cur = root;
-    for (i, part) in path.iter().enumerate() {
-        let here = parts[..=i].join(".");
-        cur = match cur {
-            toml::Value::Table(t) => match t.get_mut(*part) {
-                Some(v) => v,
-                None if missing_ok => return Ok(()),
-                None => bail!("--unset {key}: the config does not set {here} (nothing to remove)"),
-            },
-            toml::Value::Array(a) => {
-                let len = a.len();
-                let idx: usize = part
-                    .parse()
-                    .map_err(|_| anyhow::anyhow!("--unset {key}: {part:?} indexes a list and must be a number"))?;
-                match a.get_mut(idx) {
-                    Some(v) => v,
-                    None if missing_ok => return Ok(()),
-                    None => bail!("--unset {key}: index {idx} but the list has {len} entries"),
-                }
-            }
-            _ => bail!("--unset {key}: {} is a value, not a table", parts[..i].join(".")),
-        };
-    }
-    match cur {
-        toml::Value::Table(t) => {
-            if t.remove(*last).is_none() && !missing_ok {
-                bail!("--unset {key}: the config does not set {key} (nothing to remove)");
-            }
-            Ok(())
-        }
-        toml::Value::Array(_) => bail!(
-            "--unset {key}: {} is a list, whose entries are not removed one by one; give the whole list with --set {}=[...]",
-            path.join("."),
-            path.join(".")
-        ),
-        _ => bail!("--unset {key}: {} is a value, not a table", path.join(".")),
-    }
-}
-
 impl Config {
     pub fn validate(&self) -> Result<()> {
         let t = &self.train;
@@ -537,53 +368,13 @@ impl Config {
             bail!("train.keep_last = 0: the last checkpoint is always kept (--resume starts from it); give 1 or more");
         }
         self.optim.validate()?;
-        // Each recipe and whether its section is set.
-        let present = [
-            self.distill.is_some(),
-            self.disentangle.is_some(),
-            self.dueam.is_some(),
-            self.lightweight.is_some(),
-            self.sp.is_some(),
-        ];
-        let sections: Vec<(&str, bool)> = RECIPE_SECTIONS.into_iter().zip(present).collect();
-        match self.recipe.as_str() {
-            "distill" => match &self.distill {
-                None => bail!("recipe = \"distill\" needs a [distill] section"),
-                Some(d) => d.validate()?,
-            },
-            "disentangle" => match &self.disentangle {
-                None => bail!("recipe = \"disentangle\" needs a [disentangle] section"),
-                Some(d) => d.validate()?,
-            },
-            "sp" => match &self.sp {
-                None => bail!("recipe = \"sp\" needs an [sp] section"),
-                Some(sp) => sp.validate().context("[sp]")?,
-            },
-            "dueam" => match &self.dueam {
-                None => bail!("recipe = \"dueam\" needs a [dueam] section"),
-                Some(d) => {
-                    d.validate()?;
-                    if !self.data.sources.is_empty() || !self.data.val_sources.is_empty() {
-                        bail!("recipe = \"dueam\" builds its pairs from [dueam] xnli_dir/langs/pairs and validates on [[dueam.val_sources]]; remove [[data.sources]] and [[data.val_sources]]");
-                    }
-                }
-            },
-            "lightweight" => match &self.lightweight {
-                None => bail!("recipe = \"lightweight\" needs a [lightweight] section"),
-                Some(l) => l.validate().context("[lightweight]")?,
-            },
-            other => {
-                bail!("recipe = {other:?} is not known; this xsent trains: {}", RECIPE_SECTIONS.join(", "))
-            }
-        }
-        // A section of another recipe would be ignored: a typo in `recipe`, or a key set for
-        // the wrong recipe (`--set sp.dim=…` on a distill config).
-        if let Some((name, _)) = sections.iter().find(|(name, present)| *present && *name != self.recipe) {
-            return Err(other_recipes_section(name, &self.recipe));
+        self.recipe.validate()?;
+        if matches!(self.recipe, RecipeConfig::Dueam(_))
+            && (!self.data.sources.is_empty() || !self.data.val_sources.is_empty())
+        {
+            bail!("recipe = \"dueam\" builds its pairs from [dueam] xnli_dir/langs/pairs and validates on [[dueam.val_sources]]; remove [[data.sources]] and [[data.val_sources]]");
         }
         crate::device::parse_device(&t.device).context("train.device")?;
-        crate::data::bitext::validate_sources(&self.data.sources, "data.sources")?;
-        crate::data::bitext::validate_sources(&self.data.val_sources, "data.val_sources")?;
         Ok(())
     }
 
@@ -605,12 +396,16 @@ impl Config {
                 out.push(PathField { key: key.into(), kind: PathKind::File, value: PathValue::Path(v) });
             }
         }
-        fn sources<'a>(out: &mut Vec<PathField<'a>>, key: &str, list: &'a mut [crate::data::bitext::Source]) {
+        fn sources<'a>(out: &mut Vec<PathField<'a>>, key: &str, list: &'a mut [Source]) {
             for (i, s) in list.iter_mut().enumerate() {
-                path(out, &format!("{key}.{i}.path"), s.path.as_mut());
-                path(out, &format!("{key}.{i}.src"), s.src.as_mut());
-                path(out, &format!("{key}.{i}.tgt"), s.tgt.as_mut());
-                path(out, &format!("{key}.{i}.dir"), s.dir.as_mut());
+                match s {
+                    Source::Tsv { path: p, .. } => path(out, &format!("{key}.{i}.path"), Some(p)),
+                    Source::Aligned { src, tgt, .. } => {
+                        path(out, &format!("{key}.{i}.src"), Some(src));
+                        path(out, &format!("{key}.{i}.tgt"), Some(tgt));
+                    }
+                    Source::Xnli { dir, .. } => path(out, &format!("{key}.{i}.dir"), Some(dir)),
+                }
             }
         }
         let mut out = Vec::new();
@@ -626,25 +421,21 @@ impl Config {
         for (i, p) in self.data.eval_lines.iter_mut().enumerate() {
             path(&mut out, &format!("data.eval_lines.{i}"), Some(p));
         }
-        if let Some(d) = self.distill.as_mut() {
-            text(&mut out, "distill.teacher", PathKind::Model, &mut d.teacher);
-            text(&mut out, "distill.student", PathKind::Model, &mut d.student);
-            sources(&mut out, "distill.projection_fit_sources", &mut d.projection_fit_sources);
-        }
-        if let Some(d) = self.disentangle.as_mut() {
-            text(&mut out, "disentangle.base", PathKind::Model, &mut d.base);
-        }
-        if let Some(d) = self.dueam.as_mut() {
-            text(&mut out, "dueam.anchor", PathKind::Model, &mut d.anchor);
-            text(&mut out, "dueam.learner", PathKind::Model, &mut d.learner);
-            path(&mut out, "dueam.xnli_dir", Some(&mut d.xnli_dir));
-            sources(&mut out, "dueam.val_sources", &mut d.val_sources);
-        }
-        if let Some(l) = self.lightweight.as_mut() {
-            path(&mut out, "lightweight.tokenizer", l.tokenizer.as_mut());
-        }
-        if let Some(s) = self.sp.as_mut() {
-            path(&mut out, "sp.tokenizer", s.tokenizer.as_mut());
+        match &mut self.recipe {
+            RecipeConfig::Distill(d) => {
+                text(&mut out, "distill.teacher", PathKind::Model, &mut d.teacher);
+                text(&mut out, "distill.student", PathKind::Model, &mut d.student);
+                sources(&mut out, "distill.projection_fit_sources", &mut d.projection_fit_sources);
+            }
+            RecipeConfig::Disentangle(d) => text(&mut out, "disentangle.base", PathKind::Model, &mut d.base),
+            RecipeConfig::Dueam(d) => {
+                text(&mut out, "dueam.anchor", PathKind::Model, &mut d.anchor);
+                text(&mut out, "dueam.learner", PathKind::Model, &mut d.learner);
+                path(&mut out, "dueam.xnli_dir", Some(&mut d.xnli_dir));
+                sources(&mut out, "dueam.val_sources", &mut d.val_sources);
+            }
+            RecipeConfig::Lightweight(l) => path(&mut out, "lightweight.tokenizer", l.tokenizer.as_mut()),
+            RecipeConfig::Sp(s) => path(&mut out, "sp.tokenizer", s.tokenizer.as_mut()),
         }
         out
     }
@@ -656,7 +447,7 @@ impl Config {
 /// fixes the data order and its position (`data`, `train.batch_size`, `train.grad_accum`).
 /// Schedule, optimiser, validation and checkpoint settings may change.
 pub fn changed_on_resume(saved: &Config, new: &Config) -> Result<Vec<String>> {
-    let section = format!("{}.", saved.recipe);
+    let section = format!("{}.", saved.recipe.name());
     differences_where(saved, new, |k| {
         matches!(k, "recipe" | "seed" | "train.batch_size" | "train.grad_accum")
             || k.starts_with("data.")
@@ -708,44 +499,6 @@ pub fn run_config_text(cfg: &Config) -> Result<String> {
     Ok(format!("{RUN_CONFIG_HEADER}{}", cfg.to_toml()?))
 }
 
-/// The default run directory of a config: `runs/<file stem>` (a built-in's: `runs/<name>`).
-pub fn default_out(config: &ConfigFrom) -> PathBuf {
-    match config {
-        ConfigFrom::File(p) | ConfigFrom::Run(p) => PathBuf::from("runs").join(p.file_stem().unwrap_or_default()),
-        ConfigFrom::BuiltIn(b) => PathBuf::from("runs").join(b.name),
-    }
-}
-
-/// The config `--config ARG` names: the file ARG when it exists, else the built-in config of
-/// that name (`dueam` or `dueam.toml`), saying on stderr which one is used.
-pub fn find(arg: &Path) -> Result<ConfigFrom<'_>> {
-    let builtin = arg.to_str().and_then(super::builtin::find);
-    if arg.is_file() {
-        if builtin.is_some() {
-            errln!("xsent train: config {} (the file; the built-in config of that name is not used)", arg.display());
-        }
-        return Ok(ConfigFrom::File(arg));
-    }
-    if arg.exists() {
-        bail!(
-            "--config {} is not a file: give a config file, or the name of a built-in config ({})",
-            arg.display(),
-            super::builtin::names()
-        );
-    }
-    match builtin {
-        Some(b) => {
-            errln!("xsent train: config {} (built in; no file {} here; `xsent config show {}` prints it)", b.name, arg.display(), b.name);
-            Ok(ConfigFrom::BuiltIn(b))
-        }
-        None => bail!(
-            "--config {}: no such file, and no built-in config of that name; the built-in ones are {} (`xsent config list`)",
-            arg.display(),
-            super::builtin::names()
-        ),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -761,9 +514,18 @@ mod tests {
     fn the_paper_distillation_config_has_the_papers_languages() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
         let paper = load(&dir.join("distill-paper.toml"), &["train.device=\"cpu\"".to_string()]).unwrap();
-        let langs: Vec<&str> = paper.data.sources.iter().map(|s| s.tgt_lang.as_deref().unwrap()).collect();
+        let pairs: Vec<(&str, &str)> = paper
+            .data
+            .sources
+            .iter()
+            .map(|s| match s {
+                Source::Tsv { src_lang: Some(a), tgt_lang: Some(b), .. } => (a.as_str(), b.as_str()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        let langs: Vec<&str> = pairs.iter().map(|p| p.1).collect();
         assert_eq!(langs.len(), 52);
-        assert!(paper.data.sources.iter().all(|s| s.src_lang.as_deref() == Some("en")));
+        assert!(pairs.iter().all(|p| p.0 == "en"));
         let distinct: std::collections::BTreeSet<&str> = langs.iter().copied().collect();
         assert_eq!(distinct.len(), langs.len());
         for l in ["ar", "de", "tr", "fr-ca", "pt-br", "zh-cn", "zh-tw", "ku", "my"] {
@@ -782,7 +544,8 @@ mod tests {
         assert_eq!(c.train.max_steps, 20);
         assert_eq!(c.optim.lr, 1e-4);
         assert_eq!(c.data.val_size, 7);
-        assert_eq!(c.distill.unwrap().student_prefix, "query: ");
+        let RecipeConfig::Distill(d) = c.recipe else { panic!("{:?}", c.recipe) };
+        assert_eq!(d.student_prefix, "query: ");
     }
 
     #[test]
@@ -851,7 +614,7 @@ mod tests {
                 // The paper-scale configs name a GPU; this build may have no CUDA.
                 let cfg = load(&p, &["train.device=\"cpu\"".to_string()])
                     .unwrap_or_else(|e| panic!("{}: {e:#}", p.display()));
-                assert!(!cfg.recipe.is_empty());
+                assert!(RecipeConfig::NAMES.contains(&cfg.recipe.name()));
                 n += 1;
             }
         }
