@@ -24,7 +24,6 @@ const KNOWN_UPWARD: &[(&str, &str)] = &[];
 
 /// Known cycles (the modules of one strongly connected component, sorted) still to break.
 const KNOWN_CYCLES: &[&[&str]] = &[
-    &["model::config", "model::encoder", "model::quant"],
     &["model::kernels", "model::matmul"],
     &["train::config", "train::decontam", "train::recipe", "train::recipes", "train::split"],
 ];

