@@ -1,5 +1,6 @@
 //! Encoders, pooling and loading.
 
+pub mod candle_ops;
 pub mod config;
 pub mod dense;
 pub mod dropout;
