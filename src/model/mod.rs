@@ -23,7 +23,7 @@ pub mod wordpiece;
 pub use config::{EncoderConfig, Family};
 pub use dense::Dense;
 pub use embedder::{Embedded, Embedder};
-pub use encoder::{Encoder, Mode};
+pub use encoder::{Encoder, Mode, TrainContext};
 pub use kinds::averaging::AveragingModel;
 pub use load::load_embedder;
 pub use pooling::Pooling;
