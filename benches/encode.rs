@@ -35,7 +35,7 @@ fn bench(c: &mut Criterion) {
         b.iter(|| enc.embed_encoded(&encoded, 64).unwrap())
     });
     let one_thread = |train: bool| {
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+        let mut rng = xsent::model::TrainContext::new(rand_chacha::ChaCha8Rng::seed_from_u64(0));
         for chunk in encoded.chunks(64) {
             let batch = enc.collate(&chunk.iter().collect::<Vec<_>>()).unwrap();
             let mut mode = if train { Mode::Train(&mut rng) } else { Mode::Infer };

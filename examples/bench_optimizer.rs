@@ -15,7 +15,7 @@ use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use rand::{Rng as _, RngCore, SeedableRng};
 use std::time::Instant;
-use xsent::model::encoder::Rng;
+use xsent::model::encoder::{Rng, TrainContext};
 use xsent::model::weights::{random_encoder_tensors, Params};
 use xsent::model::{Encoder, EncoderConfig, Mode, Pooling};
 use xsent::train::config::BestMode;
@@ -41,7 +41,7 @@ impl Recipe for Synthetic {
     fn plan(&self) -> StepPlan {
         StepPlan::Sharded
     }
-    fn loss(&self, batch: &[usize], rng: &mut Rng) -> Result<StepLoss> {
+    fn loss(&self, batch: &[usize], rng: &mut TrainContext) -> Result<StepLoss> {
         let l = self.ids[0].len();
         let ids: Vec<u32> = batch.iter().flat_map(|&i| self.ids[i].clone()).collect();
         let ids = Tensor::from_vec(ids, (batch.len(), l), &Device::Cpu)?;

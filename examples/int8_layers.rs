@@ -9,7 +9,8 @@
 #![allow(clippy::disallowed_macros)]
 
 use anyhow::Result;
-use xsent::model::quant::{self, Dtype};
+use xsent::model::quant::Dtype;
+use xsent::model::quantized;
 use xsent::model::LoadOptions;
 use xsent::SentenceEncoder;
 
@@ -40,7 +41,7 @@ fn main() -> Result<()> {
     let f32m = SentenceEncoder::load(model, &opts)?;
     let want = f32m.embed_unchecked(&texts, 64)?;
     let mut int8 = f32m.clone();
-    quant::apply(&mut int8.encoder, Dtype::Int8, &candle_core::Device::Cpu, false)?;
+    quantized::apply(&mut int8.encoder, Dtype::Int8, &candle_core::Device::Cpu, false)?;
     let all: Vec<_> = int8.encoder.linears_mut().map(|l| l.reduced.clone()).collect();
     let layers = all.len() / 6;
     let score = |m: &SentenceEncoder| -> Result<(f64, f64, usize)> {

@@ -23,11 +23,7 @@ const LAYERS: &[&[&str]] = &[
 const KNOWN_UPWARD: &[(&str, &str)] = &[];
 
 /// Known cycles (the modules of one strongly connected component, sorted) still to break.
-const KNOWN_CYCLES: &[&[&str]] = &[
-    &["index::knn", "index::knn_gpu"],
-    &["model::config", "model::encoder", "model::quant"],
-    &["model::kernels", "model::matmul"],
-];
+const KNOWN_CYCLES: &[&[&str]] = &[];
 
 fn layer(top: &str) -> Option<usize> {
     LAYERS.iter().position(|l| l.contains(&top))

@@ -104,7 +104,8 @@ fn encoder_inference_and_training_equal_the_cpu() {
             e.encoder.attention_dropout = 0.0;
         }
         let step = |e: &SentenceEncoder| {
-            let mut rng = <xsent::model::encoder::Rng as rand::SeedableRng>::seed_from_u64(1);
+            let mut rng =
+                xsent::model::TrainContext::new(<xsent::model::encoder::Rng as rand::SeedableRng>::seed_from_u64(1));
             let emb = e.forward(&texts, &mut Mode::Train(&mut rng)).unwrap();
             let loss = emb.sqr().unwrap().sum_all().unwrap();
             let g = loss.backward().unwrap();

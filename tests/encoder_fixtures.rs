@@ -60,7 +60,7 @@ fn check(name: &str) -> Result<()> {
 
 fn check_with(name: &str, weights: &[PathBuf]) -> Result<()> {
     let (enc, e) = load_with(name, weights)?;
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    let mut rng = xsent::model::TrainContext::new(rand_chacha::ChaCha8Rng::seed_from_u64(0));
     let mut train_enc = enc.clone();
     train_enc.hidden_dropout = 0.0;
     train_enc.attention_dropout = 0.0;

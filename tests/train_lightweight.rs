@@ -325,7 +325,8 @@ fn gradient_cache_step_equals_one_backward() {
     let mut sep = Vec::new();
     let mut vecs = Vec::new();
     for (sh, seed) in shards.iter().zip(seeds) {
-        let mut rng = <xsent::model::encoder::Rng as rand::SeedableRng>::seed_from_u64(seed);
+        let mut rng =
+            xsent::model::TrainContext::new(<xsent::model::encoder::Rng as rand::SeedableRng>::seed_from_u64(seed));
         let (l, v) = recipe.shard_forward(sh, &mut rng).unwrap();
         sep.push((l.total * (sh.len() as f64 / batch.len() as f64)).unwrap());
         vecs.push(v);

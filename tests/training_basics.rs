@@ -10,7 +10,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use xsent::model::pooling::l2_normalize;
 use xsent::model::weights::{self, Params};
-use xsent::model::{Encoder, EncoderConfig, Mode, Pooling};
+use xsent::model::{Encoder, EncoderConfig, Mode, Pooling, TrainContext};
 use xsent::train::{AdamW, AdamWConfig};
 
 fn trainable(name: &str) -> Result<(Encoder, Params, EncoderConfig)> {
@@ -53,7 +53,7 @@ fn every_parameter_gets_a_gradient() -> Result<()> {
     for name in ["tiny-bert", "tiny-xlm-roberta-mlm"] {
         let (enc, params, _) = trainable(name)?;
         let batch = pairs(1, 6, 7, 0)?;
-        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let mut rng = TrainContext::new(ChaCha8Rng::seed_from_u64(3));
         let loss = contrastive(&enc, &batch, &mut Mode::Train(&mut rng))?;
         let grads = loss.backward()?;
         assert!(params.vars.len() >= 2 * 16 + 5, "{name}: only {} parameters", params.vars.len());
@@ -73,7 +73,7 @@ fn twenty_adamw_steps_reduce_the_loss() -> Result<()> {
     enc.attention_dropout = 0.0;
     let batch = pairs(2, 8, 9, 0)?;
     let mut opt = AdamW::new(&params, AdamWConfig { weight_decay: 0.0, ..Default::default() })?;
-    let mut rng = ChaCha8Rng::seed_from_u64(0);
+    let mut rng = TrainContext::new(ChaCha8Rng::seed_from_u64(0));
     let mut losses = Vec::new();
     for _ in 0..20 {
         let loss = contrastive(&enc, &batch, &mut Mode::Train(&mut rng))?;
@@ -90,7 +90,7 @@ fn dropout_is_seeded_and_only_in_training() -> Result<()> {
     let (enc, _, _) = trainable("tiny-bert")?;
     let (ids, _, mask) = pairs(4, 3, 6, 101)?;
     let run = |seed: u64| -> Result<Vec<f32>> {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut rng = TrainContext::new(ChaCha8Rng::seed_from_u64(seed));
         Ok(enc.forward(&ids, &mask, &mut Mode::Train(&mut rng))?.flatten_all()?.to_vec1()?)
     };
     assert_eq!(run(7)?, run(7)?, "same seed, different dropout");
@@ -110,7 +110,7 @@ fn save_load_round_trip_is_exact() -> Result<()> {
     // Train a little so the saved weights differ from the checkpoint.
     let batch = pairs(5, 4, 5, 101)?;
     let mut opt = AdamW::new(&params, AdamWConfig::default())?;
-    let mut rng = ChaCha8Rng::seed_from_u64(0);
+    let mut rng = TrainContext::new(ChaCha8Rng::seed_from_u64(0));
     for _ in 0..3 {
         let loss = contrastive(&enc, &batch, &mut Mode::Train(&mut rng))?;
         opt.step(&loss.backward()?, 1e-2)?;

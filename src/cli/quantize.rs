@@ -24,7 +24,7 @@ pub fn run(a: Args) -> Result<()> {
         .map(|s| if s.contains(char::is_whitespace) { format!("'{s}'") } else { s })
         .collect::<Vec<_>>()
         .join(" ");
-    let w = crate::model::quant::saved::quantize(&a.model, &a.out, a.dtype, a.force, &command)?;
+    let w = crate::model::quantized::quantize(&a.model, &a.out, a.dtype, a.force, &command)?;
     errln!(
         "xsent quantize: wrote {} ({} linear layers in {}; weights {:.1} MB, source {:.1} MB)",
         a.out.display(),

@@ -12,98 +12,11 @@
 //! blocks of 64 rows or more do; the tests check both.)
 
 use anyhow::{anyhow, ensure, Result};
-use candle_core::{Device, Storage, Tensor};
+use candle_core::{Storage, Tensor};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-/// Rows `[n, d]`, row-major.
-#[derive(Debug, Clone)]
-pub struct Matrix {
-    pub data: Vec<f32>,
-    pub dim: usize,
-}
-
-impl Matrix {
-    /// L2-normalised copy of `rows` (so inner product = cosine).
-    pub fn normalized(rows: &[Vec<f32>]) -> Self {
-        let dim = rows.first().map_or(0, |r| r.len());
-        let mut m = Self { data: Vec::with_capacity(rows.len() * dim), dim };
-        for r in rows {
-            m.push_normalized(r);
-        }
-        m
-    }
-
-    /// Append `row` L2-normalised (a zero row stays zero). Its length must be `dim`.
-    pub fn push_normalized(&mut self, row: &[f32]) {
-        debug_assert_eq!(row.len(), self.dim);
-        let start = self.data.len();
-        self.data.extend_from_slice(row);
-        crate::model::pooling::l2_normalize_row(&mut self.data[start..]);
-    }
-
-    /// Embed `texts` with `enc` into L2-normalised rows, `128 × batch_size` texts at a time:
-    /// besides the vectors, only one window's tokens are held.
-    pub fn embed_normalized<S: AsRef<str>>(
-        enc: &dyn crate::model::Embedder,
-        texts: &[S],
-        batch_size: usize,
-    ) -> Result<Self> {
-        let dim = enc.dim();
-        let mut m = Self { data: Vec::with_capacity(texts.len() * dim), dim };
-        for window in texts.chunks(batch_size.clamp(1, usize::MAX / 128) * 128) {
-            for row in enc.embed(window, batch_size)? {
-                ensure!(row.len() == dim, "the encoder returned a vector of {} values, expected {dim}", row.len());
-                m.push_normalized(&row);
-            }
-        }
-        Ok(m)
-    }
-
-    pub fn rows(&self) -> usize {
-        self.data.len().checked_div(self.dim).unwrap_or(0)
-    }
-
-    fn check(&self, what: &str) -> Result<()> {
-        ensure!(
-            self.data.len().is_multiple_of(self.dim),
-            "{what}: {} values are not whole rows of dimension {}",
-            self.data.len(),
-            self.dim
-        );
-        Ok(())
-    }
-
-    fn block(&self, start: usize, len: usize) -> Result<Tensor> {
-        Ok(Tensor::from_slice(&self.data[start * self.dim..(start + len) * self.dim], (len, self.dim), &Device::Cpu)?)
-    }
-}
-
-/// For each query, its `k` best targets, best first (`k` is capped at the number of targets).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Neighbours {
-    pub k: usize,
-    pub sims: Vec<f32>,
-    pub idx: Vec<u32>,
-}
-
-impl Neighbours {
-    fn empty(rows: usize, k: usize) -> Self {
-        Self { k, sims: vec![f32::NEG_INFINITY; rows * k], idx: vec![0; rows * k] }
-    }
-
-    pub fn row(&self, i: usize) -> (&[f32], &[u32]) {
-        (&self.sims[i * self.k..(i + 1) * self.k], &self.idx[i * self.k..(i + 1) * self.k])
-    }
-
-    /// Mean similarity of each query to its k neighbours.
-    pub fn means(&self) -> Vec<f64> {
-        self.sims
-            .chunks(self.k.max(1))
-            .map(|c| c.iter().map(|&s| s as f64).sum::<f64>() / c.len().max(1) as f64)
-            .collect()
-    }
-}
+pub use super::matrix::{Matrix, Neighbours};
 
 /// Query blocks are at most this many rows (one GEMM's rows)...
 const MAX_QUERY_BLOCK: usize = 1024;
@@ -822,5 +735,38 @@ mod tests {
         assert_eq!(pairs(Retrieval::Fwd), [(0, 0), (1, 0)]);
         assert_eq!(pairs(Retrieval::Bwd), [(0, 0), (1, 1)]);
         assert_eq!(pairs(Retrieval::Intersect), [(0, 0)]);
+    }
+
+    /// Rows of small integers (products and sums exact in f32 in any order, so every block size
+    /// gives the same similarities) with many ties: values in -2..=2, and repeated rows.
+    fn tied_rows(n: usize, dim: usize, seed: u64) -> Matrix {
+        use rand::{Rng as _, SeedableRng};
+        let mut g = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let mut data: Vec<f32> = (0..n * dim).map(|_| g.random_range(-2i32..=2) as f32).collect();
+        for i in (0..n).step_by(7) {
+            let j = i / 2;
+            data.copy_within(j * dim..(j + 1) * dim, i * dim);
+        }
+        Matrix { data, dim }
+    }
+
+    /// The device algorithm ([`crate::index::knn_gpu`]), run with candle's CPU ops, gives the CPU
+    /// search's lists exactly, in both directions, with ties, with k above a side's size, and
+    /// with one block or several blocks of each side.
+    #[test]
+    fn device_search_equals_the_cpu_search() -> Result<()> {
+        use crate::index::knn_gpu;
+        use candle_core::Device;
+        for (n, m, k) in [(300, 200, 4), (5, 9, 7), (40, 3, 5), (1, 1, 1), (130, 260, 3)] {
+            let (x, y) = (tied_rows(n, 6, n as u64), tied_rows(m, 6, 7 + m as u64));
+            let want = knn_both(&x, &y, k)?;
+            for blocks in [(knn_gpu::QUERY_BLOCK, knn_gpu::TARGET_BLOCK), (64, 50), (7, 3)] {
+                let got = knn_gpu::search_blocks(&x, &y, k, true, &Device::Cpu, blocks)?;
+                assert_eq!(got.0, want.0, "rows, {n} × {m}, k {k}, blocks {blocks:?}");
+                assert_eq!(got.1.as_ref(), Some(&want.1), "columns, {n} × {m}, k {k}, blocks {blocks:?}");
+            }
+            assert_eq!(knn_gpu::search(&x, &y, k, false, &Device::Cpu)?.0, knn(&x, &y, k)?);
+        }
+        Ok(())
     }
 }

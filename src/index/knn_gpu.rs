@@ -10,15 +10,15 @@
 //! increasing order. The similarities themselves are cuBLAS's, which may differ from the CPU's
 //! gemm in the last bits.
 
-use super::knn::{Matrix, Neighbours};
+use super::matrix::{Matrix, Neighbours};
 use anyhow::{ensure, Result};
 use candle_core::{DType, Device, Tensor};
 use std::sync::Mutex;
 
 /// Query rows per block product.
-const QUERY_BLOCK: usize = 2048;
+pub(super) const QUERY_BLOCK: usize = 2048;
 /// Target rows per block product.
-const TARGET_BLOCK: usize = 16384;
+pub(super) const TARGET_BLOCK: usize = 16384;
 /// Targets up to this size are uploaded once; larger ones block by block.
 const SHARED_TARGETS_MAX_BYTES: usize = 2 << 30;
 
@@ -105,7 +105,7 @@ pub fn search(
 }
 
 /// [`search`] with query and target blocks of the given rows.
-fn search_blocks(
+pub(super) fn search_blocks(
     queries: &Matrix,
     targets: &Matrix,
     k: usize,
@@ -172,36 +172,11 @@ fn search_blocks(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::{Rng as _, SeedableRng};
 
-    /// Rows of small integers (products and sums exact in f32 in any order, so every block size
-    /// gives the same similarities) with many ties: values in -2..=2, and repeated rows.
-    fn rows(n: usize, dim: usize, seed: u64) -> Matrix {
-        let mut g = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-        let mut data: Vec<f32> = (0..n * dim).map(|_| g.random_range(-2i32..=2) as f32).collect();
-        for i in (0..n).step_by(7) {
-            let j = i / 2;
-            data.copy_within(j * dim..(j + 1) * dim, i * dim);
-        }
-        Matrix { data, dim }
-    }
-
-    /// The device algorithm, run with candle's CPU ops, gives the CPU search's lists exactly, in
-    /// both directions, with ties, with k above a side's size, and with one block or several
-    /// blocks of each side.
+    /// A block's best is its largest value at its lowest column, row by row, also when a row's
+    /// values run out.
     #[test]
-    fn device_search_equals_the_cpu_search() -> Result<()> {
-        for (n, m, k) in [(300, 200, 4), (5, 9, 7), (40, 3, 5), (1, 1, 1), (130, 260, 3)] {
-            let (x, y) = (rows(n, 6, n as u64), rows(m, 6, 7 + m as u64));
-            let want = super::super::knn::knn_both(&x, &y, k)?;
-            for blocks in [(QUERY_BLOCK, TARGET_BLOCK), (64, 50), (7, 3)] {
-                let got = search_blocks(&x, &y, k, true, &Device::Cpu, blocks)?;
-                assert_eq!(got.0, want.0, "rows, {n} × {m}, k {k}, blocks {blocks:?}");
-                assert_eq!(got.1.as_ref(), Some(&want.1), "columns, {n} × {m}, k {k}, blocks {blocks:?}");
-            }
-            assert_eq!(search(&x, &y, k, false, &Device::Cpu)?.0, super::super::knn::knn(&x, &y, k)?);
-        }
-        // Exhausted rows, equal values: ties to the lower column.
+    fn top_k_rows_breaks_ties_to_the_lower_column() -> Result<()> {
         let s = Tensor::from_vec(vec![1f32, 3., 3., 2., 3., 0.], (2, 3), &Device::Cpu)?;
         let (v, i) = top_k_rows(&s, 3)?;
         assert_eq!((v[0].clone(), i[0].clone()), (vec![3., 3., 1.], vec![1, 2, 0]));

@@ -22,6 +22,7 @@ pub mod dot;
 pub mod kmeans;
 pub mod knn;
 pub mod knn_gpu;
+pub mod matrix;
 pub mod mine;
 pub mod synthetic;
 pub mod topk;

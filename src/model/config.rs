@@ -27,6 +27,21 @@ fn default_type_vocab() -> usize {
     2
 }
 
+/// `model_type` of an int8 directory: transformers does not know it, so it refuses the
+/// directory instead of loading the int8 values as if they were weights (it ignores an unknown
+/// `quant_method`). The source's `model_type` is kept in `quantization_config.source_model_type`.
+pub const INT8_MODEL_TYPE: &str = "xsent-int8";
+
+/// Put back the source's `model_type` in the raw `config.json` of an int8 directory.
+pub fn restore_model_type(raw: &mut serde_json::Value) {
+    if raw.get("model_type").and_then(|v| v.as_str()) != Some(INT8_MODEL_TYPE) {
+        return;
+    }
+    if let Some(orig) = raw.get("quantization_config").and_then(|q| q.get("source_model_type")).cloned() {
+        raw["model_type"] = orig;
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 pub struct EncoderConfig {
     pub model_type: String,
@@ -64,7 +79,7 @@ impl EncoderConfig {
 
     pub fn from_json(text: &str) -> Result<Self> {
         let mut raw: serde_json::Value = serde_json::from_str(text)?;
-        super::quant::saved::restore_model_type(&mut raw);
+        restore_model_type(&mut raw);
         let mut cfg: EncoderConfig = serde_json::from_value(raw.clone())?;
         cfg.raw = raw;
         cfg.family()?;

@@ -20,9 +20,55 @@ pub type Rng = rand_chacha::ChaCha8Rng;
 pub enum Mode<'a> {
     /// Fused kernels, no dropout, no gradient tracking needed.
     Infer,
-    /// Differentiable ops; dropout masks drawn from the RNG (probabilities from the config or
-    /// the encoder's override).
-    Train(&'a mut Rng),
+    /// Differentiable ops; dropout masks drawn from the context's RNG (probabilities from the
+    /// config or the encoder's override); token lookups recorded there when it asks for them.
+    Train(&'a mut TrainContext),
+}
+
+/// What a training forward draws from and records into: the seeded RNG (dropout masks, and a
+/// recipe's own sampling: the context derefs to [`Rng`], so it is an RNG itself) and, made with
+/// [`recording`](Self::recording), the list of its row-sparse token lookups.
+pub struct TrainContext {
+    rng: Rng,
+    lookups: Option<Vec<RowLookup>>,
+}
+
+impl TrainContext {
+    /// Plain token lookups, with candle's dense gradient.
+    pub fn new(rng: Rng) -> Self {
+        Self { rng, lookups: None }
+    }
+
+    /// Row-sparse token lookups, recorded for [`take_lookups`](Self::take_lookups).
+    ///
+    /// A batch uses a few thousand rows of a token-embedding table (250,002 × 384 for
+    /// e5-small), but the gradient candle builds for a lookup is dense: a zeroed table-sized
+    /// tensor and a copy of it per lookup. With this context, a training forward on the CPU
+    /// instead looks its tokens up in a leaf copy of the rows it uses (same values, so the same
+    /// forward) and records it; the caller takes each leaf's gradient after backward and adds it
+    /// to the table's gradient row by row (the trainer's shards do). A table that is not
+    /// trainable is looked up the plain way.
+    pub fn recording(rng: Rng) -> Self {
+        Self { rng, lookups: Some(Vec::new()) }
+    }
+
+    /// The lookups recorded so far (none without [`recording`](Self::recording)).
+    pub fn take_lookups(&mut self) -> Vec<RowLookup> {
+        self.lookups.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+}
+
+impl std::ops::Deref for TrainContext {
+    type Target = Rng;
+    fn deref(&self) -> &Rng {
+        &self.rng
+    }
+}
+
+impl std::ops::DerefMut for TrainContext {
+    fn deref_mut(&mut self) -> &mut Rng {
+        &mut self.rng
+    }
 }
 
 impl Mode<'_> {
@@ -56,43 +102,25 @@ impl Mode<'_> {
     }
 }
 
-/// One training lookup in a token-embedding table, recorded by [`collect_row_lookups`]: the
-/// table, the distinct rows the lookup used (ascending) and the leaf that holds a copy of them.
+/// One training lookup in a token-embedding table, recorded in a
+/// [`TrainContext::recording`]: the table, the distinct rows the lookup used (ascending) and the
+/// leaf that holds a copy of them.
 pub struct RowLookup {
     pub table: Tensor,
     pub rows: Vec<u32>,
     pub leaf: candle_core::Var,
 }
 
-thread_local! {
-    static ROW_LOOKUPS: std::cell::RefCell<Option<Vec<RowLookup>>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Runs `f` with row-sparse token lookups on this thread and returns the lookups it made.
-///
-/// A batch uses a few thousand rows of a token-embedding table (250,002 × 384 for e5-small), but
-/// the gradient candle builds for a lookup is dense: a zeroed table-sized tensor and a copy of it
-/// per lookup. Inside `f`, a training forward on the CPU instead looks its tokens up in a leaf
-/// copy of the rows it uses (same values, so the same forward) and records it; the caller takes
-/// each leaf's gradient after backward and adds it to the table's gradient row by row (the
-/// trainer's shards do). Outside `f`, and for a table that is not trainable, a lookup is the
-/// plain one and its gradient the dense one.
-pub fn collect_row_lookups<T>(f: impl FnOnce() -> T) -> (T, Vec<RowLookup>) {
-    let before = ROW_LOOKUPS.with(|c| c.replace(Some(Vec::new())));
-    let out = f();
-    let lookups = ROW_LOOKUPS.with(|c| c.replace(before)).unwrap_or_default();
-    (out, lookups)
-}
-
-/// `table[ids]`, row-sparse under [`collect_row_lookups`] (see there).
-fn token_lookup(table: &Tensor, ids: &Tensor, mode: &Mode) -> Result<Tensor> {
-    let sparse = mode.is_train()
-        && table.is_variable()
+/// `table[ids]`, row-sparse in a [`TrainContext::recording`] (see there).
+fn token_lookup(table: &Tensor, ids: &Tensor, mode: &mut Mode) -> Result<Tensor> {
+    let Mode::Train(TrainContext { lookups: Some(recorded), .. }) = mode else {
+        return Ok(table.embedding(ids)?);
+    };
+    let sparse = table.is_variable()
         && table.device().is_cpu()
         && !super::kernels::candle_ops_forced()
         && table.dtype() == DType::F32
-        && ids.dtype() == DType::U32
-        && ROW_LOOKUPS.with(|c| c.borrow().is_some());
+        && ids.dtype() == DType::U32;
     if !sparse {
         return Ok(table.embedding(ids)?);
     }
@@ -112,11 +140,7 @@ fn token_lookup(table: &Tensor, ids: &Tensor, mode: &Mode) -> Result<Tensor> {
     let leaf = candle_core::Var::from_tensor(&picked)?;
     let n = local.len();
     let x = leaf.as_tensor().embedding(&Tensor::from_vec(local, n, dev)?)?;
-    ROW_LOOKUPS.with(|c| {
-        if let Some(v) = c.borrow_mut().as_mut() {
-            v.push(RowLookup { table: table.clone(), rows, leaf });
-        }
-    });
+    recorded.push(RowLookup { table: table.clone(), rows, leaf });
     Ok(x)
 }
 

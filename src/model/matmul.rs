@@ -10,7 +10,7 @@ use anyhow::Result;
 use candle_core::Tensor;
 
 /// `a · b` as candle's `matmul`, each operand made readable by cuBLAS first off the CPU (or on
-/// the CPU when [`super::kernels::candle_ops_forced`], so that CPU tests run the GPU's path).
+/// the CPU when [`super::candle_ops::candle_ops_forced`], so that CPU tests run the GPU's path).
 pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     Ok(blas_ready(a)?.matmul(&blas_ready(b)?)?)
 }
@@ -18,7 +18,7 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// `t` itself where cuBLAS reads its layout (or on the CPU), else a contiguous copy. The copy is
 /// an op like any other: gradients flow through it.
 pub fn blas_ready(t: &Tensor) -> Result<Tensor> {
-    let cpu = t.device().is_cpu() && !super::kernels::candle_ops_forced();
+    let cpu = t.device().is_cpu() && !super::candle_ops::candle_ops_forced();
     if cpu || cublas_reads(t.dims(), t.stride()) {
         Ok(t.clone())
     } else {
@@ -99,7 +99,7 @@ mod tests {
         let theirs = |x: &Tensor| -> Result<Tensor> { Ok(x.narrow(1, 0, 5)?.matmul(&x.narrow(1, 5, 5)?.t()?)?) };
         let ours = |x: &Tensor| -> Result<Tensor> { matmul(&x.narrow(1, 0, 5)?, &x.narrow(1, 5, 5)?.t()?) };
         let want = theirs(x.as_tensor())?;
-        let got = super::super::kernels::with_candle_ops(|| -> Result<Tensor> {
+        let got = super::super::candle_ops::with_candle_ops(|| -> Result<Tensor> {
             let (a, b) =
                 (blas_ready(&y.as_tensor().narrow(1, 0, 5)?)?, blas_ready(&y.as_tensor().narrow(1, 5, 5)?.t()?)?);
             assert!(cublas_reads(a.dims(), a.stride()) && cublas_reads(b.dims(), b.stride()));

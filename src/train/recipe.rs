@@ -2,7 +2,7 @@
 //! validation, the model to save) and how its steps are run ([`StepPlan`]).
 
 use super::config::BestMode;
-use crate::model::encoder::Rng;
+use crate::model::encoder::TrainContext;
 use crate::model::weights::Params;
 use crate::model::Embedder;
 use anyhow::{bail, Result};
@@ -28,10 +28,11 @@ pub trait Recipe: Send + Sync {
     fn lr_scale(&self, _param: &str) -> f64 {
         1.0
     }
-    /// Loss of one micro-batch of example indices; randomness (dropout, sampling) from `rng`.
+    /// Loss of one micro-batch of example indices; randomness (dropout, sampling) from `rng`,
+    /// which also records the encoder's row-sparse token lookups when the trainer asks for them.
     /// With [`StepPlan::Sharded`] it is called on shards of the batch, from several threads at
     /// once.
-    fn loss(&self, batch: &[usize], rng: &mut Rng) -> Result<StepLoss>;
+    fn loss(&self, batch: &[usize], rng: &mut TrainContext) -> Result<StepLoss>;
     /// How the trainer runs a micro-batch of this recipe. Default: [`StepPlan::Whole`].
     fn plan(&self) -> StepPlan {
         StepPlan::Whole
@@ -42,7 +43,7 @@ pub trait Recipe: Send + Sync {
     /// mega-batch (`batch`'s micro-batch included, in sampling order), e.g. to pick negatives
     /// there. The mega-batch comes from the seeded data order, so nothing about it lives in the
     /// recipe's state. Default: [`loss`](Recipe::loss).
-    fn loss_in_megabatch(&self, batch: &[usize], _mega: &[usize], rng: &mut Rng) -> Result<StepLoss> {
+    fn loss_in_megabatch(&self, batch: &[usize], _mega: &[usize], rng: &mut TrainContext) -> Result<StepLoss> {
         self.loss(batch, rng)
     }
     /// For a [`StepPlan::Coupled`] recipe: the separable part of the loss of a shard (a
@@ -50,7 +51,7 @@ pub trait Recipe: Send + Sync {
     /// The trainer weights each shard by its share of the batch's examples, so a term that is a
     /// mean over something else (e.g. lightweight's token-level `mlm`, a mean over masked
     /// tokens, whose count varies by row) is weighted per shard, not over the whole batch.
-    fn shard_forward(&self, _shard: &[usize], _rng: &mut Rng) -> Result<(StepLoss, Tensor)> {
+    fn shard_forward(&self, _shard: &[usize], _rng: &mut TrainContext) -> Result<(StepLoss, Tensor)> {
         bail!("this recipe does not split its loss")
     }
     /// For a [`StepPlan::Coupled`] recipe: the coupled part of the loss of `batch` given

@@ -4,7 +4,7 @@
 //! not depend on the number of threads.
 
 use super::recipe::{Recipe, StepLoss};
-use crate::model::encoder::{collect_row_lookups, Rng, RowLookup};
+use crate::model::encoder::{Rng, RowLookup, TrainContext};
 use crate::model::weights::Params;
 use anyhow::Result;
 use candle_core::backprop::GradStore;
@@ -61,10 +61,10 @@ pub fn run_shards(
     /// A shard's result: its gradients, or the non-finite loss and terms it gave.
     type Shard = Result<std::result::Result<Done, (f64, Vec<(String, f64)>)>>;
     let one = |i: usize| -> Shard {
-        let mut rng = Rng::seed_from_u64(seeds[i]);
+        let mut ctx = TrainContext::recording(Rng::seed_from_u64(seeds[i]));
         let t0 = Instant::now();
-        let (l, lookups) = collect_row_lookups(|| recipe.loss_in_megabatch(shards[i], mega, &mut rng));
-        let l = l?;
+        let l = recipe.loss_in_megabatch(shards[i], mega, &mut ctx)?;
+        let lookups = ctx.take_lookups();
         let fwd = t0.elapsed().as_secs_f64();
         let w = shards[i].len() as f64 / batch_len as f64 / accum as f64;
         let value = l.total.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
@@ -206,11 +206,10 @@ pub fn run_coupled(
     let b = batch.len() as f64;
     let accum = accum as f64;
     let forward = par_map(n, |i| -> Result<(StepLoss, Tensor, Vec<RowLookup>, f64)> {
-        let mut rng = Rng::seed_from_u64(seeds[i]);
+        let mut ctx = TrainContext::recording(Rng::seed_from_u64(seeds[i]));
         let t0 = Instant::now();
-        let (r, lookups) = collect_row_lookups(|| recipe.shard_forward(shards[i], &mut rng));
-        let (l, v) = r?;
-        Ok((l, v, lookups, t0.elapsed().as_secs_f64()))
+        let (l, v) = recipe.shard_forward(shards[i], &mut ctx)?;
+        Ok((l, v, ctx.take_lookups(), t0.elapsed().as_secs_f64()))
     });
     let mut out = MicroBatch {
         grads: GradStore::default(),
@@ -282,7 +281,7 @@ pub fn run_coupled(
     Ok(out)
 }
 
-/// A shard's gradients of its row-sparse token lookups (see [`collect_row_lookups`]), taken out
+/// A shard's gradients of its row-sparse token lookups (see [`TrainContext::recording`]), taken out
 /// of its gradient store: per lookup the table, the rows used and their gradient (row-major).
 type RowGrads = Vec<(Tensor, Vec<u32>, Vec<f32>)>;
 
@@ -395,20 +394,21 @@ mod row_lookup_tests {
         let tied =
             Tensor::from_vec((0..50 * 8).map(|i| ((i % 13) as f32 - 6.0) / 7.0).collect::<Vec<_>>(), (50, 8), &dev)
                 .unwrap();
-        let loss = || -> Tensor {
-            let mut rng = Rng::seed_from_u64(11);
+        let loss = |ctx: &mut TrainContext| -> Tensor {
             let mut total = (table.mul(&tied).unwrap().sum_all().unwrap() * 0.1).unwrap();
             for ids in [&ids_a, &ids_b] {
                 let mask = ids.ones_like().unwrap();
-                let h = enc.forward(ids, &mask, &mut Mode::Train(&mut rng)).unwrap();
+                let h = enc.forward(ids, &mask, &mut Mode::Train(ctx)).unwrap();
                 total = (total + h.sqr().unwrap().sum_all().unwrap().sqrt().unwrap()).unwrap();
             }
             total
         };
-        let dense_loss = loss();
+        let dense_loss = loss(&mut TrainContext::new(Rng::seed_from_u64(11)));
         let dense = dense_loss.backward().unwrap().get(&table).unwrap().to_vec2::<f32>().unwrap();
 
-        let (sparse_loss, lookups) = collect_row_lookups(loss);
+        let mut ctx = TrainContext::recording(Rng::seed_from_u64(11));
+        let sparse_loss = loss(&mut ctx);
+        let lookups = ctx.take_lookups();
         assert_eq!(lookups.len(), 2, "one leaf per lookup");
         assert_eq!(lookups[0].rows, vec![0, 1, 2, 3, 7, 9]);
         assert_eq!(sparse_loss.to_scalar::<f32>().unwrap(), dense_loss.to_scalar::<f32>().unwrap(), "the same forward");
@@ -426,8 +426,14 @@ mod row_lookup_tests {
         }
         // Rows no lookup used get only the tied part.
         assert_eq!(sparse[5], dense[5]);
-        // Outside collect_row_lookups the lookup is candle's, with its dense gradient.
-        let again = loss().backward().unwrap().get(&table).unwrap().to_vec2::<f32>().unwrap();
+        // In a context that does not record, the lookup is candle's, with its dense gradient.
+        let again = loss(&mut TrainContext::new(Rng::seed_from_u64(11)))
+            .backward()
+            .unwrap()
+            .get(&table)
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
         assert_eq!(again, dense);
     }
 }

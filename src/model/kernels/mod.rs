@@ -25,6 +25,8 @@ pub use linear::linear;
 pub use mask_mul::dropout_mul;
 pub use softmax::{exp_f32, masked_softmax};
 
+pub use super::candle_ops::{candle_ops_forced, with_candle_ops};
+
 /// The f32 data of two contiguous inputs of the same length (the backward kernels' inputs).
 fn two_f32<'a>(
     op: &str,
@@ -47,40 +49,6 @@ fn two_f32<'a>(
 /// unless [`candle_ops_forced`].
 fn cpu_f32(ts: &[&Tensor]) -> bool {
     !candle_ops_forced() && ts.iter().all(|t| t.device().is_cpu() && t.dtype() == candle_core::DType::F32)
-}
-
-thread_local! {
-    static FORCED_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Whether the CPU runs what a GPU runs: candle's ops instead of these kernels, operands made
-/// contiguous for cuBLAS ([`super::matmul`]), dense token-table gradients and the optimiser's
-/// device path. Set for a process by `XSENT_KERNELS=candle` (tests of the GPU's code paths on a
-/// machine without one), or on one thread by [`with_candle_ops`].
-pub fn candle_ops_forced() -> bool {
-    static FROM_ENV: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    FORCED_HERE.with(|f| f.get())
-        || *FROM_ENV.get_or_init(|| match std::env::var("XSENT_KERNELS").as_deref() {
-            Ok("candle") => true,
-            // avx2 and portable pick the int8/bf16 kernels' path (model::quant) and keep these.
-            Ok("") | Ok("fused") | Ok("avx2") | Ok("portable") | Err(_) => false,
-            Ok(other) => {
-                crate::errln!("xsent: XSENT_KERNELS={other:?} is not \"candle\", \"fused\", \"avx2\" or \"portable\"; the fused CPU kernels are used");
-                false
-            }
-        })
-}
-
-/// `f()` with [`candle_ops_forced`] on this thread (for tests).
-pub fn with_candle_ops<T>(f: impl FnOnce() -> T) -> T {
-    struct Reset(bool);
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            FORCED_HERE.with(|c| c.set(self.0));
-        }
-    }
-    let _reset = Reset(FORCED_HERE.with(|c| c.replace(true)));
-    f()
 }
 
 /// The f32 data of a contiguous input.

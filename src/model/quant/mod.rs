@@ -7,7 +7,6 @@
 pub mod gemm_bf16;
 pub mod gemm_i8;
 pub mod quantize;
-pub mod saved;
 
 use anyhow::{bail, Result};
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
@@ -308,64 +307,6 @@ impl CustomOp1 for ROp<'_> {
         let out = self.0.forward_slice(x, rows);
         Ok((CpuStorage::F32(out), Shape::from((rows, self.0.out_dim()))))
     }
-}
-
-/// The dtypes `--dtype` runs on `device`, for error messages.
-fn supported_on(device: &candle_core::Device) -> &'static str {
-    if device.is_cpu() {
-        "f32, bf16 and int8"
-    } else {
-        "f32, bf16 and f16"
-    }
-}
-
-/// Give the encoder's linear layers their `dtype` copies (f32: nothing to do). Inference only:
-/// a trainable model, or a dtype the device has no kernels for, is refused with what to use.
-pub fn apply(encoder: &mut super::Encoder, dtype: Dtype, device: &candle_core::Device, trainable: bool) -> Result<()> {
-    if dtype == Dtype::F32 {
-        return Ok(());
-    }
-    if trainable {
-        bail!("--dtype {dtype} is for inference only; training runs in f32 (leave --dtype out)");
-    }
-    // Off the CPU (or on it when the GPU's code paths are forced, for tests) bf16 and f16 are
-    // the whole encoder in that dtype on candle's ops: cuBLAS's bf16/f16 products with f32
-    // accumulation, candle's LayerNorm and softmax with f32 statistics, f32 pooling.
-    let device_path = !device.is_cpu() || super::kernels::candle_ops_forced();
-    if device_path && matches!(dtype, Dtype::Bf16 | Dtype::F16) {
-        let dt = if dtype == Dtype::Bf16 { candle_core::DType::BF16 } else { candle_core::DType::F16 };
-        *encoder = encoder.to_dtype(dt)?;
-        return Ok(());
-    }
-    let ok = device.is_cpu() && matches!(dtype, Dtype::Int8 | Dtype::Bf16);
-    if !ok {
-        let on = if device.is_cpu() { "the CPU".to_string() } else { format!("{device:?}") };
-        bail!(
-            "--dtype {dtype} is not supported on {on}: it runs {} (use --dtype f32{})",
-            supported_on(device),
-            if device.is_cpu() { ", bf16 or int8" } else { ", bf16 or f16, or --device cpu for int8" }
-        );
-    }
-    if dtype == Dtype::Bf16 {
-        for l in encoder.linears_mut() {
-            l.reduced = Some(std::sync::Arc::new(Reduced::Bf16(BLinear::from_f32(&l.weight, &l.bias)?)));
-        }
-        return Ok(());
-    }
-    let layers = saved::int8_layers(encoder)?;
-    for (l, (q, scales, smooth)) in encoder.linears_mut().zip(layers) {
-        let (n, k) = l.weight.dims2()?;
-        let bias: Vec<f32> = l.bias.to_dtype(candle_core::DType::F32)?.to_vec1()?;
-        l.reduced = Some(std::sync::Arc::new(Reduced::Int8(QLinear::from_int8_smoothed(
-            &q,
-            &scales,
-            &bias,
-            n,
-            k,
-            smooth.as_deref(),
-        )?)));
-    }
-    Ok(())
 }
 
 /// Smoothing factors for a layer fed by a LayerNorm with scale `gamma` and shift `beta`

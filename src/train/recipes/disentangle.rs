@@ -321,7 +321,7 @@ impl Recipe for Disentangle {
         }
     }
 
-    fn loss(&self, batch: &[usize], rng: &mut Rng) -> Result<StepLoss> {
+    fn loss(&self, batch: &[usize], rng: &mut crate::model::TrainContext) -> Result<StepLoss> {
         let ex: Vec<Example> = batch.iter().map(|&i| self.train[i]).collect();
         let neg: Vec<(u32, u32)> = ex
             .iter()

@@ -267,7 +267,7 @@ impl Recipe for Distill {
         batch.sort_by_key(|&i| (self.train[i].src.len() + self.train[i].tgt.len(), i));
     }
 
-    fn loss(&self, batch: &[usize], rng: &mut Rng) -> Result<StepLoss> {
+    fn loss(&self, batch: &[usize], rng: &mut crate::model::TrainContext) -> Result<StepLoss> {
         let pairs: Vec<&Pair> = batch.iter().map(|&i| &self.train[i]).collect();
         let b = pairs.len();
         let texts: Vec<&str> =

@@ -19,7 +19,6 @@ use super::wmd::{wmd_batch, SinkhornOptions, Solver};
 use crate::data::bitext::Pair;
 use crate::data::xnli::{unsup_pairs, weak_pairs, PairSet};
 use crate::index::knn::{translation_accuracy, Matrix};
-use crate::model::encoder::Rng;
 use crate::model::weights::Params;
 use crate::model::{LoadOptions, Mode, Pooling, SentenceEncoder};
 use crate::train::config::{BestMode, Config, DueamConfig, LossTerms, PairKind, SolverKind};
@@ -331,7 +330,7 @@ impl Recipe for Dueam {
         });
     }
 
-    fn loss(&self, batch: &[usize], rng: &mut Rng) -> Result<StepLoss> {
+    fn loss(&self, batch: &[usize], rng: &mut crate::model::TrainContext) -> Result<StepLoss> {
         let n = batch.len();
         let mut terms = Vec::new();
         let wmd = if self.terms == LossTerms::Cos {

@@ -429,7 +429,7 @@ impl Recipe for Lightweight {
         }
     }
 
-    fn loss(&self, batch: &[usize], rng: &mut Rng) -> Result<StepLoss> {
+    fn loss(&self, batch: &[usize], rng: &mut crate::model::TrainContext) -> Result<StepLoss> {
         let (gen, vectors) = self.shard_forward(batch, rng)?;
         let c = self.coupled_loss(batch, &vectors)?;
         let mut terms = gen.terms;
@@ -439,7 +439,7 @@ impl Recipe for Lightweight {
 
     /// Masks, forward, and the generative loss of a shard (a mean over its pairs); the
     /// vectors are `[u | v]`, `[shard, 2H]`.
-    fn shard_forward(&self, batch: &[usize], rng: &mut Rng) -> Result<(StepLoss, Tensor)> {
+    fn shard_forward(&self, batch: &[usize], rng: &mut crate::model::TrainContext) -> Result<(StepLoss, Tensor)> {
         let b = batch.len();
         let task = self.cfg.generative;
         // Inputs: the batch's source sides, then its target sides; masks drawn from the RNG.

@@ -359,11 +359,16 @@ impl Recipe for SpRecipe {
         self.cfg.plan()
     }
 
-    fn loss(&self, batch: &[usize], rng: &mut Rng) -> Result<StepLoss> {
+    fn loss(&self, batch: &[usize], rng: &mut crate::model::TrainContext) -> Result<StepLoss> {
         self.loss_in_megabatch(batch, batch, rng)
     }
 
-    fn loss_in_megabatch(&self, batch: &[usize], mega: &[usize], rng: &mut Rng) -> Result<StepLoss> {
+    fn loss_in_megabatch(
+        &self,
+        batch: &[usize],
+        mega: &[usize],
+        rng: &mut crate::model::TrainContext,
+    ) -> Result<StepLoss> {
         let b = batch.len();
         let keys =
             |idx: &[usize]| -> Vec<(u32, u32)> { idx.iter().map(|&i| (self.src.key[i], self.tgt.key[i])).collect() };

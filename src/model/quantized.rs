@@ -1,4 +1,6 @@
-//! Quantised model directories, as `xsent quantize` writes them and `--model` loads them.
+//! Quantised encoders: `--dtype` applied to an encoder's linear layers ([`apply`], with the
+//! layers and kernels of [`super::quant`]), and the model directories `xsent quantize` writes
+//! and `--model` loads.
 //!
 //! `model.safetensors` holds every encoder tensor under its canonical name; each linear layer
 //! `P` of the encoder is stored reduced:
@@ -12,8 +14,8 @@
 //! `quant_method: "xsent"` and the `dtype`. Loading gives the layers exactly the weights
 //! `--dtype int8|bf16` computes from the source model, so the vectors are the same bit for bit.
 
-use super::{smoothing, Dtype, QLinear, Reduced};
-use crate::model::config::EncoderConfig;
+use super::quant::{gemm_bf16, int8_weights, smoothing, BLinear, Dtype, QLinear, Reduced};
+use crate::model::config::{EncoderConfig, INT8_MODEL_TYPE};
 use crate::model::encoder::Encoder;
 use crate::model::weights;
 use anyhow::{bail, Context, Result};
@@ -24,21 +26,6 @@ use std::path::{Path, PathBuf};
 
 /// `quant_method` in `config.json`'s `quantization_config`.
 pub const METHOD: &str = "xsent";
-
-/// `model_type` of an int8 directory: transformers does not know it, so it refuses the
-/// directory instead of loading the int8 values as if they were weights (it ignores an unknown
-/// `quant_method`). The source's `model_type` is kept in `quantization_config.source_model_type`.
-pub const INT8_MODEL_TYPE: &str = "xsent-int8";
-
-/// Put back the source's `model_type` in the raw `config.json` of an int8 directory.
-pub fn restore_model_type(raw: &mut serde_json::Value) {
-    if raw.get("model_type").and_then(|v| v.as_str()) != Some(INT8_MODEL_TYPE) {
-        return;
-    }
-    if let Some(orig) = raw.get("quantization_config").and_then(|q| q.get("source_model_type")).cloned() {
-        raw["model_type"] = orig;
-    }
-}
 
 /// The canonical names of the encoder's linear layers, in [`Encoder::linears_mut`]'s order.
 pub fn linear_names(layers: usize) -> Vec<String> {
@@ -95,6 +82,64 @@ pub fn effective_dtype(saved: Option<Dtype>, requested: Option<Dtype>, trainable
     }
 }
 
+/// The dtypes `--dtype` runs on `device`, for error messages.
+fn supported_on(device: &candle_core::Device) -> &'static str {
+    if device.is_cpu() {
+        "f32, bf16 and int8"
+    } else {
+        "f32, bf16 and f16"
+    }
+}
+
+/// Give the encoder's linear layers their `dtype` copies (f32: nothing to do). Inference only:
+/// a trainable model, or a dtype the device has no kernels for, is refused with what to use.
+pub fn apply(encoder: &mut Encoder, dtype: Dtype, device: &candle_core::Device, trainable: bool) -> Result<()> {
+    if dtype == Dtype::F32 {
+        return Ok(());
+    }
+    if trainable {
+        bail!("--dtype {dtype} is for inference only; training runs in f32 (leave --dtype out)");
+    }
+    // Off the CPU (or on it when the GPU's code paths are forced, for tests) bf16 and f16 are
+    // the whole encoder in that dtype on candle's ops: cuBLAS's bf16/f16 products with f32
+    // accumulation, candle's LayerNorm and softmax with f32 statistics, f32 pooling.
+    let device_path = !device.is_cpu() || super::kernels::candle_ops_forced();
+    if device_path && matches!(dtype, Dtype::Bf16 | Dtype::F16) {
+        let dt = if dtype == Dtype::Bf16 { candle_core::DType::BF16 } else { candle_core::DType::F16 };
+        *encoder = encoder.to_dtype(dt)?;
+        return Ok(());
+    }
+    let ok = device.is_cpu() && matches!(dtype, Dtype::Int8 | Dtype::Bf16);
+    if !ok {
+        let on = if device.is_cpu() { "the CPU".to_string() } else { format!("{device:?}") };
+        bail!(
+            "--dtype {dtype} is not supported on {on}: it runs {} (use --dtype f32{})",
+            supported_on(device),
+            if device.is_cpu() { ", bf16 or int8" } else { ", bf16 or f16, or --device cpu for int8" }
+        );
+    }
+    if dtype == Dtype::Bf16 {
+        for l in encoder.linears_mut() {
+            l.reduced = Some(std::sync::Arc::new(Reduced::Bf16(BLinear::from_f32(&l.weight, &l.bias)?)));
+        }
+        return Ok(());
+    }
+    let layers = int8_layers(encoder)?;
+    for (l, (q, scales, smooth)) in encoder.linears_mut().zip(layers) {
+        let (n, k) = l.weight.dims2()?;
+        let bias: Vec<f32> = l.bias.to_dtype(candle_core::DType::F32)?.to_vec1()?;
+        l.reduced = Some(std::sync::Arc::new(Reduced::Int8(QLinear::from_int8_smoothed(
+            &q,
+            &scales,
+            &bias,
+            n,
+            k,
+            smooth.as_deref(),
+        )?)));
+    }
+    Ok(())
+}
+
 /// One int8 layer's values `[out, in]`, per-channel scales and smoothing factors (if any).
 pub type Int8Parts = (Vec<i8>, Vec<f32>, Option<Vec<f32>>);
 
@@ -108,7 +153,7 @@ pub fn int8_layers(encoder: &mut Encoder) -> Result<Vec<Int8Parts>> {
             Some((g, b)) => Some(smoothing(&g, &b, &l.weight)?),
             None => None,
         };
-        let (q, scales) = super::int8_weights(&l.weight, smooth.as_deref())?;
+        let (q, scales) = int8_weights(&l.weight, smooth.as_deref())?;
         out.push((q, scales, smooth));
     }
     Ok(out)
@@ -303,7 +348,7 @@ pub fn quantize(model: &str, out: &Path, dtype: Dtype, force: bool, command: &st
         _ => {
             for (name, l) in names.iter().zip(encoder.linears_mut()) {
                 let w: Vec<f32> = l.weight.flatten_all()?.to_vec1()?;
-                let bits: Vec<u8> = w.iter().flat_map(|&v| super::gemm_bf16::to_bf16(v).to_le_bytes()).collect();
+                let bits: Vec<u8> = w.iter().flat_map(|&v| gemm_bf16::to_bf16(v).to_le_bytes()).collect();
                 blobs.push((format!("{name}.weight"), safetensors::Dtype::BF16, l.weight.dims().to_vec(), bits));
             }
         }
