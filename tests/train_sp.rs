@@ -72,7 +72,7 @@ fn tokenizer_train_round_trip() {
     // Nor the vocabulary a run keeps for its resume (vocab/ beside the run's config.toml).
     let run = dir.path().join("run");
     std::fs::create_dir_all(run.join("vocab")).unwrap();
-    std::fs::write(run.join("config.toml"), format!("{}recipe = \"sp\"\n", xsent::train::config::RUN_CONFIG_HEADER))
+    std::fs::write(run.join("config.toml"), format!("{}recipe = \"sp\"\n", xsent::train::run_dir::RUN_CONFIG_HEADER))
         .unwrap();
     std::fs::write(run.join("vocab/tokenizer.json"), "the run's").unwrap();
     let o = common::xsent()

@@ -57,7 +57,7 @@ pub fn run(c: Command) -> Result<()> {
                 let dir = &std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
                 let model = ["config.json", "xsent.json", "model.safetensors"].iter().find(|f| dir.join(f).is_file());
                 let run =
-                    dir.parent().map(|r| r.join("config.toml")).filter(|c| crate::train::config::is_run_config(c));
+                    dir.parent().map(|r| r.join("config.toml")).filter(|c| crate::train::run_dir::is_run_config(c));
                 if let Some(f) = model {
                     anyhow::bail!(
                         "-o {}: {} holds a model ({f}) whose tokenizer.json this would replace: give another path",

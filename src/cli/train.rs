@@ -1,5 +1,6 @@
 use crate::train::lock::{RunLock, LOCK_FILE};
-use crate::train::{self, config, Outcome, RunOptions, Trainer};
+use crate::train::run_dir::{clear_failed_start, entries_besides_lock, remove_made};
+use crate::train::{self, config, Outcome, RunOptions};
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,7 +44,7 @@ pub fn run(a: Args) -> Result<i32> {
     }
     let out = match (&a.out, &from) {
         (Some(o), _) => o.clone(),
-        (None, Some(c)) => config::default_out(c),
+        (None, Some(c)) => train::run_dir::default_out(c),
         (None, None) => bail!("give --config FILE (and optionally --out DIR), or --resume --out DIR"),
     };
     if out.exists() && !out.is_dir() {
@@ -96,24 +97,13 @@ pub fn run(a: Args) -> Result<i32> {
     result
 }
 
-/// The names in `out` other than the lock file (None if it cannot be read).
-fn entries_besides_lock(out: &std::path::Path) -> Option<Vec<String>> {
-    let d = std::fs::read_dir(out).ok()?;
-    Some(
-        d.filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n != LOCK_FILE)
-            .collect(),
-    )
-}
-
 /// [`run`] once the run directory `out` exists and is locked.
 fn run_locked(a: &Args, out: &std::path::Path, saved: &std::path::Path, wrote_config: &mut bool) -> Result<i32> {
     let out = out.to_path_buf();
     let from = a.config.as_deref().map(config::find).transpose()?;
     let cfg = if a.resume {
         train::restore_run(&out)?;
-        if Trainer::latest_checkpoint(&out)?.is_none() {
+        if train::checkpoint::latest_checkpoint(&out)?.is_none() {
             if !saved.is_file() {
                 bail!("--resume: {} does not exist; is {} a run directory?", saved.display(), out.display());
             }
@@ -251,97 +241,4 @@ fn check(from: config::ConfigFrom, a: &Args) -> Result<i32> {
     }
     errln!("xsent train --check: {}: recipe {}, every path exists", from.name(), cfg.recipe);
     Ok(0)
-}
-
-/// Remove the folders this command made for `--out` (itself first), where empty, with the
-/// temporary file of a config.toml write cut short.
-fn remove_made(out: &std::path::Path, made: &[std::path::PathBuf]) {
-    if !made.is_empty() {
-        let _ = std::fs::remove_file(out.join(".config.toml.tmp"));
-    }
-    for d in made {
-        let _ = std::fs::remove_dir(d);
-    }
-}
-
-/// What `xsent train` writes into a run directory before its first checkpoint (besides its
-/// lock file, which is never cleared).
-const START_ENTRIES: &[&str] = &[
-    "config.toml",
-    "metrics.jsonl",
-    "checkpoints",
-    "vocab",
-    "init",
-    ".vocab.tmp",
-    ".init.tmp",
-    ".vocab.old",
-    ".init.old",
-    ".best.tmp",
-    ".best.old",
-    ".config.toml.tmp",
-    ".metrics.jsonl.tmp",
-];
-
-/// A fresh run into an existing, non-empty directory: allowed only when it holds a run that
-/// stopped before its first checkpoint (nothing in it can be resumed or loaded), whose files are
-/// then cleared; anything else is refused.
-fn clear_failed_start(out: &std::path::Path) -> Result<()> {
-    // A replacement of best/, final/ or a checkpoint cut short by a crash is undone first, so
-    // that none of them is mistaken for a leftover.
-    train::restore_run(out)?;
-    if Trainer::latest_checkpoint(out)?.is_some() || out.join("final").exists() {
-        bail!("run directory {} already exists: pass --resume to continue it, or --out for a new run", out.display());
-    }
-    if out.join("best").exists() {
-        // A validation before the first checkpoint kept a model: never delete it.
-        bail!(
-            "{} holds best/ (kept by a validation) but no checkpoint to resume from: move {} elsewhere to keep it, \
-             or delete it, then run the command again (or give --out a new directory)",
-            out.display(),
-            out.join("best").display()
-        );
-    }
-    let mut entries = Vec::new();
-    for e in std::fs::read_dir(out).with_context(|| format!("cannot read {}", out.display()))? {
-        let e = e.with_context(|| format!("cannot read {}", out.display()))?;
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name == LOCK_FILE {
-            continue;
-        }
-        if !START_ENTRIES.contains(&name.as_str()) {
-            bail!(
-                "--out {} is not empty and is not an xsent run directory ({name} is in it): give --out a new or empty directory",
-                out.display()
-            );
-        }
-        entries.push(e.path());
-    }
-    // Only files that a start of `xsent train` wrote are cleared: config.toml is written first,
-    // with its header, so a directory without it holds nobody's run but a user's own files of
-    // these names (a `vocab/` or `checkpoints/` of theirs, say), which are left alone; the one
-    // exception is the temporary file of that first write, cut short.
-    let cfg_file = out.join("config.toml");
-    let ours = if cfg_file.is_file() {
-        config::is_run_config(&cfg_file)
-    } else {
-        entries.iter().all(|p| p.file_name().is_some_and(|n| n == ".config.toml.tmp"))
-    };
-    if !ours {
-        bail!(
-            "--out {} holds files that xsent train did not write (no config.toml of a run, or one an older xsent wrote): \
-             move them elsewhere, or give --out a new or empty directory",
-            out.display()
-        );
-    }
-    errln!(
-        "xsent train: {} holds no checkpoint (a start that stopped before its first one); starting it over",
-        out.display()
-    );
-    // config.toml last: an interruption in between leaves a directory still marked as a run's.
-    entries.sort_by_key(|p| p.file_name().is_some_and(|n| n == "config.toml"));
-    for p in entries {
-        let r = if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
-        r.with_context(|| format!("cannot remove {}", p.display()))?;
-    }
-    Ok(())
 }

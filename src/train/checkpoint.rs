@@ -3,6 +3,7 @@
 //! checksum.
 
 use super::optim::AdamW;
+use crate::io::atomic::write_atomically;
 use crate::model::weights::Params;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -33,6 +34,82 @@ pub(crate) struct State {
     /// a resume runs it before the next step.
     #[serde(default)]
     pub(crate) pending_validation: bool,
+}
+
+/// The newest checkpoint of a run directory, as it is (see [`resume_checkpoint`]).
+pub fn latest_checkpoint(out: &Path) -> Result<Option<PathBuf>> {
+    let dir = out.join("checkpoints");
+    Ok(checkpoint_steps(&dir)?.last().map(|n| dir.join(format!("step-{n}"))))
+}
+
+/// The checkpoint to resume from: the newest whose files match their checksums. Newer ones
+/// that fail (damaged on disk, or edited) are set aside as `checkpoints/damaged-step-N`,
+/// never deleted, and the message says so; when none passes, nothing is moved and the error
+/// lists what is wrong with each.
+pub fn resume_checkpoint(out: &Path) -> Result<Option<PathBuf>> {
+    let dir = out.join("checkpoints");
+    let steps = checkpoint_steps(&dir)?;
+    let mut bad: Vec<(u64, String)> = Vec::new();
+    for &n in steps.iter().rev() {
+        let ckpt = dir.join(format!("step-{n}"));
+        let mut old = false;
+        match super::checksums::problem(&ckpt, &CHECKPOINT_FILES, &mut old) {
+            Some(p) => bad.push((n, p)),
+            None => {
+                for (b, why) in &bad {
+                    let aside = free_name(&dir, &format!("damaged-step-{b}"));
+                    std::fs::rename(dir.join(format!("step-{b}")), &aside).with_context(|| {
+                        format!("cannot move the damaged checkpoint step-{b} aside to {}", aside.display())
+                    })?;
+                    crate::errln!(
+                        "xsent train: checkpoint step-{b} is damaged ({why}); it is kept as {} and the run resumes from step-{n}",
+                        aside.display()
+                    );
+                }
+                if old {
+                    crate::errln!(
+                        "xsent train: {} has no {} (an older xsent wrote it): resuming without verifying it",
+                        ckpt.display(),
+                        super::checksums::CHECKSUMS
+                    );
+                }
+                return Ok(Some(ckpt));
+            }
+        }
+    }
+    if bad.is_empty() {
+        return Ok(None);
+    }
+    let list: Vec<String> = bad.iter().map(|(n, why)| format!("step-{n}: {why}")).collect();
+    bail!(
+        "no checkpoint in {} can be resumed:\n  {}\nrestore them from a backup, or start a new run with another --out",
+        dir.display(),
+        list.join("\n  ")
+    )
+}
+
+/// Write checkpoint `checkpoints/step-N/` of run directory `out` (atomically, checksums last),
+/// then remove all but the newest `keep_last` (at least 2).
+pub(crate) fn save_checkpoint(out: &Path, keep_last: usize, params: &Params, opt: &AdamW, state: &State) -> Result<()> {
+    let dir = out.join("checkpoints");
+    std::fs::create_dir_all(&dir)?;
+    write_atomically(&dir.join(format!("step-{}", state.step)), |d| {
+        crate::model::weights::save_tensors(&params.tensors(), &d.join("params.safetensors"))?;
+        crate::model::weights::save_tensors(&opt.state_tensors()?, &d.join("optimizer.safetensors"))?;
+        std::fs::write(d.join("state.json"), serde_json::to_string_pretty(state)?)?;
+        // Last: read back from disk, so that it vouches for what is stored.
+        super::checksums::write(d, &CHECKPOINT_FILES)
+    })?;
+    // keep-last-K, and never fewer than 2: a resume falls back to the one before a
+    // damaged newest checkpoint (Config::validate refuses 0).
+    let steps = checkpoint_steps(&dir)?;
+    let keep = keep_last.max(2);
+    if steps.len() > keep {
+        for s in &steps[..steps.len() - keep] {
+            std::fs::remove_dir_all(dir.join(format!("step-{s}")))?;
+        }
+    }
+    Ok(())
 }
 
 /// The files of a checkpoint, each covered by its checksum.

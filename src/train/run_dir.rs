@@ -5,17 +5,21 @@
 //! - `checkpoints/step-N/`: `params.safetensors`, `optimizer.safetensors`, `state.json`
 //!   (step, data position, RNG position, best score);
 //! - `best/` (keep-best) and `final/`: model directories written by the recipe.
+//!
+//! It also decides what a new run may do with an existing `--out` (clear a start that stopped
+//! before its first checkpoint, refuse anything else) and where a config's run goes by default.
 
-use super::checkpoint::checkpoint_steps;
-use super::config::{self, Config};
+use super::checkpoint::{checkpoint_steps, latest_checkpoint};
+use super::config::{Config, ConfigFrom};
+use super::lock::LOCK_FILE;
 use crate::io::atomic::{restore_replaced, write_file_atomically};
-use anyhow::{Context, Result};
-use std::path::Path;
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
 
 /// Write the resolved config as run directory `out`'s `config.toml` (atomically, with the
 /// header that marks it as a run's).
 pub fn write_run_config(out: &Path, cfg: &Config) -> Result<()> {
-    write_file_atomically(&out.join("config.toml"), config::run_config_text(cfg)?.as_bytes())
+    write_file_atomically(&out.join("config.toml"), run_config_text(cfg)?.as_bytes())
 }
 
 /// [`restore_replaced`] for every directory a run writes atomically (`best/`, `final/`,
@@ -120,6 +124,132 @@ pub(crate) fn validation_logged(path: &Path, step: u64) -> bool {
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
             .any(|v| v["step"].as_u64() == Some(step) && v.get("val").is_some())
     })
+}
+
+/// The first line of a run directory's `config.toml`: what tells a run's files from a user's
+/// own of the same name when a new run may clear a failed start.
+pub const RUN_CONFIG_HEADER: &str = "# xsent train: the resolved config of this run, every default written out\n";
+
+/// Whether `path` is a `config.toml` that `xsent train` wrote (it starts with [`RUN_CONFIG_HEADER`]).
+pub fn is_run_config(path: &Path) -> bool {
+    std::fs::read_to_string(path).is_ok_and(|t| t.starts_with(RUN_CONFIG_HEADER))
+}
+
+/// A run directory's `config.toml`: [`RUN_CONFIG_HEADER`], then the config.
+pub fn run_config_text(cfg: &Config) -> Result<String> {
+    Ok(format!("{RUN_CONFIG_HEADER}{}", cfg.to_toml()?))
+}
+
+/// The default run directory of a config: `runs/<file stem>` (a built-in's: `runs/<name>`).
+pub fn default_out(config: &ConfigFrom) -> PathBuf {
+    match config {
+        ConfigFrom::File(p) | ConfigFrom::Run(p) => PathBuf::from("runs").join(p.file_stem().unwrap_or_default()),
+        ConfigFrom::BuiltIn(b) => PathBuf::from("runs").join(b.name),
+    }
+}
+
+/// The names in `out` other than the lock file (None if it cannot be read).
+pub fn entries_besides_lock(out: &std::path::Path) -> Option<Vec<String>> {
+    let d = std::fs::read_dir(out).ok()?;
+    Some(
+        d.filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n != LOCK_FILE)
+            .collect(),
+    )
+}
+
+/// Remove the folders this command made for `--out` (itself first), where empty, with the
+/// temporary file of a config.toml write cut short.
+pub fn remove_made(out: &std::path::Path, made: &[std::path::PathBuf]) {
+    if !made.is_empty() {
+        let _ = std::fs::remove_file(out.join(".config.toml.tmp"));
+    }
+    for d in made {
+        let _ = std::fs::remove_dir(d);
+    }
+}
+
+/// What `xsent train` writes into a run directory before its first checkpoint (besides its
+/// lock file, which is never cleared).
+const START_ENTRIES: &[&str] = &[
+    "config.toml",
+    "metrics.jsonl",
+    "checkpoints",
+    "vocab",
+    "init",
+    ".vocab.tmp",
+    ".init.tmp",
+    ".vocab.old",
+    ".init.old",
+    ".best.tmp",
+    ".best.old",
+    ".config.toml.tmp",
+    ".metrics.jsonl.tmp",
+];
+
+/// A fresh run into an existing, non-empty directory: allowed only when it holds a run that
+/// stopped before its first checkpoint (nothing in it can be resumed or loaded), whose files are
+/// then cleared; anything else is refused.
+pub fn clear_failed_start(out: &std::path::Path) -> Result<()> {
+    // A replacement of best/, final/ or a checkpoint cut short by a crash is undone first, so
+    // that none of them is mistaken for a leftover.
+    restore_run(out)?;
+    if latest_checkpoint(out)?.is_some() || out.join("final").exists() {
+        bail!("run directory {} already exists: pass --resume to continue it, or --out for a new run", out.display());
+    }
+    if out.join("best").exists() {
+        // A validation before the first checkpoint kept a model: never delete it.
+        bail!(
+            "{} holds best/ (kept by a validation) but no checkpoint to resume from: move {} elsewhere to keep it, \
+             or delete it, then run the command again (or give --out a new directory)",
+            out.display(),
+            out.join("best").display()
+        );
+    }
+    let mut entries = Vec::new();
+    for e in std::fs::read_dir(out).with_context(|| format!("cannot read {}", out.display()))? {
+        let e = e.with_context(|| format!("cannot read {}", out.display()))?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name == LOCK_FILE {
+            continue;
+        }
+        if !START_ENTRIES.contains(&name.as_str()) {
+            bail!(
+                "--out {} is not empty and is not an xsent run directory ({name} is in it): give --out a new or empty directory",
+                out.display()
+            );
+        }
+        entries.push(e.path());
+    }
+    // Only files that a start of `xsent train` wrote are cleared: config.toml is written first,
+    // with its header, so a directory without it holds nobody's run but a user's own files of
+    // these names (a `vocab/` or `checkpoints/` of theirs, say), which are left alone; the one
+    // exception is the temporary file of that first write, cut short.
+    let cfg_file = out.join("config.toml");
+    let ours = if cfg_file.is_file() {
+        is_run_config(&cfg_file)
+    } else {
+        entries.iter().all(|p| p.file_name().is_some_and(|n| n == ".config.toml.tmp"))
+    };
+    if !ours {
+        bail!(
+            "--out {} holds files that xsent train did not write (no config.toml of a run, or one an older xsent wrote): \
+             move them elsewhere, or give --out a new or empty directory",
+            out.display()
+        );
+    }
+    errln!(
+        "xsent train: {} holds no checkpoint (a start that stopped before its first one); starting it over",
+        out.display()
+    );
+    // config.toml last: an interruption in between leaves a directory still marked as a run's.
+    entries.sort_by_key(|p| p.file_name().is_some_and(|n| n == "config.toml"));
+    for p in entries {
+        let r = if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
+        r.with_context(|| format!("cannot remove {}", p.display()))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

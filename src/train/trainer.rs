@@ -4,7 +4,7 @@
 //! micro-batch), [`super::checkpoint`], [`super::run_dir`] and [`super::progress`]. Recipes
 //! ([`super::recipe::Recipe`]) supply a loss and a validation.
 
-use super::checkpoint::{checkpoint_steps, free_name, load_checkpoint, State, CHECKPOINT_FILES};
+use super::checkpoint::{load_checkpoint, resume_checkpoint, save_checkpoint, State};
 use super::config::{BestMode, Config};
 use super::optim::AdamW;
 use super::progress::{nan_message, Progress};
@@ -15,7 +15,7 @@ use super::shards::{add_grads, add_terms, run_coupled, run_shards};
 use crate::data::sts::StsSet;
 use crate::io::atomic::write_atomically;
 use crate::model::encoder::Rng;
-use crate::model::weights::{self, Params};
+use crate::model::weights::Params;
 use anyhow::{bail, Context, Result};
 use candle_core::backprop::GradStore;
 use rand::{RngCore, SeedableRng};
@@ -80,229 +80,29 @@ impl<'a> Trainer<'a> {
         cfg.train.epochs * (n as u64).div_ceil(per_step as u64)
     }
 
-    /// The newest checkpoint of a run directory, as it is (see [`Self::resume_checkpoint`]).
-    pub fn latest_checkpoint(out: &Path) -> Result<Option<PathBuf>> {
-        let dir = out.join("checkpoints");
-        Ok(checkpoint_steps(&dir)?.last().map(|n| dir.join(format!("step-{n}"))))
-    }
-
-    /// The checkpoint to resume from: the newest whose files match their checksums. Newer ones
-    /// that fail (damaged on disk, or edited) are set aside as `checkpoints/damaged-step-N`,
-    /// never deleted, and the message says so; when none passes, nothing is moved and the error
-    /// lists what is wrong with each.
-    pub fn resume_checkpoint(out: &Path) -> Result<Option<PathBuf>> {
-        let dir = out.join("checkpoints");
-        let steps = checkpoint_steps(&dir)?;
-        let mut bad: Vec<(u64, String)> = Vec::new();
-        for &n in steps.iter().rev() {
-            let ckpt = dir.join(format!("step-{n}"));
-            let mut old = false;
-            match super::checksums::problem(&ckpt, &CHECKPOINT_FILES, &mut old) {
-                Some(p) => bad.push((n, p)),
-                None => {
-                    for (b, why) in &bad {
-                        let aside = free_name(&dir, &format!("damaged-step-{b}"));
-                        std::fs::rename(dir.join(format!("step-{b}")), &aside).with_context(|| {
-                            format!("cannot move the damaged checkpoint step-{b} aside to {}", aside.display())
-                        })?;
-                        crate::errln!(
-                            "xsent train: checkpoint step-{b} is damaged ({why}); it is kept as {} and the run resumes from step-{n}",
-                            aside.display()
-                        );
-                    }
-                    if old {
-                        crate::errln!(
-                            "xsent train: {} has no {} (an older xsent wrote it): resuming without verifying it",
-                            ckpt.display(),
-                            super::checksums::CHECKSUMS
-                        );
-                    }
-                    return Ok(Some(ckpt));
-                }
-            }
-        }
-        if bad.is_empty() {
-            return Ok(None);
-        }
-        let list: Vec<String> = bad.iter().map(|(n, why)| format!("step-{n}: {why}")).collect();
-        bail!(
-            "no checkpoint in {} can be resumed:\n  {}\nrestore them from a backup, or start a new run with another --out",
-            dir.display(),
-            list.join("\n  ")
-        )
-    }
-
     /// Train. With `resume`, continue from the newest checkpoint in the run directory.
     pub fn run(&self, recipe: &mut dyn Recipe, resume: bool, opts: &RunOptions) -> Result<Outcome> {
         let cfg = self.cfg;
         let t = &cfg.train;
         let n = recipe.num_examples();
-        if n == 0 {
-            bail!("the training data is empty");
-        }
-        // A batch (or a mega-batch of batches) larger than the data would repeat examples
-        // within itself: refuse it before anything is allocated for it.
-        if t.batch_size > n {
-            bail!(
-                "train.batch_size = {} is larger than the {n} training examples; lower train.batch_size (or add data)",
-                t.batch_size
-            );
-        }
-        let sts = match &t.val_sts {
-            None => None,
-            Some(path) => {
-                if recipe.embedder().is_none() {
-                    bail!("train.val_sts: the {} recipe cannot embed text while it trains; leave val_sts out and score the saved model with `xsent eval sts`", cfg.recipe);
-                }
-                Some(crate::data::sts::read_scored_pairs(Path::new(path)).context("train.val_sts")?)
-            }
-        };
-        let total = Self::total_steps(cfg, n);
-        if cfg.optim.warmup_steps > total {
-            crate::errln!(
-                "xsent train: warning: optim.warmup_steps = {} is more than the {total} steps of this run, so the learning rate \
-                 peaks at {:.3} of optim.lr, at the last step; lower optim.warmup_steps (or train longer)",
-                cfg.optim.warmup_steps,
-                total as f64 / cfg.optim.warmup_steps as f64
-            );
-        }
-        check_megabatches(recipe, total.saturating_mul(t.grad_accum as u64), t.batch_size, n)?;
+        let (sts, total) = self.check_run(recipe, n)?;
         let params = recipe.params();
         let mut opt = AdamW::new(&params, cfg.optim.adamw())?;
         opt.set_lr_scales(|name| recipe.lr_scale(name));
         let mut rng = Rng::seed_from_u64(cfg.seed);
-        let mut state = State {
-            step: 0,
-            epoch: 0,
-            pos: 0,
-            rng_word_pos: "0".into(),
-            best: None,
-            best_of: None,
-            evals_since_best: 0,
-            sentences: 0,
-            elapsed_s: 0.0,
-            finished: Some(false),
-            pending_validation: false,
-        };
-        let (best_metric, best_mode) = {
-            let (m, mode) = recipe.default_best();
-            let metric = t.best_metric.clone().unwrap_or_else(|| m.clone());
-            // The direction known for the metric: the recipe's own, or the trainer's STS scores,
-            // correlations (higher is better).
-            let known = if metric == m {
-                Some(mode)
-            } else if metric.starts_with("sts_") {
-                Some(BestMode::Max)
-            } else {
-                None
-            };
-            let name = |d: BestMode| match d {
-                BestMode::Max => "\"max\" (higher is better)",
-                BestMode::Min => "\"min\" (lower is better)",
-            };
-            if let (Some(set), Some(k)) = (t.best_mode, known) {
-                // Against the known direction it would keep the worst model (and stop early on
-                // improvement).
-                if set != k {
-                    bail!(
-                        "train.best_mode = {} contradicts train.best_metric {metric:?}, for which the right mode is {}: \
-                         leave best_mode out (it is known for this metric) or set it to the latter",
-                        name(set),
-                        name(k)
-                    );
-                }
-            }
-            if t.best_metric.is_some() && metric.starts_with("sts_") && t.val_sts.is_none() {
-                bail!(
-                    "train.best_metric = {metric:?} is scored only with train.val_sts = \"FILE\" (pairs with gold scores, e.g. the STS benchmark's sts-dev.csv)"
-                );
-            }
-            match t.best_mode.or(known) {
-                Some(chosen) => (metric, chosen),
-                None => bail!(
-                    "train.best_metric = {metric:?} is not the {} recipe's own ({m:?}, {}), so whether higher or lower is better \
-                     is unknown: add --set train.best_mode='\"max\"' (or '\"min\"')",
-                    cfg.recipe,
-                    match mode {
-                        BestMode::Max => "higher is better",
-                        BestMode::Min => "lower is better",
-                    }
-                ),
-            }
-        };
+        let mut state = fresh_state();
+        let (best_metric, best_mode) = best_rule(cfg, recipe)?;
         std::fs::create_dir_all(&self.out)
             .with_context(|| format!("cannot create run directory {}", self.out.display()))?;
         restore_run(&self.out)?;
         if resume {
-            let Some(ckpt) = Self::resume_checkpoint(&self.out)? else {
-                bail!("--resume: {} has no checkpoint (checkpoints/step-N/) to resume from", self.out.display());
-            };
-            state = load_checkpoint(&ckpt, &params, &mut opt)?;
-            let state_file = ckpt.join("state.json");
-            rng.set_word_pos(
-                state
-                    .rng_word_pos
-                    .parse::<u128>()
-                    .with_context(|| format!("{}: bad rng_word_pos", state_file.display()))?,
-            );
-            if state.pos > n {
-                bail!(
-                    "{}: data position {} is past the {n} training examples: the checkpoint was written for other data \
-                     (or edited); resume with the data it was started with, or start a new run with --out",
-                    state_file.display(),
-                    state.pos
-                );
-            }
-            if state.step > total {
-                bail!(
-                    "--resume: {} is at step {}, past the {total} steps this config trains; raise train.max_steps (or train.epochs) to train further",
-                    self.out.display(),
-                    state.step
-                );
-            }
-            errln!("xsent train: resuming {} at step {} of {total}", self.out.display(), state.step);
-            let of = best_of(&best_metric, best_mode);
-            if let (Some((at, b)), Some(was)) = (state.best, state.best_of.as_deref()) {
-                if was != of {
-                    // Scores of another metric (or mode) cannot be compared with this one's.
-                    errln!(
-                        "xsent train: the best so far ({b:.4} at step {at}) is {was}, and this run keeps the best by {of}: \
-                         the best and the patience count start again"
-                    );
-                    state.best = None;
-                    state.evals_since_best = 0;
-                }
-            }
-            set_aside_stale_best(&self.out, state.step)?;
+            state = self.resume_state(&params, &mut opt, &mut rng, (n, total), (&best_metric, best_mode))?;
         }
-        // A run that already ended (all steps, or patience ran out under this config) is only
-        // completed, never trained further or validated again.
-        let patience = t.early_stopping_patience;
-        let patience_out = patience > 0 && state.best.is_some() && state.evals_since_best >= patience;
-        let ended =
-            if patience_out { Some(Outcome::EarlyStopped) } else { (state.step == total).then_some(Outcome::Finished) };
-        if ended == Some(Outcome::Finished) && state.finished.is_none() && self.out.join("final").is_dir() {
-            // Written before checkpoints recorded `finished`: the final validation is logged.
-            state.finished = Some(validation_logged(&self.out.join("metrics.jsonl"), state.step));
-        }
-        if let Some(o) = ended {
-            if state.finished == Some(true) && self.out.join("final").is_dir() {
-                errln!(
-                    "xsent train: {} already ended at step {} ({}); final/ is in place, nothing to do ({} to train further)",
-                    self.out.display(),
-                    state.step,
-                    if o == Outcome::EarlyStopped { "early stopping" } else { "all steps done" },
-                    if o == Outcome::EarlyStopped {
-                        "raise train.early_stopping_patience, or set it to 0,"
-                    } else {
-                        "raise train.max_steps or train.epochs with --set"
-                    }
-                );
-                return Ok(o);
-            }
-        } else {
-            state.finished = Some(false);
-        }
+        let ended = match self.end_of(&mut state, total) {
+            End::Open => None,
+            End::Ended(o) => Some(o),
+            End::NothingToDo(o) => return Ok(o),
+        };
         if let (Some(n), None) = (opts.stop_after, ended) {
             if n <= state.step {
                 bail!(
@@ -328,7 +128,7 @@ impl<'a> Trainer<'a> {
         // The mega-batch of the current micro-batch: first micro-batch, length, examples
         // (filled when longer than one micro-batch).
         let plan = recipe.plan();
-        let mut mega = (0u64, plan.megabatch_len(0), Vec::<usize>::new());
+        let mut mega: Mega = (0, plan.megabatch_len(0), Vec::new());
         let progress = Progress::new(total, state.step);
         let mut stopped_before = false;
         if state.pending_validation && ended.is_none() {
@@ -355,58 +155,8 @@ impl<'a> Trainer<'a> {
         while ended.is_none() && !stopped_before && state.step < total {
             let step_start = Instant::now();
             let lr = cfg.optim.lr_at(state.step, total);
-            let mut grads: Option<GradStore> = None;
-            let mut loss_sum = 0f64;
-            let mut terms: Vec<(String, f64)> = Vec::new();
-            let mut sentences = 0usize;
-            let (mut fwd_s, mut bwd_s) = (0f64, 0f64);
-            for a in 0..t.grad_accum {
-                let mut batch = sampler.next_batch(t.batch_size);
-                let micro = state.step * t.grad_accum as u64 + a as u64;
-                while micro >= mega.0 + mega.1 as u64 {
-                    mega = (mega.0 + mega.1 as u64, plan.megabatch_len(mega.0 + mega.1 as u64), Vec::new());
-                }
-                let drawn = if mega.1 == 1 { batch.clone() } else { Vec::new() };
-                let examples: &[usize] = if mega.1 == 1 {
-                    &drawn
-                } else {
-                    if mega.2.is_empty() {
-                        // At most the data: check_megabatches refused the run otherwise.
-                        let size = mega.1 * t.batch_size;
-                        let mut s = Sampler::at(cfg.seed, n, mega.0 * t.batch_size as u64);
-                        mega.2 = s.next_batch(size);
-                    }
-                    let at = (micro - mega.0) as usize * t.batch_size;
-                    debug_assert_eq!(
-                        &mega.2[at..at + t.batch_size],
-                        &batch[..],
-                        "the mega-batch holds this micro-batch"
-                    );
-                    &mega.2
-                };
-                recipe.order_batch(&mut batch);
-                let shards: Vec<&[usize]> =
-                    if plan.shards() { batch.chunks(t.shard_size.max(1)).collect() } else { vec![&batch] };
-                // One RNG per shard, seeded in order from the run's RNG: the same dropout
-                // whatever the number of threads.
-                let seeds: Vec<u64> = shards.iter().map(|_| rng.next_u64()).collect();
-                let mb = if plan == StepPlan::Coupled {
-                    run_coupled(recipe, &batch, &shards, &seeds, t.grad_accum, &params)?
-                } else {
-                    run_shards(recipe, &shards, examples, &seeds, batch.len(), t.grad_accum, &params)?
-                };
-                if let Some((value, terms)) = mb.non_finite {
-                    bail!(nan_message(state.step + 1, value, &terms, &self.out)?);
-                }
-                loss_sum += mb.loss;
-                add_terms(&mut terms, mb.terms);
-                sentences += mb.sentences;
-                fwd_s += mb.forward_s;
-                bwd_s += mb.backward_s;
-                grads = Some(add_grads(grads, mb.grads, &params)?);
-            }
+            let (sums, grads) = self.micro_batches(recipe, &params, &mut sampler, &mut mega, &mut rng, state.step)?;
             let t_opt = Instant::now();
-            let grads = grads.expect("grad_accum >= 1");
             let grad_norm = opt.grad_norm(&grads)?;
             if !grad_norm.is_finite() {
                 bail!(nan_message(state.step + 1, grad_norm, &[("grad_norm".into(), grad_norm)], &self.out)?);
@@ -415,9 +165,9 @@ impl<'a> Trainer<'a> {
             drop(grads);
             let opt_s = t_opt.elapsed().as_secs_f64();
             state.step += 1;
-            state.sentences += sentences as u64;
+            state.sentences += sums.sentences as u64;
             (state.epoch, state.pos) = (sampler.epoch, sampler.pos);
-            window.1 += sentences as u64;
+            window.1 += sums.sentences as u64;
             let step_s = step_start.elapsed().as_secs_f64();
             state.elapsed_s = elapsed_before + started.elapsed().as_secs_f64();
 
@@ -428,26 +178,11 @@ impl<'a> Trainer<'a> {
                 let secs = window.0.elapsed().as_secs_f64().max(1e-9);
                 let sps = window.1 as f64 / secs;
                 window = (Instant::now(), 0);
-                let mut line = serde_json::json!({
-                    "step": state.step,
-                    "epoch": state.epoch as f64 + state.pos as f64 / n as f64,
-                    "lr": lr,
-                    "loss": loss_sum,
-                    "grad_norm": grad_norm,
-                    "sentences_per_s": sps,
-                    "step_s": step_s,
-                    "forward_s": fwd_s,
-                    "backward_s": bwd_s,
-                    "optimizer_s": opt_s,
-                    "elapsed_s": state.elapsed_s,
-                });
-                for (k, v) in &terms {
-                    line[k.as_str()] = serde_json::json!(v);
-                }
+                let line = step_line(&state, n, lr, &sums, grad_norm, sps, (step_s, opt_s));
                 writeln!(metrics, "{line}")?;
-                progress.log(state.step, loss_sum, sps);
+                progress.log(state.step, sums.loss, sps);
             }
-            progress.set(state.step, loss_sum);
+            progress.set(state.step, sums.loss);
             let mut stop_early = false;
             if t.eval_every > 0 && state.step.is_multiple_of(t.eval_every) && state.step < total {
                 match self.validate(
@@ -526,6 +261,197 @@ impl<'a> Trainer<'a> {
         Ok(outcome)
     }
 
+    /// The run's checks before anything is allocated or written: its data, batch size and
+    /// STS validation set; returns the validation set and the total number of steps.
+    fn check_run(&self, recipe: &dyn Recipe, n: usize) -> Result<(Option<StsSet>, u64)> {
+        let cfg = self.cfg;
+        let t = &cfg.train;
+        if n == 0 {
+            bail!("the training data is empty");
+        }
+        // A batch (or a mega-batch of batches) larger than the data would repeat examples
+        // within itself: refuse it before anything is allocated for it.
+        if t.batch_size > n {
+            bail!(
+                "train.batch_size = {} is larger than the {n} training examples; lower train.batch_size (or add data)",
+                t.batch_size
+            );
+        }
+        let sts = match &t.val_sts {
+            None => None,
+            Some(path) => {
+                if recipe.embedder().is_none() {
+                    bail!("train.val_sts: the {} recipe cannot embed text while it trains; leave val_sts out and score the saved model with `xsent eval sts`", cfg.recipe);
+                }
+                Some(crate::data::sts::read_scored_pairs(Path::new(path)).context("train.val_sts")?)
+            }
+        };
+        let total = Self::total_steps(cfg, n);
+        if cfg.optim.warmup_steps > total {
+            crate::errln!(
+                "xsent train: warning: optim.warmup_steps = {} is more than the {total} steps of this run, so the learning rate \
+                 peaks at {:.3} of optim.lr, at the last step; lower optim.warmup_steps (or train longer)",
+                cfg.optim.warmup_steps,
+                total as f64 / cfg.optim.warmup_steps as f64
+            );
+        }
+        check_megabatches(recipe, total.saturating_mul(t.grad_accum as u64), t.batch_size, n)?;
+        Ok((sts, total))
+    }
+
+    /// The state of a resumed run, from its newest sound checkpoint (parameters, optimiser and
+    /// RNG restored), checked against this config's data and steps.
+    fn resume_state(
+        &self,
+        params: &Params,
+        opt: &mut AdamW,
+        rng: &mut Rng,
+        (n, total): (usize, u64),
+        (best_metric, best_mode): (&str, BestMode),
+    ) -> Result<State> {
+        let Some(ckpt) = resume_checkpoint(&self.out)? else {
+            bail!("--resume: {} has no checkpoint (checkpoints/step-N/) to resume from", self.out.display());
+        };
+        let mut state = load_checkpoint(&ckpt, params, opt)?;
+        let state_file = ckpt.join("state.json");
+        rng.set_word_pos(
+            state
+                .rng_word_pos
+                .parse::<u128>()
+                .with_context(|| format!("{}: bad rng_word_pos", state_file.display()))?,
+        );
+        if state.pos > n {
+            bail!(
+                "{}: data position {} is past the {n} training examples: the checkpoint was written for other data \
+                 (or edited); resume with the data it was started with, or start a new run with --out",
+                state_file.display(),
+                state.pos
+            );
+        }
+        if state.step > total {
+            bail!(
+                "--resume: {} is at step {}, past the {total} steps this config trains; raise train.max_steps (or train.epochs) to train further",
+                self.out.display(),
+                state.step
+            );
+        }
+        errln!("xsent train: resuming {} at step {} of {total}", self.out.display(), state.step);
+        let of = best_of(best_metric, best_mode);
+        if let (Some((at, b)), Some(was)) = (state.best, state.best_of.as_deref()) {
+            if was != of {
+                // Scores of another metric (or mode) cannot be compared with this one's.
+                errln!(
+                    "xsent train: the best so far ({b:.4} at step {at}) is {was}, and this run keeps the best by {of}: \
+                     the best and the patience count start again"
+                );
+                state.best = None;
+                state.evals_since_best = 0;
+            }
+        }
+        set_aside_stale_best(&self.out, state.step)?;
+        Ok(state)
+    }
+
+    /// Whether the run already ended (all steps, or patience ran out under this config): such a
+    /// run is only completed, never trained further or validated again.
+    fn end_of(&self, state: &mut State, total: u64) -> End {
+        let patience = self.cfg.train.early_stopping_patience;
+        let patience_out = patience > 0 && state.best.is_some() && state.evals_since_best >= patience;
+        let ended =
+            if patience_out { Some(Outcome::EarlyStopped) } else { (state.step == total).then_some(Outcome::Finished) };
+        if ended == Some(Outcome::Finished) && state.finished.is_none() && self.out.join("final").is_dir() {
+            // Written before checkpoints recorded `finished`: the final validation is logged.
+            state.finished = Some(validation_logged(&self.out.join("metrics.jsonl"), state.step));
+        }
+        if let Some(o) = ended {
+            if state.finished == Some(true) && self.out.join("final").is_dir() {
+                errln!(
+                    "xsent train: {} already ended at step {} ({}); final/ is in place, nothing to do ({} to train further)",
+                    self.out.display(),
+                    state.step,
+                    if o == Outcome::EarlyStopped { "early stopping" } else { "all steps done" },
+                    if o == Outcome::EarlyStopped {
+                        "raise train.early_stopping_patience, or set it to 0,"
+                    } else {
+                        "raise train.max_steps or train.epochs with --set"
+                    }
+                );
+                return End::NothingToDo(o);
+            }
+        } else {
+            state.finished = Some(false);
+        }
+        match ended {
+            Some(o) => End::Ended(o),
+            None => End::Open,
+        }
+    }
+
+    /// The `grad_accum` micro-batches of optimiser step `step` (0-based), forward and backward:
+    /// their summed loss and loss terms, and their gradients.
+    fn micro_batches(
+        &self,
+        recipe: &mut dyn Recipe,
+        params: &Params,
+        sampler: &mut Sampler,
+        mega: &mut Mega,
+        rng: &mut Rng,
+        step: u64,
+    ) -> Result<(StepSums, GradStore)> {
+        let cfg = self.cfg;
+        let t = &cfg.train;
+        let n = recipe.num_examples();
+        let plan = recipe.plan();
+        let mut grads: Option<GradStore> = None;
+        let mut loss_sum = 0f64;
+        let mut terms: Vec<(String, f64)> = Vec::new();
+        let mut sentences = 0usize;
+        let (mut fwd_s, mut bwd_s) = (0f64, 0f64);
+        for a in 0..t.grad_accum {
+            let mut batch = sampler.next_batch(t.batch_size);
+            let micro = step * t.grad_accum as u64 + a as u64;
+            while micro >= mega.0 + mega.1 as u64 {
+                *mega = (mega.0 + mega.1 as u64, plan.megabatch_len(mega.0 + mega.1 as u64), Vec::new());
+            }
+            let drawn = if mega.1 == 1 { batch.clone() } else { Vec::new() };
+            let examples: &[usize] = if mega.1 == 1 {
+                &drawn
+            } else {
+                if mega.2.is_empty() {
+                    // At most the data: check_megabatches refused the run otherwise.
+                    let size = mega.1 * t.batch_size;
+                    let mut s = Sampler::at(cfg.seed, n, mega.0 * t.batch_size as u64);
+                    mega.2 = s.next_batch(size);
+                }
+                let at = (micro - mega.0) as usize * t.batch_size;
+                debug_assert_eq!(&mega.2[at..at + t.batch_size], &batch[..], "the mega-batch holds this micro-batch");
+                &mega.2
+            };
+            recipe.order_batch(&mut batch);
+            let shards: Vec<&[usize]> =
+                if plan.shards() { batch.chunks(t.shard_size.max(1)).collect() } else { vec![&batch] };
+            // One RNG per shard, seeded in order from the run's RNG: the same dropout
+            // whatever the number of threads.
+            let seeds: Vec<u64> = shards.iter().map(|_| rng.next_u64()).collect();
+            let mb = if plan == StepPlan::Coupled {
+                run_coupled(recipe, &batch, &shards, &seeds, t.grad_accum, params)?
+            } else {
+                run_shards(recipe, &shards, examples, &seeds, batch.len(), t.grad_accum, params)?
+            };
+            if let Some((value, terms)) = mb.non_finite {
+                bail!(nan_message(step + 1, value, &terms, &self.out)?);
+            }
+            loss_sum += mb.loss;
+            add_terms(&mut terms, mb.terms);
+            sentences += mb.sentences;
+            fwd_s += mb.forward_s;
+            bwd_s += mb.backward_s;
+            grads = Some(add_grads(grads, mb.grads, params)?);
+        }
+        let sums = StepSums { loss: loss_sum, terms, sentences, forward_s: fwd_s, backward_s: bwd_s };
+        Ok((sums, grads.expect("grad_accum >= 1")))
+    }
+
     /// Validate, log, keep the best model; returns whether patience ran out.
     fn validate(
         &self,
@@ -599,27 +525,127 @@ impl<'a> Trainer<'a> {
         Ok(stop)
     }
 
+    /// Checkpoint the current step ([`save_checkpoint`]).
     fn checkpoint(&self, params: &Params, opt: &AdamW, state: &State) -> Result<()> {
-        let dir = self.out.join("checkpoints");
-        std::fs::create_dir_all(&dir)?;
-        write_atomically(&dir.join(format!("step-{}", state.step)), |d| {
-            weights::save_tensors(&params.tensors(), &d.join("params.safetensors"))?;
-            weights::save_tensors(&opt.state_tensors()?, &d.join("optimizer.safetensors"))?;
-            std::fs::write(d.join("state.json"), serde_json::to_string_pretty(state)?)?;
-            // Last: read back from disk, so that it vouches for what is stored.
-            super::checksums::write(d, &CHECKPOINT_FILES)
-        })?;
-        // keep-last-K, and never fewer than 2: a resume falls back to the one before a
-        // damaged newest checkpoint (Config::validate refuses 0).
-        let steps = checkpoint_steps(&dir)?;
-        let keep = self.cfg.train.keep_last.max(2);
-        if steps.len() > keep {
-            for s in &steps[..steps.len() - keep] {
-                std::fs::remove_dir_all(dir.join(format!("step-{s}")))?;
-            }
-        }
-        Ok(())
+        save_checkpoint(&self.out, self.cfg.train.keep_last, params, opt, state)
     }
+}
+
+/// The validation score that decides "best" and its direction: `train.best_metric` (default:
+/// the recipe's) and `train.best_mode`, checked against the direction known for the metric.
+fn best_rule(cfg: &Config, recipe: &dyn Recipe) -> Result<(String, BestMode)> {
+    let t = &cfg.train;
+    let (m, mode) = recipe.default_best();
+    let metric = t.best_metric.clone().unwrap_or_else(|| m.clone());
+    // The direction known for the metric: the recipe's own, or the trainer's STS scores,
+    // correlations (higher is better).
+    let known = if metric == m {
+        Some(mode)
+    } else if metric.starts_with("sts_") {
+        Some(BestMode::Max)
+    } else {
+        None
+    };
+    let name = |d: BestMode| match d {
+        BestMode::Max => "\"max\" (higher is better)",
+        BestMode::Min => "\"min\" (lower is better)",
+    };
+    if let (Some(set), Some(k)) = (t.best_mode, known) {
+        // Against the known direction it would keep the worst model (and stop early on
+        // improvement).
+        if set != k {
+            bail!(
+                "train.best_mode = {} contradicts train.best_metric {metric:?}, for which the right mode is {}: \
+                 leave best_mode out (it is known for this metric) or set it to the latter",
+                name(set),
+                name(k)
+            );
+        }
+    }
+    if t.best_metric.is_some() && metric.starts_with("sts_") && t.val_sts.is_none() {
+        bail!(
+            "train.best_metric = {metric:?} is scored only with train.val_sts = \"FILE\" (pairs with gold scores, e.g. the STS benchmark's sts-dev.csv)"
+        );
+    }
+    match t.best_mode.or(known) {
+        Some(chosen) => Ok((metric, chosen)),
+        None => bail!(
+            "train.best_metric = {metric:?} is not the {} recipe's own ({m:?}, {}), so whether higher or lower is better \
+             is unknown: add --set train.best_mode='\"max\"' (or '\"min\"')",
+            cfg.recipe,
+            match mode {
+                BestMode::Max => "higher is better",
+                BestMode::Min => "lower is better",
+            }
+        ),
+    }
+}
+
+/// The state of a run that starts at step 0.
+fn fresh_state() -> State {
+    State {
+        step: 0,
+        epoch: 0,
+        pos: 0,
+        rng_word_pos: "0".into(),
+        best: None,
+        best_of: None,
+        evals_since_best: 0,
+        sentences: 0,
+        elapsed_s: 0.0,
+        finished: Some(false),
+        pending_validation: false,
+    }
+}
+
+/// Where a run stands before its first step: open, ended (to be completed), or ended with
+/// `final/` in place (nothing to do).
+enum End {
+    Open,
+    Ended(Outcome),
+    NothingToDo(Outcome),
+}
+
+/// The mega-batch of the current micro-batch: its first micro-batch, its length, and its
+/// examples (filled when longer than one micro-batch).
+type Mega = (u64, usize, Vec<usize>);
+
+/// One optimiser step's micro-batches, summed (their gradients aside).
+struct StepSums {
+    loss: f64,
+    terms: Vec<(String, f64)>,
+    sentences: usize,
+    forward_s: f64,
+    backward_s: f64,
+}
+
+/// The `metrics.jsonl` line of a step.
+fn step_line(
+    state: &State,
+    n: usize,
+    lr: f64,
+    sums: &StepSums,
+    grad_norm: f64,
+    sps: f64,
+    (step_s, opt_s): (f64, f64),
+) -> serde_json::Value {
+    let mut line = serde_json::json!({
+        "step": state.step,
+        "epoch": state.epoch as f64 + state.pos as f64 / n as f64,
+        "lr": lr,
+        "loss": sums.loss,
+        "grad_norm": grad_norm,
+        "sentences_per_s": sps,
+        "step_s": step_s,
+        "forward_s": sums.forward_s,
+        "backward_s": sums.backward_s,
+        "optimizer_s": opt_s,
+        "elapsed_s": state.elapsed_s,
+    });
+    for (k, v) in &sums.terms {
+        line[k.as_str()] = serde_json::json!(v);
+    }
+    line
 }
 
 /// Refuse, before the first step, a run whose mega-batches (over its `micro_batches`) would

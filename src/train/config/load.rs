@@ -263,14 +263,6 @@ pub fn apply_unset(root: &mut toml::Value, key: &str, missing_ok: bool) -> Resul
     }
 }
 
-/// The default run directory of a config: `runs/<file stem>` (a built-in's: `runs/<name>`).
-pub fn default_out(config: &ConfigFrom) -> PathBuf {
-    match config {
-        ConfigFrom::File(p) | ConfigFrom::Run(p) => PathBuf::from("runs").join(p.file_stem().unwrap_or_default()),
-        ConfigFrom::BuiltIn(b) => PathBuf::from("runs").join(b.name),
-    }
-}
-
 /// The config `--config ARG` names: the file ARG when it exists, else the built-in config of
 /// that name (`dueam` or `dueam.toml`), saying on stderr which one is used.
 pub fn find(arg: &Path) -> Result<ConfigFrom<'_>> {

@@ -6,7 +6,7 @@
 use crate::data::bitext::Source;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 pub mod defaults;
 pub mod disentangle;
@@ -20,7 +20,7 @@ pub use disentangle::{DisentangleConfig, MeaningInit};
 pub use distill::{DistillConfig, FitOn, Projection, Targets};
 pub use dueam::{DueamConfig, LossTerms, PairKind, SolverKind};
 pub use lightweight::{Generative, LightweightConfig};
-pub use load::{apply_set, apply_unset, default_out, find, load, load_from, load_with, ConfigFrom};
+pub use load::{apply_set, apply_unset, find, load, load_from, load_with, ConfigFrom};
 pub use sp::{DropoutKind, SpConfig};
 
 /// A training config: the trainer's sections and the section of the recipe that trains.
@@ -485,23 +485,10 @@ fn differences_where(saved: &Config, new: &Config, keep: impl Fn(&str) -> bool) 
         .collect())
 }
 
-/// The first line of a run directory's `config.toml`: what tells a run's files from a user's
-/// own of the same name when a new run may clear a failed start.
-pub const RUN_CONFIG_HEADER: &str = "# xsent train: the resolved config of this run, every default written out\n";
-
-/// Whether `path` is a `config.toml` that `xsent train` wrote (it starts with [`RUN_CONFIG_HEADER`]).
-pub fn is_run_config(path: &Path) -> bool {
-    std::fs::read_to_string(path).is_ok_and(|t| t.starts_with(RUN_CONFIG_HEADER))
-}
-
-/// A run directory's `config.toml`: [`RUN_CONFIG_HEADER`], then the config.
-pub fn run_config_text(cfg: &Config) -> Result<String> {
-    Ok(format!("{RUN_CONFIG_HEADER}{}", cfg.to_toml()?))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn base() -> toml::Value {
         toml::from_str("recipe = \"distill\"\n[train]\nmax_steps = 5\n[distill]\nteacher = \"t\"\nstudent = \"s\"\n")
