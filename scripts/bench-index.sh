@@ -11,12 +11,13 @@
 # usage: scripts/bench-index.sh [--n N] [--dim D] [--centres C] [--noise S] [--k K]
 #                               [--nprobe 1,2,4,8,16,32,64,128] [--queries Q] [--nlist L]
 #                               [--iterations I] [--target 0.95] [--seed S] [--no-faiss]
-#                               [--real]
+#                               [--faiss-kinds ivfflat,ivfpq] [--real]
 #
 #   --n        vectors per side (default 1000000; 1M x 384 float32 = 1.5 GB a side on disk,
 #              and each engine holds one side's index at a time: ~2 GB peak)
 #   --centres, --noise  the generator (default 10000 centres, noise 0.5), see below
 #   --queries  exact ground truth for this many random queries of each side (default 2000)
+#   --faiss-kinds  which faiss indexes to run (default both; IVFPQ takes long at 1M)
 #   --real     instead of synthetic vectors: multilingual-e5-small vectors of the Tatoeba
 #              sentences (x: the non-English sides, y: the English sides) and BUCC zh-en (x: zh,
 #              y: en), each distinct line once; embedded once and cached in
@@ -46,13 +47,16 @@ export LC_ALL=C
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 n=1000000 dim=384 centres=10000 noise=0.5 k=4 nprobe=1,2,4,8,16,32,64,128 queries=2000 nlist= iterations=10
-target=0.95 seed=0 faiss=1 real=
+target=0.95 seed=0 faiss=1 real= faiss_kinds=ivfflat,ivfpq
 while [ $# -gt 0 ]; do
     case "$1" in
         --n|--dim|--centres|--noise|--k|--nprobe|--queries|--nlist|--iterations|--target|--seed)
             [ $# -ge 2 ] || { echo "bench-index: $1 needs a value" >&2; exit 64; }
             declare "${1#--}=$2"; shift 2 ;;
         --no-faiss) faiss=; shift ;;
+        --faiss-kinds)
+            [ $# -ge 2 ] || { echo "bench-index: $1 needs a value" >&2; exit 64; }
+            faiss_kinds=$2; shift 2 ;;
         --real) real=1; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "bench-index: unknown argument: $1 (try --help)" >&2; exit 64 ;;
@@ -60,6 +64,9 @@ while [ $# -gt 0 ]; do
 done
 say() { printf 'bench-index: %s\n' "$*" >&2; }
 die() { printf 'bench-index: error: %s\n' "$*" >&2; exit 1; }
+for kind in ${faiss_kinds//,/ }; do
+    case "$kind" in ivfflat|ivfpq) ;; *) die "--faiss-kinds: unknown kind $kind (ivfflat, ivfpq)" ;; esac
+done
 
 threads=2
 export XSENT_THREADS=$threads RAYON_NUM_THREADS=$threads OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads MKL_NUM_THREADS=$threads
@@ -120,7 +127,7 @@ for codec in f32 int8; do
         --iterations "$iterations" --seed "$seed" ${nlist:+--nlist "$nlist"} >> "$results"
 done
 if [ -n "$faiss" ]; then
-    for kind in ivfflat ivfpq; do
+    for kind in ${faiss_kinds//,/ }; do
         say "faiss $kind, nprobe $nprobe"
         "$py" "$root/scripts/bench_index_faiss.py" --x "$work/x.npy" --y "$work/y.npy" --k "$k" --truth "$work/truth" \
             --kind "$kind" --nprobe "$nprobe" --iterations "$iterations" --seed "$seed" --threads "$threads" ${nlist:+--nlist "$nlist"} >> "$results"

@@ -1,7 +1,9 @@
 //! Every default of a training config, in one place, by section and key (a key not listed
 //! here defaults to its type's empty value: `false`, `""`, none, an empty list). The
 //! `[train]`, `[optim]` and `[data]` sections are whole structs; each recipe's section lists
-//! the keys that have a default (its other keys must be given).
+//! the keys that have a default (its other keys must be given). A data source's own defaults
+//! (`splits`, `pivot` of `kind = "xnli"`) belong to the data layer:
+//! [`crate::data::bitext::default_splits`] and [`crate::data::bitext::default_pivot`].
 
 use super::{DataConfig, OptimConfig, Schedule, TrainConfig};
 
