@@ -141,20 +141,20 @@ impl TryFrom<SourceKeys> for Source {
         };
         let source = match k.kind {
             SourceKind::Tsv => Source::Tsv {
-                path: need(k.path.clone(), "path")?,
+                path: need(k.path, "path")?,
                 src_lang: k.src_lang,
                 tgt_lang: k.tgt_lang,
                 max_pairs: k.max_pairs,
             },
             SourceKind::Aligned => Source::Aligned {
-                src: need(k.src.clone(), "src")?,
-                tgt: need(k.tgt.clone(), "tgt")?,
+                src: need(k.src, "src")?,
+                tgt: need(k.tgt, "tgt")?,
                 src_lang: k.src_lang,
                 tgt_lang: k.tgt_lang,
                 max_pairs: k.max_pairs,
             },
             SourceKind::Xnli => Source::Xnli {
-                dir: need(k.dir.clone(), "dir")?,
+                dir: need(k.dir, "dir")?,
                 langs: k.langs,
                 splits: k.splits,
                 pivot: k.pivot,
