@@ -179,9 +179,7 @@ impl QLinear {
             self.inv_smooth.as_deref(),
             &mut qa,
         );
-        let mut out = vec![0f32; rows * p.n];
-        gemm_i8::gemm_f32(path, &qa, rows, &sa, p, &self.scales, &self.bias, &mut out);
-        out
+        gemm_i8::gemm_f32(path, &qa, rows, &sa, p, &self.scales, &self.bias)
     }
 }
 
