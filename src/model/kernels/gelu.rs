@@ -26,6 +26,37 @@ pub fn erf_f32(x: f32) -> f32 {
     p / q
 }
 
+super::vectorised_fn! {
+    /// `0.5 · x · (1 + erf(x / √2))` of each value.
+    fn gelu(x: &[f32]) -> Vec<f32> {
+        // A loop here, not `collect` (a generic function of its own, compiled without AVX), into
+        // an unzeroed buffer.
+        let mut out = Vec::with_capacity(x.len());
+        for (o, &x) in out.spare_capacity_mut()[..x.len()].iter_mut().zip(x) {
+            o.write(0.5 * x * (1.0 + erf_f32(x * std::f32::consts::FRAC_1_SQRT_2)));
+        }
+        // SAFETY: the loop wrote all `x.len()` values.
+        unsafe { out.set_len(x.len()) };
+        out
+    }
+}
+
+super::vectorised_fn! {
+    /// `g · (Φ(x) + x·φ(x))` of each pair.
+    fn gelu_grad(x: &[f32], g: &[f32]) -> Vec<f32> {
+        const INV_SQRT_2PI: f32 = 0.398_942_3;
+        let n = x.len().min(g.len());
+        let mut out = Vec::with_capacity(n);
+        for ((o, &x), &g) in out.spare_capacity_mut()[..n].iter_mut().zip(x).zip(g) {
+            let cdf = 0.5 * (1.0 + erf_f32(x * std::f32::consts::FRAC_1_SQRT_2));
+            o.write(g * (cdf + x * INV_SQRT_2PI * exp_f32(-0.5 * x * x)));
+        }
+        // SAFETY: the loop wrote all `n` values.
+        unsafe { out.set_len(n) };
+        out
+    }
+}
+
 /// `0.5 · x · (1 + erf(x / √2))`, the exact (erf) GELU of BERT and XLM-R.
 struct GeluErf;
 
@@ -35,10 +66,7 @@ impl CustomOp1 for GeluErf {
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let out: Vec<f32> = one_f32(self.name(), s, l)?
-            .iter()
-            .map(|&x| 0.5 * x * (1.0 + erf_f32(x * std::f32::consts::FRAC_1_SQRT_2)))
-            .collect();
+        let out = gelu(one_f32(self.name(), s, l)?);
         Ok((CpuStorage::F32(out), l.shape().clone()))
     }
 }
@@ -59,15 +87,7 @@ impl CustomOp2 for GeluErfGrad {
         l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (x, g) = two_f32(self.name(), s1, l1, s2, l2)?;
-        const INV_SQRT_2PI: f32 = 0.398_942_3;
-        let out: Vec<f32> = x
-            .iter()
-            .zip(g)
-            .map(|(&x, &g)| {
-                let cdf = 0.5 * (1.0 + erf_f32(x * std::f32::consts::FRAC_1_SQRT_2));
-                g * (cdf + x * INV_SQRT_2PI * exp_f32(-0.5 * x * x))
-            })
-            .collect();
+        let out = gelu_grad(x, g);
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 }
@@ -110,6 +130,23 @@ pub fn gelu_erf_infer(x: &Tensor) -> Result<Tensor> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The dispatched (AVX-512/AVX2) GELU and its gradient give the bits of the same arithmetic
+    /// compiled for the baseline target.
+    #[test]
+    fn vectorised_gelu_keeps_its_bits() {
+        let x: Vec<f32> =
+            (-60_000..60_000).map(|i| i as f32 / 7_000.0).chain([f32::MAX, -f32::MAX, 0.0, -0.0]).collect();
+        let g: Vec<f32> = x.iter().map(|v| 1.0 - v * 0.25).collect();
+        let (y, dy) = (gelu(&x), gelu_grad(&x, &g));
+        for (i, &v) in x.iter().enumerate() {
+            let want = 0.5 * v * (1.0 + erf_f32(v * std::f32::consts::FRAC_1_SQRT_2));
+            assert_eq!(y[i].to_bits(), want.to_bits(), "gelu({v})");
+            let cdf = 0.5 * (1.0 + erf_f32(v * std::f32::consts::FRAC_1_SQRT_2));
+            let want = g[i] * (cdf + v * 0.398_942_3 * exp_f32(-0.5 * v * v));
+            assert_eq!(dy[i].to_bits(), want.to_bits(), "gelu'({v})");
+        }
+    }
 
     /// Reference erf in f64 by numerical integration (independent of any erf implementation).
     fn erf_ref(x: f64) -> f64 {

@@ -39,14 +39,19 @@ impl CustomOp1 for Heads {
         if l.dims() != want.as_slice() || nh == 0 {
             candle_core::bail!("{}: shape {:?} for {b} × {len} tokens and {nh} heads", self.name(), l.dims());
         }
-        let mut out = vec![0f32; x.len()];
+        // Rows of `d` appended in the output's order (no zeroed buffer first): split writes
+        // [B, heads, L, d] (head, then token), merge [B·L, heads·d] (token, then head).
+        let mut out = Vec::with_capacity(x.len());
+        let (outer, inner) = if self.merge { (len, nh) } else { (nh, len) };
         for bi in 0..b {
-            for h in 0..nh {
-                for t in 0..len {
-                    let split = ((bi * nh + h) * len + t) * d; // [B, heads, L, d]
-                    let flat = (bi * len + t) * nh * d + h * d; // [B·L, heads·d]
-                    let (from, to) = if self.merge { (split, flat) } else { (flat, split) };
-                    out[to..to + d].copy_from_slice(&x[from..from + d]);
+            for i in 0..outer {
+                for j in 0..inner {
+                    let from = if self.merge {
+                        ((bi * nh + j) * len + i) * d // head j, token i of [B, heads, L, d]
+                    } else {
+                        (bi * len + j) * nh * d + i * d // token j, head i of [B·L, heads·d]
+                    };
+                    out.extend_from_slice(&x[from..from + d]);
                 }
             }
         }

@@ -51,6 +51,53 @@ fn cpu_f32(ts: &[&Tensor]) -> bool {
     !candle_ops_forced() && ts.iter().all(|t| t.device().is_cpu() && t.dtype() == candle_core::DType::F32)
 }
 
+/// Defines `fn name(args) -> ret { body }` that runs `body` compiled for AVX-512 (or AVX2) when
+/// this CPU has it. The element-wise kernels are written to vectorise, but the default target is
+/// x86-64's baseline (SSE2), where `trunc` is a library call and vectors are 4 wide; inlined into
+/// these functions the same loops use 16- or 8-wide vectors and `vrndscaleps`/`vroundps`. The
+/// results are the same bits on every path: Rust never fuses a multiply and an add, and the
+/// loops keep their order of additions. (A closure passed to one such function was not inlined
+/// into it, hence a macro.)
+macro_rules! vectorised_fn {
+    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+        $(#[$m])*
+        $vis fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            fn inner($($arg: $ty),*) $(-> $ret)? $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
+                unsafe fn avx512($($arg: $ty),*) $(-> $ret)? {
+                    inner($($arg),*)
+                }
+                #[target_feature(enable = "avx2")]
+                unsafe fn avx2($($arg: $ty),*) $(-> $ret)? {
+                    inner($($arg),*)
+                }
+                if $crate::model::kernels::has_avx512() {
+                    // SAFETY: the CPU has these features (`has_avx512`).
+                    return unsafe { avx512($($arg),*) };
+                }
+                if is_x86_feature_detected!("avx2") {
+                    // SAFETY: the CPU has AVX2 (checked just above).
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            inner($($arg),*)
+        }
+    };
+}
+pub(crate) use vectorised_fn;
+
+/// Whether the CPU has the AVX-512 subsets [`vectorised_fn`] compiles for.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx512() -> bool {
+    is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512dq")
+        && is_x86_feature_detected!("avx512vl")
+}
+
 /// The f32 data of a contiguous input.
 fn one_f32<'a>(op: &str, s: &'a CpuStorage, l: &Layout) -> candle_core::Result<&'a [f32]> {
     let CpuStorage::F32(v) = s else { candle_core::bail!("{op}: f32 only") };

@@ -11,7 +11,7 @@ use super::{cpu_f32, one_f32, two_f32};
 pub fn exp_f32(x: f32) -> f32 {
     let underflow = x < -87.3;
     let x = x.clamp(-87.3, 88.7);
-    let n = (x * std::f32::consts::LOG2_E).round();
+    let n = round_half_away(x * std::f32::consts::LOG2_E);
     // r = x - n·ln2 in two steps (Cody-Waite) to keep it exact enough.
     let r = x - n * 0.693_145_75 - n * 1.428_606_8e-6;
     let mut p = 1.0 / 720.0;
@@ -21,11 +21,58 @@ pub fn exp_f32(x: f32) -> f32 {
     p = p * r + 0.5;
     p = p * r + 1.0;
     p = p * r + 1.0;
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    // `n` is a whole number in [-126, 128] (NaN only for a NaN `x`, which `p` carries on): its
+    // bits after adding 1.5·2²³ hold it, as for `quantize_one` (a float-to-int cast is done one
+    // value at a time).
+    const MAGIC: f32 = 12_582_912.0;
+    let ni = ((n + MAGIC).to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32);
+    let scale = f32::from_bits((ni.wrapping_add(127) as u32) << 23);
     if underflow {
         0.0
     } else {
         p * scale
+    }
+}
+
+/// `v.round()` (halves away from zero) with `trunc`, which vectorises where `round` is a library
+/// call: `v - trunc(v)` is exact, and is at least one half exactly when `round` moves away from
+/// zero. (A zero keeps or loses its sign; `exp_f32` gives the same either way.)
+#[inline(always)]
+fn round_half_away(v: f32) -> f32 {
+    let t = v.trunc();
+    if (v - t).abs() >= 0.5 {
+        t + 1f32.copysign(v)
+    } else {
+        t
+    }
+}
+
+super::vectorised_fn! {
+    /// `y ⊙ (g − Σ g⊙y)` for each row of `n` (see [`SoftmaxGrad`]).
+    fn softmax_grad_rows(out: &mut [f32], y: &[f32], g: &[f32], n: usize) {
+        for ((o, y), g) in out.chunks_exact_mut(n).zip(y.chunks_exact(n)).zip(g.chunks_exact(n)) {
+            let dot: f32 = y.iter().zip(g).map(|(y, g)| y * g).sum();
+            for i in 0..n {
+                o[i] = y[i] * (g[i] - dot);
+            }
+        }
+    }
+}
+
+super::vectorised_fn! {
+    /// Softmax of each row of `lk` scores in `x` plus its bias row: the bias of `[B, 1, 1, Lk]`
+    /// for row `r` is row `r / rows_per_bias` (see [`MaskedSoftmax`]).
+    fn softmax_rows(x: &mut [f32], bias: &[f32], rows_per_bias: usize, lk: usize) {
+        for (r, row) in x.chunks_exact_mut(lk.max(1)).enumerate() {
+            let bias = &bias[(r / rows_per_bias) * lk..][..lk];
+            row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            // The exponentials first (a loop that vectorises), then their sum in order.
+            row.iter_mut().for_each(|x| *x = exp_f32(*x - max));
+            let sum: f32 = row.iter().sum();
+            let inv = 1.0 / sum;
+            row.iter_mut().for_each(|x| *x *= inv);
+        }
     }
 }
 
@@ -47,12 +94,7 @@ impl CustomOp2 for SoftmaxGrad {
         let (y, g) = two_f32(self.name(), s1, l1, s2, l2)?;
         let n = (*l1.dims().last().unwrap_or(&1)).max(1);
         let mut out = vec![0f32; y.len()];
-        for ((o, y), g) in out.chunks_exact_mut(n).zip(y.chunks_exact(n)).zip(g.chunks_exact(n)) {
-            let dot: f32 = y.iter().zip(g).map(|(y, g)| y * g).sum();
-            for i in 0..n {
-                o[i] = y[i] * (g[i] - dot);
-            }
-        }
+        softmax_grad_rows(&mut out, y, g, n);
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 }
@@ -83,18 +125,7 @@ impl CustomOp2 for MaskedSoftmax {
             candle_core::bail!("{}: a mask bias of shape [{b}, 1, 1, {lk}] expected, got {:?}", self.name(), l2.dims());
         }
         let mut out = x.to_vec();
-        for (r, row) in out.chunks_exact_mut(lk.max(1)).enumerate() {
-            let bias = &bias[(r / (h * lq)) * lk..][..lk];
-            row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0.0;
-            for x in row.iter_mut() {
-                *x = exp_f32(*x - max);
-                sum += *x;
-            }
-            let inv = 1.0 / sum;
-            row.iter_mut().for_each(|x| *x *= inv);
-        }
+        softmax_rows(&mut out, bias, h * lq, lk);
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -151,6 +182,61 @@ mod tests {
         assert!(worst < 5e-7, "max relative exp error {worst}");
         assert_eq!(exp_f32(-1e30), 0.0);
         assert_eq!(exp_f32(-100.0), 0.0);
+    }
+
+    /// The vectorisable `round_half_away` and integer step give `exp_f32` exactly the bits of
+    /// `f32::round` and a float-to-int cast (the form it had before), and the dispatched
+    /// (AVX-512/AVX2) softmax the bits of the same loop compiled for the baseline target.
+    #[test]
+    fn exp_and_softmax_keep_their_bits() {
+        fn exp_before(x: f32) -> f32 {
+            let underflow = x < -87.3;
+            let x = x.clamp(-87.3, 88.7);
+            let n = (x * std::f32::consts::LOG2_E).round();
+            let r = x - n * 0.693_145_75 - n * 1.428_606_8e-6;
+            let mut p = 1.0 / 720.0;
+            p = p * r + 1.0 / 120.0;
+            p = p * r + 1.0 / 24.0;
+            p = p * r + 1.0 / 6.0;
+            p = p * r + 0.5;
+            p = p * r + 1.0;
+            p = p * r + 1.0;
+            let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+            if underflow {
+                0.0
+            } else {
+                p * scale
+            }
+        }
+        for i in -4 * 130..=4 * 130 {
+            let v = i as f32 / 4.0; // halves and quarters: the ties
+            assert_eq!(round_half_away(v), v.round(), "{v}");
+        }
+        let mut xs: Vec<f32> = (-90_000..=90_000).map(|i| i as f32 / 1000.0).collect();
+        // Inputs whose x·log2(e) is a tie (k + 1/2), where rounding directions differ.
+        xs.extend((-250..250).map(|k| (k as f32 + 0.5) / std::f32::consts::LOG2_E));
+        for &x in &xs {
+            assert_eq!(exp_f32(x).to_bits(), exp_before(x).to_bits(), "exp({x})");
+        }
+        // Softmax rows of 37 with a bias row per 5 rows: the kernel against the baseline loop.
+        let lk = 37;
+        let x: Vec<f32> = (0..20 * lk).map(|i| ((i * 7919) % 211) as f32 / 7.0 - 15.0).collect();
+        let bias: Vec<f32> = (0..4 * lk).map(|i| if i % 11 == 3 { -1e30 } else { 0.0 }).collect();
+        let mut got = x.clone();
+        softmax_rows(&mut got, &bias, 5, lk);
+        let mut want = x.clone();
+        for (r, row) in want.chunks_exact_mut(lk).enumerate() {
+            let bias = &bias[(r / 5) * lk..][..lk];
+            row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0.0;
+            for x in row.iter_mut() {
+                *x = exp_before(*x - max);
+                sum += *x;
+            }
+            row.iter_mut().for_each(|x| *x *= 1.0 / sum);
+        }
+        assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "softmax bits differ");
     }
 
     #[test]
