@@ -62,17 +62,51 @@ super::vectorised_fn! {
 super::vectorised_fn! {
     /// Softmax of each row of `lk` scores in `x` plus its bias row: the bias of `[B, 1, 1, Lk]`
     /// for row `r` is row `r / rows_per_bias` (see [`MaskedSoftmax`]).
-    fn softmax_rows(x: &mut [f32], bias: &[f32], rows_per_bias: usize, lk: usize) {
-        for (r, row) in x.chunks_exact_mut(lk.max(1)).enumerate() {
+    fn softmax_rows(x: &[f32], bias: &[f32], rows_per_bias: usize, lk: usize) -> Vec<f32> {
+        let lk = lk.max(1);
+        let mut out = Vec::with_capacity(x.len());
+        for (r, (o, row)) in out.spare_capacity_mut()[..x.len()].chunks_exact_mut(lk).zip(x.chunks_exact(lk)).enumerate() {
             let bias = &bias[(r / rows_per_bias) * lk..][..lk];
-            row.iter_mut().zip(bias).for_each(|(x, b)| *x += b);
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            // The exponentials first (a loop that vectorises), then their sum in order.
-            row.iter_mut().for_each(|x| *x = exp_f32(*x - max));
-            let sum: f32 = row.iter().sum();
-            let inv = 1.0 / sum;
-            row.iter_mut().for_each(|x| *x *= inv);
+            for ((o, &x), &b) in o.iter_mut().zip(row).zip(bias) {
+                o.write(x + b);
+            }
         }
+        // SAFETY: `x.len()` is a multiple of `lk` (the caller's `[B, H, Lq, Lk]`), all written.
+        unsafe { out.set_len(x.len() / lk * lk) };
+        let mut groups = out.chunks_exact_mut(8 * lk);
+        for g in &mut groups {
+            softmax_group::<8>(g, lk);
+        }
+        for row in groups.into_remainder().chunks_exact_mut(lk) {
+            softmax_group::<1>(row, lk);
+        }
+        out
+    }
+}
+
+/// Softmax of `G` rows of `lk` in place. Each row's maximum and sum are taken in the row's order
+/// (the same bits as one row at a time), but the `G` rows' chains run side by side: one row's sum
+/// is a chain of dependent additions, and rows are short (a batch's tokens).
+#[inline(always)]
+fn softmax_group<const G: usize>(rows: &mut [f32], lk: usize) {
+    let mut max = [f32::NEG_INFINITY; G];
+    let mut sum = [0f32; G];
+    for i in 0..lk {
+        for g in 0..G {
+            max[g] = max[g].max(rows[g * lk + i]);
+        }
+    }
+    for (g, row) in rows.chunks_exact_mut(lk).enumerate() {
+        row.iter_mut().for_each(|x| *x = exp_f32(*x - max[g]));
+    }
+    for i in 0..lk {
+        for g in 0..G {
+            sum[g] += rows[g * lk + i];
+        }
+    }
+    for (g, row) in rows.chunks_exact_mut(lk).enumerate() {
+        let inv = 1.0 / sum[g];
+        row.iter_mut().for_each(|x| *x *= inv);
     }
 }
 
@@ -124,8 +158,7 @@ impl CustomOp2 for MaskedSoftmax {
         if l2.dims() != [b, 1, 1, lk] {
             candle_core::bail!("{}: a mask bias of shape [{b}, 1, 1, {lk}] expected, got {:?}", self.name(), l2.dims());
         }
-        let mut out = x.to_vec();
-        softmax_rows(&mut out, bias, h * lq, lk);
+        let out = softmax_rows(x, bias, h * lq, lk);
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -218,12 +251,12 @@ mod tests {
         for &x in &xs {
             assert_eq!(exp_f32(x).to_bits(), exp_before(x).to_bits(), "exp({x})");
         }
-        // Softmax rows of 37 with a bias row per 5 rows: the kernel against the baseline loop.
+        // 20 softmax rows of 37 (two groups of 8 and 4 single rows) with a bias row per 5 rows: the
+        // kernel against the baseline loop, one row at a time.
         let lk = 37;
         let x: Vec<f32> = (0..20 * lk).map(|i| ((i * 7919) % 211) as f32 / 7.0 - 15.0).collect();
         let bias: Vec<f32> = (0..4 * lk).map(|i| if i % 11 == 3 { -1e30 } else { 0.0 }).collect();
-        let mut got = x.clone();
-        softmax_rows(&mut got, &bias, 5, lk);
+        let got = softmax_rows(&x, &bias, 5, lk);
         let mut want = x.clone();
         for (r, row) in want.chunks_exact_mut(lk).enumerate() {
             let bias = &bias[(r / 5) * lk..][..lk];
