@@ -5,6 +5,8 @@
 //! for an all-zero row), so `x ≈ s·q`. -128 is never produced: the AVX2 kernel's sign trick
 //! (`|a|·sign(b, a)`) and the u8 shift of the VNNI kernel both rely on |q| ≤ 127.
 
+use std::mem::MaybeUninit;
+
 /// The scale of a row: `max|x| / 127`, or 1 for a row of zeros (or of non-finite values, which
 /// then quantise to 0: finite inputs are the caller's contract).
 #[inline(always)]
@@ -21,6 +23,12 @@ pub fn row_scale(x: &[f32]) -> f32 {
         .remainder()
         .iter()
         .fold(lanes.iter().fold(0f32, |a, &b| max_skipping_nan(a, b)), |a, v| max_skipping_nan(a, v.abs()));
+    scale_of_max(m)
+}
+
+/// `m / 127`, or 1 for a maximum of 0 or infinity.
+#[inline(always)]
+fn scale_of_max(m: f32) -> f32 {
     if m > 0.0 && m.is_finite() {
         m / 127.0
     } else {
@@ -86,45 +94,81 @@ pub fn quantize_activations(
 ) -> Vec<f32> {
     assert!(x.len() == m * k && kp >= k, "quantize_activations: [{m}, {k}] input expected, got {}", x.len());
     out.clear();
-    out.resize(m * kp, if shift { 0x80 } else { 0 });
+    out.reserve(m * kp);
     let mut scales = vec![0f32; m];
+    let dst = &mut out.spare_capacity_mut()[..m * kp];
     #[cfg(target_arch = "x86_64")]
     {
         if super::Path::Avx512Vnni.available() {
             // SAFETY: the CPU has AVX-512 (checked just above).
-            unsafe { activations_avx512(x, k, kp, shift, mul, out, &mut scales) };
-            return scales;
-        }
-        if super::Path::Avx2.available() {
+            unsafe { activations_avx512(x, k, kp, shift, mul, dst, &mut scales) };
+        } else if super::Path::Avx2.available() {
             // SAFETY: the CPU has AVX2 (checked just above).
-            unsafe { activations_avx2(x, k, kp, shift, mul, out, &mut scales) };
-            return scales;
+            unsafe { activations_avx2(x, k, kp, shift, mul, dst, &mut scales) };
+        } else {
+            activations(x, k, kp, shift, mul, dst, &mut scales);
         }
     }
-    activations(x, k, kp, shift, mul, out, &mut scales);
+    #[cfg(not(target_arch = "x86_64"))]
+    activations(x, k, kp, shift, mul, dst, &mut scales);
+    // SAFETY: `activations` wrote every byte of the `m` rows of `kp` (values and padding).
+    unsafe { out.set_len(m * kp) };
     scales
 }
 
+/// Quantises each row of `x` into its `kp` bytes of `out` (the tail past `k` is the code of 0),
+/// setting its scale. With `mul`, the row is multiplied first, and its maximum taken in the same
+/// pass.
 #[inline(always)]
-fn activations(x: &[f32], k: usize, kp: usize, shift: bool, mul: Option<&[f32]>, out: &mut [u8], scales: &mut [f32]) {
+fn activations(
+    x: &[f32],
+    k: usize,
+    kp: usize,
+    shift: bool,
+    mul: Option<&[f32]>,
+    out: &mut [MaybeUninit<u8>],
+    scales: &mut [f32],
+) {
     let flip = if shift { 0x80u8 } else { 0 };
     let mut tmp = vec![0f32; if mul.is_some() { k } else { 0 }];
     for ((row, dst), s) in x.chunks_exact(k).zip(out.chunks_exact_mut(kp)).zip(scales.iter_mut()) {
-        let row = match mul {
+        let (row, scale) = match mul {
             Some(mul) => {
-                for ((t, &v), &f) in tmp.iter_mut().zip(row).zip(mul) {
-                    *t = v * f;
-                }
-                &tmp[..]
+                let scale = scaled_row_scale(row, mul, &mut tmp);
+                (&tmp[..], scale)
             }
-            None => row,
+            None => (row, row_scale(row)),
         };
-        *s = row_scale(row);
-        let inv = 1.0 / *s;
-        for (o, &v) in dst.iter_mut().zip(row) {
-            *o = (quantize_one(v, inv) as u8) ^ flip;
+        *s = scale;
+        let inv = 1.0 / scale;
+        let (values, pad) = dst.split_at_mut(k);
+        for (o, &v) in values.iter_mut().zip(row) {
+            o.write((quantize_one(v, inv) as u8) ^ flip);
+        }
+        for o in pad {
+            o.write(flip);
         }
     }
+}
+
+/// `tmp = x ⊙ mul` and [`row_scale`] of it, in one pass.
+#[inline(always)]
+fn scaled_row_scale(x: &[f32], mul: &[f32], tmp: &mut [f32]) -> f32 {
+    let mut lanes = [0f32; 16];
+    let mut chunks = tmp.chunks_exact_mut(16).zip(x.chunks_exact(16)).zip(mul.chunks_exact(16));
+    for ((t, x), f) in &mut chunks {
+        for (((l, t), &x), &f) in lanes.iter_mut().zip(t).zip(x).zip(f) {
+            *t = x * f;
+            *l = max_skipping_nan(*l, t.abs());
+        }
+    }
+    let done = x.len() / 16 * 16;
+    let mut m = lanes.iter().fold(0f32, |a, &b| max_skipping_nan(a, b));
+    for ((t, &x), &f) in tmp[done..].iter_mut().zip(&x[done..]).zip(&mul[done..]) {
+        *t = x * f;
+        m = max_skipping_nan(m, t.abs());
+    }
+    scale_of_max(m)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -135,7 +179,7 @@ unsafe fn activations_avx512(
     kp: usize,
     shift: bool,
     mul: Option<&[f32]>,
-    out: &mut [u8],
+    out: &mut [MaybeUninit<u8>],
     scales: &mut [f32],
 ) {
     activations(x, k, kp, shift, mul, out, scales)
@@ -149,7 +193,7 @@ unsafe fn activations_avx2(
     kp: usize,
     shift: bool,
     mul: Option<&[f32]>,
-    out: &mut [u8],
+    out: &mut [MaybeUninit<u8>],
     scales: &mut [f32],
 ) {
     activations(x, k, kp, shift, mul, out, scales)
