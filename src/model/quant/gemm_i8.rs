@@ -151,16 +151,32 @@ struct F32Out<'a> {
 
 impl Epilogue for F32Out<'_> {
     #[inline(always)]
-    #[allow(clippy::needless_range_loop)]
     fn tile(&self, out: &mut [MaybeUninit<f32>], row0: usize, rows: usize, panel: usize, acc: &Tile, corr: &[i32; NR]) {
+        f32_tile(self, out, row0, rows, panel, acc, corr)
+    }
+}
+
+crate::model::kernels::vectorised_fn! {
+    /// [`F32Out`]'s tile, compiled for AVX-512/AVX2: it runs in `drive`'s block closure, which
+    /// is compiled for the baseline target even where `drive` is inlined into a kernel's entry
+    /// (so this was SSE code: 8 % of the int8 encoder's time).
+    fn f32_tile(
+        e: &F32Out<'_>,
+        out: &mut [MaybeUninit<f32>],
+        row0: usize,
+        rows: usize,
+        panel: usize,
+        acc: &Tile,
+        corr: &[i32; NR],
+    ) {
         let c0 = panel * NR;
-        let cols = (self.n - c0).min(NR);
-        let sw: &[f32; NR] = self.sw[c0..c0 + NR].try_into().unwrap();
-        let b: &[f32; NR] = self.b[c0..c0 + NR].try_into().unwrap();
+        let cols = (e.n - c0).min(NR);
+        let sw: &[f32; NR] = e.sw[c0..c0 + NR].try_into().unwrap();
+        let b: &[f32; NR] = e.b[c0..c0 + NR].try_into().unwrap();
         let local0 = row0 % MB;
         for r in 0..rows {
-            let s = self.sa[row0 + r];
-            let o = (local0 + r) * self.n + c0;
+            let s = e.sa[row0 + r];
+            let o = (local0 + r) * e.n + c0;
             // Written in place (a copy through a temporary became a `memmove` call per row: 7 %
             // of the int8 encoder's time).
             if cols == NR {
