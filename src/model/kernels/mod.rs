@@ -62,6 +62,7 @@ macro_rules! vectorised_fn {
     ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
         $(#[$m])*
         $vis fn $name($($arg: $ty),*) $(-> $ret)? {
+            $(#[$m])*
             #[inline(always)]
             fn inner($($arg: $ty),*) $(-> $ret)? $body
             #[cfg(target_arch = "x86_64")]

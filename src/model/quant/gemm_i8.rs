@@ -160,6 +160,7 @@ crate::model::kernels::vectorised_fn! {
     /// [`F32Out`]'s tile, compiled for AVX-512/AVX2: it runs in `drive`'s block closure, which
     /// is compiled for the baseline target even where `drive` is inlined into a kernel's entry
     /// (so this was SSE code: 8 % of the int8 encoder's time).
+    #[allow(clippy::needless_range_loop)]
     fn f32_tile(
         e: &F32Out<'_>,
         out: &mut [MaybeUninit<f32>],
