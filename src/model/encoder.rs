@@ -205,6 +205,15 @@ impl LayerNorm {
             candle_nn::ops::layer_norm(&x.contiguous()?, &self.weight, &self.bias, self.eps)?
         })
     }
+
+    /// `forward(a + x)`; in inference one fused op (same bits).
+    fn forward_sum(&self, a: &Tensor, x: &Tensor, mode: &Mode) -> Result<Tensor> {
+        if mode.is_train() {
+            self.forward(&(a + x)?, mode)
+        } else {
+            super::kernels::add_layer_norm_infer(a, x, &self.weight, &self.bias, self.eps)
+        }
+    }
 }
 
 impl Activation {
@@ -583,10 +592,10 @@ impl Encoder {
         let probs = mode.dropout(&probs, self.attention_dropout)?;
         let ctx = super::kernels::merge_heads(&super::matmul::matmul(&probs, &v)?)?;
         let a = mode.dropout(&layer.attn_out.forward(&ctx)?, self.hidden_dropout)?;
-        let x = layer.attn_norm.forward(&(a + x)?, mode)?;
+        let x = layer.attn_norm.forward_sum(&a, x, mode)?;
         let mid = self.act.apply(&layer.intermediate.forward(&x)?, mode)?;
         let o = mode.dropout(&layer.output.forward(&mid)?, self.hidden_dropout)?;
-        layer.out_norm.forward(&(o + x)?, mode)
+        layer.out_norm.forward_sum(&o, &x, mode)
     }
 }
 

@@ -1,4 +1,5 @@
-//! LayerNorm for training: a fused forward and a fused backward.
+//! LayerNorm: for training a fused forward and a fused backward; for inference the residual
+//! sum and the norm in one op.
 
 use anyhow::Result;
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor};
@@ -170,5 +171,124 @@ pub fn layer_norm_train(x: &Tensor, w: &Tensor, b: &Tensor, eps: f32) -> Result<
         Ok(x.contiguous()?.apply_op3(&w.contiguous()?, &b.contiguous()?, LayerNormTrain { eps })?)
     } else {
         Ok(candle_nn::ops::layer_norm_slow(x, w, b, eps)?)
+    }
+}
+
+/// `layer_norm(a + x)` for inference: the residual sum and candle's `layer_norm` in one op. The
+/// arithmetic is candle's (`candle_nn::ops::layer_norm` on CPU f32: sums of the row and of its
+/// squares in f32, in order; `var = E[x²] − mean²`), so the results are the same bits; it saves
+/// the sum's separate pass and buffer, and runs eight rows' sums side by side.
+struct AddLayerNorm<'a> {
+    w: &'a [f32],
+    b: &'a [f32],
+    eps: f32,
+}
+
+impl CustomOp2 for AddLayerNorm<'_> {
+    fn name(&self) -> &'static str {
+        "fast-add-layer-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (a, x) = two_f32(self.name(), s1, l1, s2, l2)?;
+        let n = self.w.len();
+        if l1.dims() != l2.dims() || l1.dims().last() != Some(&n) || self.b.len() != n {
+            candle_core::bail!(
+                "{}: [.., {n}] inputs of one shape expected, got {:?} and {:?}",
+                self.name(),
+                l1.dims(),
+                l2.dims()
+            );
+        }
+        Ok((CpuStorage::F32(add_norm_rows(a, x, self.w, self.b, self.eps)), l1.shape().clone()))
+    }
+}
+
+super::vectorised_fn! {
+    /// `a + x`, then each row of `w.len()` normalised as candle does (see [`AddLayerNorm`]).
+    fn add_norm_rows(a: &[f32], x: &[f32], w: &[f32], b: &[f32], eps: f32) -> Vec<f32> {
+        let n = w.len().max(1);
+        let len = a.len().min(x.len()) / n * n;
+        let mut out = Vec::with_capacity(len);
+        for ((o, &a), &x) in out.spare_capacity_mut()[..len].iter_mut().zip(a).zip(x) {
+            o.write(a + x);
+        }
+        // SAFETY: the loop wrote all `len` values.
+        unsafe { out.set_len(len) };
+        let mut groups = out.chunks_exact_mut(8 * n);
+        for g in &mut groups {
+            norm_group::<8>(g, w, b, eps);
+        }
+        for row in groups.into_remainder().chunks_exact_mut(n) {
+            norm_group::<1>(row, w, b, eps);
+        }
+        out
+    }
+}
+
+/// `G` rows of `w.len()` normalised in place, each with candle's arithmetic in its order; the
+/// rows' sums (chains of dependent additions) run side by side.
+#[inline(always)]
+fn norm_group<const G: usize>(rows: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+    let n = w.len();
+    let (mut sum, mut sum2) = ([0f32; G], [0f32; G]);
+    for i in 0..n {
+        for g in 0..G {
+            let v = rows[g * n + i];
+            sum[g] += v;
+            sum2[g] += v * v;
+        }
+    }
+    for (g, row) in rows.chunks_exact_mut(n).enumerate() {
+        let mean = sum[g] / n as f32;
+        let var = sum2[g] / n as f32 - mean * mean;
+        let inv_std = (var + eps).sqrt().recip();
+        for ((d, &alpha), &beta) in row.iter_mut().zip(w).zip(b) {
+            *d = (*d - mean) * inv_std * alpha + beta;
+        }
+    }
+}
+
+/// LayerNorm of `a + x` over the last dimension, for inference: one fused op on CPU f32 (same
+/// bits as candle's add and `layer_norm`), candle's ops elsewhere.
+pub fn add_layer_norm_infer(a: &Tensor, x: &Tensor, w: &Tensor, b: &Tensor, eps: f32) -> Result<Tensor> {
+    if cpu_f32(&[a, x, w, b]) && a.dims() == x.dims() && w.rank() == 1 && b.dims() == w.dims() {
+        let (w, b) = (w.to_vec1::<f32>()?, b.to_vec1::<f32>()?);
+        Ok(a.contiguous()?.apply_op2_no_bwd(&x.contiguous()?, &AddLayerNorm { w: &w, b: &b, eps })?)
+    } else {
+        Ok(candle_nn::ops::layer_norm(&(a + x)?.contiguous()?, w, b, eps)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fused op gives exactly the bits of candle's add then `layer_norm`, on 21 rows (two
+    /// groups of eight and five single rows) of a width that is not a multiple of 16.
+    #[test]
+    fn add_layer_norm_is_candles_bit_for_bit() -> Result<()> {
+        let dev = candle_core::Device::Cpu;
+        let (rows, n) = (21, 37);
+        let a: Vec<f32> = (0..rows * n).map(|i| ((i * 7919) % 211) as f32 / 17.0 - 5.0).collect();
+        let x: Vec<f32> = (0..rows * n).map(|i| ((i * 104_729) % 307) as f32 / 29.0 + 3.0).collect();
+        let a = Tensor::from_vec(a, (rows, n), &dev)?;
+        let x = Tensor::from_vec(x, (rows, n), &dev)?;
+        let w = Tensor::from_vec((0..n).map(|i| 0.5 + i as f32 / 40.0).collect::<Vec<f32>>(), n, &dev)?;
+        let b = Tensor::from_vec((0..n).map(|i| i as f32 / 80.0 - 0.2).collect::<Vec<f32>>(), n, &dev)?;
+        let got = add_layer_norm_infer(&a, &x, &w, &b, 1e-12)?.flatten_all()?.to_vec1::<f32>()?;
+        let want = candle_nn::ops::layer_norm(&(&a + &x)?, &w, &b, 1e-12)?.flatten_all()?.to_vec1::<f32>()?;
+        assert_eq!(got.len(), want.len());
+        assert!(got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits()), "fused add + LayerNorm differs");
+        // Shapes that do not fit are refused, not misread.
+        let short = Tensor::zeros((rows, n - 1), candle_core::DType::F32, &dev)?;
+        assert!(add_layer_norm_infer(&short, &short, &w, &b, 1e-12).is_err());
+        Ok(())
     }
 }

@@ -20,7 +20,7 @@ mod softmax;
 
 pub use gelu::{erf_f32, gelu_erf_infer, gelu_erf_train};
 pub use heads::{merge_heads, split_heads};
-pub use layer_norm::layer_norm_train;
+pub use layer_norm::{add_layer_norm_infer, layer_norm_train};
 pub use linear::linear;
 pub use mask_mul::dropout_mul;
 pub use softmax::{exp_f32, masked_softmax};
