@@ -2,6 +2,12 @@
 //! candle 0.11's intra-op threading (a spin-barrier pool for element-wise ops, and rayon for
 //! every per-head attention GEMM) costs more than it gains at sentence lengths, measured on 2
 //! cores: 500 sentences took 9.9 s with 2 intra-op threads and 6.9 s with 1.
+//!
+//! With `RAYON_NUM_THREADS=1`, a candle op that still uses rayon's parallel iterators (its
+//! `layer_norm`, broadcast binary ops) hands its work to the global pool's one thread, where the
+//! batch workers' calls queue behind each other. The encoder's per-layer inference ops are
+//! xsent's own kernels, which run on the calling thread (the fused residual sum and LayerNorm
+//! took 15–20 % off `embed`'s wall time; docs/quantization.md "Where the time went").
 
 use std::sync::OnceLock;
 
