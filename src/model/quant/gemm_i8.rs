@@ -178,8 +178,8 @@ crate::model::kernels::vectorised_fn! {
         for r in 0..rows {
             let s = e.sa[row0 + r];
             let o = (local0 + r) * e.n + c0;
-            // Written in place (a copy through a temporary became a `memmove` call per row: 7 %
-            // of the int8 encoder's time).
+            // Written in place (a copy through a temporary became a `memmove` call per row, the
+            // largest copy in the int8 encoder's profile).
             if cols == NR {
                 let dst: &mut [MaybeUninit<f32>; NR] = (&mut out[o..o + NR]).try_into().unwrap();
                 for c in 0..NR {
@@ -238,7 +238,8 @@ entry!(run_avx2, "avx2", tile_avx2);
 fn run<E: Epilogue>(path: Path, a: &[u8], m: usize, w: &PackedI8, e: &E) -> Vec<f32> {
     assert!(path.available(), "int8 GEMM: the {path:?} path is not supported by this CPU");
     assert_eq!(a.len(), m * w.kp, "int8 GEMM: activations must be [m, kp]");
-    // Not zeroed first: that `memset` cost 1/6 of the GEMM on the encoders' widest layer.
+    // Not zeroed first: zeroing it was one of the `memset`s of the int8 encoder's profile
+    // (docs/quantization.md, "Where the time went").
     let mut out: Vec<f32> = Vec::with_capacity(m * w.n);
     run_into(path, a, m, w, &mut out.spare_capacity_mut()[..m * w.n], e);
     // SAFETY: `drive` calls the epilogue for every row block, panel and row of `[m, n]`, and each
