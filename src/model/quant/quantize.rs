@@ -96,57 +96,44 @@ pub fn quantize_activations(
     out.clear();
     out.reserve(m * kp);
     let mut scales = vec![0f32; m];
-    let dst = &mut out.spare_capacity_mut()[..m * kp];
-    #[cfg(target_arch = "x86_64")]
-    {
-        if super::Path::Avx512Vnni.available() {
-            // SAFETY: the CPU has AVX-512 (checked just above).
-            unsafe { activations_avx512(x, k, kp, shift, mul, dst, &mut scales) };
-        } else if super::Path::Avx2.available() {
-            // SAFETY: the CPU has AVX2 (checked just above).
-            unsafe { activations_avx2(x, k, kp, shift, mul, dst, &mut scales) };
-        } else {
-            activations(x, k, kp, shift, mul, dst, &mut scales);
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    activations(x, k, kp, shift, mul, dst, &mut scales);
+    activations(x, k, kp, shift, mul, &mut out.spare_capacity_mut()[..m * kp], &mut scales);
     // SAFETY: `activations` wrote every byte of the `m` rows of `kp` (values and padding).
     unsafe { out.set_len(m * kp) };
     scales
 }
 
-/// Quantises each row of `x` into its `kp` bytes of `out` (the tail past `k` is the code of 0),
-/// setting its scale. With `mul`, the row is multiplied first, and its maximum taken in the same
-/// pass.
-#[inline(always)]
-fn activations(
-    x: &[f32],
-    k: usize,
-    kp: usize,
-    shift: bool,
-    mul: Option<&[f32]>,
-    out: &mut [MaybeUninit<u8>],
-    scales: &mut [f32],
-) {
-    let flip = if shift { 0x80u8 } else { 0 };
-    let mut tmp = vec![0f32; if mul.is_some() { k } else { 0 }];
-    for ((row, dst), s) in x.chunks_exact(k).zip(out.chunks_exact_mut(kp)).zip(scales.iter_mut()) {
-        let (row, scale) = match mul {
-            Some(mul) => {
-                let scale = scaled_row_scale(row, mul, &mut tmp);
-                (&tmp[..], scale)
+crate::model::kernels::vectorised_fn! {
+    /// Quantises each row of `x` into its `kp` bytes of `out` (the tail past `k` is the code of 0),
+    /// setting its scale. With `mul`, the row is multiplied first, and its maximum taken in the same
+    /// pass.
+    fn activations(
+        x: &[f32],
+        k: usize,
+        kp: usize,
+        shift: bool,
+        mul: Option<&[f32]>,
+        out: &mut [MaybeUninit<u8>],
+        scales: &mut [f32],
+    ) {
+        let flip = if shift { 0x80u8 } else { 0 };
+        let mut tmp = vec![0f32; if mul.is_some() { k } else { 0 }];
+        for ((row, dst), s) in x.chunks_exact(k).zip(out.chunks_exact_mut(kp)).zip(scales.iter_mut()) {
+            let (row, scale) = match mul {
+                Some(mul) => {
+                    let scale = scaled_row_scale(row, mul, &mut tmp);
+                    (&tmp[..], scale)
+                }
+                None => (row, row_scale(row)),
+            };
+            *s = scale;
+            let inv = 1.0 / scale;
+            let (values, pad) = dst.split_at_mut(k);
+            for (o, &v) in values.iter_mut().zip(row) {
+                o.write((quantize_one(v, inv) as u8) ^ flip);
             }
-            None => (row, row_scale(row)),
-        };
-        *s = scale;
-        let inv = 1.0 / scale;
-        let (values, pad) = dst.split_at_mut(k);
-        for (o, &v) in values.iter_mut().zip(row) {
-            o.write((quantize_one(v, inv) as u8) ^ flip);
-        }
-        for o in pad {
-            o.write(flip);
+            for o in pad {
+                o.write(flip);
+            }
         }
     }
 }
@@ -169,34 +156,6 @@ fn scaled_row_scale(x: &[f32], mul: &[f32], tmp: &mut [f32]) -> f32 {
         m = max_skipping_nan(m, t.abs());
     }
     scale_of_max(m)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn activations_avx512(
-    x: &[f32],
-    k: usize,
-    kp: usize,
-    shift: bool,
-    mul: Option<&[f32]>,
-    out: &mut [MaybeUninit<u8>],
-    scales: &mut [f32],
-) {
-    activations(x, k, kp, shift, mul, out, scales)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn activations_avx2(
-    x: &[f32],
-    k: usize,
-    kp: usize,
-    shift: bool,
-    mul: Option<&[f32]>,
-    out: &mut [MaybeUninit<u8>],
-    scales: &mut [f32],
-) {
-    activations(x, k, kp, shift, mul, out, scales)
 }
 
 /// Weights `[n, k]` (f32, row-major, Hugging Face's `[out, in]`) quantised per output channel:
