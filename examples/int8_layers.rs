@@ -6,11 +6,17 @@
 //! With `short`, the N shortest sentences of STS-B train and dev (int8's worst cases are short
 //! sentences, where few tokens carry the mean); else the first N of dev.
 //! Prints a table: configuration, min cosine, mean cosine, sentences below 0.99.
+//!
+//! `… MODEL N PREFIX short variants`: the smoothing schemes of docs/quantization.md's second
+//! rule side by side (the first LayerNorm estimate; calibrated on 512 STS-B train sentences
+//! outside the N, on all layers or on the two unsmoothed kinds; the data-free estimate; the
+//! shipped built-in calibration), each with min, 10th lowest and mean cosine to f32 and the
+//! STS-B dev Spearman difference to f32.
 #![allow(clippy::disallowed_macros)]
 
 use anyhow::Result;
+use xsent::model::quant::calibrate;
 use xsent::model::quant::Dtype;
-use xsent::model::quantized;
 use xsent::model::LoadOptions;
 use xsent::SentenceEncoder;
 
@@ -41,7 +47,7 @@ fn main() -> Result<()> {
     let f32m = SentenceEncoder::load(model, &opts)?;
     let want = f32m.embed_unchecked(&texts, 64)?;
     let mut int8 = f32m.clone();
-    quantized::apply(&mut int8.encoder, Dtype::Int8, &candle_core::Device::Cpu, false)?;
+    int8.quantize_int8(&calibrate::builtin())?;
     let all: Vec<_> = int8.encoder.linears_mut().map(|l| l.reduced.clone()).collect();
     let layers = all.len() / 6;
     let score = |m: &SentenceEncoder| -> Result<(f64, f64, usize)> {
@@ -68,6 +74,9 @@ fn main() -> Result<()> {
         println!("{name}\t{min:.4}\t{mean:.4}\t{below}");
         Ok(())
     };
+    if args.get(5).is_some_and(|a| a == "variants") {
+        return variants(&f32m, &texts, &want, &data);
+    }
     println!(
         "# {model}, {} STS-B {} sentences; configuration, min cosine to f32, mean, sentences < 0.99",
         texts.len(),
@@ -81,4 +90,173 @@ fn main() -> Result<()> {
         run(format!("layer {} {} in f32", i / 6, KINDS[i % 6]), &|j| j == i)?;
     }
     Ok(())
+}
+
+fn cosines(want: &[Vec<f32>], got: &[Vec<f32>]) -> Vec<f64> {
+    want.iter()
+        .zip(got)
+        .map(|(a, b)| {
+            let dot: f64 = a.iter().zip(b).map(|(x, y)| (*x as f64) * (*y as f64)).sum();
+            let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+            let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+            dot / (na * nb)
+        })
+        .collect()
+}
+
+fn ranks(v: &[f64]) -> Vec<f64> {
+    let mut idx: Vec<usize> = (0..v.len()).collect();
+    idx.sort_by(|&a, &b| v[a].total_cmp(&v[b]));
+    let mut r = vec![0.0; v.len()];
+    let mut i = 0;
+    while i < idx.len() {
+        let mut j = i;
+        while j + 1 < idx.len() && v[idx[j + 1]] == v[idx[i]] {
+            j += 1;
+        }
+        for &t in &idx[i..=j] {
+            r[t] = (i + j) as f64 / 2.0;
+        }
+        i = j + 1;
+    }
+    r
+}
+
+fn spearman(a: &[f64], b: &[f64]) -> f64 {
+    let (ra, rb) = (ranks(a), ranks(b));
+    let n = a.len() as f64;
+    let (ma, mb) = (ra.iter().sum::<f64>() / n, rb.iter().sum::<f64>() / n);
+    let cov: f64 = ra.iter().zip(&rb).map(|(x, y)| (x - ma) * (y - mb)).sum();
+    let va: f64 = ra.iter().map(|x| (x - ma).powi(2)).sum();
+    let vb: f64 = rb.iter().map(|y| (y - mb).powi(2)).sum();
+    100.0 * cov / (va * vb).sqrt()
+}
+
+/// Candidate (d): per output column of `x Wᵀ + b` fed by LayerNorm(γ, β): mean and spread.
+fn mu_sigma(g: &[f32], b: &[f32], w: &candle_core::Tensor, bias: &candle_core::Tensor) -> Result<(Vec<f32>, Vec<f32>)> {
+    let (n, k) = w.dims2()?;
+    let w: Vec<f32> = w.flatten_all()?.to_vec1()?;
+    let bias: Vec<f32> = bias.to_vec1()?;
+    let mut mu = vec![0f32; n];
+    let mut sd = vec![0f32; n];
+    for c in 0..n {
+        let row = &w[c * k..(c + 1) * k];
+        mu[c] = bias[c] + row.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+        sd[c] = row.iter().zip(g).map(|(x, y)| (x * y).powi(2)).sum::<f32>().sqrt();
+    }
+    Ok((mu, sd))
+}
+
+fn variants(f32m: &SentenceEncoder, texts: &[String], want: &[Vec<f32>], data: &str) -> Result<()> {
+    use xsent::model::quant::{QLinear, Reduced};
+    // STS-B dev pairs (development set).
+    let dev = std::fs::read_to_string(format!("{data}/sts/stsbenchmark/sts-dev.csv"))?;
+    let mut gold = Vec::new();
+    let (mut s1, mut s2) = (Vec::new(), Vec::new());
+    for l in dev.lines() {
+        let f: Vec<&str> = l.split('\t').collect();
+        if f.len() < 7 {
+            continue;
+        }
+        gold.push(f[4].parse::<f64>()?);
+        s1.push(f[5].to_string());
+        s2.push(f[6].to_string());
+    }
+    let sts = |m: &SentenceEncoder| -> Result<f64> {
+        let a = m.embed_unchecked(&s1, 64)?;
+        let b = m.embed_unchecked(&s2, 64)?;
+        Ok(spearman(&cosines(&a, &b), &gold))
+    };
+    let sts_f32 = sts(f32m)?;
+    // Calibration: the first 512 STS-B train sentences not among the evaluation sentences.
+    let train = std::fs::read_to_string(format!("{data}/sts/stsbenchmark/sts-train.csv"))?;
+    let eval: std::collections::HashSet<&String> = texts.iter().collect();
+    let mut seen = std::collections::HashSet::new();
+    let calib: Vec<String> = train
+        .lines()
+        .flat_map(|l| l.split('\t').skip(5).take(2).map(String::from).collect::<Vec<_>>())
+        .filter(|s| !eval.contains(s) && seen.insert(s.clone()))
+        .take(512)
+        .collect();
+    let calib_max = f32m.calibration_maxima(&calib)?;
+    let mut m0 = f32m.clone();
+    let inputs = m0.encoder.linear_inputs()?;
+    let lin: Vec<(candle_core::Tensor, candle_core::Tensor)> =
+        m0.encoder.linears_mut().map(|l| (l.weight.clone(), l.bias.clone())).collect();
+    let gelu = |v: f32| -> f32 { 0.5 * v * (1.0 + libm_erf(v / std::f32::consts::SQRT_2)) };
+    // Data-free (d) ranges for the attention-output and FFN-output inputs.
+    let mut free: Vec<Option<Vec<f32>>> = vec![None; lin.len()];
+    for l in 0..lin.len() / 6 {
+        let (g, b) = inputs[l * 6 + 2].clone().unwrap();
+        let (mu, sd) = mu_sigma(&g, &b, &lin[l * 6 + 2].0, &lin[l * 6 + 2].1)?;
+        free[l * 6 + 3] = Some(mu.iter().zip(&sd).map(|(m, s)| m.abs() + 3.0 * s).collect());
+        let (g, b) = inputs[l * 6 + 4].clone().unwrap();
+        let (mu, sd) = mu_sigma(&g, &b, &lin[l * 6 + 4].0, &lin[l * 6 + 4].1)?;
+        free[l * 6 + 5] = Some(mu.iter().zip(&sd).map(|(m, s)| gelu(m + 3.0 * s).max(0.17)).collect());
+    }
+    let build = |pick: &dyn Fn(usize) -> Option<Vec<f32>>| -> Result<SentenceEncoder> {
+        let mut m = f32m.clone();
+        for (i, l) in m.encoder.linears_mut().enumerate() {
+            let s = pick(i);
+            l.reduced = Some(std::sync::Arc::new(Reduced::Int8(QLinear::from_f32(&l.weight, &l.bias, s.as_deref())?)));
+        }
+        Ok(m)
+    };
+    // The first scheme: `a_c = 3|γ_c| + |β_c|` from the LayerNorm before the layer, if any.
+    let ln = |i: usize| -> Option<Vec<f32>> {
+        inputs[i].as_ref().map(|(g, b)| {
+            let a: Vec<f32> = g.iter().zip(b).map(|(g, b)| 3.0 * g.abs() + b.abs()).collect();
+            calibrate::smoothing(&a, &lin[i].0).unwrap()
+        })
+    };
+    let builtin_max = f32m.calibration_maxima(&calibrate::builtin())?;
+    let unsmoothed = |i: usize| i % 6 == 3 || i % 6 == 5;
+    println!("# calibration: {} sentences; STS-B dev f32 Spearman {sts_f32:.2}", calib.len());
+    println!("variant\tmin\t10th lowest\tmean\t< 0.99\tSTS-B dev - f32");
+    type Pick<'a> = Box<dyn Fn(usize) -> Option<Vec<f32>> + 'a>;
+    let mut cases: Vec<(&str, Pick)> = vec![
+        ("LayerNorm estimate, four kinds (first scheme)", Box::new(ln)),
+        (
+            "c1 calibrated (512 sentences), all",
+            Box::new(|i| Some(calibrate::smoothing(&calib_max[i], &lin[i].0).unwrap())),
+        ),
+        (
+            "c2 calibrated, attn-out + FFN-out",
+            Box::new(
+                |i| if unsmoothed(i) { Some(calibrate::smoothing(&calib_max[i], &lin[i].0).unwrap()) } else { ln(i) },
+            ),
+        ),
+        (
+            "d data-free, attn-out + FFN-out",
+            Box::new(|i| {
+                if unsmoothed(i) {
+                    Some(calibrate::smoothing(free[i].as_ref().unwrap(), &lin[i].0).unwrap())
+                } else {
+                    ln(i)
+                }
+            }),
+        ),
+    ];
+    cases.push((
+        "c1 calibrated, built-in 64 sentences (shipped)",
+        Box::new(|i| Some(calibrate::smoothing(&builtin_max[i], &lin[i].0).unwrap())),
+    ));
+    for (name, pick) in cases {
+        let m = build(&*pick)?;
+        let mut cos = cosines(want, &m.embed_unchecked(texts, 64)?);
+        cos.sort_by(|a, b| a.total_cmp(b));
+        let mean = cos.iter().sum::<f64>() / cos.len() as f64;
+        let below = cos.iter().filter(|&&c| c < 0.99).count();
+        println!("{name}\t{:.6}\t{:.6}\t{mean:.6}\t{below}\t{:+.2}", cos[0], cos[9], sts(&m)? - sts_f32);
+    }
+    Ok(())
+}
+
+/// erf (Abramowitz–Stegun 7.1.26 is too coarse; use candle's).
+fn libm_erf(x: f32) -> f32 {
+    candle_core::Tensor::new(&[x], &candle_core::Device::Cpu)
+        .and_then(|t| t.erf())
+        .and_then(|t| t.to_vec1::<f32>())
+        .map(|v| v[0])
+        .unwrap()
 }

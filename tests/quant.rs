@@ -284,4 +284,82 @@ fn quantize_refuses_bad_input_clearly() {
         .output()
         .unwrap());
     assert!(e.contains("int8 or bf16"), "{e}");
+    // Calibration text: empty, or given for bf16, is refused with what to do; nothing is written.
+    let empty = tmp.path().join("empty.txt");
+    std::fs::write(&empty, "\n  \n").unwrap();
+    let out = tmp.path().join("calibrated");
+    let e = err(common::xsent().arg("quantize").arg(&src).arg(&out).arg("--calibration").arg(&empty).output().unwrap());
+    assert!(e.contains("calibration text has no sentences") && e.contains("empty.txt"), "{e}");
+    let e = err(common::xsent()
+        .arg("quantize")
+        .arg(&src)
+        .arg(&out)
+        .args(["--dtype", "bf16", "--calibration"])
+        .arg(&empty)
+        .output()
+        .unwrap());
+    assert!(e.contains("--calibration is for int8"), "{e}");
+    let e = err(common::xsent()
+        .arg("quantize")
+        .arg(&src)
+        .arg(&out)
+        .arg("--calibration")
+        .arg(tmp.path().join("missing.txt"))
+        .output()
+        .unwrap());
+    assert!(e.contains("missing.txt"), "{e}");
+    assert!(!out.exists(), "a failed quantize left its output behind");
+}
+
+/// int8 smoothing comes from calibration: every linear layer stores its factors, the config and
+/// the model card say what text calibrated them, and another text gives other factors.
+#[test]
+fn quantize_records_its_calibration() {
+    let src = common::model("all-MiniLM-L6-v2");
+    let tmp = tempfile::tempdir().unwrap();
+    let read = |dir: &std::path::Path| -> (serde_json::Value, String, std::collections::HashMap<String, Vec<u8>>) {
+        let config = serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+        let card = std::fs::read_to_string(dir.join("README.md")).unwrap();
+        let bytes = std::fs::read(dir.join("model.safetensors")).unwrap();
+        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let smooth = st
+            .tensors()
+            .into_iter()
+            .filter(|(n, _)| n.ends_with(".input_smooth"))
+            .map(|(n, v)| (n, v.data().to_vec()))
+            .collect();
+        (config, card, smooth)
+    };
+    let builtin = tmp.path().join("builtin");
+    let o = common::xsent().arg("quantize").arg(&src).arg(&builtin).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (config, card, smooth) = read(&builtin);
+    assert_eq!(smooth.len(), 36, "every one of MiniLM's 6 × 6 linear layers is smoothed");
+    let cal = config["quantization_config"]["calibration"].as_str().unwrap().to_string();
+    assert!(cal.contains("built-in calibration text") && cal.contains("64 sentences"), "{cal}");
+    assert!(card.contains("36 of the 36 layers are smoothed") && card.contains(&cal), "{card}");
+
+    let text = tmp.path().join("mine.txt");
+    std::fs::write(&text, "Das ist ein Satz.\n\nUn autre exemple, plus long que le premier.\n数字 1 2 3\n").unwrap();
+    let own = tmp.path().join("own");
+    let o = common::xsent().arg("quantize").arg(&src).arg(&own).arg("--calibration").arg(&text).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (config, card, own_smooth) = read(&own);
+    let cal = config["quantization_config"]["calibration"].as_str().unwrap();
+    assert!(cal.contains("3 sentences") && cal.contains("mine.txt") && cal.contains("sha256"), "{cal}");
+    assert!(card.contains(cal), "{card}");
+    assert_eq!(own_smooth.len(), 36);
+    let differ = smooth.iter().filter(|(n, v)| own_smooth[*n] != **v).count();
+    assert!(differ > 30, "another calibration text changed only {differ} of 36 layers' smoothing");
+    // It still embeds close to f32.
+    let lines = ["The cat sat on the mat, then left.", "A somewhat longer sentence, with punctuation."];
+    let f32v = embed_with(&src, &lines, "f32", None);
+    let int8v = embed_with(&own, &lines, "int8", None);
+    for (a, b) in f32v.lines().zip(int8v.lines()) {
+        let p = |l: &str| -> Vec<f64> { serde_json::from_str(l).unwrap() };
+        let (a, b) = (p(a), p(b));
+        let dot: f64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        let n = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        assert!(dot / (n(&a) * n(&b)) > 0.98, "{}", dot / (n(&a) * n(&b)));
+    }
 }

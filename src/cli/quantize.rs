@@ -14,6 +14,11 @@ pub struct Args {
     /// int8 (per-channel weights, smoothed; the default) or bf16.
     #[arg(long, value_enum, default_value_t = Dtype::Int8)]
     pub dtype: Dtype,
+    /// int8: calibrate the smoothing on this text file (UTF-8, one sentence per line, at most
+    /// 16 MB; a few hundred sentences like the ones you will embed) instead of the built-in 64
+    /// English sentences.
+    #[arg(long, value_name = "FILE")]
+    pub calibration: Option<PathBuf>,
     /// Replace OUT if it is a model directory an earlier `xsent quantize` wrote.
     #[arg(long)]
     pub force: bool,
@@ -24,7 +29,7 @@ pub fn run(a: Args) -> Result<()> {
         .map(|s| if s.contains(char::is_whitespace) { format!("'{s}'") } else { s })
         .collect::<Vec<_>>()
         .join(" ");
-    let w = crate::model::quantized::quantize(&a.model, &a.out, a.dtype, a.force, &command)?;
+    let w = crate::model::quantized::quantize(&a.model, &a.out, a.dtype, a.force, &command, a.calibration.as_deref())?;
     errln!(
         "xsent quantize: wrote {} ({} linear layers in {}; weights {:.1} MB, source {:.1} MB)",
         a.out.display(),

@@ -153,11 +153,13 @@ pub struct Linear {
     /// The int8 or bf16 copy of the weights that inference uses on the CPU (see
     /// [`super::quant`]); training and other devices use `weight`.
     pub reduced: Option<std::sync::Arc<super::quant::Reduced>>,
+    /// While set, inference records the column maxima of this layer's inputs (int8 calibration).
+    pub observe: Option<std::sync::Arc<super::quant::calibrate::ColumnMax>>,
 }
 
 impl Linear {
     pub fn new(weight: Tensor, bias: Tensor) -> Self {
-        Self { weight, bias, reduced: None }
+        Self { weight, bias, reduced: None, observe: None }
     }
 
     pub fn load(vb: VarBuilder, in_dim: usize, out_dim: usize) -> Result<Self> {
@@ -176,6 +178,9 @@ impl Linear {
         // gradient in its own layout and the bias its column sums in one pass.
         if x.track_op() || self.weight.track_op() || self.bias.track_op() {
             return super::kernels::linear(x, &self.weight, &self.bias, true);
+        }
+        if let Some(o) = &self.observe {
+            o.record(x)?;
         }
         if let Some(r) = &self.reduced {
             if x.device().is_cpu() && x.dtype() == candle_core::DType::F32 {
@@ -425,7 +430,12 @@ impl Encoder {
     /// A copy with `f` applied to every weight (the reduced copies are kept).
     fn map_tensors(&self, f: &dyn Fn(&Tensor) -> Result<Tensor>) -> Result<Self> {
         let lin = |l: &Linear| -> Result<Linear> {
-            Ok(Linear { weight: f(&l.weight)?, bias: f(&l.bias)?, reduced: l.reduced.clone() })
+            Ok(Linear {
+                weight: f(&l.weight)?,
+                bias: f(&l.bias)?,
+                reduced: l.reduced.clone(),
+                observe: l.observe.clone(),
+            })
         };
         let norm = |n: &LayerNorm| -> Result<LayerNorm> {
             Ok(LayerNorm { weight: f(&n.weight)?, bias: f(&n.bias)?, eps: n.eps })

@@ -5,16 +5,17 @@
 //! `model.safetensors` holds every encoder tensor under its canonical name; each linear layer
 //! `P` of the encoder is stored reduced:
 //! - int8: `P.weight` (I8 `[out, in]`, the per-channel symmetric values), `P.weight_scale`
-//!   (F32 `[out]`) and, for the layers fed by a LayerNorm, `P.input_smooth` (F32 `[in]`, the
-//!   smoothing factors `s`: the stored weights are `W diag(s)` quantised, and activations are
-//!   divided by `s`); `W ≈ q · scale / s` column by column.
+//!   (F32 `[out]`) and `P.input_smooth` (F32 `[in]`, the smoothing factors `s` from calibration:
+//!   the stored weights are `W diag(s)` quantised, and activations are divided by `s`; models an
+//!   older xsent wrote may lack it on some layers); `W ≈ q · scale / s` column by column.
 //! - bf16: `P.weight` (BF16 `[out, in]`).
 //!
 //! Everything else stays f32. `config.json` carries a `quantization_config` block with
 //! `quant_method: "xsent"` and the `dtype`. Loading gives the layers exactly the weights
 //! `--dtype int8|bf16` computes from the source model, so the vectors are the same bit for bit.
 
-use super::quant::{gemm_bf16, int8_weights, smoothing, BLinear, Dtype, QLinear, Reduced};
+use super::quant::calibrate::{self, ColumnMax};
+use super::quant::{gemm_bf16, int8_weights, BLinear, Dtype, QLinear, Reduced};
 use crate::model::config::{EncoderConfig, INT8_MODEL_TYPE};
 use crate::model::encoder::Encoder;
 use crate::model::weights;
@@ -93,23 +94,66 @@ fn supported_on(device: &candle_core::Device) -> &'static str {
 
 /// Give the encoder's linear layers their `dtype` copies (f32: nothing to do). Inference only:
 /// a trainable model, or a dtype the device has no kernels for, is refused with what to use.
-pub fn apply(encoder: &mut Encoder, dtype: Dtype, device: &candle_core::Device, trainable: bool) -> Result<()> {
+/// int8 needs the column maxima of every linear layer's input (`maxima`, from
+/// [`calibration_maxima`]); the other dtypes ignore them.
+pub fn apply(
+    encoder: &mut Encoder,
+    dtype: Dtype,
+    device: &candle_core::Device,
+    trainable: bool,
+    maxima: Option<&[Vec<f32>]>,
+) -> Result<()> {
+    check(dtype, device, trainable)?;
+    // Off the CPU (or on it when the GPU's code paths are forced, for tests) bf16 and f16 are
+    // the whole encoder in that dtype on candle's ops: cuBLAS's bf16/f16 products with f32
+    // accumulation, candle's LayerNorm and softmax with f32 statistics, f32 pooling.
+    let device_path = !device.is_cpu() || super::kernels::candle_ops_forced();
+    match dtype {
+        Dtype::F32 => {}
+        Dtype::Bf16 | Dtype::F16 if device_path => {
+            let dt = if dtype == Dtype::Bf16 { candle_core::DType::BF16 } else { candle_core::DType::F16 };
+            *encoder = encoder.to_dtype(dt)?;
+        }
+        Dtype::Bf16 => {
+            for l in encoder.linears_mut() {
+                l.reduced = Some(std::sync::Arc::new(Reduced::Bf16(BLinear::from_f32(&l.weight, &l.bias)?)));
+            }
+        }
+        Dtype::Int8 => {
+            let maxima = maxima.context("int8 needs calibration (SentenceEncoder::calibration_maxima)")?;
+            let layers = int8_layers(encoder, maxima)?;
+            for (l, (q, scales, smooth)) in encoder.linears_mut().zip(layers) {
+                let (n, k) = l.weight.dims2()?;
+                let bias: Vec<f32> = l.bias.to_dtype(candle_core::DType::F32)?.to_vec1()?;
+                l.reduced = Some(std::sync::Arc::new(Reduced::Int8(QLinear::from_int8_smoothed(
+                    &q,
+                    &scales,
+                    &bias,
+                    n,
+                    k,
+                    smooth.as_deref(),
+                )?)));
+            }
+        }
+        Dtype::F16 => unreachable!("refused by check"),
+    }
+    Ok(())
+}
+
+/// Refuse `dtype` where it cannot run: training, or a device without its kernels.
+pub fn check(dtype: Dtype, device: &candle_core::Device, trainable: bool) -> Result<()> {
     if dtype == Dtype::F32 {
         return Ok(());
     }
     if trainable {
         bail!("--dtype {dtype} is for inference only; training runs in f32 (leave --dtype out)");
     }
-    // Off the CPU (or on it when the GPU's code paths are forced, for tests) bf16 and f16 are
-    // the whole encoder in that dtype on candle's ops: cuBLAS's bf16/f16 products with f32
-    // accumulation, candle's LayerNorm and softmax with f32 statistics, f32 pooling.
     let device_path = !device.is_cpu() || super::kernels::candle_ops_forced();
-    if device_path && matches!(dtype, Dtype::Bf16 | Dtype::F16) {
-        let dt = if dtype == Dtype::Bf16 { candle_core::DType::BF16 } else { candle_core::DType::F16 };
-        *encoder = encoder.to_dtype(dt)?;
-        return Ok(());
-    }
-    let ok = device.is_cpu() && matches!(dtype, Dtype::Int8 | Dtype::Bf16);
+    let ok = if device_path {
+        matches!(dtype, Dtype::Bf16 | Dtype::F16)
+    } else {
+        matches!(dtype, Dtype::Int8 | Dtype::Bf16)
+    };
     if !ok {
         let on = if device.is_cpu() { "the CPU".to_string() } else { format!("{device:?}") };
         bail!(
@@ -118,25 +162,6 @@ pub fn apply(encoder: &mut Encoder, dtype: Dtype, device: &candle_core::Device, 
             if device.is_cpu() { ", bf16 or int8" } else { ", bf16 or f16, or --device cpu for int8" }
         );
     }
-    if dtype == Dtype::Bf16 {
-        for l in encoder.linears_mut() {
-            l.reduced = Some(std::sync::Arc::new(Reduced::Bf16(BLinear::from_f32(&l.weight, &l.bias)?)));
-        }
-        return Ok(());
-    }
-    let layers = int8_layers(encoder)?;
-    for (l, (q, scales, smooth)) in encoder.linears_mut().zip(layers) {
-        let (n, k) = l.weight.dims2()?;
-        let bias: Vec<f32> = l.bias.to_dtype(candle_core::DType::F32)?.to_vec1()?;
-        l.reduced = Some(std::sync::Arc::new(Reduced::Int8(QLinear::from_int8_smoothed(
-            &q,
-            &scales,
-            &bias,
-            n,
-            k,
-            smooth.as_deref(),
-        )?)));
-    }
     Ok(())
 }
 
@@ -144,19 +169,36 @@ pub fn apply(encoder: &mut Encoder, dtype: Dtype, device: &candle_core::Device, 
 pub type Int8Parts = (Vec<i8>, Vec<f32>, Option<Vec<f32>>);
 
 /// The int8 values, per-channel scales and smoothing factors of every linear layer of
-/// `encoder`, as `--dtype int8` computes them.
-pub fn int8_layers(encoder: &mut Encoder) -> Result<Vec<Int8Parts>> {
-    let inputs = encoder.linear_inputs()?;
+/// `encoder`, with smoothing from `maxima` (each layer's input column maxima, in
+/// [`Encoder::linears_mut`]'s order).
+pub fn int8_layers(encoder: &mut Encoder, maxima: &[Vec<f32>]) -> Result<Vec<Int8Parts>> {
+    let n = encoder.linears_mut().count();
+    anyhow::ensure!(maxima.len() == n, "int8 calibration: {} layers' maxima for {n} linear layers", maxima.len());
     let mut out = Vec::new();
-    for (l, norm) in encoder.linears_mut().zip(inputs) {
-        let smooth = match norm {
-            Some((g, b)) => Some(smoothing(&g, &b, &l.weight)?),
-            None => None,
-        };
-        let (q, scales) = int8_weights(&l.weight, smooth.as_deref())?;
-        out.push((q, scales, smooth));
+    for (l, amax) in encoder.linears_mut().zip(maxima) {
+        let smooth = calibrate::smoothing(amax, &l.weight)?;
+        let (q, scales) = int8_weights(&l.weight, Some(&smooth))?;
+        out.push((q, scales, Some(smooth)));
     }
     Ok(out)
+}
+
+/// Make every linear layer of `encoder` record its inputs' column maxima in the f32 forwards
+/// that follow (the int8 calibration; run it on a copy, which then is dropped): the recorders,
+/// in [`Encoder::linears_mut`]'s order.
+pub fn observe_inputs(encoder: &mut Encoder) -> Result<Vec<std::sync::Arc<ColumnMax>>> {
+    anyhow::ensure!(
+        encoder.linears_mut().all(|l| l.reduced.is_none()),
+        "int8 calibration runs the f32 layers: calibrate before quantising"
+    );
+    Ok(encoder
+        .linears_mut()
+        .map(|l| {
+            let c = std::sync::Arc::new(ColumnMax::default());
+            l.observe = Some(c.clone());
+            c
+        })
+        .collect())
 }
 
 /// Read an int8 model's weight files: the f32 tensors (each int8 weight dequantised, for the
@@ -258,9 +300,17 @@ pub struct Written {
 }
 
 /// `xsent quantize`: write `model` (a model directory or hub id) with its linear layers in
-/// `dtype` to the directory `out` (see the module doc), with a model card. `command` is the
-/// command line, for the card.
-pub fn quantize(model: &str, out: &Path, dtype: Dtype, force: bool, command: &str) -> Result<Written> {
+/// `dtype` to the directory `out` (see the module doc), with a model card. int8 is calibrated on
+/// the sentences of the text file `calibration` (one per line), or on the built-in text.
+/// `command` is the command line, for the card.
+pub fn quantize(
+    model: &str,
+    out: &Path,
+    dtype: Dtype,
+    force: bool,
+    command: &str,
+    calibration: Option<&Path>,
+) -> Result<Written> {
     if !matches!(dtype, Dtype::Int8 | Dtype::Bf16) {
         bail!("xsent quantize writes int8 or bf16 models, not {dtype} (--dtype int8|bf16)");
     }
@@ -297,6 +347,43 @@ pub fn quantize(model: &str, out: &Path, dtype: Dtype, force: bool, command: &st
         .with_context(|| format!("{} and {}", files.config.display(), weights::describe(&files.weights)))?;
     let mut encoder = Encoder::load(VarBuilder::from_tensors(tensors.clone(), DType::F32, &Device::Cpu), &cfg)?;
     let names = linear_names(cfg.num_hidden_layers);
+    if calibration.is_some() && dtype != Dtype::Int8 {
+        bail!("--calibration is for int8 (it sets int8's smoothing); {dtype} needs none");
+    }
+    // int8's calibration runs the f32 model over the text (tokenizer, encoder), as --dtype int8 does.
+    let (maxima, calibrated_on) = if dtype == Dtype::Int8 {
+        let (texts, source) = match calibration {
+            Some(p) => {
+                const MAX_BYTES: u64 = 16 << 20;
+                let len = std::fs::metadata(p)
+                    .with_context(|| format!("cannot read the calibration text {}", p.display()))?
+                    .len();
+                if len > MAX_BYTES {
+                    bail!(
+                        "the calibration text {} has {:.1} MB; calibration needs a few hundred sentences, take at most {} MB of them",
+                        p.display(),
+                        len as f64 / 1e6,
+                        MAX_BYTES >> 20
+                    );
+                }
+                let lines = crate::data::read_lines(p)?;
+                let n = lines.iter().filter(|l| !l.trim().is_empty()).count();
+                (lines, format!("{n} sentences of `{}` (sha256 `{}`)", p.display(), sha256_file(p)?))
+            }
+            None => {
+                (calibrate::builtin().iter().map(|s| s.to_string()).collect(), calibrate::BUILTIN_SOURCE.to_string())
+            }
+        };
+        let opts = crate::model::LoadOptions { dtype: Some(Dtype::F32), ..Default::default() };
+        let sentence_model = crate::model::SentenceEncoder::load(model, &opts)?;
+        let maxima = sentence_model.calibration_maxima(&texts).with_context(|| match calibration {
+            Some(p) => format!("calibrating on {}", p.display()),
+            None => "calibrating on the built-in text".to_string(),
+        })?;
+        (Some(maxima), source)
+    } else {
+        (None, String::new())
+    };
 
     // Every tensor as little-endian bytes, under its canonical name.
     let mut blobs: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
@@ -313,7 +400,7 @@ pub fn quantize(model: &str, out: &Path, dtype: Dtype, force: bool, command: &st
     let mut smoothing_note = String::new();
     match dtype {
         Dtype::Int8 => {
-            let layers = int8_layers(&mut encoder)?;
+            let layers = int8_layers(&mut encoder, maxima.as_deref().expect("int8 is calibrated above"))?;
             let mut smoothed = 0;
             for (name, (q, scales, smooth)) in names.iter().zip(layers) {
                 let (n, k) = (scales.len(), q.len() / scales.len());
@@ -340,8 +427,8 @@ pub fn quantize(model: &str, out: &Path, dtype: Dtype, force: bool, command: &st
                 }
             }
             smoothing_note = format!(
-                "{smoothed} of the {} layers (those fed by a LayerNorm: query, key, value, intermediate) are smoothed: s_c = sqrt(a_c / max_j abs(W_jc)) \
-                 with a_c = 3 abs(γ_c) + abs(β_c) from the LayerNorm (no calibration data), divided by their geometric mean",
+                "{smoothed} of the {} layers are smoothed (SmoothQuant, α = 0.5): s_c = sqrt(a_c / max_j abs(W_jc)), divided by their geometric mean, \
+                 with a_c the largest abs(x_c) of the layer's input column c in an f32 forward over the calibration text: {calibrated_on}",
                 names.len()
             );
         }
@@ -386,6 +473,9 @@ pub fn quantize(model: &str, out: &Path, dtype: Dtype, force: bool, command: &st
         });
         let obj = raw.as_object_mut().context("config.json is not a JSON object")?;
         obj.insert("quantization_config".into(), block);
+        if dtype == Dtype::Int8 {
+            obj["quantization_config"]["calibration"] = calibrated_on.clone().into();
+        }
         if dtype == Dtype::Int8 {
             // transformers would load the int8 values as weights (it skips an unknown
             // quant_method with a warning): an unknown model_type makes it refuse instead.

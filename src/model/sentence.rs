@@ -229,7 +229,11 @@ impl SentenceEncoder {
         if saved_dtype == Some(super::quant::Dtype::Int8) {
             super::quantized::attach_int8(&mut encoder, stored_int8, &opts.device, &files.spec)?;
         } else {
-            super::quantized::apply(&mut encoder, dtype, &opts.device, opts.trainable)?;
+            super::quantized::check(dtype, &opts.device, opts.trainable)?;
+            // int8 is calibrated below, once the tokenizer is here.
+            if dtype != super::quant::Dtype::Int8 {
+                super::quantized::apply(&mut encoder, dtype, &opts.device, opts.trainable, None)?;
+            }
         }
 
         let mut tokenizer = tokenizer?;
@@ -357,7 +361,7 @@ impl SentenceEncoder {
             (Some(d), true) => Some(d.make_trainable()?),
             _ => None,
         };
-        Ok(Self {
+        let mut me = Self {
             encoder,
             config,
             files,
@@ -374,7 +378,33 @@ impl SentenceEncoder {
             tokenizer,
             pad_id,
             device: opts.device.clone(),
-        })
+        };
+        if dtype == super::quant::Dtype::Int8 && saved_dtype.is_none() {
+            me.quantize_int8(&super::quant::calibrate::builtin())?;
+        }
+        Ok(me)
+    }
+
+    /// Quantise the encoder's linear layers to int8 (CPU inference), smoothed with the column
+    /// maxima of their inputs over `calibration` (sentences; see [`Self::calibration_maxima`]).
+    pub fn quantize_int8<S: AsRef<str>>(&mut self, calibration: &[S]) -> Result<()> {
+        let maxima = self.calibration_maxima(calibration)?;
+        super::quantized::apply(&mut self.encoder, super::quant::Dtype::Int8, &self.device, false, Some(&maxima))
+    }
+
+    /// The int8 calibration: the column maxima of every linear layer's input (in
+    /// [`Encoder::linears_mut`]'s order) over an f32 forward of `sentences`, without the prefix
+    /// (so a model quantised by `xsent quantize` and `--dtype int8` with any `--prefix` agree).
+    pub fn calibration_maxima<S: AsRef<str>>(&self, sentences: &[S]) -> Result<Vec<Vec<f32>>> {
+        let texts: Vec<&str> = sentences.iter().map(AsRef::as_ref).filter(|t| !t.trim().is_empty()).collect();
+        if texts.is_empty() {
+            bail!("the int8 calibration text has no sentences (one per line)");
+        }
+        let mut plain = self.clone();
+        plain.prefix.clear();
+        let recorders = super::quantized::observe_inputs(&mut plain.encoder)?;
+        plain.embed_unchecked(&texts, 64)?;
+        Ok(recorders.iter().map(|c| c.maxima()).collect())
     }
 
     /// Dimension of the sentence vectors (the Dense module's output when there is one).

@@ -4,6 +4,7 @@
 //! (for tests and comparisons); for bf16 `XSENT_BF16_KERNELS=avx512|avx2|portable` picks any
 //! path (see [`gemm_bf16::BfPath`]). See docs/quantization.md for the scheme.
 
+pub mod calibrate;
 pub mod gemm_bf16;
 pub mod gemm_i8;
 pub mod quantize;
@@ -98,10 +99,10 @@ impl std::fmt::Display for Dtype {
 
 /// An int8 linear layer: `y = x Wᵀ + b` with `W` quantised per output channel.
 ///
-/// With smoothing factors `s` (per input column; SmoothQuant's migration, here without
-/// calibration data), `x Wᵀ = (x / s)(W diag(s))ᵀ`: the weights are quantised as `W diag(s)`
-/// and each activation row as `x / s`, which flattens outlier columns of `x` (those a
-/// LayerNorm's scale makes large) before its per-row scale is taken.
+/// With smoothing factors `s` (per input column; SmoothQuant's migration, from calibration:
+/// [`calibrate`]), `x Wᵀ = (x / s)(W diag(s))ᵀ`: the weights are quantised as `W diag(s)`
+/// and each activation row as `x / s`, which flattens outlier columns of `x` before its
+/// per-row scale is taken.
 #[derive(Debug)]
 pub struct QLinear {
     packed: gemm_i8::PackedI8,
@@ -305,37 +306,4 @@ impl CustomOp1 for ROp<'_> {
         let out = self.0.forward_slice(x, rows);
         Ok((CpuStorage::F32(out), Shape::from((rows, self.0.out_dim()))))
     }
-}
-
-/// Smoothing factors for a layer fed by a LayerNorm with scale `gamma` and shift `beta`
-/// (SmoothQuant's `s_c = sqrt(max|x_c| / max|W_c|)`, α = ½), without calibration data: a
-/// normalised activation is mostly within ±3, so `max|x_c| ≈ 3|γ_c| + |β_c|`. Factors are
-/// divided by their geometric mean; a zero column keeps 1.
-pub fn smoothing(gamma: &[f32], beta: &[f32], weight: &Tensor) -> Result<Vec<f32>> {
-    let (_, k) = weight.dims2()?;
-    anyhow::ensure!(
-        gamma.len() == k && beta.len() == k,
-        "smoothing: LayerNorm of {} features before a layer of {k} inputs",
-        gamma.len()
-    );
-    let w: Vec<f32> = weight.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?;
-    let mut wmax = vec![0f32; k];
-    for row in w.chunks_exact(k) {
-        for (m, v) in wmax.iter_mut().zip(row) {
-            *m = m.max(v.abs());
-        }
-    }
-    let mut s: Vec<f32> = (0..k)
-        .map(|c| {
-            let a = 3.0 * gamma[c].abs() + beta[c].abs();
-            if a > 0.0 && wmax[c] > 0.0 && a.is_finite() && wmax[c].is_finite() {
-                (a / wmax[c]).sqrt()
-            } else {
-                1.0
-            }
-        })
-        .collect();
-    let g = (s.iter().map(|v| (*v as f64).ln()).sum::<f64>() / k as f64).exp() as f32;
-    s.iter_mut().for_each(|v| *v /= g);
-    Ok(s)
 }
