@@ -194,11 +194,14 @@ fn variants(f32m: &SentenceEncoder, texts: &[String], want: &[Vec<f32>], data: &
         let (mu, sd) = mu_sigma(&g, &b, &lin[l * 6 + 4].0, &lin[l * 6 + 4].1)?;
         free[l * 6 + 5] = Some(mu.iter().zip(&sd).map(|(m, s)| gelu(m + 3.0 * s).max(0.17)).collect());
     }
-    let build = |pick: &dyn Fn(usize) -> Option<Vec<f32>>| -> Result<SentenceEncoder> {
+    // `asym`: which layers quantise their activations asymmetrically (the third rule).
+    let build = |pick: &dyn Fn(usize) -> Option<Vec<f32>>, asym: &dyn Fn(usize) -> bool| -> Result<SentenceEncoder> {
         let mut m = f32m.clone();
         for (i, l) in m.encoder.linears_mut().enumerate() {
             let s = pick(i);
-            l.reduced = Some(std::sync::Arc::new(Reduced::Int8(QLinear::from_f32(&l.weight, &l.bias, s.as_deref())?)));
+            let mut q = QLinear::from_f32(&l.weight, &l.bias, s.as_deref())?;
+            q.set_asymmetric(asym(i));
+            l.reduced = Some(std::sync::Arc::new(Reduced::Int8(q)));
         }
         Ok(m)
     };
@@ -241,8 +244,16 @@ fn variants(f32m: &SentenceEncoder, texts: &[String], want: &[Vec<f32>], data: &
         "c1 calibrated, built-in 64 sentences (shipped)",
         Box::new(|i| Some(calibrate::smoothing(&builtin_max[i], &lin[i].0).unwrap())),
     ));
-    for (name, pick) in cases {
-        let m = build(&*pick)?;
+    let shipped = |i: usize| Some(calibrate::smoothing(&builtin_max[i], &lin[i].0).unwrap());
+    let never = |_: usize| false;
+    let mut runs: Vec<(&str, &dyn Fn(usize) -> Option<Vec<f32>>, &dyn Fn(usize) -> bool)> = Vec::new();
+    for (n, p) in &cases {
+        runs.push((n, &**p, &never));
+    }
+    runs.push(("b1 shipped + asymmetric FFN output", &shipped, &|i| i % 6 == 5));
+    runs.push(("b2 shipped + asymmetric everywhere", &shipped, &|_| true));
+    for (name, pick, asym) in runs {
+        let m = build(pick, asym)?;
         let mut cos = cosines(want, &m.embed_unchecked(texts, 64)?);
         cos.sort_by(|a, b| a.total_cmp(b));
         let mean = cos.iter().sum::<f64>() / cos.len() as f64;

@@ -337,6 +337,7 @@ fn quantize_records_its_calibration() {
     assert_eq!(smooth.len(), 36, "every one of MiniLM's 6 × 6 linear layers is smoothed");
     let cal = config["quantization_config"]["calibration"].as_str().unwrap().to_string();
     assert!(cal.contains("built-in calibration text") && cal.contains("64 sentences"), "{cal}");
+    assert_eq!(config["quantization_config"]["activations_asymmetric"], true);
     assert!(card.contains("36 of the 36 layers are smoothed") && card.contains(&cal), "{card}");
 
     let text = tmp.path().join("mine.txt");
@@ -351,11 +352,28 @@ fn quantize_records_its_calibration() {
     assert_eq!(own_smooth.len(), 36);
     let differ = smooth.iter().filter(|(n, v)| own_smooth[*n] != **v).count();
     assert!(differ > 30, "another calibration text changed only {differ} of 36 layers' smoothing");
+    // A directory written before asymmetric activations (no `activations_asymmetric` in its
+    // config) runs its rows symmetrically, as it was written: other vectors, still close to f32.
+    let old = tmp.path().join("old");
+    std::fs::create_dir(&old).unwrap();
+    for e in std::fs::read_dir(&own).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_file() {
+            std::fs::copy(e.path(), old.join(e.file_name())).unwrap();
+        }
+    }
+    std::fs::create_dir(old.join("1_Pooling")).unwrap();
+    std::fs::copy(own.join("1_Pooling/config.json"), old.join("1_Pooling/config.json")).unwrap();
+    let mut config = config.clone();
+    config["quantization_config"].as_object_mut().unwrap().remove("activations_asymmetric");
+    std::fs::write(old.join("config.json"), serde_json::to_string(&config).unwrap()).unwrap();
     // It still embeds close to f32.
     let lines = ["The cat sat on the mat, then left.", "A somewhat longer sentence, with punctuation."];
     let f32v = embed_with(&src, &lines, "f32", None);
     let int8v = embed_with(&own, &lines, "int8", None);
-    for (a, b) in f32v.lines().zip(int8v.lines()) {
+    let symmetric = embed_with(&old, &lines, "int8", None);
+    assert_ne!(symmetric, int8v, "the config's activations_asymmetric changed nothing");
+    for (a, b) in f32v.lines().zip(int8v.lines()).chain(f32v.lines().zip(symmetric.lines())) {
         let p = |l: &str| -> Vec<f64> { serde_json::from_str(l).unwrap() };
         let (a, b) = (p(a), p(b));
         let dot: f64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();

@@ -67,6 +67,13 @@ pub fn saved_dtype(raw: &serde_json::Value, path: &Path) -> Result<Option<Dtype>
     }
 }
 
+/// Whether an int8 model's activations are asymmetric (a scale and an offset per row):
+/// `quantization_config.activations_asymmetric`, absent (false) in directories written before
+/// that scheme, which keep their symmetric rows.
+pub fn saved_asymmetric(raw: &serde_json::Value) -> bool {
+    raw.get("quantization_config").and_then(|q| q.get("activations_asymmetric")).and_then(|v| v.as_bool()) == Some(true)
+}
+
 /// The dtype to run a model stored in `saved` with, given `--dtype requested`.
 pub fn effective_dtype(saved: Option<Dtype>, requested: Option<Dtype>, trainable: bool, spec: &str) -> Result<Dtype> {
     let Some(s) = saved else { return Ok(requested.unwrap_or_default()) };
@@ -125,14 +132,9 @@ pub fn apply(
             for (l, (q, scales, smooth)) in encoder.linears_mut().zip(layers) {
                 let (n, k) = l.weight.dims2()?;
                 let bias: Vec<f32> = l.bias.to_dtype(candle_core::DType::F32)?.to_vec1()?;
-                l.reduced = Some(std::sync::Arc::new(Reduced::Int8(QLinear::from_int8_smoothed(
-                    &q,
-                    &scales,
-                    &bias,
-                    n,
-                    k,
-                    smooth.as_deref(),
-                )?)));
+                let mut q = QLinear::from_int8_smoothed(&q, &scales, &bias, n, k, smooth.as_deref())?;
+                q.set_asymmetric(true);
+                l.reduced = Some(std::sync::Arc::new(Reduced::Int8(q)));
             }
         }
         Dtype::F16 => unreachable!("refused by check"),
@@ -277,6 +279,7 @@ pub fn load_int8(
 pub fn attach_int8(
     encoder: &mut Encoder,
     mut layers: HashMap<String, QLinear>,
+    asymmetric: bool,
     device: &Device,
     spec: &str,
 ) -> Result<()> {
@@ -285,8 +288,9 @@ pub fn attach_int8(
     }
     let n = encoder.linears_mut().count() / 6;
     for (l, name) in encoder.linears_mut().zip(linear_names(n)) {
-        let q =
+        let mut q =
             layers.remove(&name).with_context(|| format!("{spec}: the int8 model has no int8 weights for {name}"))?;
+        q.set_asymmetric(asymmetric);
         l.reduced = Some(std::sync::Arc::new(Reduced::Int8(q)));
     }
     Ok(())
@@ -468,13 +472,14 @@ pub fn quantize(
             "dtype": dtype.to_string(),
             "layers": "encoder linear layers (query, key, value, attention output, intermediate, output)",
             "weights": if dtype == Dtype::Int8 { "per output channel, symmetric, [-127, 127], f32 scales (P.weight_scale); smoothing factors P.input_smooth" } else { "bf16, rounded to nearest even from f32" },
-            "activations": if dtype == Dtype::Int8 { "per row, symmetric int8, at run time" } else { "rounded to bf16 at run time; f32 sums" },
+            "activations": if dtype == Dtype::Int8 { "per row at run time, asymmetric: a scale and an offset per row, all 256 levels" } else { "rounded to bf16 at run time; f32 sums" },
             "xsent_version": env!("CARGO_PKG_VERSION"),
         });
         let obj = raw.as_object_mut().context("config.json is not a JSON object")?;
         obj.insert("quantization_config".into(), block);
         if dtype == Dtype::Int8 {
             obj["quantization_config"]["calibration"] = calibrated_on.clone().into();
+            obj["quantization_config"]["activations_asymmetric"] = true.into();
         }
         if dtype == Dtype::Int8 {
             // transformers would load the int8 values as weights (it skips an unknown
@@ -510,7 +515,8 @@ pub fn quantize(
             commit = option_env!("XSENT_GIT_COMMIT").unwrap_or("unknown"),
             method = match dtype {
                 Dtype::Int8 => format!(
-                    "int8: weights per output channel, symmetric (scale = largest magnitude / 127, round to nearest even, [-127, 127]); activations per row at run time; \
+                    "int8: weights per output channel, symmetric (scale = largest magnitude / 127, round to nearest even, [-127, 127]); activations per row at run time, \
+                     asymmetric (a scale and an offset per row: the row's range onto [-128, 127]); \
                      int32 sums; bias and scales in f32. {smoothing_note}. Attention, softmax, LayerNorm and pooling run in f32."
                 ),
                 _ => "bf16: weights rounded to nearest even from f32; activations rounded to bf16 per call; sums in f32. Attention, softmax, LayerNorm and pooling run in f32."

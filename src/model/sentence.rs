@@ -227,7 +227,8 @@ impl SentenceEncoder {
         let mut encoder =
             Encoder::load(vb, &config).with_context(|| format!("loading weights {}", files.weights[0].display()))?;
         if saved_dtype == Some(super::quant::Dtype::Int8) {
-            super::quantized::attach_int8(&mut encoder, stored_int8, &opts.device, &files.spec)?;
+            let asymmetric = super::quantized::saved_asymmetric(&config.raw);
+            super::quantized::attach_int8(&mut encoder, stored_int8, asymmetric, &opts.device, &files.spec)?;
         } else {
             super::quantized::check(dtype, &opts.device, opts.trainable)?;
             // int8 is calibrated below, once the tokenizer is here.

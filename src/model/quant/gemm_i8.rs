@@ -66,6 +66,11 @@ impl PackedI8 {
         &self.data[p * self.kp * NR..(p + 1) * self.kp * NR]
     }
 
+    /// `Σ_k w[j][k]` per output channel, padded to `np` with 0.
+    pub fn channel_sums(&self) -> &[i32] {
+        &self.rowsum
+    }
+
     /// Bytes held (packed weights and row sums).
     pub fn bytes(&self) -> usize {
         self.data.len() + 4 * self.rowsum.len()
@@ -147,6 +152,9 @@ struct F32Out<'a> {
     /// Scales and bias padded to `np`.
     sw: &'a [f32],
     b: &'a [f32],
+    /// Asymmetric rows: each row's offset `o_i` and, per channel (padded to `np`),
+    /// `sw_j · Σ_k w_jk`; `y` gains `o_i · sw_j · Σ_k w_jk`.
+    off: Option<(&'a [f32], &'a [f32])>,
 }
 
 impl Epilogue for F32Out<'_> {
@@ -178,6 +186,21 @@ crate::model::kernels::vectorised_fn! {
         for r in 0..rows {
             let s = e.sa[row0 + r];
             let o = (local0 + r) * e.n + c0;
+            if let Some((oa, cw)) = e.off {
+                let oi = oa[row0 + r];
+                let cw: &[f32; NR] = cw[c0..c0 + NR].try_into().unwrap();
+                if cols == NR {
+                    let dst: &mut [MaybeUninit<f32>; NR] = (&mut out[o..o + NR]).try_into().unwrap();
+                    for c in 0..NR {
+                        dst[c].write((acc[r][c] - corr[c]) as f32 * (s * sw[c]) + (oi * cw[c] + b[c]));
+                    }
+                } else {
+                    for (c, d) in out[o..o + cols].iter_mut().enumerate() {
+                        d.write((acc[r][c] - corr[c]) as f32 * (s * sw[c]) + (oi * cw[c] + b[c]));
+                    }
+                }
+                continue;
+            }
             // Written in place (a copy through a temporary became a `memmove` call per row, the
             // largest copy in the int8 encoder's profile).
             if cols == NR {
@@ -267,7 +290,29 @@ fn run_into<E: Epilogue>(path: Path, a: &[u8], m: usize, w: &PackedI8, out: &mut
 /// `w` with scales `sw` and bias `b` (each padded to `w.np`). Returns `out`, `[m, n]`.
 pub fn gemm_f32(path: Path, a: &[u8], m: usize, sa: &[f32], w: &PackedI8, sw: &[f32], b: &[f32]) -> Vec<f32> {
     assert!(sa.len() == m && sw.len() == w.np && b.len() == w.np, "int8 GEMM: scales or bias of the wrong length");
-    run(path, a, m, w, &F32Out { n: w.n, sa, sw, b })
+    run(path, a, m, w, &F32Out { n: w.n, sa, sw, b, off: None })
+}
+
+/// [`gemm_f32`] of asymmetric activations ([`super::quantize::quantize_activations_asym`]): row
+/// offsets `oa` and, per channel, `cw_j = sw_j · Σ_k w_jk` (padded to `w.np`, see
+/// [`PackedI8::channel_sums`]); `out[i][j]` gains `oa_i · cw_j`.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_f32_asym(
+    path: Path,
+    a: &[u8],
+    m: usize,
+    sa: &[f32],
+    oa: &[f32],
+    w: &PackedI8,
+    sw: &[f32],
+    cw: &[f32],
+    b: &[f32],
+) -> Vec<f32> {
+    assert!(
+        sa.len() == m && oa.len() == m && sw.len() == w.np && cw.len() == w.np && b.len() == w.np,
+        "int8 GEMM: scales, offsets or bias of the wrong length"
+    );
+    run(path, a, m, w, &F32Out { n: w.n, sa, sw, b, off: Some((oa, cw)) })
 }
 
 /// The exact i32 sums `Σ_k a_ik w_jk` (`[m, n]`), for tests.
@@ -361,7 +406,7 @@ unsafe fn tile_avx2(a: &[u8], kp: usize, rows: usize, panel: &[i8], acc: &mut Ti
 
 #[cfg(test)]
 mod tests {
-    use super::super::quantize::quantize_activations;
+    use super::super::quantize::{quantize_activations, quantize_activations_asym};
     use super::*;
 
     /// Deterministic int8 values in [-127, 127], extremes included.
@@ -433,7 +478,8 @@ mod tests {
     fn extreme_values_do_not_saturate() {
         // All ±127: the largest pair sums of the AVX2 path and the largest VNNI shifts.
         let (m, n, k) = (9, 40, 1540);
-        for (sa, sw) in [(127i8, 127i8), (-127, 127), (127, -127), (-127, -127)] {
+        // -128 activations (asymmetric rows) with ±127 weights: AVX2 pair sums of 2·128·127.
+        for (sa, sw) in [(127i8, 127i8), (-127, 127), (127, -127), (-127, -127), (-128, 127), (-128, -127)] {
             let a = vec![sa; m * k];
             let w = vec![sw; n * k];
             let want = reference(&a, &w, m, n, k);
@@ -464,6 +510,45 @@ mod tests {
                 for j in 0..n {
                     let want = exact[i * n + j] as f32 * (sa[i] * sw[j]) + b[j];
                     assert_eq!(out[i * n + j].to_bits(), want.to_bits(), "{path:?} ({i}, {j})");
+                }
+            }
+            outs.push(out);
+        }
+        assert!(outs.windows(2).all(|w| w[0] == w[1]), "paths give different f32 outputs");
+    }
+
+    #[test]
+    fn asymmetric_rows_agree_across_paths_and_approximate_the_product() {
+        // One-sided rows (as after GELU), with a few large columns; k not a multiple of 4.
+        let (m, n, k) = (75, 45, 130);
+        let x: Vec<f32> =
+            (0..m * k).map(|i| ((i * 37 % 211) as f32 / 40.0 - 0.17) * if i % k == 7 { 9.0 } else { 1.0 }).collect();
+        let wq = values(n * k, 11);
+        let pw = PackedI8::pack(&wq, n, k);
+        let mut sw: Vec<f32> = (0..n).map(|j| 0.01 + j as f32 * 1e-3).collect();
+        let mut b: Vec<f32> = (0..n).map(|j| j as f32 * 0.5 - 3.0).collect();
+        sw.resize(pw.np, 0.0);
+        b.resize(pw.np, 0.0);
+        let cw: Vec<f32> = pw.channel_sums().iter().zip(&sw).map(|(&q, &s)| q as f32 * s).collect();
+        let mut outs = Vec::new();
+        for path in Path::all_available() {
+            let mut qa = Vec::new();
+            let (sa, oa) = quantize_activations_asym(&x, m, k, pw.kp, shifted(path), None, &mut qa);
+            let out = gemm_f32_asym(path, &qa, m, &sa, &oa, &pw, &sw, &cw, &b);
+            let exact = gemm_i32(path, &qa, m, &pw);
+            for i in 0..m {
+                for j in 0..n {
+                    let want = exact[i * n + j] as f32 * (sa[i] * sw[j]) + (oa[i] * cw[j] + b[j]);
+                    assert_eq!(out[i * n + j].to_bits(), want.to_bits(), "{path:?} ({i}, {j})");
+                    // Against the f64 product with the dequantised weights: each activation is
+                    // off by at most half a step, sa[i] / 2.
+                    let exact_y: f64 =
+                        (0..k).map(|kk| x[i * k + kk] as f64 * wq[j * k + kk] as f64 * sw[j] as f64).sum::<f64>()
+                            + b[j] as f64;
+                    let bound: f64 = (0..k).map(|kk| (wq[j * k + kk] as f64 * sw[j] as f64).abs()).sum::<f64>()
+                        * sa[i] as f64
+                        * 0.5001;
+                    assert!((out[i * n + j] as f64 - exact_y).abs() <= bound + 1e-3, "{path:?} ({i}, {j})");
                 }
             }
             outs.push(out);

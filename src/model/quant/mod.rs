@@ -111,6 +111,9 @@ pub struct QLinear {
     bias: Vec<f32>,
     /// `1 / s` per input column, when smoothed.
     inv_smooth: Option<Vec<f32>>,
+    /// Asymmetric activations (a scale and an offset per row): `sw_j · Σ_k q_jk` per channel
+    /// (padded), for the offset's share of the output.
+    asym: Option<Vec<f32>>,
 }
 
 impl QLinear {
@@ -156,7 +159,18 @@ impl QLinear {
         let mut bias = bias.to_vec();
         scales.resize(packed.np, 0.0);
         bias.resize(packed.np, 0.0);
-        Ok(Self { packed, scales, bias, inv_smooth: None })
+        Ok(Self { packed, scales, bias, inv_smooth: None, asym: None })
+    }
+
+    /// Quantise this layer's activations asymmetrically (a scale and an offset per row, all 256
+    /// byte values) or symmetrically (the default).
+    pub fn set_asymmetric(&mut self, on: bool) {
+        self.asym =
+            on.then(|| self.packed.channel_sums().iter().zip(&self.scales).map(|(&q, &s)| q as f32 * s).collect());
+    }
+
+    pub fn is_asymmetric(&self) -> bool {
+        self.asym.is_some()
     }
 
     pub fn out_dim(&self) -> usize {
@@ -171,6 +185,18 @@ impl QLinear {
     pub fn forward_slice(&self, path: Path, x: &[f32], rows: usize) -> Vec<f32> {
         let p = &self.packed;
         let mut qa = Vec::new();
+        if let Some(cw) = &self.asym {
+            let (sa, oa) = quantize::quantize_activations_asym(
+                x,
+                rows,
+                p.k,
+                p.kp,
+                gemm_i8::shifted(path),
+                self.inv_smooth.as_deref(),
+                &mut qa,
+            );
+            return gemm_i8::gemm_f32_asym(path, &qa, rows, &sa, &oa, p, &self.scales, cw, &self.bias);
+        }
         let sa = quantize::quantize_activations(
             x,
             rows,

@@ -78,6 +78,35 @@ pub fn quantize_row(x: &[f32], out: &mut [i8]) -> f32 {
     s
 }
 
+/// Scale and offset of an asymmetric row spanning `[lo, hi]`: `x ≈ s·a + o` with `a` in
+/// [-128, 127], `a = -128` at `lo` and `127` at `hi`. A constant row gets `s = 1` (its value is
+/// then exact); a non-finite range `s = 1, o = 0`.
+#[inline(always)]
+fn asym_params(lo: f32, hi: f32) -> (f32, f32) {
+    let s = (hi - lo) / 255.0;
+    if s > 0.0 && s.is_finite() {
+        (s, lo + 128.0 * s)
+    } else if lo.is_finite() {
+        (1.0, lo + 128.0)
+    } else {
+        (1.0, 0.0)
+    }
+}
+
+/// [`quantize_one`] of an asymmetric row: `(v - o) / s` clamped to [-128, 127], rounded to
+/// nearest, ties to even; NaN gives 0.
+#[inline(always)]
+pub fn quantize_one_asym(v: f32, o: f32, inv: f32) -> i8 {
+    const MAGIC: f32 = 12_582_912.0;
+    let y = ((v - o) * inv).clamp(-128.0, 127.0);
+    let q = ((y + MAGIC).to_bits() as i32).wrapping_sub(MAGIC.to_bits() as i32) as i8;
+    if y.is_nan() {
+        0
+    } else {
+        q
+    }
+}
+
 /// Quantise the `m` rows of `x` (`[m, k]`, row-major) into `[m, kp]` bytes (`kp ≥ k`, the tail
 /// padded with 0). With `shift` each byte holds `q + 128` as u8 (the VNNI kernel's unsigned
 /// operand; it is `q ^ 0x80`), else `q` as i8 bits. With `mul` (length `k`), column `c` is
@@ -96,16 +125,39 @@ pub fn quantize_activations(
     out.clear();
     out.reserve(m * kp);
     let mut scales = vec![0f32; m];
-    activations(x, k, kp, shift, mul, &mut out.spare_capacity_mut()[..m * kp], &mut scales);
+    activations(x, k, kp, shift, mul, &mut out.spare_capacity_mut()[..m * kp], &mut scales, None);
     // SAFETY: `activations` wrote every byte of the `m` rows of `kp` (values and padding).
     unsafe { out.set_len(m * kp) };
     scales
 }
 
+/// [`quantize_activations`] with a scale and an offset per row (asymmetric: each row's range
+/// `[min, max]` onto all 256 byte values, `x ≈ s·a + o`, `a` in [-128, 127]). Returns the
+/// scales and the offsets.
+pub fn quantize_activations_asym(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    kp: usize,
+    shift: bool,
+    mul: Option<&[f32]>,
+    out: &mut Vec<u8>,
+) -> (Vec<f32>, Vec<f32>) {
+    assert!(x.len() == m * k && kp >= k, "quantize_activations: [{m}, {k}] input expected, got {}", x.len());
+    out.clear();
+    out.reserve(m * kp);
+    let (mut scales, mut offsets) = (vec![0f32; m], vec![0f32; m]);
+    activations(x, k, kp, shift, mul, &mut out.spare_capacity_mut()[..m * kp], &mut scales, Some(&mut offsets));
+    // SAFETY: `activations` wrote every byte of the `m` rows of `kp` (values and padding).
+    unsafe { out.set_len(m * kp) };
+    (scales, offsets)
+}
+
 crate::model::kernels::vectorised_fn! {
     /// Quantises each row of `x` into its `kp` bytes of `out` (the tail past `k` is the code of 0),
     /// setting its scale. With `mul`, the row is multiplied first, and its maximum taken in the same
-    /// pass.
+    /// pass. With `offsets`, asymmetric rows (see [`quantize_activations_asym`]).
+    #[allow(clippy::too_many_arguments)]
     fn activations(
         x: &[f32],
         k: usize,
@@ -114,9 +166,33 @@ crate::model::kernels::vectorised_fn! {
         mul: Option<&[f32]>,
         out: &mut [MaybeUninit<u8>],
         scales: &mut [f32],
+        offsets: Option<&mut [f32]>,
     ) {
         let flip = if shift { 0x80u8 } else { 0 };
         let mut tmp = vec![0f32; if mul.is_some() { k } else { 0 }];
+        if let Some(offsets) = offsets {
+            let rows = x.chunks_exact(k).zip(out.chunks_exact_mut(kp)).zip(scales.iter_mut()).zip(offsets.iter_mut());
+            for (((row, dst), s), off) in rows {
+                let (row, (lo, hi)) = match mul {
+                    Some(mul) => {
+                        let range = scaled_row_range(row, mul, &mut tmp);
+                        (&tmp[..], range)
+                    }
+                    None => (row, row_range(row)),
+                };
+                let (scale, o) = asym_params(lo, hi);
+                (*s, *off) = (scale, o);
+                let inv = 1.0 / scale;
+                let (values, pad) = dst.split_at_mut(k);
+                for (d, &v) in values.iter_mut().zip(row) {
+                    d.write((quantize_one_asym(v, o, inv) as u8) ^ flip);
+                }
+                for d in pad {
+                    d.write(flip);
+                }
+            }
+            return;
+        }
         for ((row, dst), s) in x.chunks_exact(k).zip(out.chunks_exact_mut(kp)).zip(scales.iter_mut()) {
             let (row, scale) = match mul {
                 Some(mul) => {
@@ -136,6 +212,37 @@ crate::model::kernels::vectorised_fn! {
             }
         }
     }
+}
+
+/// The smallest and largest value of a row (NaN skipped; `(inf, -inf)` if all are NaN). Two
+/// passes of one 16-lane reduction each: a loop keeping both in one pass stayed scalar code
+/// (measured; it doubled the cost of quantising).
+#[inline(always)]
+fn row_range(x: &[f32]) -> (f32, f32) {
+    (-lane_max(x, |v| -v), lane_max(x, |v| v))
+}
+
+/// The largest `f(v)` over `x` (NaN skipped; `-inf` for none), in 16 independent lanes.
+#[inline(always)]
+fn lane_max(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let mut chunks = x.chunks_exact(16);
+    for c in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = max_skipping_nan(*l, f(v));
+        }
+    }
+    let m = lanes.iter().fold(f32::NEG_INFINITY, |a, &b| max_skipping_nan(a, b));
+    chunks.remainder().iter().fold(m, |a, &v| max_skipping_nan(a, f(v)))
+}
+
+/// `tmp = x ⊙ mul` and [`row_range`] of it.
+#[inline(always)]
+fn scaled_row_range(x: &[f32], mul: &[f32], tmp: &mut [f32]) -> (f32, f32) {
+    for ((t, &x), &f) in tmp.iter_mut().zip(x).zip(mul) {
+        *t = x * f;
+    }
+    row_range(tmp)
 }
 
 /// `tmp = x ⊙ mul` and [`row_scale`] of it, in one pass.
@@ -226,6 +333,37 @@ mod tests {
         }
         for v in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -f32::NAN, 126.5, 127.49, -127.5, 0.5, -0.5, 1.5] {
             assert_eq!(quantize_one(v, 1.0), reference(v, 1.0), "{v}");
+        }
+    }
+
+    #[test]
+    fn asymmetric_rows_use_every_level_and_stay_within_half_a_step() {
+        let rows: [Vec<f32>; 4] = [
+            (0..37).map(|i| (i as f32 * 0.31).sin() * 2.0 + 1.5).collect(),
+            (0..37).map(|i| if i == 3 { 40.0 } else { i as f32 / 100.0 - 0.17 }).collect(),
+            vec![0.0; 37],
+            vec![-2.5; 37],
+        ];
+        for shift in [false, true] {
+            let x: Vec<f32> = rows.concat();
+            let mut out = Vec::new();
+            let (s, o) = quantize_activations_asym(&x, 4, 37, 40, shift, None, &mut out);
+            for (r, row) in rows.iter().enumerate() {
+                let a: Vec<i32> = out[r * 40..r * 40 + 37]
+                    .iter()
+                    .map(|&b| if shift { b as i32 - 128 } else { b as i8 as i32 })
+                    .collect();
+                for (&v, &q) in row.iter().zip(&a) {
+                    let back = s[r] * q as f32 + o[r];
+                    assert!((back - v).abs() <= s[r] * 0.5 + 1e-5 * v.abs().max(1.0), "row {r}: {v} -> {q} -> {back}");
+                }
+                if r < 2 {
+                    assert_eq!(*a.iter().min().unwrap(), -128, "row {r}: the minimum maps to -128");
+                    assert_eq!(*a.iter().max().unwrap(), 127, "row {r}: the maximum maps to 127");
+                }
+                // Padding is the code of 0, which adds nothing.
+                assert!(out[r * 40 + 37..r * 40 + 40].iter().all(|&b| b == if shift { 0x80 } else { 0 }));
+            }
         }
     }
 }
