@@ -246,7 +246,8 @@ fn variants(f32m: &SentenceEncoder, texts: &[String], want: &[Vec<f32>], data: &
     ));
     let shipped = |i: usize| Some(calibrate::smoothing(&builtin_max[i], &lin[i].0).unwrap());
     let never = |_: usize| false;
-    let mut runs: Vec<(&str, &dyn Fn(usize) -> Option<Vec<f32>>, &dyn Fn(usize) -> bool)> = Vec::new();
+    type Run<'a> = (&'a str, &'a dyn Fn(usize) -> Option<Vec<f32>>, &'a dyn Fn(usize) -> bool);
+    let mut runs: Vec<Run> = Vec::new();
     for (n, p) in &cases {
         runs.push((n, &**p, &never));
     }
