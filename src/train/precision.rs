@@ -127,7 +127,10 @@ mod tests {
         let (out32, g32) = run(&master);
         let mut compute = Compute::new(Precision::Bf16, &dev);
         compute.refresh(&master).unwrap();
-        let mut cast = compute.encoder(&master).unwrap().into_owned();
+        // Every forward of the step runs the one copy: cast once per step, not once per use.
+        let (a, b) = (compute.encoder(&master).unwrap(), compute.encoder(&master).unwrap());
+        assert!(matches!((&a, &b), (Cow::Borrowed(x), Cow::Borrowed(y)) if std::ptr::eq(*x, *y)));
+        let mut cast = a.into_owned();
         assert!(cast.linears_mut().all(|l| l.weight.dtype() == DType::BF16 && l.bias.dtype() == DType::BF16));
         let (out16, g16) = run(&cast);
         assert_eq!(out16.dtype(), DType::F32);
