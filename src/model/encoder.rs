@@ -85,6 +85,10 @@ impl Mode<'_> {
                 if p >= 1.0 {
                     return Ok(x.zeros_like()?);
                 }
+                if x.dtype() != DType::F32 {
+                    // bf16 training: the f32 path's mask and scale (1/(1 − p) is not exact in bf16).
+                    return Ok(self.dropout(&x.to_dtype(DType::F32)?, p)?.to_dtype(x.dtype())?);
+                }
                 if !x.device().is_cpu() || super::kernels::candle_ops_forced() {
                     if let Some(y) = super::dropout::apply(x, p, rng.random::<u64>())? {
                         return Ok(y);
@@ -204,7 +208,17 @@ impl LayerNorm {
     }
 
     fn forward(&self, x: &Tensor, mode: &Mode) -> Result<Tensor> {
-        Ok(if mode.is_train() {
+        Ok(if mode.is_train() && x.dtype() != self.weight.dtype() {
+            // bf16 training ([`Encoder::cast_linears`]): statistics, scale and shift in the
+            // weights' f32, the output back in the input's dtype.
+            let y = super::kernels::layer_norm_train(
+                &x.to_dtype(self.weight.dtype())?,
+                &self.weight,
+                &self.bias,
+                self.eps,
+            )?;
+            y.to_dtype(x.dtype())?
+        } else if mode.is_train() {
             super::kernels::layer_norm_train(x, &self.weight, &self.bias, self.eps)?
         } else {
             candle_nn::ops::layer_norm(&x.contiguous()?, &self.weight, &self.bias, self.eps)?
@@ -422,6 +436,21 @@ impl Encoder {
         Ok(e)
     }
 
+    /// A copy for mixed-precision training: the transformer layers' linear weights and biases
+    /// cast to `dtype` by tracked casts (their gradients reach these weights, the f32 masters),
+    /// the embeddings and LayerNorms kept as they are. Its forward runs the layers' products
+    /// and activations in `dtype`, the embeddings, LayerNorm and softmax in f32, and returns
+    /// f32. Make it once per optimiser step: the casts copy the weights as they are then.
+    pub fn cast_linears(&self, dtype: DType) -> Result<Self> {
+        let mut e = self.clone();
+        for l in e.linears_mut() {
+            l.weight = l.weight.to_dtype(dtype)?;
+            l.bias = l.bias.to_dtype(dtype)?;
+            l.reduced = None;
+        }
+        Ok(e)
+    }
+
     /// The element type of the weights (f32 unless made by [`Self::to_dtype`]).
     pub fn dtype(&self) -> DType {
         self.embeddings.word.dtype()
@@ -570,6 +599,11 @@ impl Encoder {
         let x = x.broadcast_add(&e.token_type.get(0)?)?;
         let x = e.norm.forward(&x, mode)?;
         let mut x = mode.dropout(&x, self.hidden_dropout)?;
+        // After [`Self::cast_linears`] the layers run in their linears' dtype.
+        let compute = self.layers.first().map_or(x.dtype(), |l| l.query.weight.dtype());
+        if x.dtype() != compute {
+            x = x.to_dtype(compute)?;
+        }
         // Additive mask bias [B, 1, 1, L]: 0 where attended, a large negative where padded.
         // (In bf16 -1e30 stays finite; in f16 it becomes -inf, which softmax also maps to 0.)
         let mut bias = ((mask.ones_like()? - &mask)? * -1e30f64)?.reshape((b, 1, 1, l))?;
@@ -598,7 +632,14 @@ impl Encoder {
         let q = split((layer.query.forward(x)? * (1.0 / (hd as f64).sqrt()))?)?;
         let k = split(layer.key.forward(x)?)?;
         let v = split(layer.value.forward(x)?)?;
-        let probs = super::kernels::masked_softmax(&super::matmul::matmul(&q, &k.t()?)?, bias, mode.is_train())?;
+        let scores = super::matmul::matmul(&q, &k.t()?)?;
+        let probs = if scores.dtype() == bias.dtype() {
+            super::kernels::masked_softmax(&scores, bias, mode.is_train())?
+        } else {
+            // bf16 training ([`Self::cast_linears`]): the softmax in the bias's f32.
+            super::kernels::masked_softmax(&scores.to_dtype(bias.dtype())?, bias, mode.is_train())?
+                .to_dtype(scores.dtype())?
+        };
         let probs = mode.dropout(&probs, self.attention_dropout)?;
         let ctx = super::kernels::merge_heads(&super::matmul::matmul(&probs, &v)?)?;
         let a = mode.dropout(&layer.attn_out.forward(&ctx)?, self.hidden_dropout)?;

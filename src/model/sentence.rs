@@ -552,13 +552,19 @@ impl SentenceEncoder {
     /// batch mixing short and long sentences is not padded to its longest one; the rows come
     /// back in the input order (one graph: the gradient flows through every chunk).
     pub fn forward<S: AsRef<str>>(&self, texts: &[S], mode: &mut Mode) -> Result<Tensor> {
+        self.forward_on(&self.encoder, texts, mode)
+    }
+
+    /// [`Self::forward`] through `encoder`: this model's encoder in another precision
+    /// ([`crate::train::precision`]).
+    pub fn forward_on<S: AsRef<str>>(&self, encoder: &Encoder, texts: &[S], mode: &mut Mode) -> Result<Tensor> {
         let enc = self.tokenize(texts)?;
         let mut order: Vec<usize> = (0..enc.len()).collect();
         order.sort_by_key(|&i| (enc[i].ids.len(), i));
         let mut parts = Vec::new();
         for chunk in order.chunks(FORWARD_CHUNK) {
             let batch = self.collate(&chunk.iter().map(|&i| &enc[i]).collect::<Vec<_>>())?;
-            let hidden = self.hidden_states(&batch, mode)?;
+            let hidden = encoder.forward(&batch.input_ids, &batch.attention_mask, mode)?;
             parts.push(self.pool(&hidden, &batch)?);
         }
         if parts.len() == 1 && order.iter().enumerate().all(|(j, &i)| i == j) {

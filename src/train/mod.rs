@@ -9,6 +9,7 @@ pub mod decontam;
 pub mod fit;
 pub mod lock;
 pub mod optim;
+pub mod precision;
 pub mod progress;
 pub mod recipe;
 pub mod recipes;

@@ -61,6 +61,12 @@ pub trait Recipe: Send + Sync {
     fn coupled_loss(&self, _batch: &[usize], _vectors: &Tensor) -> Result<StepLoss> {
         bail!("this recipe does not split its loss")
     }
+    /// Called by the trainer before each optimiser step's first forward, after the previous
+    /// step's update: where a recipe makes its encoder's copy for `train.precision`
+    /// ([`super::precision::Compute::refresh`]). Default: nothing.
+    fn begin_step(&mut self) -> Result<()> {
+        Ok(())
+    }
     /// Validation scores by name.
     fn validate(&mut self) -> Result<Vec<(String, f64)>>;
     /// What decontamination dropped from the recipe's training data (one entry per source).

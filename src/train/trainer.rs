@@ -402,6 +402,7 @@ impl<'a> Trainer<'a> {
         let t = &cfg.train;
         let n = recipe.num_examples();
         let plan = recipe.plan();
+        recipe.begin_step()?;
         let mut grads: Option<GradStore> = None;
         let mut loss_sum = 0f64;
         let mut terms: Vec<(String, f64)> = Vec::new();

@@ -31,6 +31,7 @@ impl Default for TrainConfig {
             early_stopping_patience: 0,
             device: "cpu".into(),
             val_sts: None,
+            precision: Default::default(),
         }
     }
 }

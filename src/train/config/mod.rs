@@ -198,6 +198,45 @@ pub struct TrainConfig {
     /// `disentangle` scores its meaning embeddings (it keeps the base encoder loaded for this).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub val_sts: Option<String>,
+    /// `f32`, or `bf16`: the encoder's matrix products and activations in bf16, its master
+    /// weights, gradients and optimiser state in f32 ([`crate::train::precision`]).
+    pub precision: Precision,
+}
+
+/// `train.precision`: the element type of a training forward.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// Everything in f32.
+    #[default]
+    F32,
+    /// The transformer layers' matrix products and activations in bf16; LayerNorm, softmax,
+    /// the embedding lookups, the heads after pooling and the loss in f32.
+    Bf16,
+}
+
+impl Precision {
+    /// The values `train.precision` accepts.
+    pub const NAMES: [&'static str; 2] = ["f32", "bf16"];
+}
+
+impl<'de> Deserialize<'de> for Precision {
+    /// Written by hand for an error that names the key and says why f16 is not among the values.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        match s.as_str() {
+            "f32" => Ok(Self::F32),
+            "bf16" => Ok(Self::Bf16),
+            other => Err(serde::de::Error::custom(format!(
+                "train.precision = {other:?} is not supported; give \"f32\" (the default) or \"bf16\"{}",
+                if other.eq_ignore_ascii_case("f16") || other.eq_ignore_ascii_case("fp16") {
+                    " (f16 training would need loss scaling, which xsent does not do)"
+                } else {
+                    ""
+                }
+            ))),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -375,6 +414,20 @@ impl Config {
             bail!("recipe = \"dueam\" builds its pairs from [dueam] xnli_dir/langs/pairs and validates on [[dueam.val_sources]]; remove [[data.sources]] and [[data.val_sources]]");
         }
         crate::device::parse_device(&t.device).context("train.device")?;
+        if t.precision != Precision::F32 {
+            if let RecipeConfig::Sp(_) | RecipeConfig::Disentangle(_) = self.recipe {
+                bail!(
+                    "train.precision = \"bf16\" applies to the recipes that train a transformer encoder (distill, dueam, lightweight); \
+                     {} trains {}, which stays in f32: remove train.precision or set it to \"f32\"",
+                    self.recipe,
+                    if matches!(self.recipe, RecipeConfig::Sp(_)) {
+                        "a table of unit embeddings that it averages (no matrix products for bf16 to run)"
+                    } else {
+                        "small MLP heads on a frozen encoder's cached vectors"
+                    }
+                );
+            }
+        }
         Ok(())
     }
 

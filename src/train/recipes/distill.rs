@@ -20,6 +20,7 @@ use crate::model::weights::Params;
 use crate::model::{Dense, LoadOptions, Mode, SentenceEncoder};
 use crate::train::config::{BestMode, Config, DistillConfig, FitOn, Projection, Targets};
 use crate::train::fit::{fit_affine, fit_orthogonal};
+use crate::train::precision::Compute;
 use crate::train::recipe::{Recipe, StepLoss, StepPlan};
 use crate::train::split::{drop_val_sources, split_by_source, train_val_pairs};
 use anyhow::{bail, Context, Result};
@@ -47,6 +48,8 @@ pub struct Distill {
     source_weight: f64,
     /// What decontamination dropped.
     overlaps: Vec<crate::data::decontam::Overlap>,
+    /// The student's encoder as the training forward runs it (`train.precision`).
+    compute: Compute,
 }
 
 impl Distill {
@@ -227,6 +230,7 @@ impl Distill {
             embed_batch: dc.embed_batch_size,
             source_weight: dc.source_weight,
             overlaps: decontam.overlaps,
+            compute: Compute::new(cfg.train.precision, &device),
         })
     }
 
@@ -272,7 +276,8 @@ impl Recipe for Distill {
         let b = pairs.len();
         let texts: Vec<&str> =
             pairs.iter().map(|p| p.src.as_str()).chain(pairs.iter().map(|p| p.tgt.as_str())).collect();
-        let emb = self.student.forward(&texts, &mut Mode::Train(rng))?;
+        let encoder = self.compute.encoder(&self.student.encoder)?;
+        let emb = self.student.forward_on(&encoder, &texts, &mut Mode::Train(rng))?;
         let target = self.teacher_batch(&pairs)?.to_device(emb.device())?;
         let mse_src = emb.narrow(0, 0, b)?.sub(&target)?.sqr()?.mean_all()?;
         let mse_tgt = emb.narrow(0, b, b)?.sub(&target)?.sqr()?.mean_all()?;
@@ -281,6 +286,10 @@ impl Recipe for Distill {
             ("mse_tgt".to_string(), mse_tgt.to_scalar::<f32>()? as f64),
         ];
         Ok(StepLoss { total: (mse_src.affine(self.source_weight, 0.0)? + mse_tgt)?, terms, sentences: 2 * b })
+    }
+
+    fn begin_step(&mut self) -> Result<()> {
+        self.compute.refresh(&self.student.encoder)
     }
 
     fn validate(&mut self) -> Result<Vec<(String, f64)>> {

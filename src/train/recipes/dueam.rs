@@ -22,6 +22,7 @@ use crate::index::knn::{translation_accuracy, Matrix};
 use crate::model::weights::Params;
 use crate::model::{LoadOptions, Mode, Pooling, SentenceEncoder};
 use crate::train::config::{BestMode, Config, DueamConfig, LossTerms, PairKind, SolverKind};
+use crate::train::precision::Compute;
 use crate::train::recipe::{Recipe, StepLoss, StepPlan};
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Tensor};
@@ -67,6 +68,8 @@ pub struct Dueam {
     wmd_cache: Mutex<HashMap<usize, f64>>,
     /// What decontamination dropped.
     overlaps: Vec<crate::data::decontam::Overlap>,
+    /// The learner's encoder as the training forward runs it (`train.precision`).
+    compute: Compute,
 }
 
 impl Dueam {
@@ -144,6 +147,7 @@ impl Dueam {
             learner.encoder.attention_dropout = p;
         }
         let infer = learner.detached();
+        let compute = Compute::new(cfg.train.precision, learner.device());
         Ok(Self {
             learner,
             infer,
@@ -159,6 +163,7 @@ impl Dueam {
             embed_batch: dc.embed_batch_size.max(1),
             wmd_cache: Mutex::new(HashMap::new()),
             overlaps: decontam.overlaps,
+            compute,
         })
     }
 
@@ -343,11 +348,16 @@ impl Recipe for Dueam {
         };
         let texts: Vec<&str> =
             batch.iter().map(|&i| self.data.pair(i).0).chain(batch.iter().map(|&i| self.data.pair(i).1)).collect();
-        let emb = self.learner.forward(&texts, &mut Mode::Train(rng))?;
+        let encoder = self.compute.encoder(&self.learner.encoder)?;
+        let emb = self.learner.forward_on(&encoder, &texts, &mut Mode::Train(rng))?;
         let (s, t) = (emb.narrow(0, 0, n)?, emb.narrow(0, n, n)?);
         let (total, loss_terms) = dueam_loss(&s, &t, wmd.as_deref(), self.lambda, self.terms)?;
         terms.extend(loss_terms);
         Ok(StepLoss { total, terms, sentences: 2 * n })
+    }
+
+    fn begin_step(&mut self) -> Result<()> {
+        self.compute.refresh(&self.learner.encoder)
     }
 
     fn validate(&mut self) -> Result<Vec<(String, f64)>> {

@@ -38,6 +38,7 @@ use crate::model::sentence::{write_st_files, Encoded, StFiles};
 use crate::model::weights::{self, Params};
 use crate::model::{EncoderConfig, LoadOptions, Mode, Pooling, SentenceEncoder};
 use crate::train::config::{BestMode, Config, Generative, LightweightConfig};
+use crate::train::precision::Compute;
 use crate::train::recipe::{Recipe, StepLoss, StepPlan};
 use crate::train::split::train_val_pairs;
 use anyhow::{bail, ensure, Context, Result};
@@ -220,6 +221,8 @@ pub struct Lightweight {
     mask_id: u32,
     /// What decontamination dropped.
     overlaps: Vec<crate::data::decontam::Overlap>,
+    /// The encoder as the training forward runs it (`train.precision`).
+    compute: Compute,
 }
 
 /// Write the initial model directory (vocabulary, config, seeded random weights) into `dir`.
@@ -333,6 +336,7 @@ impl Lightweight {
         }
         ensure!(!src.is_empty(), "no training pair has tokens on both sides");
         let infer = encoder.detached();
+        let compute = Compute::new(cfg.train.precision, encoder.device());
         Ok(Self {
             cfg: lc,
             encoder,
@@ -344,6 +348,7 @@ impl Lightweight {
             val_tgt: val.iter().map(|p| p.tgt.clone()).collect(),
             mask_id,
             overlaps: decontam.overlaps,
+            compute,
         })
     }
 
@@ -358,6 +363,7 @@ impl Lightweight {
             place[i] = j;
         }
         let h = self.cfg.hidden;
+        let encoder = self.compute.encoder(&self.encoder.encoder)?;
         let mut pooled = Vec::new();
         let mut states = Vec::new();
         // (chunk, row within chunk, padded length) of every sorted row.
@@ -365,7 +371,7 @@ impl Lightweight {
         for (c, chunk) in order.chunks(CHUNK).enumerate() {
             let enc: Vec<Encoded> = chunk.iter().map(|&i| Encoded { ids: rows[i].clone(), truncated: false }).collect();
             let batch = self.encoder.collate(&enc.iter().collect::<Vec<_>>())?;
-            let hidden = self.encoder.hidden_states(&batch, mode)?;
+            let hidden = encoder.forward(&batch.input_ids, &batch.attention_mask, mode)?;
             let l = hidden.dim(1)?;
             for (r, &i) in chunk.iter().enumerate() {
                 at[place[i]] = (c, r, l);
@@ -521,6 +527,10 @@ impl Recipe for Lightweight {
             total = (total + (s * self.cfg.sim_weight)?)?;
         }
         Ok(StepLoss { total, terms, sentences: 2 * batch.len() })
+    }
+
+    fn begin_step(&mut self) -> Result<()> {
+        self.compute.refresh(&self.encoder.encoder)
     }
 
     fn validate(&mut self) -> Result<Vec<(String, f64)>> {
