@@ -102,7 +102,7 @@ fn supported_on(device: &candle_core::Device) -> &'static str {
 /// Give the encoder's linear layers their `dtype` copies (f32: nothing to do). Inference only:
 /// a trainable model, or a dtype the device has no kernels for, is refused with what to use.
 /// int8 needs the column maxima of every linear layer's input (`maxima`, from
-/// [`calibration_maxima`]); the other dtypes ignore them.
+/// [`crate::model::SentenceEncoder::calibration_maxima`]); the other dtypes ignore them.
 pub fn apply(
     encoder: &mut Encoder,
     dtype: Dtype,
@@ -137,7 +137,7 @@ pub fn apply(
                 l.reduced = Some(std::sync::Arc::new(Reduced::Int8(q)));
             }
         }
-        Dtype::F16 => unreachable!("refused by check"),
+        Dtype::F16 => bail!("--dtype f16 runs on candle's ops only (a GPU): use --dtype f32, bf16 or int8 on the CPU"),
     }
     Ok(())
 }
@@ -150,12 +150,11 @@ pub fn check(dtype: Dtype, device: &candle_core::Device, trainable: bool) -> Res
     if trainable {
         bail!("--dtype {dtype} is for inference only; training runs in f32 (leave --dtype out)");
     }
+    // bf16/f16 on candle's ops off the CPU (or forced), and the CPU's own int8/bf16 kernels (int8
+    // also when candle's ops are forced: it has no candle path).
     let device_path = !device.is_cpu() || super::kernels::candle_ops_forced();
-    let ok = if device_path {
-        matches!(dtype, Dtype::Bf16 | Dtype::F16)
-    } else {
-        matches!(dtype, Dtype::Int8 | Dtype::Bf16)
-    };
+    let ok = (device_path && matches!(dtype, Dtype::Bf16 | Dtype::F16))
+        || (device.is_cpu() && matches!(dtype, Dtype::Int8 | Dtype::Bf16));
     if !ok {
         let on = if device.is_cpu() { "the CPU".to_string() } else { format!("{device:?}") };
         bail!(
@@ -349,13 +348,12 @@ pub fn quantize(
     let tensors = weights::load_encoder_tensors(&files.weights, &Device::Cpu, cfg.num_hidden_layers)?;
     crate::model::encoder::check_config(&tensors, &cfg)
         .with_context(|| format!("{} and {}", files.config.display(), weights::describe(&files.weights)))?;
-    let mut encoder = Encoder::load(VarBuilder::from_tensors(tensors.clone(), DType::F32, &Device::Cpu), &cfg)?;
     let names = linear_names(cfg.num_hidden_layers);
     if calibration.is_some() && dtype != Dtype::Int8 {
         bail!("--calibration is for int8 (it sets int8's smoothing); {dtype} needs none");
     }
     // int8's calibration runs the f32 model over the text (tokenizer, encoder), as --dtype int8 does.
-    let (maxima, calibrated_on) = if dtype == Dtype::Int8 {
+    let (calibrated, calibrated_on) = if dtype == Dtype::Int8 {
         let (texts, source) = match calibration {
             Some(p) => {
                 const MAX_BYTES: u64 = 16 << 20;
@@ -384,7 +382,7 @@ pub fn quantize(
             Some(p) => format!("calibrating on {}", p.display()),
             None => "calibrating on the built-in text".to_string(),
         })?;
-        (Some(maxima), source)
+        (Some((maxima, sentence_model.encoder)), source)
     } else {
         (None, String::new())
     };
@@ -404,7 +402,8 @@ pub fn quantize(
     let mut smoothing_note = String::new();
     match dtype {
         Dtype::Int8 => {
-            let layers = int8_layers(&mut encoder, maxima.as_deref().expect("int8 is calibrated above"))?;
+            let (maxima, mut encoder) = calibrated.context("int8 without its calibration")?;
+            let layers = int8_layers(&mut encoder, &maxima)?;
             let mut smoothed = 0;
             for (name, (q, scales, smooth)) in names.iter().zip(layers) {
                 let (n, k) = (scales.len(), q.len() / scales.len());
@@ -437,6 +436,7 @@ pub fn quantize(
             );
         }
         _ => {
+            let mut encoder = Encoder::load(VarBuilder::from_tensors(tensors.clone(), DType::F32, &Device::Cpu), &cfg)?;
             for (name, l) in names.iter().zip(encoder.linears_mut()) {
                 let w: Vec<f32> = l.weight.flatten_all()?.to_vec1()?;
                 let bits: Vec<u8> = w.iter().flat_map(|&v| gemm_bf16::to_bf16(v).to_le_bytes()).collect();
@@ -480,8 +480,6 @@ pub fn quantize(
         if dtype == Dtype::Int8 {
             obj["quantization_config"]["calibration"] = calibrated_on.clone().into();
             obj["quantization_config"]["activations_asymmetric"] = true.into();
-        }
-        if dtype == Dtype::Int8 {
             // transformers would load the int8 values as weights (it skips an unknown
             // quant_method with a warning): an unknown model_type makes it refuse instead.
             let orig = obj.get("model_type").cloned().unwrap_or_default();

@@ -169,10 +169,6 @@ impl QLinear {
             on.then(|| self.packed.channel_sums().iter().zip(&self.scales).map(|(&q, &s)| q as f32 * s).collect());
     }
 
-    pub fn is_asymmetric(&self) -> bool {
-        self.asym.is_some()
-    }
-
     pub fn out_dim(&self) -> usize {
         self.packed.n
     }
