@@ -148,7 +148,7 @@ pub fn check(dtype: Dtype, device: &candle_core::Device, trainable: bool) -> Res
         return Ok(());
     }
     if trainable {
-        bail!("--dtype {dtype} is for inference only; training runs in f32 (leave --dtype out)");
+        bail!("--dtype {dtype} is for inference only: leave --dtype out when training (train.precision = \"bf16\" trains in bf16)");
     }
     // bf16/f16 on candle's ops off the CPU (or forced), and the CPU's own int8/bf16 kernels (int8
     // also when candle's ops are forced: it has no candle path).
