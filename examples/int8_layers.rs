@@ -15,6 +15,7 @@
 #![allow(clippy::disallowed_macros)]
 
 use anyhow::Result;
+use xsent::eval::metrics::{cosine, spearman};
 use xsent::model::quant::calibrate;
 use xsent::model::quant::Dtype;
 use xsent::model::LoadOptions;
@@ -52,16 +53,7 @@ fn main() -> Result<()> {
     let layers = all.len() / 6;
     let score = |m: &SentenceEncoder| -> Result<(f64, f64, usize)> {
         let got = m.embed_unchecked(&texts, 64)?;
-        let cos: Vec<f64> = want
-            .iter()
-            .zip(&got)
-            .map(|(a, b)| {
-                let dot: f64 = a.iter().zip(b).map(|(x, y)| (*x as f64) * (*y as f64)).sum();
-                let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-                let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-                dot / (na * nb)
-            })
-            .collect();
+        let cos = cosines(&want, &got);
         let min = cos.iter().cloned().fold(f64::INFINITY, f64::min);
         Ok((min, cos.iter().sum::<f64>() / cos.len() as f64, cos.iter().filter(|&&c| c < 0.99).count()))
     };
@@ -92,44 +84,9 @@ fn main() -> Result<()> {
     Ok(())
 }
 
+/// Cosine of each pair of vectors.
 fn cosines(want: &[Vec<f32>], got: &[Vec<f32>]) -> Vec<f64> {
-    want.iter()
-        .zip(got)
-        .map(|(a, b)| {
-            let dot: f64 = a.iter().zip(b).map(|(x, y)| (*x as f64) * (*y as f64)).sum();
-            let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-            let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-            dot / (na * nb)
-        })
-        .collect()
-}
-
-fn ranks(v: &[f64]) -> Vec<f64> {
-    let mut idx: Vec<usize> = (0..v.len()).collect();
-    idx.sort_by(|&a, &b| v[a].total_cmp(&v[b]));
-    let mut r = vec![0.0; v.len()];
-    let mut i = 0;
-    while i < idx.len() {
-        let mut j = i;
-        while j + 1 < idx.len() && v[idx[j + 1]] == v[idx[i]] {
-            j += 1;
-        }
-        for &t in &idx[i..=j] {
-            r[t] = (i + j) as f64 / 2.0;
-        }
-        i = j + 1;
-    }
-    r
-}
-
-fn spearman(a: &[f64], b: &[f64]) -> f64 {
-    let (ra, rb) = (ranks(a), ranks(b));
-    let n = a.len() as f64;
-    let (ma, mb) = (ra.iter().sum::<f64>() / n, rb.iter().sum::<f64>() / n);
-    let cov: f64 = ra.iter().zip(&rb).map(|(x, y)| (x - ma) * (y - mb)).sum();
-    let va: f64 = ra.iter().map(|x| (x - ma).powi(2)).sum();
-    let vb: f64 = rb.iter().map(|y| (y - mb).powi(2)).sum();
-    100.0 * cov / (va * vb).sqrt()
+    want.iter().zip(got).map(|(a, b)| cosine(a, b)).collect()
 }
 
 /// Candidate (d): per output column of `x Wᵀ + b` fed by LayerNorm(γ, β): mean and spread.
@@ -165,7 +122,7 @@ fn variants(f32m: &SentenceEncoder, texts: &[String], want: &[Vec<f32>], data: &
     let sts = |m: &SentenceEncoder| -> Result<f64> {
         let a = m.embed_unchecked(&s1, 64)?;
         let b = m.embed_unchecked(&s2, 64)?;
-        Ok(spearman(&cosines(&a, &b), &gold))
+        Ok(100.0 * spearman(&cosines(&a, &b), &gold))
     };
     let sts_f32 = sts(f32m)?;
     // Calibration: the first 512 STS-B train sentences not among the evaluation sentences.

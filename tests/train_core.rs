@@ -145,14 +145,6 @@ fn curve(run: &Path) -> Vec<Vec<(String, f64)>> {
         .collect()
 }
 
-fn load_f32(path: &Path) -> std::collections::HashMap<String, Vec<f32>> {
-    candle_core::safetensors::load(path, &candle_core::Device::Cpu)
-        .unwrap()
-        .into_iter()
-        .map(|(k, t)| (k, t.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
-        .collect()
-}
-
 #[test]
 fn gradient_accumulation_equals_one_batch_of_the_same_examples() {
     // Two micro-batches of 8 per step and one batch of 16 draw the same 16 examples in the same
@@ -244,7 +236,10 @@ fn resume_continues_the_same_loss_curve() {
     let val: Vec<f64> = metrics(&full).iter().filter_map(|m| m["val"]["mse_x100"].as_f64()).collect();
     assert!(val.last().unwrap() < &val[0], "validation MSE did not fall: {val:?}");
 
-    let (wa, wb) = (load_f32(&full.join("final/model.safetensors")), load_f32(&split.join("final/model.safetensors")));
+    let (wa, wb) = (
+        common::load_f32(&full.join("final/model.safetensors")),
+        common::load_f32(&split.join("final/model.safetensors")),
+    );
     for (k, x) in &wa {
         assert!(common::max_abs_diff(x, &wb[k]) <= 1e-6, "{k} differs");
     }
@@ -523,7 +518,7 @@ fn teacher_embeddings_are_cached() {
     assert_eq!(files.len(), 2, "the embeddings and the listing of their sentences: {files:?}");
     let files: Vec<PathBuf> = files.into_iter().filter(|p| p.extension().is_some_and(|e| e == "safetensors")).collect();
     assert_eq!(files.len(), 1, "{files:?}");
-    let cached = load_f32(&files[0])["embeddings"].clone();
+    let cached = common::load_f32(&files[0])["embeddings"].clone();
     let tsv = std::fs::read_to_string(s.dir.path().join("pairs.tsv")).unwrap();
     let mut sources: Vec<&str> = tsv.lines().map(|l| l.split('\t').next().unwrap()).collect();
     sources.sort_unstable();
@@ -608,7 +603,7 @@ fn the_teacher_is_normalised_as_its_modules_json_says() {
             .map(|e| e.unwrap().path())
             .find(|p| p.extension().is_some_and(|e| e == "safetensors"))
             .unwrap();
-        load_f32(&f)["embeddings"].clone()
+        common::load_f32(&f)["embeddings"].clone()
     };
     let tsv = std::fs::read_to_string(s.dir.path().join("pairs.tsv")).unwrap();
     let mut sources: Vec<&str> = tsv.lines().map(|l| l.split('\t').next().unwrap()).collect();

@@ -122,14 +122,6 @@ fn dtypes(path: &Path) -> Vec<String> {
     header.iter().filter(|(k, _)| *k != "__metadata__").map(|(_, v)| v["dtype"].as_str().unwrap().to_string()).collect()
 }
 
-fn tensors(path: &Path) -> std::collections::HashMap<String, Vec<f32>> {
-    candle_core::safetensors::load(path, &candle_core::Device::Cpu)
-        .unwrap()
-        .into_iter()
-        .map(|(k, t)| (k, t.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
-        .collect()
-}
-
 /// Each recipe that trains an encoder, dropout on, same seed: the bf16 run's 6 losses are within
 /// 1 % of the f32 run's and not all equal to them (bf16 ran).
 #[test]
@@ -167,8 +159,8 @@ fn bf16_runs_save_f32_weights_that_load_and_resume_exactly() {
     assert!(config.contains("precision = \"bf16\""), "{config}");
     // The trained weights: as far from the f32 run's as bf16's rounding moves them, much less
     // than either moved from the start.
-    let start = tensors(&s.dir.path().join("tiny-xlm-roberta/model.safetensors"));
-    let (w16, w32) = (tensors(&model), tensors(&f32_run.join("final/model.safetensors")));
+    let start = common::load_f32(&s.dir.path().join("tiny-xlm-roberta/model.safetensors"));
+    let (w16, w32) = (common::load_f32(&model), common::load_f32(&f32_run.join("final/model.safetensors")));
     let (mut moved, mut apart) = (0f64, 0f64);
     for (name, a) in &w16 {
         let b = &w32[name];

@@ -284,3 +284,12 @@ pub fn signal_once_writing(
     let status = child.wait().unwrap();
     (status, names())
 }
+
+/// Every tensor of a safetensors file as f32 values, by name.
+pub fn load_f32(path: &std::path::Path) -> std::collections::HashMap<String, Vec<f32>> {
+    candle_core::safetensors::load(path, &candle_core::Device::Cpu)
+        .unwrap()
+        .into_iter()
+        .map(|(k, t)| (k, t.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
+        .collect()
+}

@@ -287,32 +287,25 @@ fn run_into<E: Epilogue>(path: Path, a: &[u8], m: usize, w: &PackedI8, out: &mut
 
 /// `out[i][j] = (Σ_k a_ik w_jk) · sa_i · sw_j + b_j` for `m` rows of activations `a` quantised by
 /// [`super::quantize::quantize_activations`] with `shift = shifted(path)` (`[m, kp]`), weights
-/// `w` with scales `sw` and bias `b` (each padded to `w.np`). Returns `out`, `[m, n]`.
-pub fn gemm_f32(path: Path, a: &[u8], m: usize, sa: &[f32], w: &PackedI8, sw: &[f32], b: &[f32]) -> Vec<f32> {
-    assert!(sa.len() == m && sw.len() == w.np && b.len() == w.np, "int8 GEMM: scales or bias of the wrong length");
-    run(path, a, m, w, &F32Out { n: w.n, sa, sw, b, off: None })
-}
-
-/// [`gemm_f32`] of asymmetric activations ([`super::quantize::quantize_activations_asym`]): row
-/// offsets `oa` and, per channel, `cw_j = sw_j · Σ_k w_jk` (padded to `w.np`, see
-/// [`PackedI8::channel_sums`]); `out[i][j]` gains `oa_i · cw_j`.
+/// `w` with scales `sw` and bias `b` (each padded to `w.np`). Asymmetric rows pass `offsets`:
+/// the row offsets `oa` and, per channel, `cw_j = sw_j · Σ_k w_jk` (padded to `w.np`, see
+/// [`PackedI8::channel_sums`]); `out[i][j]` then gains `oa_i · cw_j`. Returns `out`, `[m, n]`.
 #[allow(clippy::too_many_arguments)]
-pub fn gemm_f32_asym(
+pub fn gemm_f32(
     path: Path,
     a: &[u8],
     m: usize,
     sa: &[f32],
-    oa: &[f32],
     w: &PackedI8,
     sw: &[f32],
-    cw: &[f32],
     b: &[f32],
+    offsets: Option<(&[f32], &[f32])>,
 ) -> Vec<f32> {
-    assert!(
-        sa.len() == m && oa.len() == m && sw.len() == w.np && cw.len() == w.np && b.len() == w.np,
-        "int8 GEMM: scales, offsets or bias of the wrong length"
-    );
-    run(path, a, m, w, &F32Out { n: w.n, sa, sw, b, off: Some((oa, cw)) })
+    assert!(sa.len() == m && sw.len() == w.np && b.len() == w.np, "int8 GEMM: scales or bias of the wrong length");
+    if let Some((oa, cw)) = offsets {
+        assert!(oa.len() == m && cw.len() == w.np, "int8 GEMM: offsets of the wrong length");
+    }
+    run(path, a, m, w, &F32Out { n: w.n, sa, sw, b, off: offsets })
 }
 
 /// The exact i32 sums `Σ_k a_ik w_jk` (`[m, n]`), for tests.
@@ -406,7 +399,7 @@ unsafe fn tile_avx2(a: &[u8], kp: usize, rows: usize, panel: &[i8], acc: &mut Ti
 
 #[cfg(test)]
 mod tests {
-    use super::super::quantize::{quantize_activations, quantize_activations_asym};
+    use super::super::quantize::quantize_activations;
     use super::*;
 
     /// Deterministic int8 values in [-127, 127], extremes included.
@@ -490,21 +483,28 @@ mod tests {
         }
     }
 
-    #[test]
-    fn f32_outputs_agree_across_paths_and_with_the_formula() {
-        let (m, n, k) = (75, 45, 130);
-        let x: Vec<f32> = (0..m * k).map(|i| ((i * 37 % 211) as f32 - 105.0) / 17.0).collect();
-        let wq = values(n * k, 9);
+    /// Weights `[n, k]` (int8, packed) with per-channel scales and bias padded to `np`, for the
+    /// f32 epilogue tests.
+    fn f32_layer(n: usize, k: usize, seed: u64) -> (Vec<i8>, PackedI8, Vec<f32>, Vec<f32>) {
+        let wq = values(n * k, seed);
         let pw = PackedI8::pack(&wq, n, k);
         let mut sw: Vec<f32> = (0..n).map(|j| 0.01 + j as f32 * 1e-3).collect();
         let mut b: Vec<f32> = (0..n).map(|j| j as f32 * 0.5 - 3.0).collect();
         sw.resize(pw.np, 0.0);
         b.resize(pw.np, 0.0);
+        (wq, pw, sw, b)
+    }
+
+    #[test]
+    fn f32_outputs_agree_across_paths_and_with_the_formula() {
+        let (m, n, k) = (75, 45, 130);
+        let x: Vec<f32> = (0..m * k).map(|i| ((i * 37 % 211) as f32 - 105.0) / 17.0).collect();
+        let (_, pw, sw, b) = f32_layer(n, k, 9);
         let mut outs = Vec::new();
         for path in Path::all_available() {
             let mut qa = Vec::new();
-            let sa = quantize_activations(&x, m, k, pw.kp, shifted(path), None, &mut qa);
-            let out = gemm_f32(path, &qa, m, &sa, &pw, &sw, &b);
+            let (sa, _) = quantize_activations(&x, m, k, pw.kp, shifted(path), None, false, &mut qa);
+            let out = gemm_f32(path, &qa, m, &sa, &pw, &sw, &b, None);
             let exact = gemm_i32(path, &qa, m, &pw);
             for i in 0..m {
                 for j in 0..n {
@@ -523,18 +523,14 @@ mod tests {
         let (m, n, k) = (75, 45, 130);
         let x: Vec<f32> =
             (0..m * k).map(|i| ((i * 37 % 211) as f32 / 40.0 - 0.17) * if i % k == 7 { 9.0 } else { 1.0 }).collect();
-        let wq = values(n * k, 11);
-        let pw = PackedI8::pack(&wq, n, k);
-        let mut sw: Vec<f32> = (0..n).map(|j| 0.01 + j as f32 * 1e-3).collect();
-        let mut b: Vec<f32> = (0..n).map(|j| j as f32 * 0.5 - 3.0).collect();
-        sw.resize(pw.np, 0.0);
-        b.resize(pw.np, 0.0);
+        let (wq, pw, sw, b) = f32_layer(n, k, 11);
         let cw: Vec<f32> = pw.channel_sums().iter().zip(&sw).map(|(&q, &s)| q as f32 * s).collect();
         let mut outs = Vec::new();
         for path in Path::all_available() {
             let mut qa = Vec::new();
-            let (sa, oa) = quantize_activations_asym(&x, m, k, pw.kp, shifted(path), None, &mut qa);
-            let out = gemm_f32_asym(path, &qa, m, &sa, &oa, &pw, &sw, &cw, &b);
+            let (sa, oa) = quantize_activations(&x, m, k, pw.kp, shifted(path), None, true, &mut qa);
+            let oa = oa.unwrap();
+            let out = gemm_f32(path, &qa, m, &sa, &pw, &sw, &b, Some((&oa, &cw)));
             let exact = gemm_i32(path, &qa, m, &pw);
             for i in 0..m {
                 for j in 0..n {

@@ -181,28 +181,18 @@ impl QLinear {
     pub fn forward_slice(&self, path: Path, x: &[f32], rows: usize) -> Vec<f32> {
         let p = &self.packed;
         let mut qa = Vec::new();
-        if let Some(cw) = &self.asym {
-            let (sa, oa) = quantize::quantize_activations_asym(
-                x,
-                rows,
-                p.k,
-                p.kp,
-                gemm_i8::shifted(path),
-                self.inv_smooth.as_deref(),
-                &mut qa,
-            );
-            return gemm_i8::gemm_f32_asym(path, &qa, rows, &sa, &oa, p, &self.scales, cw, &self.bias);
-        }
-        let sa = quantize::quantize_activations(
+        let (sa, oa) = quantize::quantize_activations(
             x,
             rows,
             p.k,
             p.kp,
             gemm_i8::shifted(path),
             self.inv_smooth.as_deref(),
+            self.asym.is_some(),
             &mut qa,
         );
-        gemm_i8::gemm_f32(path, &qa, rows, &sa, p, &self.scales, &self.bias)
+        let offsets = oa.as_deref().zip(self.asym.as_deref());
+        gemm_i8::gemm_f32(path, &qa, rows, &sa, p, &self.scales, &self.bias, offsets)
     }
 }
 

@@ -108,10 +108,13 @@ pub fn quantize_one_asym(v: f32, o: f32, inv: f32) -> i8 {
 }
 
 /// Quantise the `m` rows of `x` (`[m, k]`, row-major) into `[m, kp]` bytes (`kp ≥ k`, the tail
-/// padded with 0). With `shift` each byte holds `q + 128` as u8 (the VNNI kernel's unsigned
-/// operand; it is `q ^ 0x80`), else `q` as i8 bits. With `mul` (length `k`), column `c` is
-/// multiplied by `mul[c]` first (the layer's smoothing, see [`super::QLinear`]). Returns the
-/// per-row scales.
+/// padded with the code of 0). With `shift` each byte holds `q + 128` as u8 (the VNNI kernel's
+/// unsigned operand; it is `q ^ 0x80`), else `q` as i8 bits. With `mul` (length `k`), column `c`
+/// is multiplied by `mul[c]` first (the layer's smoothing, see [`super::QLinear`]). Symmetric
+/// rows (`x ≈ s·q`, `q` in [-127, 127]), or with `asym` a scale and an offset per row (each
+/// row's range `[min, max]` onto all 256 byte values, `x ≈ s·q + o`, `q` in [-128, 127]).
+/// Returns the per-row scales and, with `asym`, the offsets.
+#[allow(clippy::too_many_arguments)]
 pub fn quantize_activations(
     x: &[f32],
     m: usize,
@@ -119,35 +122,15 @@ pub fn quantize_activations(
     kp: usize,
     shift: bool,
     mul: Option<&[f32]>,
+    asym: bool,
     out: &mut Vec<u8>,
-) -> Vec<f32> {
+) -> (Vec<f32>, Option<Vec<f32>>) {
     assert!(x.len() == m * k && kp >= k, "quantize_activations: [{m}, {k}] input expected, got {}", x.len());
     out.clear();
     out.reserve(m * kp);
     let mut scales = vec![0f32; m];
-    activations(x, k, kp, shift, mul, &mut out.spare_capacity_mut()[..m * kp], &mut scales, None);
-    // SAFETY: `activations` wrote every byte of the `m` rows of `kp` (values and padding).
-    unsafe { out.set_len(m * kp) };
-    scales
-}
-
-/// [`quantize_activations`] with a scale and an offset per row (asymmetric: each row's range
-/// `[min, max]` onto all 256 byte values, `x ≈ s·a + o`, `a` in [-128, 127]). Returns the
-/// scales and the offsets.
-pub fn quantize_activations_asym(
-    x: &[f32],
-    m: usize,
-    k: usize,
-    kp: usize,
-    shift: bool,
-    mul: Option<&[f32]>,
-    out: &mut Vec<u8>,
-) -> (Vec<f32>, Vec<f32>) {
-    assert!(x.len() == m * k && kp >= k, "quantize_activations: [{m}, {k}] input expected, got {}", x.len());
-    out.clear();
-    out.reserve(m * kp);
-    let (mut scales, mut offsets) = (vec![0f32; m], vec![0f32; m]);
-    activations(x, k, kp, shift, mul, &mut out.spare_capacity_mut()[..m * kp], &mut scales, Some(&mut offsets));
+    let mut offsets = asym.then(|| vec![0f32; m]);
+    activations(x, k, kp, shift, mul, &mut out.spare_capacity_mut()[..m * kp], &mut scales, offsets.as_deref_mut());
     // SAFETY: `activations` wrote every byte of the `m` rows of `kp` (values and padding).
     unsafe { out.set_len(m * kp) };
     (scales, offsets)
@@ -156,7 +139,7 @@ pub fn quantize_activations_asym(
 crate::model::kernels::vectorised_fn! {
     /// Quantises each row of `x` into its `kp` bytes of `out` (the tail past `k` is the code of 0),
     /// setting its scale. With `mul`, the row is multiplied first, and its maximum taken in the same
-    /// pass. With `offsets`, asymmetric rows (see [`quantize_activations_asym`]).
+    /// pass. With `offsets`, asymmetric rows (see [`quantize_activations`]).
     #[allow(clippy::too_many_arguments)]
     fn activations(
         x: &[f32],
@@ -294,11 +277,11 @@ mod tests {
     fn zero_rows_and_shift() {
         let x = [0f32; 5];
         let mut out = Vec::new();
-        let s = quantize_activations(&x, 1, 5, 8, true, None, &mut out);
+        let (s, _) = quantize_activations(&x, 1, 5, 8, true, None, false, &mut out);
         assert_eq!(s, vec![1.0]);
         assert_eq!(out, vec![0x80; 8]);
         let x = [-1f32, 1.0, 0.5];
-        let s = quantize_activations(&x, 1, 3, 4, true, None, &mut out);
+        let (s, _) = quantize_activations(&x, 1, 3, 4, true, None, false, &mut out);
         assert!((s[0] - 1.0 / 127.0).abs() < 1e-9);
         // 63.5 rounds to even.
         assert_eq!(out, vec![1, 255, 128 + 64, 128]);
@@ -347,7 +330,8 @@ mod tests {
         for shift in [false, true] {
             let x: Vec<f32> = rows.concat();
             let mut out = Vec::new();
-            let (s, o) = quantize_activations_asym(&x, 4, 37, 40, shift, None, &mut out);
+            let (s, o) = quantize_activations(&x, 4, 37, 40, shift, None, true, &mut out);
+            let o = o.unwrap();
             for (r, row) in rows.iter().enumerate() {
                 let a: Vec<i32> = out[r * 40..r * 40 + 37]
                     .iter()
