@@ -165,12 +165,12 @@ impl CustomOp2 for LayerNormGradWB {
 }
 
 /// LayerNorm over the last dimension for training: fused forward and backward on CPU f32,
-/// candle's differentiable composition (`layer_norm_slow`) elsewhere.
+/// elsewhere candle's fused forward and a backward in closed form ([`super::given_value`]).
 pub fn layer_norm_train(x: &Tensor, w: &Tensor, b: &Tensor, eps: f32) -> Result<Tensor> {
     if cpu_f32(&[x, w, b]) {
         Ok(x.contiguous()?.apply_op3(&w.contiguous()?, &b.contiguous()?, LayerNormTrain { eps })?)
     } else {
-        Ok(candle_nn::ops::layer_norm_slow(x, w, b, eps)?)
+        Ok(super::given_value::layer_norm(x, w, b, eps)?)
     }
 }
 

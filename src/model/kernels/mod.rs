@@ -2,16 +2,17 @@
 //! GELU (erf) and attention's masked softmax, for inference (no autograd) and for training (custom
 //! ops whose backward is a fused kernel too), attention's head split and merge, the linear layers
 //! (product and bias in one op, with a fused backward for training), and for training LayerNorm
-//! and the dropout product. Candle's backward costs every op a zeroed gradient and an added copy
-//! per input (even for inputs that need no gradient, such as a dropout mask), and its broadcast
-//! ops a strided row reduction, so one fused op with a fused backward saves several full-size
-//! passes. This module holds the dispatch (CPU f32 runs the kernels, the rest candle's ops) and
-//! the storage accessors the ops share. Tests check values and gradients against candle's own
-//! differentiable ops.
+//! and the dropout product. Candle's backward costs every op its own gradient ops (and its
+//! broadcast ops a strided row reduction), so one fused op with a fused backward saves several
+//! full-size passes. Where these kernels do not run (a GPU), LayerNorm and softmax still train
+//! as one forward op each with a backward in closed form ([`given_value`]). This module holds the
+//! dispatch (CPU f32 runs the kernels, the rest candle's ops) and the storage accessors the ops
+//! share. Tests check values and gradients against candle's own differentiable ops.
 
 use candle_core::{CpuStorage, Layout, Tensor};
 
 mod gelu;
+mod given_value;
 mod heads;
 mod layer_norm;
 mod linear;

@@ -175,7 +175,7 @@ impl CustomOp2 for MaskedSoftmax {
 
 /// Attention probabilities `softmax(scores + bias)` (see [`MaskedSoftmax`]): one fused kernel on
 /// CPU f32 for a `[B, 1, 1, Lk]` bias that needs no gradient (with a fused backward in training),
-/// candle's ops elsewhere.
+/// candle's ops elsewhere (in training with a backward in closed form, [`super::given_value`]).
 pub fn masked_softmax(scores: &Tensor, bias: &Tensor, train: bool) -> Result<Tensor> {
     // The fused op's shapes, and a bias that needs no gradient (the fused op gives it none).
     let fits = match scores.dims() {
@@ -191,11 +191,7 @@ pub fn masked_softmax(scores: &Tensor, bias: &Tensor, train: bool) -> Result<Ten
         })
     } else {
         let x = scores.broadcast_add(bias)?;
-        Ok(if train {
-            candle_nn::ops::softmax(&x, candle_core::D::Minus1)?
-        } else {
-            candle_nn::ops::softmax_last_dim(&x)?
-        })
+        Ok(if train { super::given_value::softmax_last_dim(&x)? } else { candle_nn::ops::softmax_last_dim(&x)? })
     }
 }
 
