@@ -112,8 +112,8 @@ if [ "$mode" = env ]; then
 fi
 
 # 3. The build (and the CUDA test binary: the GPU machine has no cargo).
-say "cargo build --release --features cuda -j$jobs (target $CARGO_TARGET_DIR; CUDA_COMPUTE_CAP=$CUDA_COMPUTE_CAP)"
-cargo build --release --features cuda -j"$jobs" --bin xsent
+say "cargo build --release --features cuda,profile -j$jobs (target $CARGO_TARGET_DIR; CUDA_COMPUTE_CAP=$CUDA_COMPUTE_CAP)"
+cargo build --release --features cuda,profile -j"$jobs" --bin xsent
 bin="$CARGO_TARGET_DIR/release/xsent"
 [ -x "$bin" ] || die "no binary at $bin after the build"
 test_bins=()

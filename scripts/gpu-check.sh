@@ -120,7 +120,8 @@ gpu-check: the plan on the GPU machine (each step has its own time limit; a fail
               and GPU (min cosine >= 0.99999) and by torch on the GPU; eval tatoeba/sts/bucc/xsr, mine and
               plot pca on the GPU against the CPU; 20 steps of distill, dueam, lightweight, sp, disentangle
               on the tiny fixtures, and of distill and dueam on e5s, CPU against GPU (losses within 1e-4);
-              the e5s distill steps again with train.precision = "bf16" (losses within 1 % of f32, not equal)
+              the e5s distill steps again with train.precision = "bf16" (losses within 1 % of f32, not equal),
+              and once more under XSENT_PROFILE (the CPU's time by function: host-profile-distill-e5s.txt)
   part 2 (~6 min): bench-embed-gpu.sh (20,000 sentences, e5s and xlmr-base, xsent vs sentence-transformers),
               bench-train-gpu.sh (distill and DuEAM steps, e5s, vs torch), 50 steps of each *-paper.toml
               (step time, peak GPU memory)
@@ -453,6 +454,21 @@ langs = [\"de\"]"
             "<= 1e-2, not 0" "$("$py" -c "print('true' if 0 < $worst <= 1e-2 else 'false')")" $(( $(date +%s) - t0 ))
     else
         record "train $r cuda bf16 vs f32" "failed: $(tail -n1 "$out/train-$r-gpu-bf16.log" "$out/train-$r-gpu.log" 2>/dev/null | tr '\n' ' ' | cut -c1-200)" "runs" false $(( $(date +%s) - t0 ))
+    fi
+
+    # Where the CPU's time goes in those GPU steps (the step waits on the host issuing candle's
+    # ops): a sampling profile of the 20 e5s distill steps (XSENT_PROFILE, src/profile.rs), by
+    # function, in $out/host-profile-distill-e5s.txt; the row shows the top of its self table.
+    t0=$(date +%s)
+    prof="$out/host-profile-distill-e5s.txt"
+    if run "train-$r-gpu-profile" 300 env XSENT_PROFILE="$prof" "$xsent" train --config "$tiny/$r.toml" \
+        --out "$tiny/run-$r-gpu-profile" --set "train.device=\"$gdev\"" && [ -s "$prof" ]; then
+        top=$(sed -n '/^## self/,$p' "$prof" | sed -n '4,6p' | awk '{$1=$1; print}' | cut -c1-60 | paste -sd ';' -)
+        record "host profile $r cuda (self)" "$top" "written" true $(( $(date +%s) - t0 ))
+    elif [ "$rehearsal" = 1 ] && grep -q 'built without the profiler' "$out/train-$r-gpu-profile.log" 2>/dev/null; then
+        record "host profile $r cuda" "skipped: a rehearsal binary without --features profile" "written" null $(( $(date +%s) - t0 ))
+    else
+        record "host profile $r cuda" "failed: $(tail -n1 "$out/train-$r-gpu-profile.log" 2>/dev/null | cut -c1-200)" "written" false $(( $(date +%s) - t0 ))
     fi
 fi
 

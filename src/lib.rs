@@ -20,6 +20,7 @@ pub mod io;
 pub mod model;
 pub mod places;
 pub mod plot;
+pub mod profile;
 pub mod shard;
 pub mod threads;
 pub mod train;

@@ -200,7 +200,11 @@ fn run_locked(a: &Args, out: &std::path::Path, saved: &std::path::Path, wrote_co
         );
     })
     .context("cannot install the Ctrl-C handler")?;
-    let opts = RunOptions { stop_after: a.stop_after, interrupt: Some(flag), started: Some(started) };
+    let profile = crate::profile::requested();
+    if let Some(p) = &profile {
+        crate::profile::check(p)?;
+    }
+    let opts = RunOptions { stop_after: a.stop_after, interrupt: Some(flag), started: Some(started), profile };
     let outcome = train::train(&cfg, &out, a.resume, &opts);
     Ok(match outcome? {
         Outcome::Finished | Outcome::EarlyStopped => 0,

@@ -46,6 +46,8 @@ pub struct RunOptions {
     /// Set by the trainer once the first step of this invocation begins (before it, a Ctrl-C
     /// has nothing to checkpoint and may end the process at once).
     pub started: Option<Arc<AtomicBool>>,
+    /// Write a CPU profile of this invocation's steps here ([`crate::profile`]).
+    pub profile: Option<PathBuf>,
 }
 
 /// A `train.best_metric` that the validation does not report.
@@ -152,6 +154,7 @@ impl<'a> Trainer<'a> {
             errln!("xsent train: interrupted before step {}; nothing new to checkpoint", state.step + 1);
             return Ok(Outcome::Interrupted);
         }
+        let profile = opts.profile.as_deref().map(crate::profile::Profile::start).transpose()?;
         while ended.is_none() && !stopped_before && state.step < total {
             let step_start = Instant::now();
             let lr = cfg.optim.lr_at(state.step, total);
@@ -227,6 +230,9 @@ impl<'a> Trainer<'a> {
             }
         }
         progress.finish();
+        if let Some(p) = profile {
+            p.finish()?;
+        }
         if outcome == Outcome::Interrupted {
             errln!(
                 "xsent train: stopped after step {}; checkpoint in {}; continue with --resume --out {}",
