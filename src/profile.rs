@@ -61,7 +61,7 @@ impl Profile {
             use anyhow::Context;
             let report = self.guard.report().build().context("building the profile")?;
             let stacks = report.data.iter().map(|(frames, &n)| {
-                let names: Vec<String> = frames.frames.iter().flat_map(|f| f.iter().map(|s| s.name())).collect();
+                let names: Vec<String> = frames.frames.iter().flat_map(|f| f.iter().map(label)).collect();
                 (names, n.max(0) as u64)
             });
             let text = summary(stacks, 60);
@@ -73,6 +73,16 @@ impl Profile {
         let _ = &self.out;
         Ok(())
     }
+}
+
+/// A frame's function and, when the binary has line tables, the last four parts of its
+/// file's path (the names of closures and inlined functions alone say little).
+#[cfg(feature = "profile")]
+fn label(s: &pprof::Symbol) -> String {
+    let name = s.name();
+    let Some(file) = &s.filename else { return name };
+    let parts: Vec<_> = file.iter().map(|p| p.to_string_lossy()).collect();
+    format!("{name} ({})", parts[parts.len().saturating_sub(4)..].join("/"))
 }
 
 /// The report of sampled stacks (innermost frame first, with their sample counts): the `top`
