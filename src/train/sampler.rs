@@ -5,6 +5,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
 /// Shuffled data order, reproducible from (seed, epoch) alone.
+#[derive(Clone)]
 pub(crate) struct Sampler {
     pub(crate) seed: u64,
     pub(crate) n: usize,

@@ -4,6 +4,7 @@
 //! micro-batch), [`super::checkpoint`], [`super::run_dir`] and [`super::progress`]. Recipes
 //! ([`super::recipe::Recipe`]) supply a loss and a validation.
 
+use super::ahead::{Pending, StepBatches};
 use super::checkpoint::{load_checkpoint, resume_checkpoint, save_checkpoint, State};
 use super::config::{BestMode, Config};
 use super::optim::AdamW;
@@ -152,9 +153,24 @@ impl<'a> Trainer<'a> {
             errln!("xsent train: interrupted before step {}; nothing new to checkpoint", state.step + 1);
             return Ok(Outcome::Interrupted);
         }
+        // The job preparing this step's batches, started during the previous step.
+        let mut pending: Option<Pending> = None;
         while ended.is_none() && !stopped_before && state.step < total {
             let step_start = Instant::now();
             let lr = cfg.optim.lr_at(state.step, total);
+            if let Some(p) = pending.take() {
+                recipe.take_ahead(p.join()?)?;
+            }
+            // The next step's batches, from a copy of the sampler (the run's own draws them when
+            // their step comes): none past the run's last step or this invocation's.
+            let next = state.step + 2;
+            if t.ahead && next <= total && opts.stop_after.is_none_or(|s| s >= next) {
+                let mut peek = sampler.clone();
+                let now = step_batches(recipe, t, &mut peek);
+                if let Some(job) = recipe.ahead(&now, &step_batches(recipe, t, &mut peek)) {
+                    pending = Some(Pending::start(next, job)?);
+                }
+            }
             let (sums, grads) = self.micro_batches(recipe, &params, &mut sampler, &mut mega, &mut rng, state.step)?;
             let t_opt = Instant::now();
             let grad_norm = opt.grad_norm(&grads)?;
@@ -429,8 +445,7 @@ impl<'a> Trainer<'a> {
                 &mega.2
             };
             recipe.order_batch(&mut batch);
-            let shards: Vec<&[usize]> =
-                if plan.shards() { batch.chunks(t.shard_size.max(1)).collect() } else { vec![&batch] };
+            let shards = shards_of(plan, t, &batch);
             // One RNG per shard, seeded in order from the run's RNG: the same dropout
             // whatever the number of threads.
             let seeds: Vec<u64> = shards.iter().map(|_| rng.next_u64()).collect();
@@ -669,6 +684,28 @@ pub fn check_megabatches(recipe: &dyn Recipe, micro_batches: u64, batch_size: us
         first += m as u64;
     }
     Ok(())
+}
+
+/// A micro-batch's shards as the trainer runs them.
+fn shards_of<'b>(plan: StepPlan, t: &super::config::TrainConfig, batch: &'b [usize]) -> Vec<&'b [usize]> {
+    if plan.shards() {
+        batch.chunks(t.shard_size.max(1)).collect()
+    } else {
+        vec![batch]
+    }
+}
+
+/// The micro-batches of the step `sampler` draws next, each cut into its shards as
+/// [`Trainer::micro_batches`] cuts them.
+fn step_batches(recipe: &dyn Recipe, t: &super::config::TrainConfig, sampler: &mut Sampler) -> StepBatches {
+    let plan = recipe.plan();
+    (0..t.grad_accum)
+        .map(|_| {
+            let mut batch = sampler.next_batch(t.batch_size);
+            recipe.order_batch(&mut batch);
+            shards_of(plan, t, &batch).into_iter().map(<[usize]>::to_vec).collect()
+        })
+        .collect()
 }
 
 /// How `State::best_of` names a metric and its mode (`sts_spearman/max`).
