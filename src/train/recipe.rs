@@ -16,6 +16,9 @@ pub struct StepLoss {
     pub total: Tensor,
     /// Named loss terms for the metrics (e.g. `mse_src`).
     pub terms: Vec<(String, f64)>,
+    /// Named loss terms as scalar tensors, read (on a GPU, waited for) only once the backward
+    /// is queued; they come before `terms` in the metrics.
+    pub later: Vec<(String, Tensor)>,
     /// Sentences encoded (for sentences/s).
     pub sentences: usize,
 }

@@ -307,12 +307,10 @@ impl Recipe for Distill {
         let target = self.teacher_batch(&pairs)?.to_device(emb.device())?;
         let mse_src = emb.narrow(0, 0, b)?.sub(&target)?.sqr()?.mean_all()?;
         let mse_tgt = emb.narrow(0, b, b)?.sub(&target)?.sqr()?.mean_all()?;
-        let terms = vec![
-            ("mse_src".to_string(), mse_src.to_scalar::<f32>()? as f64),
-            ("mse_tgt".to_string(), mse_tgt.to_scalar::<f32>()? as f64),
-            ("ahead".to_string(), if ahead.is_some() { 1.0 } else { 0.0 }),
-        ];
-        Ok(StepLoss { total: (mse_src.affine(self.source_weight, 0.0)? + mse_tgt)?, terms, sentences: 2 * b })
+        let total = (mse_src.affine(self.source_weight, 0.0)? + &mse_tgt)?;
+        let later = vec![("mse_src".to_string(), mse_src), ("mse_tgt".to_string(), mse_tgt)];
+        let terms = vec![("ahead".to_string(), if ahead.is_some() { 1.0 } else { 0.0 })];
+        Ok(StepLoss { total, terms, later, sentences: 2 * b })
     }
 
     fn begin_step(&mut self) -> Result<()> {

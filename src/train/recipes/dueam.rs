@@ -444,7 +444,7 @@ impl Recipe for Dueam {
         let (s, t) = (emb.narrow(0, 0, n)?, emb.narrow(0, n, n)?);
         let (total, loss_terms) = dueam_loss(&s, &t, wmd.as_deref(), self.lambda, self.terms)?;
         terms.extend(loss_terms);
-        Ok(StepLoss { total, terms, sentences: 2 * n })
+        Ok(StepLoss { total, terms, later: Vec::new(), sentences: 2 * n })
     }
 
     fn begin_step(&mut self) -> Result<()> {
