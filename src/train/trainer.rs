@@ -158,6 +158,14 @@ impl<'a> Trainer<'a> {
         while ended.is_none() && !stopped_before && state.step < total {
             let step_start = Instant::now();
             let lr = cfg.optim.lr_at(state.step, total);
+            if t.ahead && pending.is_none() {
+                // The first step of this invocation is prepared now, the same way: each step is
+                // run from prepared batches, whatever step a run resumes at.
+                let mut peek = sampler.clone();
+                if let Some(job) = recipe.ahead(&Vec::new(), &step_batches(recipe, t, &mut peek)) {
+                    pending = Some(Pending::start(state.step + 1, job)?);
+                }
+            }
             if let Some(p) = pending.take() {
                 recipe.take_ahead(p.join()?)?;
             }
