@@ -89,3 +89,35 @@ pub fn distinct(step: &StepBatches) -> Vec<usize> {
     let mut seen = std::collections::HashSet::new();
     step.iter().flatten().flatten().copied().filter(|i| seen.insert(*i)).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_or_panicking_job_is_its_steps_error() {
+        let done = Pending::start(3, Box::new(|| Ok(Box::new(7usize) as Prepared))).unwrap().join().unwrap();
+        assert_eq!(*done.downcast::<usize>().unwrap(), 7);
+        let failed = Pending::start(3, Box::new(|| Err(anyhow!("WMD of pair 2 of the batch: bad cost")))).unwrap();
+        assert_eq!(failed.join().err().unwrap().to_string(), "WMD of pair 2 of the batch: bad cost");
+        let panicked = Pending::start(4, Box::new(|| panic!("boom"))).unwrap();
+        assert_eq!(
+            panicked.join().err().unwrap().to_string(),
+            "step 4: the thread preparing its batches ahead panicked: boom"
+        );
+    }
+
+    #[test]
+    fn tokens_come_back_by_example_in_the_recipes_layout() {
+        let e = |i: u32| Encoded { ids: vec![i], truncated: false };
+        let store = TokensAhead::default();
+        store.set(TokenMap::from([(4, vec![e(40), e(41)]), (9, vec![e(90), e(91)])]));
+        let got: Vec<u32> = store.columns(&[9, 4, 9]).unwrap().iter().map(|x| x.ids[0]).collect();
+        assert_eq!(got, vec![90, 40, 90, 91, 41, 91], "first texts, then second texts");
+        assert!(store.columns(&[4, 5]).is_none(), "example 5 was not prepared");
+        store.set(TokenMap::new());
+        assert!(store.columns(&[4]).is_none(), "a step's tokens replace the previous step's");
+        let step: StepBatches = vec![vec![vec![3, 1], vec![3]], vec![vec![2, 1]]];
+        assert_eq!(distinct(&step), vec![3, 1, 2]);
+    }
+}
