@@ -158,27 +158,29 @@ impl<'a> Trainer<'a> {
         while ended.is_none() && !stopped_before && state.step < total {
             let step_start = Instant::now();
             let lr = cfg.optim.lr_at(state.step, total);
+            // Time on this thread for the work ahead: waiting for the job, and what a recipe
+            // runs here for the next step (DuEAM's anchor forward).
+            let t_ahead = Instant::now();
             if t.ahead && pending.is_none() {
                 // The first step of this invocation is prepared now, the same way: each step is
                 // run from prepared batches, whatever step a run resumes at.
-                let mut peek = sampler.clone();
-                if let Some(job) = recipe.ahead(&Vec::new(), &step_batches(recipe, t, &mut peek)) {
+                if let Some(job) = recipe.ahead(&Vec::new(), &step_batches(recipe, t, &sampler, 0)) {
                     pending = Some(Pending::start(state.step + 1, job)?);
                 }
             }
             if let Some(p) = pending.take() {
                 recipe.take_ahead(p.join()?)?;
             }
-            // The next step's batches, from a copy of the sampler (the run's own draws them when
-            // their step comes): none past the run's last step or this invocation's.
+            // The next step's batches, peeked at (the sampler draws them when their step comes):
+            // none past the run's last step or this invocation's.
             let next = state.step + 2;
             if t.ahead && next <= total && opts.stop_after.is_none_or(|s| s >= next) {
-                let mut peek = sampler.clone();
-                let now = step_batches(recipe, t, &mut peek);
-                if let Some(job) = recipe.ahead(&now, &step_batches(recipe, t, &mut peek)) {
+                let now = step_batches(recipe, t, &sampler, 0);
+                if let Some(job) = recipe.ahead(&now, &step_batches(recipe, t, &sampler, 1)) {
                     pending = Some(Pending::start(next, job)?);
                 }
             }
+            let ahead_s = t_ahead.elapsed().as_secs_f64();
             let (sums, grads) = self.micro_batches(recipe, &params, &mut sampler, &mut mega, &mut rng, state.step)?;
             let t_opt = Instant::now();
             let grad_norm = opt.grad_norm(&grads)?;
@@ -202,7 +204,10 @@ impl<'a> Trainer<'a> {
                 let secs = window.0.elapsed().as_secs_f64().max(1e-9);
                 let sps = window.1 as f64 / secs;
                 window = (Instant::now(), 0);
-                let line = step_line(&state, n, lr, &sums, grad_norm, sps, (step_s, opt_s));
+                let mut line = step_line(&state, n, lr, &sums, grad_norm, sps, (step_s, opt_s));
+                if t.ahead {
+                    line["ahead_s"] = serde_json::json!(ahead_s);
+                }
                 writeln!(metrics, "{line}")?;
                 progress.log(state.step, sums.loss, sps);
             }
@@ -703,13 +708,14 @@ fn shards_of<'b>(plan: StepPlan, t: &super::config::TrainConfig, batch: &'b [usi
     }
 }
 
-/// The micro-batches of the step `sampler` draws next, each cut into its shards as
-/// [`Trainer::micro_batches`] cuts them.
-fn step_batches(recipe: &dyn Recipe, t: &super::config::TrainConfig, sampler: &mut Sampler) -> StepBatches {
+/// The micro-batches of the step `sampler` draws after the next `later` steps, each cut into
+/// its shards as [`Trainer::micro_batches`] cuts them (peeked at: nothing is drawn).
+fn step_batches(recipe: &dyn Recipe, t: &super::config::TrainConfig, sampler: &Sampler, later: usize) -> StepBatches {
     let plan = recipe.plan();
-    (0..t.grad_accum)
-        .map(|_| {
-            let mut batch = sampler.next_batch(t.batch_size);
+    let first = later * t.grad_accum;
+    (first..first + t.grad_accum)
+        .map(|a| {
+            let mut batch = sampler.peek(a * t.batch_size, t.batch_size);
             recipe.order_batch(&mut batch);
             shards_of(plan, t, &batch).into_iter().map(<[usize]>::to_vec).collect()
         })
