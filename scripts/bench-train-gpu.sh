@@ -136,8 +136,9 @@ for r in distill dueam; do
     read -r xsps xstep tsps <<<"$("$py" -c 'import json,sys; x,t=json.loads(sys.argv[1]),json.loads(sys.argv[2]); print(x["sentences_per_s"], x["step_s"], t["sentences_per_s"])' "$xj" "$tj")"
     what="whole step"
     if [ "$r" = dueam ]; then
-        # The anchor's share (its forward and the WMDs), from the step's anchor_ms_per_pair.
-        anchor=$("$py" -c 'import json,statistics,sys; rows=[json.loads(l) for l in open(sys.argv[1]) if "\"loss\"" in l][4:]; print(statistics.median(r.get("anchor_ms_per_pair", 0.0) * int(sys.argv[2]) / 1e3 for r in rows))' "$tmp/run-$r/metrics.jsonl" "$batch")
+        # The anchor's share (its forward and the WMDs): in the step (anchor_ms_per_pair), and
+        # ahead of it (ahead_s: the next step's anchor forward and the wait for the solver).
+        anchor=$("$py" -c 'import json,statistics,sys; rows=[json.loads(l) for l in open(sys.argv[1]) if "\"loss\"" in l][4:]; print(statistics.median(r.get("anchor_ms_per_pair", 0.0) * int(sys.argv[2]) / 1e3 + r.get("ahead_s", 0.0) for r in rows))' "$tmp/run-$r/metrics.jsonl" "$batch")
         whole=$(printf %.0f "$xsps")
         xsps=$("$py" -c "print(2 * $batch / max($xstep - $anchor, 1e-9))")
         what="without the anchor ($whole whole)"

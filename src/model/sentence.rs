@@ -152,9 +152,63 @@ pub struct SentenceEncoder {
     pub params: Option<Params>,
     /// The Dense module's trainable parameters (when loaded trainable and present).
     pub dense_params: Option<Params>,
-    tokenizer: Tokenizer,
+    tokenizer: std::sync::Arc<Tokenizer>,
     pad_id: u32,
     device: Device,
+}
+
+/// What tokenising takes of a [`SentenceEncoder`] (its tokenizer shared, prefix and limits):
+/// cheap to clone and to send to another thread, e.g. to tokenise the next training batch while
+/// the current one runs. Gives what [`SentenceEncoder::tokenize`] gives.
+#[derive(Clone)]
+pub struct TextTokenizer {
+    tokenizer: std::sync::Arc<Tokenizer>,
+    prefix: String,
+    max_text_bytes: usize,
+    max_length: usize,
+}
+
+impl TextTokenizer {
+    /// [`SentenceEncoder::tokenize`].
+    pub fn tokenize<S: AsRef<str>>(&self, texts: &[S]) -> Result<Vec<Encoded>> {
+        let (encs, capped) = self.encode_all(texts)?;
+        Ok(encs.iter().zip(capped).map(|(e, c)| self.encoded(e, c)).collect())
+    }
+
+    /// What the tokenizer sees of `text`: `prefix + text` with surrounding whitespace stripped,
+    /// and at most its first `max_text_bytes` bytes (the flag says whether it was cut there).
+    /// Only what is kept is copied.
+    fn input_text(&self, text: &str) -> (String, bool) {
+        let p = self.prefix.trim_start();
+        let t = if p.is_empty() { text.trim_start() } else { text }.trim_end();
+        let p = if t.is_empty() { p.trim_end() } else { p };
+        let cap = self.max_text_bytes;
+        if p.len() + t.len() <= cap {
+            return (format!("{p}{t}"), false);
+        }
+        let head = if p.len() >= cap {
+            p[..p.floor_char_boundary(cap)].to_string()
+        } else {
+            format!("{p}{}", &t[..t.floor_char_boundary(cap - p.len())])
+        };
+        (head.trim_end().to_string(), true)
+    }
+
+    /// The tokenizer's encodings of the texts as [`Self::input_text`] prepares them (a long
+    /// text cut first where that leaves the kept tokens as they are: [`super::long_text`]), and
+    /// which texts were cut at `max_text_bytes`.
+    fn encode_all<S: AsRef<str>>(&self, texts: &[S]) -> Result<(Vec<tokenizers::Encoding>, Vec<bool>)> {
+        let (inputs, capped): (Vec<String>, Vec<bool>) = texts.iter().map(|t| self.input_text(t.as_ref())).unzip();
+        Ok((super::long_text::encode(&self.tokenizer, &inputs)?, capped))
+    }
+
+    /// The ids of a tokenised text, at most `max_length`, and whether it was cut (`capped`: its
+    /// text was cut at `max_text_bytes`).
+    fn encoded(&self, e: &tokenizers::Encoding, capped: bool) -> Encoded {
+        let ids = e.get_ids();
+        let keep = ids.len().min(self.max_length);
+        Encoded { truncated: capped || !e.get_overflowing().is_empty() || ids.len() > keep, ids: ids[..keep].to_vec() }
+    }
 }
 
 impl SentenceEncoder {
@@ -376,7 +430,7 @@ impl SentenceEncoder {
             lowercase,
             params,
             dense_params,
-            tokenizer,
+            tokenizer: std::sync::Arc::new(tokenizer),
             pad_id,
             device: opts.device.clone(),
         };
@@ -462,46 +516,26 @@ impl SentenceEncoder {
         &self.tokenizer
     }
 
-    /// What the tokenizer sees of `text`: `prefix + text` with surrounding whitespace stripped,
-    /// and at most its first `max_text_bytes` bytes (the flag says whether it was cut there).
-    /// Only what is kept is copied.
-    fn input_text(&self, text: &str) -> (String, bool) {
-        let p = self.prefix.trim_start();
-        let t = if p.is_empty() { text.trim_start() } else { text }.trim_end();
-        let p = if t.is_empty() { p.trim_end() } else { p };
-        let cap = self.max_text_bytes;
-        if p.len() + t.len() <= cap {
-            return (format!("{p}{t}"), false);
+    /// What tokenising takes of this encoder, to tokenise on another thread ([`TextTokenizer`]).
+    pub fn text_tokenizer(&self) -> TextTokenizer {
+        TextTokenizer {
+            tokenizer: self.tokenizer.clone(),
+            prefix: self.prefix.clone(),
+            max_text_bytes: self.max_text_bytes,
+            max_length: self.max_length,
         }
-        let head = if p.len() >= cap {
-            p[..p.floor_char_boundary(cap)].to_string()
-        } else {
-            format!("{p}{}", &t[..t.floor_char_boundary(cap - p.len())])
-        };
-        (head.trim_end().to_string(), true)
     }
 
-    /// Tokenise each text as [`Self::input_text`] prepares it, truncating to `max_length` tokens
-    /// (specials included).
+    /// Tokenise each text as [`TextTokenizer`] prepares it (prefix, `max_text_bytes`), truncating
+    /// to `max_length` tokens (specials included).
     pub fn tokenize<S: AsRef<str>>(&self, texts: &[S]) -> Result<Vec<Encoded>> {
-        let (encs, capped) = self.encode_all(texts)?;
-        Ok(encs.iter().zip(capped).map(|(e, c)| self.encoded(e, c)).collect())
+        self.text_tokenizer().tokenize(texts)
     }
 
-    /// The tokenizer's encodings of the texts as [`Self::input_text`] prepares them (a long
-    /// text cut first where that leaves the kept tokens as they are: [`super::long_text`]), and
-    /// which texts were cut at `max_text_bytes`.
+    /// The tokenizer's encodings of the texts ([`TextTokenizer::encode_all`]), and which texts
+    /// were cut at `max_text_bytes`.
     fn encode_all<S: AsRef<str>>(&self, texts: &[S]) -> Result<(Vec<tokenizers::Encoding>, Vec<bool>)> {
-        let (inputs, capped): (Vec<String>, Vec<bool>) = texts.iter().map(|t| self.input_text(t.as_ref())).unzip();
-        Ok((super::long_text::encode(&self.tokenizer, &inputs)?, capped))
-    }
-
-    /// The ids of a tokenised text, at most `max_length`, and whether it was cut (`capped`: its
-    /// text was cut at `max_text_bytes`).
-    fn encoded(&self, e: &tokenizers::Encoding, capped: bool) -> Encoded {
-        let ids = e.get_ids();
-        let keep = ids.len().min(self.max_length);
-        Encoded { truncated: capped || !e.get_overflowing().is_empty() || ids.len() > keep, ids: ids[..keep].to_vec() }
+        self.text_tokenizer().encode_all(texts)
     }
 
     /// Pad a set of tokenised texts into one batch.
@@ -559,11 +593,17 @@ impl SentenceEncoder {
     /// ([`crate::train::precision`]).
     pub fn forward_on<S: AsRef<str>>(&self, encoder: &Encoder, texts: &[S], mode: &mut Mode) -> Result<Tensor> {
         let enc = self.tokenize(texts)?;
+        self.forward_encoded(encoder, &enc.iter().collect::<Vec<_>>(), mode)
+    }
+
+    /// [`Self::forward_on`] of texts tokenised already (by [`Self::tokenize`] or a
+    /// [`TextTokenizer`] of this encoder).
+    pub fn forward_encoded(&self, encoder: &Encoder, enc: &[&Encoded], mode: &mut Mode) -> Result<Tensor> {
         let mut order: Vec<usize> = (0..enc.len()).collect();
         order.sort_by_key(|&i| (enc[i].ids.len(), i));
         let mut parts = Vec::new();
         for chunk in order.chunks(FORWARD_CHUNK) {
-            let batch = self.collate(&chunk.iter().map(|&i| &enc[i]).collect::<Vec<_>>())?;
+            let batch = self.collate(&chunk.iter().map(|&i| enc[i]).collect::<Vec<_>>())?;
             let hidden = encoder.forward(&batch.input_ids, &batch.attention_mask, mode)?;
             parts.push(self.pool(&hidden, &batch)?);
         }
@@ -647,8 +687,9 @@ impl SentenceEncoder {
         skip_special: bool,
         batch_size: usize,
     ) -> Result<Vec<Vec<f32>>> {
-        let (encs, capped) = self.encode_all(texts)?;
-        let items: Vec<Encoded> = encs.iter().zip(capped).map(|(e, c)| self.encoded(e, c)).collect();
+        let tt = self.text_tokenizer();
+        let (encs, capped) = tt.encode_all(texts)?;
+        let items: Vec<Encoded> = encs.iter().zip(capped).map(|(e, c)| tt.encoded(e, c)).collect();
         let kept: Vec<Vec<bool>> =
             encs.iter().zip(&items).map(|(e, it)| self.sentence_tokens(e, it.ids.len(), skip_special)).collect();
         let layer = layer.unwrap_or(self.encoder.num_layers());

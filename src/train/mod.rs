@@ -1,5 +1,6 @@
 //! Training: the shared trainer (config, optimiser, checkpoints, resume) and the recipes.
 
+pub mod ahead;
 pub mod builtin;
 pub mod cache;
 pub mod checkpoint;

@@ -1,6 +1,7 @@
 //! The recipe contract: what a training recipe gives the trainer (a loss per micro-batch, a
 //! validation, the model to save) and how its steps are run ([`StepPlan`]).
 
+use super::ahead::{AheadJob, Prepared, StepBatches};
 use super::config::BestMode;
 use crate::model::encoder::TrainContext;
 use crate::model::weights::Params;
@@ -15,6 +16,9 @@ pub struct StepLoss {
     pub total: Tensor,
     /// Named loss terms for the metrics (e.g. `mse_src`).
     pub terms: Vec<(String, f64)>,
+    /// Named loss terms as scalar tensors, read (on a GPU, waited for) only once the backward
+    /// is queued; they come before `terms` in the metrics.
+    pub later: Vec<(String, Tensor)>,
     /// Sentences encoded (for sentences/s).
     pub sentences: usize,
 }
@@ -65,6 +69,20 @@ pub trait Recipe: Send + Sync {
     /// step's update: where a recipe makes its encoder's copy for `train.precision`
     /// ([`super::precision::Compute::refresh`]). Default: nothing.
     fn begin_step(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// Host work for the next optimiser step, to run on a background thread while this one runs
+    /// (`train.ahead`): `now` and `next` are this step's and the next step's micro-batches as
+    /// the trainer will run them. What the job needs of the device (a frozen model's forward)
+    /// runs here, on the trainer's thread (candle's CUDA device queues work on the calling
+    /// thread's stream); only host work goes into the job. Its result goes to
+    /// [`Recipe::take_ahead`] before the next step, and its error is that step's. What it
+    /// prepares must be what the step would compute itself, to the bit. Default: none.
+    fn ahead(&self, _now: &StepBatches, _next: &StepBatches) -> Option<AheadJob> {
+        None
+    }
+    /// Receive what [`Recipe::ahead`]'s job prepared, before the step it was for.
+    fn take_ahead(&mut self, _prepared: Prepared) -> Result<()> {
         Ok(())
     }
     /// Validation scores by name.

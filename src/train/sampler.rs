@@ -31,6 +31,25 @@ impl Sampler {
         Self::new(seed, n, consumed / n as u64, (consumed % n as u64) as usize)
     }
 
+    /// The `size` examples that [`Self::next_batch`] would draw after the next `skip`, without
+    /// drawing them: a later epoch's order is made only where the peek reaches it.
+    pub(crate) fn peek(&self, skip: usize, size: usize) -> Vec<usize> {
+        let mut later: Option<(u64, Vec<usize>)> = None;
+        (skip..skip + size)
+            .map(|k| {
+                let at = self.pos + k;
+                let (epoch, i) = (self.epoch + (at / self.n) as u64, at % self.n);
+                if epoch == self.epoch {
+                    return self.order[i];
+                }
+                if later.as_ref().is_none_or(|l| l.0 != epoch) {
+                    later = Some((epoch, Self::new(self.seed, self.n, epoch, 0).order));
+                }
+                later.as_ref().expect("made above").1[i]
+            })
+            .collect()
+    }
+
     pub(crate) fn next_batch(&mut self, size: usize) -> Vec<usize> {
         let mut out = Vec::with_capacity(size);
         while out.len() < size {
@@ -64,6 +83,19 @@ mod tests {
         let mut c = Sampler::new(7, 10, 1, 0);
         assert_eq!(c.next_batch(3), next);
         assert_eq!(b.next_batch(4), c.next_batch(4));
+    }
+
+    #[test]
+    fn a_peek_is_what_the_next_draws_give() {
+        for (n, pos) in [(7usize, 0usize), (7, 5), (7, 7), (10, 3)] {
+            let s = Sampler::new(3, n, 2, pos);
+            let mut run = Sampler::new(3, n, 2, pos);
+            let drawn: Vec<usize> = (0..6).flat_map(|_| run.next_batch(4)).collect();
+            for skip in [0, 4, 8, 20] {
+                assert_eq!(s.peek(skip, 4), drawn[skip..skip + 4].to_vec(), "n {n}, pos {pos}, skip {skip}");
+            }
+            assert_eq!((s.epoch, s.pos), (2, pos), "peeking draws nothing");
+        }
     }
 
     #[test]

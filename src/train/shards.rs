@@ -23,6 +23,16 @@ pub(crate) fn add_terms(into: &mut Vec<(String, f64)>, terms: Vec<(String, f64)>
     }
 }
 
+/// A recipe's loss terms: those it left as tensors read now (first), then the others.
+pub(crate) fn read_terms(later: Vec<(String, Tensor)>, terms: Vec<(String, f64)>) -> Result<Vec<(String, f64)>> {
+    let mut out = Vec::with_capacity(later.len() + terms.len());
+    for (k, t) in later {
+        out.push((k, t.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?));
+    }
+    out.extend(terms);
+    Ok(out)
+}
+
 /// What the shards of one micro-batch gave.
 pub struct MicroBatch {
     pub grads: GradStore,
@@ -67,15 +77,18 @@ pub fn run_shards(
         let lookups = ctx.take_lookups();
         let fwd = t0.elapsed().as_secs_f64();
         let w = shards[i].len() as f64 / batch_len as f64 / accum as f64;
-        let value = l.total.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
-        if !value.is_finite() {
-            return Ok(Err((value, l.terms)));
-        }
         let t1 = Instant::now();
-        let scaled = if w != 1.0 { (l.total * w)? } else { l.total };
+        // The loss and its terms are read once the backward is queued: on a GPU, one wait
+        // fewer before it. A non-finite loss discards the gradients.
+        let scaled = if w != 1.0 { (&l.total * w)? } else { l.total.clone() };
         let mut grads = scaled.backward()?;
+        let value = l.total.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
+        let terms = read_terms(l.later, l.terms)?;
+        if !value.is_finite() {
+            return Ok(Err((value, terms)));
+        }
         let rows = take_row_grads(&mut grads, &lookups)?;
-        let terms = l.terms.into_iter().map(|(k, v)| (k, v * w)).collect();
+        let terms = terms.into_iter().map(|(k, v)| (k, v * w)).collect();
         Ok(Ok(Done {
             grads: Some(grads),
             rows,
@@ -222,14 +235,15 @@ pub fn run_coupled(
     };
     let mut parts = Vec::with_capacity(n);
     for (i, r) in forward.into_iter().enumerate() {
-        let (l, v, lookups, fwd) = r?;
+        let (mut l, v, lookups, fwd) = r?;
         let w = shards[i].len() as f64 / b / accum;
         let value = l.total.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
+        let terms = read_terms(std::mem::take(&mut l.later), l.terms)?;
         if !value.is_finite() {
-            out.non_finite.get_or_insert((value, l.terms.clone()));
+            out.non_finite.get_or_insert((value, terms.clone()));
         }
         out.loss += value * w;
-        add_terms(&mut out.terms, l.terms.iter().map(|(k, x)| (k.clone(), x * w)).collect());
+        add_terms(&mut out.terms, terms.iter().map(|(k, x)| (k.clone(), x * w)).collect());
         out.sentences += l.sentences;
         out.forward_s += fwd;
         parts.push((l.total, v, w, lookups));
@@ -237,7 +251,8 @@ pub fn run_coupled(
     let t0 = Instant::now();
     let detached: Vec<Tensor> = parts.iter().map(|p| p.1.detach()).collect();
     let leaf = candle_core::Var::from_tensor(&Tensor::cat(&detached, 0)?)?;
-    let c = recipe.coupled_loss(batch, leaf.as_tensor())?;
+    let mut c = recipe.coupled_loss(batch, leaf.as_tensor())?;
+    c.terms = read_terms(std::mem::take(&mut c.later), c.terms)?;
     let value = c.total.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
     if !value.is_finite() {
         out.non_finite.get_or_insert((value, c.terms.clone()));

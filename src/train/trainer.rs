@@ -4,6 +4,7 @@
 //! micro-batch), [`super::checkpoint`], [`super::run_dir`] and [`super::progress`]. Recipes
 //! ([`super::recipe::Recipe`]) supply a loss and a validation.
 
+use super::ahead::{Pending, StepBatches};
 use super::checkpoint::{load_checkpoint, resume_checkpoint, save_checkpoint, State};
 use super::config::{BestMode, Config};
 use super::optim::AdamW;
@@ -155,9 +156,34 @@ impl<'a> Trainer<'a> {
             return Ok(Outcome::Interrupted);
         }
         let profile = opts.profile.as_deref().map(crate::profile::Profile::start).transpose()?;
+        // The job preparing this step's batches, started during the previous step.
+        let mut pending: Option<Pending> = None;
         while ended.is_none() && !stopped_before && state.step < total {
             let step_start = Instant::now();
             let lr = cfg.optim.lr_at(state.step, total);
+            // Time on this thread for the work ahead: waiting for the job, and what a recipe
+            // runs here for the next step (DuEAM's anchor forward).
+            let t_ahead = Instant::now();
+            if t.ahead && pending.is_none() {
+                // The first step of this invocation is prepared now, the same way: each step is
+                // run from prepared batches, whatever step a run resumes at.
+                if let Some(job) = recipe.ahead(&Vec::new(), &step_batches(recipe, t, &sampler, 0)) {
+                    pending = Some(Pending::start(state.step + 1, job)?);
+                }
+            }
+            if let Some(p) = pending.take() {
+                recipe.take_ahead(p.join()?)?;
+            }
+            // The next step's batches, peeked at (the sampler draws them when their step comes):
+            // none past the run's last step or this invocation's.
+            let next = state.step + 2;
+            if t.ahead && next <= total && opts.stop_after.is_none_or(|s| s >= next) {
+                let now = step_batches(recipe, t, &sampler, 0);
+                if let Some(job) = recipe.ahead(&now, &step_batches(recipe, t, &sampler, 1)) {
+                    pending = Some(Pending::start(next, job)?);
+                }
+            }
+            let ahead_s = t_ahead.elapsed().as_secs_f64();
             let (sums, grads) = self.micro_batches(recipe, &params, &mut sampler, &mut mega, &mut rng, state.step)?;
             let t_opt = Instant::now();
             let grad_norm = opt.grad_norm(&grads)?;
@@ -181,7 +207,10 @@ impl<'a> Trainer<'a> {
                 let secs = window.0.elapsed().as_secs_f64().max(1e-9);
                 let sps = window.1 as f64 / secs;
                 window = (Instant::now(), 0);
-                let line = step_line(&state, n, lr, &sums, grad_norm, sps, (step_s, opt_s));
+                let mut line = step_line(&state, n, lr, &sums, grad_norm, sps, (step_s, opt_s));
+                if t.ahead {
+                    line["ahead_s"] = serde_json::json!(ahead_s);
+                }
                 writeln!(metrics, "{line}")?;
                 progress.log(state.step, sums.loss, sps);
             }
@@ -435,8 +464,7 @@ impl<'a> Trainer<'a> {
                 &mega.2
             };
             recipe.order_batch(&mut batch);
-            let shards: Vec<&[usize]> =
-                if plan.shards() { batch.chunks(t.shard_size.max(1)).collect() } else { vec![&batch] };
+            let shards = shards_of(plan, t, &batch);
             // One RNG per shard, seeded in order from the run's RNG: the same dropout
             // whatever the number of threads.
             let seeds: Vec<u64> = shards.iter().map(|_| rng.next_u64()).collect();
@@ -675,6 +703,29 @@ pub fn check_megabatches(recipe: &dyn Recipe, micro_batches: u64, batch_size: us
         first += m as u64;
     }
     Ok(())
+}
+
+/// A micro-batch's shards as the trainer runs them.
+fn shards_of<'b>(plan: StepPlan, t: &super::config::TrainConfig, batch: &'b [usize]) -> Vec<&'b [usize]> {
+    if plan.shards() {
+        batch.chunks(t.shard_size.max(1)).collect()
+    } else {
+        vec![batch]
+    }
+}
+
+/// The micro-batches of the step `sampler` draws after the next `later` steps, each cut into
+/// its shards as [`Trainer::micro_batches`] cuts them (peeked at: nothing is drawn).
+fn step_batches(recipe: &dyn Recipe, t: &super::config::TrainConfig, sampler: &Sampler, later: usize) -> StepBatches {
+    let plan = recipe.plan();
+    let first = later * t.grad_accum;
+    (first..first + t.grad_accum)
+        .map(|a| {
+            let mut batch = sampler.peek(a * t.batch_size, t.batch_size);
+            recipe.order_batch(&mut batch);
+            shards_of(plan, t, &batch).into_iter().map(<[usize]>::to_vec).collect()
+        })
+        .collect()
 }
 
 /// How `State::best_of` names a metric and its mode (`sts_spearman/max`).

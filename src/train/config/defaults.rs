@@ -20,6 +20,7 @@ impl Default for TrainConfig {
             batch_size: 32,
             grad_accum: 1,
             shard_size: 8,
+            ahead: true,
             log_every: 10,
             eval_every: 200,
             eval_at_start: true,

@@ -169,6 +169,9 @@ pub struct TrainConfig {
     /// Examples per shard: a micro-batch is cut into shards that run forward and backward on
     /// separate cores (for recipes whose loss is a mean over examples).
     pub shard_size: usize,
+    /// Prepare the next optimiser step's batches (tokenising; DuEAM's WMDs) on a background
+    /// thread while the current step runs. Off: in the step (the same numbers).
+    pub ahead: bool,
     /// Write a metrics line (and a progress line when stderr is not a terminal) every N steps.
     pub log_every: u64,
     /// Validate every N steps (0: only at the end).

@@ -328,7 +328,7 @@ impl Recipe for Disentangle {
             .map(|e| (draw(&self.pools[e.s_lang as usize], e.s, rng), draw(&self.pools[e.t_lang as usize], e.t, rng)))
             .collect();
         let t = self.losses(&self.heads, &ex, &neg)?;
-        Ok(StepLoss { total: self.total(&t)?, terms: t.scalars()?, sentences: 4 * ex.len() })
+        Ok(StepLoss { total: self.total(&t)?, terms: t.scalars()?, later: Vec::new(), sentences: 4 * ex.len() })
     }
 
     fn validate(&mut self) -> Result<Vec<(String, f64)>> {

@@ -18,6 +18,7 @@ use crate::index::knn::{translation_accuracy, Matrix};
 use crate::model::encoder::Rng;
 use crate::model::weights::Params;
 use crate::model::{Dense, LoadOptions, Mode, SentenceEncoder};
+use crate::train::ahead::{distinct, AheadJob, Prepared, StepBatches, TokenMap, TokensAhead};
 use crate::train::config::{BestMode, Config, DistillConfig, FitOn, Projection, Targets};
 use crate::train::fit::{fit_affine, fit_orthogonal};
 use crate::train::precision::Compute;
@@ -50,6 +51,8 @@ pub struct Distill {
     overlaps: Vec<crate::data::decontam::Overlap>,
     /// The student's encoder as the training forward runs it (`train.precision`).
     compute: Compute,
+    /// The next step's pairs tokenised ahead (`train.ahead`).
+    tokens: TokensAhead,
 }
 
 impl Distill {
@@ -231,6 +234,7 @@ impl Distill {
             source_weight: dc.source_weight,
             overlaps: decontam.overlaps,
             compute: Compute::new(cfg.train.precision, &device),
+            tokens: TokensAhead::default(),
         })
     }
 
@@ -271,21 +275,42 @@ impl Recipe for Distill {
         batch.sort_by_key(|&i| (self.train[i].src.len() + self.train[i].tgt.len(), i));
     }
 
+    /// The next step's pairs tokenised on a background thread.
+    fn ahead(&self, _now: &StepBatches, next: &StepBatches) -> Option<AheadJob> {
+        let tt = self.student.text_tokenizer();
+        let examples = distinct(next);
+        let texts = examples.iter().map(|&i| vec![self.train[i].src.clone(), self.train[i].tgt.clone()]).collect();
+        Some(Box::new(move || Ok(Box::new(TokensAhead::tokenize(&tt, examples, texts)?) as Prepared)))
+    }
+
+    fn take_ahead(&mut self, prepared: Prepared) -> Result<()> {
+        let map = prepared.downcast::<TokenMap>().map_err(|_| anyhow::anyhow!("distill: not its tokens"))?;
+        self.tokens.set(*map);
+        Ok(())
+    }
+
     fn loss(&self, batch: &[usize], rng: &mut crate::model::TrainContext) -> Result<StepLoss> {
         let pairs: Vec<&Pair> = batch.iter().map(|&i| &self.train[i]).collect();
         let b = pairs.len();
-        let texts: Vec<&str> =
-            pairs.iter().map(|p| p.src.as_str()).chain(pairs.iter().map(|p| p.tgt.as_str())).collect();
         let encoder = self.compute.encoder(&self.student.encoder)?;
-        let emb = self.student.forward_on(&encoder, &texts, &mut Mode::Train(rng))?;
+        let ahead = self.tokens.columns(batch);
+        let emb = match &ahead {
+            Some(enc) => {
+                self.student.forward_encoded(&encoder, &enc.iter().collect::<Vec<_>>(), &mut Mode::Train(rng))?
+            }
+            None => {
+                let texts: Vec<&str> =
+                    pairs.iter().map(|p| p.src.as_str()).chain(pairs.iter().map(|p| p.tgt.as_str())).collect();
+                self.student.forward_on(&encoder, &texts, &mut Mode::Train(rng))?
+            }
+        };
         let target = self.teacher_batch(&pairs)?.to_device(emb.device())?;
         let mse_src = emb.narrow(0, 0, b)?.sub(&target)?.sqr()?.mean_all()?;
         let mse_tgt = emb.narrow(0, b, b)?.sub(&target)?.sqr()?.mean_all()?;
-        let terms = vec![
-            ("mse_src".to_string(), mse_src.to_scalar::<f32>()? as f64),
-            ("mse_tgt".to_string(), mse_tgt.to_scalar::<f32>()? as f64),
-        ];
-        Ok(StepLoss { total: (mse_src.affine(self.source_weight, 0.0)? + mse_tgt)?, terms, sentences: 2 * b })
+        let total = (mse_src.affine(self.source_weight, 0.0)? + &mse_tgt)?;
+        let later = vec![("mse_src".to_string(), mse_src), ("mse_tgt".to_string(), mse_tgt)];
+        let terms = vec![("ahead".to_string(), if ahead.is_some() { 1.0 } else { 0.0 })];
+        Ok(StepLoss { total, terms, later, sentences: 2 * b })
     }
 
     fn begin_step(&mut self) -> Result<()> {

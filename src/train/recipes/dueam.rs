@@ -21,6 +21,7 @@ use crate::data::xnli::{unsup_pairs, weak_pairs, PairSet};
 use crate::index::knn::{translation_accuracy, Matrix};
 use crate::model::weights::Params;
 use crate::model::{LoadOptions, Mode, Pooling, SentenceEncoder};
+use crate::train::ahead::{distinct, AheadJob, Prepared, StepBatches, TokenMap, TokensAhead};
 use crate::train::config::{BestMode, Config, DueamConfig, LossTerms, PairKind, SolverKind};
 use crate::train::precision::Compute;
 use crate::train::recipe::{Recipe, StepLoss, StepPlan};
@@ -70,6 +71,15 @@ pub struct Dueam {
     overlaps: Vec<crate::data::decontam::Overlap>,
     /// The learner's encoder as the training forward runs it (`train.precision`).
     compute: Compute,
+    /// The next step's pairs tokenised ahead for the learner (`train.ahead`).
+    tokens: TokensAhead,
+}
+
+/// What [`Dueam`]'s job prepares ahead: the learner's tokens and the WMDs of the step's pairs
+/// not yet in the cache.
+struct DueamAhead {
+    tokens: TokenMap,
+    wmds: Vec<(usize, f64)>,
 }
 
 impl Dueam {
@@ -164,6 +174,59 @@ impl Dueam {
             wmd_cache: Mutex::new(HashMap::new()),
             overlaps: decontam.overlaps,
             compute,
+            tokens: TokensAhead::default(),
+        })
+    }
+
+    /// The texts of examples as the anchor takes them: each pair's two sentences.
+    fn pair_texts(&self, examples: &[usize]) -> Vec<&str> {
+        examples
+            .iter()
+            .flat_map(|&i| {
+                let (a, b) = self.data.pair(i);
+                [a, b]
+            })
+            .collect()
+    }
+
+    /// The anchor's token clouds of examples' pairs ([`anchor_clouds`], two per example).
+    fn clouds(&self, examples: &[usize]) -> Result<Vec<Vec<f32>>> {
+        let anchor = self.anchor.as_ref().expect("an anchor when L_A is used");
+        let texts = self.pair_texts(examples);
+        anchor_clouds(anchor, &texts, self.wmd_layer, self.wmd_skip_special, self.wmd_normalize, self.embed_batch)
+    }
+
+    /// The WMDs of the next step's pairs that the step would compute (those neither in the cache
+    /// nor in this step), grouped as the step would group them (a shard's, per micro-batch):
+    /// the anchor's forward here (device work, on the trainer's thread; the groups on separate
+    /// cores on the CPU), the solver in the returned job.
+    fn wmd_ahead(&self, now: &StepBatches, next: &StepBatches) -> Result<impl FnOnce() -> Result<Vec<(usize, f64)>>> {
+        let mut known: std::collections::HashSet<usize> =
+            self.wmd_cache.lock().expect("no worker panicked").keys().copied().collect();
+        known.extend(now.iter().flatten().flatten());
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for micro in next {
+            groups.extend(micro.iter().map(|shard| shard.iter().copied().filter(|i| !known.contains(i)).collect()));
+            known.extend(micro.iter().flatten());
+        }
+        groups.retain(|g| !g.is_empty());
+        let clouds: Vec<Vec<Vec<f32>>> = if self.learner.device().is_cpu() {
+            crate::train::shards::par_map(groups.len(), |g| self.clouds(&groups[g]))
+                .into_iter()
+                .collect::<Result<_>>()?
+        } else {
+            groups.iter().map(|g| self.clouds(g)).collect::<Result<_>>()?
+        };
+        let dim = self.anchor.as_ref().expect("an anchor when L_A is used").encoder.hidden_size();
+        let solver = self.solver;
+        Ok(move || {
+            let mut out = Vec::new();
+            for (g, c) in groups.iter().zip(&clouds) {
+                let pairs: Vec<(&[f32], &[f32])> =
+                    c.chunks_exact(2).map(|c| (c[0].as_slice(), c[1].as_slice())).collect();
+                out.extend(g.iter().copied().zip(wmd_batch(&pairs, dim, &solver)?));
+            }
+            Ok(out)
         })
     }
 
@@ -175,21 +238,7 @@ impl Dueam {
             batch.iter().copied().filter(|i| !cache.contains_key(i)).collect()
         };
         if !todo.is_empty() {
-            let texts: Vec<&str> = todo
-                .iter()
-                .flat_map(|&i| {
-                    let (a, b) = self.data.pair(i);
-                    [a, b]
-                })
-                .collect();
-            let clouds = anchor_clouds(
-                anchor,
-                &texts,
-                self.wmd_layer,
-                self.wmd_skip_special,
-                self.wmd_normalize,
-                self.embed_batch,
-            )?;
+            let clouds = self.clouds(&todo)?;
             let dim = anchor.encoder.hidden_size();
             let pairs: Vec<(&[f32], &[f32])> =
                 clouds.chunks_exact(2).map(|c| (c[0].as_slice(), c[1].as_slice())).collect();
@@ -335,6 +384,36 @@ impl Recipe for Dueam {
         });
     }
 
+    /// The next step's pairs tokenised for the learner, and their WMDs solved, on a background
+    /// thread (the anchor's forward runs here, on the trainer's thread).
+    fn ahead(&self, now: &StepBatches, next: &StepBatches) -> Option<AheadJob> {
+        let tt = self.learner.text_tokenizer();
+        let examples = distinct(next);
+        let texts = examples
+            .iter()
+            .map(|&i| {
+                let (a, b) = self.data.pair(i);
+                vec![a.to_string(), b.to_string()]
+            })
+            .collect();
+        let wmds = if self.terms == LossTerms::Cos { None } else { Some(self.wmd_ahead(now, next)) };
+        Some(Box::new(move || {
+            let wmds = match wmds {
+                Some(job) => job?(),
+                None => Ok(Vec::new()),
+            }?;
+            let tokens = TokensAhead::tokenize(&tt, examples, texts)?;
+            Ok(Box::new(DueamAhead { tokens, wmds }) as Prepared)
+        }))
+    }
+
+    fn take_ahead(&mut self, prepared: Prepared) -> Result<()> {
+        let got = prepared.downcast::<DueamAhead>().map_err(|_| anyhow::anyhow!("dueam: not its batches"))?;
+        self.wmd_cache.lock().expect("no worker panicked").extend(got.wmds);
+        self.tokens.set(got.tokens);
+        Ok(())
+    }
+
     fn loss(&self, batch: &[usize], rng: &mut crate::model::TrainContext) -> Result<StepLoss> {
         let n = batch.len();
         let mut terms = Vec::new();
@@ -346,14 +425,26 @@ impl Recipe for Dueam {
             terms.push(("anchor_ms_per_pair".to_string(), 1e3 * t0.elapsed().as_secs_f64() / n as f64));
             Some(d)
         };
-        let texts: Vec<&str> =
-            batch.iter().map(|&i| self.data.pair(i).0).chain(batch.iter().map(|&i| self.data.pair(i).1)).collect();
         let encoder = self.compute.encoder(&self.learner.encoder)?;
-        let emb = self.learner.forward_on(&encoder, &texts, &mut Mode::Train(rng))?;
+        let ahead = self.tokens.columns(batch);
+        terms.push(("ahead".to_string(), if ahead.is_some() { 1.0 } else { 0.0 }));
+        let emb = match &ahead {
+            Some(enc) => {
+                self.learner.forward_encoded(&encoder, &enc.iter().collect::<Vec<_>>(), &mut Mode::Train(rng))?
+            }
+            None => {
+                let texts: Vec<&str> = batch
+                    .iter()
+                    .map(|&i| self.data.pair(i).0)
+                    .chain(batch.iter().map(|&i| self.data.pair(i).1))
+                    .collect();
+                self.learner.forward_on(&encoder, &texts, &mut Mode::Train(rng))?
+            }
+        };
         let (s, t) = (emb.narrow(0, 0, n)?, emb.narrow(0, n, n)?);
         let (total, loss_terms) = dueam_loss(&s, &t, wmd.as_deref(), self.lambda, self.terms)?;
         terms.extend(loss_terms);
-        Ok(StepLoss { total, terms, sentences: 2 * n })
+        Ok(StepLoss { total, terms, later: Vec::new(), sentences: 2 * n })
     }
 
     fn begin_step(&mut self) -> Result<()> {

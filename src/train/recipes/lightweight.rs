@@ -438,9 +438,10 @@ impl Recipe for Lightweight {
     fn loss(&self, batch: &[usize], rng: &mut crate::model::TrainContext) -> Result<StepLoss> {
         let (gen, vectors) = self.shard_forward(batch, rng)?;
         let c = self.coupled_loss(batch, &vectors)?;
-        let mut terms = gen.terms;
+        let (mut terms, mut later) = (gen.terms, gen.later);
         terms.extend(c.terms);
-        Ok(StepLoss { total: (gen.total + c.total)?, terms, sentences: gen.sentences })
+        later.extend(c.later);
+        Ok(StepLoss { total: (gen.total + c.total)?, terms, later, sentences: gen.sentences })
     }
 
     /// Masks, forward, and the generative loss of a shard (a mean over its pairs); the
@@ -507,7 +508,7 @@ impl Recipe for Lightweight {
             }
             gen = (gen * self.cfg.gen_weight)?;
         }
-        Ok((StepLoss { total: gen, terms, sentences: 2 * b }, vectors))
+        Ok((StepLoss { total: gen, terms, later: Vec::new(), sentences: 2 * b }, vectors))
     }
 
     /// `align_weight · L_align + sim_weight · L_sim` of the batch's `[u | v]` rows.
@@ -526,7 +527,7 @@ impl Recipe for Lightweight {
             terms.push(("sim".to_string(), s.to_scalar::<f32>()? as f64));
             total = (total + (s * self.cfg.sim_weight)?)?;
         }
-        Ok(StepLoss { total, terms, sentences: 2 * batch.len() })
+        Ok(StepLoss { total, terms, later: Vec::new(), sentences: 2 * batch.len() })
     }
 
     fn begin_step(&mut self) -> Result<()> {

@@ -404,7 +404,7 @@ impl Recipe for SpRecipe {
             total = (total + h_s)?;
         }
         terms.push(("megabatch".to_string(), (mega.len() / b.max(1)) as f64));
-        Ok(StepLoss { total: (total / b as f64)?, terms, sentences: 2 * b })
+        Ok(StepLoss { total: (total / b as f64)?, terms, later: Vec::new(), sentences: 2 * b })
     }
 
     fn validate(&mut self) -> Result<Vec<(String, f64)>> {
