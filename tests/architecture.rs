@@ -15,7 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["eval", "plot"],
     &["index", "shard", "embed"],
     &["model", "gpu"],
-    &["data"],
+    &["data", "profile"],
     &["io", "threads", "log", "places", "device", "whole_rows", "clock"],
 ];
 
