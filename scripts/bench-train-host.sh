@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The host's cost of a training step on the GPU's code path, measured on the CPU: two xsent builds
-# side by side (alternating runs), `XSENT_KERNELS=candle` (candle's ops, as on a GPU), one thread,
+# side by side (alternating runs), each with the GPU's code paths (`XSENT_KERNELS=gpu`: what a GPU
+# runs, xsent's CPU kernels standing in for its CUDA ones; builds before 2026-11-28 know only
+# `candle`, candle's ops for every op, which was then the GPU's path), one thread,
 # a random 12-layer BERT so narrow (8 wide, `max_length` 16, batch 4 pairs) that the arithmetic is
 # negligible and what remains is the cost of issuing each op. On a GPU each op also costs a launch
 # and an allocation, so fewer ops here means fewer there (docs/gpu.md, "Fewer ops per step").
 #
 #   scripts/bench-train-host.sh --base OLD_XSENT [--new NEW_XSENT] [--runs 3] [--steps 60]
+#                               [--base-kernels candle] [--new-kernels gpu]
 #
 # Prints per run the medians over steps 3.. of forward, backward and step seconds (metrics.jsonl),
 # then the new build's backward and step as a ratio of the base's. Needs a Python with
@@ -13,14 +16,16 @@
 # all-MiniLM-L6-v2 (its tokenizer, and the distillation teacher) and XSENT_DATA with xnli.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-base="" new="$root/target/release/xsent" runs=3 steps=60
+base="" new="$root/target/release/xsent" runs=3 steps=60 base_kernels=candle new_kernels=gpu
 while [ $# -gt 0 ]; do
   case "$1" in
     --base) base=$2; shift 2 ;;
     --new) new=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
-    *) echo "usage: $0 --base OLD_XSENT [--new NEW_XSENT] [--runs N] [--steps N]" >&2; exit 2 ;;
+    --base-kernels) base_kernels=$2; shift 2 ;;
+    --new-kernels) new_kernels=$2; shift 2 ;;
+    *) echo "usage: $0 --base OLD_XSENT [--new NEW_XSENT] [--runs N] [--steps N] [--base-kernels K] [--new-kernels K]" >&2; exit 2 ;;
   esac
 done
 [ -n "$base" ] || { echo "give --base: the xsent binary to compare against" >&2; exit 2; }
@@ -48,9 +53,10 @@ sed -e "s#^student = .*#student = \"$work/bert\"#" -e 's#^student_prefix = .*#st
     -e 's#^projection_fit_size = .*#projection_fit_size = 500#' -e 's#^max_length = .*#max_length = 16#' \
     "$root/configs/distill-direct.toml" > "$work/distill.toml"
 echo "lscpu: $(lscpu | sed -n 's/^Model name: *//p'); cores $(nproc); load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-one() { # BIN TAG -> "forward backward step" medians
+echo "base: $base (XSENT_KERNELS=$base_kernels); new: $new (XSENT_KERNELS=$new_kernels)"
+one() { # BIN TAG KERNELS -> "forward backward step" medians
   rm -rf "$work/$2"
-  XSENT_KERNELS=candle XSENT_THREADS=1 RAYON_NUM_THREADS=1 XSENT_CACHE="$work/cache" "$1" train \
+  XSENT_KERNELS=$3 XSENT_THREADS=1 RAYON_NUM_THREADS=1 XSENT_CACHE="$work/cache" "$1" train \
     --config "$work/distill.toml" --out "$work/$2" --set train.max_steps="$steps" --set train.log_every=1 \
     --set train.eval_at_start=false --unset train.val_sts --set train.checkpoint_every=0 \
     --set train.batch_size=4 --set train.shard_size=4 --set optim.warmup_steps=1 >/dev/null 2>"$work/$2.err" \
@@ -63,8 +69,8 @@ PY
 }
 declare -a bb nb bs ns
 for i in $(seq "$runs"); do
-  read -r f b s < <(one "$base" "base-$i"); echo "run $i base: forward ${f}s backward ${b}s step ${s}s"; bb+=("$b"); bs+=("$s")
-  read -r f b s < <(one "$new" "new-$i"); echo "run $i new:  forward ${f}s backward ${b}s step ${s}s"; nb+=("$b"); ns+=("$s")
+  read -r f b s < <(one "$base" "base-$i" "$base_kernels"); echo "run $i base: forward ${f}s backward ${b}s step ${s}s"; bb+=("$b"); bs+=("$s")
+  read -r f b s < <(one "$new" "new-$i" "$new_kernels"); echo "run $i new:  forward ${f}s backward ${b}s step ${s}s"; nb+=("$b"); ns+=("$s")
 done
 python3 - "${bb[*]}" "${nb[*]}" "${bs[*]}" "${ns[*]}" <<'PY'
 import statistics as st, sys

@@ -2,7 +2,8 @@
 //! scripts/gpu-check.sh): the encoder's inference and training passes on the tiny fixtures,
 //! the lightweight losses on column slices (the step that failed with "matmul is only supported
 //! for contiguous tensors"), the in-place AdamW kernel, the counter-based dropout, the exact kNN,
-//! sp's averaging, the one-op LayerNorm and softmax of training, and bf16 training. Without a GPU every test fails, saying so.
+//! sp's averaging, the one-op LayerNorm and softmax of training, the CUDA kernels of training's
+//! LayerNorm, softmax and GELU, and bf16 training. Without a GPU every test fails, saying so.
 #![cfg(feature = "cuda")]
 
 mod common;
@@ -320,9 +321,100 @@ fn one_op_layer_norm_and_softmax_equal_the_cpu() {
         let cpu = |t: &Tensor| t.to_device(&Device::Cpu).unwrap();
         (cpu(&y), [&x, &w, &b].map(|v| cpu(g.get(v.as_tensor()).unwrap())))
     };
-    let ((yc, gc), (yg, gg)) = (run(&Device::Cpu), run(&dev));
+    // On a GPU, f32 training runs the CUDA kernels (the test below); the one-op path is what
+    // `XSENT_KERNELS=candle` (here: `with_candle_ops` on this thread) keeps.
+    let ((yc, gc), (yg, gg)) = (run(&Device::Cpu), xsent::model::kernels::with_candle_ops(|| run(&dev)));
     assert!(rel_diff(&yg, &yc) < 1e-5, "values differ by {}", rel_diff(&yg, &yc));
     for (name, (a, b)) in ["x", "w", "b"].iter().zip(gc.iter().zip(&gg)) {
         assert!(rel_diff(b, a) < 1e-4, "gradient of {name} differs by {}", rel_diff(b, a));
     }
+}
+
+/// A tensor's values on the CPU as f32.
+fn host(t: &Tensor) -> Vec<f32> {
+    t.to_device(&Device::Cpu).unwrap().to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap()
+}
+
+/// The CUDA kernels of training's LayerNorm, masked softmax and GELU (src/gpu/*.cu) give the
+/// CPU kernels' values and gradients: the same ops run on both devices. Shapes with rows that do
+/// not fill a block and widths that are not multiples of 32; a row of large mean; masked keys.
+/// LayerNorm and softmax sum a row as a warp's tree where the CPU sums in order (bounds 1e-5
+/// relative for values, 1e-4 for gradients); GELU's arithmetic is the CPU's, operation for
+/// operation (bound 1e-6; how many values differ in any bit is printed).
+#[test]
+fn fused_training_kernels_equal_the_cpu() {
+    let dev = gpu();
+    // LayerNorm: values and the three gradients.
+    for (rows, n, shift) in [(5, 37, 0.0), (64, 384, 0.0), (3, 1000, 0.0), (9, 384, 40.0)] {
+        let x = (Tensor::from_vec(values(rows * n, 5), (rows, n), &Device::Cpu).unwrap() + shift).unwrap();
+        let w = Tensor::from_vec(values(n, 9), n, &Device::Cpu).unwrap();
+        let b = Tensor::from_vec(values(n, 2), n, &Device::Cpu).unwrap();
+        let wts = Tensor::from_vec(values(rows * n, 11), (rows, n), &Device::Cpu).unwrap();
+        let run = |d: &Device| {
+            let [x, w, b] = [&x, &w, &b].map(|t| Var::from_tensor(&t.to_device(d).unwrap()).unwrap());
+            let y =
+                xsent::model::kernels::layer_norm_train(x.as_tensor(), w.as_tensor(), b.as_tensor(), 1e-12).unwrap();
+            let g = (&y * wts.to_device(d).unwrap()).unwrap().sum_all().unwrap().backward().unwrap();
+            let grads = [&x, &w, &b].map(|v| g.get(v.as_tensor()).unwrap().to_device(&Device::Cpu).unwrap());
+            (y.to_device(&Device::Cpu).unwrap(), grads)
+        };
+        let ((yc, gc), (yg, gg)) = (run(&Device::Cpu), run(&dev));
+        assert!(rel_diff(&yg, &yc) < 1e-5, "LayerNorm {rows}×{n}+{shift}: values differ by {}", rel_diff(&yg, &yc));
+        for (name, (a, b)) in ["x", "w", "b"].iter().zip(gc.iter().zip(&gg)) {
+            let d = rel_diff(b, a);
+            assert!(d < 1e-4, "LayerNorm {rows}×{n}+{shift}: gradient of {name} differs by {d}");
+        }
+    }
+    // Masked softmax: scores [2, 3, 5, lk], the last keys of the second sequence masked.
+    for lk in [37, 128, 300] {
+        let (bsz, h, lq) = (2, 3, 5);
+        let scores =
+            (Tensor::from_vec(values(bsz * h * lq * lk, 3), (bsz, h, lq, lk), &Device::Cpu).unwrap() * 4.0).unwrap();
+        let mut bias = vec![0f32; bsz * lk];
+        bias[lk + lk / 2..].iter_mut().for_each(|v| *v = -1e30);
+        let bias = Tensor::from_vec(bias, (bsz, 1, 1, lk), &Device::Cpu).unwrap();
+        let wts = Tensor::from_vec(values(bsz * h * lq * lk, 7), (bsz, h, lq, lk), &Device::Cpu).unwrap();
+        let run = |d: &Device| {
+            let s = Var::from_tensor(&scores.to_device(d).unwrap()).unwrap();
+            let p = xsent::model::kernels::masked_softmax(s.as_tensor(), &bias.to_device(d).unwrap(), true).unwrap();
+            let g = (&p * wts.to_device(d).unwrap()).unwrap().sum_all().unwrap().backward().unwrap();
+            (p.to_device(&Device::Cpu).unwrap(), g.get(s.as_tensor()).unwrap().to_device(&Device::Cpu).unwrap())
+        };
+        let ((pc, gc), (pg, gg)) = (run(&Device::Cpu), run(&dev));
+        assert!(rel_diff(&pg, &pc) < 1e-5, "softmax over {lk}: values differ by {}", rel_diff(&pg, &pc));
+        assert!(host(&pg).iter().zip(host(&pc)).all(|(a, b)| (*a == 0.0) == (b == 0.0)), "masked keys differ");
+        assert!(rel_diff(&gg, &gc) < 1e-4, "softmax over {lk}: gradients differ by {}", rel_diff(&gg, &gc));
+    }
+    // GELU, f32: values and gradients.
+    let n = 100_003;
+    let xs: Vec<f32> = (0..n).map(|i| (i as f32 / n as f32 - 0.5) * 14.0).collect();
+    let x = Tensor::from_vec(xs, n, &Device::Cpu).unwrap();
+    let wts = Tensor::from_vec(values(n, 13), n, &Device::Cpu).unwrap();
+    let run = |d: &Device, dtype: DType| {
+        let v = Var::from_tensor(&x.to_device(d).unwrap().to_dtype(dtype).unwrap()).unwrap();
+        let y = xsent::model::kernels::gelu_erf_train(v.as_tensor()).unwrap();
+        let w = wts.to_device(d).unwrap().to_dtype(dtype).unwrap();
+        let g = (&y * w).unwrap().sum_all().unwrap().backward().unwrap();
+        (host(&y), host(g.get(v.as_tensor()).unwrap()))
+    };
+    let ((yc, gc), (yg, gg)) = (run(&Device::Cpu, DType::F32), run(&dev, DType::F32));
+    let differ = |a: &[f32], b: &[f32]| a.iter().zip(b).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+    let worst =
+        |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(a, b)| (a - b).abs() / b.abs().max(1.0)).fold(0f32, f32::max);
+    eprintln!(
+        "GELU f32 on the GPU against the CPU: {} of {n} values and {} gradients differ in any bit",
+        differ(&yg, &yc),
+        differ(&gg, &gc)
+    );
+    assert!(worst(&yg, &yc) <= 1e-6 && worst(&gg, &gc) <= 1e-6, "GELU: {} / {}", worst(&yg, &yc), worst(&gg, &gc));
+    // bf16 on the GPU: the f32 results of the same bf16 inputs, rounded once (within a bf16 step).
+    let (yb, gb) = run(&dev, DType::BF16);
+    let xb = host(&x.to_dtype(DType::BF16).unwrap());
+    let wb = host(&wts.to_dtype(DType::BF16).unwrap());
+    let xb = Tensor::from_vec(xb, n, &Device::Cpu).unwrap();
+    let v = Var::from_tensor(&xb).unwrap();
+    let y = xsent::model::kernels::gelu_erf_train(v.as_tensor()).unwrap();
+    let g = (&y * Tensor::from_vec(wb, n, &Device::Cpu).unwrap()).unwrap().sum_all().unwrap().backward().unwrap();
+    let (yr, gr) = (host(&y), host(g.get(v.as_tensor()).unwrap()));
+    assert!(worst(&yb, &yr) <= 8e-3 && worst(&gb, &gr) <= 8e-3, "GELU bf16: {} / {}", worst(&yb, &yr), worst(&gb, &gr));
 }

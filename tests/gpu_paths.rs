@@ -1,9 +1,11 @@
 //! The code paths a GPU runs, checked on the CPU: every recipe trains a few steps with
-//! `XSENT_KERNELS=candle` (candle's ops instead of the fused CPU kernels, operands made
-//! contiguous for cuBLAS, dense token-table gradients, the optimiser's device path with its
-//! moments in tensors, counter-based dropout masks, sp's negatives by tensor ops) and, with
-//! dropout off, gives the losses of the default CPU run within 1e-4 relative (the issue's
-//! criterion for GPU against CPU). `tests/cuda.rs` compares a real GPU with the CPU.
+//! `XSENT_KERNELS=gpu` (what a GPU runs: operands made contiguous for cuBLAS, dense token-table
+//! gradients, the optimiser's device path with its moments in tensors, counter-based dropout
+//! masks, sp's negatives by tensor ops, candle's ops where xsent has no CUDA kernel, and the
+//! fused training ops whose CUDA kernels a GPU runs) and with `XSENT_KERNELS=candle` (the same
+//! with candle's ops for every op: the fallback) and, with dropout off, gives the losses of the
+//! default CPU run within 1e-4 relative (the criterion for GPU against CPU).
+//! `tests/cuda.rs` compares a real GPU with the CPU.
 
 mod common;
 
@@ -21,31 +23,39 @@ fn losses(run: &Path) -> Vec<(u64, f64)> {
         .collect()
 }
 
-/// Train `setup` into `out`, with the GPU's paths when `gpu_paths`.
-fn train(s: &common::TrainSetup, out: &str, args: &[&str], gpu_paths: bool) -> Vec<(u64, f64)> {
+/// The GPU's code paths on the CPU: `XSENT_KERNELS` of each run.
+const PATHS: [&str; 2] = ["gpu", "candle"];
+
+/// Train `setup` into `out`, with `XSENT_KERNELS=kernels` when given.
+fn train(s: &common::TrainSetup, out: &str, args: &[&str], kernels: Option<&str>) -> Vec<(u64, f64)> {
     let mut cmd = common::xsent();
     cmd.arg("train").arg("--config").arg(&s.config).arg("--out").arg(s.run(out)).args(args);
-    if gpu_paths {
-        cmd.env("XSENT_KERNELS", "candle");
-    } else {
-        cmd.env_remove("XSENT_KERNELS");
-    }
+    match kernels {
+        Some(k) => cmd.env("XSENT_KERNELS", k),
+        None => cmd.env_remove("XSENT_KERNELS"),
+    };
     let o = cmd.output().unwrap();
     assert!(o.status.success(), "{out}: {}", String::from_utf8_lossy(&o.stderr));
     losses(&s.run(out))
 }
 
-/// Both runs, compared step by step.
+/// The default run and the GPU's paths, compared step by step.
 fn same_losses(s: &common::TrainSetup, args: &[&str], steps: usize) {
-    let cpu = train(s, "cpu", args, false);
-    let gpu = train(s, "gpu-paths", args, true);
+    let cpu = train(s, "cpu", args, None);
     assert_eq!(cpu.len(), steps, "{cpu:?}");
-    assert_eq!(gpu.len(), steps, "{gpu:?}");
-    for (a, b) in cpu.iter().zip(&gpu) {
+    for k in PATHS {
+        let gpu = train(s, &format!("paths-{k}"), args, Some(k));
+        assert_eq!(gpu.len(), steps, "XSENT_KERNELS={k}: {gpu:?}");
+        close(&cpu, &gpu, k);
+    }
+}
+
+fn close(cpu: &[(u64, f64)], gpu: &[(u64, f64)], kernels: &str) {
+    for (a, b) in cpu.iter().zip(gpu) {
         assert_eq!(a.0, b.0);
         assert!(
             (a.1 - b.1).abs() <= 1e-4 * a.1.abs().max(1e-3),
-            "step {}: CPU loss {} against {} on the GPU's paths",
+            "step {}: CPU loss {} against {} with XSENT_KERNELS={kernels}",
             a.0,
             a.1,
             b.1
@@ -78,16 +88,17 @@ fn lightweight_on_the_gpu_paths_equals_the_cpu() {
     let body = format!("recipe = \"lightweight\"\nseed = 5\n[lightweight]\nvocab_size = 90\nlayers = 2\nhidden = 32\nheads = 4\nffn = 64\nmax_length = 16\ndropout = 0.0\n{TRAIN}");
     let s = common::TrainSetup::new(&body, &common::word_pairs(300, 7));
     // One vocabulary for both runs: the first run's.
-    let cpu = train(&s, "cpu", &[], false);
+    let cpu = train(&s, "cpu", &[], None);
     let tok = format!("lightweight.tokenizer={:?}", s.run("cpu/init/tokenizer.json").to_str().unwrap());
-    let gpu = train(&s, "gpu-paths", &["--set", &tok], true);
-    assert_eq!((cpu.len(), gpu.len()), (6, 6));
-    for (a, b) in cpu.iter().zip(&gpu) {
-        assert!((a.1 - b.1).abs() <= 1e-4 * a.1.abs().max(1e-3), "step {}: CPU loss {} against {}", a.0, a.1, b.1);
+    let mut gpu = Vec::new();
+    for k in PATHS {
+        gpu = train(&s, &format!("paths-{k}"), &["--set", &tok], Some(k));
+        assert_eq!((cpu.len(), gpu.len()), (6, 6));
+        close(&cpu, &gpu, k);
     }
     // With dropout on, the GPU's counter-based masks: seeded, so two runs agree exactly.
     let on = ["--set", &tok, "--set", "lightweight.dropout=0.1"];
-    let (a, b) = (train(&s, "drop-a", &on, true), train(&s, "drop-b", &on, true));
+    let (a, b) = (train(&s, "drop-a", &on, Some("gpu")), train(&s, "drop-b", &on, Some("gpu")));
     assert_eq!(a, b);
     assert_ne!(a, gpu, "dropout changed nothing");
 }

@@ -1,6 +1,13 @@
-//! xsent's own CUDA kernels (built with `--features cuda`): the in-place AdamW update and the
-//! counter-based dropout. Their sources are the `.cu` files beside this one; build.rs compiles
-//! them to PTX with nvcc, and the driver loads each module once per device.
+//! xsent's own CUDA kernels (built with `--features cuda`): the in-place AdamW update, the
+//! counter-based dropout, and the GPU side of the training ops whose CPU kernels are in
+//! [`crate::model::kernels`] (LayerNorm, masked softmax, GELU, forward and backward: one file each
+//! here). Their sources are the `.cu` files beside this one (`math.cuh`: the CPU's erf and exp,
+//! warp sums); build.rs compiles them to PTX with nvcc, and the driver loads each module once per
+//! device.
+
+pub mod gelu;
+pub mod layer_norm;
+pub mod softmax;
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
@@ -17,10 +24,40 @@ fn launch_config(n: usize) -> LaunchConfig {
     LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS as u32, 1, 1), shared_mem_bytes: 0 }
 }
 
+/// A launch of a row kernel over `rows` rows: one warp per row, [`ROWS_PER_BLOCK`] rows per
+/// block (the kernels read the row as `blockIdx.x · blockDim.y + threadIdx.y`).
+fn rows_config(op: &str, rows: usize) -> candle_core::Result<LaunchConfig> {
+    let blocks = rows.div_ceil(ROWS_PER_BLOCK).max(1);
+    if blocks > i32::MAX as usize {
+        candle_core::bail!("{op}: {rows} rows are more than one launch takes");
+    }
+    Ok(LaunchConfig { grid_dim: (blocks as u32, 1, 1), block_dim: (32, ROWS_PER_BLOCK as u32, 1), shared_mem_bytes: 0 })
+}
+
+const ROWS_PER_BLOCK: usize = 4;
+
 /// The f32 elements of a contiguous CUDA tensor's storage.
 fn f32_view<'a>(op: &str, s: &'a CudaStorage, l: &Layout) -> candle_core::Result<CudaView<'a, f32>> {
+    view::<f32>(op, s, l)
+}
+
+/// The elements of a contiguous CUDA tensor's storage, of type `T`.
+fn view<'a, T: candle_core::cuda_backend::CudaDType>(
+    op: &str,
+    s: &'a CudaStorage,
+    l: &Layout,
+) -> candle_core::Result<CudaView<'a, T>> {
     let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("{op}: contiguous input only") };
-    Ok(s.as_cuda_slice::<f32>()?.slice(a..b))
+    Ok(s.as_cuda_slice::<T>()?.slice(a..b))
+}
+
+/// The last dimension of `l` and the number of rows before it (`[…, n]` read as `[rows, n]`).
+fn rows_and_width(op: &str, l: &Layout) -> candle_core::Result<(usize, usize)> {
+    let n = *l.dims().last().unwrap_or(&1);
+    if n == 0 || n > u32::MAX as usize {
+        candle_core::bail!("{op}: rows of {n} values");
+    }
+    Ok((l.shape().elem_count() / n, n))
 }
 
 /// One AdamW step for a CUDA f32 parameter `p` with gradient `g` and moments `m`, `v` (all

@@ -1,37 +1,116 @@
-//! The switch between the fused CPU kernels ([`super::kernels`]) and candle's ops, the GPU's
-//! code path: the kernels, the matrix products ([`super::matmul`]), dropout and the optimiser
-//! read it.
+//! The switch between the CPU's own paths and a GPU's: the fused CPU kernels
+//! ([`super::kernels`]), or what a GPU runs (operands made contiguous for cuBLAS
+//! ([`super::matmul`]), dense token-table gradients, the optimiser's device path, counter-based
+//! dropout, candle's ops where xsent has no CUDA kernel), or candle's ops for every op. The
+//! kernels, the matrix products, dropout and the optimiser read it.
 
 thread_local! {
-    static FORCED_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static FORCED_HERE: std::cell::Cell<Option<Forced>> = const { std::cell::Cell::new(None) };
 }
 
-/// Whether the CPU runs what a GPU runs: candle's ops instead of the fused kernels, operands made
+/// What `XSENT_KERNELS` (or a test, on one thread) asks of the CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Forced {
+    /// `gpu`: a GPU's code paths; training's LayerNorm, softmax and GELU run the CPU kernels in
+    /// place of their CUDA twins (src/gpu), as a GPU runs those.
+    GpuPaths,
+    /// `candle`: a GPU's code paths with candle's ops for every op, the fused training ops
+    /// included (their fallback for other dtypes and devices, and on a GPU the way back from
+    /// xsent's kernels).
+    CandleOps,
+}
+
+fn forced() -> Option<Forced> {
+    static FROM_ENV: std::sync::OnceLock<Option<Forced>> = std::sync::OnceLock::new();
+    FORCED_HERE.with(|f| f.get()).or(*FROM_ENV.get_or_init(|| match std::env::var("XSENT_KERNELS").as_deref() {
+        Ok("candle") => Some(Forced::CandleOps),
+        Ok("gpu") => Some(Forced::GpuPaths),
+        // avx2 and portable pick the int8/bf16 kernels' path (model::quant) and keep these.
+        Ok("") | Ok("fused") | Ok("avx2") | Ok("portable") | Err(_) => None,
+        Ok(other) => {
+            crate::errln!(
+                "xsent: XSENT_KERNELS={other:?} is not \"candle\", \"gpu\", \"fused\", \"avx2\" or \"portable\"; the fused CPU kernels are used"
+            );
+            None
+        }
+    }))
+}
+
+/// Whether the CPU runs what a GPU runs: candle's ops instead of the fused kernels (except
+/// training's LayerNorm, softmax and GELU unless [`training_kernels_off`]), operands made
 /// contiguous for cuBLAS ([`super::matmul`]), dense token-table gradients and the optimiser's
-/// device path. Set for a process by `XSENT_KERNELS=candle` (tests of the GPU's code paths on a
-/// machine without one), or on one thread by [`with_candle_ops`].
+/// device path. Set for a process by `XSENT_KERNELS=gpu` or `XSENT_KERNELS=candle` (tests of the
+/// GPU's code paths on a machine without one), or on one thread by [`with_gpu_paths`] or
+/// [`with_candle_ops`].
 pub fn candle_ops_forced() -> bool {
-    static FROM_ENV: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    FORCED_HERE.with(|f| f.get())
-        || *FROM_ENV.get_or_init(|| match std::env::var("XSENT_KERNELS").as_deref() {
-            Ok("candle") => true,
-            // avx2 and portable pick the int8/bf16 kernels' path (model::quant) and keep these.
-            Ok("") | Ok("fused") | Ok("avx2") | Ok("portable") | Err(_) => false,
-            Ok(other) => {
-                crate::errln!("xsent: XSENT_KERNELS={other:?} is not \"candle\", \"fused\", \"avx2\" or \"portable\"; the fused CPU kernels are used");
-                false
-            }
-        })
+    forced().is_some()
 }
 
-/// `f()` with [`candle_ops_forced`] on this thread (for tests).
-pub fn with_candle_ops<T>(f: impl FnOnce() -> T) -> T {
-    struct Reset(bool);
+/// Whether training's LayerNorm, masked softmax and GELU, which have CUDA kernels as well as CPU
+/// ones, take candle's ops instead, on every device: `XSENT_KERNELS=candle` or [`with_candle_ops`].
+pub fn training_kernels_off() -> bool {
+    forced() == Some(Forced::CandleOps)
+}
+
+/// `f()` with `how` forced on this thread.
+fn with_forced<T>(how: Forced, f: impl FnOnce() -> T) -> T {
+    struct Reset(Option<Forced>);
     impl Drop for Reset {
         fn drop(&mut self) {
             FORCED_HERE.with(|c| c.set(self.0));
         }
     }
-    let _reset = Reset(FORCED_HERE.with(|c| c.replace(true)));
+    let _reset = Reset(FORCED_HERE.with(|c| c.replace(Some(how))));
     f()
+}
+
+/// `f()` with a GPU's code paths on this thread, as `XSENT_KERNELS=gpu` (for tests).
+pub fn with_gpu_paths<T>(f: impl FnOnce() -> T) -> T {
+    with_forced(Forced::GpuPaths, f)
+}
+
+/// `f()` with candle's ops for every op on this thread, as `XSENT_KERNELS=candle` (for tests).
+pub fn with_candle_ops<T>(f: impl FnOnce() -> T) -> T {
+    with_forced(Forced::CandleOps, f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{Device, Tensor, Var};
+
+    /// `gpu` keeps training's LayerNorm on its fused kernel (the CPU standing in for the CUDA
+    /// one: the default run's bits), `candle` takes candle's ops for it (other bits); both force
+    /// the GPU's other paths, and a test's setting ends with its closure.
+    #[test]
+    fn gpu_paths_keep_the_training_kernels_and_candle_drops_them() -> anyhow::Result<()> {
+        let x: Vec<f32> = (0..6 * 37).map(|i| ((i * 7919) % 211) as f32 / 13.0 - 8.0).collect();
+        let x = Var::from_tensor(&Tensor::from_vec(x, (6, 37), &Device::Cpu)?)?;
+        let (w, b) = (
+            Tensor::ones(37, candle_core::DType::F32, &Device::Cpu)?,
+            Tensor::zeros(37, candle_core::DType::F32, &Device::Cpu)?,
+        );
+        let norm = || -> anyhow::Result<(Vec<u32>, Vec<u32>)> {
+            let y = super::super::kernels::layer_norm_train(x.as_tensor(), &w, &b, 1e-12)?;
+            let g = (&y * &y)?.sum_all()?.backward()?;
+            let bits = |t: &Tensor| -> anyhow::Result<Vec<u32>> {
+                Ok(t.flatten_all()?.to_vec1::<f32>()?.iter().map(|v| v.to_bits()).collect())
+            };
+            Ok((bits(&y)?, bits(g.get(x.as_tensor()).unwrap())?))
+        };
+        let fused = norm()?;
+        assert!(!candle_ops_forced() && !training_kernels_off());
+        let gpu = with_gpu_paths(|| {
+            assert!(candle_ops_forced() && !training_kernels_off());
+            norm()
+        })?;
+        let candle = with_candle_ops(|| {
+            assert!(candle_ops_forced() && training_kernels_off());
+            norm()
+        })?;
+        assert!(!candle_ops_forced() && !training_kernels_off());
+        assert_eq!(gpu, fused, "XSENT_KERNELS=gpu left the fused LayerNorm");
+        assert_ne!(candle, fused, "XSENT_KERNELS=candle kept the fused LayerNorm");
+        Ok(())
+    }
 }

@@ -4,7 +4,7 @@ use anyhow::Result;
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Shape, Tensor};
 
 use super::softmax::exp_f32;
-use super::{cpu_f32, one_f32, two_f32};
+use super::{cpu_f32, fused_train, one_f32, two_f32};
 
 /// `erf(x)` as a rational function of `x` on `[-4, 4]` (±1 outside, where f32 erf is ±1):
 /// the approximation Eigen and XLA use for f32; written so that it vectorises.
@@ -90,6 +90,17 @@ impl CustomOp2 for GeluErfGrad {
         let out = gelu_grad(x, g);
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        crate::gpu::gelu::backward((s1, l1), (s2, l2))
+    }
 }
 
 /// GELU (erf) whose backward is [`GeluErfGrad`].
@@ -104,14 +115,28 @@ impl CustomOp1 for GeluErfTrain {
         GeluErf.cpu_fwd(s, l)
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        l: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        crate::gpu::gelu::forward((s, l))
+    }
+
     fn bwd(&self, arg: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
         Ok(Some(arg.contiguous()?.apply_op2_no_bwd(&grad.contiguous()?, &GeluErfGrad)?))
     }
 }
 
-/// GELU (erf) for training: vectorised forward and backward on CPU f32, candle's op elsewhere.
+/// GELU (erf) for training: vectorised forward and backward on CPU f32, one kernel each on CUDA
+/// f32 and bf16 (src/gpu/gelu.cu, the CPU's arithmetic), candle's op elsewhere.
 pub fn gelu_erf_train(x: &Tensor) -> Result<Tensor> {
-    if cpu_f32(&[x]) {
+    let cuda_bf16 = cfg!(feature = "cuda")
+        && x.device().is_cuda()
+        && x.dtype() == candle_core::DType::BF16
+        && !super::training_kernels_off();
+    if fused_train(&[x]) || cuda_bf16 {
         Ok(x.contiguous()?.apply_op1(GeluErfTrain)?)
     } else {
         Ok(x.gelu_erf()?)

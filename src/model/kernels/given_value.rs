@@ -1,5 +1,5 @@
-//! LayerNorm and softmax for training where the fused CPU kernels do not run (a GPU, or
-//! `XSENT_KERNELS=candle`): the value from candle's one-kernel op (`layer_norm`,
+//! LayerNorm and softmax for training where the fused kernels (CPU f32, CUDA f32) do not run
+//! (other dtypes and devices, or `XSENT_KERNELS=candle`): the value from candle's one-kernel op (`layer_norm`,
 //! `softmax_last_dim`, which have no backward), the backward from the closed form in a few
 //! candle ops. Candle's differentiable compositions record about 15 ops for a LayerNorm and 7 for
 //! a softmax, each with its own backward; on a GPU every op is a kernel launch and an allocation

@@ -4,7 +4,7 @@
 use anyhow::Result;
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor};
 
-use super::{cpu_f32, one_f32, two_f32};
+use super::{cpu_f32, fused_train, one_f32, two_f32};
 
 /// The rows of `x` (`[…, n]`) and a `[n]` vector's data, checked to fit.
 fn rows_and_vec<'a>(
@@ -64,6 +64,19 @@ impl CustomOp3 for LayerNormTrain {
             }
         }
         Ok((CpuStorage::F32(out), l1.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        crate::gpu::layer_norm::forward((s1, l1), (s2, l2), (s3, l3), self.eps)
     }
 
     fn bwd(
@@ -129,6 +142,19 @@ impl CustomOp3 for LayerNormGradX {
         }
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        crate::gpu::layer_norm::grad_x((s1, l1), (s2, l2), (s3, l3), self.eps)
+    }
 }
 
 /// LayerNorm's gradients for its weight and bias, from `x` and the output gradient `g`: a
@@ -162,12 +188,24 @@ impl CustomOp2 for LayerNormGradWB {
         let out: Vec<f32> = dw.into_iter().chain(db).map(|v| v as f32).collect();
         Ok((CpuStorage::F32(out), Shape::from((2, n))))
     }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        crate::gpu::layer_norm::grad_wb((s1, l1), (s2, l2), self.eps)
+    }
 }
 
-/// LayerNorm over the last dimension for training: fused forward and backward on CPU f32,
-/// elsewhere candle's fused forward and a backward in closed form ([`super::given_value`]).
+/// LayerNorm over the last dimension for training: fused forward and backward on CPU f32 and
+/// CUDA f32 (src/gpu/layer_norm.cu), elsewhere candle's fused forward and a backward in closed
+/// form ([`super::given_value`]).
 pub fn layer_norm_train(x: &Tensor, w: &Tensor, b: &Tensor, eps: f32) -> Result<Tensor> {
-    if cpu_f32(&[x, w, b]) {
+    if fused_train(&[x, w, b]) {
         Ok(x.contiguous()?.apply_op3(&w.contiguous()?, &b.contiguous()?, LayerNormTrain { eps })?)
     } else {
         Ok(super::given_value::layer_norm(x, w, b, eps)?)

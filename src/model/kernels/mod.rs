@@ -4,10 +4,13 @@
 //! (product and bias in one op, with a fused backward for training), and for training LayerNorm
 //! and the dropout product. Candle's backward costs every op its own gradient ops (and its
 //! broadcast ops a strided row reduction), so one fused op with a fused backward saves several
-//! full-size passes. Where these kernels do not run (a GPU), LayerNorm and softmax still train
-//! as one forward op each with a backward in closed form ([`given_value`]). This module holds the
-//! dispatch (CPU f32 runs the kernels, the rest candle's ops) and the storage accessors the ops
-//! share. Tests check values and gradients against candle's own differentiable ops.
+//! full-size passes. The training ops of LayerNorm, the masked softmax and GELU have a CUDA side
+//! too (`src/gpu`, `--features cuda`): on a GPU each is one kernel forward and one or two
+//! backward, where candle's ops take a launch per op. Where no kernel runs (other dtypes, other
+//! devices, `XSENT_KERNELS=candle`), LayerNorm and softmax still train as one forward op each with
+//! a backward in closed form ([`given_value`]). This module holds the dispatch and the storage
+//! accessors the ops share. Tests check values and gradients against candle's own differentiable
+//! ops.
 
 use candle_core::{CpuStorage, Layout, Tensor};
 
@@ -26,7 +29,7 @@ pub use linear::linear;
 pub use mask_mul::dropout_mul;
 pub use softmax::{exp_f32, masked_softmax};
 
-pub use super::candle_ops::{candle_ops_forced, with_candle_ops};
+pub use super::candle_ops::{candle_ops_forced, training_kernels_off, with_candle_ops, with_gpu_paths};
 
 /// The f32 data of two contiguous inputs of the same length (the backward kernels' inputs).
 fn two_f32<'a>(
@@ -98,6 +101,20 @@ pub(crate) fn has_avx512() -> bool {
         && is_x86_feature_detected!("avx512bw")
         && is_x86_feature_detected!("avx512dq")
         && is_x86_feature_detected!("avx512vl")
+}
+
+/// Whether the training ops with a CUDA side (LayerNorm, masked softmax, GELU: forward and
+/// backward) run fused on these tensors: f32 on the CPU (this module's kernels) or, in a
+/// `--features cuda` build, f32 on a GPU (`src/gpu/*.cu`), unless [`training_kernels_off`]
+/// (`XSENT_KERNELS=candle`, which keeps candle's ops on every device: the fallback, and a way
+/// back should a GPU kernel be at fault). `XSENT_KERNELS=gpu` keeps them on: a GPU runs them.
+fn fused_train(ts: &[&Tensor]) -> bool {
+    !training_kernels_off() && ts.iter().all(|t| t.dtype() == candle_core::DType::F32) && same_kernel_device(ts)
+}
+
+/// Whether the tensors are all on the CPU, or (`--features cuda`) all on GPUs.
+fn same_kernel_device(ts: &[&Tensor]) -> bool {
+    ts.iter().all(|t| t.device().is_cpu()) || (cfg!(feature = "cuda") && ts.iter().all(|t| t.device().is_cuda()))
 }
 
 /// The f32 data of a contiguous input.

@@ -3,7 +3,7 @@
 use anyhow::Result;
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 
-use super::{cpu_f32, one_f32, two_f32};
+use super::{cpu_f32, fused_train, one_f32, two_f32};
 
 /// `e^x` for f32 by range reduction `x = n·ln2 + r` and a degree-6 polynomial for `e^r`
 /// (about 1 ulp); 0 below -87.3 (where f32 `e^x` underflows), written so that it vectorises.
@@ -131,6 +131,17 @@ impl CustomOp2 for SoftmaxGrad {
         softmax_grad_rows(&mut out, y, g, n);
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        crate::gpu::softmax::backward((s1, l1), (s2, l2))
+    }
 }
 
 /// Softmax over the last dimension of `scores + bias`, where `scores` is `[B, H, Lq, Lk]` and the
@@ -162,6 +173,17 @@ impl CustomOp2 for MaskedSoftmax {
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        crate::gpu::softmax::masked((s1, l1), (s2, l2))
+    }
+
     fn bwd(
         &self,
         _scores: &Tensor,
@@ -175,14 +197,16 @@ impl CustomOp2 for MaskedSoftmax {
 
 /// Attention probabilities `softmax(scores + bias)` (see [`MaskedSoftmax`]): one fused kernel on
 /// CPU f32 for a `[B, 1, 1, Lk]` bias that needs no gradient (with a fused backward in training),
-/// candle's ops elsewhere (in training with a backward in closed form, [`super::given_value`]).
+/// and in training on CUDA f32 too (src/gpu/softmax.cu); candle's ops elsewhere (in training with
+/// a backward in closed form, [`super::given_value`]). GPU inference keeps candle's ops.
 pub fn masked_softmax(scores: &Tensor, bias: &Tensor, train: bool) -> Result<Tensor> {
     // The fused op's shapes, and a bias that needs no gradient (the fused op gives it none).
     let fits = match scores.dims() {
         &[b, _, _, lk] => bias.dims() == [b, 1, 1, lk],
         _ => false,
     };
-    if cpu_f32(&[scores, bias]) && fits && !bias.track_op() {
+    let fused = if train { fused_train(&[scores, bias]) } else { cpu_f32(&[scores, bias]) };
+    if fused && fits && !bias.track_op() {
         let (scores, bias) = (scores.contiguous()?, bias.contiguous()?);
         Ok(if train {
             scores.apply_op2(&bias, MaskedSoftmax)?
