@@ -2,8 +2,8 @@
 //! scripts/gpu-check.sh): the encoder's inference and training passes on the tiny fixtures,
 //! the lightweight losses on column slices (the step that failed with "matmul is only supported
 //! for contiguous tensors"), the in-place AdamW kernel, the counter-based dropout, the exact kNN,
-//! sp's averaging, the one-op LayerNorm and softmax of training, the CUDA kernels of training's
-//! LayerNorm, softmax and GELU, and bf16 training. Without a GPU every test fails, saying so.
+//! sp's averaging, the one-op LayerNorm and softmax of training, the CUDA side of training's
+//! LayerNorm, linear layer, softmax and GELU, and bf16 training. Without a GPU every test fails, saying so.
 #![cfg(feature = "cuda")]
 
 mod common;
@@ -335,8 +335,8 @@ fn host(t: &Tensor) -> Vec<f32> {
     t.to_device(&Device::Cpu).unwrap().to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap()
 }
 
-/// The CUDA kernels of training's LayerNorm, masked softmax and GELU (src/gpu/*.cu) give the
-/// CPU kernels' values and gradients: the same ops run on both devices. Shapes with rows that do
+/// The CUDA side of training's LayerNorm, linear layer, masked softmax and GELU (src/gpu) gives
+/// the CPU kernels' values and gradients: the same ops run on both devices. Shapes with rows that do
 /// not fill a block and widths that are not multiples of 32; a row of large mean; masked keys.
 /// LayerNorm and softmax sum a row as a warp's tree where the CPU sums in order (bounds 1e-5
 /// relative for values, 1e-4 for gradients); GELU's arithmetic is the CPU's, operation for
@@ -363,6 +363,28 @@ fn fused_training_kernels_equal_the_cpu() {
         for (name, (a, b)) in ["x", "w", "b"].iter().zip(gc.iter().zip(&gg)) {
             let d = rel_diff(b, a);
             assert!(d < 1e-4, "LayerNorm {rows}×{n}+{shift}: gradient of {name} differs by {d}");
+        }
+    }
+    // The linear layer: values and the three gradients, for a contiguous input and for a column
+    // slice (rows wider than the matrix: made contiguous for cuBLAS first).
+    for (rows, inp, out, wide) in [(37, 70, 45, 0), (64, 384, 1536, 0), (33, 40, 24, 9)] {
+        let x = Tensor::from_vec(values(rows * (inp + wide), 4), (rows, inp + wide), &Device::Cpu).unwrap();
+        let w = Tensor::from_vec(values(out * inp, 6), (out, inp), &Device::Cpu).unwrap();
+        let b = Tensor::from_vec(values(out, 8), out, &Device::Cpu).unwrap();
+        let wts = Tensor::from_vec(values(rows * out, 10), (rows, out), &Device::Cpu).unwrap();
+        let run = |d: &Device| {
+            let [x, w, b] = [&x, &w, &b].map(|t| Var::from_tensor(&t.to_device(d).unwrap()).unwrap());
+            let view = x.as_tensor().narrow(1, wide, inp).unwrap();
+            let y = xsent::model::kernels::linear(&view, w.as_tensor(), b.as_tensor(), true).unwrap();
+            let g = (&y * wts.to_device(d).unwrap()).unwrap().sum_all().unwrap().backward().unwrap();
+            let grads = [&x, &w, &b].map(|v| g.get(v.as_tensor()).unwrap().to_device(&Device::Cpu).unwrap());
+            (y.to_device(&Device::Cpu).unwrap(), grads)
+        };
+        let ((yc, gc), (yg, gg)) = (run(&Device::Cpu), run(&dev));
+        assert!(rel_diff(&yg, &yc) < 1e-5, "linear {rows}×{inp}→{out}: values differ by {}", rel_diff(&yg, &yc));
+        for (name, (a, b)) in ["x", "w", "b"].iter().zip(gc.iter().zip(&gg)) {
+            let d = rel_diff(b, a);
+            assert!(d < 1e-4, "linear {rows}×{inp}→{out}: gradient of {name} differs by {d}");
         }
     }
     // Masked softmax: scores [2, 3, 5, lk], the last keys of the second sequence masked.

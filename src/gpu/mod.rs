@@ -1,12 +1,13 @@
 //! xsent's own CUDA kernels (built with `--features cuda`): the in-place AdamW update, the
 //! counter-based dropout, and the GPU side of the training ops whose CPU kernels are in
-//! [`crate::model::kernels`] (LayerNorm, masked softmax, GELU, forward and backward: one file each
-//! here). Their sources are the `.cu` files beside this one (`math.cuh`: the CPU's erf and exp,
+//! [`crate::model::kernels`] (LayerNorm, masked softmax, GELU, the linear layer, forward and
+//! backward: one file each here). Their sources are the `.cu` files beside this one (`math.cuh`: the CPU's erf and exp,
 //! warp sums); build.rs compiles them to PTX with nvcc, and the driver loads each module once per
 //! device.
 
 pub mod gelu;
 pub mod layer_norm;
+pub mod linear;
 pub mod softmax;
 
 use candle_core::backend::BackendStorage;

@@ -3,7 +3,7 @@
 use anyhow::Result;
 use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Shape, Tensor};
 
-use super::{cpu_f32, one_f32};
+use super::{cpu_f32, fused_train, one_f32};
 
 /// Column sums of a `[rows, n]` tensor, a `[n]` vector (accumulated in f64).
 struct ColumnSums;
@@ -23,6 +23,15 @@ impl CustomOp1 for ColumnSums {
             }
         }
         Ok((CpuStorage::F32(acc.into_iter().map(|v| v as f32).collect()), Shape::from(n)))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s: &candle_core::CudaStorage,
+        l: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        crate::gpu::linear::column_sums((s, l))
     }
 }
 
@@ -101,6 +110,19 @@ impl CustomOp3 for FusedLinear {
         Ok((CpuStorage::F32(out), Shape::from((m, n))))
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        crate::gpu::linear::forward((s1, l1), (s2, l2), (s3, l3))
+    }
+
     fn bwd(
         &self,
         x: &Tensor,
@@ -109,16 +131,21 @@ impl CustomOp3 for FusedLinear {
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let dx = if x.track_op() { Some(grad.matmul(&w.detach())?) } else { None }; // CPU only
-        let dw = if w.track_op() { Some(grad.t()?.matmul(&x.detach())?) } else { None }; // CPU only
+        // Off the CPU the operands are made readable by cuBLAS first (a no-op on the CPU's own path).
+        let mm = |a: &Tensor, b: &Tensor| {
+            crate::model::matmul::matmul(a, b).map_err(|e| candle_core::Error::Msg(format!("{}: {e:#}", self.name())))
+        };
+        let dx = if x.track_op() { Some(mm(grad, &w.detach())?) } else { None };
+        let dw = if w.track_op() { Some(mm(&grad.t()?, &x.detach())?) } else { None };
         let db = if b.track_op() { Some(grad.contiguous()?.apply_op1_no_bwd(&ColumnSums)?) } else { None };
         Ok((dx, dw, db))
     }
 }
 
-/// `x·Wᵀ + b` with `x` `[rows, in]`, `w` `[out, in]` and `b` `[out]`: on CPU f32 one op (the same
-/// values as candle's `matmul` then `broadcast_add`, one output buffer instead of two) whose
-/// backward (`train`) hands the weight its gradient in its own layout; candle's ops elsewhere.
+/// `x·Wᵀ + b` with `x` `[rows, in]`, `w` `[out, in]` and `b` `[out]`: on CPU f32, and in training
+/// on CUDA f32 (src/gpu/linear.rs), one op (the same values as candle's `matmul` then
+/// `broadcast_add`, one output buffer instead of two) whose backward (`train`) hands the weight its
+/// gradient in its own layout; candle's ops elsewhere.
 pub fn linear(x: &Tensor, w: &Tensor, b: &Tensor, train: bool) -> Result<Tensor> {
     anyhow::ensure!(
         x.rank() == 2 && w.rank() == 2 && b.rank() == 1,
@@ -127,9 +154,12 @@ pub fn linear(x: &Tensor, w: &Tensor, b: &Tensor, train: bool) -> Result<Tensor>
         w.dims(),
         b.dims()
     );
-    if !cpu_f32(&[x, w, b]) {
+    // Training on CUDA f32 (and on the CPU with `XSENT_KERNELS=gpu`) takes the fused op too, its
+    // operands made readable by cuBLAS.
+    if !(cpu_f32(&[x, w, b]) || (train && fused_train(&[x, w, b]))) {
         return Ok(crate::model::matmul::matmul(x, &w.t()?)?.broadcast_add(b)?);
     }
+    let (x, w) = (&crate::model::matmul::blas_ready(x)?, &crate::model::matmul::blas_ready(w)?);
     let b = b.contiguous()?;
     Ok(if train { x.apply_op3(w, &b, FusedLinear)? } else { x.apply_op3_no_bwd(w, &b, &FusedLinear)? })
 }

@@ -1,0 +1,58 @@
+//! The linear layer for training on CUDA f32: the GPU side of
+//! [`crate::model::kernels::linear`]'s fused op (the product by cuBLAS through candle's CUDA
+//! storage, then the bias; one op in the graph where candle's composition records a product, a
+//! transpose and a broadcast add) and of its bias gradient (`linear.cu`).
+
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::{CudaStorage, WrapErr};
+use candle_core::{Layout, Shape};
+
+use super::{f32_view, rows_and_width};
+
+const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/linear.ptx"));
+
+/// `x·Wᵀ + b` for `x` `[m, k]` (a layout cuBLAS reads), `w` `[n, k]` and `b` `[n]`.
+pub fn forward(
+    x: (&CudaStorage, &Layout),
+    w: (&CudaStorage, &Layout),
+    b: (&CudaStorage, &Layout),
+) -> candle_core::Result<(CudaStorage, Shape)> {
+    const OP: &str = "xsent-linear-cuda";
+    let (&[m, k], &[n, k2]) = (x.1.dims(), w.1.dims()) else {
+        candle_core::bail!("{OP}: [rows, in] and [out, in] expected, got {:?} and {:?}", x.1.dims(), w.1.dims())
+    };
+    if k != k2 || b.1.dims() != [n] {
+        candle_core::bail!("{OP}: shapes {:?}, {:?}, {:?} do not fit", x.1.dims(), w.1.dims(), b.1.dims());
+    }
+    let wt = w.1.transpose(0, 1)?;
+    for (what, l) in [("input", x.1), ("weight", &wt)] {
+        if !crate::model::matmul::cublas_reads(l.dims(), l.stride()) {
+            candle_core::bail!(
+                "{OP}: cuBLAS cannot read the {what}'s layout {:?} (make it contiguous first)",
+                l.stride()
+            );
+        }
+    }
+    let prod = x.0.matmul(w.0, (1, m, n, k), x.1, &wt)?; // cuBLAS-ready: checked above
+    let out = prod.binary_impl::<candle_core::op::Add>(b.0, &Layout::contiguous((m, n)), &b.1.broadcast_as((m, n))?)?;
+    Ok((out, Shape::from((m, n))))
+}
+
+/// The column sums of a contiguous `[rows, n]` f32 tensor (accumulated in f64), a `[n]` vector.
+pub fn column_sums(a: (&CudaStorage, &Layout)) -> candle_core::Result<(CudaStorage, Shape)> {
+    const OP: &str = "xsent-column-sums-cuda";
+    let (rows, n) = rows_and_width(OP, a.1)?;
+    let av = f32_view(OP, a.0, a.1)?;
+    let dev = a.0.device();
+    // SAFETY: the kernel writes every element.
+    let mut out = unsafe { dev.alloc::<f32>(n) }?;
+    let func = dev.get_or_load_custom_func("xsent_column_sums_f32", "xsent_linear", PTX)?;
+    let (rows64, n32) = (rows as u64, n as u32);
+    let mut args = func.builder();
+    args.arg(&av).arg(&mut out).arg(&rows64).arg(&n32);
+    let cfg = LaunchConfig { grid_dim: (n.div_ceil(32) as u32, 1, 1), block_dim: (32, 32, 1), shared_mem_bytes: 0 };
+    // SAFETY: the arguments match `xsent_column_sums_f32`: a of rows·n f32, out of n, rows, n.
+    unsafe { args.launch(cfg) }.w()?;
+    Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), Shape::from(n)))
+}
