@@ -44,11 +44,14 @@ rehearsal="${XSENT_GPU_REHEARSAL:-0}"
 gdev=cuda
 small=()
 half_env=()
+gpu_env=()
 if [ "$rehearsal" = 1 ]; then
     gdev=cpu
     small=(--small)
     # The GPU's bf16/f16 path, on the CPU.
     half_env=(XSENT_KERNELS=candle)
+    # The GPU's training paths, on the CPU (its kernels standing in for the CUDA ones).
+    gpu_env=(XSENT_KERNELS=gpu)
     export XSENT_TORCH_DEVICE=cpu XSENT_BENCH_DEVICE=cpu
 fi
 while [ $# -gt 0 ]; do
@@ -424,7 +427,7 @@ langs = [\"de\"]"
         [ "$r" = lightweight ] && extra=(--set "lightweight.tokenizer=\"$tiny/run-$r-cpu/init/tokenizer.json\"")
         run "train-$r-cpu" 300 "$xsent" train --config "$tiny/$r.toml" --out "$tiny/run-$r-cpu" --set 'train.device="cpu"' || ok=false
         if $ok; then
-            run "train-$r-gpu" 300 "$xsent" train --config "$tiny/$r.toml" --out "$tiny/run-$r-gpu" --set "train.device=\"$gdev\"" "${extra[@]}" || ok=false
+            run "train-$r-gpu" 300 env "${gpu_env[@]}" "$xsent" train --config "$tiny/$r.toml" --out "$tiny/run-$r-gpu" --set "train.device=\"$gdev\"" "${extra[@]}" || ok=false
         fi
         if $ok; then
             cp "$tiny/run-$r-gpu/metrics.jsonl" "$out/train-$r-gpu-metrics.jsonl"
@@ -443,17 +446,33 @@ langs = [\"de\"]"
     # CPU) but not equal (bf16 ran). In a rehearsal, the GPU's path on the CPU.
     t0=$(date +%s)
     r=distill-e5s
+    sps() { "$py" "$helper" xsent-sps --metrics "$1" --skip 5 2>/dev/null | "$py" -c 'import json,sys; print(round(json.load(sys.stdin)["sentences_per_s"]))' 2>/dev/null; }
     if [ -f "$tiny/run-$r-gpu/metrics.jsonl" ] \
         && run "train-$r-gpu-bf16" 300 env "${half_env[@]}" "$xsent" train --config "$tiny/$r.toml" --out "$tiny/run-$r-gpu-bf16" \
             --set "train.device=\"$gdev\"" --set 'train.precision="bf16"'; then
         cp "$tiny/run-$r-gpu-bf16/metrics.jsonl" "$out/train-$r-gpu-bf16-metrics.jsonl"
         c=$("$py" "$helper" losses --a "$tiny/run-$r-gpu/metrics.jsonl" --b "$tiny/run-$r-gpu-bf16/metrics.jsonl")
         worst=$("$py" -c 'import json,sys; print(json.loads(sys.argv[1])["max_rel_diff"])' "$c")
-        sps() { "$py" "$helper" xsent-sps --metrics "$1" --skip 5 2>/dev/null | "$py" -c 'import json,sys; print(round(json.load(sys.stdin)["sentences_per_s"]))' 2>/dev/null; }
         record "train $r cuda bf16 vs f32" "rel loss diff $(printf '%.3g' "$worst"); sent/s bf16 $(sps "$tiny/run-$r-gpu-bf16/metrics.jsonl"), f32 $(sps "$tiny/run-$r-gpu/metrics.jsonl")" \
             "<= 1e-2, not 0" "$("$py" -c "print('true' if 0 < $worst <= 1e-2 else 'false')")" $(( $(date +%s) - t0 ))
     else
         record "train $r cuda bf16 vs f32" "failed: $(tail -n1 "$out/train-$r-gpu-bf16.log" "$out/train-$r-gpu.log" 2>/dev/null | tr '\n' ' ' | cut -c1-200)" "runs" false $(( $(date +%s) - t0 ))
+    fi
+
+    # xsent's CUDA kernels for training (LayerNorm, softmax, GELU, the linear layer: src/gpu)
+    # against candle's ops for them (XSENT_KERNELS=candle, the path before them): the same 20
+    # e5s distill steps, losses within 1e-4, and both speeds (the kernels' gain on this card).
+    t0=$(date +%s)
+    if [ -f "$tiny/run-$r-gpu/metrics.jsonl" ] \
+        && run "train-$r-gpu-candle" 300 env XSENT_KERNELS=candle "$xsent" train --config "$tiny/$r.toml" \
+            --out "$tiny/run-$r-gpu-candle" --set "train.device=\"$gdev\""; then
+        cp "$tiny/run-$r-gpu-candle/metrics.jsonl" "$out/train-$r-gpu-candle-metrics.jsonl"
+        c=$("$py" "$helper" losses --a "$tiny/run-$r-gpu/metrics.jsonl" --b "$tiny/run-$r-gpu-candle/metrics.jsonl")
+        worst=$("$py" -c 'import json,sys; print(json.loads(sys.argv[1])["max_rel_diff"])' "$c")
+        record "train $r cuda kernels vs candle ops" "rel loss diff $(printf '%.3g' "$worst"); sent/s kernels $(sps "$tiny/run-$r-gpu/metrics.jsonl"), candle ops $(sps "$tiny/run-$r-gpu-candle/metrics.jsonl")" \
+            "<= 1e-4" "$("$py" -c "print('true' if $worst <= 1e-4 else 'false')")" $(( $(date +%s) - t0 ))
+    else
+        record "train $r cuda kernels vs candle ops" "failed: $(tail -n1 "$out/train-$r-gpu-candle.log" 2>/dev/null | cut -c1-200)" "runs" false $(( $(date +%s) - t0 ))
     fi
 
     # Where the CPU's time goes in those GPU steps (the step waits on the host issuing candle's
@@ -461,7 +480,7 @@ langs = [\"de\"]"
     # function, in $out/host-profile-distill-e5s.txt; the row shows the top of its self table.
     t0=$(date +%s)
     prof="$out/host-profile-distill-e5s.txt"
-    if run "train-$r-gpu-profile" 300 env XSENT_PROFILE="$prof" "$xsent" train --config "$tiny/$r.toml" \
+    if run "train-$r-gpu-profile" 300 env "${gpu_env[@]}" XSENT_PROFILE="$prof" "$xsent" train --config "$tiny/$r.toml" \
         --out "$tiny/run-$r-gpu-profile" --set "train.device=\"$gdev\"" && [ -s "$prof" ]; then
         top=$(sed -n '/^## self/,$p' "$prof" | sed -n '4,6p' | awk '{$1=$1; print}' | cut -c1-60 | paste -sd ';' -)
         record "host profile $r cuda (self)" "$top" "written" true $(( $(date +%s) - t0 ))
