@@ -423,7 +423,7 @@ fn fused_training_kernels_equal_the_cpu() {
     let differ = |a: &[f32], b: &[f32]| a.iter().zip(b).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
     let worst =
         |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(a, b)| (a - b).abs() / b.abs().max(1.0)).fold(0f32, f32::max);
-    eprintln!(
+    xsent::errln!(
         "GELU f32 on the GPU against the CPU: {} of {n} values and {} gradients differ in any bit",
         differ(&yg, &yc),
         differ(&gg, &gc)

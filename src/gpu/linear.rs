@@ -12,7 +12,8 @@ use super::{f32_view, rows_and_width};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/linear.ptx"));
 
-/// `x·Wᵀ + b` for `x` `[m, k]` (a layout cuBLAS reads), `w` `[n, k]` and `b` `[n]`.
+/// `x·Wᵀ + b` for `x` `[m, k]`, `w` `[n, k]` and `b` `[n]`; the caller has checked that cuBLAS
+/// reads `x` and `wᵀ` as laid out (`model::matmul::cublas_reads`).
 pub fn forward(
     x: (&CudaStorage, &Layout),
     w: (&CudaStorage, &Layout),
@@ -26,15 +27,7 @@ pub fn forward(
         candle_core::bail!("{OP}: shapes {:?}, {:?}, {:?} do not fit", x.1.dims(), w.1.dims(), b.1.dims());
     }
     let wt = w.1.transpose(0, 1)?;
-    for (what, l) in [("input", x.1), ("weight", &wt)] {
-        if !crate::model::matmul::cublas_reads(l.dims(), l.stride()) {
-            candle_core::bail!(
-                "{OP}: cuBLAS cannot read the {what}'s layout {:?} (make it contiguous first)",
-                l.stride()
-            );
-        }
-    }
-    let prod = x.0.matmul(w.0, (1, m, n, k), x.1, &wt)?; // cuBLAS-ready: checked above
+    let prod = x.0.matmul(w.0, (1, m, n, k), x.1, &wt)?; // cuBLAS-ready: the caller checks the layouts
     let out = prod.binary_impl::<candle_core::op::Add>(b.0, &Layout::contiguous((m, n)), &b.1.broadcast_as((m, n))?)?;
     Ok((out, Shape::from((m, n))))
 }

@@ -120,6 +120,12 @@ impl CustomOp3 for FusedLinear {
         s3: &candle_core::CudaStorage,
         l3: &Layout,
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        let wt = l2.transpose(0, 1)?;
+        for (what, l) in [("input", l1), ("weight", &wt)] {
+            if !crate::model::matmul::cublas_reads(l.dims(), l.stride()) {
+                candle_core::bail!("{}: cuBLAS cannot read the {what}'s strides {:?}", self.name(), l.stride());
+            }
+        }
         crate::gpu::linear::forward((s1, l1), (s2, l2), (s3, l3))
     }
 

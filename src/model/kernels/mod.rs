@@ -479,4 +479,39 @@ mod tests {
         assert!(max_diff(&y64, &linear(&x, &w, &b, true)?)? < 1e-5);
         Ok(())
     }
+
+    /// `gpu` keeps training's LayerNorm on its fused kernel (the CPU standing in for the CUDA
+    /// one: the default run's bits), `candle` takes candle's ops for it (other bits); both force
+    /// the GPU's other paths, and a test's setting ends with its closure.
+    #[test]
+    fn gpu_paths_keep_the_training_kernels_and_candle_drops_them() -> anyhow::Result<()> {
+        let x: Vec<f32> = (0..6 * 37).map(|i| ((i * 7919) % 211) as f32 / 13.0 - 8.0).collect();
+        let x = candle_core::Var::from_tensor(&Tensor::from_vec(x, (6, 37), &candle_core::Device::Cpu)?)?;
+        let (w, b) = (
+            Tensor::ones(37, candle_core::DType::F32, &candle_core::Device::Cpu)?,
+            Tensor::zeros(37, candle_core::DType::F32, &candle_core::Device::Cpu)?,
+        );
+        let norm = || -> anyhow::Result<(Vec<u32>, Vec<u32>)> {
+            let y = layer_norm_train(x.as_tensor(), &w, &b, 1e-12)?;
+            let g = (&y * &y)?.sum_all()?.backward()?;
+            let bits = |t: &Tensor| -> anyhow::Result<Vec<u32>> {
+                Ok(t.flatten_all()?.to_vec1::<f32>()?.iter().map(|v| v.to_bits()).collect())
+            };
+            Ok((bits(&y)?, bits(g.get(x.as_tensor()).unwrap())?))
+        };
+        let fused = norm()?;
+        assert!(!candle_ops_forced() && !training_kernels_off());
+        let gpu = with_gpu_paths(|| {
+            assert!(candle_ops_forced() && !training_kernels_off());
+            norm()
+        })?;
+        let candle = with_candle_ops(|| {
+            assert!(candle_ops_forced() && training_kernels_off());
+            norm()
+        })?;
+        assert!(!candle_ops_forced() && !training_kernels_off());
+        assert_eq!(gpu, fused, "XSENT_KERNELS=gpu left the fused LayerNorm");
+        assert_ne!(candle, fused, "XSENT_KERNELS=candle kept the fused LayerNorm");
+        Ok(())
+    }
 }
