@@ -9,15 +9,12 @@
 
 mod common;
 
-use serde_json::Value;
 use std::path::Path;
 
 /// (step, loss) of every step line of a run.
 fn losses(run: &Path) -> Vec<(u64, f64)> {
-    std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+    common::metrics_lines(run)
+        .into_iter()
         .filter(|v| v.get("loss").is_some())
         .map(|v| (v["step"].as_u64().unwrap(), v["loss"].as_f64().unwrap()))
         .collect()

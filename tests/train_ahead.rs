@@ -10,12 +10,7 @@ use std::path::Path;
 
 /// The step lines of a run.
 fn steps(run: &Path) -> Vec<Value> {
-    std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|v| v.get("loss").is_some())
-        .collect()
+    common::metrics_lines(run).into_iter().filter(|v| v.get("loss").is_some()).collect()
 }
 
 /// Each step line's numbers that must not depend on `train.ahead` (timings and `ahead` left out).

@@ -113,12 +113,7 @@ fn stderr(o: &Output) -> String {
 
 fn metrics(run: &Path) -> Vec<Value> {
     // The steps and validations (not the line with what decontamination dropped).
-    std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|v| v.get("decontamination").is_none())
-        .collect()
+    common::metrics_lines(run).into_iter().filter(|v| v.get("decontamination").is_none()).collect()
 }
 
 /// The deterministic part of the metrics (timings dropped).

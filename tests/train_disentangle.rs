@@ -62,12 +62,7 @@ fn train(dir: &Path, config: &Path, out: &Path, args: &[&str]) -> Output {
 }
 
 fn validations(run: &Path) -> Vec<Value> {
-    std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|v| v.get("val").is_some())
-        .collect()
+    common::metrics_lines(run).into_iter().filter(|v| v.get("val").is_some()).collect()
 }
 
 /// The heads a run saved in `final/`.

@@ -124,11 +124,7 @@ fn stderr(o: &Output) -> String {
 }
 
 fn metrics(run: &Path) -> Vec<Value> {
-    std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    common::metrics_lines(run)
 }
 
 fn steps(run: &Path) -> Vec<Value> {

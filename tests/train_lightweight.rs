@@ -46,11 +46,7 @@ val_size = 40
 }
 
 fn lines(run: &Path) -> Vec<Value> {
-    std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    common::metrics_lines(run)
 }
 
 /// (step, loss, grad norm) of each step line.

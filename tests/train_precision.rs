@@ -106,12 +106,7 @@ fn train(s: &common::TrainSetup, name: &str, precision: &str, args: &[&str]) -> 
 
 /// The logged loss of each step.
 fn losses(run: &Path) -> Vec<f64> {
-    std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter_map(|v| v.get("loss").and_then(Value::as_f64))
-        .collect()
+    common::metrics_lines(run).into_iter().filter_map(|v| v.get("loss").and_then(Value::as_f64)).collect()
 }
 
 /// The dtype of every tensor of a safetensors file, from its header.

@@ -210,10 +210,8 @@ val_size = 20
 
 /// Step lines of metrics.jsonl without timings.
 fn losses(run: &Path) -> Vec<(u64, f64, f64, f64)> {
-    std::fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+    common::metrics_lines(run)
+        .into_iter()
         .filter(|v| v.get("loss").is_some())
         .map(|v| {
             (

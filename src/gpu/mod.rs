@@ -55,7 +55,8 @@ fn view<'a, T: candle_core::cuda_backend::CudaDType>(
 /// The last dimension of `l` and the number of rows before it (`[…, n]` read as `[rows, n]`).
 fn rows_and_width(op: &str, l: &Layout) -> candle_core::Result<(usize, usize)> {
     let n = *l.dims().last().unwrap_or(&1);
-    if n == 0 || n > u32::MAX as usize {
+    // The kernels index a row's columns (and the column sums' outputs) in 32 bits.
+    if n == 0 || n > i32::MAX as usize / 2 {
         candle_core::bail!("{op}: rows of {n} values");
     }
     Ok((l.shape().elem_count() / n, n))

@@ -92,6 +92,16 @@ pub fn embed_cli(model: &std::path::Path, args: &[&str], lines: &[&str]) -> Vec<
     rows
 }
 
+/// Every line of a training run's `metrics.jsonl`, parsed (steps, validations, the data line).
+pub fn metrics_lines(run: &std::path::Path) -> Vec<serde_json::Value> {
+    let path = run.join("metrics.jsonl");
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: not JSON ({e}): {l}", path.display())))
+        .collect()
+}
+
 pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
     let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
     let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();

@@ -162,7 +162,9 @@ pub fn linear(x: &Tensor, w: &Tensor, b: &Tensor, train: bool) -> Result<Tensor>
     );
     // Training on CUDA f32 (and on the CPU with `XSENT_KERNELS=gpu`) takes the fused op too, its
     // operands made readable by cuBLAS.
-    if !(cpu_f32(&[x, w, b]) || (train && fused_train(&[x, w, b]))) {
+    // (An empty product stays with candle, whose matmul answers it without cuBLAS.)
+    let empty = x.elem_count() == 0 || w.elem_count() == 0;
+    if !(cpu_f32(&[x, w, b]) || (train && !empty && fused_train(&[x, w, b]))) {
         return Ok(crate::model::matmul::matmul(x, &w.t()?)?.broadcast_add(b)?);
     }
     let (x, w) = (&crate::model::matmul::blas_ready(x)?, &crate::model::matmul::blas_ready(w)?);

@@ -112,9 +112,11 @@ fn fused_train(ts: &[&Tensor]) -> bool {
     !training_kernels_off() && ts.iter().all(|t| t.dtype() == candle_core::DType::F32) && same_kernel_device(ts)
 }
 
-/// Whether the tensors are all on the CPU, or (`--features cuda`) all on GPUs.
+/// Whether the tensors are all on the CPU, or (`--features cuda`) all on one GPU.
 fn same_kernel_device(ts: &[&Tensor]) -> bool {
-    ts.iter().all(|t| t.device().is_cpu()) || (cfg!(feature = "cuda") && ts.iter().all(|t| t.device().is_cuda()))
+    let one_gpu = ts.windows(2).all(|p| p[0].device().same_device(p[1].device()));
+    ts.iter().all(|t| t.device().is_cpu())
+        || (cfg!(feature = "cuda") && one_gpu && ts.iter().all(|t| t.device().is_cuda()))
 }
 
 /// The f32 data of a contiguous input.
