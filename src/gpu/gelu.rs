@@ -2,8 +2,8 @@
 //! [`crate::model::kernels::gelu_erf_train`]'s op and its backward.
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
-use candle_core::cuda_backend::{CudaStorage, WrapErr};
+use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, PushKernelArg};
+use candle_core::cuda_backend::{CudaDType, CudaStorage, WrapErr};
 use candle_core::{DType, Layout, Shape};
 use half::bf16;
 
@@ -14,40 +14,7 @@ const MODULE: &str = "xsent_gelu";
 
 /// `0.5 · x · (1 + erf(x / √2))` of a contiguous f32 or bf16 tensor.
 pub fn forward(x: (&CudaStorage, &Layout)) -> candle_core::Result<(CudaStorage, Shape)> {
-    const OP: &str = "xsent-gelu-cuda";
-    let n = x.1.shape().elem_count();
-    let n64 = n as u64;
-    let dev = x.0.device();
-    let out = match x.0.dtype() {
-        DType::F32 => {
-            let xv = view::<f32>(OP, x.0, x.1)?;
-            // SAFETY: the kernel writes every element.
-            let mut out = unsafe { dev.alloc::<f32>(n) }?;
-            if n > 0 {
-                let func = dev.get_or_load_custom_func("xsent_gelu_f32", MODULE, PTX)?;
-                let mut args = func.builder();
-                args.arg(&xv).arg(&mut out).arg(&n64);
-                // SAFETY: the arguments match `xsent_gelu_f32`: x and out of n f32, n.
-                unsafe { args.launch(launch_config(n)) }.w()?;
-            }
-            CudaStorage::wrap_cuda_slice(out, dev.clone())
-        }
-        DType::BF16 => {
-            let xv = view::<bf16>(OP, x.0, x.1)?;
-            // SAFETY: the kernel writes every element.
-            let mut out = unsafe { dev.alloc::<bf16>(n) }?;
-            if n > 0 {
-                let func = dev.get_or_load_custom_func("xsent_gelu_bf16", MODULE, PTX)?;
-                let mut args = func.builder();
-                args.arg(&xv).arg(&mut out).arg(&n64);
-                // SAFETY: the arguments match `xsent_gelu_bf16`: x and out of n bf16, n.
-                unsafe { args.launch(launch_config(n)) }.w()?;
-            }
-            CudaStorage::wrap_cuda_slice(out, dev.clone())
-        }
-        other => candle_core::bail!("{OP}: f32 or bf16 only, got {other:?}"),
-    };
-    Ok((out, x.1.shape().clone()))
+    elementwise("xsent-gelu-cuda", "xsent_gelu", &[x])
 }
 
 /// `g · (Φ(x) + x·φ(x))` of contiguous `x` and `g` of one shape and dtype (f32 or bf16).
@@ -62,37 +29,47 @@ pub fn backward(x: (&CudaStorage, &Layout), g: (&CudaStorage, &Layout)) -> candl
             x.1.dims()
         );
     }
-    let n = x.1.shape().elem_count();
-    let n64 = n as u64;
-    let dev = x.0.device();
-    let out = match x.0.dtype() {
-        DType::F32 => {
-            let (xv, gv) = (view::<f32>(OP, x.0, x.1)?, view::<f32>(OP, g.0, g.1)?);
-            // SAFETY: the kernel writes every element.
-            let mut out = unsafe { dev.alloc::<f32>(n) }?;
-            if n > 0 {
-                let func = dev.get_or_load_custom_func("xsent_gelu_grad_f32", MODULE, PTX)?;
-                let mut args = func.builder();
-                args.arg(&xv).arg(&gv).arg(&mut out).arg(&n64);
-                // SAFETY: the arguments match `xsent_gelu_grad_f32`: x, g and out of n f32, n.
-                unsafe { args.launch(launch_config(n)) }.w()?;
-            }
-            CudaStorage::wrap_cuda_slice(out, dev.clone())
-        }
-        DType::BF16 => {
-            let (xv, gv) = (view::<bf16>(OP, x.0, x.1)?, view::<bf16>(OP, g.0, g.1)?);
-            // SAFETY: the kernel writes every element.
-            let mut out = unsafe { dev.alloc::<bf16>(n) }?;
-            if n > 0 {
-                let func = dev.get_or_load_custom_func("xsent_gelu_grad_bf16", MODULE, PTX)?;
-                let mut args = func.builder();
-                args.arg(&xv).arg(&gv).arg(&mut out).arg(&n64);
-                // SAFETY: the arguments match `xsent_gelu_grad_bf16`: x, g and out of n bf16, n.
-                unsafe { args.launch(launch_config(n)) }.w()?;
-            }
-            CudaStorage::wrap_cuda_slice(out, dev.clone())
-        }
-        other => candle_core::bail!("{OP}: f32 or bf16 only, got {other:?}"),
+    elementwise(OP, "xsent_gelu_grad", &[x, g])
+}
+
+/// Kernel `{kernel}_f32` or `{kernel}_bf16` (by the first input's dtype) over the inputs' `n`
+/// elements: its arguments are the inputs, the output and `n`.
+fn elementwise(
+    op: &str,
+    kernel: &str,
+    inputs: &[(&CudaStorage, &Layout)],
+) -> candle_core::Result<(CudaStorage, Shape)> {
+    let (first, l) = inputs[0];
+    let out = match first.dtype() {
+        DType::F32 => launch::<f32>(op, &format!("{kernel}_f32"), inputs)?,
+        DType::BF16 => launch::<bf16>(op, &format!("{kernel}_bf16"), inputs)?,
+        other => candle_core::bail!("{op}: f32 or bf16 only, got {other:?}"),
     };
-    Ok((out, x.1.shape().clone()))
+    Ok((out, l.shape().clone()))
+}
+
+fn launch<T: CudaDType + DeviceRepr>(
+    op: &str,
+    kernel: &str,
+    inputs: &[(&CudaStorage, &Layout)],
+) -> candle_core::Result<CudaStorage> {
+    let n = inputs[0].1.shape().elem_count();
+    let views = inputs.iter().map(|(s, l)| view::<T>(op, s, l)).collect::<candle_core::Result<Vec<_>>>()?;
+    let dev = inputs[0].0.device();
+    // SAFETY: the kernel writes every element.
+    let mut out = unsafe { dev.alloc::<T>(n) }?;
+    if n > 0 {
+        let func = dev.get_or_load_custom_func(kernel, MODULE, PTX)?;
+        let n64 = n as u64;
+        let mut args = func.builder();
+        for v in &views {
+            args.arg(v);
+        }
+        args.arg(&mut out).arg(&n64);
+        // SAFETY: the arguments match `xsent_gelu_{f32,bf16}` (x, out, n) and
+        // `xsent_gelu_grad_{f32,bf16}` (x, g, out, n): inputs and output of n elements of T (the
+        // callers check one shape and dtype), n.
+        unsafe { args.launch(launch_config(n)) }.w()?;
+    }
+    Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
 }

@@ -21,6 +21,11 @@ __device__ __forceinline__ void xsent_row_stats(const float* row, unsigned int n
     *rstd = 1.0 / sqrt(v + (double)eps);
 }
 
+// x̂ of one value, rounded to f32 as the CPU's `normalise_row` does.
+__device__ __forceinline__ float xsent_xhat(float x, double mean, double rstd) {
+    return (float)(((double)x - mean) * rstd);
+}
+
 // y = x̂ · w + b per row.
 extern "C" __global__ void xsent_layer_norm_f32(
     const float* x, const float* w, const float* b, float* y, unsigned long long rows, unsigned int n, float eps) {
@@ -31,7 +36,7 @@ extern "C" __global__ void xsent_layer_norm_f32(
     double mean, rstd;
     xsent_row_stats(xr, n, eps, &mean, &rstd);
     for (unsigned int i = threadIdx.x; i < n; i += 32) {
-        float xh = (float)(((double)xr[i] - mean) * rstd);
+        float xh = xsent_xhat(xr[i], mean, rstd);
         yr[i] = xh * w[i] + b[i];
     }
 }
@@ -47,7 +52,7 @@ extern "C" __global__ void xsent_layer_norm_grad_x_f32(
     xsent_row_stats(xr, n, eps, &mean, &rstd);
     double sd = 0.0, sdx = 0.0;
     for (unsigned int i = threadIdx.x; i < n; i += 32) {
-        float xh = (float)(((double)xr[i] - mean) * rstd);
+        float xh = xsent_xhat(xr[i], mean, rstd);
         float d = gr[i] * w[i];
         sd += (double)d;
         sdx += (double)(d * xh);
@@ -57,7 +62,7 @@ extern "C" __global__ void xsent_layer_norm_grad_x_f32(
     float rs = (float)rstd;
     float* dr = dx + r * n;
     for (unsigned int i = threadIdx.x; i < n; i += 32) {
-        float xh = (float)(((double)xr[i] - mean) * rstd);
+        float xh = xsent_xhat(xr[i], mean, rstd);
         float d = gr[i] * w[i];
         dr[i] = rs * (d - md - xh * mdx);
     }
@@ -74,7 +79,7 @@ extern "C" __global__ void xsent_layer_norm_g_xhat_f32(
     xsent_row_stats(xr, n, eps, &mean, &rstd);
     float* hr = gxhat + r * n;
     for (unsigned int i = threadIdx.x; i < n; i += 32) {
-        float xh = (float)(((double)xr[i] - mean) * rstd);
+        float xh = xsent_xhat(xr[i], mean, rstd);
         hr[i] = gr[i] * xh;
     }
 }
