@@ -26,7 +26,7 @@ use crate::train::config::{BestMode, Config, DueamConfig, LossTerms, PairKind, S
 use crate::train::precision::Compute;
 use crate::train::recipe::{Recipe, StepLoss, StepPlan};
 use anyhow::{bail, Context, Result};
-use candle_core::{DType, Tensor};
+use candle_core::Tensor;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
@@ -303,18 +303,12 @@ pub fn anchor_clouds<S: AsRef<str>>(
 }
 
 /// The DuEAM loss of one batch from the learner's vectors `s`, `t` (`[N, H]`) and, for L_A, the
-/// anchor's WMDs. Returns the total and the terms `l_a`, `l_b`, `d_euc` (mean), `d_wmd` (mean)
-/// that were computed.
-pub fn dueam_loss(
-    s: &Tensor,
-    t: &Tensor,
-    wmd: Option<&[f64]>,
-    lambda: f64,
-    terms: LossTerms,
-) -> Result<(Tensor, Vec<(String, f64)>)> {
+/// anchor's WMDs: the total; the terms `l_a`, `d_euc` (mean), `l_b` that were computed, as scalar
+/// tensors in `later` (read once the backward is queued: on a GPU a read waits for the device);
+/// `d_wmd` (mean) in `terms` when L_A was.
+pub fn dueam_loss(s: &Tensor, t: &Tensor, wmd: Option<&[f64]>, lambda: f64, terms: LossTerms) -> Result<StepLoss> {
     let n = s.dim(0)?;
-    let mut out = Vec::new();
-    let scalar = |x: &Tensor| -> Result<f64> { Ok(x.to_dtype(DType::F64)?.to_scalar::<f64>()?) };
+    let (mut later, mut out) = (Vec::new(), Vec::new());
     let l_a = if terms == LossTerms::Cos {
         None
     } else {
@@ -327,8 +321,8 @@ pub fn dueam_loss(
         let target: Vec<f32> = wmd.iter().map(|d| (-d).exp() as f32).collect();
         let target = Tensor::from_vec(target, n, s.device())?.to_dtype(s.dtype())?;
         let l_a = d_euc.neg()?.exp()?.sub(&target)?.abs()?.exp()?.mean_all()?;
-        out.push(("l_a".to_string(), scalar(&l_a)?));
-        out.push(("d_euc".to_string(), scalar(&d_euc.mean_all()?)?));
+        later.push(("l_a".to_string(), l_a.clone()));
+        later.push(("d_euc".to_string(), d_euc.mean_all()?));
         out.push(("d_wmd".to_string(), wmd.iter().sum::<f64>() / n as f64));
         Some(l_a)
     };
@@ -338,7 +332,7 @@ pub fn dueam_loss(
         let dot = (s * t)?.sum(1)?;
         let norms = (s.sqr()?.sum(1)?.sqrt()? * t.sqr()?.sum(1)?.sqrt()?)?.clamp(1e-12, f64::MAX)?;
         let l_b = dot.div(&norms)?.mean_all()?;
-        out.push(("l_b".to_string(), scalar(&l_b)?));
+        later.push(("l_b".to_string(), l_b.clone()));
         Some(l_b)
     };
     let total = match (l_a, l_b) {
@@ -347,7 +341,7 @@ pub fn dueam_loss(
         (None, Some(b)) => b.neg()?,
         (None, None) => unreachable!("one term at least"),
     };
-    Ok((total, out))
+    Ok(StepLoss { total, terms: out, later, sentences: 2 * n })
 }
 
 impl Recipe for Dueam {
@@ -442,9 +436,9 @@ impl Recipe for Dueam {
             }
         };
         let (s, t) = (emb.narrow(0, 0, n)?, emb.narrow(0, n, n)?);
-        let (total, loss_terms) = dueam_loss(&s, &t, wmd.as_deref(), self.lambda, self.terms)?;
-        terms.extend(loss_terms);
-        Ok(StepLoss { total, terms, later: Vec::new(), sentences: 2 * n })
+        let l = dueam_loss(&s, &t, wmd.as_deref(), self.lambda, self.terms)?;
+        terms.extend(l.terms);
+        Ok(StepLoss { terms, ..l })
     }
 
     fn begin_step(&mut self) -> Result<()> {
@@ -487,6 +481,18 @@ mod tests {
         Tensor::from_vec(rows.iter().flatten().copied().collect::<Vec<f32>>(), (rows.len(), 2), &Device::Cpu).unwrap()
     }
 
+    /// `dueam_loss` with its tensor terms read, as the trainer reads them.
+    fn loss_terms(
+        s: &Tensor,
+        t: &Tensor,
+        wmd: Option<&[f64]>,
+        lambda: f64,
+        terms: LossTerms,
+    ) -> Result<(Tensor, Vec<(String, f64)>)> {
+        let l = dueam_loss(s, t, wmd, lambda, terms)?;
+        Ok((l.total, crate::train::shards::read_terms(l.later, l.terms)?))
+    }
+
     fn term(terms: &[(String, f64)], k: &str) -> Option<f64> {
         terms.iter().find(|(n, _)| n == k).map(|(_, v)| *v)
     }
@@ -504,7 +510,7 @@ mod tests {
         let l_b = (0.0 + 1.0) / 2.0;
         let lambda = 0.003;
 
-        let (total, terms) = dueam_loss(&s, &u, Some(&wmd), lambda, LossTerms::Both).unwrap();
+        let (total, terms) = loss_terms(&s, &u, Some(&wmd), lambda, LossTerms::Both).unwrap();
         let total = total.to_scalar::<f32>().unwrap() as f64;
         assert!((term(&terms, "l_a").unwrap() - l_a).abs() < 1e-6, "{terms:?} vs {l_a}");
         assert!((term(&terms, "l_b").unwrap() - l_b).abs() < 1e-6);
@@ -512,16 +518,16 @@ mod tests {
         assert!((term(&terms, "d_wmd").unwrap() - 0.75).abs() < 1e-12);
         assert!((total - (l_a - lambda * l_b)).abs() < 1e-6, "{total} vs {}", l_a - lambda * l_b);
 
-        let (only_a, terms) = dueam_loss(&s, &u, Some(&wmd), lambda, LossTerms::Wmd).unwrap();
+        let (only_a, terms) = loss_terms(&s, &u, Some(&wmd), lambda, LossTerms::Wmd).unwrap();
         assert!((only_a.to_scalar::<f32>().unwrap() as f64 - l_a).abs() < 1e-6);
         assert!(term(&terms, "l_b").is_none());
 
-        let (only_b, terms) = dueam_loss(&s, &u, None, lambda, LossTerms::Cos).unwrap();
+        let (only_b, terms) = loss_terms(&s, &u, None, lambda, LossTerms::Cos).unwrap();
         assert!((only_b.to_scalar::<f32>().unwrap() as f64 + l_b).abs() < 1e-6, "−L_B alone");
         assert!(term(&terms, "l_a").is_none());
 
-        assert!(dueam_loss(&s, &u, None, lambda, LossTerms::Both).is_err(), "L_A needs WMDs");
-        assert!(dueam_loss(&s, &u, Some(&[0.5]), lambda, LossTerms::Wmd).is_err(), "one WMD per pair");
+        assert!(loss_terms(&s, &u, None, lambda, LossTerms::Both).is_err(), "L_A needs WMDs");
+        assert!(loss_terms(&s, &u, Some(&[0.5]), lambda, LossTerms::Wmd).is_err(), "one WMD per pair");
     }
 
     #[test]
@@ -530,7 +536,7 @@ mod tests {
         // toward t′; the gradient on s′ points away from t′ (descent moves s′ closer).
         let s = Var::from_tensor(&t(&[[2.0, 0.0]])).unwrap();
         let u = t(&[[0.0, 0.0]]);
-        let (l, _) = dueam_loss(s.as_tensor(), &u, Some(&[0.5]), 0.003, LossTerms::Wmd).unwrap();
+        let l = dueam_loss(s.as_tensor(), &u, Some(&[0.5]), 0.003, LossTerms::Wmd).unwrap().total;
         let g = l.backward().unwrap().get(s.as_tensor()).unwrap().to_vec2::<f32>().unwrap();
         assert!(g[0][0] > 0.0 && g[0][1].abs() < 1e-7, "{g:?}");
         // d/ds L_A = exp(|x|)·sign(x)·(−exp(−d))·(s − t)/d with x = exp(−d) − exp(−w).
@@ -538,12 +544,12 @@ mod tests {
         let want = x.abs().exp() * x.signum() * -(-2f64).exp() * 1.0;
         assert!((g[0][0] as f64 - want).abs() < 1e-5, "{} vs {want}", g[0][0]);
         // Identical vectors: finite gradient.
-        let (l, _) = dueam_loss(s.as_tensor(), s.as_tensor(), Some(&[0.5]), 0.003, LossTerms::Both).unwrap();
+        let l = dueam_loss(s.as_tensor(), s.as_tensor(), Some(&[0.5]), 0.003, LossTerms::Both).unwrap().total;
         let g = l.backward().unwrap().get(s.as_tensor()).unwrap().to_vec2::<f32>().unwrap();
         assert!(g[0].iter().all(|v| v.is_finite()), "{g:?}");
         // −L_B: the gradient turns s′ toward t′.
         let u = t(&[[0.0, 1.0]]);
-        let (l, _) = dueam_loss(s.as_tensor(), &u, None, 0.003, LossTerms::Cos).unwrap();
+        let l = dueam_loss(s.as_tensor(), &u, None, 0.003, LossTerms::Cos).unwrap().total;
         let g = l.backward().unwrap().get(s.as_tensor()).unwrap().to_vec2::<f32>().unwrap();
         assert!(g[0][1] < 0.0, "descent raises the t′ component: {g:?}");
     }

@@ -478,7 +478,8 @@ impl Recipe for Lightweight {
         let (pooled, states) = self.encode(&rows, &picks, &mut Mode::Train(rng))?;
         let vectors = Tensor::cat(&[pooled.narrow(0, 0, b)?, pooled.narrow(0, b, b)?], 1)?;
 
-        let mut terms = Vec::new();
+        // Terms as tensors, read once the backward is queued (on a GPU a read waits for it).
+        let mut later = Vec::new();
         let mut gen = Tensor::zeros((), DType::F32, pooled.device())?;
         if task != Generative::None {
             let emb = self.encoder.encoder.word_embeddings();
@@ -492,10 +493,7 @@ impl Recipe for Lightweight {
                 }
                 q_src.extend(q_tgt);
                 let kl = kl_sparse(&self.head.logits(&pooled, emb)?, &q_src, b)?;
-                terms.push((
-                    if task == Generative::Smlm { "smlm" } else { "kl" }.to_string(),
-                    kl.to_scalar::<f32>()? as f64,
-                ));
+                later.push((if task == Generative::Smlm { "smlm" } else { "kl" }.to_string(), kl.clone()));
                 gen = (gen + kl)?;
             }
             if let Some(states) = states {
@@ -503,31 +501,31 @@ impl Recipe for Lightweight {
                 let labels = Tensor::new(pick_labels, logits.device())?;
                 // Mean over masked tokens, times two: one term per side of a pair, as Eq. 1.
                 let mlm = (candle_nn::loss::cross_entropy(&logits, &labels)? * 2.0)?;
-                terms.push(("mlm".to_string(), mlm.to_scalar::<f32>()? as f64));
+                later.push(("mlm".to_string(), mlm.clone()));
                 gen = (gen + mlm)?;
             }
             gen = (gen * self.cfg.gen_weight)?;
         }
-        Ok((StepLoss { total: gen, terms, later: Vec::new(), sentences: 2 * b }, vectors))
+        Ok((StepLoss { total: gen, terms: Vec::new(), later, sentences: 2 * b }, vectors))
     }
 
     /// `align_weight · L_align + sim_weight · L_sim` of the batch's `[u | v]` rows.
     fn coupled_loss(&self, batch: &[usize], vectors: &Tensor) -> Result<StepLoss> {
         let h = self.cfg.hidden;
         let (u, v) = (vectors.narrow(1, 0, h)?, vectors.narrow(1, h, h)?);
-        let mut terms = Vec::new();
+        let mut later = Vec::new();
         let mut total = Tensor::zeros((), DType::F32, vectors.device())?;
         if self.cfg.align {
             let a = align_loss(&u, &v)?;
-            terms.push(("align".to_string(), a.to_scalar::<f32>()? as f64));
+            later.push(("align".to_string(), a.clone()));
             total = (total + (a * self.cfg.align_weight)?)?;
         }
         if self.cfg.sim {
             let s = sim_loss(&u, &v)?;
-            terms.push(("sim".to_string(), s.to_scalar::<f32>()? as f64));
+            later.push(("sim".to_string(), s.clone()));
             total = (total + (s * self.cfg.sim_weight)?)?;
         }
-        Ok(StepLoss { total, terms, later: Vec::new(), sentences: 2 * batch.len() })
+        Ok(StepLoss { total, terms: Vec::new(), later, sentences: 2 * batch.len() })
     }
 
     fn begin_step(&mut self) -> Result<()> {
