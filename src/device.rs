@@ -32,8 +32,48 @@ fn cuda(ordinal: usize) -> Result<Device> {
     let d = Device::new_cuda(ordinal).with_context(|| {
         format!("cannot open CUDA device {ordinal}: is there an NVIDIA GPU with that index and a driver for CUDA 13 (nvidia-smi lists them)?")
     })?;
+    // `XSENT_KERNELS=candle` (src/model/candle_ops.rs) is candle as it comes, the device too.
+    if let (Device::Cuda(c), false) = (&d, std::env::var("XSENT_KERNELS").is_ok_and(|k| k == "candle")) {
+        tune(c).with_context(|| format!("cannot set up CUDA device {ordinal}"))?;
+    }
     opened.insert(ordinal, d.clone());
     Ok(d)
+}
+
+/// What xsent changes in a CUDA device it opens, for the host's cost per op. candle runs every
+/// op on the per-thread stream, which cudarc does not count as a second stream:
+/// 1. **No CUDA events per buffer.** cudarc gives every buffer a read and a write event (two
+///    `cuEventCreate` at allocation, two `cuEventDestroy` when freed) and uses them only once a
+///    context has several streams (`is_managing_stream_synchronization`), which a candle device
+///    never has: four driver calls per op for nothing. Turning tracking off changes no ordering:
+///    all work stays on the one stream, in order.
+/// 2. **The memory pool keeps what is freed.** candle allocates with `cuMemAllocAsync` from the
+///    device's default pool, whose release threshold is 0: at each synchronisation (every read
+///    of a loss or a norm) the pool hands its free memory back to the driver, and the next
+///    step's allocations map it again. With the threshold at its maximum the pool keeps it for
+///    reuse, as PyTorch's caching allocator does; the peak stays what the work needs.
+#[cfg(feature = "cuda")]
+fn tune(dev: &candle_core::CudaDevice) -> Result<()> {
+    use candle_core::cuda_backend::cudarc::driver::{result, sys};
+    let ctx = dev.cuda_stream().context().clone();
+    // SAFETY: candle's device issues all its work on one stream (the per-thread stream), so
+    // cudarc never reads the events it would create (1. above); buffers made before this call
+    // keep theirs, which cudarc ignores alike.
+    unsafe { dev.disable_event_tracking() };
+    if ctx.has_async_alloc() {
+        let mut keep = u64::MAX;
+        // SAFETY: the device is the context's own; the attribute's value is a u64 (cuda.h:
+        // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, a cuuint64_t).
+        unsafe {
+            let pool = result::device::get_default_mem_pool(ctx.cu_device())?;
+            result::mem_pool::set_attribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut keep as *mut u64).cast(),
+            )?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -1,7 +1,8 @@
 //! A GPU against the CPU (built with `--features cuda`; run where a GPU is, by
 //! scripts/gpu-check.sh): the encoder's inference and training passes on the tiny fixtures,
 //! the lightweight losses on column slices (the step that failed with "matmul is only supported
-//! for contiguous tensors"), the in-place AdamW kernel, the counter-based dropout, the exact kNN,
+//! for contiguous tensors"), the device's settings (no events per buffer, a pool that keeps
+//! freed memory), the in-place AdamW kernel and its one-launch form over many tensors, the counter-based dropout, the exact kNN,
 //! sp's averaging, the one-op LayerNorm and softmax of training, the CUDA side of training's
 //! LayerNorm, linear layer, softmax and GELU, and bf16 training. Without a GPU every test fails, saying so.
 #![cfg(feature = "cuda")]
@@ -58,6 +59,33 @@ fn one_device_per_gpu() {
     let x = Tensor::ones(3, DType::F32, &a).unwrap();
     let y = Tensor::ones(3, DType::F32, &b).unwrap();
     assert_eq!((x + y).unwrap().to_vec1::<f32>().unwrap(), vec![2.0; 3]);
+}
+
+#[test]
+fn the_device_keeps_freed_memory_and_makes_no_events() {
+    use candle_core::cuda_backend::cudarc::driver::{result, sys};
+    let Device::Cuda(c) = gpu() else { unreachable!("parse_device(\"cuda\") gives a CUDA device") };
+    assert!(!c.is_event_tracking(), "buffers would get two CUDA events each (src/device.rs, tune)");
+    let ctx = c.cuda_stream().context().clone();
+    if ctx.has_async_alloc() {
+        let mut threshold = 0u64;
+        // SAFETY: the context's own device; the attribute is a u64.
+        unsafe {
+            let pool = result::device::get_default_mem_pool(ctx.cu_device()).unwrap();
+            result::mem_pool::get_attribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut threshold as *mut u64).cast(),
+            )
+            .unwrap();
+        }
+        assert_eq!(threshold, u64::MAX, "the pool would hand freed memory back at every synchronisation");
+    }
+    // Work after the change: allocate, free, synchronise, allocate again.
+    for n in [1usize << 20, 1 << 10, 1 << 20] {
+        let x = Tensor::ones(n, DType::F32, &Device::Cuda(c.clone())).unwrap();
+        assert_eq!(x.sum_all().unwrap().to_scalar::<f32>().unwrap(), n as f32);
+    }
 }
 
 #[test]
@@ -186,6 +214,75 @@ fn adamw_kernel_equals_the_cpu_kernel_bit_for_bit() {
     }
     for (a, b) in nc.iter().zip(&ng) {
         assert!((a - b).abs() < 1e-5 * a, "gradient norms {nc:?} vs {ng:?}");
+    }
+}
+
+/// The optimiser's one-launch passes (src/gpu/optim.rs) against its one-kernel-per-parameter
+/// path (`XSENT_KERNELS=candle`, here on this thread), on many tensors of mixed lengths: chunk
+/// edges, a partial last chunk, tensors smaller than a warp, weights with and without decay.
+#[test]
+fn adamw_over_many_tensors_equals_one_kernel_per_tensor() {
+    use xsent::model::weights::Params;
+    use xsent::train::{AdamW, AdamWConfig};
+    let dev = gpu();
+    let lens = [1usize, 17, 31, 32, 33, 65_535, 65_536, 65_537, 200_003, 3, 4_096, 131_072];
+    let run = |max_grad_norm: Option<f64>| {
+        let vars: Vec<(String, Var)> = lens
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let name = if i % 3 == 0 { format!("p{i}.bias") } else { format!("p{i}.weight") };
+                let t = Tensor::from_vec(values(n, i), n, &Device::Cpu).unwrap().to_device(&dev).unwrap();
+                (name, Var::from_tensor(&t).unwrap())
+            })
+            .collect();
+        let params = Params { vars: vars.clone() };
+        let mut opt = AdamW::new(&params, AdamWConfig { max_grad_norm, ..Default::default() }).unwrap();
+        opt.set_lr_scales(|name| if name.starts_with("p4") { 0.5 } else { 1.0 });
+        let mut norms = Vec::new();
+        for step in 0..3 {
+            let mut loss = Tensor::zeros((), DType::F32, &dev).unwrap();
+            for (i, (_, v)) in vars.iter().enumerate() {
+                let term = (v.as_tensor().sqr().unwrap().sum_all().unwrap() * (0.5 + i as f64)).unwrap();
+                loss = (loss + term + v.as_tensor().sum_all().unwrap()).unwrap();
+            }
+            let grads = loss.backward().unwrap();
+            norms.push(opt.step(&grads, 1e-2 / (step + 1) as f64).unwrap().grad_norm);
+        }
+        let host: Vec<Vec<f32>> = vars
+            .iter()
+            .map(|(_, v)| v.as_tensor().to_device(&Device::Cpu).unwrap().to_vec1::<f32>().unwrap())
+            .collect();
+        let mut state: Vec<(String, Vec<f32>)> = opt
+            .state_tensors()
+            .unwrap()
+            .into_iter()
+            .map(|(k, t)| (k, t.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
+            .collect();
+        state.sort_by(|a, b| a.0.cmp(&b.0));
+        (host, state, norms)
+    };
+    // Without clipping the norm only feeds the metrics: parameters and moments bit for bit.
+    let (pm, sm, nm) = run(None);
+    let (pk, sk, nk) = xsent::model::kernels::with_candle_ops(|| run(None));
+    assert_eq!(pm, pk, "parameters after 3 steps: one launch vs one kernel per tensor");
+    assert_eq!(sm, sk, "optimiser state after 3 steps");
+    for (a, b) in nm.iter().zip(&nk) {
+        // f64 chunk sums against candle's f32 sum per tensor: 1e-5 leaves room for the latter.
+        assert!((a - b).abs() <= 1e-5 * b, "gradient norms {nm:?} (one launch) vs {nk:?} (candle's ops)");
+    }
+    // Clipped (the norms summed in another order): close.
+    let (pm, _, _) = run(Some(1.0));
+    let (pk, _, _) = xsent::model::kernels::with_candle_ops(|| run(Some(1.0)));
+    for (i, (a, b)) in pm.iter().zip(&pk).enumerate() {
+        let worst = a.iter().zip(b).map(|(x, y)| (x - y).abs() / y.abs().max(1e-3)).fold(0f32, |m, d| {
+            if d.is_nan() || m.is_nan() {
+                f32::NAN
+            } else {
+                m.max(d)
+            }
+        });
+        assert!(worst < 1e-5, "tensor {i} of {} after 3 clipped steps differs by {worst}", lens[i]);
     }
 }
 

@@ -15,3 +15,61 @@ extern "C" __global__ void xsent_adamw_f32(
         p[i] = p[i] * (1.0f - lr * decay) - lr * update;
     }
 }
+
+// The optimiser over many tensors in one launch each (src/gpu/optim.rs builds the table): one
+// block per chunk of `chunk` elements of one tensor. The table holds, for T tensors, T
+// addresses per field, then per chunk c its tensor and first element at [fields·T + 2c].
+
+// Σx² of each chunk of the gradients, in f64 (x² in f32, as the CPU): partial[c]. Table fields:
+// gradient, length.
+extern "C" __global__ void xsent_sumsq_many_f32(
+    const unsigned long long* table, unsigned long long tensors, unsigned long long chunk, double* partial) {
+    const unsigned long long* ch = table + 2ull * tensors + 2ull * blockIdx.x;
+    unsigned long long t = ch[0], start = ch[1];
+    const float* g = (const float*)table[t];
+    unsigned long long n = table[tensors + t];
+    unsigned long long end = start + chunk < n ? start + chunk : n;
+    double acc = 0.0;
+    for (unsigned long long i = start + threadIdx.x; i < end; i += blockDim.x) {
+        float x = g[i];
+        acc += (double)(x * x);
+    }
+    // The block's sum: each warp's by shuffles, then the warps' in order by warp 0.
+    __shared__ double warps[32];
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
+    if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = acc;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        acc = threadIdx.x < (blockDim.x >> 5) ? warps[threadIdx.x] : 0.0;
+        for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
+        if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+    }
+}
+
+// AdamW over many parameters: xsent_adamw_f32's arithmetic, element for element. Table fields:
+// parameter, gradient, first moment, second moment, length, then the tensor's learning rate
+// (low 32 bits) and weight decay (high 32 bits) as f32 bits.
+extern "C" __global__ void xsent_adamw_many_f32(
+    const unsigned long long* table, unsigned long long tensors, unsigned long long chunk,
+    float b1, float b2, float bc1, float bc2, float eps, float grad_scale) {
+    const unsigned long long* ch = table + 6ull * tensors + 2ull * blockIdx.x;
+    unsigned long long t = ch[0], start = ch[1];
+    float* p = (float*)table[t];
+    const float* g = (const float*)table[tensors + t];
+    float* m = (float*)table[2ull * tensors + t];
+    float* v = (float*)table[3ull * tensors + t];
+    unsigned long long n = table[4ull * tensors + t];
+    unsigned long long hyper = table[5ull * tensors + t];
+    float lr = __uint_as_float((unsigned int)(hyper & 0xffffffffull));
+    float decay = __uint_as_float((unsigned int)(hyper >> 32));
+    unsigned long long end = start + chunk < n ? start + chunk : n;
+    for (unsigned long long i = start + threadIdx.x; i < end; i += blockDim.x) {
+        float gi = g[i] * grad_scale;
+        float mi = b1 * m[i] + (1.0f - b1) * gi;
+        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        float update = (mi / bc1) / (sqrtf(vi / bc2) + eps);
+        p[i] = p[i] * (1.0f - lr * decay) - lr * update;
+    }
+}

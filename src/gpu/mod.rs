@@ -8,6 +8,7 @@
 pub mod gelu;
 pub mod layer_norm;
 pub mod linear;
+pub mod optim;
 pub mod softmax;
 
 use candle_core::backend::BackendStorage;
@@ -16,6 +17,8 @@ use candle_core::cuda_backend::{CudaDevice, CudaStorage, WrapErr};
 use candle_core::{Layout, Shape, Storage, Tensor};
 
 const ADAMW_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/adamw.ptx"));
+/// The module of adamw.cu's kernels (the one-tensor update, and [`optim`]'s two).
+const ADAMW_MODULE: &str = "xsent_adamw";
 const DROPOUT_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/dropout.ptx"));
 
 /// A launch over `n` elements (the kernels loop with a grid stride, so any `n` fits).
@@ -103,7 +106,7 @@ impl candle_core::InplaceOp1 for AdamW<'_> {
             return Ok(());
         }
         let dev = ps.device().clone();
-        let func = dev.get_or_load_custom_func("xsent_adamw_f32", "xsent_adamw", ADAMW_PTX)?;
+        let func = dev.get_or_load_custom_func("xsent_adamw_f32", ADAMW_MODULE, ADAMW_PTX)?;
         let Some((a, b)) = pl.contiguous_offsets() else {
             candle_core::bail!("{name}: the parameter is not contiguous")
         };

@@ -16,7 +16,8 @@ enum Forced {
     GpuPaths,
     /// `candle`: a GPU's code paths with candle's ops for every op, the fused training ops
     /// included (their fallback for other dtypes and devices, and on a GPU the way back from
-    /// xsent's kernels).
+    /// xsent's kernels; there the optimiser also runs one kernel per parameter, and the device
+    /// is left as candle opens it: src/device.rs).
     CandleOps,
 }
 

@@ -2,12 +2,13 @@
 //!
 //! On the CPU each parameter is updated by one pass over its memory (no temporaries), in
 //! parallel for large tensors; `candle_nn::AdamW` allocates a dozen tensors per parameter per
-//! step. On a GPU the moments live on the GPU beside the parameter, and one kernel per
-//! parameter updates parameter and moments in place (`optim_cuda`, the CPU kernel's arithmetic
-//! in the same order, without fused multiply-adds); elsewhere (and on the CPU under
-//! `XSENT_KERNELS=candle`) the same arithmetic runs as tensor ops whose results are copied into
-//! the parameter's and the moments' own buffers. The global gradient norm is summed on the
-//! device and read back once per step.
+//! step. On a GPU the moments live on the GPU beside the parameter, and one launch updates all
+//! parameters and moments in place (`crate::gpu::optim`, the CPU kernel's arithmetic in the same
+//! order, without fused multiply-adds), after one launch for the gradients' Σx² whose per-chunk
+//! sums are read back once per step; under `XSENT_KERNELS=candle` a GPU runs one kernel per
+//! parameter and the norm through candle's ops. Elsewhere (the CPU under `XSENT_KERNELS=gpu` or
+//! `candle`) the same arithmetic runs as tensor ops whose results are copied into the
+//! parameter's and the moments' own buffers.
 
 use crate::model::weights::Params;
 use anyhow::{ensure, Result};
@@ -189,6 +190,11 @@ impl AdamW {
     /// Global L2 norm of the gradients of all parameters (accumulated in f64; on the CPU one
     /// pass over each gradient's memory, no temporaries).
     pub fn grad_norm(&self, grads: &GradStore) -> Result<f64> {
+        #[cfg(feature = "cuda")]
+        if let Some(gs) = self.on_one_gpu(grads)? {
+            let gs: Vec<&Tensor> = gs.iter().map(|(_, g)| g).collect();
+            return Ok(crate::gpu::optim::sum_of_squares(&gs)?.sqrt());
+        }
         let mut sq = 0f64;
         // Off the host, each gradient's Σg² stays on its device until all are queued: one read
         // (and one wait for the device) per step instead of one per parameter.
@@ -223,6 +229,35 @@ impl AdamW {
         self.step += 1;
         let t = self.step as i32;
         let (b1, b2) = (self.cfg.beta1, self.cfg.beta2);
+        #[cfg(feature = "cuda")]
+        if let Some(gs) = self.on_one_gpu(grads)? {
+            let updates: Vec<crate::gpu::optim::Update> = gs
+                .iter()
+                .map(|(s, g)| {
+                    let (m, v) = s.dev.as_ref().expect("on_one_gpu takes device slots only");
+                    let decay = if s.no_decay { 0.0 } else { self.cfg.weight_decay };
+                    let lr = lr * s.lr_scale;
+                    crate::gpu::optim::Update {
+                        p: s.var.as_tensor(),
+                        g,
+                        m: m.as_tensor(),
+                        v: v.as_tensor(),
+                        lr: lr as f32,
+                        decay: decay as f32,
+                    }
+                })
+                .collect();
+            let h = [
+                b1 as f32,
+                b2 as f32,
+                (1.0 - b1.powi(t)) as f32,
+                (1.0 - b2.powi(t)) as f32,
+                self.cfg.eps as f32,
+                grad_scale as f32,
+            ];
+            crate::gpu::optim::adamw(&updates, &h)?;
+            return Ok(StepStats { grad_norm });
+        }
         for s in &mut self.slots {
             let Some(g) = grads.get(s.var.as_tensor()) else { continue };
             let decay = if s.no_decay { 0.0 } else { self.cfg.weight_decay };
@@ -266,6 +301,27 @@ impl AdamW {
             }
         }
         Ok(StepStats { grad_norm })
+    }
+
+    /// With every parameter that has a gradient an f32 tensor on one GPU, and xsent's training
+    /// kernels on (not `XSENT_KERNELS=candle`): those slots with their gradients (contiguous),
+    /// for the optimiser's passes over all tensors in one launch each (src/gpu/optim.rs).
+    #[cfg(feature = "cuda")]
+    fn on_one_gpu(&self, grads: &GradStore) -> Result<Option<Vec<(&Slot, Tensor)>>> {
+        if crate::model::candle_ops::training_kernels_off() {
+            return Ok(None);
+        }
+        let mut out = Vec::with_capacity(self.slots.len());
+        for s in &self.slots {
+            let Some(g) = grads.get(s.var.as_tensor()) else { continue };
+            let same_gpu =
+                out.first().is_none_or(|(f, _): &(&Slot, Tensor)| f.var.device().same_device(s.var.device()));
+            if s.dev.is_none() || !s.var.device().is_cuda() || !same_gpu || g.dtype() != DType::F32 {
+                return Ok(None);
+            }
+            out.push((s, g.contiguous()?));
+        }
+        Ok((!out.is_empty()).then_some(out))
     }
 
     /// Moments as tensors (`m.NAME`, `v.NAME`) for a checkpoint.
