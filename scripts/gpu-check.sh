@@ -459,9 +459,10 @@ langs = [\"de\"]"
         record "train $r cuda bf16 vs f32" "failed: $(tail -n1 "$out/train-$r-gpu-bf16.log" "$out/train-$r-gpu.log" 2>/dev/null | tr '\n' ' ' | cut -c1-200)" "runs" false $(( $(date +%s) - t0 ))
     fi
 
-    # xsent's CUDA kernels for training (LayerNorm, softmax, GELU, the linear layer: src/gpu)
-    # against candle's ops for them (XSENT_KERNELS=candle, the path before them): the same 20
-    # e5s distill steps, losses within 1e-4, and both speeds (the kernels' gain on this card).
+    # xsent's CUDA kernels for training (LayerNorm, softmax, GELU, the linear layer, the
+    # optimiser's two one-launch passes: src/gpu) and its device settings (src/device.rs)
+    # against candle as it comes (XSENT_KERNELS=candle, the path before them): the same 20 e5s
+    # distill steps, losses within 1e-4, and both speeds (their gain on this card).
     t0=$(date +%s)
     if [ -f "$tiny/run-$r-gpu/metrics.jsonl" ] \
         && run "train-$r-gpu-candle" 300 env XSENT_KERNELS=candle "$xsent" train --config "$tiny/$r.toml" \
