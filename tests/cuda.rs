@@ -65,7 +65,10 @@ fn one_device_per_gpu() {
 fn the_device_keeps_freed_memory_and_makes_no_events() {
     use candle_core::cuda_backend::cudarc::driver::{result, sys};
     let Device::Cuda(c) = gpu() else { unreachable!("parse_device(\"cuda\") gives a CUDA device") };
-    assert!(!c.is_event_tracking(), "buffers would get two CUDA events each (src/device.rs, tune)");
+    assert!(
+        !c.is_event_tracking(),
+        "buffers would get two CUDA events each (src/device.rs, tune; XSENT_KERNELS=candle leaves the device as candle opens it)"
+    );
     let ctx = c.cuda_stream().context().clone();
     if ctx.has_async_alloc() {
         let mut threshold = 0u64;
@@ -219,12 +222,18 @@ fn adamw_kernel_equals_the_cpu_kernel_bit_for_bit() {
 
 /// The optimiser's one-launch passes (src/gpu/optim.rs) against its one-kernel-per-parameter
 /// path (`XSENT_KERNELS=candle`, here on this thread), on many tensors of mixed lengths: chunk
-/// edges, a partial last chunk, tensors smaller than a warp, weights with and without decay.
+/// edges, a partial last chunk, tensors smaller than a warp, weights with and without decay, and
+/// two parameters used only through a concatenation, whose gradients are views into one buffer
+/// (the second at an offset).
 #[test]
 fn adamw_over_many_tensors_equals_one_kernel_per_tensor() {
     use xsent::model::weights::Params;
     use xsent::train::{AdamW, AdamWConfig};
     let dev = gpu();
+    assert!(
+        !xsent::model::kernels::training_kernels_off(),
+        "XSENT_KERNELS=candle is set: both runs would take the one-kernel path"
+    );
     let lens = [1usize, 17, 31, 32, 33, 65_535, 65_536, 65_537, 200_003, 3, 4_096, 131_072];
     let run = |max_grad_norm: Option<f64>| {
         let vars: Vec<(String, Var)> = lens
@@ -242,11 +251,19 @@ fn adamw_over_many_tensors_equals_one_kernel_per_tensor() {
         let mut norms = Vec::new();
         for step in 0..3 {
             let mut loss = Tensor::zeros((), DType::F32, &dev).unwrap();
-            for (i, (_, v)) in vars.iter().enumerate() {
+            let k = vars.len() - 2;
+            for (i, (_, v)) in vars[..k].iter().enumerate() {
                 let term = (v.as_tensor().sqr().unwrap().sum_all().unwrap() * (0.5 + i as f64)).unwrap();
                 loss = (loss + term + v.as_tensor().sum_all().unwrap()).unwrap();
             }
+            let both = Tensor::cat(&[vars[k].1.as_tensor(), vars[k + 1].1.as_tensor()], 0).unwrap();
+            loss = (loss + (both.sqr().unwrap() * 1.5).unwrap().sum_all().unwrap()).unwrap();
             let grads = loss.backward().unwrap();
+            if step == 0 {
+                let g = grads.get(vars[k + 1].1.as_tensor()).unwrap();
+                let offset = g.storage_and_layout().1.start_offset();
+                xsent::errln!("the last parameter's gradient starts at offset {offset} of its buffer");
+            }
             norms.push(opt.step(&grads, 1e-2 / (step + 1) as f64).unwrap().grad_norm);
         }
         let host: Vec<Vec<f32>> = vars

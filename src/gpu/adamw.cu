@@ -34,7 +34,8 @@ extern "C" __global__ void xsent_sumsq_many_f32(
         float x = g[i];
         acc += (double)(x * x);
     }
-    // The block's sum: each warp's by shuffles, then the warps' in order by warp 0.
+    // The block's sum: each warp's by a shuffle tree, then the warps' sums by warp 0's (a fixed
+    // order: the same partials run to run).
     __shared__ double warps[32];
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
     if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = acc;

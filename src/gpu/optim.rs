@@ -37,6 +37,9 @@ fn addresses(op: &str, ts: &[&Tensor]) -> candle_core::Result<(CudaDevice, Vec<u
         let slice: &CudaSlice<f32> = s.as_cuda_slice::<f32>()?;
         // The address only: the kernel runs on the one stream after the work queued so far, and
         // the caller keeps every tensor alive until it is queued (frees are stream-ordered).
+        // Writes through it bypass candle's storage lock: sound while one host thread issues
+        // the GPU's work (the trainer's: GPU recipes run a step whole on it, and candle's
+        // per-thread stream would not order work from other threads anyway).
         let (ptr, _record) = slice.device_ptr(&stream);
         out.push(ptr + (a * std::mem::size_of::<f32>()) as u64);
     }
@@ -123,6 +126,13 @@ pub fn adamw<'a>(updates: &[Update<'a>], h: &[f32; 6]) -> candle_core::Result<()
         candle_core::bail!("{OP}: parameters, gradients and moments must be on one GPU");
     }
     let (g, m, v) = (field(|u| u.g)?.1, field(|u| u.m)?.1, field(|u| u.v)?.1);
+    // One launch updates all at once: a parameter listed twice would race with itself (one
+    // kernel per parameter updated it twice, in turn).
+    let mut seen = p.clone();
+    seen.sort_unstable();
+    if seen.windows(2).any(|w| w[0] == w[1]) {
+        candle_core::bail!("{OP}: a parameter is listed twice");
+    }
     let lens: Vec<usize> = updates.iter().map(|u| u.p.elem_count()).collect();
     let chunks = chunks(&lens, CHUNK);
     if chunks.is_empty() {
