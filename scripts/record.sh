@@ -35,12 +35,14 @@ dueam_langs="ara,bul,cmn,deu,ell,fra,hin,rus,spa,tha,tur,urd,vie"
 # name -> "train args" (empty: no training) and the evaluations (one per line: a report name, then
 # the eval arguments; MODEL stands for the model scored; BASE=NAME compares with that record's
 # report of the same name).
-names=(e5-small e5-small-4layers minilm distill distill-direct dueam sp sp-random lightweight disentangle disentangle-paper)
+names=(e5-small e5-small-4layers minilm distill distill-direct distill-bf16 dueam sp sp-random lightweight disentangle disentangle-paper)
 
 train_args() {
     case "$1" in
         distill) echo "--config configs/distill.toml" ;;
         distill-direct) echo "--config configs/distill-direct.toml" ;;
+        # bf16 training's cost (issue 41): the same run with train.precision = "bf16".
+        distill-bf16) echo "--config configs/distill.toml --set train.precision=\"bf16\"" ;;
         dueam) echo "--config configs/dueam.toml" ;;
         sp) echo "--config configs/sp.toml" ;;
         sp-random) echo "--config configs/sp.toml --set sp.random=true" ;;
@@ -65,6 +67,7 @@ base_of() {
     case "$1" in
         distill | distill-direct | disentangle | disentangle-paper) echo e5-small ;;
         dueam) echo e5-small-4layers ;;
+        distill-bf16) echo distill ;;
         sp) echo sp-random ;;
         *) echo "" ;;
     esac
@@ -75,6 +78,8 @@ evals_of() {
     case "$1" in
         e5-small | distill | distill-direct)
             printf '%s\n' "stsb-dev|$dev" "sts17|sts" "tatoeba|tatoeba" "bucc|bucc" "xsr|xsr --multi30k" ;;
+        distill-bf16)
+            printf '%s\n' "stsb-dev|$dev" "sts17|sts" "tatoeba|tatoeba" ;;
         e5-small-4layers | dueam)
             printf '%s\n' "stsb-dev|$dev" "sts17|sts" "tatoeba|tatoeba --langs $dueam_langs" "bucc|bucc" "xsr|xsr --multi30k" ;;
         minilm)
