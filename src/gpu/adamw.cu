@@ -1,18 +1,25 @@
-// AdamW for one f32 parameter, in place: parameter, first and second moments updated in one
-// pass. The arithmetic is the CPU kernel's (src/train/optim.rs), in the same order; build.rs
-// compiles it with -fmad=false, so no multiply-add is fused and the values are the CPU's.
+// AdamW in place: element i's parameter, first and second moments updated in one pass, shared by
+// the kernels below. The arithmetic is the CPU kernel's (src/train/optim.rs), in the same order;
+// build.rs compiles it with -fmad=false, so no multiply-add is fused and the values are the CPU's.
+__device__ __forceinline__ void adamw_element(
+    float* p, const float* g, float* m, float* v, unsigned long long i,
+    float lr, float b1, float b2, float bc1, float bc2, float eps, float decay, float grad_scale) {
+    float gi = g[i] * grad_scale;
+    float mi = b1 * m[i] + (1.0f - b1) * gi;
+    float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    float update = (mi / bc1) / (sqrtf(vi / bc2) + eps);
+    p[i] = p[i] * (1.0f - lr * decay) - lr * update;
+}
+
+// AdamW for one f32 parameter.
 extern "C" __global__ void xsent_adamw_f32(
     float* p, const float* g, float* m, float* v, unsigned long long n,
     float lr, float b1, float b2, float bc1, float bc2, float eps, float decay, float grad_scale) {
     unsigned long long stride = (unsigned long long)blockDim.x * gridDim.x;
     for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        float gi = g[i] * grad_scale;
-        float mi = b1 * m[i] + (1.0f - b1) * gi;
-        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        float update = (mi / bc1) / (sqrtf(vi / bc2) + eps);
-        p[i] = p[i] * (1.0f - lr * decay) - lr * update;
+        adamw_element(p, g, m, v, i, lr, b1, b2, bc1, bc2, eps, decay, grad_scale);
     }
 }
 
@@ -47,7 +54,7 @@ extern "C" __global__ void xsent_sumsq_many_f32(
     }
 }
 
-// AdamW over many parameters: xsent_adamw_f32's arithmetic, element for element. Table fields:
+// AdamW over many parameters: xsent_adamw_f32's arithmetic (adamw_element). Table fields:
 // parameter, gradient, first moment, second moment, length, then the tensor's learning rate
 // (low 32 bits) and weight decay (high 32 bits) as f32 bits.
 extern "C" __global__ void xsent_adamw_many_f32(
@@ -65,12 +72,6 @@ extern "C" __global__ void xsent_adamw_many_f32(
     float decay = __uint_as_float((unsigned int)(hyper >> 32));
     unsigned long long end = start + chunk < n ? start + chunk : n;
     for (unsigned long long i = start + threadIdx.x; i < end; i += blockDim.x) {
-        float gi = g[i] * grad_scale;
-        float mi = b1 * m[i] + (1.0f - b1) * gi;
-        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        float update = (mi / bc1) / (sqrtf(vi / bc2) + eps);
-        p[i] = p[i] * (1.0f - lr * decay) - lr * update;
+        adamw_element(p, g, m, v, i, lr, b1, b2, bc1, bc2, eps, decay, grad_scale);
     }
 }
