@@ -13,7 +13,6 @@ pub mod data;
 pub mod device;
 pub mod embed;
 pub mod eval;
-#[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod index;
 pub mod io;

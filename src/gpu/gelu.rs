@@ -7,7 +7,7 @@ use candle_core::cuda_backend::{CudaDType, CudaStorage, WrapErr};
 use candle_core::{DType, Layout, Shape};
 use half::bf16;
 
-use super::{launch_config, view};
+use super::{config, launch, view};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/gelu.ptx"));
 const MODULE: &str = "xsent_gelu";
@@ -69,7 +69,7 @@ fn launch<T: CudaDType + DeviceRepr>(
         // SAFETY: the arguments match `xsent_gelu_{f32,bf16}` (x, out, n) and
         // `xsent_gelu_grad_{f32,bf16}` (x, g, out, n): inputs and output of n elements of T (the
         // callers check one shape and dtype), n.
-        unsafe { args.launch(launch_config(n)) }.w()?;
+        unsafe { args.launch(config(launch::elementwise(n))) }.w()?;
     }
     Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
 }

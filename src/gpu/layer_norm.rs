@@ -2,11 +2,11 @@
 //! [`crate::model::kernels::layer_norm_train`]'s forward and backward ops.
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
 use candle_core::cuda_backend::{CudaStorage, WrapErr};
 use candle_core::{Layout, Shape};
 
-use super::{f32_view, rows_and_width, rows_config};
+use super::{config, f32_view, launch, rows_and_width};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/layer_norm.ptx"));
 const MODULE: &str = "xsent_layer_norm";
@@ -41,7 +41,7 @@ pub fn forward(
         args.arg(&xv).arg(&wv).arg(&bv).arg(&mut out).arg(&rows64).arg(&n32).arg(&eps);
         // SAFETY: the arguments match `xsent_layer_norm_f32`: x and out of rows·n f32, w and b of
         // n (checked above), rows, n, eps.
-        unsafe { args.launch(rows_config(OP, rows)?) }.w()?;
+        unsafe { args.launch(config(launch::rows(OP, rows)?)) }.w()?;
     }
     Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), x.1.shape().clone()))
 }
@@ -69,7 +69,7 @@ pub fn grad_x(
         args.arg(&xv).arg(&wv).arg(&gv).arg(&mut out).arg(&rows64).arg(&n32).arg(&eps);
         // SAFETY: the arguments match `xsent_layer_norm_grad_x_f32`: x, g and dx of rows·n f32,
         // w of n, rows, n, eps.
-        unsafe { args.launch(rows_config(OP, rows)?) }.w()?;
+        unsafe { args.launch(config(launch::rows(OP, rows)?)) }.w()?;
     }
     Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), x.1.shape().clone()))
 }
@@ -97,16 +97,15 @@ pub fn grad_wb(
         args.arg(&xv).arg(&gv).arg(&mut gxhat).arg(&rows64).arg(&n32).arg(&eps);
         // SAFETY: the arguments match `xsent_layer_norm_g_xhat_f32`: x, g and gxhat of rows·n f32,
         // rows, n, eps.
-        unsafe { args.launch(rows_config(OP, rows)?) }.w()?;
+        unsafe { args.launch(config(launch::rows(OP, rows)?)) }.w()?;
     }
     let func = dev.get_or_load_custom_func("xsent_column_sums2_f32", MODULE, PTX)?;
     let mut args = func.builder();
     args.arg(&gxhat).arg(&gv).arg(&mut out).arg(&rows64).arg(&n32);
-    let cfg = LaunchConfig { grid_dim: (n.div_ceil(32) as u32, 1, 1), block_dim: (32, 32, 1), shared_mem_bytes: 0 };
     // SAFETY: the arguments match `xsent_column_sums2_f32`: a and b of rows·n f32, out of 2·n,
     // rows, n. With no rows the sums are zeros. `gxhat` is freed on the device's stream, after
     // the kernel that reads it.
-    unsafe { args.launch(cfg) }.w()?;
+    unsafe { args.launch(config(launch::column_sums(n))) }.w()?;
     Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), Shape::from((2, n))))
 }
 

@@ -4,11 +4,11 @@
 //! transpose and a broadcast add) and of its bias gradient (`linear.cu`).
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
 use candle_core::cuda_backend::{CudaStorage, WrapErr};
 use candle_core::{Layout, Shape};
 
-use super::{f32_view, rows_and_width};
+use super::{config, f32_view, launch, rows_and_width};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/linear.ptx"));
 
@@ -44,8 +44,7 @@ pub fn column_sums(a: (&CudaStorage, &Layout)) -> candle_core::Result<(CudaStora
     let (rows64, n32) = (rows as u64, n as u32);
     let mut args = func.builder();
     args.arg(&av).arg(&mut out).arg(&rows64).arg(&n32);
-    let cfg = LaunchConfig { grid_dim: (n.div_ceil(32) as u32, 1, 1), block_dim: (32, 32, 1), shared_mem_bytes: 0 };
     // SAFETY: the arguments match `xsent_column_sums_f32`: a of rows·n f32, out of n, rows, n.
-    unsafe { args.launch(cfg) }.w()?;
+    unsafe { args.launch(config(launch::column_sums(n))) }.w()?;
     Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), Shape::from(n)))
 }

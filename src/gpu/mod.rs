@@ -1,160 +1,27 @@
-//! xsent's own CUDA kernels (built with `--features cuda`): the in-place AdamW update, the
+//! xsent's own CUDA kernels (built with `--features cuda`; [`launch`], their launch shapes, in
+//! every build): the in-place AdamW update, the
 //! counter-based dropout, and the GPU side of the training ops whose CPU kernels are in
 //! [`crate::model::kernels`] (LayerNorm, masked softmax, GELU, the linear layer, forward and
 //! backward: one file each here). Their sources are the `.cu` files beside this one (`math.cuh`: the CPU's erf and exp,
 //! warp sums); build.rs compiles them to PTX with nvcc, and the driver loads each module once per
 //! device.
 
+pub mod launch;
+
+#[cfg(feature = "cuda")]
+mod cuda;
+#[cfg(feature = "cuda")]
 pub mod gelu;
+#[cfg(feature = "cuda")]
 pub mod layer_norm;
+#[cfg(feature = "cuda")]
 pub mod linear;
+#[cfg(feature = "cuda")]
 pub mod optim;
+#[cfg(feature = "cuda")]
 pub mod softmax;
 
-use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
-use candle_core::cuda_backend::{CudaDevice, CudaStorage, WrapErr};
-use candle_core::{Layout, Shape, Storage, Tensor};
-
-const ADAMW_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/adamw.ptx"));
-/// The module of adamw.cu's kernels (the one-tensor update, and [`optim`]'s two).
-const ADAMW_MODULE: &str = "xsent_adamw";
-const DROPOUT_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/dropout.ptx"));
-
-/// A launch over `n` elements (the kernels loop with a grid stride, so any `n` fits).
-fn launch_config(n: usize) -> LaunchConfig {
-    const THREADS: usize = 256;
-    let blocks = n.div_ceil(THREADS).clamp(1, 65_535 * 8) as u32;
-    LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS as u32, 1, 1), shared_mem_bytes: 0 }
-}
-
-/// A launch of a row kernel over `rows` rows: one warp per row, [`ROWS_PER_BLOCK`] rows per
-/// block (the kernels read the row as `blockIdx.x · blockDim.y + threadIdx.y`).
-fn rows_config(op: &str, rows: usize) -> candle_core::Result<LaunchConfig> {
-    let blocks = rows.div_ceil(ROWS_PER_BLOCK).max(1);
-    if blocks > i32::MAX as usize {
-        candle_core::bail!("{op}: {rows} rows are more than one launch takes");
-    }
-    Ok(LaunchConfig { grid_dim: (blocks as u32, 1, 1), block_dim: (32, ROWS_PER_BLOCK as u32, 1), shared_mem_bytes: 0 })
-}
-
-const ROWS_PER_BLOCK: usize = 4;
-
-/// The f32 elements of a contiguous CUDA tensor's storage.
-fn f32_view<'a>(op: &str, s: &'a CudaStorage, l: &Layout) -> candle_core::Result<CudaView<'a, f32>> {
-    view::<f32>(op, s, l)
-}
-
-/// The elements of a contiguous CUDA tensor's storage, of type `T`.
-fn view<'a, T: candle_core::cuda_backend::CudaDType>(
-    op: &str,
-    s: &'a CudaStorage,
-    l: &Layout,
-) -> candle_core::Result<CudaView<'a, T>> {
-    let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("{op}: contiguous input only") };
-    Ok(s.as_cuda_slice::<T>()?.slice(a..b))
-}
-
-/// The last dimension of `l` and the number of rows before it (`[…, n]` read as `[rows, n]`).
-fn rows_and_width(op: &str, l: &Layout) -> candle_core::Result<(usize, usize)> {
-    let n = *l.dims().last().unwrap_or(&1);
-    // The kernels index a row's columns (and the column sums' outputs) in 32 bits.
-    if n == 0 || n > i32::MAX as usize / 2 {
-        candle_core::bail!("{op}: rows of {n} values");
-    }
-    Ok((l.shape().elem_count() / n, n))
-}
-
-/// One AdamW step for a CUDA f32 parameter `p` with gradient `g` and moments `m`, `v` (all
-/// contiguous, one length): `p`, `m` and `v` are updated in place by one kernel. `h` holds lr,
-/// β1, β2, the bias corrections 1 − β1ᵗ and 1 − β2ᵗ, ε, the weight decay and the gradient's
-/// clipping scale.
-pub fn adamw_update(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor, h: &[f32; 8]) -> candle_core::Result<()> {
-    p.inplace_op1(&AdamW { g, m, v, h: *h })
-}
-
-struct AdamW<'a> {
-    g: &'a Tensor,
-    m: &'a Tensor,
-    v: &'a Tensor,
-    h: [f32; 8],
-}
-
-impl candle_core::InplaceOp1 for AdamW<'_> {
-    fn name(&self) -> &'static str {
-        "xsent-adamw-cuda"
-    }
-
-    fn cpu_fwd(&self, _: &mut candle_core::CpuStorage, _: &Layout) -> candle_core::Result<()> {
-        candle_core::bail!("{}: a CUDA parameter was expected (the CPU has its own kernel)", self.name())
-    }
-
-    fn cuda_fwd(&self, ps: &mut CudaStorage, pl: &Layout) -> candle_core::Result<()> {
-        let name = self.name();
-        let n = pl.shape().elem_count();
-        for (what, t) in [("gradient", self.g), ("first moment", self.m), ("second moment", self.v)] {
-            if t.elem_count() != n || !t.is_contiguous() {
-                candle_core::bail!(
-                    "{name}: the {what} has shape {:?} (contiguous: {}), the parameter {:?}",
-                    t.dims(),
-                    t.is_contiguous(),
-                    pl.dims()
-                );
-            }
-        }
-        if n == 0 {
-            return Ok(());
-        }
-        let dev = ps.device().clone();
-        let func = dev.get_or_load_custom_func("xsent_adamw_f32", ADAMW_MODULE, ADAMW_PTX)?;
-        let Some((a, b)) = pl.contiguous_offsets() else {
-            candle_core::bail!("{name}: the parameter is not contiguous")
-        };
-        let mut p = ps.as_cuda_slice_mut::<f32>()?.slice_mut(a..b);
-        let (gs, gl) = self.g.storage_and_layout();
-        let (ms, ml) = self.m.storage_and_layout();
-        let (vs, vl) = self.v.storage_and_layout();
-        let (Storage::Cuda(gs), Storage::Cuda(ms), Storage::Cuda(vs)) = (&*gs, &*ms, &*vs) else {
-            candle_core::bail!("{name}: gradient and moments must be on the parameter's GPU")
-        };
-        let (g, m, v) = (f32_view(name, gs, gl)?, f32_view(name, ms, ml)?, f32_view(name, vs, vl)?);
-        let n64 = n as u64;
-        let mut args = func.builder();
-        args.arg(&mut p).arg(&g).arg(&m).arg(&v).arg(&n64);
-        for x in &self.h {
-            args.arg(x);
-        }
-        // SAFETY: the arguments match the kernel's signature (src/gpu/adamw.cu): four pointers to
-        // n f32 values each (checked above), n, and eight f32 scalars. The kernel writes m and v
-        // through views taken for reading: the optimiser owns those tensors alone (nothing else
-        // holds them), and all work runs on the device's one stream, in order.
-        unsafe { args.launch(launch_config(n)) }.w()?;
-        Ok(())
-    }
-}
-
-/// `x ⊙ mask / (1 − p)` for the counter-based mask of `seed` (src/gpu/dropout.cu) on a
-/// contiguous CUDA f32 tensor.
-pub fn dropout(
-    s: &CudaStorage,
-    l: &Layout,
-    seed: u64,
-    p: f32,
-    scale: f32,
-) -> candle_core::Result<(CudaStorage, Shape)> {
-    let x = f32_view("xsent-dropout", s, l)?;
-    let n = l.shape().elem_count();
-    let dev: &CudaDevice = s.device();
-    // SAFETY: every element is written by the kernel below before the tensor is read.
-    let mut out: CudaSlice<f32> = unsafe { dev.alloc::<f32>(n) }?;
-    if n > 0 {
-        let func = dev.get_or_load_custom_func("xsent_dropout_f32", "xsent_dropout", DROPOUT_PTX)?;
-        let n64 = n as u64;
-        let mut args = func.builder();
-        args.arg(&x).arg(&mut out).arg(&n64).arg(&seed).arg(&p).arg(&scale);
-        // SAFETY: the arguments match the kernel's signature (src/gpu/dropout.cu): an input and
-        // an output of n f32 values each, n, the seed, p and the scale.
-        unsafe { args.launch(launch_config(n)) }.w()?;
-    }
-    Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), l.shape().clone()))
-}
+#[cfg(feature = "cuda")]
+pub use cuda::{adamw_update, dropout};
+#[cfg(feature = "cuda")]
+use cuda::{config, f32_view, rows_and_width, view, ADAMW_MODULE, ADAMW_PTX};

@@ -3,20 +3,11 @@
 //! for Σx², two candle ops and an allocation) per tensor, about 600 per step for a 12-layer BERT;
 //! now each pass is a table copied to the GPU and one launch. The kernels are in adamw.cu.
 
-use super::{ADAMW_MODULE, ADAMW_PTX};
-use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
+use super::launch::{chunked, chunks, lr_and_decay, table, CHUNK};
+use super::{config, ADAMW_MODULE, ADAMW_PTX};
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DevicePtr, PushKernelArg};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{DType, Storage, Tensor};
-
-/// Elements per block: one block per chunk of a tensor.
-pub const CHUNK: usize = 1 << 16;
-const THREADS: u32 = 256;
-
-/// The chunks of tensors of lengths `lens`: (tensor, first element) every `chunk` elements; an
-/// empty tensor has none.
-pub fn chunks(lens: &[usize], chunk: usize) -> Vec<(usize, usize)> {
-    lens.iter().enumerate().flat_map(|(t, &n)| (0..n).step_by(chunk.max(1)).map(move |s| (t, s))).collect()
-}
 
 /// The GPU of `ts` (all on one), and each one's address: contiguous CUDA f32 tensors only.
 fn addresses(op: &str, ts: &[&Tensor]) -> candle_core::Result<(CudaDevice, Vec<u64>)> {
@@ -46,22 +37,6 @@ fn addresses(op: &str, ts: &[&Tensor]) -> candle_core::Result<(CudaDevice, Vec<u
     Ok((dev, out))
 }
 
-/// The launch over `chunks`: one block each.
-fn config(op: &str, chunks: usize) -> candle_core::Result<LaunchConfig> {
-    if chunks > i32::MAX as usize {
-        candle_core::bail!("{op}: {chunks} chunks are more than one launch takes");
-    }
-    Ok(LaunchConfig { grid_dim: (chunks as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 })
-}
-
-/// The table of a launch: `fields` (T values each, in order), then each chunk's tensor and first
-/// element.
-fn table(fields: &[Vec<u64>], chunks: &[(usize, usize)]) -> Vec<u64> {
-    let mut t: Vec<u64> = fields.concat();
-    t.extend(chunks.iter().flat_map(|&(i, s)| [i as u64, s as u64]));
-    t
-}
-
 /// Σx² over all elements of the gradients `gs` (contiguous f32, one GPU), in f64: each chunk's
 /// sum in f64 on the GPU, then the chunks' in order here (one read, one wait for the GPU).
 pub fn sum_of_squares(gs: &[&Tensor]) -> candle_core::Result<f64> {
@@ -86,7 +61,7 @@ pub fn sum_of_squares(gs: &[&Tensor]) -> candle_core::Result<f64> {
     // values then 2 per chunk (built above from T tensors and their chunks), T, the chunk
     // length, and one f64 per chunk (one block each). Each address is a live gradient's first
     // element, and each chunk lies within its tensor (`chunks`).
-    unsafe { args.launch(config(OP, chunks.len())?) }.w()?;
+    unsafe { args.launch(config(chunked(OP, chunks.len())?)) }.w()?;
     Ok(dev.clone_dtoh(&partial)?.iter().sum())
 }
 
@@ -139,8 +114,7 @@ pub fn adamw<'a>(updates: &[Update<'a>], h: &[f32; 6]) -> candle_core::Result<()
         return Ok(());
     }
     let n: Vec<u64> = lens.iter().map(|&n| n as u64).collect();
-    let hyper: Vec<u64> =
-        updates.iter().map(|u| (u.lr.to_bits() as u64) | ((u.decay.to_bits() as u64) << 32)).collect();
+    let hyper: Vec<u64> = updates.iter().map(|u| lr_and_decay(u.lr, u.decay)).collect();
     let tab = dev.clone_htod(&table(&[p, g, m, v, n, hyper], &chunks))?;
     let func = dev.get_or_load_custom_func("xsent_adamw_many_f32", ADAMW_MODULE, ADAMW_PTX)?;
     let (tensors, chunk) = (updates.len() as u64, CHUNK as u64);
@@ -155,29 +129,6 @@ pub fn adamw<'a>(updates: &[Update<'a>], h: &[f32; 6]) -> candle_core::Result<()
     // its parameter's length), and each chunk lies within its tensor. The kernel writes the
     // parameters and moments in place: the optimiser owns the moments alone and updates each
     // parameter once per step, as the one-tensor kernel does; all work runs on the one stream.
-    unsafe { args.launch(config(OP, chunks.len())?) }.w()?;
+    unsafe { args.launch(config(chunked(OP, chunks.len())?)) }.w()?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn chunks_cover_every_element_once() {
-        assert_eq!(chunks(&[5, 0, 2, 4], 2), vec![(0, 0), (0, 2), (0, 4), (2, 0), (3, 0), (3, 2)]);
-        assert!(chunks(&[0, 0], 4).is_empty());
-        let lens = [1usize, CHUNK, CHUNK + 1, 3 * CHUNK - 1];
-        let c = chunks(&lens, CHUNK);
-        for (t, &n) in lens.iter().enumerate() {
-            let covered: usize = c.iter().filter(|(i, _)| *i == t).map(|&(_, s)| (n - s).min(CHUNK)).sum();
-            assert_eq!(covered, n, "tensor {t}");
-        }
-    }
-
-    #[test]
-    fn table_holds_fields_then_chunks() {
-        let t = table(&[vec![10, 11], vec![7, 3]], &[(0, 0), (1, 0), (1, 2)]);
-        assert_eq!(t, vec![10, 11, 7, 3, 0, 0, 1, 0, 1, 2]);
-    }
 }

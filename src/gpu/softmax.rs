@@ -6,7 +6,7 @@ use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
 use candle_core::cuda_backend::{CudaStorage, WrapErr};
 use candle_core::{Layout, Shape};
 
-use super::{f32_view, rows_and_width, rows_config};
+use super::{config, f32_view, launch, rows_and_width};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/softmax.ptx"));
 const MODULE: &str = "xsent_softmax";
@@ -33,7 +33,7 @@ pub fn masked(s: (&CudaStorage, &Layout), bias: (&CudaStorage, &Layout)) -> cand
         args.arg(&sv).arg(&bv).arg(&mut out).arg(&rows64).arg(&lk32).arg(&per_bias);
         // SAFETY: the arguments match `xsent_masked_softmax_f32`: scores and out of rows·lk f32,
         // the bias of B·lk (row r reads bias row r / (H·Lq) < B), rows, lk, H·Lq.
-        unsafe { args.launch(rows_config(OP, rows)?) }.w()?;
+        unsafe { args.launch(config(launch::rows(OP, rows)?)) }.w()?;
     }
     Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), s.1.shape().clone()))
 }
@@ -56,7 +56,7 @@ pub fn backward(y: (&CudaStorage, &Layout), g: (&CudaStorage, &Layout)) -> candl
         let mut args = func.builder();
         args.arg(&yv).arg(&gv).arg(&mut out).arg(&rows64).arg(&n32);
         // SAFETY: the arguments match `xsent_softmax_grad_f32`: y, g and out of rows·n f32, rows, n.
-        unsafe { args.launch(rows_config(OP, rows)?) }.w()?;
+        unsafe { args.launch(config(launch::rows(OP, rows)?)) }.w()?;
     }
     Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), y.1.shape().clone()))
 }
