@@ -1,0 +1,516 @@
+//! xsent's CUDA kernels (src/gpu/*.cu) run on the CPU, against the CPU kernels they stand in for.
+//!
+//! No GPU is needed: tests/cuda_emu compiles the `.cu` files, as they are, as C++ with a small
+//! header that gives CUDA's built-ins a CPU meaning (a host thread per CUDA thread, barriers for
+//! `__syncthreads` and the warp shuffles; tests/cuda_emu/emu.h). The launches take their shapes
+//! from `xsent::gpu::launch`, which the CUDA code uses too, and the optimiser's tables from its
+//! builders. The bounds are tests/cuda.rs's, which a GPU runs: the emulation computes what the
+//! card computes (IEEE f32 and f64, no fused multiply-add, the same order of sums), so these
+//! catch indexing, reduction and table errors before a card is lent. What they cannot see: the
+//! Rust side's argument lists in src/gpu (each test below lists them in the kernel's order and
+//! the emulation checks their types), the PTX nvcc makes, and the device's memory handling.
+//!
+//! Every buffer has guard words on both sides: a write out of bounds fails the test.
+
+use candle_core::{DType, Device, Tensor, Var};
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use xsent::gpu::launch::{self, Grid};
+
+/// The emulation, built once per test run into Cargo's temporary directory.
+struct Emu {
+    launch: LaunchFn,
+    kernels: KernelsFn,
+}
+
+/// kernels.cpp's `xsent_emu_launch`: name, argument types, grid, block, arguments, error text.
+type LaunchFn = unsafe extern "C" fn(
+    *const c_char,
+    *const c_char,
+    *const u32,
+    *const u32,
+    *mut *mut c_void,
+    *mut c_char,
+    usize,
+) -> i32;
+/// kernels.cpp's `xsent_emu_kernels`: the kernels' names, comma-separated.
+type KernelsFn = unsafe extern "C" fn() -> *const c_char;
+
+fn emu() -> &'static Emu {
+    static EMU: OnceLock<Emu> = OnceLock::new();
+    EMU.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("xsent-cuda-emu-{}.so", std::process::id()));
+        let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+        let status = std::process::Command::new(&cxx)
+            .args(["-std=c++20", "-O2", "-ffp-contract=off", "-fno-fast-math", "-pthread", "-shared", "-fPIC"])
+            .arg("-I")
+            .arg(root.join("tests/cuda_emu"))
+            .arg("-I")
+            .arg(root.join("src/gpu"))
+            .arg(root.join("tests/cuda_emu/kernels.cpp"))
+            .arg("-o")
+            .arg(&out)
+            .status()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "these tests compile the CUDA kernels with a C++20 compiler ({cxx}: {e}); install g++ or set CXX"
+                )
+            });
+        assert!(status.success(), "{cxx} could not compile tests/cuda_emu/kernels.cpp (see above)");
+        let path = CString::new(out.to_str().unwrap()).unwrap();
+        // SAFETY: dlopen/dlsym of the library just built; the symbols' types are kernels.cpp's
+        // `extern "C"` functions. The library stays loaded for the process.
+        unsafe {
+            let lib = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+            assert!(!lib.is_null(), "dlopen {}: {:?}", out.display(), CStr::from_ptr(libc::dlerror()));
+            let sym = |name: &CStr| {
+                let p = libc::dlsym(lib, name.as_ptr());
+                assert!(!p.is_null(), "{name:?} missing from the emulation");
+                p
+            };
+            let launch = std::mem::transmute::<*mut c_void, LaunchFn>(sym(c"xsent_emu_launch"));
+            let kernels = std::mem::transmute::<*mut c_void, KernelsFn>(sym(c"xsent_emu_kernels"));
+            let _ = std::fs::remove_file(&out);
+            Emu { launch, kernels }
+        }
+    })
+}
+
+// Arguments travel as 64-bit words whose low bytes a 32-bit parameter reads.
+#[cfg(not(target_endian = "little"))]
+compile_error!("the CUDA emulation passes arguments as little-endian words");
+
+/// A kernel argument, as the kernel's parameter types (a device pointer is an address).
+#[derive(Clone, Copy)]
+enum Arg {
+    Ptr(u64),
+    U64(u64),
+    U32(u32),
+    F32(f32),
+}
+
+/// Runs `kernel` over `grid` with `args` in the kernel's order.
+fn run(kernel: &str, grid: Grid, args: &[Arg]) {
+    let sig: String = args
+        .iter()
+        .map(|a| match a {
+            Arg::Ptr(_) => 'p',
+            Arg::U64(_) => 'Q',
+            Arg::U32(_) => 'I',
+            Arg::F32(_) => 'f',
+        })
+        .collect();
+    let mut words: Vec<u64> = args
+        .iter()
+        .map(|a| match *a {
+            Arg::Ptr(x) | Arg::U64(x) => x,
+            Arg::U32(x) => x as u64,
+            Arg::F32(x) => x.to_bits() as u64,
+        })
+        .collect();
+    let mut params: Vec<*mut c_void> = words.iter_mut().map(|w| w as *mut u64 as *mut c_void).collect();
+    let (name, sig) = (CString::new(kernel).unwrap(), CString::new(sig).unwrap());
+    let g = [grid.blocks.0, grid.blocks.1, grid.blocks.2];
+    let b = [grid.threads.0, grid.threads.1, grid.threads.2];
+    let mut err = vec![0 as c_char; 512];
+    // SAFETY: `params` points at one word per argument, alive for the call; every pointer
+    // argument is the address of a live `Buf` of the size the kernel reads (each test's duty).
+    let rc = unsafe {
+        (emu().launch)(name.as_ptr(), sig.as_ptr(), g.as_ptr(), b.as_ptr(), params.as_mut_ptr(), err.as_mut_ptr(), 512)
+    };
+    // SAFETY: the emulation writes a NUL-terminated message into `err` (zeroed before).
+    assert_eq!(rc, 0, "{kernel}: {:?}", unsafe { CStr::from_ptr(err.as_ptr()) });
+}
+
+const GUARD: usize = 64;
+/// Guard and fill pattern: as f32 and as f64 a NaN.
+const SENTINEL: u64 = 0xFFA5_A5A5_FFA5_A5A5;
+
+/// A buffer the kernels read and write, between guard words.
+struct Buf<T> {
+    words: Vec<u64>,
+    len: usize,
+    _t: PhantomData<T>,
+}
+
+impl<T: Copy> Buf<T> {
+    fn new(data: &[T]) -> Self {
+        let bytes = std::mem::size_of_val(data);
+        let mut words = vec![SENTINEL; 2 * GUARD + bytes.div_ceil(8)];
+        // SAFETY: the words hold at least `bytes` bytes after GUARD; T is plain data.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr() as *const u8, words[GUARD..].as_mut_ptr() as *mut u8, bytes)
+        };
+        Buf { words, len: data.len(), _t: PhantomData }
+    }
+
+    /// An output of `len` values, filled with the sentinel (NaN) until the kernel writes them.
+    fn out(len: usize) -> Self {
+        let words = vec![SENTINEL; 2 * GUARD + (len * std::mem::size_of::<T>()).div_ceil(8)];
+        Buf { words, len, _t: PhantomData }
+    }
+
+    fn ptr(&mut self) -> Arg {
+        Arg::Ptr(self.words[GUARD..].as_mut_ptr() as u64)
+    }
+
+    /// The values, after checking the guards (and the bytes past the last value) are untouched.
+    fn get(&self, what: &str) -> Vec<T> {
+        let bytes = self.len * std::mem::size_of::<T>();
+        let data_words = bytes.div_ceil(8);
+        let guards = self.words[..GUARD].iter().chain(&self.words[GUARD + data_words..]);
+        assert!(guards.into_iter().all(|&w| w == SENTINEL), "{what}: a write outside the buffer");
+        // SAFETY: as in `new`.
+        let raw = unsafe { std::slice::from_raw_parts(self.words[GUARD..].as_ptr() as *const u8, data_words * 8) };
+        assert!(
+            raw[bytes..].iter().zip(SENTINEL.to_le_bytes().iter().cycle().skip(bytes % 8)).all(|(a, b)| a == b),
+            "{what}: a write past the last value"
+        );
+        let mut out = Vec::with_capacity(self.len);
+        // SAFETY: `bytes` bytes of T values from the start of the data.
+        unsafe {
+            std::ptr::copy_nonoverlapping(raw.as_ptr(), out.as_mut_ptr() as *mut u8, bytes);
+            out.set_len(self.len);
+        }
+        out
+    }
+}
+
+/// Largest |a − b| / max(|b|, 1); NaN anywhere gives NaN (tests/cuda.rs's measure).
+fn rel_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs() / y.abs().max(1.0)).fold(0f32, |m, d| {
+        if d.is_nan() || m.is_nan() {
+            f32::NAN
+        } else {
+            m.max(d)
+        }
+    })
+}
+
+fn values(n: usize, seed: usize) -> Vec<f32> {
+    (0..n).map(|i| (((i + seed) * 7919) % 211) as f32 / 105.0 - 1.0).collect()
+}
+
+fn host(t: &Tensor) -> Vec<f32> {
+    t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap()
+}
+
+fn cpu(data: Vec<f32>, shape: &[usize]) -> Tensor {
+    Tensor::from_vec(data, shape, &Device::Cpu).unwrap()
+}
+
+/// Every kernel in src/gpu is in the emulation, and this file launches each.
+#[test]
+fn every_kernel_is_emulated_and_launched_here() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/gpu");
+    let mut in_sources = Vec::new();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_some_and(|x| x == "cu") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            for part in text.split("extern \"C\" __global__ void ").skip(1) {
+                in_sources.push(part.split('(').next().unwrap().trim().to_string());
+            }
+        }
+    }
+    in_sources.sort();
+    // SAFETY: a NUL-terminated static string.
+    let listed = unsafe { CStr::from_ptr((emu().kernels)()) }.to_str().unwrap().to_string();
+    let mut emulated: Vec<String> = listed.split(',').map(String::from).collect();
+    emulated.sort();
+    assert_eq!(in_sources, emulated, "kernels in src/gpu/*.cu against tests/cuda_emu/kernels.cpp's list");
+    let me = include_str!("gpu_emulated.rs");
+    for k in &in_sources {
+        assert!(me.contains(&format!("run(\"{k}\"")), "{k} is launched by no test here");
+    }
+}
+
+/// The emulation's own rules: a wrong argument list and a launch CUDA refuses are errors, and
+/// a kernel that writes past its buffer is caught by the guards.
+#[test]
+fn the_emulation_checks_arguments_and_bounds() {
+    let mut x = Buf::new(&values(40, 1));
+    let mut y = Buf::<f32>::out(40);
+    // gelu takes (x, y, n): leaving out n is refused.
+    let err = std::panic::catch_unwind(move || run("xsent_gelu_f32", launch::elementwise(40), &[x.ptr(), y.ptr()]));
+    assert!(err.is_err(), "a short argument list was run");
+    let mut x = Buf::new(&values(40, 1));
+    let mut y = Buf::<f32>::out(39);
+    // Told n = 40 for an output of 39: the fortieth write lands in the guard.
+    run("xsent_gelu_f32", launch::elementwise(40), &[x.ptr(), y.ptr(), Arg::U64(40)]);
+    assert!(std::panic::catch_unwind(|| y.get("y")).is_err(), "a write past the end went unseen");
+}
+
+/// LayerNorm forward and both backward kernels against the CPU's fused op and its gradients:
+/// rows that do not fill a block, widths not a multiple of 32, a row of large mean.
+#[test]
+fn layer_norm_kernels_equal_the_cpu() {
+    let eps = 1e-12f32;
+    for (rows, n, shift) in [(5, 37, 0.0), (64, 384, 0.0), (3, 1000, 0.0), (9, 384, 40.0)] {
+        let xs: Vec<f32> = values(rows * n, 5).iter().map(|v| v + shift).collect();
+        let (ws, bs, gs) = (values(n, 9), values(n, 2), values(rows * n, 11));
+        let [x, w, b] = [(&xs, vec![rows, n]), (&ws, vec![n]), (&bs, vec![n])]
+            .map(|(d, s)| Var::from_tensor(&cpu(d.clone(), &s)).unwrap());
+        let y = xsent::model::kernels::layer_norm_train(x.as_tensor(), w.as_tensor(), b.as_tensor(), eps).unwrap();
+        let grads = (&y * cpu(gs.clone(), &[rows, n])).unwrap().sum_all().unwrap().backward().unwrap();
+        let [dx, dw, db] = [&x, &w, &b].map(|v| host(grads.get(v.as_tensor()).unwrap()));
+        let grid = launch::rows("layer norm", rows).unwrap();
+        let (mut bx, mut bw, mut bb, mut bg) = (Buf::new(&xs), Buf::new(&ws), Buf::new(&bs), Buf::new(&gs));
+        let (r64, n32) = (Arg::U64(rows as u64), Arg::U32(n as u32));
+        let mut out = Buf::<f32>::out(rows * n);
+        run("xsent_layer_norm_f32", grid, &[bx.ptr(), bw.ptr(), bb.ptr(), out.ptr(), r64, n32, Arg::F32(eps)]);
+        let d = rel_diff(&out.get("y"), &host(&y));
+        assert!(d < 1e-5, "LayerNorm {rows}×{n}+{shift}: values differ by {d}");
+        let mut gx = Buf::<f32>::out(rows * n);
+        run("xsent_layer_norm_grad_x_f32", grid, &[bx.ptr(), bw.ptr(), bg.ptr(), gx.ptr(), r64, n32, Arg::F32(eps)]);
+        let d = rel_diff(&gx.get("dx"), &dx);
+        assert!(d < 1e-4, "LayerNorm {rows}×{n}+{shift}: gradient of x differs by {d}");
+        let mut gxhat = Buf::<f32>::out(rows * n);
+        run("xsent_layer_norm_g_xhat_f32", grid, &[bx.ptr(), bg.ptr(), gxhat.ptr(), r64, n32, Arg::F32(eps)]);
+        let mut wb = Buf::<f32>::out(2 * n);
+        run("xsent_column_sums2_f32", launch::column_sums(n), &[gxhat.ptr(), bg.ptr(), wb.ptr(), r64, n32]);
+        let wb = wb.get("dw, db");
+        for (name, got, want) in [("w", &wb[..n], &dw), ("b", &wb[n..], &db)] {
+            let d = rel_diff(got, want);
+            assert!(d < 1e-4, "LayerNorm {rows}×{n}+{shift}: gradient of {name} differs by {d}");
+        }
+    }
+}
+
+/// The linear layer's bias gradient (column sums in f64) against the CPU op's, with more rows
+/// than a block's 32 and columns that do not fill the last block.
+#[test]
+fn column_sums_kernel_equals_the_cpu() {
+    for (rows, inp, out) in [(37, 70, 45), (64, 40, 1536), (1000, 16, 24), (1, 8, 1)] {
+        let x = Var::from_tensor(&cpu(values(rows * inp, 4), &[rows, inp])).unwrap();
+        let w = Var::from_tensor(&cpu(values(out * inp, 6), &[out, inp])).unwrap();
+        let b = Var::from_tensor(&cpu(values(out, 8), &[out])).unwrap();
+        let gs = values(rows * out, 10);
+        let y = xsent::model::kernels::linear(x.as_tensor(), w.as_tensor(), b.as_tensor(), true).unwrap();
+        let grads = (&y * cpu(gs.clone(), &[rows, out])).unwrap().sum_all().unwrap().backward().unwrap();
+        let want = host(grads.get(b.as_tensor()).unwrap());
+        let (mut g, mut sums) = (Buf::new(&gs), Buf::<f32>::out(out));
+        let args = [g.ptr(), sums.ptr(), Arg::U64(rows as u64), Arg::U32(out as u32)];
+        run("xsent_column_sums_f32", launch::column_sums(out), &args);
+        let d = rel_diff(&sums.get("bias gradient"), &want);
+        assert!(d < 1e-5, "bias gradient over {rows}×{out} differs by {d}");
+    }
+}
+
+/// Attention's masked softmax and its backward against the CPU op: scores [2, 3, 5, lk], the
+/// last keys of the second sequence masked (zero weight on the GPU exactly where on the CPU).
+#[test]
+fn softmax_kernels_equal_the_cpu() {
+    for lk in [37, 128, 300] {
+        let (bsz, h, lq) = (2, 3, 5);
+        let rows = bsz * h * lq;
+        let xs: Vec<f32> = values(rows * lk, 3).iter().map(|v| v * 4.0).collect();
+        let mut bias = vec![0f32; bsz * lk];
+        bias[lk + lk / 2..].iter_mut().for_each(|v| *v = -1e30);
+        let gs = values(rows * lk, 7);
+        let s = Var::from_tensor(&cpu(xs.clone(), &[bsz, h, lq, lk])).unwrap();
+        let p =
+            xsent::model::kernels::masked_softmax(s.as_tensor(), &cpu(bias.clone(), &[bsz, 1, 1, lk]), true).unwrap();
+        let grads = (&p * cpu(gs.clone(), &[bsz, h, lq, lk])).unwrap().sum_all().unwrap().backward().unwrap();
+        let (pc, gc) = (host(&p), host(grads.get(s.as_tensor()).unwrap()));
+        let grid = launch::rows("softmax", rows).unwrap();
+        let (mut bx, mut bb, mut bg, mut y) =
+            (Buf::new(&xs), Buf::new(&bias), Buf::new(&gs), Buf::<f32>::out(rows * lk));
+        let (r64, lk32) = (Arg::U64(rows as u64), Arg::U32(lk as u32));
+        run("xsent_masked_softmax_f32", grid, &[bx.ptr(), bb.ptr(), y.ptr(), r64, lk32, Arg::U64((h * lq) as u64)]);
+        let pe = y.get("probabilities");
+        let d = rel_diff(&pe, &pc);
+        assert!(d < 1e-5, "softmax over {lk}: values differ by {d}");
+        assert!(pe.iter().zip(&pc).all(|(a, b)| (*a == 0.0) == (*b == 0.0)), "masked keys differ");
+        let mut by = Buf::new(&pe);
+        let mut dx = Buf::<f32>::out(rows * lk);
+        run("xsent_softmax_grad_f32", grid, &[by.ptr(), bg.ptr(), dx.ptr(), r64, lk32]);
+        let d = rel_diff(&dx.get("dx"), &gc);
+        assert!(d < 1e-4, "softmax over {lk}: gradients differ by {d}");
+    }
+}
+
+/// GELU forward and backward, f32 and bf16, against the CPU op, bit for bit: math.cuh's erf and
+/// exp are the CPU kernel's operations in its order with no multiply-add fused (on the card,
+/// tests/cuda.rs allows 1e-6 and prints how many differ). bf16: the CPU's f32 result on the
+/// widened bf16 inputs, rounded once to nearest even.
+#[test]
+fn gelu_kernels_equal_the_cpu() {
+    let n = 20_011;
+    let xs: Vec<f32> = (0..n).map(|i| (i as f32 / n as f32 - 0.5) * 14.0).collect();
+    let gs = values(n, 13);
+    let cpu_gelu = |xs: &[f32]| {
+        let v = Var::from_tensor(&cpu(xs.to_vec(), &[n])).unwrap();
+        let y = xsent::model::kernels::gelu_erf_train(v.as_tensor()).unwrap();
+        let grads = (&y * cpu(gs.clone(), &[n])).unwrap().sum_all().unwrap().backward().unwrap();
+        (host(&y), host(grads.get(v.as_tensor()).unwrap()))
+    };
+    let (yc, gc) = cpu_gelu(&xs);
+    let grid = launch::elementwise(n);
+    let (mut bx, mut bg, mut y, mut dx) = (Buf::new(&xs), Buf::new(&gs), Buf::<f32>::out(n), Buf::<f32>::out(n));
+    run("xsent_gelu_f32", grid, &[bx.ptr(), y.ptr(), Arg::U64(n as u64)]);
+    run("xsent_gelu_grad_f32", grid, &[bx.ptr(), bg.ptr(), dx.ptr(), Arg::U64(n as u64)]);
+    let (ye, ge) = (y.get("y"), dx.get("dx"));
+    let differ = |a: &[f32], b: &[f32]| a.iter().zip(b).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+    let (dy, dg) = (differ(&ye, &yc), differ(&ge, &gc));
+    assert!(dy == 0 && dg == 0, "GELU f32: {dy} of {n} values and {dg} gradients differ from the CPU's in some bit");
+    // bf16: inputs and upstream gradients rounded to bf16; the kernel widens, computes in f32,
+    // rounds once. The CPU's f32 kernel on the same widened values, rounded, must give it.
+    use half::bf16;
+    let (xb, gb): (Vec<bf16>, Vec<bf16>) =
+        (xs.iter().map(|&v| bf16::from_f32(v)).collect(), gs.iter().map(|&v| bf16::from_f32(v)).collect());
+    let widen = |v: &[bf16]| v.iter().map(|b| b.to_f32()).collect::<Vec<_>>();
+    let (xw, gw) = (widen(&xb), widen(&gb));
+    let yw: Vec<f32> = host(&xsent::model::kernels::gelu_erf_train(&cpu(xw.clone(), &[n])).unwrap());
+    let gelu_grad_w = {
+        let v = Var::from_tensor(&cpu(xw.clone(), &[n])).unwrap();
+        let y = xsent::model::kernels::gelu_erf_train(v.as_tensor()).unwrap();
+        // Σ y ⊙ g with g the widened bf16 gradients: the op's backward gets g as it is.
+        let grads = (&y * cpu(gw.clone(), &[n])).unwrap().sum_all().unwrap().backward().unwrap();
+        host(grads.get(v.as_tensor()).unwrap())
+    };
+    let (mut bx, mut bg) = (Buf::new(&xb), Buf::new(&gb));
+    let (mut y, mut dx) = (Buf::<bf16>::out(n), Buf::<bf16>::out(n));
+    run("xsent_gelu_bf16", grid, &[bx.ptr(), y.ptr(), Arg::U64(n as u64)]);
+    run("xsent_gelu_grad_bf16", grid, &[bx.ptr(), bg.ptr(), dx.ptr(), Arg::U64(n as u64)]);
+    for (what, got, want) in [("values", y.get("y"), yw), ("gradients", dx.get("dx"), gelu_grad_w)] {
+        let off = got.iter().zip(&want).filter(|(g, w)| g.to_bits() != bf16::from_f32(**w).to_bits()).count();
+        assert_eq!(off, 0, "GELU bf16 {what}: {off} of {n} differ from the CPU's f32 result rounded");
+    }
+}
+
+/// The counter-based dropout: the kernel's kept elements and scale are the CPU's, bit for bit.
+#[test]
+fn dropout_kernel_equals_the_cpu_mask() {
+    let (n, p, seed) = (10_007, 0.1f64, 0x5EED_0042u64);
+    let xs = values(n, 3);
+    let want = host(&xsent::model::dropout::apply(&cpu(xs.clone(), &[n]), p, seed).unwrap().expect("p > 0 drops"));
+    let (mut x, mut y) = (Buf::new(&xs), Buf::<f32>::out(n));
+    let scale = (1.0 / (1.0 - p)) as f32;
+    let args = [x.ptr(), y.ptr(), Arg::U64(n as u64), Arg::U64(seed), Arg::F32(p as f32), Arg::F32(scale)];
+    run("xsent_dropout_f32", launch::elementwise(n), &args);
+    let got = y.get("dropped");
+    assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "dropout masks differ");
+}
+
+/// The one-tensor AdamW kernel against the CPU optimiser, three steps without clipping, bit for
+/// bit; then the one-launch AdamW and Σx² over many tensors (chunk edges, tensors smaller than a
+/// warp, with and without decay) against the one-tensor kernel and an f64 sum.
+#[test]
+fn adamw_kernels_equal_the_cpu_optimiser() {
+    use xsent::model::weights::Params;
+    use xsent::train::{AdamW, AdamWConfig};
+    let cfg = AdamWConfig { max_grad_norm: None, ..Default::default() };
+    let (n, lrs) = (70_001, [1e-2, 5e-3, 2e-3]);
+    let init = values(n, 1);
+    let w = Var::from_tensor(&cpu(init.clone(), &[n])).unwrap();
+    let params = Params { vars: vec![("layer.weight".into(), w.clone())] };
+    let mut opt = AdamW::new(&params, cfg).unwrap();
+    let (mut p, mut m, mut v) = (Buf::new(&init), Buf::new(&vec![0f32; n]), Buf::new(&vec![0f32; n]));
+    for (step, lr) in lrs.iter().enumerate() {
+        // The loss Σ x²/2 + Σ i·x/n: its gradient x + i/n, taken at the weights before the step.
+        let ramp = cpu((0..n).map(|i| i as f32 / n as f32).collect(), &[n]);
+        let loss = ((w.as_tensor().sqr().unwrap().sum_all().unwrap() * 0.5).unwrap()
+            + (w.as_tensor() * &ramp).unwrap().sum_all().unwrap())
+        .unwrap();
+        let grads = loss.backward().unwrap();
+        let mut g = Buf::new(&host(grads.get(w.as_tensor()).unwrap()));
+        opt.step(&grads, *lr).unwrap();
+        let t = (step + 1) as i32;
+        // The optimiser's scalars as src/train/optim.rs computes them.
+        let h = [
+            *lr as f32,
+            cfg.beta1 as f32,
+            cfg.beta2 as f32,
+            (1.0 - cfg.beta1.powi(t)) as f32,
+            (1.0 - cfg.beta2.powi(t)) as f32,
+            cfg.eps as f32,
+            cfg.weight_decay as f32,
+            1.0f32,
+        ];
+        let mut args = vec![p.ptr(), g.ptr(), m.ptr(), v.ptr(), Arg::U64(n as u64)];
+        args.extend(h.map(Arg::F32));
+        run("xsent_adamw_f32", launch::elementwise(n), &args);
+    }
+    let want = host(w.as_tensor());
+    let got = p.get("weights");
+    assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "weights after 3 steps differ");
+    let state = opt.state_tensors().unwrap();
+    for (name, buf) in [("m.layer.weight", &m), ("v.layer.weight", &v)] {
+        let want = host(&state[name]);
+        assert!(buf.get(name).iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "{name} differs");
+    }
+
+    // Many tensors in one launch each, against the one-tensor kernel per tensor.
+    let c = launch::CHUNK;
+    let lens = [1usize, 31, 33, 1000, c - 1, c, c + 1, 2 * c + 17, 5, 0, 3 * c, 77];
+    let (b1, b2, eps, scale) = (0.9f32, 0.999f32, 1e-8f32, 0.75f32);
+    let (bc1, bc2) = (1.0 - 0.9f32.powi(2), 1.0 - 0.999f32.powi(2));
+    let mk = |k: usize, salt: usize| -> Vec<Buf<f32>> {
+        lens.iter().enumerate().map(|(i, &l)| Buf::new(&values(l, i * 31 + salt + k))).collect()
+    };
+    let lr_decay: Vec<(f32, f32)> =
+        (0..lens.len()).map(|i| (1e-3 * (1 + i % 3) as f32, if i % 2 == 0 { 0.01 } else { 0.0 })).collect();
+    // Moments must be non-negative for v: square the values.
+    let square = |bufs: &mut Vec<Buf<f32>>| {
+        for b in bufs.iter_mut() {
+            let sq: Vec<f32> = b.get("v").iter().map(|x| x * x).collect();
+            *b = Buf::new(&sq);
+        }
+    };
+    let (mut p1, mut g1, mut m1, mut v1) = (mk(0, 1), mk(0, 2), mk(0, 3), mk(0, 4));
+    square(&mut v1);
+    let (mut p2, mut g2, mut m2, mut v2) = (mk(0, 1), mk(0, 2), mk(0, 3), mk(0, 4));
+    square(&mut v2);
+    for (i, &l) in lens.iter().enumerate().filter(|(_, &l)| l > 0) {
+        let (lr, decay) = lr_decay[i];
+        let mut args = vec![p1[i].ptr(), g1[i].ptr(), m1[i].ptr(), v1[i].ptr(), Arg::U64(l as u64)];
+        args.extend([lr, b1, b2, bc1, bc2, eps, decay, scale].map(Arg::F32));
+        run("xsent_adamw_f32", launch::elementwise(l), &args);
+    }
+    let addr = |bufs: &mut Vec<Buf<f32>>| {
+        bufs.iter_mut()
+            .map(|b| match b.ptr() {
+                Arg::Ptr(a) => a,
+                _ => unreachable!(),
+            })
+            .collect::<Vec<u64>>()
+    };
+    let chunks = launch::chunks(&lens, c);
+    let fields = [
+        addr(&mut p2),
+        addr(&mut g2),
+        addr(&mut m2),
+        addr(&mut v2),
+        lens.iter().map(|&l| l as u64).collect(),
+        lr_decay.iter().map(|&(lr, d)| launch::lr_and_decay(lr, d)).collect(),
+    ];
+    let mut table = Buf::new(&launch::table(&fields, &chunks));
+    let mut args = vec![table.ptr(), Arg::U64(lens.len() as u64), Arg::U64(c as u64)];
+    args.extend([b1, b2, bc1, bc2, eps, scale].map(Arg::F32));
+    run("xsent_adamw_many_f32", launch::chunked("adamw", chunks.len()).unwrap(), &args);
+    for (i, &l) in lens.iter().enumerate() {
+        for (what, a, b) in
+            [("parameter", &p1[i], &p2[i]), ("first moment", &m1[i], &m2[i]), ("second moment", &v1[i], &v2[i])]
+        {
+            let (a, b) = (a.get(what), b.get(what));
+            assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "tensor {i} ({l}): {what} differs");
+        }
+        assert_eq!(g1[i].get("gradient").len(), l);
+    }
+    // Σx² of the gradients: per chunk in f64, added here in order, against an f64 sum of the f32
+    // squares in order (another order of the same f64 terms: within 1e-12 relative).
+    let grads: Vec<Vec<f32>> = g2.iter().map(|b| b.get("gradient")).collect();
+    let want: f64 = grads.iter().flatten().map(|&x| (x * x) as f64).sum();
+    let fields = [addr(&mut g2), lens.iter().map(|&l| l as u64).collect()];
+    let mut table = Buf::new(&launch::table(&fields, &chunks));
+    let mut partial = Buf::<f64>::out(chunks.len());
+    let args = [table.ptr(), Arg::U64(lens.len() as u64), Arg::U64(c as u64), partial.ptr()];
+    run("xsent_sumsq_many_f32", launch::chunked("sumsq", chunks.len()).unwrap(), &args);
+    let got: f64 = partial.get("partial sums").iter().sum();
+    assert!((got - want).abs() <= 1e-12 * want, "Σx² {got} against {want}");
+}
