@@ -41,14 +41,14 @@ fn elementwise(
 ) -> candle_core::Result<(CudaStorage, Shape)> {
     let (first, l) = inputs[0];
     let out = match first.dtype() {
-        DType::F32 => launch::<f32>(op, &format!("{kernel}_f32"), inputs)?,
-        DType::BF16 => launch::<bf16>(op, &format!("{kernel}_bf16"), inputs)?,
+        DType::F32 => run::<f32>(op, &format!("{kernel}_f32"), inputs)?,
+        DType::BF16 => run::<bf16>(op, &format!("{kernel}_bf16"), inputs)?,
         other => candle_core::bail!("{op}: f32 or bf16 only, got {other:?}"),
     };
     Ok((out, l.shape().clone()))
 }
 
-fn launch<T: CudaDType + DeviceRepr>(
+fn run<T: CudaDType + DeviceRepr>(
     op: &str,
     kernel: &str,
     inputs: &[(&CudaStorage, &Layout)],
