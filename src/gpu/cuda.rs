@@ -2,9 +2,13 @@
 //! storage, and the one-tensor AdamW and the dropout ops.
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::{
+    CudaSlice, CudaView, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg,
+};
 use candle_core::cuda_backend::{CudaDevice, CudaStorage, WrapErr};
 use candle_core::{Layout, Shape, Storage, Tensor};
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 use super::launch::{self, Grid};
 
@@ -14,8 +18,85 @@ pub(super) const ADAMW_MODULE: &str = "xsent_adamw";
 const DROPOUT_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/dropout.ptx"));
 
 /// cudarc's launch of a [`Grid`].
-pub(super) fn config(g: Grid) -> LaunchConfig {
+fn config(g: Grid) -> LaunchConfig {
     LaunchConfig { grid_dim: g.blocks, block_dim: g.threads, shared_mem_bytes: 0 }
+}
+
+/// A kernel's arguments as cudarc pushes them, each one's width and kind noted: at launch they
+/// must match the kernel's parameters in its PTX, so that a wrong count or type is an error that
+/// names the kernel, not a launch that reads its arguments wrongly (`launch::check_args`).
+pub(super) struct Args<'a> {
+    inner: LaunchArgs<'a>,
+    kernel: &'static str,
+    ptx: &'static str,
+    given: String,
+}
+
+/// A scalar kernel argument, and its letter in `launch::ptx_params`.
+pub(super) trait Scalar: DeviceRepr {
+    const LETTER: char;
+}
+impl Scalar for u64 {
+    const LETTER: char = 'Q';
+}
+impl Scalar for u32 {
+    const LETTER: char = 'I';
+}
+impl Scalar for f32 {
+    const LETTER: char = 'f';
+}
+impl Scalar for f64 {
+    const LETTER: char = 'd';
+}
+
+impl<'a> Args<'a> {
+    /// The arguments of kernel `kernel` of module `ptx`, pushed into cudarc's `inner`.
+    pub(super) fn new(inner: LaunchArgs<'a>, kernel: &'static str, ptx: &'static str) -> Self {
+        Args { inner, kernel, ptx, given: String::new() }
+    }
+
+    /// A device buffer (a slice or a view of one): a pointer.
+    pub(super) fn buf<A>(&mut self, a: A) -> &mut Self
+    where
+        LaunchArgs<'a>: PushKernelArg<A>,
+    {
+        self.given.push('Q');
+        self.inner.arg(a);
+        self
+    }
+
+    /// A scalar, by value.
+    pub(super) fn val<T: Scalar>(&mut self, v: &'a T) -> &mut Self {
+        self.given.push(T::LETTER);
+        self.inner.arg(v);
+        self
+    }
+
+    /// Launches over `g` once the arguments are checked against the kernel's PTX (each
+    /// kernel's parameter list is read from its PTX once per process).
+    ///
+    /// # Safety
+    /// The buffers must be the sizes the kernel reads and writes (the caller's duty: this checks
+    /// the arguments' count and types only).
+    pub(super) unsafe fn launch(&mut self, g: Grid) -> candle_core::Result<()> {
+        static PARAMS: OnceLock<Mutex<HashMap<&'static str, Option<String>>>> = OnceLock::new();
+        let (kernel, ptx) = (self.kernel, self.ptx);
+        let want = PARAMS
+            .get_or_init(Default::default)
+            .lock()
+            .map_err(|_| candle_core::Error::msg("a thread panicked while reading a kernel's parameters"))?
+            .entry(kernel)
+            .or_insert_with(|| launch::ptx_params(ptx, kernel))
+            .clone();
+        match want {
+            Some(w) if w == self.given => {}
+            _ => candle_core::bail!("{}", launch::check_args(ptx, kernel, &self.given).err().unwrap_or_default()),
+        }
+        // SAFETY: the arguments' count and types are the kernel's (above); their sizes are the
+        // caller's duty.
+        unsafe { self.inner.launch(config(g)) }.w()?;
+        Ok(())
+    }
 }
 
 /// The f32 elements of a contiguous CUDA tensor's storage.
@@ -97,16 +178,16 @@ impl candle_core::InplaceOp1 for AdamW<'_> {
         };
         let (g, m, v) = (f32_view(name, gs, gl)?, f32_view(name, ms, ml)?, f32_view(name, vs, vl)?);
         let n64 = n as u64;
-        let mut args = func.builder();
-        args.arg(&mut p).arg(&g).arg(&m).arg(&v).arg(&n64);
+        let mut args = Args::new(func.builder(), "xsent_adamw_f32", ADAMW_PTX);
+        args.buf(&mut p).buf(&g).buf(&m).buf(&v).val(&n64);
         for x in &self.h {
-            args.arg(x);
+            args.val(x);
         }
         // SAFETY: the arguments match the kernel's signature (src/gpu/adamw.cu): four pointers to
         // n f32 values each (checked above), n, and eight f32 scalars. The kernel writes m and v
         // through views taken for reading: the optimiser owns those tensors alone (nothing else
         // holds them), and all work runs on the device's one stream, in order.
-        unsafe { args.launch(config(launch::elementwise(n))) }.w()?;
+        unsafe { args.launch(launch::elementwise(n)) }?;
         Ok(())
     }
 }
@@ -128,11 +209,11 @@ pub fn dropout(
     if n > 0 {
         let func = dev.get_or_load_custom_func("xsent_dropout_f32", "xsent_dropout", DROPOUT_PTX)?;
         let n64 = n as u64;
-        let mut args = func.builder();
-        args.arg(&x).arg(&mut out).arg(&n64).arg(&seed).arg(&p).arg(&scale);
+        let mut args = Args::new(func.builder(), "xsent_dropout_f32", DROPOUT_PTX);
+        args.buf(&x).buf(&mut out).val(&n64).val(&seed).val(&p).val(&scale);
         // SAFETY: the arguments match the kernel's signature (src/gpu/dropout.cu): an input and
         // an output of n f32 values each, n, the seed, p and the scale.
-        unsafe { args.launch(config(launch::elementwise(n))) }.w()?;
+        unsafe { args.launch(launch::elementwise(n)) }?;
     }
     Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), l.shape().clone()))
 }

@@ -2,19 +2,19 @@
 //! [`crate::model::kernels::gelu_erf_train`]'s op and its backward.
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{DeviceRepr, PushKernelArg};
-use candle_core::cuda_backend::{CudaDType, CudaStorage, WrapErr};
+use candle_core::cuda_backend::cudarc::driver::DeviceRepr;
+use candle_core::cuda_backend::{CudaDType, CudaStorage};
 use candle_core::{DType, Layout, Shape};
 use half::bf16;
 
-use super::{config, launch, view};
+use super::{launch, view, Args};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/gelu.ptx"));
 const MODULE: &str = "xsent_gelu";
 
 /// `0.5 · x · (1 + erf(x / √2))` of a contiguous f32 or bf16 tensor.
 pub fn forward(x: (&CudaStorage, &Layout)) -> candle_core::Result<(CudaStorage, Shape)> {
-    elementwise("xsent-gelu-cuda", "xsent_gelu", &[x])
+    elementwise("xsent-gelu-cuda", ["xsent_gelu_f32", "xsent_gelu_bf16"], &[x])
 }
 
 /// `g · (Φ(x) + x·φ(x))` of contiguous `x` and `g` of one shape and dtype (f32 or bf16).
@@ -29,20 +29,20 @@ pub fn backward(x: (&CudaStorage, &Layout), g: (&CudaStorage, &Layout)) -> candl
             x.1.dims()
         );
     }
-    elementwise(OP, "xsent_gelu_grad", &[x, g])
+    elementwise(OP, ["xsent_gelu_grad_f32", "xsent_gelu_grad_bf16"], &[x, g])
 }
 
-/// Kernel `{kernel}_f32` or `{kernel}_bf16` (by the first input's dtype) over the inputs' `n`
-/// elements: its arguments are the inputs, the output and `n`.
+/// Kernel `kernels[0]` (f32) or `kernels[1]` (bf16), by the first input's dtype, over the inputs'
+/// `n` elements: its arguments are the inputs, the output and `n`.
 fn elementwise(
     op: &str,
-    kernel: &str,
+    kernels: [&'static str; 2],
     inputs: &[(&CudaStorage, &Layout)],
 ) -> candle_core::Result<(CudaStorage, Shape)> {
     let (first, l) = inputs[0];
     let out = match first.dtype() {
-        DType::F32 => run::<f32>(op, &format!("{kernel}_f32"), inputs)?,
-        DType::BF16 => run::<bf16>(op, &format!("{kernel}_bf16"), inputs)?,
+        DType::F32 => run::<f32>(op, kernels[0], inputs)?,
+        DType::BF16 => run::<bf16>(op, kernels[1], inputs)?,
         other => candle_core::bail!("{op}: f32 or bf16 only, got {other:?}"),
     };
     Ok((out, l.shape().clone()))
@@ -50,7 +50,7 @@ fn elementwise(
 
 fn run<T: CudaDType + DeviceRepr>(
     op: &str,
-    kernel: &str,
+    name: &'static str,
     inputs: &[(&CudaStorage, &Layout)],
 ) -> candle_core::Result<CudaStorage> {
     let n = inputs[0].1.shape().elem_count();
@@ -59,17 +59,17 @@ fn run<T: CudaDType + DeviceRepr>(
     // SAFETY: the kernel writes every element.
     let mut out = unsafe { dev.alloc::<T>(n) }?;
     if n > 0 {
-        let func = dev.get_or_load_custom_func(kernel, MODULE, PTX)?;
+        let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
         let n64 = n as u64;
-        let mut args = func.builder();
+        let mut args = Args::new(func.builder(), name, PTX);
         for v in &views {
-            args.arg(v);
+            args.buf(v);
         }
-        args.arg(&mut out).arg(&n64);
+        args.buf(&mut out).val(&n64);
         // SAFETY: the arguments match `xsent_gelu_{f32,bf16}` (x, out, n) and
         // `xsent_gelu_grad_{f32,bf16}` (x, g, out, n): inputs and output of n elements of T (the
         // callers check one shape and dtype), n.
-        unsafe { args.launch(config(launch::elementwise(n))) }.w()?;
+        unsafe { args.launch(launch::elementwise(n)) }?;
     }
     Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
 }

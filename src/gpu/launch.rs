@@ -69,6 +69,38 @@ pub fn lr_and_decay(lr: f32, decay: f32) -> u64 {
     (lr.to_bits() as u64) | ((decay.to_bits() as u64) << 32)
 }
 
+/// The parameters of `kernel`'s entry in PTX text, a letter each: `Q` a 64-bit integer (a
+/// pointer is one), `I` a 32-bit integer, `f` an f32, `d` an f64. `None` when the PTX has no
+/// such entry or a parameter of another type.
+pub fn ptx_params(ptx: &str, kernel: &str) -> Option<String> {
+    let start = ptx.find(&format!(".entry {kernel}("))? + ".entry (".len() + kernel.len();
+    let list = &ptx[start..start + ptx[start..].find(')')?];
+    list.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_whitespace().nth(1)? {
+            ".u64" | ".s64" | ".b64" => Some('Q'),
+            ".u32" | ".s32" | ".b32" => Some('I'),
+            ".f32" => Some('f'),
+            ".f64" => Some('d'),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Arguments `given` (letters as [`ptx_params`]) against `kernel`'s parameters in `ptx`: an
+/// error that names both lists where the count or a type differs.
+pub fn check_args(ptx: &str, kernel: &str, given: &str) -> Result<(), String> {
+    match ptx_params(ptx, kernel) {
+        Some(want) if want == given => Ok(()),
+        Some(want) => Err(format!(
+            "{kernel}: launched with arguments ({given}), its PTX takes ({want}) \
+             (Q 64-bit or pointer, I 32-bit, f f32, d f64): a bug in src/gpu, please report it"
+        )),
+        None => Err(format!("{kernel}: no such kernel in its module's PTX (or a parameter type xsent does not know)")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,5 +130,39 @@ mod tests {
         assert_eq!(rows("t", 9).unwrap(), Grid { blocks: (3, 1, 1), threads: (32, 4, 1) });
         assert_eq!(column_sums(33).blocks.0, 2);
         assert_eq!(lr_and_decay(1.0, 0.5), 0x3F00_0000_3F80_0000);
+    }
+
+    /// Two entries as nvcc 13.0 writes them (src/gpu/adamw.cu and a made-up one with every type).
+    const PTX: &str = "
+.visible .entry xsent_sumsq_many_f32(
+\t.param .u64 xsent_sumsq_many_f32_param_0,
+\t.param .u64 xsent_sumsq_many_f32_param_1,
+\t.param .u64 xsent_sumsq_many_f32_param_2,
+\t.param .u64 xsent_sumsq_many_f32_param_3
+)
+{
+\t.reg .pred \t%p<27>;
+}
+.visible .entry xsent_all(
+\t.param .u64 xsent_all_param_0,
+\t.param .u32 xsent_all_param_1,
+\t.param .f32 xsent_all_param_2,
+\t.param .f64 xsent_all_param_3
+)
+{
+}
+";
+
+    #[test]
+    fn reads_a_kernels_parameters_from_ptx() {
+        assert_eq!(ptx_params(PTX, "xsent_sumsq_many_f32").as_deref(), Some("QQQQ"));
+        assert_eq!(ptx_params(PTX, "xsent_all").as_deref(), Some("QIfd"));
+        assert_eq!(ptx_params(PTX, "xsent_sumsq_many"), None, "a prefix of a name is not the name");
+        assert_eq!(ptx_params(PTX, "xsent_none"), None);
+        assert!(check_args(PTX, "xsent_all", "QIfd").is_ok());
+        let err = check_args(PTX, "xsent_all", "QIf").unwrap_err();
+        assert!(err.contains("(QIf)") && err.contains("(QIfd)"), "{err}");
+        assert!(check_args(PTX, "xsent_all", "QffD").is_err());
+        assert!(check_args(PTX, "xsent_none", "Q").unwrap_err().contains("no such kernel"));
     }
 }

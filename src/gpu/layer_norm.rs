@@ -2,11 +2,10 @@
 //! [`crate::model::kernels::layer_norm_train`]'s forward and backward ops.
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
-use candle_core::cuda_backend::{CudaStorage, WrapErr};
+use candle_core::cuda_backend::CudaStorage;
 use candle_core::{Layout, Shape};
 
-use super::{config, f32_view, launch, rows_and_width};
+use super::{f32_view, launch, rows_and_width, Args};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/layer_norm.ptx"));
 const MODULE: &str = "xsent_layer_norm";
@@ -37,11 +36,11 @@ pub fn forward(
     if rows > 0 {
         let func = dev.get_or_load_custom_func("xsent_layer_norm_f32", MODULE, PTX)?;
         let (rows64, n32) = (rows as u64, n as u32);
-        let mut args = func.builder();
-        args.arg(&xv).arg(&wv).arg(&bv).arg(&mut out).arg(&rows64).arg(&n32).arg(&eps);
+        let mut args = Args::new(func.builder(), "xsent_layer_norm_f32", PTX);
+        args.buf(&xv).buf(&wv).buf(&bv).buf(&mut out).val(&rows64).val(&n32).val(&eps);
         // SAFETY: the arguments match `xsent_layer_norm_f32`: x and out of rows·n f32, w and b of
         // n (checked above), rows, n, eps.
-        unsafe { args.launch(config(launch::rows(OP, rows)?)) }.w()?;
+        unsafe { args.launch(launch::rows(OP, rows)?) }?;
     }
     Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), x.1.shape().clone()))
 }
@@ -65,11 +64,11 @@ pub fn grad_x(
     if rows > 0 {
         let func = dev.get_or_load_custom_func("xsent_layer_norm_grad_x_f32", MODULE, PTX)?;
         let (rows64, n32) = (rows as u64, n as u32);
-        let mut args = func.builder();
-        args.arg(&xv).arg(&wv).arg(&gv).arg(&mut out).arg(&rows64).arg(&n32).arg(&eps);
+        let mut args = Args::new(func.builder(), "xsent_layer_norm_grad_x_f32", PTX);
+        args.buf(&xv).buf(&wv).buf(&gv).buf(&mut out).val(&rows64).val(&n32).val(&eps);
         // SAFETY: the arguments match `xsent_layer_norm_grad_x_f32`: x, g and dx of rows·n f32,
         // w of n, rows, n, eps.
-        unsafe { args.launch(config(launch::rows(OP, rows)?)) }.w()?;
+        unsafe { args.launch(launch::rows(OP, rows)?) }?;
     }
     Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), x.1.shape().clone()))
 }
@@ -93,19 +92,19 @@ pub fn grad_wb(
     let mut out = unsafe { dev.alloc::<f32>(2 * n) }?;
     if rows > 0 {
         let func = dev.get_or_load_custom_func("xsent_layer_norm_g_xhat_f32", MODULE, PTX)?;
-        let mut args = func.builder();
-        args.arg(&xv).arg(&gv).arg(&mut gxhat).arg(&rows64).arg(&n32).arg(&eps);
+        let mut args = Args::new(func.builder(), "xsent_layer_norm_g_xhat_f32", PTX);
+        args.buf(&xv).buf(&gv).buf(&mut gxhat).val(&rows64).val(&n32).val(&eps);
         // SAFETY: the arguments match `xsent_layer_norm_g_xhat_f32`: x, g and gxhat of rows·n f32,
         // rows, n, eps.
-        unsafe { args.launch(config(launch::rows(OP, rows)?)) }.w()?;
+        unsafe { args.launch(launch::rows(OP, rows)?) }?;
     }
     let func = dev.get_or_load_custom_func("xsent_column_sums2_f32", MODULE, PTX)?;
-    let mut args = func.builder();
-    args.arg(&gxhat).arg(&gv).arg(&mut out).arg(&rows64).arg(&n32);
+    let mut args = Args::new(func.builder(), "xsent_column_sums2_f32", PTX);
+    args.buf(&gxhat).buf(&gv).buf(&mut out).val(&rows64).val(&n32);
     // SAFETY: the arguments match `xsent_column_sums2_f32`: a and b of rows·n f32, out of 2·n,
     // rows, n. With no rows the sums are zeros. `gxhat` is freed on the device's stream, after
     // the kernel that reads it.
-    unsafe { args.launch(config(launch::column_sums(n))) }.w()?;
+    unsafe { args.launch(launch::column_sums(n)) }?;
     Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), Shape::from((2, n))))
 }
 

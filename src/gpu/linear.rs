@@ -4,11 +4,10 @@
 //! transpose and a broadcast add) and of its bias gradient (`linear.cu`).
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
-use candle_core::cuda_backend::{CudaStorage, WrapErr};
+use candle_core::cuda_backend::CudaStorage;
 use candle_core::{Layout, Shape};
 
-use super::{config, f32_view, launch, rows_and_width};
+use super::{f32_view, launch, rows_and_width, Args};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/linear.ptx"));
 
@@ -42,9 +41,9 @@ pub fn column_sums(a: (&CudaStorage, &Layout)) -> candle_core::Result<(CudaStora
     let mut out = unsafe { dev.alloc::<f32>(n) }?;
     let func = dev.get_or_load_custom_func("xsent_column_sums_f32", "xsent_linear", PTX)?;
     let (rows64, n32) = (rows as u64, n as u32);
-    let mut args = func.builder();
-    args.arg(&av).arg(&mut out).arg(&rows64).arg(&n32);
+    let mut args = Args::new(func.builder(), "xsent_column_sums_f32", PTX);
+    args.buf(&av).buf(&mut out).val(&rows64).val(&n32);
     // SAFETY: the arguments match `xsent_column_sums_f32`: a of rows·n f32, out of n, rows, n.
-    unsafe { args.launch(config(launch::column_sums(n))) }.w()?;
+    unsafe { args.launch(launch::column_sums(n)) }?;
     Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), Shape::from(n)))
 }

@@ -24,4 +24,4 @@ pub mod softmax;
 #[cfg(feature = "cuda")]
 pub use cuda::{adamw_update, dropout};
 #[cfg(feature = "cuda")]
-use cuda::{config, f32_view, rows_and_width, view, ADAMW_MODULE, ADAMW_PTX};
+use cuda::{f32_view, rows_and_width, view, Args, ADAMW_MODULE, ADAMW_PTX};

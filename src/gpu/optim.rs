@@ -4,9 +4,9 @@
 //! now each pass is a table copied to the GPU and one launch. The kernels are in adamw.cu.
 
 use super::launch::{chunked, chunks, lr_and_decay, table, CHUNK};
-use super::{config, ADAMW_MODULE, ADAMW_PTX};
-use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DevicePtr, PushKernelArg};
-use candle_core::cuda_backend::{CudaDevice, WrapErr};
+use super::{Args, ADAMW_MODULE, ADAMW_PTX};
+use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DevicePtr};
+use candle_core::cuda_backend::CudaDevice;
 use candle_core::{DType, Storage, Tensor};
 
 /// The GPU of `ts` (all on one), and each one's address: contiguous CUDA f32 tensors only.
@@ -55,13 +55,13 @@ pub fn sum_of_squares(gs: &[&Tensor]) -> candle_core::Result<f64> {
     let mut partial: CudaSlice<f64> = unsafe { dev.alloc::<f64>(chunks.len()) }?;
     let func = dev.get_or_load_custom_func("xsent_sumsq_many_f32", ADAMW_MODULE, ADAMW_PTX)?;
     let (tensors, chunk) = (gs.len() as u64, CHUNK as u64);
-    let mut args = func.builder();
-    args.arg(&tab).arg(&tensors).arg(&chunk).arg(&mut partial);
+    let mut args = Args::new(func.builder(), "xsent_sumsq_many_f32", ADAMW_PTX);
+    args.buf(&tab).val(&tensors).val(&chunk).buf(&mut partial);
     // SAFETY: the arguments match xsent_sumsq_many_f32 (src/gpu/adamw.cu): the table of 2·T
     // values then 2 per chunk (built above from T tensors and their chunks), T, the chunk
     // length, and one f64 per chunk (one block each). Each address is a live gradient's first
     // element, and each chunk lies within its tensor (`chunks`).
-    unsafe { args.launch(config(chunked(OP, chunks.len())?)) }.w()?;
+    unsafe { args.launch(chunked(OP, chunks.len())?) }?;
     Ok(dev.clone_dtoh(&partial)?.iter().sum())
 }
 
@@ -118,10 +118,10 @@ pub fn adamw<'a>(updates: &[Update<'a>], h: &[f32; 6]) -> candle_core::Result<()
     let tab = dev.clone_htod(&table(&[p, g, m, v, n, hyper], &chunks))?;
     let func = dev.get_or_load_custom_func("xsent_adamw_many_f32", ADAMW_MODULE, ADAMW_PTX)?;
     let (tensors, chunk) = (updates.len() as u64, CHUNK as u64);
-    let mut args = func.builder();
-    args.arg(&tab).arg(&tensors).arg(&chunk);
+    let mut args = Args::new(func.builder(), "xsent_adamw_many_f32", ADAMW_PTX);
+    args.buf(&tab).val(&tensors).val(&chunk);
     for x in h {
-        args.arg(x);
+        args.val(x);
     }
     // SAFETY: the arguments match xsent_adamw_many_f32 (src/gpu/adamw.cu): the table of 6·T
     // values then 2 per chunk, T, the chunk length, and six f32 scalars. Each address is a live
@@ -129,6 +129,6 @@ pub fn adamw<'a>(updates: &[Update<'a>], h: &[f32; 6]) -> candle_core::Result<()
     // its parameter's length), and each chunk lies within its tensor. The kernel writes the
     // parameters and moments in place: the optimiser owns the moments alone and updates each
     // parameter once per step, as the one-tensor kernel does; all work runs on the one stream.
-    unsafe { args.launch(config(chunked(OP, chunks.len())?)) }.w()?;
+    unsafe { args.launch(chunked(OP, chunks.len())?) }?;
     Ok(())
 }

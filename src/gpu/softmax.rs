@@ -2,11 +2,10 @@
 //! [`crate::model::kernels::masked_softmax`]'s op and its backward.
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::PushKernelArg;
-use candle_core::cuda_backend::{CudaStorage, WrapErr};
+use candle_core::cuda_backend::CudaStorage;
 use candle_core::{Layout, Shape};
 
-use super::{config, f32_view, launch, rows_and_width};
+use super::{f32_view, launch, rows_and_width, Args};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/softmax.ptx"));
 const MODULE: &str = "xsent_softmax";
@@ -29,11 +28,11 @@ pub fn masked(s: (&CudaStorage, &Layout), bias: (&CudaStorage, &Layout)) -> cand
     if rows > 0 {
         let func = dev.get_or_load_custom_func("xsent_masked_softmax_f32", MODULE, PTX)?;
         let (rows64, lk32, per_bias) = (rows as u64, lk as u32, (h * lq) as u64);
-        let mut args = func.builder();
-        args.arg(&sv).arg(&bv).arg(&mut out).arg(&rows64).arg(&lk32).arg(&per_bias);
+        let mut args = Args::new(func.builder(), "xsent_masked_softmax_f32", PTX);
+        args.buf(&sv).buf(&bv).buf(&mut out).val(&rows64).val(&lk32).val(&per_bias);
         // SAFETY: the arguments match `xsent_masked_softmax_f32`: scores and out of rows·lk f32,
         // the bias of B·lk (row r reads bias row r / (H·Lq) < B), rows, lk, H·Lq.
-        unsafe { args.launch(config(launch::rows(OP, rows)?)) }.w()?;
+        unsafe { args.launch(launch::rows(OP, rows)?) }?;
     }
     Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), s.1.shape().clone()))
 }
@@ -53,10 +52,10 @@ pub fn backward(y: (&CudaStorage, &Layout), g: (&CudaStorage, &Layout)) -> candl
     if rows > 0 {
         let func = dev.get_or_load_custom_func("xsent_softmax_grad_f32", MODULE, PTX)?;
         let (rows64, n32) = (rows as u64, n as u32);
-        let mut args = func.builder();
-        args.arg(&yv).arg(&gv).arg(&mut out).arg(&rows64).arg(&n32);
+        let mut args = Args::new(func.builder(), "xsent_softmax_grad_f32", PTX);
+        args.buf(&yv).buf(&gv).buf(&mut out).val(&rows64).val(&n32);
         // SAFETY: the arguments match `xsent_softmax_grad_f32`: y, g and out of rows·n f32, rows, n.
-        unsafe { args.launch(config(launch::rows(OP, rows)?)) }.w()?;
+        unsafe { args.launch(launch::rows(OP, rows)?) }?;
     }
     Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), y.1.shape().clone()))
 }
