@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A distill and a DuEAM training step on a GPU, xsent against PyTorch on the same card, side by
-# side in one run (fp32 both; bf16 once train.precision exists).
+# side in one run: distill and DuEAM in f32, and distill in bf16 (xsent's train.precision = "bf16"
+# against torch.autocast(bfloat16): bf16 matrix products, f32 weights and optimizer state).
 #
 # usage: scripts/bench-train-gpu.sh --student DIR --teacher DIR [--data DIR] [--steps 14]
 #                                   [--batch 32] [--dry-run]
@@ -61,7 +62,7 @@ if [ "$ncu" = 1 ]; then
     [ "$steps" -ge $((2 * ncu_steps)) ] || steps=$((2 * ncu_steps))
 fi
 if [ "$dry" = 1 ]; then
-    echo "bench-train-gpu: would train distill and dueam for $steps steps of $batch pairs on each engine"
+    echo "bench-train-gpu: would train distill (f32, bf16) and dueam (f32) for $steps steps of $batch pairs on each engine"
     exit 0
 fi
 # XSENT_BENCH_DEVICE=cpu: gpu-check.sh's rehearsal without a GPU (the numbers mean nothing).
@@ -124,29 +125,34 @@ tgt_lang = "de"
 $common
 EOF
 echo "GPU: $([ "$bdev" = cuda ] && nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n1 || echo "none: a rehearsal on the CPU"); batch $batch pairs, $steps steps, median of steps 5..$steps"
-printf '%-8s | %-30s | %12s | %12s | %7s\n' recipe "xsent" "xsent sent/s" "torch sent/s" ratio
-for r in distill dueam; do
-    "$xsent" train --config "$tmp/$r.toml" --out "$tmp/run-$r" >"$tmp/$r.log" 2>&1 || { tail -n 5 "$tmp/$r.log" >&2; die "xsent train $r failed"; }
-    xj=$("$py" "$helper" xsent-sps --metrics "$tmp/run-$r/metrics.jsonl" --skip 4) || die "no step times in xsent's metrics"
+printf '%-14s | %-30s | %12s | %12s | %7s\n' recipe "xsent" "xsent sent/s" "torch sent/s" ratio
+for row in distill:f32 dueam:f32 distill:bf16; do
+    r=${row%:*} prec=${row#*:}
+    # The f32 rows keep their names (train distill step) so that results compare across runs.
+    name=$r tag=$r
+    [ "$prec" = f32 ] || { name="$r $prec" tag="$r-$prec"; }
+    "$xsent" train --config "$tmp/$r.toml" --out "$tmp/run-$tag" --set "train.precision=\"$prec\"" >"$tmp/$tag.log" 2>&1 \
+        || { tail -n 5 "$tmp/$tag.log" >&2; die "xsent train $tag failed"; }
+    xj=$("$py" "$helper" xsent-sps --metrics "$tmp/run-$tag/metrics.jsonl" --skip 4) || die "no step times in xsent's metrics"
     # XSENT_BENCH_KEEP=DIR keeps xsent's per-step times (forward_s, backward_s, optimizer_s).
-    [ -n "${XSENT_BENCH_KEEP:-}" ] && cp "$tmp/run-$r/metrics.jsonl" "$XSENT_BENCH_KEEP/bench-train-$r-metrics.jsonl"
-    args=(--student "$student" --pairs "$tmp/pairs.tsv" --batch "$batch" --steps "$steps")
+    [ -n "${XSENT_BENCH_KEEP:-}" ] && cp "$tmp/run-$tag/metrics.jsonl" "$XSENT_BENCH_KEEP/bench-train-$tag-metrics.jsonl"
+    args=(--student "$student" --pairs "$tmp/pairs.tsv" --batch "$batch" --steps "$steps" --precision "$prec")
     [ "$r" = distill ] && args+=(--teacher "$teacher")
-    tj=$("$py" "$helper" torch-train "$r" "${args[@]}") || die "torch $r failed"
+    tj=$("$py" "$helper" torch-train "$r" "${args[@]}") || die "torch $tag failed"
     read -r xsps xstep tsps <<<"$("$py" -c 'import json,sys; x,t=json.loads(sys.argv[1]),json.loads(sys.argv[2]); print(x["sentences_per_s"], x["step_s"], t["sentences_per_s"])' "$xj" "$tj")"
     what="whole step"
     if [ "$r" = dueam ]; then
         # The anchor's share (its forward and the WMDs): in the step (anchor_ms_per_pair), and
         # ahead of it (ahead_s: the next step's anchor forward and the wait for the solver).
-        anchor=$("$py" -c 'import json,statistics,sys; rows=[json.loads(l) for l in open(sys.argv[1]) if "\"loss\"" in l][4:]; print(statistics.median(r.get("anchor_ms_per_pair", 0.0) * int(sys.argv[2]) / 1e3 + r.get("ahead_s", 0.0) for r in rows))' "$tmp/run-$r/metrics.jsonl" "$batch")
+        anchor=$("$py" -c 'import json,statistics,sys; rows=[json.loads(l) for l in open(sys.argv[1]) if "\"loss\"" in l][4:]; print(statistics.median(r.get("anchor_ms_per_pair", 0.0) * int(sys.argv[2]) / 1e3 + r.get("ahead_s", 0.0) for r in rows))' "$tmp/run-$tag/metrics.jsonl" "$batch")
         whole=$(printf %.0f "$xsps")
         xsps=$("$py" -c "print(2 * $batch / max($xstep - $anchor, 1e-9))")
         what="without the anchor ($whole whole)"
     fi
     ratio=$("$py" -c "print($xsps / $tsps)")
     ok=$("$py" -c "print('true' if $ratio >= 0.8 else 'false')")
-    printf '%-8s | %-30s | %12.0f | %12.0f | %6.2fx\n' "$r" "$what" "$xsps" "$tsps" "$ratio"
-    echo "RESULT train $r step | xsent $(printf %.0f "$xsps") sent/s ($what), torch $(printf %.0f "$tsps"): $(printf %.2f "$ratio")x | $ok"
+    printf '%-14s | %-30s | %12.0f | %12.0f | %6.2fx\n' "$name" "$what" "$xsps" "$tsps" "$ratio"
+    echo "RESULT train $name step | xsent $(printf %.0f "$xsps") sent/s ($what), torch $(printf %.0f "$tsps"): $(printf %.2f "$ratio")x | $ok"
 done
 
 if [ "$ncu" = 1 ]; then

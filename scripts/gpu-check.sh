@@ -126,7 +126,8 @@ gpu-check: the plan on the GPU machine (each step has its own time limit; a fail
               the e5s distill steps again with train.precision = "bf16" (losses within 1 % of f32, not equal),
               and once more under XSENT_PROFILE (the CPU's time by function: host-profile-distill-e5s.txt)
   part 2 (~6 min): bench-embed-gpu.sh (20,000 sentences, e5s and xlmr-base, xsent vs sentence-transformers),
-              bench-train-gpu.sh (distill and DuEAM steps, e5s, vs torch), 50 steps of each *-paper.toml
+              bench-train-gpu.sh (distill and DuEAM steps in f32 and distill in bf16, e5s, vs torch;
+              bf16: train.precision against torch.autocast), 50 steps of each *-paper.toml
               (step time, peak GPU memory)
 EOF
     exit 0

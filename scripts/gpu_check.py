@@ -18,7 +18,7 @@ sentence-transformers as the GPU machine has them; numpy). Subcommands:
   torch-embed --model DIR --input FILE --dtype f32|bf16 --batch 64 [--out Y.npy] [--repeat 2]
       sentence-transformers' encode on the GPU: sentences/s of the best repeat (model loaded
       and warmed up first), and the vectors.
-  torch-train distill|dueam --student DIR [--teacher DIR] --pairs FILE --batch B --steps N
+  torch-train distill|dueam --student DIR [--teacher DIR] --pairs FILE --batch B --steps N [--precision f32|bf16]
       One training step of the recipe in torch on the GPU (fp32, the recipe's loss, fused AdamW,
       clipping at 1.0): sentences/s over steps after the first two (JSON).
   xsent-sps --metrics FILE --skip K    sentences/s of xsent's steps after the first K (JSON)
@@ -240,7 +240,10 @@ def torch_embed(a):
 
 def torch_train(a):
     """One step of distill (MSE of student(src), student(tgt) to the teacher's src vectors) or
-    DuEAM (L_A − λ L_B with precomputed WMDs) in torch, as xsent computes them."""
+    DuEAM (L_A − λ L_B with precomputed WMDs) in torch, as xsent computes them. --precision bf16:
+    the forward and the loss under torch.autocast(bfloat16) (bf16 matrix products, f32 weights,
+    optimizer state and the ops autocast keeps in f32), as xsent's train.precision = "bf16"."""
+    import contextlib
     import torch
     torch.manual_seed(0)
     pairs_ = [l.rstrip("\n").split("\t")[:2] for l in open(a.pairs, encoding="utf-8") if l.strip()]
@@ -265,6 +268,7 @@ def torch_train(a):
                              {"params": nd, "weight_decay": 0.0}], lr=2e-5, fused=DEV == "cuda")
     student.train()
     wmd = torch.rand(a.batch, device=DEV) + 0.5
+    mixed = (lambda: torch.autocast(device_type=DEV, dtype=torch.bfloat16)) if a.precision == "bf16" else contextlib.nullcontext
     times = []
     b = a.batch
     for step in range(a.steps):
@@ -275,15 +279,16 @@ def torch_train(a):
         fs, ft = tokenize([p[0] for p in batch]), tokenize([p[1] for p in batch])
         fs = {k: v.to(DEV) if hasattr(v, "to") else v for k, v in fs.items()}
         ft = {k: v.to(DEV) if hasattr(v, "to") else v for k, v in ft.items()}
-        es, et = student(fs)["sentence_embedding"], student(ft)["sentence_embedding"]
-        if a.recipe == "distill":
-            target = teacher_vecs[at: at + b]
-            loss = torch.nn.functional.mse_loss(es, target) + torch.nn.functional.mse_loss(et, target)
-        else:
-            d = ((es - et) ** 2).sum(1).add(1e-12).sqrt()
-            l_a = torch.exp(torch.abs(torch.exp(-d) - torch.exp(-wmd))).mean()
-            l_b = torch.nn.functional.cosine_similarity(es, et, dim=1, eps=1e-12).mean()
-            loss = l_a - 0.003 * l_b
+        with mixed():
+            es, et = student(fs)["sentence_embedding"], student(ft)["sentence_embedding"]
+            if a.recipe == "distill":
+                target = teacher_vecs[at: at + b]
+                loss = torch.nn.functional.mse_loss(es, target) + torch.nn.functional.mse_loss(et, target)
+            else:
+                d = ((es - et) ** 2).sum(1).add(1e-12).sqrt()
+                l_a = torch.exp(torch.abs(torch.exp(-d) - torch.exp(-wmd))).mean()
+                l_b = torch.nn.functional.cosine_similarity(es, et, dim=1, eps=1e-12).mean()
+                loss = l_a - 0.003 * l_b
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
@@ -293,7 +298,7 @@ def torch_train(a):
         times.append(time.perf_counter() - t0)
     timed = times[2:] or times
     step_s = statistics.median(timed)
-    print(json.dumps({"engine": "torch", "recipe": a.recipe, "batch_pairs": b, "steps": a.steps, "step_s": step_s,
+    print(json.dumps({"engine": "torch", "recipe": a.recipe, "precision": a.precision, "batch_pairs": b, "steps": a.steps, "step_s": step_s,
                       "sentences_per_s": 2 * b / step_s, "peak_mem_gib": _peak_gib()}))
 
 
@@ -418,6 +423,7 @@ def main():
     x = s.add_parser("torch-train"); x.add_argument("recipe", choices=("distill", "dueam")); x.add_argument("--student", required=True)
     x.add_argument("--teacher"); x.add_argument("--pairs", required=True); x.add_argument("--batch", type=int, default=32)
     x.add_argument("--steps", type=int, default=10); x.add_argument("--max-length", type=int, default=128)
+    x.add_argument("--precision", choices=("f32", "bf16"), default="f32")
     x = s.add_parser("paper-config"); x.add_argument("--paper", required=True); x.add_argument("--model", required=True)
     x.add_argument("--data", required=True); x.add_argument("--out", required=True); x.add_argument("--device", default="cuda")
     x = s.add_parser("table"); x.add_argument("--results", required=True)
