@@ -8,7 +8,9 @@
 //! card computes (IEEE f32 and f64, no fused multiply-add, the same order of sums), so these
 //! catch indexing, reduction and table errors before a card is lent. What they cannot see: the
 //! Rust side's argument lists in src/gpu (each test below lists them in the kernel's order and
-//! the emulation checks their types), the PTX nvcc makes, and the device's memory handling.
+//! the emulation checks their types; on a card every launch checks its count and types against
+//! the PTX, not their order), the PTX nvcc makes, the device's memory handling, and reads of
+//! `__shared__` memory no thread wrote (a static here: zeros, or an earlier block's values).
 //!
 //! Every buffer has guard words on both sides: a write out of bounds fails the test.
 
@@ -235,9 +237,11 @@ fn every_kernel_is_emulated_and_launched_here() {
 fn the_emulation_checks_arguments_and_bounds() {
     let mut x = Buf::new(&values(40, 1));
     let mut y = Buf::<f32>::out(40);
-    // gelu takes (x, y, n): leaving out n is refused.
-    let err = std::panic::catch_unwind(move || run("xsent_gelu_f32", launch::elementwise(40), &[x.ptr(), y.ptr()]));
-    assert!(err.is_err(), "a short argument list was run");
+    // gelu takes (x, y, n): leaving out n is refused, by the emulation's check.
+    let err = std::panic::catch_unwind(move || run("xsent_gelu_f32", launch::elementwise(40), &[x.ptr(), y.ptr()]))
+        .expect_err("a short argument list was run");
+    let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("takes arguments (ppQ), given (pp)"), "another failure: {msg}");
     let mut x = Buf::new(&values(40, 1));
     let mut y = Buf::<f32>::out(39);
     // Told n = 40 for an output of 39: the fortieth write lands in the guard.
@@ -395,6 +399,59 @@ fn dropout_kernel_equals_the_cpu_mask() {
     run("xsent_dropout_f32", launch::elementwise(n), &args);
     let got = y.get("dropped");
     assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "dropout masks differ");
+    // bf16 (bf16 training): the CPU op on the bf16 values, bit for bit.
+    use half::bf16;
+    let xb: Vec<bf16> = xs.iter().map(|&v| bf16::from_f32(v)).collect();
+    let xt = Tensor::from_vec(xb.clone(), n, &Device::Cpu).unwrap();
+    let want: Vec<bf16> = xsent::model::dropout::apply(&xt, p, seed).unwrap().unwrap().to_vec1::<bf16>().unwrap();
+    let (mut x, mut y) = (Buf::new(&xb), Buf::<bf16>::out(n));
+    let args = [x.ptr(), y.ptr(), Arg::U64(n as u64), Arg::U64(seed), Arg::F32(p as f32), Arg::F32(scale)];
+    run("xsent_dropout_bf16", launch::elementwise(n), &args);
+    let got = y.get("dropped, bf16");
+    assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "bf16 dropout differs");
+}
+
+/// bf16 training's LayerNorm kernels (a bf16 activation and gradient, f32 weights) against the
+/// CPU's op on the same bf16 values: the outputs within a bf16 step of the CPU's (the f32 results
+/// agree to rounding, as in f32; rounding to bf16 can then land one step apart), the weights'
+/// gradients (f32) to the f32 kernels' bound.
+#[test]
+fn layer_norm_bf16_kernels_equal_the_cpu() {
+    use half::bf16;
+    let eps = 1e-12f32;
+    for (rows, n, shift) in [(5, 37, 0.0), (64, 384, 0.0), (9, 384, 40.0)] {
+        let xb: Vec<bf16> = values(rows * n, 5).iter().map(|v| bf16::from_f32(v + shift)).collect();
+        let gb: Vec<bf16> = values(rows * n, 11).iter().map(|&v| bf16::from_f32(v)).collect();
+        let (ws, bs) = (values(n, 9), values(n, 2));
+        let x = Var::from_tensor(&Tensor::from_vec(xb.clone(), (rows, n), &Device::Cpu).unwrap()).unwrap();
+        let [w, b] = [(&ws, n), (&bs, n)].map(|(d, l)| Var::from_tensor(&cpu(d.clone(), &[l])).unwrap());
+        let y = xsent::model::kernels::layer_norm_train(x.as_tensor(), w.as_tensor(), b.as_tensor(), eps).unwrap();
+        assert_eq!(y.dtype(), DType::BF16);
+        let up = Tensor::from_vec(gb.clone(), (rows, n), &Device::Cpu).unwrap();
+        let grads = (&y * &up).unwrap().to_dtype(DType::F32).unwrap().sum_all().unwrap().backward().unwrap();
+        let [dx, dw, db] = [&x, &w, &b].map(|v| host(grads.get(v.as_tensor()).unwrap()));
+        let grid = launch::rows("layer norm", rows).unwrap();
+        let (mut bx, mut bw, mut bb, mut bg) = (Buf::new(&xb), Buf::new(&ws), Buf::new(&bs), Buf::new(&gb));
+        let (r64, n32) = (Arg::U64(rows as u64), Arg::U32(n as u32));
+        let widen = |v: Vec<bf16>| v.iter().map(|b| b.to_f32()).collect::<Vec<f32>>();
+        let mut out = Buf::<bf16>::out(rows * n);
+        run("xsent_layer_norm_bf16", grid, &[bx.ptr(), bw.ptr(), bb.ptr(), out.ptr(), r64, n32, Arg::F32(eps)]);
+        let d = rel_diff(&widen(out.get("y")), &host(&y));
+        assert!(d <= 1.0 / 128.0, "LayerNorm bf16 {rows}×{n}+{shift}: values differ by {d}");
+        let mut gx = Buf::<bf16>::out(rows * n);
+        run("xsent_layer_norm_grad_x_bf16", grid, &[bx.ptr(), bw.ptr(), bg.ptr(), gx.ptr(), r64, n32, Arg::F32(eps)]);
+        let d = rel_diff(&widen(gx.get("dx")), &dx);
+        assert!(d <= 1.0 / 128.0, "LayerNorm bf16 {rows}×{n}+{shift}: gradient of x differs by {d}");
+        let mut gxhat = Buf::<f32>::out(rows * n);
+        run("xsent_layer_norm_g_xhat_bf16", grid, &[bx.ptr(), bg.ptr(), gxhat.ptr(), r64, n32, Arg::F32(eps)]);
+        let mut wb = Buf::<f32>::out(2 * n);
+        run("xsent_column_sums2_bf16", launch::column_sums(n), &[gxhat.ptr(), bg.ptr(), wb.ptr(), r64, n32]);
+        let wb = wb.get("dw, db");
+        for (name, got, want) in [("w", &wb[..n], &dw), ("b", &wb[n..], &db)] {
+            let d = rel_diff(got, want);
+            assert!(d < 1e-4, "LayerNorm bf16 {rows}×{n}+{shift}: gradient of {name} differs by {d}");
+        }
+    }
 }
 
 /// The one-tensor AdamW kernel against the CPU optimiser, three steps without clipping, bit for

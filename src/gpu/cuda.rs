@@ -3,7 +3,7 @@
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{
-    CudaSlice, CudaView, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg,
+    CudaSlice, CudaView, CudaViewMut, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg,
 };
 use candle_core::cuda_backend::{CudaDevice, CudaStorage, WrapErr};
 use candle_core::{Layout, Shape, Storage, Tensor};
@@ -32,6 +32,14 @@ pub(super) struct Args<'a> {
     given: String,
 }
 
+/// A device buffer as a kernel argument (a pointer): slices and views, never a scalar, so that
+/// [`Args::buf`] cannot pass a 4-byte value where the kernel reads 8.
+pub(super) trait DeviceBuf {}
+impl<T> DeviceBuf for &CudaSlice<T> {}
+impl<T> DeviceBuf for &mut CudaSlice<T> {}
+impl<T> DeviceBuf for &CudaView<'_, T> {}
+impl<T> DeviceBuf for &mut CudaViewMut<'_, T> {}
+
 /// A scalar kernel argument, and its letter in `launch::ptx_params`.
 pub(super) trait Scalar: DeviceRepr {
     const LETTER: char;
@@ -56,7 +64,7 @@ impl<'a> Args<'a> {
     }
 
     /// A device buffer (a slice or a view of one): a pointer.
-    pub(super) fn buf<A>(&mut self, a: A) -> &mut Self
+    pub(super) fn buf<A: DeviceBuf>(&mut self, a: A) -> &mut Self
     where
         LaunchArgs<'a>: PushKernelArg<A>,
     {
@@ -165,7 +173,8 @@ impl candle_core::InplaceOp1 for AdamW<'_> {
             return Ok(());
         }
         let dev = ps.device().clone();
-        let func = dev.get_or_load_custom_func("xsent_adamw_f32", ADAMW_MODULE, ADAMW_PTX)?;
+        let kernel = "xsent_adamw_f32";
+        let func = dev.get_or_load_custom_func(kernel, ADAMW_MODULE, ADAMW_PTX)?;
         let Some((a, b)) = pl.contiguous_offsets() else {
             candle_core::bail!("{name}: the parameter is not contiguous")
         };
@@ -178,7 +187,7 @@ impl candle_core::InplaceOp1 for AdamW<'_> {
         };
         let (g, m, v) = (f32_view(name, gs, gl)?, f32_view(name, ms, ml)?, f32_view(name, vs, vl)?);
         let n64 = n as u64;
-        let mut args = Args::new(func.builder(), "xsent_adamw_f32", ADAMW_PTX);
+        let mut args = Args::new(func.builder(), kernel, ADAMW_PTX);
         args.buf(&mut p).buf(&g).buf(&m).buf(&v).val(&n64);
         for x in &self.h {
             args.val(x);
@@ -193,7 +202,7 @@ impl candle_core::InplaceOp1 for AdamW<'_> {
 }
 
 /// `x ⊙ mask / (1 − p)` for the counter-based mask of `seed` (src/gpu/dropout.cu) on a
-/// contiguous CUDA f32 tensor.
+/// contiguous CUDA f32 or bf16 tensor (bf16: scaled in f32, rounded once).
 pub fn dropout(
     s: &CudaStorage,
     l: &Layout,
@@ -201,19 +210,35 @@ pub fn dropout(
     p: f32,
     scale: f32,
 ) -> candle_core::Result<(CudaStorage, Shape)> {
-    let x = f32_view("xsent-dropout", s, l)?;
+    let out = match s.dtype() {
+        candle_core::DType::F32 => dropout_typed::<f32>(s, l, "xsent_dropout_f32", seed, p, scale)?,
+        candle_core::DType::BF16 => dropout_typed::<half::bf16>(s, l, "xsent_dropout_bf16", seed, p, scale)?,
+        other => candle_core::bail!("xsent-dropout: f32 or bf16 only, got {other:?}"),
+    };
+    Ok((out, l.shape().clone()))
+}
+
+fn dropout_typed<T: candle_core::cuda_backend::CudaDType + DeviceRepr>(
+    s: &CudaStorage,
+    l: &Layout,
+    name: &'static str,
+    seed: u64,
+    p: f32,
+    scale: f32,
+) -> candle_core::Result<CudaStorage> {
+    let x = view::<T>("xsent-dropout", s, l)?;
     let n = l.shape().elem_count();
     let dev: &CudaDevice = s.device();
     // SAFETY: every element is written by the kernel below before the tensor is read.
-    let mut out: CudaSlice<f32> = unsafe { dev.alloc::<f32>(n) }?;
+    let mut out: CudaSlice<T> = unsafe { dev.alloc::<T>(n) }?;
     if n > 0 {
-        let func = dev.get_or_load_custom_func("xsent_dropout_f32", "xsent_dropout", DROPOUT_PTX)?;
+        let func = dev.get_or_load_custom_func(name, "xsent_dropout", DROPOUT_PTX)?;
         let n64 = n as u64;
-        let mut args = Args::new(func.builder(), "xsent_dropout_f32", DROPOUT_PTX);
+        let mut args = Args::new(func.builder(), name, DROPOUT_PTX);
         args.buf(&x).buf(&mut out).val(&n64).val(&seed).val(&p).val(&scale);
         // SAFETY: the arguments match the kernel's signature (src/gpu/dropout.cu): an input and
-        // an output of n f32 values each, n, the seed, p and the scale.
+        // an output of n values of T each, n, the seed, p and the scale.
         unsafe { args.launch(launch::elementwise(n)) }?;
     }
-    Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), l.shape().clone()))
+    Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
 }

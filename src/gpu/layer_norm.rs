@@ -1,11 +1,14 @@
-//! LayerNorm for training on CUDA f32 (`layer_norm.cu`): the GPU side of
-//! [`crate::model::kernels::layer_norm_train`]'s forward and backward ops.
+//! LayerNorm for training on CUDA (`layer_norm.cu`): the GPU side of
+//! [`crate::model::kernels::layer_norm_train`]'s forward and backward ops. The activation (and
+//! its gradient and the output) is f32, or bf16 in bf16 training; the weights are f32.
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::CudaStorage;
-use candle_core::{Layout, Shape};
+use candle_core::cuda_backend::cudarc::driver::DeviceRepr;
+use candle_core::cuda_backend::{CudaDType, CudaStorage};
+use candle_core::{DType, Layout, Shape};
+use half::bf16;
 
-use super::{f32_view, launch, rows_and_width, Args};
+use super::{f32_view, launch, rows_and_width, view, Args};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/layer_norm.ptx"));
 const MODULE: &str = "xsent_layer_norm";
@@ -18,7 +21,17 @@ fn check_vec(op: &str, what: &str, l: &Layout, n: usize) -> candle_core::Result<
     Ok(())
 }
 
-/// `x̂ · w + b` for each row of `x` (`[…, n]`, contiguous), `w` and `b` of `[n]`.
+/// `names[0]` for an f32 activation, `names[1]` for bf16.
+fn pick(op: &str, dtype: DType, names: [&'static str; 2]) -> candle_core::Result<&'static str> {
+    match dtype {
+        DType::F32 => Ok(names[0]),
+        DType::BF16 => Ok(names[1]),
+        other => candle_core::bail!("{op}: f32 or bf16 activations only, got {other:?}"),
+    }
+}
+
+/// `x̂ · w + b` for each row of `x` (`[…, n]`, contiguous, f32 or bf16; the output in its dtype),
+/// `w` and `b` of `[n]` (f32).
 pub fn forward(
     x: (&CudaStorage, &Layout),
     w: (&CudaStorage, &Layout),
@@ -29,24 +42,41 @@ pub fn forward(
     let (rows, n) = rows_and_width(OP, x.1)?;
     check_vec(OP, "weight", w.1, n)?;
     check_vec(OP, "bias", b.1, n)?;
-    let (xv, wv, bv) = (f32_view(OP, x.0, x.1)?, f32_view(OP, w.0, w.1)?, f32_view(OP, b.0, b.1)?);
-    let dev = x.0.device();
-    // SAFETY: the kernel writes every element (each row's warp covers its n columns).
-    let mut out = unsafe { dev.alloc::<f32>(rows * n) }?;
-    if rows > 0 {
-        let func = dev.get_or_load_custom_func("xsent_layer_norm_f32", MODULE, PTX)?;
-        let (rows64, n32) = (rows as u64, n as u32);
-        let mut args = Args::new(func.builder(), "xsent_layer_norm_f32", PTX);
-        args.buf(&xv).buf(&wv).buf(&bv).buf(&mut out).val(&rows64).val(&n32).val(&eps);
-        // SAFETY: the arguments match `xsent_layer_norm_f32`: x and out of rows·n f32, w and b of
-        // n (checked above), rows, n, eps.
-        unsafe { args.launch(launch::rows(OP, rows)?) }?;
-    }
-    Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), x.1.shape().clone()))
+    let out = match x.0.dtype() {
+        DType::BF16 => forward_typed::<bf16>(x, w, b, eps, rows, n)?,
+        _ => forward_typed::<f32>(x, w, b, eps, rows, n)?,
+    };
+    Ok((out, x.1.shape().clone()))
 }
 
-/// The input's gradient from `x` (`[…, n]`), `w` (`[n]`) and the output's gradient `g` (`x`'s
-/// shape), all contiguous: one warp per row.
+fn forward_typed<T: CudaDType + DeviceRepr>(
+    x: (&CudaStorage, &Layout),
+    w: (&CudaStorage, &Layout),
+    b: (&CudaStorage, &Layout),
+    eps: f32,
+    rows: usize,
+    n: usize,
+) -> candle_core::Result<CudaStorage> {
+    const OP: &str = "xsent-layer-norm-cuda";
+    let name = pick(OP, x.0.dtype(), ["xsent_layer_norm_f32", "xsent_layer_norm_bf16"])?;
+    let (xv, wv, bv) = (view::<T>(OP, x.0, x.1)?, f32_view(OP, w.0, w.1)?, f32_view(OP, b.0, b.1)?);
+    let dev = x.0.device();
+    // SAFETY: the kernel writes every element (each row's warp covers its n columns).
+    let mut out = unsafe { dev.alloc::<T>(rows * n) }?;
+    if rows > 0 {
+        let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
+        let (rows64, n32) = (rows as u64, n as u32);
+        let mut args = Args::new(func.builder(), name, PTX);
+        args.buf(&xv).buf(&wv).buf(&bv).buf(&mut out).val(&rows64).val(&n32).val(&eps);
+        // SAFETY: the arguments match `xsent_layer_norm_{f32,bf16}`: x and out of rows·n values of
+        // T, w and b of n f32 (checked by the caller), rows, n, eps.
+        unsafe { args.launch(launch::rows(OP, rows)?) }?;
+    }
+    Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
+}
+
+/// The input's gradient from `x` (`[…, n]`, f32 or bf16), `w` (`[n]`, f32) and the output's
+/// gradient `g` (`x`'s shape and dtype), all contiguous: one warp per row; in `x`'s dtype.
 pub fn grad_x(
     x: (&CudaStorage, &Layout),
     w: (&CudaStorage, &Layout),
@@ -56,26 +86,44 @@ pub fn grad_x(
     const OP: &str = "xsent-layer-norm-grad-x-cuda";
     let (rows, n) = rows_and_width(OP, x.1)?;
     check_vec(OP, "weight", w.1, n)?;
-    check_grad(OP, x.1, g.1)?;
-    let (xv, wv, gv) = (f32_view(OP, x.0, x.1)?, f32_view(OP, w.0, w.1)?, f32_view(OP, g.0, g.1)?);
-    let dev = x.0.device();
-    // SAFETY: the kernel writes every element.
-    let mut out = unsafe { dev.alloc::<f32>(rows * n) }?;
-    if rows > 0 {
-        let func = dev.get_or_load_custom_func("xsent_layer_norm_grad_x_f32", MODULE, PTX)?;
-        let (rows64, n32) = (rows as u64, n as u32);
-        let mut args = Args::new(func.builder(), "xsent_layer_norm_grad_x_f32", PTX);
-        args.buf(&xv).buf(&wv).buf(&gv).buf(&mut out).val(&rows64).val(&n32).val(&eps);
-        // SAFETY: the arguments match `xsent_layer_norm_grad_x_f32`: x, g and dx of rows·n f32,
-        // w of n, rows, n, eps.
-        unsafe { args.launch(launch::rows(OP, rows)?) }?;
-    }
-    Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), x.1.shape().clone()))
+    check_grad(OP, x, g)?;
+    let out = match x.0.dtype() {
+        DType::BF16 => grad_x_typed::<bf16>(x, w, g, eps, rows, n)?,
+        _ => grad_x_typed::<f32>(x, w, g, eps, rows, n)?,
+    };
+    Ok((out, x.1.shape().clone()))
 }
 
-/// The weight's and bias's gradients from `x` (`[…, n]`) and the output's gradient `g`, both
-/// contiguous: a `[2, n]` tensor of `Σ g ⊙ x̂` and `Σ g` over the rows. Two kernels: `g ⊙ x̂`
-/// (one warp per row) into a scratch tensor, then the column sums in f64.
+fn grad_x_typed<T: CudaDType + DeviceRepr>(
+    x: (&CudaStorage, &Layout),
+    w: (&CudaStorage, &Layout),
+    g: (&CudaStorage, &Layout),
+    eps: f32,
+    rows: usize,
+    n: usize,
+) -> candle_core::Result<CudaStorage> {
+    const OP: &str = "xsent-layer-norm-grad-x-cuda";
+    let name = pick(OP, x.0.dtype(), ["xsent_layer_norm_grad_x_f32", "xsent_layer_norm_grad_x_bf16"])?;
+    let (xv, wv, gv) = (view::<T>(OP, x.0, x.1)?, f32_view(OP, w.0, w.1)?, view::<T>(OP, g.0, g.1)?);
+    let dev = x.0.device();
+    // SAFETY: the kernel writes every element.
+    let mut out = unsafe { dev.alloc::<T>(rows * n) }?;
+    if rows > 0 {
+        let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
+        let (rows64, n32) = (rows as u64, n as u32);
+        let mut args = Args::new(func.builder(), name, PTX);
+        args.buf(&xv).buf(&wv).buf(&gv).buf(&mut out).val(&rows64).val(&n32).val(&eps);
+        // SAFETY: the arguments match `xsent_layer_norm_grad_x_{f32,bf16}`: x, g and dx of rows·n
+        // values of T, w of n f32, rows, n, eps.
+        unsafe { args.launch(launch::rows(OP, rows)?) }?;
+    }
+    Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
+}
+
+/// The weight's and bias's gradients from `x` (`[…, n]`, f32 or bf16) and the output's gradient
+/// `g` (`x`'s shape and dtype), both contiguous: a `[2, n]` f32 tensor of `Σ g ⊙ x̂` and `Σ g` over
+/// the rows. Two kernels: `g ⊙ x̂` (one warp per row, f32) into a scratch tensor, then the column
+/// sums in f64.
 pub fn grad_wb(
     x: (&CudaStorage, &Layout),
     g: (&CudaStorage, &Layout),
@@ -83,34 +131,57 @@ pub fn grad_wb(
 ) -> candle_core::Result<(CudaStorage, Shape)> {
     const OP: &str = "xsent-layer-norm-grad-wb-cuda";
     let (rows, n) = rows_and_width(OP, x.1)?;
-    check_grad(OP, x.1, g.1)?;
-    let (xv, gv) = (f32_view(OP, x.0, x.1)?, f32_view(OP, g.0, g.1)?);
+    check_grad(OP, x, g)?;
+    let out = match x.0.dtype() {
+        DType::BF16 => grad_wb_typed::<bf16>(x, g, eps, rows, n)?,
+        _ => grad_wb_typed::<f32>(x, g, eps, rows, n)?,
+    };
+    Ok((out, Shape::from((2, n))))
+}
+
+fn grad_wb_typed<T: CudaDType + DeviceRepr>(
+    x: (&CudaStorage, &Layout),
+    g: (&CudaStorage, &Layout),
+    eps: f32,
+    rows: usize,
+    n: usize,
+) -> candle_core::Result<CudaStorage> {
+    const OP: &str = "xsent-layer-norm-grad-wb-cuda";
+    let row_kernel = pick(OP, x.0.dtype(), ["xsent_layer_norm_g_xhat_f32", "xsent_layer_norm_g_xhat_bf16"])?;
+    let sums = pick(OP, x.0.dtype(), ["xsent_column_sums2_f32", "xsent_column_sums2_bf16"])?;
+    let (xv, gv) = (view::<T>(OP, x.0, x.1)?, view::<T>(OP, g.0, g.1)?);
     let dev = x.0.device();
     let (rows64, n32) = (rows as u64, n as u32);
     // SAFETY: the row kernel writes every element of `gxhat`, the column kernel every one of `out`.
     let mut gxhat = unsafe { dev.alloc::<f32>(rows * n) }?;
     let mut out = unsafe { dev.alloc::<f32>(2 * n) }?;
     if rows > 0 {
-        let func = dev.get_or_load_custom_func("xsent_layer_norm_g_xhat_f32", MODULE, PTX)?;
-        let mut args = Args::new(func.builder(), "xsent_layer_norm_g_xhat_f32", PTX);
+        let func = dev.get_or_load_custom_func(row_kernel, MODULE, PTX)?;
+        let mut args = Args::new(func.builder(), row_kernel, PTX);
         args.buf(&xv).buf(&gv).buf(&mut gxhat).val(&rows64).val(&n32).val(&eps);
-        // SAFETY: the arguments match `xsent_layer_norm_g_xhat_f32`: x, g and gxhat of rows·n f32,
-        // rows, n, eps.
+        // SAFETY: the arguments match `xsent_layer_norm_g_xhat_{f32,bf16}`: x and g of rows·n
+        // values of T, gxhat of rows·n f32, rows, n, eps.
         unsafe { args.launch(launch::rows(OP, rows)?) }?;
     }
-    let func = dev.get_or_load_custom_func("xsent_column_sums2_f32", MODULE, PTX)?;
-    let mut args = Args::new(func.builder(), "xsent_column_sums2_f32", PTX);
+    let func = dev.get_or_load_custom_func(sums, MODULE, PTX)?;
+    let mut args = Args::new(func.builder(), sums, PTX);
     args.buf(&gxhat).buf(&gv).buf(&mut out).val(&rows64).val(&n32);
-    // SAFETY: the arguments match `xsent_column_sums2_f32`: a and b of rows·n f32, out of 2·n,
-    // rows, n. With no rows the sums are zeros. `gxhat` is freed on the device's stream, after
-    // the kernel that reads it.
+    // SAFETY: the arguments match `xsent_column_sums2_{f32,bf16}`: a (f32) and b (T) of rows·n,
+    // out of 2·n f32, rows, n. With no rows the sums are zeros. `gxhat` is freed on the device's
+    // stream, after the kernel that reads it.
     unsafe { args.launch(launch::column_sums(n)) }?;
-    Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), Shape::from((2, n))))
+    Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
 }
 
-fn check_grad(op: &str, x: &Layout, g: &Layout) -> candle_core::Result<()> {
-    if g.dims() != x.dims() {
-        candle_core::bail!("{op}: a gradient of shape {:?} for an input of {:?}", g.dims(), x.dims());
+fn check_grad(op: &str, x: (&CudaStorage, &Layout), g: (&CudaStorage, &Layout)) -> candle_core::Result<()> {
+    if g.1.dims() != x.1.dims() || g.0.dtype() != x.0.dtype() {
+        candle_core::bail!(
+            "{op}: a gradient of {:?} {:?} for an input of {:?} {:?}",
+            g.0.dtype(),
+            g.1.dims(),
+            x.0.dtype(),
+            x.1.dims()
+        );
     }
     Ok(())
 }

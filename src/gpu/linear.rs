@@ -39,9 +39,10 @@ pub fn column_sums(a: (&CudaStorage, &Layout)) -> candle_core::Result<(CudaStora
     let dev = a.0.device();
     // SAFETY: the kernel writes every element.
     let mut out = unsafe { dev.alloc::<f32>(n) }?;
-    let func = dev.get_or_load_custom_func("xsent_column_sums_f32", "xsent_linear", PTX)?;
+    let kernel = "xsent_column_sums_f32";
+    let func = dev.get_or_load_custom_func(kernel, "xsent_linear", PTX)?;
     let (rows64, n32) = (rows as u64, n as u32);
-    let mut args = Args::new(func.builder(), "xsent_column_sums_f32", PTX);
+    let mut args = Args::new(func.builder(), kernel, PTX);
     args.buf(&av).buf(&mut out).val(&rows64).val(&n32);
     // SAFETY: the arguments match `xsent_column_sums_f32`: a of rows·n f32, out of n, rows, n.
     unsafe { args.launch(launch::column_sums(n)) }?;

@@ -3,6 +3,16 @@
 // gives the CPU's bits.
 #pragma once
 
+#include <cuda_bf16.h>
+
+// Element i of an f32 or bf16 array as f32 (bf16 widened, exactly), and f32 v stored as f32 or
+// rounded to the nearest bf16 (ties to even): the kernels that take bf16 activations compute in
+// f32 and round once, as the f32 kernel on the widened values would.
+__device__ __forceinline__ float xsent_ld(const float* p, unsigned long long i) { return p[i]; }
+__device__ __forceinline__ float xsent_ld(const __nv_bfloat16* p, unsigned long long i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ void xsent_st(float* p, unsigned long long i, float v) { p[i] = v; }
+__device__ __forceinline__ void xsent_st(__nv_bfloat16* p, unsigned long long i, float v) { p[i] = __float2bfloat16_rn(v); }
+
 // Rust's `clamp`: a NaN stays NaN (fminf/fmaxf would drop it).
 __device__ __forceinline__ float xsent_clamp(float x, float lo, float hi) {
     return x < lo ? lo : (x > hi ? hi : x);

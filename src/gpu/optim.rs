@@ -53,9 +53,10 @@ pub fn sum_of_squares(gs: &[&Tensor]) -> candle_core::Result<f64> {
     let tab = dev.clone_htod(&table(&[ptrs, lens.iter().map(|&n| n as u64).collect()], &chunks))?;
     // SAFETY: every partial is written by the kernel (one block per chunk) before it is read.
     let mut partial: CudaSlice<f64> = unsafe { dev.alloc::<f64>(chunks.len()) }?;
-    let func = dev.get_or_load_custom_func("xsent_sumsq_many_f32", ADAMW_MODULE, ADAMW_PTX)?;
+    let kernel = "xsent_sumsq_many_f32";
+    let func = dev.get_or_load_custom_func(kernel, ADAMW_MODULE, ADAMW_PTX)?;
     let (tensors, chunk) = (gs.len() as u64, CHUNK as u64);
-    let mut args = Args::new(func.builder(), "xsent_sumsq_many_f32", ADAMW_PTX);
+    let mut args = Args::new(func.builder(), kernel, ADAMW_PTX);
     args.buf(&tab).val(&tensors).val(&chunk).buf(&mut partial);
     // SAFETY: the arguments match xsent_sumsq_many_f32 (src/gpu/adamw.cu): the table of 2·T
     // values then 2 per chunk (built above from T tensors and their chunks), T, the chunk
@@ -116,9 +117,10 @@ pub fn adamw<'a>(updates: &[Update<'a>], h: &[f32; 6]) -> candle_core::Result<()
     let n: Vec<u64> = lens.iter().map(|&n| n as u64).collect();
     let hyper: Vec<u64> = updates.iter().map(|u| lr_and_decay(u.lr, u.decay)).collect();
     let tab = dev.clone_htod(&table(&[p, g, m, v, n, hyper], &chunks))?;
-    let func = dev.get_or_load_custom_func("xsent_adamw_many_f32", ADAMW_MODULE, ADAMW_PTX)?;
+    let kernel = "xsent_adamw_many_f32";
+    let func = dev.get_or_load_custom_func(kernel, ADAMW_MODULE, ADAMW_PTX)?;
     let (tensors, chunk) = (updates.len() as u64, CHUNK as u64);
-    let mut args = Args::new(func.builder(), "xsent_adamw_many_f32", ADAMW_PTX);
+    let mut args = Args::new(func.builder(), kernel, ADAMW_PTX);
     args.buf(&tab).val(&tensors).val(&chunk);
     for x in h {
         args.val(x);

@@ -26,9 +26,10 @@ pub fn masked(s: (&CudaStorage, &Layout), bias: (&CudaStorage, &Layout)) -> cand
     // SAFETY: the kernel writes every element.
     let mut out = unsafe { dev.alloc::<f32>(rows * lk) }?;
     if rows > 0 {
-        let func = dev.get_or_load_custom_func("xsent_masked_softmax_f32", MODULE, PTX)?;
+        let kernel = "xsent_masked_softmax_f32";
+        let func = dev.get_or_load_custom_func(kernel, MODULE, PTX)?;
         let (rows64, lk32, per_bias) = (rows as u64, lk as u32, (h * lq) as u64);
-        let mut args = Args::new(func.builder(), "xsent_masked_softmax_f32", PTX);
+        let mut args = Args::new(func.builder(), kernel, PTX);
         args.buf(&sv).buf(&bv).buf(&mut out).val(&rows64).val(&lk32).val(&per_bias);
         // SAFETY: the arguments match `xsent_masked_softmax_f32`: scores and out of rows·lk f32,
         // the bias of B·lk (row r reads bias row r / (H·Lq) < B), rows, lk, H·Lq.
@@ -50,9 +51,10 @@ pub fn backward(y: (&CudaStorage, &Layout), g: (&CudaStorage, &Layout)) -> candl
     // SAFETY: the kernel writes every element.
     let mut out = unsafe { dev.alloc::<f32>(rows * n) }?;
     if rows > 0 {
-        let func = dev.get_or_load_custom_func("xsent_softmax_grad_f32", MODULE, PTX)?;
+        let kernel = "xsent_softmax_grad_f32";
+        let func = dev.get_or_load_custom_func(kernel, MODULE, PTX)?;
         let (rows64, n32) = (rows as u64, n as u32);
-        let mut args = Args::new(func.builder(), "xsent_softmax_grad_f32", PTX);
+        let mut args = Args::new(func.builder(), kernel, PTX);
         args.buf(&yv).buf(&gv).buf(&mut out).val(&rows64).val(&n32);
         // SAFETY: the arguments match `xsent_softmax_grad_f32`: y, g and out of rows·n f32, rows, n.
         unsafe { args.launch(launch::rows(OP, rows)?) }?;

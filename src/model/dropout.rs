@@ -32,14 +32,17 @@ impl CustomOp1 for HashDropout {
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let CpuStorage::F32(v) = s else { candle_core::bail!("{}: f32 only", self.name()) };
         let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("{}: contiguous input only", self.name()) };
-        let out = v[a..b]
-            .iter()
-            .enumerate()
-            .map(|(i, &x)| if keep(self.seed, i as u64, self.p) { x * self.scale } else { 0.0 })
-            .collect();
-        Ok((CpuStorage::F32(out), l.shape().clone()))
+        let drop = |i: usize, x: f32| if keep(self.seed, i as u64, self.p) { x * self.scale } else { 0.0 };
+        let out = match s {
+            CpuStorage::F32(v) => CpuStorage::F32(v[a..b].iter().enumerate().map(|(i, &x)| drop(i, x)).collect()),
+            // bf16 training: in f32 and rounded once, as the f32 op on the widened values.
+            CpuStorage::BF16(v) => CpuStorage::BF16(
+                v[a..b].iter().enumerate().map(|(i, &x)| half::bf16::from_f32(drop(i, x.to_f32()))).collect(),
+            ),
+            _ => candle_core::bail!("{}: f32 or bf16 only", self.name()),
+        };
+        Ok((out, l.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]
@@ -56,11 +59,16 @@ impl CustomOp1 for HashDropout {
     }
 }
 
-/// Inverted dropout of `x` with drop probability `0 < p < 1` and the mask of `seed`; `None` where
-/// the op does not run (not f32, or a device other than the CPU and CUDA).
-pub fn apply(x: &Tensor, p: f64, seed: u64) -> Result<Option<Tensor>> {
+/// Whether [`apply`] runs on `x`: f32 or bf16 (computed in f32, rounded once), on the CPU or CUDA.
+pub fn applies(x: &Tensor) -> bool {
     let device_ok = x.device().is_cpu() || x.device().is_cuda();
-    if x.dtype() != candle_core::DType::F32 || !device_ok {
+    matches!(x.dtype(), candle_core::DType::F32 | candle_core::DType::BF16) && device_ok
+}
+
+/// Inverted dropout of `x` with drop probability `0 < p < 1` and the mask of `seed`; `None` where
+/// the op does not run (see [`applies`]).
+pub fn apply(x: &Tensor, p: f64, seed: u64) -> Result<Option<Tensor>> {
+    if !applies(x) {
         return Ok(None);
     }
     let op = HashDropout { seed, p: p as f32, scale: (1.0 / (1.0 - p)) as f32 };
@@ -96,6 +104,27 @@ mod tests {
         let b = apply(&m.t()?.contiguous()?, 0.5, 7)?.unwrap();
         assert_eq!(a.flatten_all()?.to_vec1::<f32>()?, b.flatten_all()?.to_vec1::<f32>()?);
         assert!(apply(&m.to_dtype(candle_core::DType::F64)?, 0.5, 7)?.is_none());
+        Ok(())
+    }
+
+    /// bf16: the f32 op's bits on the widened values, rounded once, forward and backward.
+    #[test]
+    fn bf16_equals_the_f32_op_rounded() -> Result<()> {
+        use candle_core::{DType, Var};
+        let n = 10_007;
+        let vals: Vec<f32> = (0..n).map(|i| ((i * 7919) % 211) as f32 / 17.0 - 5.0).collect();
+        let xb = Var::from_tensor(&Tensor::from_vec(vals, n, &Device::Cpu)?.to_dtype(DType::BF16)?)?;
+        let yb = apply(xb.as_tensor(), 0.1, 7)?.expect("bf16 runs");
+        assert_eq!(yb.dtype(), DType::BF16);
+        let yf = apply(&xb.as_tensor().to_dtype(DType::F32)?, 0.1, 7)?.unwrap().to_dtype(DType::BF16)?;
+        let bits =
+            |t: &Tensor| -> Result<Vec<u16>> { Ok(t.to_vec1::<half::bf16>()?.iter().map(|v| v.to_bits()).collect()) };
+        assert_eq!(bits(&yb)?, bits(&yf)?, "values");
+        let up = Tensor::from_vec((0..n).map(|i| (i % 97) as f32 / 7.0).collect::<Vec<_>>(), n, &Device::Cpu)?
+            .to_dtype(DType::BF16)?;
+        let g = (&yb * &up)?.to_dtype(DType::F32)?.sum_all()?.backward()?;
+        let want = apply(&up.to_dtype(DType::F32)?, 0.1, 7)?.unwrap().to_dtype(DType::BF16)?;
+        assert_eq!(bits(g.get(xb.as_tensor()).unwrap())?, bits(&want)?, "gradients: the mask on the upstream gradient");
         Ok(())
     }
 }

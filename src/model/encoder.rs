@@ -85,14 +85,17 @@ impl Mode<'_> {
                 if p >= 1.0 {
                     return Ok(x.zeros_like()?);
                 }
-                if x.dtype() != DType::F32 {
-                    // bf16 training: the f32 path's mask and scale (1/(1 − p) is not exact in bf16).
-                    return Ok(self.dropout(&x.to_dtype(DType::F32)?, p)?.to_dtype(x.dtype())?);
-                }
-                if !x.device().is_cpu() || super::kernels::candle_ops_forced() {
+                let device_mask = !x.device().is_cpu() || super::kernels::candle_ops_forced();
+                if device_mask && super::dropout::applies(x) {
+                    // f32, or bf16 training's bf16 (the f32 op's scale and bits: the values
+                    // widened, scaled in f32, rounded once).
                     if let Some(y) = super::dropout::apply(x, p, rng.random::<u64>())? {
                         return Ok(y);
                     }
+                }
+                if x.dtype() != DType::F32 {
+                    // bf16 training: the f32 path's mask and scale (1/(1 − p) is not exact in bf16).
+                    return Ok(self.dropout(&x.to_dtype(DType::F32)?, p)?.to_dtype(x.dtype())?);
                 }
                 let keep = (1.0 / (1.0 - p)) as f32;
                 let p = p as f32;
@@ -208,17 +211,9 @@ impl LayerNorm {
     }
 
     fn forward(&self, x: &Tensor, mode: &Mode) -> Result<Tensor> {
-        Ok(if mode.is_train() && x.dtype() != self.weight.dtype() {
-            // bf16 training ([`Encoder::cast_linears`]): statistics, scale and shift in the
-            // weights' f32, the output back in the input's dtype.
-            let y = super::kernels::layer_norm_train(
-                &x.to_dtype(self.weight.dtype())?,
-                &self.weight,
-                &self.bias,
-                self.eps,
-            )?;
-            y.to_dtype(x.dtype())?
-        } else if mode.is_train() {
+        Ok(if mode.is_train() {
+            // In bf16 training ([`Encoder::cast_linears`]) `x` is bf16 and the weights f32: the
+            // statistics, scale and shift in f32, the output in bf16 (`layer_norm_train`).
             super::kernels::layer_norm_train(x, &self.weight, &self.bias, self.eps)?
         } else {
             candle_nn::ops::layer_norm(&x.contiguous()?, &self.weight, &self.bias, self.eps)?

@@ -4,20 +4,30 @@
 use anyhow::Result;
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor};
 
-use super::{cpu_f32, fused_train, one_f32, two_f32};
+use super::{cpu_f32, f32_or_bf16, fused_train_bf16, one_f32, two_f32, widened};
 
-/// The rows of `x` (`[…, n]`) and a `[n]` vector's data, checked to fit.
-fn rows_and_vec<'a>(
+/// A `[n]` f32 vector for rows of `n` in an input of `len` values (its layout `lx`), checked.
+fn vec_for<'a>(
     op: &str,
-    x: (&'a CpuStorage, &Layout),
-    v: (&'a CpuStorage, &Layout),
-) -> candle_core::Result<(&'a [f32], &'a [f32], usize)> {
-    let n = *x.1.dims().last().unwrap_or(&1);
-    let (xs, vs) = (one_f32(op, x.0, x.1)?, one_f32(op, v.0, v.1)?);
-    if n == 0 || vs.len() != n || v.1.dims().len() != 1 {
-        candle_core::bail!("{op}: a vector of {n} elements expected, got shape {:?}", v.1.dims());
+    what: &str,
+    len: usize,
+    lx: &Layout,
+    v: &'a CpuStorage,
+    lv: &Layout,
+) -> candle_core::Result<&'a [f32]> {
+    let n = *lx.dims().last().unwrap_or(&1);
+    let vs = one_f32(op, v, lv)?;
+    if n == 0 || vs.len() != n || lv.dims().len() != 1 || !len.is_multiple_of(n) {
+        candle_core::bail!("{op}: a {what} of {n} elements expected, got shape {:?}", lv.dims());
     }
-    Ok((xs, vs, n))
+    Ok(vs)
+}
+
+fn same_len(op: &str, a: usize, b: usize) -> candle_core::Result<()> {
+    if a != b {
+        candle_core::bail!("{op}: inputs of {a} and {b} elements");
+    }
+    Ok(())
 }
 
 /// A row normalised, `x̂ = (x − mean) / √(var + eps)`, into `out`; returns `1/√(var + eps)`.
@@ -54,8 +64,10 @@ impl CustomOp3 for LayerNormTrain {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (x, w, n) = rows_and_vec(self.name(), (s1, l1), (s2, l2))?;
-        let (_, b, _) = rows_and_vec(self.name(), (s1, l1), (s3, l3))?;
+        let (x, bf16) = widened(self.name(), s1, l1)?;
+        let w = vec_for(self.name(), "weight", x.len(), l1, s2, l2)?;
+        let b = vec_for(self.name(), "bias", x.len(), l1, s3, l3)?;
+        let n = w.len();
         let mut out = vec![0f32; x.len()];
         for (o, row) in out.chunks_exact_mut(n).zip(x.chunks_exact(n)) {
             normalise_row(row, self.eps, o);
@@ -63,7 +75,7 @@ impl CustomOp3 for LayerNormTrain {
                 o[i] = o[i] * w[i] + b[i];
             }
         }
-        Ok((CpuStorage::F32(out), l1.shape().clone()))
+        Ok((f32_or_bf16(out, bf16), l1.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]
@@ -123,8 +135,11 @@ impl CustomOp3 for LayerNormGradX {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (_, w, n) = rows_and_vec(self.name(), (s1, l1), (s2, l2))?;
-        let (x, g) = two_f32(self.name(), s1, l1, s3, l3)?;
+        let (x, bf16) = widened(self.name(), s1, l1)?;
+        let (g, _) = widened(self.name(), s3, l3)?;
+        let w = vec_for(self.name(), "weight", x.len(), l1, s2, l2)?;
+        same_len(self.name(), x.len(), g.len())?;
+        let n = w.len();
         let mut out = vec![0f32; x.len()];
         let (mut d, mut xhat) = (vec![0f32; n], vec![0f32; n]);
         for ((o, row), grow) in out.chunks_exact_mut(n).zip(x.chunks_exact(n)).zip(g.chunks_exact(n)) {
@@ -140,7 +155,7 @@ impl CustomOp3 for LayerNormGradX {
                 o[i] = rstd * (d[i] - mean_d - xhat[i] * mean_dx);
             }
         }
-        Ok((CpuStorage::F32(out), l1.shape().clone()))
+        Ok((f32_or_bf16(out, bf16), l1.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]
@@ -175,7 +190,8 @@ impl CustomOp2 for LayerNormGradWB {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (x, g) = two_f32(self.name(), s1, l1, s2, l2)?;
+        let ((x, _), (g, _)) = (widened(self.name(), s1, l1)?, widened(self.name(), s2, l2)?);
+        same_len(self.name(), x.len(), g.len())?;
         let n = (*l1.dims().last().unwrap_or(&1)).max(1);
         let (mut dw, mut db, mut xhat) = (vec![0f64; n], vec![0f64; n], vec![0f32; n]);
         for (row, grow) in x.chunks_exact(n).zip(g.chunks_exact(n)) {
@@ -205,8 +221,14 @@ impl CustomOp2 for LayerNormGradWB {
 /// CUDA f32 (src/gpu/layer_norm.cu), elsewhere candle's fused forward and a backward in closed
 /// form ([`super::given_value`]).
 pub fn layer_norm_train(x: &Tensor, w: &Tensor, b: &Tensor, eps: f32) -> Result<Tensor> {
-    if fused_train(&[x, w, b]) {
+    if fused_train_bf16(x, &[w, b]) {
+        // f32, or (bf16 training) a bf16 `x` and output with f32 weights: the same bits as the
+        // f32 op on `x` widened, its output rounded, in one op instead of three.
         Ok(x.contiguous()?.apply_op3(&w.contiguous()?, &b.contiguous()?, LayerNormTrain { eps })?)
+    } else if x.dtype() != w.dtype() {
+        // bf16 training where the op does not run: statistics, scale and shift in the weights'
+        // dtype, the output back in the input's.
+        Ok(layer_norm_train(&x.to_dtype(w.dtype())?, w, b, eps)?.to_dtype(x.dtype())?)
     } else {
         Ok(super::given_value::layer_norm(x, w, b, eps)?)
     }
@@ -327,6 +349,54 @@ mod tests {
         // Shapes that do not fit are refused, not misread.
         let short = Tensor::zeros((rows, n - 1), candle_core::DType::F32, &dev)?;
         assert!(add_layer_norm_infer(&short, &short, &w, &b, 1e-12).is_err());
+        Ok(())
+    }
+
+    /// bf16 training's LayerNorm (a bf16 activation, f32 weights): the one op gives the bits of
+    /// the cast path (widen, the f32 op, round), values and all three gradients, on rows of a
+    /// large mean too; with the kernels off (`XSENT_KERNELS=candle`) it takes the cast path.
+    #[test]
+    fn bf16_input_equals_the_f32_op_on_its_widened_values() -> Result<()> {
+        use candle_core::{DType, Var};
+        let dev = candle_core::Device::Cpu;
+        let (rows, n) = (9, 37);
+        let x: Vec<f32> =
+            (0..rows * n).map(|i| ((i * 7919) % 211) as f32 / 17.0 - 5.0 + (i / n) as f32 * 9.0).collect();
+        let w: Vec<f32> = (0..n).map(|i| 1.0 + ((i * 31) % 13) as f32 / 20.0).collect();
+        let b: Vec<f32> = (0..n).map(|i| ((i * 17) % 11) as f32 / 10.0 - 0.5).collect();
+        let up: Vec<f32> = (0..rows * n).map(|i| ((i * 104_729) % 307) as f32 / 150.0 - 1.0).collect();
+        let up = Tensor::from_vec(up, (rows, n), &dev)?.to_dtype(DType::BF16)?;
+        let run = |widen: bool| -> Result<Vec<Vec<f32>>> {
+            let xv = Var::from_tensor(&Tensor::from_vec(x.clone(), (rows, n), &dev)?.to_dtype(DType::BF16)?)?;
+            let wv = Var::from_tensor(&Tensor::from_vec(w.clone(), n, &dev)?)?;
+            let bv = Var::from_tensor(&Tensor::from_vec(b.clone(), n, &dev)?)?;
+            let y = if widen {
+                layer_norm_train(&xv.as_tensor().to_dtype(DType::F32)?, wv.as_tensor(), bv.as_tensor(), 1e-12)?
+                    .to_dtype(DType::BF16)?
+            } else {
+                layer_norm_train(xv.as_tensor(), wv.as_tensor(), bv.as_tensor(), 1e-12)?
+            };
+            assert_eq!(y.dtype(), DType::BF16);
+            let g = (&y * &up)?.to_dtype(DType::F32)?.sum_all()?.backward()?;
+            let mut out = vec![y.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?];
+            for v in [&xv, &wv, &bv] {
+                let gv = g.get(v.as_tensor()).expect("a gradient");
+                assert_eq!(gv.dtype(), v.dtype());
+                out.push(gv.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?);
+            }
+            Ok(out)
+        };
+        let (one, cast) = (run(false)?, run(true)?);
+        for (what, a, b) in [("values", 0), ("x's gradient", 1), ("w's gradient", 2), ("b's gradient", 3)]
+            .map(|(w, i)| (w, &one[i], &cast[i]))
+        {
+            assert!(a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits()), "{what} differ");
+        }
+        let off = super::super::with_candle_ops(|| run(false))?;
+        for (a, b) in off.iter().zip(&one) {
+            let worst = a.iter().zip(b).map(|(p, q)| (p - q).abs() / q.abs().max(1.0)).fold(0f32, f32::max);
+            assert!(worst < 2e-2, "with the kernels off: {worst} from the fused op (bf16 rounding allowed)");
+        }
         Ok(())
     }
 }

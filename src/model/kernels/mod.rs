@@ -49,6 +49,27 @@ fn two_f32<'a>(
     Ok((&x[a..b], &y[c..d]))
 }
 
+/// The values of a contiguous f32 or bf16 input as f32 (bf16 widened, exactly), and whether it
+/// was bf16: the kernels that take a bf16 activation compute in f32, as the f32 path on its
+/// widened copy would.
+fn widened<'a>(op: &str, s: &'a CpuStorage, l: &Layout) -> candle_core::Result<(std::borrow::Cow<'a, [f32]>, bool)> {
+    let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("{op}: contiguous input only") };
+    match s {
+        CpuStorage::F32(v) => Ok((std::borrow::Cow::Borrowed(&v[a..b]), false)),
+        CpuStorage::BF16(v) => Ok((std::borrow::Cow::Owned(v[a..b].iter().map(|x| x.to_f32()).collect()), true)),
+        _ => candle_core::bail!("{op}: f32 or bf16 only"),
+    }
+}
+
+/// `out` as f32 storage, or rounded (to nearest even) to bf16.
+fn f32_or_bf16(out: Vec<f32>, bf16: bool) -> CpuStorage {
+    if bf16 {
+        CpuStorage::BF16(out.into_iter().map(half::bf16::from_f32).collect())
+    } else {
+        CpuStorage::F32(out)
+    }
+}
+
 /// Whether every tensor is on the CPU and f32: the kernels' domain (elsewhere candle's ops run),
 /// unless [`candle_ops_forced`].
 fn cpu_f32(ts: &[&Tensor]) -> bool {
@@ -110,6 +131,18 @@ pub(crate) fn has_avx512() -> bool {
 /// back should a GPU kernel be at fault). `XSENT_KERNELS=gpu` keeps them on: a GPU runs them.
 fn fused_train(ts: &[&Tensor]) -> bool {
     !training_kernels_off() && ts.iter().all(|t| t.dtype() == candle_core::DType::F32) && same_kernel_device(ts)
+}
+
+/// [`fused_train`] for an op whose activation `x` may also be bf16 (bf16 training: LayerNorm and
+/// dropout take it as it is, compute in f32 and round once, where a cast to f32 and back would
+/// cost two more ops and give the same bits) and whose other inputs `rest` are f32.
+fn fused_train_bf16(x: &Tensor, rest: &[&Tensor]) -> bool {
+    let x_ok = matches!(x.dtype(), candle_core::DType::F32 | candle_core::DType::BF16);
+    let all: Vec<&Tensor> = std::iter::once(x).chain(rest.iter().copied()).collect();
+    !training_kernels_off()
+        && x_ok
+        && rest.iter().all(|t| t.dtype() == candle_core::DType::F32)
+        && same_kernel_device(&all)
 }
 
 /// Whether the tensors are all on the CPU, or (`--features cuda`) all on one GPU.
