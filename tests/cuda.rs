@@ -316,6 +316,61 @@ fn dropout_masks_equal_the_cpu_and_backward_reuses_them() {
     let (yg, gg) = on(&gpu());
     assert_eq!(yc, yg);
     assert_eq!(gc, gg);
+    // bf16 (bf16 training): the same op on bf16 values, equal to the CPU's bit for bit.
+    let on = |d: &Device| {
+        let v = Var::from_tensor(&x.to_dtype(DType::BF16).unwrap().to_device(d).unwrap()).unwrap();
+        let y = xsent::model::dropout::apply(v.as_tensor(), 0.1, 99).unwrap().expect("bf16 runs");
+        let g = y.to_dtype(DType::F32).unwrap().sum_all().unwrap().backward().unwrap();
+        (host(&y), host(g.get(v.as_tensor()).unwrap()))
+    };
+    let ((yc, gc), (yg, gg)) = (on(&Device::Cpu), on(&gpu()));
+    assert!(yc.iter().zip(&yg).all(|(a, b)| a.to_bits() == b.to_bits()), "bf16 dropout values");
+    assert!(gc.iter().zip(&gg).all(|(a, b)| a.to_bits() == b.to_bits()), "bf16 dropout gradients");
+}
+
+/// bf16 training's LayerNorm (a bf16 activation, f32 weights: `layer_norm.cu`'s bf16 kernels)
+/// against the CPU's op on the same values: outputs and the input's gradient within a bf16 step
+/// (the f32 results agree to rounding, then each is rounded to bf16), the weights' gradients to
+/// the f32 bound.
+#[test]
+fn bf16_layer_norm_equals_the_cpu() {
+    assert!(
+        !xsent::model::kernels::training_kernels_off(),
+        "XSENT_KERNELS=candle is set: the CUDA kernels would not run"
+    );
+    for (rows, n, shift) in [(5, 37, 0.0), (64, 384, 0.0), (9, 384, 40.0)] {
+        let x = (Tensor::from_vec(values(rows * n, 5), (rows, n), &Device::Cpu).unwrap() + shift).unwrap();
+        let x = x.to_dtype(DType::BF16).unwrap();
+        let w = Tensor::from_vec(values(n, 9), n, &Device::Cpu).unwrap();
+        let b = Tensor::from_vec(values(n, 2), n, &Device::Cpu).unwrap();
+        let wts =
+            Tensor::from_vec(values(rows * n, 11), (rows, n), &Device::Cpu).unwrap().to_dtype(DType::BF16).unwrap();
+        let run = |d: &Device| {
+            let [x, w, b] = [&x, &w, &b].map(|t| Var::from_tensor(&t.to_device(d).unwrap()).unwrap());
+            let y =
+                xsent::model::kernels::layer_norm_train(x.as_tensor(), w.as_tensor(), b.as_tensor(), 1e-12).unwrap();
+            assert_eq!(y.dtype(), DType::BF16);
+            let g = (&y * wts.to_device(d).unwrap())
+                .unwrap()
+                .to_dtype(DType::F32)
+                .unwrap()
+                .sum_all()
+                .unwrap()
+                .backward()
+                .unwrap();
+            let grads = [&x, &w, &b].map(|v| g.get(v.as_tensor()).unwrap().to_device(&Device::Cpu).unwrap());
+            (y.to_device(&Device::Cpu).unwrap(), grads)
+        };
+        let ((yc, gc), (yg, gg)) = (run(&Device::Cpu), run(&gpu()));
+        let d = rel_diff(&yg, &yc);
+        assert!(d <= 1.0 / 128.0, "LayerNorm bf16 {rows}×{n}+{shift}: values differ by {d}");
+        for (name, bound, (a, b)) in
+            [("x", 1.0 / 128.0, (&gc[0], &gg[0])), ("w", 1e-4, (&gc[1], &gg[1])), ("b", 1e-4, (&gc[2], &gg[2]))]
+        {
+            let d = rel_diff(b, a);
+            assert!(d <= bound, "LayerNorm bf16 {rows}×{n}+{shift}: gradient of {name} differs by {d}");
+        }
+    }
 }
 
 #[test]
