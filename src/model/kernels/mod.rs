@@ -133,9 +133,9 @@ fn fused_train(ts: &[&Tensor]) -> bool {
     !training_kernels_off() && ts.iter().all(|t| t.dtype() == candle_core::DType::F32) && same_kernel_device(ts)
 }
 
-/// [`fused_train`] for an op whose activation `x` may also be bf16 (bf16 training: LayerNorm and
-/// dropout take it as it is, compute in f32 and round once, where a cast to f32 and back would
-/// cost two more ops and give the same bits) and whose other inputs `rest` are f32.
+/// [`fused_train`] for an op whose activation `x` may also be bf16 (bf16 training: LayerNorm takes
+/// it as it is, computes in f32 and rounds once, where a cast to f32 and back would cost two more
+/// ops and give the same bits) and whose other inputs `rest` are f32.
 fn fused_train_bf16(x: &Tensor, rest: &[&Tensor]) -> bool {
     let x_ok = matches!(x.dtype(), candle_core::DType::F32 | candle_core::DType::BF16);
     let all: Vec<&Tensor> = std::iter::once(x).chain(rest.iter().copied()).collect();
