@@ -89,16 +89,16 @@ impl<'a> Args<'a> {
     pub(super) unsafe fn launch(&mut self, g: Grid) -> candle_core::Result<()> {
         static PARAMS: OnceLock<Mutex<HashMap<&'static str, Option<String>>>> = OnceLock::new();
         let (kernel, ptx) = (self.kernel, self.ptx);
-        let want = PARAMS
+        let matches = PARAMS
             .get_or_init(Default::default)
             .lock()
             .map_err(|_| candle_core::Error::msg("a thread panicked while reading a kernel's parameters"))?
             .entry(kernel)
             .or_insert_with(|| launch::ptx_params(ptx, kernel))
-            .clone();
-        match want {
-            Some(w) if w == self.given => {}
-            _ => candle_core::bail!("{}", launch::check_args(ptx, kernel, &self.given).err().unwrap_or_default()),
+            .as_deref()
+            == Some(self.given.as_str());
+        if !matches {
+            candle_core::bail!("{}", launch::check_args(ptx, kernel, &self.given).err().unwrap_or_default())
         }
         // SAFETY: the arguments' count and types are the kernel's (above); their sizes are the
         // caller's duty.

@@ -21,15 +21,6 @@ fn check_vec(op: &str, what: &str, l: &Layout, n: usize) -> candle_core::Result<
     Ok(())
 }
 
-/// `names[0]` for an f32 activation, `names[1]` for bf16.
-fn pick(op: &str, dtype: DType, names: [&'static str; 2]) -> candle_core::Result<&'static str> {
-    match dtype {
-        DType::F32 => Ok(names[0]),
-        DType::BF16 => Ok(names[1]),
-        other => candle_core::bail!("{op}: f32 or bf16 activations only, got {other:?}"),
-    }
-}
-
 /// `x̂ · w + b` for each row of `x` (`[…, n]`, contiguous, f32 or bf16; the output in its dtype),
 /// `w` and `b` of `[n]` (f32).
 pub fn forward(
@@ -43,13 +34,20 @@ pub fn forward(
     check_vec(OP, "weight", w.1, n)?;
     check_vec(OP, "bias", b.1, n)?;
     let out = match x.0.dtype() {
-        DType::BF16 => forward_typed::<bf16>(x, w, b, eps, rows, n)?,
-        _ => forward_typed::<f32>(x, w, b, eps, rows, n)?,
+        DType::F32 => forward_typed::<f32>("xsent_layer_norm_f32", x, w, b, eps, rows, n)?,
+        DType::BF16 => forward_typed::<bf16>("xsent_layer_norm_bf16", x, w, b, eps, rows, n)?,
+        other => not_f32_or_bf16(OP, other)?,
     };
     Ok((out, x.1.shape().clone()))
 }
 
+/// The error for an activation of another dtype.
+fn not_f32_or_bf16(op: &str, dtype: DType) -> candle_core::Result<CudaStorage> {
+    candle_core::bail!("{op}: f32 or bf16 activations only, got {dtype:?}")
+}
+
 fn forward_typed<T: CudaDType + DeviceRepr>(
+    name: &'static str,
     x: (&CudaStorage, &Layout),
     w: (&CudaStorage, &Layout),
     b: (&CudaStorage, &Layout),
@@ -58,7 +56,6 @@ fn forward_typed<T: CudaDType + DeviceRepr>(
     n: usize,
 ) -> candle_core::Result<CudaStorage> {
     const OP: &str = "xsent-layer-norm-cuda";
-    let name = pick(OP, x.0.dtype(), ["xsent_layer_norm_f32", "xsent_layer_norm_bf16"])?;
     let (xv, wv, bv) = (view::<T>(OP, x.0, x.1)?, f32_view(OP, w.0, w.1)?, f32_view(OP, b.0, b.1)?);
     let dev = x.0.device();
     // SAFETY: the kernel writes every element (each row's warp covers its n columns).
@@ -88,13 +85,15 @@ pub fn grad_x(
     check_vec(OP, "weight", w.1, n)?;
     check_grad(OP, x, g)?;
     let out = match x.0.dtype() {
-        DType::BF16 => grad_x_typed::<bf16>(x, w, g, eps, rows, n)?,
-        _ => grad_x_typed::<f32>(x, w, g, eps, rows, n)?,
+        DType::F32 => grad_x_typed::<f32>("xsent_layer_norm_grad_x_f32", x, w, g, eps, rows, n)?,
+        DType::BF16 => grad_x_typed::<bf16>("xsent_layer_norm_grad_x_bf16", x, w, g, eps, rows, n)?,
+        other => not_f32_or_bf16(OP, other)?,
     };
     Ok((out, x.1.shape().clone()))
 }
 
 fn grad_x_typed<T: CudaDType + DeviceRepr>(
+    name: &'static str,
     x: (&CudaStorage, &Layout),
     w: (&CudaStorage, &Layout),
     g: (&CudaStorage, &Layout),
@@ -103,7 +102,6 @@ fn grad_x_typed<T: CudaDType + DeviceRepr>(
     n: usize,
 ) -> candle_core::Result<CudaStorage> {
     const OP: &str = "xsent-layer-norm-grad-x-cuda";
-    let name = pick(OP, x.0.dtype(), ["xsent_layer_norm_grad_x_f32", "xsent_layer_norm_grad_x_bf16"])?;
     let (xv, wv, gv) = (view::<T>(OP, x.0, x.1)?, f32_view(OP, w.0, w.1)?, view::<T>(OP, g.0, g.1)?);
     let dev = x.0.device();
     // SAFETY: the kernel writes every element.
@@ -133,13 +131,20 @@ pub fn grad_wb(
     let (rows, n) = rows_and_width(OP, x.1)?;
     check_grad(OP, x, g)?;
     let out = match x.0.dtype() {
-        DType::BF16 => grad_wb_typed::<bf16>(x, g, eps, rows, n)?,
-        _ => grad_wb_typed::<f32>(x, g, eps, rows, n)?,
+        DType::F32 => {
+            grad_wb_typed::<f32>(["xsent_layer_norm_g_xhat_f32", "xsent_column_sums2_f32"], x, g, eps, rows, n)?
+        }
+        DType::BF16 => {
+            grad_wb_typed::<bf16>(["xsent_layer_norm_g_xhat_bf16", "xsent_column_sums2_bf16"], x, g, eps, rows, n)?
+        }
+        other => not_f32_or_bf16(OP, other)?,
     };
     Ok((out, Shape::from((2, n))))
 }
 
+/// `kernels`: the `g ⊙ x̂` row kernel and the column sums, for `T`.
 fn grad_wb_typed<T: CudaDType + DeviceRepr>(
+    [row_kernel, sums]: [&'static str; 2],
     x: (&CudaStorage, &Layout),
     g: (&CudaStorage, &Layout),
     eps: f32,
@@ -147,8 +152,6 @@ fn grad_wb_typed<T: CudaDType + DeviceRepr>(
     n: usize,
 ) -> candle_core::Result<CudaStorage> {
     const OP: &str = "xsent-layer-norm-grad-wb-cuda";
-    let row_kernel = pick(OP, x.0.dtype(), ["xsent_layer_norm_g_xhat_f32", "xsent_layer_norm_g_xhat_bf16"])?;
-    let sums = pick(OP, x.0.dtype(), ["xsent_column_sums2_f32", "xsent_column_sums2_bf16"])?;
     let (xv, gv) = (view::<T>(OP, x.0, x.1)?, view::<T>(OP, g.0, g.1)?);
     let dev = x.0.device();
     let (rows64, n32) = (rows as u64, n as u32);

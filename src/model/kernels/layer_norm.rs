@@ -217,11 +217,11 @@ impl CustomOp2 for LayerNormGradWB {
     }
 }
 
-/// LayerNorm over the last dimension for training: fused forward and backward on CPU f32 and
-/// CUDA f32 (src/gpu/layer_norm.cu), elsewhere candle's fused forward and a backward in closed
-/// form ([`super::given_value`]).
+/// LayerNorm over the last dimension for training: fused forward and backward on the CPU and
+/// CUDA (src/gpu/layer_norm.cu) for an f32 or bf16 `x` with f32 weights, elsewhere candle's fused
+/// forward and a backward in closed form ([`super::given_value`]).
 pub fn layer_norm_train(x: &Tensor, w: &Tensor, b: &Tensor, eps: f32) -> Result<Tensor> {
-    if fused_train_bf16(x, &[w, b]) {
+    if fused_train_bf16(&[x, w, b]) {
         // f32, or (bf16 training) a bf16 `x` and output with f32 weights: the same bits as the
         // f32 op on `x` widened, its output rounded, in one op instead of three.
         Ok(x.contiguous()?.apply_op3(&w.contiguous()?, &b.contiguous()?, LayerNormTrain { eps })?)

@@ -133,16 +133,15 @@ fn fused_train(ts: &[&Tensor]) -> bool {
     !training_kernels_off() && ts.iter().all(|t| t.dtype() == candle_core::DType::F32) && same_kernel_device(ts)
 }
 
-/// [`fused_train`] for an op whose activation `x` may also be bf16 (bf16 training: LayerNorm takes
-/// it as it is, computes in f32 and rounds once, where a cast to f32 and back would cost two more
-/// ops and give the same bits) and whose other inputs `rest` are f32.
-fn fused_train_bf16(x: &Tensor, rest: &[&Tensor]) -> bool {
-    let x_ok = matches!(x.dtype(), candle_core::DType::F32 | candle_core::DType::BF16);
-    let all: Vec<&Tensor> = std::iter::once(x).chain(rest.iter().copied()).collect();
+/// [`fused_train`] for an op whose activation `ts[0]` may also be bf16 (bf16 training: LayerNorm
+/// takes it as it is, computes in f32 and rounds once, where a cast to f32 and back would cost two
+/// more ops and give the same bits) and whose other inputs are f32.
+fn fused_train_bf16(ts: &[&Tensor]) -> bool {
+    let x_ok = ts.first().is_some_and(|x| matches!(x.dtype(), candle_core::DType::F32 | candle_core::DType::BF16));
     !training_kernels_off()
         && x_ok
-        && rest.iter().all(|t| t.dtype() == candle_core::DType::F32)
-        && same_kernel_device(&all)
+        && ts[1..].iter().all(|t| t.dtype() == candle_core::DType::F32)
+        && same_kernel_device(ts)
 }
 
 /// Whether the tensors are all on the CPU, or (`--features cuda`) all on one GPU.
