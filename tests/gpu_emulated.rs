@@ -21,6 +21,9 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use xsent::gpu::launch::{self, Grid};
 
+mod common;
+use common::rel_diff;
+
 /// The emulation, built once per test run into Cargo's temporary directory.
 struct Emu {
     launch: LaunchFn,
@@ -179,18 +182,6 @@ impl<T: Copy> Buf<T> {
         }
         out
     }
-}
-
-/// Largest |a − b| / max(|b|, 1); NaN anywhere gives NaN (tests/cuda.rs's measure).
-fn rel_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs() / y.abs().max(1.0)).fold(0f32, |m, d| {
-        if d.is_nan() || m.is_nan() {
-            f32::NAN
-        } else {
-            m.max(d)
-        }
-    })
 }
 
 fn values(n: usize, seed: usize) -> Vec<f32> {

@@ -303,3 +303,16 @@ pub fn load_f32(path: &std::path::Path) -> std::collections::HashMap<String, Vec
         .map(|(k, t)| (k, t.flatten_all().unwrap().to_vec1::<f32>().unwrap()))
         .collect()
 }
+
+/// Largest |a − b| / max(|b|, 1) over two slices of one length; a NaN anywhere gives NaN (which
+/// fails every `<` bound; f32::max would drop it). The GPU tests' measure of agreement.
+pub fn rel_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs() / y.abs().max(1.0)).fold(0f32, |m, d| {
+        if d.is_nan() || m.is_nan() {
+            f32::NAN
+        } else {
+            m.max(d)
+        }
+    })
+}

@@ -3,22 +3,17 @@
 #pragma once
 
 #include <stdint.h>
-#include <string.h>
+
+#include <bit>
 
 struct __nv_bfloat16 {
     unsigned short x;
 };
 
-inline float __bfloat162float(__nv_bfloat16 b) {
-    uint32_t u = (uint32_t)b.x << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+inline float __bfloat162float(__nv_bfloat16 b) { return std::bit_cast<float>((uint32_t)b.x << 16); }
 
 inline __nv_bfloat16 __float2bfloat16_rn(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
+    uint32_t u = std::bit_cast<uint32_t>(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return __nv_bfloat16{0x7fff};
     u += 0x7fffu + ((u >> 16) & 1u);
     return __nv_bfloat16{(unsigned short)(u >> 16)};

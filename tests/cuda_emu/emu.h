@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include <atomic>
+#include <bit>
 #include <condition_variable>
 #include <mutex>
 
@@ -94,18 +95,6 @@ inline T __shfl_down_sync(unsigned int mask, T v, unsigned int o) {
     return xsent_emu::shuffle(mask, v, src < 32 ? src : xsent_emu::self.lane, "__shfl_down_sync");
 }
 
-inline int __float_as_int(float f) {
-    int i;
-    memcpy(&i, &f, 4);
-    return i;
-}
-inline float __int_as_float(int i) {
-    float f;
-    memcpy(&f, &i, 4);
-    return f;
-}
-inline float __uint_as_float(unsigned int i) {
-    float f;
-    memcpy(&f, &i, 4);
-    return f;
-}
+inline int __float_as_int(float f) { return std::bit_cast<int>(f); }
+inline float __int_as_float(int i) { return std::bit_cast<float>(i); }
+inline float __uint_as_float(unsigned int i) { return std::bit_cast<float>(i); }
