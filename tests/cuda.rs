@@ -4,7 +4,7 @@
 //! for contiguous tensors"), the device's settings (no events per buffer, a pool that keeps
 //! freed memory), the in-place AdamW kernel and its one-launch form over many tensors, the counter-based dropout, the exact kNN,
 //! sp's averaging, the one-op LayerNorm and softmax of training, the CUDA side of training's
-//! LayerNorm, linear layer, softmax and GELU, and bf16 training. Without a GPU every test fails, saying so.
+//! LayerNorm, linear layer, softmax and GELU, bf16 LayerNorm and softmax, and bf16 training. Without a GPU every test fails, saying so.
 #![cfg(feature = "cuda")]
 
 mod common;
@@ -363,6 +363,43 @@ fn bf16_layer_norm_equals_the_cpu() {
             let d = rel_diff(b, a);
             assert!(d <= bound, "LayerNorm bf16 {rows}×{n}+{shift}: gradient of {name} differs by {d}");
         }
+    }
+}
+
+/// bf16 training's masked softmax (bf16 scores, the f32 bias) on the GPU, whose backward
+/// recomputes the probabilities from the scores, against the CPU's op on the same values: the
+/// probabilities and the scores' gradient within a bf16 step, masked keys zero on both.
+#[test]
+fn bf16_softmax_equals_the_cpu() {
+    assert!(
+        !xsent::model::kernels::training_kernels_off(),
+        "XSENT_KERNELS=candle is set: the CUDA kernels would not run"
+    );
+    for lk in [37, 128, 300] {
+        let (bsz, h, lq) = (2, 3, 5);
+        let n = bsz * h * lq * lk;
+        let shape = (bsz, h, lq, lk);
+        let s = (Tensor::from_vec(values(n, 3), shape, &Device::Cpu).unwrap() * 4.0).unwrap();
+        let s = s.to_dtype(DType::BF16).unwrap();
+        let mut bias = vec![0f32; bsz * lk];
+        bias[lk + lk / 2..].iter_mut().for_each(|v| *v = -1e30);
+        let bias = Tensor::from_vec(bias, (bsz, 1, 1, lk), &Device::Cpu).unwrap();
+        let up = Tensor::from_vec(values(n, 7), shape, &Device::Cpu).unwrap().to_dtype(DType::BF16).unwrap();
+        let run = |d: &Device| {
+            let sv = Var::from_tensor(&s.to_device(d).unwrap()).unwrap();
+            let p = xsent::model::kernels::masked_softmax(sv.as_tensor(), &bias.to_device(d).unwrap(), true).unwrap();
+            assert_eq!(p.dtype(), DType::BF16);
+            let g = (&p * up.to_device(d).unwrap()).unwrap().to_dtype(DType::F32).unwrap().sum_all().unwrap();
+            let g = g.backward().unwrap().get(sv.as_tensor()).unwrap().to_device(&Device::Cpu).unwrap();
+            (p.to_device(&Device::Cpu).unwrap(), g)
+        };
+        let ((pc, gc), (pg, gg)) = (run(&Device::Cpu), run(&gpu()));
+        let d = rel_diff(&pg, &pc);
+        assert!(d <= 1.0 / 128.0, "softmax bf16 over {lk}: values differ by {d}");
+        let zeros = |t: &Tensor| host(t).iter().map(|&v| v == 0.0).collect::<Vec<_>>();
+        assert_eq!(zeros(&pg), zeros(&pc), "softmax bf16 over {lk}: masked keys differ");
+        let d = rel_diff(&gg, &gc);
+        assert!(d <= 1.0 / 128.0, "softmax bf16 over {lk}: gradients differ by {d}");
     }
 }
 

@@ -329,6 +329,60 @@ fn softmax_kernels_equal_the_cpu() {
     }
 }
 
+/// bf16 training's masked softmax (bf16 scores, the f32 bias) and its backward, which recomputes
+/// the probabilities from the scores: bit for bit the f32 kernels' results on the widened scores
+/// and gradient, rounded once (the f32 forward rounded; the f32 backward given those f32
+/// probabilities); and within a bf16 step of the CPU's bf16 op (the warp's sums against the CPU's
+/// in-order sums, as in f32).
+#[test]
+fn softmax_bf16_kernels_equal_the_f32_kernels_rounded() {
+    use half::bf16;
+    for lk in [37, 128, 300] {
+        let (bsz, h, lq) = (2, 3, 5);
+        let rows = bsz * h * lq;
+        let xb: Vec<bf16> = values(rows * lk, 3).iter().map(|v| bf16::from_f32(v * 4.0)).collect();
+        let gb: Vec<bf16> = values(rows * lk, 7).iter().map(|&v| bf16::from_f32(v)).collect();
+        let mut bias = vec![0f32; bsz * lk];
+        bias[lk + lk / 2..].iter_mut().for_each(|v| *v = -1e30);
+        let widen = |v: &[bf16]| v.iter().map(|b| b.to_f32()).collect::<Vec<f32>>();
+        let (xw, gw) = (widen(&xb), widen(&gb));
+        let grid = launch::rows("softmax", rows).unwrap();
+        let (r64, lk32, per) = (Arg::U64(rows as u64), Arg::U32(lk as u32), Arg::U64((h * lq) as u64));
+        // The f32 kernels on the widened values.
+        let (mut bx, mut bb, mut bg, mut y) =
+            (Buf::new(&xw), Buf::new(&bias), Buf::new(&gw), Buf::<f32>::out(rows * lk));
+        run("xsent_masked_softmax_f32", grid, &[bx.ptr(), bb.ptr(), y.ptr(), r64, lk32, per]);
+        let y32 = y.get("f32 probabilities");
+        let (mut by, mut dx) = (Buf::new(&y32), Buf::<f32>::out(rows * lk));
+        run("xsent_softmax_grad_f32", grid, &[by.ptr(), bg.ptr(), dx.ptr(), r64, lk32]);
+        let dx32 = dx.get("f32 dx");
+        // The bf16 kernels.
+        let (mut bx, mut bg) = (Buf::new(&xb), Buf::new(&gb));
+        let mut y = Buf::<bf16>::out(rows * lk);
+        run("xsent_masked_softmax_bf16", grid, &[bx.ptr(), bb.ptr(), y.ptr(), r64, lk32, per]);
+        let mut dx = Buf::<bf16>::out(rows * lk);
+        run("xsent_masked_softmax_grad_bf16", grid, &[bx.ptr(), bb.ptr(), bg.ptr(), dx.ptr(), r64, lk32, per]);
+        let (yb, dxb) = (y.get("bf16 probabilities"), dx.get("bf16 dx"));
+        for (what, got, want) in [("values", &yb, &y32), ("gradients", &dxb, &dx32)] {
+            let off = got.iter().zip(want.iter()).filter(|(g, w)| g.to_bits() != bf16::from_f32(**w).to_bits()).count();
+            assert_eq!(off, 0, "softmax bf16 over {lk}: {off} {what} differ from the f32 kernel's rounded");
+        }
+        // Against the CPU's bf16 op.
+        let s = Var::from_tensor(&Tensor::from_vec(xb.clone(), (bsz, h, lq, lk), &Device::Cpu).unwrap()).unwrap();
+        let p =
+            xsent::model::kernels::masked_softmax(s.as_tensor(), &cpu(bias.clone(), &[bsz, 1, 1, lk]), true).unwrap();
+        assert_eq!(p.dtype(), DType::BF16);
+        let up = Tensor::from_vec(gb.clone(), (bsz, h, lq, lk), &Device::Cpu).unwrap();
+        let grads = (&p * &up).unwrap().to_dtype(DType::F32).unwrap().sum_all().unwrap().backward().unwrap();
+        let (pc, gc) = (host(&p), host(grads.get(s.as_tensor()).unwrap()));
+        let d = rel_diff(&widen(&yb), &pc);
+        assert!(d <= 1.0 / 128.0, "softmax bf16 over {lk}: values differ from the CPU's by {d}");
+        assert!(widen(&yb).iter().zip(&pc).all(|(a, b)| (*a == 0.0) == (*b == 0.0)), "masked keys differ");
+        let d = rel_diff(&widen(&dxb), &gc);
+        assert!(d <= 1.0 / 128.0, "softmax bf16 over {lk}: gradients differ from the CPU's by {d}");
+    }
+}
+
 /// GELU forward and backward, f32 and bf16, against the CPU op, bit for bit: math.cuh's erf and
 /// exp are the CPU kernel's operations in its order with no multiply-add fused (on the card,
 /// tests/cuda.rs allows 1e-6 and prints how many differ). bf16: the CPU's f32 result on the

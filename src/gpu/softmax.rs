@@ -1,41 +1,62 @@
-//! Attention's masked softmax for training on CUDA f32 (`softmax.cu`): the GPU side of
-//! [`crate::model::kernels::masked_softmax`]'s op and its backward.
+//! Attention's masked softmax for training on CUDA (`softmax.cu`): the GPU side of
+//! [`crate::model::kernels::masked_softmax`]'s op and its backward. The scores (and the
+//! probabilities and their gradients) are f32, or bf16 in bf16 training; the mask bias is f32.
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::CudaStorage;
-use candle_core::{Layout, Shape};
+use candle_core::cuda_backend::cudarc::driver::DeviceRepr;
+use candle_core::cuda_backend::{CudaDType, CudaStorage};
+use candle_core::{DType, Layout, Shape};
+use half::bf16;
 
-use super::{f32_view, launch, rows_and_width, Args};
+use super::{f32_view, launch, rows_and_width, view, Args};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/softmax.ptx"));
 const MODULE: &str = "xsent_softmax";
 
-/// `softmax(scores + bias)` over the last dimension: `scores` `[B, H, Lq, Lk]`, `bias`
-/// `[B, 1, 1, Lk]`, both contiguous.
+/// The rows of `[B, H, Lq, Lk]` scores and the score rows per row of the `[B, 1, 1, Lk]` bias
+/// (`H·Lq`), checked.
+fn shapes(op: &str, s: &Layout, bias: &Layout) -> candle_core::Result<(usize, usize, u64)> {
+    let &[b, h, lq, lk] = s.dims() else { candle_core::bail!("{op}: scores of rank 4 expected, got {:?}", s.dims()) };
+    if bias.dims() != [b, 1, 1, lk] {
+        candle_core::bail!("{op}: a mask bias of shape [{b}, 1, 1, {lk}] expected, got {:?}", bias.dims());
+    }
+    let (rows, _) = rows_and_width(op, s)?;
+    Ok((rows, lk, (h * lq) as u64))
+}
+
+/// `softmax(scores + bias)` over the last dimension: `scores` `[B, H, Lq, Lk]` (f32 or bf16; the
+/// output in its dtype), `bias` `[B, 1, 1, Lk]` (f32), both contiguous.
 pub fn masked(s: (&CudaStorage, &Layout), bias: (&CudaStorage, &Layout)) -> candle_core::Result<(CudaStorage, Shape)> {
     const OP: &str = "xsent-masked-softmax-cuda";
-    let &[b, h, lq, lk] = s.1.dims() else {
-        candle_core::bail!("{OP}: scores of rank 4 expected, got {:?}", s.1.dims())
+    let out = match s.0.dtype() {
+        DType::F32 => masked_typed::<f32>("xsent_masked_softmax_f32", s, bias)?,
+        DType::BF16 => masked_typed::<bf16>("xsent_masked_softmax_bf16", s, bias)?,
+        other => candle_core::bail!("{OP}: f32 or bf16 scores only, got {other:?}"),
     };
-    if bias.1.dims() != [b, 1, 1, lk] {
-        candle_core::bail!("{OP}: a mask bias of shape [{b}, 1, 1, {lk}] expected, got {:?}", bias.1.dims());
-    }
-    let (rows, _) = rows_and_width(OP, s.1)?;
-    let (sv, bv) = (f32_view(OP, s.0, s.1)?, f32_view(OP, bias.0, bias.1)?);
+    Ok((out, s.1.shape().clone()))
+}
+
+fn masked_typed<T: CudaDType + DeviceRepr>(
+    kernel: &'static str,
+    s: (&CudaStorage, &Layout),
+    bias: (&CudaStorage, &Layout),
+) -> candle_core::Result<CudaStorage> {
+    const OP: &str = "xsent-masked-softmax-cuda";
+    let (rows, lk, per_bias) = shapes(OP, s.1, bias.1)?;
+    let (sv, bv) = (view::<T>(OP, s.0, s.1)?, f32_view(OP, bias.0, bias.1)?);
     let dev = s.0.device();
     // SAFETY: the kernel writes every element.
-    let mut out = unsafe { dev.alloc::<f32>(rows * lk) }?;
+    let mut out = unsafe { dev.alloc::<T>(rows * lk) }?;
     if rows > 0 {
-        let kernel = "xsent_masked_softmax_f32";
         let func = dev.get_or_load_custom_func(kernel, MODULE, PTX)?;
-        let (rows64, lk32, per_bias) = (rows as u64, lk as u32, (h * lq) as u64);
+        let (rows64, lk32) = (rows as u64, lk as u32);
         let mut args = Args::new(func.builder(), kernel, PTX);
         args.buf(&sv).buf(&bv).buf(&mut out).val(&rows64).val(&lk32).val(&per_bias);
-        // SAFETY: the arguments match `xsent_masked_softmax_f32`: scores and out of rows·lk f32,
-        // the bias of B·lk (row r reads bias row r / (H·Lq) < B), rows, lk, H·Lq.
+        // SAFETY: the arguments match `xsent_masked_softmax_{f32,bf16}`: scores and out of rows·lk
+        // values of T, the bias of B·lk f32 (row r reads bias row r / (H·Lq) < B), rows, lk, H·Lq.
         unsafe { args.launch(launch::rows(OP, rows)?) }?;
     }
-    Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), s.1.shape().clone()))
+    Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
 }
 
 /// The softmax's backward `y ⊙ (g − Σ g⊙y)` per row, from its output `y` and the gradient `g`
@@ -60,4 +81,34 @@ pub fn backward(y: (&CudaStorage, &Layout), g: (&CudaStorage, &Layout)) -> candl
         unsafe { args.launch(launch::rows(OP, rows)?) }?;
     }
     Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), y.1.shape().clone()))
+}
+
+/// The backward of bf16 scores' softmax from the scores `x` (`[B, H, Lq, Lk]`, bf16), the bias
+/// (`[B, 1, 1, Lk]`, f32) and the probabilities' gradient `g` (`x`'s shape, bf16), all
+/// contiguous: the f32 probabilities recomputed, `y ⊙ (g − Σ g⊙y)` per row, rounded to bf16.
+pub fn backward_bf16(
+    x: (&CudaStorage, &Layout),
+    bias: (&CudaStorage, &Layout),
+    g: (&CudaStorage, &Layout),
+) -> candle_core::Result<(CudaStorage, Shape)> {
+    const OP: &str = "xsent-masked-softmax-grad-bf16-cuda";
+    let (rows, lk, per_bias) = shapes(OP, x.1, bias.1)?;
+    if g.1.dims() != x.1.dims() {
+        candle_core::bail!("{OP}: a gradient of shape {:?} for scores of {:?}", g.1.dims(), x.1.dims());
+    }
+    let (xv, bv, gv) = (view::<bf16>(OP, x.0, x.1)?, f32_view(OP, bias.0, bias.1)?, view::<bf16>(OP, g.0, g.1)?);
+    let dev = x.0.device();
+    // SAFETY: the kernel writes every element.
+    let mut out = unsafe { dev.alloc::<bf16>(rows * lk) }?;
+    if rows > 0 {
+        let kernel = "xsent_masked_softmax_grad_bf16";
+        let func = dev.get_or_load_custom_func(kernel, MODULE, PTX)?;
+        let (rows64, lk32) = (rows as u64, lk as u32);
+        let mut args = Args::new(func.builder(), kernel, PTX);
+        args.buf(&xv).buf(&bv).buf(&gv).buf(&mut out).val(&rows64).val(&lk32).val(&per_bias);
+        // SAFETY: the arguments match `xsent_masked_softmax_grad_bf16`: x, g and dx of rows·lk
+        // bf16, the bias of B·lk f32 (row r reads bias row r / (H·Lq) < B), rows, lk, H·Lq.
+        unsafe { args.launch(launch::rows(OP, rows)?) }?;
+    }
+    Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), x.1.shape().clone()))
 }

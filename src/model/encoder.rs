@@ -628,13 +628,9 @@ impl Encoder {
         let k = split(layer.key.forward(x)?)?;
         let v = split(layer.value.forward(x)?)?;
         let scores = super::matmul::matmul(&q, &k.t()?)?;
-        let probs = if scores.dtype() == bias.dtype() {
-            super::kernels::masked_softmax(&scores, bias, mode.is_train())?
-        } else {
-            // bf16 training ([`Self::cast_linears`]): the softmax in the bias's f32.
-            super::kernels::masked_softmax(&scores.to_dtype(bias.dtype())?, bias, mode.is_train())?
-                .to_dtype(scores.dtype())?
-        };
+        // In bf16 training ([`Self::cast_linears`]) the scores are bf16 and the bias f32: the
+        // softmax is taken in f32, the probabilities rounded to bf16.
+        let probs = super::kernels::masked_softmax(&scores, bias, mode.is_train())?;
         let probs = mode.dropout(&probs, self.attention_dropout)?;
         let ctx = super::kernels::merge_heads(&super::matmul::matmul(&probs, &v)?)?;
         let a = mode.dropout(&layer.attn_out.forward(&ctx)?, self.hidden_dropout)?;

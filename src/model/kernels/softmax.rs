@@ -1,9 +1,9 @@
 //! Attention's masked softmax, and the exp approximation it uses.
 
 use anyhow::Result;
-use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor};
 
-use super::{cpu_f32, fused_train, one_f32, two_f32};
+use super::{cpu_f32, f32_or_bf16, fused_train_bf16, one_f32, two_f32, widened};
 
 /// `e^x` for f32 by range reduction `x = n·ln2 + r` and a degree-6 polynomial for `e^r`
 /// (about 1 ulp); 0 below -87.3 (where f32 `e^x` underflows), written so that it vectorises.
@@ -162,15 +162,10 @@ impl CustomOp2 for MaskedSoftmax {
         s2: &CpuStorage,
         l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (x, bias) = (one_f32(self.name(), s1, l1)?, one_f32(self.name(), s2, l2)?);
-        let &[b, h, lq, lk] = l1.dims() else {
-            candle_core::bail!("{}: scores of rank 4 expected, got {:?}", self.name(), l1.dims())
-        };
-        if l2.dims() != [b, 1, 1, lk] {
-            candle_core::bail!("{}: a mask bias of shape [{b}, 1, 1, {lk}] expected, got {:?}", self.name(), l2.dims());
-        }
-        let out = softmax_rows(x, bias, h * lq, lk);
-        Ok((CpuStorage::F32(out), l1.shape().clone()))
+        let ((x, bf16), bias) = (widened(self.name(), s1, l1)?, one_f32(self.name(), s2, l2)?);
+        let per_bias = rows_per_bias(self.name(), l1, l2)?;
+        let out = softmax_rows(&x, bias, per_bias, l1.dims()[3]);
+        Ok((f32_or_bf16(out, bf16), l1.shape().clone()))
     }
 
     #[cfg(feature = "cuda")]
@@ -186,12 +181,82 @@ impl CustomOp2 for MaskedSoftmax {
 
     fn bwd(
         &self,
-        _scores: &Tensor,
-        _bias: &Tensor,
+        scores: &Tensor,
+        bias: &Tensor,
         res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
-        Ok((Some(res.contiguous()?.apply_op2_no_bwd(&grad.contiguous()?, &SoftmaxGrad)?), None))
+        let grad = grad.contiguous()?;
+        Ok((
+            Some(if res.dtype() == DType::BF16 {
+                // The f32 probabilities the gradient needs are not kept: they are recomputed.
+                scores.apply_op3_no_bwd(bias, &grad, &MaskedSoftmaxGradBf16)?
+            } else {
+                res.contiguous()?.apply_op2_no_bwd(&grad, &SoftmaxGrad)?
+            }),
+            None,
+        ))
+    }
+}
+
+/// The shapes [`MaskedSoftmax`] takes, scores `[B, H, Lq, Lk]` and a bias `[B, 1, 1, Lk]`,
+/// checked: the number of score rows per bias row, `H·Lq`.
+fn rows_per_bias(op: &str, scores: &Layout, bias: &Layout) -> candle_core::Result<usize> {
+    let &[b, h, lq, lk] = scores.dims() else {
+        candle_core::bail!("{op}: scores of rank 4 expected, got {:?}", scores.dims())
+    };
+    if bias.dims() != [b, 1, 1, lk] {
+        candle_core::bail!("{op}: a mask bias of shape [{b}, 1, 1, {lk}] expected, got {:?}", bias.dims());
+    }
+    Ok(h * lq)
+}
+
+/// [`MaskedSoftmax`]'s backward for bf16 scores (bf16 training), from the scores, the bias and
+/// the probabilities' gradient (bf16): the f32 probabilities are recomputed from the scores, the
+/// gradient `y ⊙ (g − Σ g⊙y)` taken in f32 and rounded once. Those are the bits of the cast path
+/// (the scores widened, the f32 op, its output rounded: its backward keeps the f32 probabilities,
+/// widens the gradient and rounds the result), without the four casts or the f32 probabilities
+/// kept from forward to backward (`[B, H, Lq, Lk]` f32 per layer).
+struct MaskedSoftmaxGradBf16;
+
+impl CustomOp3 for MaskedSoftmaxGradBf16 {
+    fn name(&self) -> &'static str {
+        "fast-masked-softmax-grad-bf16"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let ((x, x_bf16), bias, (g, g_bf16)) =
+            (widened(self.name(), s1, l1)?, one_f32(self.name(), s2, l2)?, widened(self.name(), s3, l3)?);
+        if !(x_bf16 && g_bf16) || l3.dims() != l1.dims() {
+            candle_core::bail!("{}: bf16 scores and a bf16 gradient of their shape expected", self.name());
+        }
+        let per_bias = rows_per_bias(self.name(), l1, l2)?;
+        let lk = l1.dims()[3];
+        let y = softmax_rows(&x, bias, per_bias, lk);
+        let mut out = vec![0f32; y.len()];
+        softmax_grad_rows(&mut out, &y, &g, lk.max(1));
+        Ok((f32_or_bf16(out, true), l1.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &candle_core::CudaStorage,
+        l1: &Layout,
+        s2: &candle_core::CudaStorage,
+        l2: &Layout,
+        s3: &candle_core::CudaStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        crate::gpu::softmax::backward_bf16((s1, l1), (s2, l2), (s3, l3))
     }
 }
 
@@ -199,13 +264,17 @@ impl CustomOp2 for MaskedSoftmax {
 /// CPU f32 for a `[B, 1, 1, Lk]` bias that needs no gradient (with a fused backward in training),
 /// and in training on CUDA f32 too (src/gpu/softmax.cu); candle's ops elsewhere (in training with
 /// a backward in closed form, [`super::given_value`]). GPU inference keeps candle's ops.
+///
+/// bf16 training (bf16 scores, the f32 bias): the softmax in f32 and the probabilities rounded to
+/// bf16, in one op where the kernels run (its backward recomputes the f32 probabilities:
+/// [`MaskedSoftmaxGradBf16`]), elsewhere between two casts; the same bits either way.
 pub fn masked_softmax(scores: &Tensor, bias: &Tensor, train: bool) -> Result<Tensor> {
     // The fused op's shapes, and a bias that needs no gradient (the fused op gives it none).
     let fits = match scores.dims() {
         &[b, _, _, lk] => bias.dims() == [b, 1, 1, lk],
         _ => false,
     };
-    let fused = if train { fused_train(&[scores, bias]) } else { cpu_f32(&[scores, bias]) };
+    let fused = if train { fused_train_bf16(&[scores, bias]) } else { cpu_f32(&[scores, bias]) };
     if fused && fits && !bias.track_op() {
         let (scores, bias) = (scores.contiguous()?, bias.contiguous()?);
         Ok(if train {
@@ -213,6 +282,9 @@ pub fn masked_softmax(scores: &Tensor, bias: &Tensor, train: bool) -> Result<Ten
         } else {
             scores.apply_op2_no_bwd(&bias, &MaskedSoftmax)?
         })
+    } else if scores.dtype() != bias.dtype() {
+        // bf16 training where the op does not run: the softmax in the bias's f32.
+        Ok(masked_softmax(&scores.to_dtype(bias.dtype())?, bias, train)?.to_dtype(scores.dtype())?)
     } else {
         let x = scores.broadcast_add(bias)?;
         Ok(if train { super::given_value::softmax_last_dim(&x)? } else { candle_nn::ops::softmax_last_dim(&x)? })
@@ -290,6 +362,49 @@ mod tests {
             row.iter_mut().for_each(|x| *x *= 1.0 / sum);
         }
         assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "softmax bits differ");
+    }
+
+    /// bf16 training's softmax (bf16 scores, the f32 bias): the one op, whose backward recomputes
+    /// the f32 probabilities, gives the bits of the cast path (widen, the f32 op, round) for the
+    /// values and the scores' gradient, masked keys included; with the kernels off
+    /// (`XSENT_KERNELS=candle`) it takes the cast path, within bf16 rounding of the op.
+    #[test]
+    fn bf16_scores_equal_the_f32_op_on_their_widened_values() -> Result<()> {
+        use candle_core::Var;
+        let dev = candle_core::Device::Cpu;
+        let (scores, bias) = scores_and_bias(&dev)?;
+        let up: Vec<f32> = (0..scores.elem_count()).map(|i| ((i * 104_729) % 307) as f32 / 150.0 - 1.0).collect();
+        let up = Tensor::from_vec(up, scores.dims(), &dev)?.to_dtype(DType::BF16)?;
+        let run = |widen: bool| -> Result<[Vec<f32>; 2]> {
+            let s = Var::from_tensor(&scores.to_dtype(DType::BF16)?)?;
+            let p = if widen {
+                masked_softmax(&s.as_tensor().to_dtype(DType::F32)?, &bias, true)?.to_dtype(DType::BF16)?
+            } else {
+                masked_softmax(s.as_tensor(), &bias, true)?
+            };
+            assert_eq!(p.dtype(), DType::BF16);
+            let g = (&p * &up)?.to_dtype(DType::F32)?.sum_all()?.backward()?;
+            let gs = g.get(s.as_tensor()).expect("a gradient");
+            assert_eq!(gs.dtype(), DType::BF16);
+            let host = |t: &Tensor| t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>();
+            Ok([host(&p)?, host(gs)?])
+        };
+        let (one, cast) = (run(false)?, run(true)?);
+        for (what, a, b) in [("values", &one[0], &cast[0]), ("gradients", &one[1], &cast[1])] {
+            let off = a.iter().zip(b).filter(|(p, q)| p.to_bits() != q.to_bits()).count();
+            assert_eq!(off, 0, "bf16 softmax: {off} of {} {what} differ from the cast path's", a.len());
+        }
+        assert!(one[0].contains(&0.0) && one[1].iter().any(|&g| g != 0.0));
+        let off = super::super::with_candle_ops(|| run(false))?;
+        for (a, b) in off.iter().zip(&one) {
+            let worst = a.iter().zip(b).map(|(p, q)| (p - q).abs() / q.abs().max(1.0)).fold(0f32, f32::max);
+            assert!(worst < 1e-2, "with the kernels off: {worst} from the fused op (bf16 rounding allowed)");
+        }
+        // The op's backward refuses what it was not made for.
+        let s16 = scores.to_dtype(DType::BF16)?;
+        assert!(s16.apply_op3_no_bwd(&bias, &s16.narrow(3, 0, 36)?.contiguous()?, &MaskedSoftmaxGradBf16).is_err());
+        assert!(scores.apply_op3_no_bwd(&bias, &scores, &MaskedSoftmaxGradBf16).is_err());
+        Ok(())
     }
 
     #[test]
