@@ -8,7 +8,9 @@
 # and an allocation, so fewer ops here means fewer there (docs/gpu.md, "Fewer ops per step").
 #
 #   scripts/bench-train-host.sh --base OLD_XSENT [--new NEW_XSENT] [--runs 3] [--steps 60]
-#                               [--base-kernels candle] [--new-kernels gpu]
+#                               [--base-kernels candle] [--new-kernels gpu] [--precision f32|bf16]
+#
+# `--precision bf16` trains both builds with `train.precision = "bf16"` (bf16 training's ops).
 #
 # Prints per run the medians over steps 3.. of forward, backward and step seconds (metrics.jsonl),
 # then the new build's backward and step as a ratio of the base's. Needs a Python with
@@ -16,7 +18,7 @@
 # all-MiniLM-L6-v2 (its tokenizer, and the distillation teacher) and XSENT_DATA with xnli.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-base="" new="$root/target/release/xsent" runs=3 steps=60 base_kernels=candle new_kernels=gpu
+base="" new="$root/target/release/xsent" runs=3 steps=60 base_kernels=candle new_kernels=gpu precision=f32
 while [ $# -gt 0 ]; do
   case "$1" in
     --base) base=$2; shift 2 ;;
@@ -25,9 +27,11 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --base-kernels) base_kernels=$2; shift 2 ;;
     --new-kernels) new_kernels=$2; shift 2 ;;
-    *) echo "usage: $0 --base OLD_XSENT [--new NEW_XSENT] [--runs N] [--steps N] [--base-kernels K] [--new-kernels K]" >&2; exit 2 ;;
+    --precision) precision=$2; shift 2 ;;
+    *) echo "usage: $0 --base OLD_XSENT [--new NEW_XSENT] [--runs N] [--steps N] [--base-kernels K] [--new-kernels K] [--precision f32|bf16]" >&2; exit 2 ;;
   esac
 done
+case "$precision" in f32|bf16) ;; *) echo "--precision: f32 or bf16, not $precision" >&2; exit 2 ;; esac
 [ -n "$base" ] || { echo "give --base: the xsent binary to compare against" >&2; exit 2; }
 for b in "$base" "$new"; do [ -x "$b" ] || { echo "no xsent binary at $b" >&2; exit 1; }; done
 export XSENT_MODELS="${XSENT_MODELS:-$root/models}" XSENT_DATA="${XSENT_DATA:-$root/../shared/data}"
@@ -53,13 +57,14 @@ sed -e "s#^student = .*#student = \"$work/bert\"#" -e 's#^student_prefix = .*#st
     -e 's#^projection_fit_size = .*#projection_fit_size = 500#' -e 's#^max_length = .*#max_length = 16#' \
     "$root/configs/distill-direct.toml" > "$work/distill.toml"
 echo "lscpu: $(lscpu | sed -n 's/^Model name: *//p'); cores $(nproc); load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "base: $base (XSENT_KERNELS=$base_kernels); new: $new (XSENT_KERNELS=$new_kernels)"
+echo "base: $base (XSENT_KERNELS=$base_kernels); new: $new (XSENT_KERNELS=$new_kernels); train.precision $precision"
 one() { # BIN TAG KERNELS -> "forward backward step" medians
   rm -rf "$work/$2"
   XSENT_KERNELS=$3 XSENT_THREADS=1 RAYON_NUM_THREADS=1 XSENT_CACHE="$work/cache" "$1" train \
     --config "$work/distill.toml" --out "$work/$2" --set train.max_steps="$steps" --set train.log_every=1 \
     --set train.eval_at_start=false --unset train.val_sts --set train.checkpoint_every=0 \
-    --set train.batch_size=4 --set train.shard_size=4 --set optim.warmup_steps=1 >/dev/null 2>"$work/$2.err" \
+    --set train.batch_size=4 --set train.shard_size=4 --set optim.warmup_steps=1 \
+    --set train.precision="\"$precision\"" >/dev/null 2>"$work/$2.err" \
     || { tail -5 "$work/$2.err" >&2; exit 1; }
   python3 - "$work/$2/metrics.jsonl" <<'PY'
 import json, statistics as st, sys

@@ -403,6 +403,41 @@ fn bf16_softmax_equals_the_cpu() {
     }
 }
 
+/// bf16 training's linear layer (input, weight and bias bf16) on the GPU against the CPU's op:
+/// values and the input's and weight's gradients within bf16 rounding (cuBLAS's bf16 product
+/// against the CPU's); the bias gradient, the f64 column sums of the same bf16 values, bit for bit.
+#[test]
+fn bf16_linear_equals_the_cpu() {
+    assert!(
+        !xsent::model::kernels::training_kernels_off(),
+        "XSENT_KERNELS=candle is set: the CUDA kernels would not run"
+    );
+    for (rows, inp, out) in [(37, 70, 45), (4096, 384, 1536)] {
+        let bf = |n: usize, seed: usize, shape: (usize, usize)| {
+            Tensor::from_vec(values(n, seed), shape, &Device::Cpu).unwrap().to_dtype(DType::BF16).unwrap()
+        };
+        let (x, w) = (bf(rows * inp, 4, (rows, inp)), bf(out * inp, 6, (out, inp)));
+        let b = bf(out, 8, (1, out)).squeeze(0).unwrap();
+        let up = bf(rows * out, 10, (rows, out));
+        let run = |d: &Device| {
+            let [x, w, b] = [&x, &w, &b].map(|t| Var::from_tensor(&t.to_device(d).unwrap()).unwrap());
+            let y = xsent::model::kernels::linear(x.as_tensor(), w.as_tensor(), b.as_tensor(), true).unwrap();
+            assert_eq!(y.dtype(), DType::BF16);
+            let g = (&y * up.to_device(d).unwrap()).unwrap().to_dtype(DType::F32).unwrap().sum_all().unwrap();
+            let g = g.backward().unwrap();
+            let grads = [&x, &w, &b].map(|v| g.get(v.as_tensor()).unwrap().to_device(&Device::Cpu).unwrap());
+            (y.to_device(&Device::Cpu).unwrap(), grads)
+        };
+        let ((yc, gc), (yg, gg)) = (run(&Device::Cpu), run(&gpu()));
+        for (what, a, b) in [("values", &yg, &yc), ("x's gradient", &gg[0], &gc[0]), ("w's gradient", &gg[1], &gc[1])] {
+            // The products' f32 sums differ in order, then each is rounded to bf16: a step apart.
+            let d = rel_diff(a, b);
+            assert!(d <= 1.0 / 128.0, "linear bf16 {rows}×{inp}→{out}: {what} differ by {d}");
+        }
+        assert_eq!(host(&gg[2]), host(&gc[2]), "linear bf16 {rows}×{inp}→{out}: bias gradients differ");
+    }
+}
+
 #[test]
 fn exact_knn_on_the_gpu_equals_the_cpu() {
     use xsent::index::knn::{knn_both, Matrix};

@@ -277,7 +277,7 @@ fn layer_norm_kernels_equal_the_cpu() {
 }
 
 /// The linear layer's bias gradient (column sums in f64) against the CPU op's, with more rows
-/// than a block's 32 and columns that do not fill the last block.
+/// than a block's 32 and columns that do not fill the last block; f32 and bf16.
 #[test]
 fn column_sums_kernel_equals_the_cpu() {
     for (rows, inp, out) in [(37, 70, 45), (64, 40, 1536), (1000, 16, 24), (1, 8, 1)] {
@@ -293,6 +293,21 @@ fn column_sums_kernel_equals_the_cpu() {
         run("xsent_column_sums_f32", launch::column_sums(out), &args);
         let d = rel_diff(&sums.get("bias gradient"), &want);
         assert!(d < 1e-5, "bias gradient over {rows}×{out} differs by {d}");
+        // bf16 training (input, weight, bias and gradient bf16): bit for bit, since the f64 sums
+        // of bf16 values are exact in either order.
+        let bf = |t: &Tensor| Var::from_tensor(&t.to_dtype(DType::BF16).unwrap()).unwrap();
+        let (x, w, b) = (bf(x.as_tensor()), bf(w.as_tensor()), bf(b.as_tensor()));
+        let gb: Vec<half::bf16> = gs.iter().map(|&v| half::bf16::from_f32(v)).collect();
+        let up = Tensor::from_vec(gb.clone(), (rows, out), &Device::Cpu).unwrap();
+        let y = xsent::model::kernels::linear(x.as_tensor(), w.as_tensor(), b.as_tensor(), true).unwrap();
+        let grads = (&y * &up).unwrap().to_dtype(DType::F32).unwrap().sum_all().unwrap().backward().unwrap();
+        let want: Vec<half::bf16> = grads.get(b.as_tensor()).unwrap().to_vec1().unwrap();
+        let (mut g, mut sums) = (Buf::new(&gb), Buf::<half::bf16>::out(out));
+        let args = [g.ptr(), sums.ptr(), Arg::U64(rows as u64), Arg::U32(out as u32)];
+        run("xsent_column_sums_bf16", launch::column_sums(out), &args);
+        let got = sums.get("bf16 bias gradient");
+        let off = got.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        assert_eq!(off, 0, "bf16 bias gradient over {rows}×{out}: {off} of {out} differ from the CPU's");
     }
 }
 

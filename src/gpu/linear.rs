@@ -1,13 +1,15 @@
-//! The linear layer for training on CUDA f32: the GPU side of
+//! The linear layer for training on CUDA, f32 or (bf16 training) bf16: the GPU side of
 //! [`crate::model::kernels::linear`]'s fused op (the product by cuBLAS through candle's CUDA
 //! storage, then the bias; one op in the graph where candle's composition records a product, a
 //! transpose and a broadcast add) and of its bias gradient (`linear.cu`).
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::CudaStorage;
-use candle_core::{Layout, Shape};
+use candle_core::cuda_backend::cudarc::driver::DeviceRepr;
+use candle_core::cuda_backend::{CudaDType, CudaStorage};
+use candle_core::{DType, Layout, Shape};
+use half::bf16;
 
-use super::{f32_view, launch, rows_and_width, Args};
+use super::{launch, rows_and_width, view, Args};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/linear.ptx"));
 
@@ -31,20 +33,35 @@ pub fn forward(
     Ok((out, Shape::from((m, n))))
 }
 
-/// The column sums of a contiguous `[rows, n]` f32 tensor (accumulated in f64), a `[n]` vector.
+/// The column sums of a contiguous `[rows, n]` f32 or bf16 tensor (accumulated in f64), a `[n]`
+/// vector of its dtype.
 pub fn column_sums(a: (&CudaStorage, &Layout)) -> candle_core::Result<(CudaStorage, Shape)> {
     const OP: &str = "xsent-column-sums-cuda";
+    let (_, n) = rows_and_width(OP, a.1)?;
+    let out = match a.0.dtype() {
+        DType::F32 => column_sums_typed::<f32>("xsent_column_sums_f32", a)?,
+        DType::BF16 => column_sums_typed::<bf16>("xsent_column_sums_bf16", a)?,
+        other => candle_core::bail!("{OP}: f32 or bf16 only, got {other:?}"),
+    };
+    Ok((out, Shape::from(n)))
+}
+
+fn column_sums_typed<T: CudaDType + DeviceRepr>(
+    kernel: &'static str,
+    a: (&CudaStorage, &Layout),
+) -> candle_core::Result<CudaStorage> {
+    const OP: &str = "xsent-column-sums-cuda";
     let (rows, n) = rows_and_width(OP, a.1)?;
-    let av = f32_view(OP, a.0, a.1)?;
+    let av = view::<T>(OP, a.0, a.1)?;
     let dev = a.0.device();
     // SAFETY: the kernel writes every element.
-    let mut out = unsafe { dev.alloc::<f32>(n) }?;
-    let kernel = "xsent_column_sums_f32";
+    let mut out = unsafe { dev.alloc::<T>(n) }?;
     let func = dev.get_or_load_custom_func(kernel, "xsent_linear", PTX)?;
     let (rows64, n32) = (rows as u64, n as u32);
     let mut args = Args::new(func.builder(), kernel, PTX);
     args.buf(&av).buf(&mut out).val(&rows64).val(&n32);
-    // SAFETY: the arguments match `xsent_column_sums_f32`: a of rows·n f32, out of n, rows, n.
+    // SAFETY: the arguments match `xsent_column_sums_{f32,bf16}`: a of rows·n values of T, out of
+    // n, rows, n.
     unsafe { args.launch(launch::column_sums(n)) }?;
-    Ok((CudaStorage::wrap_cuda_slice(out, dev.clone()), Shape::from(n)))
+    Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
 }

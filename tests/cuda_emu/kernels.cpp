@@ -108,6 +108,7 @@ const std::vector<Entry>& registry() {
         XSENT_EMU_KERNEL(xsent_column_sums2_f32),
         XSENT_EMU_KERNEL(xsent_column_sums2_bf16),
         XSENT_EMU_KERNEL(xsent_column_sums_f32),
+        XSENT_EMU_KERNEL(xsent_column_sums_bf16),
         XSENT_EMU_KERNEL(xsent_masked_softmax_f32),
         XSENT_EMU_KERNEL(xsent_masked_softmax_bf16),
         XSENT_EMU_KERNEL(xsent_softmax_grad_f32),

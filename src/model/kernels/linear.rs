@@ -1,11 +1,14 @@
 //! The linear layer: product and bias in one op, with a fused backward for training.
 
 use anyhow::Result;
+use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Shape, Tensor};
 
-use super::{cpu_f32, fused_train, one_f32};
+use super::{cpu_f32, f32_or_bf16, fused_train_f32_or_bf16, one_f32, widened};
 
-/// Column sums of a `[rows, n]` tensor, a `[n]` vector (accumulated in f64).
+/// Column sums of a `[rows, n]` tensor, a `[n]` vector (accumulated in f64, rounded to f32, and
+/// for a bf16 tensor then to bf16: the bias gradient of bf16 training, which candle's bf16 sum
+/// on the CPU accumulates in bf16, rounding after every row).
 struct ColumnSums;
 
 impl CustomOp1 for ColumnSums {
@@ -14,7 +17,7 @@ impl CustomOp1 for ColumnSums {
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let v = one_f32(self.name(), s, l)?;
+        let (v, bf16) = widened(self.name(), s, l)?;
         let n = *l.dims().last().unwrap_or(&1);
         let mut acc = vec![0f64; n];
         if n > 0 {
@@ -22,7 +25,7 @@ impl CustomOp1 for ColumnSums {
                 acc.iter_mut().zip(row).for_each(|(a, &x)| *a += x as f64);
             }
         }
-        Ok((CpuStorage::F32(acc.into_iter().map(|v| v as f32).collect()), Shape::from(n)))
+        Ok((f32_or_bf16(acc.into_iter().map(|v| v as f32).collect(), bf16), Shape::from(n)))
     }
 
     #[cfg(feature = "cuda")]
@@ -58,8 +61,6 @@ impl CustomOp3 for FusedLinear {
         l3: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let name = self.name();
-        let (CpuStorage::F32(x), CpuStorage::F32(w)) = (s1, s2) else { candle_core::bail!("{name}: f32 only") };
-        let b = one_f32(name, s3, l3)?;
         let (&[m, k], &[n, k2], 1) = (l1.dims(), l2.dims(), l3.dims().len()) else {
             candle_core::bail!(
                 "{name}: [rows, in], [out, in] and [out] expected, got {:?}, {:?}, {:?}",
@@ -68,9 +69,21 @@ impl CustomOp3 for FusedLinear {
                 l3.dims()
             )
         };
-        if k != k2 || b.len() != n {
+        if k != k2 || l3.dims() != [n] {
             candle_core::bail!("{name}: shapes {:?}, {:?}, {:?} do not fit", l1.dims(), l2.dims(), l3.dims());
         }
+        if let (CpuStorage::BF16(_), CpuStorage::BF16(_), CpuStorage::BF16(_)) = (s1, s2, s3) {
+            // bf16 training: candle's bf16 product and broadcast sum, as its ops would run them
+            // (the same bits), in one graph node with this op's backward.
+            let prod = s1.matmul(s2, (1, m, n, k), l1, &l2.transpose(0, 1)?)?;
+            let out =
+                prod.binary_impl::<candle_core::op::Add>(s3, &Layout::contiguous((m, n)), &l3.broadcast_as((m, n))?)?;
+            return Ok((out, Shape::from((m, n))));
+        }
+        let (CpuStorage::F32(x), CpuStorage::F32(w)) = (s1, s2) else {
+            candle_core::bail!("{name}: f32, or bf16 for all three, only")
+        };
+        let b = one_f32(name, s3, l3)?;
         let mut out = vec![0f32; m * n];
         if m > 0 && n > 0 && k > 0 {
             let (xs, ws) = (l1.stride(), l2.stride());
@@ -151,7 +164,9 @@ impl CustomOp3 for FusedLinear {
 /// `x·Wᵀ + b` with `x` `[rows, in]`, `w` `[out, in]` and `b` `[out]`: on CPU f32, and in training
 /// on CUDA f32 (src/gpu/linear.rs), one op (the same values as candle's `matmul` then
 /// `broadcast_add`, one output buffer instead of two) whose backward (`train`) hands the weight its
-/// gradient in its own layout; candle's ops elsewhere.
+/// gradient in its own layout; in bf16 training (all three bf16) the same op on the CPU and on
+/// CUDA, the product and bias by candle's bf16 kernels, the bias gradient summed in f64; candle's
+/// ops elsewhere.
 pub fn linear(x: &Tensor, w: &Tensor, b: &Tensor, train: bool) -> Result<Tensor> {
     anyhow::ensure!(
         x.rank() == 2 && w.rank() == 2 && b.rank() == 1,
@@ -164,7 +179,7 @@ pub fn linear(x: &Tensor, w: &Tensor, b: &Tensor, train: bool) -> Result<Tensor>
     // operands made readable by cuBLAS.
     // (An empty product stays with candle, whose matmul answers it without cuBLAS.)
     let empty = x.elem_count() == 0 || w.elem_count() == 0;
-    if !(cpu_f32(&[x, w, b]) || (train && !empty && fused_train(&[x, w, b]))) {
+    if !(cpu_f32(&[x, w, b]) || (train && !empty && fused_train_f32_or_bf16(&[x, w, b]))) {
         return Ok(crate::model::matmul::matmul(x, &w.t()?)?.broadcast_add(b)?);
     }
     let (x, w) = (&crate::model::matmul::blas_ready(x)?, &crate::model::matmul::blas_ready(w)?);
@@ -264,6 +279,71 @@ mod tests {
         assert!(linear(&x, &w.narrow(1, 0, inp - 1)?, &b, true).is_err());
         assert!(linear(&x, &w, &b.narrow(0, 0, out - 1)?, true).is_err());
         assert!(linear(&x.unsqueeze(0)?, &w, &b, true).is_err());
+        Ok(())
+    }
+
+    /// bf16 training's linear layer (all three bf16): values bit for bit candle's bf16 `matmul`
+    /// then `broadcast_add`, on a contiguous input and a column slice; the input's and weight's
+    /// gradients within bf16 rounding of candle's composition; the bias gradient, summed over
+    /// 4,096 rows, within a bf16 rounding of the f64 sum of the same bf16 values, where candle's
+    /// bf16 sum (rounding after every row) is further off.
+    #[test]
+    fn bf16_linear_equals_candle_and_sums_the_bias_gradient_in_f64() -> Result<()> {
+        use candle_core::{DType, Var};
+        let dev = candle_core::Device::Cpu;
+        let bf = |n: usize, k: usize, shape: (usize, usize)| -> Result<Tensor> {
+            let v: Vec<f32> = (0..n).map(|i| (((i + k) * 7919) % 211) as f32 / 105.0 - 1.0).collect();
+            Ok(Tensor::from_vec(v, shape, &dev)?.to_dtype(DType::BF16)?)
+        };
+        let (rows, inp, out) = (4096, 70, 45);
+        let reference =
+            |x: &Tensor, w: &Tensor, b: &Tensor| -> Result<Tensor> { Ok(x.matmul(&w.t()?)?.broadcast_add(b)?) };
+        let up = bf(rows * out, 9, (rows, out))?;
+        let run = |view: &dyn Fn(&Tensor) -> candle_core::Result<Tensor>, fused: bool| -> Result<Vec<Vec<f32>>> {
+            let xb = Var::from_tensor(&bf(rows * (inp + 9), 3, (rows, inp + 9))?)?;
+            let w = Var::from_tensor(&bf(out * inp, 1, (out, inp))?)?;
+            let b = Var::from_tensor(&bf(out, 2, (1, out))?.squeeze(0)?)?;
+            let x = view(xb.as_tensor())?;
+            let y = if fused {
+                linear(&x, w.as_tensor(), b.as_tensor(), true)?
+            } else {
+                reference(&x, w.as_tensor(), b.as_tensor())?
+            };
+            assert_eq!(y.dtype(), DType::BF16);
+            let g = (&y * &up)?.to_dtype(DType::F32)?.sum_all()?.backward()?;
+            let host = |t: &Tensor| t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>();
+            let mut outs = vec![host(&y)?];
+            for v in [&xb, &w, &b] {
+                let gv = g.get(v.as_tensor()).expect("a gradient");
+                assert_eq!(gv.dtype(), DType::BF16);
+                outs.push(host(gv)?);
+            }
+            Ok(outs)
+        };
+        type View = dyn Fn(&Tensor) -> candle_core::Result<Tensor>;
+        let views: [(&str, Box<View>); 2] = [
+            ("a column slice", Box::new(move |t: &Tensor| t.narrow(1, 5, inp))),
+            ("contiguous", Box::new(move |t: &Tensor| t.narrow(1, 0, inp)?.contiguous())),
+        ];
+        for (what, view) in &views {
+            let (ours, theirs) = (run(view.as_ref(), true)?, run(view.as_ref(), false)?);
+            assert!(ours[0].iter().zip(&theirs[0]).all(|(a, b)| a.to_bits() == b.to_bits()), "{what}: values differ");
+            for (name, i) in [("x", 1), ("w", 2)] {
+                let worst =
+                    ours[i].iter().zip(&theirs[i]).map(|(a, b)| (a - b).abs() / b.abs().max(1.0)).fold(0f32, f32::max);
+                assert!(worst <= 1.0 / 128.0, "{what}: gradient of {name} {worst} from candle's");
+            }
+            // The bias gradient: Σ over rows of the bf16 upstream gradient, in f64.
+            let upv = up.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+            let exact: Vec<f64> = (0..out).map(|j| upv.iter().map(|r| r[j] as f64).sum()).collect();
+            let err = |got: &[f32]| {
+                got.iter().zip(&exact).map(|(g, e)| (*g as f64 - e).abs() / e.abs().max(1.0)).fold(0f64, f64::max)
+            };
+            let (e_ours, e_candle) = (err(&ours[3]), err(&theirs[3]));
+            assert!(e_ours <= 1.0 / 256.0, "{what}: bias gradient {e_ours} from the f64 sum");
+            assert!(e_candle > 4.0 * e_ours.max(1e-6), "{what}: candle's bf16 sum {e_candle}, ours {e_ours}");
+            crate::errln!("{what}: bias gradient's largest error: ours {e_ours:.2e}, candle's bf16 sum {e_candle:.2e}");
+        }
         Ok(())
     }
 }

@@ -144,6 +144,13 @@ fn fused_train_bf16(ts: &[&Tensor]) -> bool {
         && same_kernel_device(ts)
 }
 
+/// [`fused_train`] for an op whose inputs may also all be bf16 (bf16 training's linear layer: a
+/// bf16 activation and the step's bf16 copy of the weight and bias).
+fn fused_train_f32_or_bf16(ts: &[&Tensor]) -> bool {
+    let bf16 = ts.iter().all(|t| t.dtype() == candle_core::DType::BF16);
+    fused_train(ts) || (bf16 && !training_kernels_off() && same_kernel_device(ts))
+}
+
 /// Whether the tensors are all on the CPU, or (`--features cuda`) all on one GPU.
 fn same_kernel_device(ts: &[&Tensor]) -> bool {
     let one_gpu = ts.windows(2).all(|p| p[0].device().same_device(p[1].device()));
