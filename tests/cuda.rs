@@ -367,7 +367,8 @@ fn bf16_layer_norm_equals_the_cpu() {
 }
 
 /// bf16 training's masked softmax (bf16 scores, the f32 bias) on the GPU, whose backward
-/// recomputes the probabilities from the scores, against the CPU's op on the same values: the
+/// recomputes the probabilities from the scores: bit for bit the GPU's cast path (the f32
+/// kernels on the widened scores, rounded), and against the CPU's op on the same values, the
 /// probabilities and the scores' gradient within a bf16 step, masked keys zero on both.
 #[test]
 fn bf16_softmax_equals_the_cpu() {
@@ -385,15 +386,33 @@ fn bf16_softmax_equals_the_cpu() {
         bias[lk + lk / 2..].iter_mut().for_each(|v| *v = -1e30);
         let bias = Tensor::from_vec(bias, (bsz, 1, 1, lk), &Device::Cpu).unwrap();
         let up = Tensor::from_vec(values(n, 7), shape, &Device::Cpu).unwrap().to_dtype(DType::BF16).unwrap();
-        let run = |d: &Device| {
+        let run_on = |d: &Device, cast: bool| {
             let sv = Var::from_tensor(&s.to_device(d).unwrap()).unwrap();
-            let p = xsent::model::kernels::masked_softmax(sv.as_tensor(), &bias.to_device(d).unwrap(), true).unwrap();
+            let bias = bias.to_device(d).unwrap();
+            let p = if cast {
+                let s32 = sv.as_tensor().to_dtype(DType::F32).unwrap();
+                xsent::model::kernels::masked_softmax(&s32, &bias, true).unwrap().to_dtype(DType::BF16).unwrap()
+            } else {
+                xsent::model::kernels::masked_softmax(sv.as_tensor(), &bias, true).unwrap()
+            };
             assert_eq!(p.dtype(), DType::BF16);
             let g = (&p * up.to_device(d).unwrap()).unwrap().to_dtype(DType::F32).unwrap().sum_all().unwrap();
             let g = g.backward().unwrap().get(sv.as_tensor()).unwrap().to_device(&Device::Cpu).unwrap();
             (p.to_device(&Device::Cpu).unwrap(), g)
         };
-        let ((pc, gc), (pg, gg)) = (run(&Device::Cpu), run(&gpu()));
+        let ((pc, gc), (pg, gg)) = (run_on(&Device::Cpu, false), run_on(&gpu(), false));
+        // On the GPU the op's kernels are the f32 kernels' arithmetic on the widened values: the
+        // cast path's bits there (the f32 kernels between two casts).
+        let (pw, gw) = run_on(&gpu(), true);
+        let bits = |t: &Tensor| t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert!(
+            bits(&pg).iter().zip(bits(&pw)).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "softmax bf16 over {lk}: values differ from the cast path's"
+        );
+        assert!(
+            bits(&gg).iter().zip(bits(&gw)).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "softmax bf16 over {lk}: gradients differ from the cast path's"
+        );
         let d = rel_diff(&pg, &pc);
         assert!(d <= 1.0 / 128.0, "softmax bf16 over {lk}: values differ by {d}");
         let zeros = |t: &Tensor| host(t).iter().map(|&v| v == 0.0).collect::<Vec<_>>();

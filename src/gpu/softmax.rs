@@ -13,15 +13,14 @@ use super::{f32_view, launch, rows_and_width, view, Args};
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/softmax.ptx"));
 const MODULE: &str = "xsent_softmax";
 
-/// The rows of `[B, H, Lq, Lk]` scores and the score rows per row of the `[B, 1, 1, Lk]` bias
-/// (`H·Lq`), checked.
+/// The rows of `[B, H, Lq, Lk]` scores (`B·H·Lq`; none without keys, as on the CPU), their
+/// width, and the score rows per row of the `[B, 1, 1, Lk]` bias (`H·Lq`), checked.
 fn shapes(op: &str, s: &Layout, bias: &Layout) -> candle_core::Result<(usize, usize, u64)> {
     let &[b, h, lq, lk] = s.dims() else { candle_core::bail!("{op}: scores of rank 4 expected, got {:?}", s.dims()) };
     if bias.dims() != [b, 1, 1, lk] {
         candle_core::bail!("{op}: a mask bias of shape [{b}, 1, 1, {lk}] expected, got {:?}", bias.dims());
     }
-    let (rows, _) = rows_and_width(op, s)?;
-    Ok((rows, lk, (h * lq) as u64))
+    Ok((if lk == 0 { 0 } else { b * h * lq }, lk, (h * lq) as u64))
 }
 
 /// `softmax(scores + bias)` over the last dimension: `scores` `[B, H, Lq, Lk]` (f32 or bf16; the

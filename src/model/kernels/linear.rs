@@ -40,10 +40,10 @@ impl CustomOp1 for ColumnSums {
 
 /// `x·Wᵀ + b` for a `[rows, in]` `x`, a `[out, in]` weight and a `[out]` bias: the product as
 /// candle computes `x.matmul(&w.t())` (the same gemm call, so the same values), then the bias.
-/// Its backward gives the weight's gradient as `gradᵀ·x`, already `[out, in]`: candle's
-/// composition sends it through the transpose node, which costs a zeroed `[in, out]` gradient,
-/// an add, and then a zeroed `[out, in]` gradient plus an add that reads the first one column by
-/// column; and the bias add's node costs a zeroed `[rows, out]` gradient plus an add.
+/// Its backward gives the weight's gradient as `gradᵀ·x`, already `[out, in]`, where candle's
+/// composition sends `xᵀ·grad` through the transpose node (a transposed view, copied where a
+/// contiguous gradient is needed), and the bias its gradient as one column sum ([`ColumnSums`])
+/// where candle's broadcast add reduces the gradient over the rows with its generic sum.
 struct FusedLinear;
 
 impl CustomOp3 for FusedLinear {
@@ -75,7 +75,7 @@ impl CustomOp3 for FusedLinear {
         if let (CpuStorage::BF16(_), CpuStorage::BF16(_), CpuStorage::BF16(_)) = (s1, s2, s3) {
             // bf16 training: candle's bf16 product and broadcast sum, as its ops would run them
             // (the same bits), in one graph node with this op's backward.
-            let prod = s1.matmul(s2, (1, m, n, k), l1, &l2.transpose(0, 1)?)?;
+            let prod = s1.matmul(s2, (1, m, n, k), l1, &l2.transpose(0, 1)?)?; // CPU only
             let out =
                 prod.binary_impl::<candle_core::op::Add>(s3, &Layout::contiguous((m, n)), &l3.broadcast_as((m, n))?)?;
             return Ok((out, Shape::from((m, n))));
@@ -282,11 +282,11 @@ mod tests {
         Ok(())
     }
 
-    /// bf16 training's linear layer (all three bf16): values bit for bit candle's bf16 `matmul`
-    /// then `broadcast_add`, on a contiguous input and a column slice; the input's and weight's
-    /// gradients within bf16 rounding of candle's composition; the bias gradient, summed over
-    /// 4,096 rows, within a bf16 rounding of the f64 sum of the same bf16 values, where candle's
-    /// bf16 sum (rounding after every row) is further off.
+    /// bf16 training's linear layer (all three bf16): values and the input's gradient bit for bit
+    /// candle's bf16 `matmul` then `broadcast_add`, on a contiguous input and a column slice; the
+    /// weight's gradient within bf16 rounding of candle's composition; the bias gradient, summed
+    /// over 4,096 rows, within a bf16 rounding of the f64 sum of the same bf16 values, where
+    /// candle's bf16 sum (rounding after every row) is further off (which also shows the op ran).
     #[test]
     fn bf16_linear_equals_candle_and_sums_the_bias_gradient_in_f64() -> Result<()> {
         use candle_core::{DType, Var};
@@ -328,11 +328,13 @@ mod tests {
         for (what, view) in &views {
             let (ours, theirs) = (run(view.as_ref(), true)?, run(view.as_ref(), false)?);
             assert!(ours[0].iter().zip(&theirs[0]).all(|(a, b)| a.to_bits() == b.to_bits()), "{what}: values differ");
-            for (name, i) in [("x", 1), ("w", 2)] {
-                let worst =
-                    ours[i].iter().zip(&theirs[i]).map(|(a, b)| (a - b).abs() / b.abs().max(1.0)).fold(0f32, f32::max);
-                assert!(worst <= 1.0 / 128.0, "{what}: gradient of {name} {worst} from candle's");
-            }
+            // The input's gradient is candle's own call (`grad·w`): the same bits.
+            assert!(ours[1].iter().zip(&theirs[1]).all(|(a, b)| a.to_bits() == b.to_bits()), "{what}: dx differs");
+            // The weight's is `gradᵀ·x` where candle takes `(xᵀ·grad)ᵀ`: the same sums in the gemm's
+            // order, each rounded to bf16.
+            let worst =
+                ours[2].iter().zip(&theirs[2]).map(|(a, b)| (a - b).abs() / b.abs().max(1.0)).fold(0f32, f32::max);
+            assert!(worst <= 1.0 / 128.0, "{what}: gradient of w {worst} from candle's");
             // The bias gradient: Σ over rows of the bf16 upstream gradient, in f64.
             let upv = up.to_dtype(DType::F32)?.to_vec2::<f32>()?;
             let exact: Vec<f64> = (0..out).map(|j| upv.iter().map(|r| r[j] as f64).sum()).collect();

@@ -146,9 +146,16 @@ impl CustomOp2 for SoftmaxGrad {
 
 /// Softmax over the last dimension of `scores + bias`, where `scores` is `[B, H, Lq, Lk]` and the
 /// additive mask `bias` is `[B, 1, 1, Lk]` (broadcast over heads and query rows), as attention
-/// computes it. Its backward is [`SoftmaxGrad`] for the scores; the bias, made from the attention
-/// mask, gets no gradient.
+/// computes it. Its backward is [`SoftmaxGrad`] for the scores (for bf16 scores
+/// [`MaskedSoftmaxGradBf16`]); the bias, made from the attention mask, gets no gradient.
 struct MaskedSoftmax;
+
+#[cfg(test)]
+thread_local! {
+    /// How many bf16 forwards and backwards of the op this thread ran (tests: that the op, not
+    /// the cast path of the same bits, ran).
+    static BF16_RUNS: std::cell::Cell<(usize, usize)> = const { std::cell::Cell::new((0, 0)) };
+}
 
 impl CustomOp2 for MaskedSoftmax {
     fn name(&self) -> &'static str {
@@ -165,6 +172,10 @@ impl CustomOp2 for MaskedSoftmax {
         let ((x, bf16), bias) = (widened(self.name(), s1, l1)?, one_f32(self.name(), s2, l2)?);
         let per_bias = rows_per_bias(self.name(), l1, l2)?;
         let out = softmax_rows(&x, bias, per_bias, l1.dims()[3]);
+        #[cfg(test)]
+        if bf16 {
+            BF16_RUNS.with(|c| c.set((c.get().0 + 1, c.get().1)));
+        }
         Ok((f32_or_bf16(out, bf16), l1.shape().clone()))
     }
 
@@ -243,6 +254,8 @@ impl CustomOp3 for MaskedSoftmaxGradBf16 {
         let y = softmax_rows(&x, bias, per_bias, lk);
         let mut out = vec![0f32; y.len()];
         softmax_grad_rows(&mut out, &y, &g, lk.max(1));
+        #[cfg(test)]
+        BF16_RUNS.with(|c| c.set((c.get().0, c.get().1 + 1)));
         Ok((f32_or_bf16(out, true), l1.shape().clone()))
     }
 
@@ -267,7 +280,8 @@ impl CustomOp3 for MaskedSoftmaxGradBf16 {
 ///
 /// bf16 training (bf16 scores, the f32 bias): the softmax in f32 and the probabilities rounded to
 /// bf16, in one op where the kernels run (its backward recomputes the f32 probabilities:
-/// [`MaskedSoftmaxGradBf16`]), elsewhere between two casts; the same bits either way.
+/// [`MaskedSoftmaxGradBf16`]; the bits of the fused f32 op between two casts), elsewhere between
+/// two casts around the f32 path (with the kernels off, candle's softmax).
 pub fn masked_softmax(scores: &Tensor, bias: &Tensor, train: bool) -> Result<Tensor> {
     // The fused op's shapes, and a bias that needs no gradient (the fused op gives it none).
     let fits = match scores.dims() {
@@ -366,8 +380,9 @@ mod tests {
 
     /// bf16 training's softmax (bf16 scores, the f32 bias): the one op, whose backward recomputes
     /// the f32 probabilities, gives the bits of the cast path (widen, the f32 op, round) for the
-    /// values and the scores' gradient, masked keys included; with the kernels off
-    /// (`XSENT_KERNELS=candle`) it takes the cast path, within bf16 rounding of the op.
+    /// values and the scores' gradient, masked keys included (and the op ran: the cast path
+    /// gives the same bits); with the kernels off (`XSENT_KERNELS=candle`) it takes the cast path
+    /// around candle's softmax, within bf16 rounding of the op.
     #[test]
     fn bf16_scores_equal_the_f32_op_on_their_widened_values() -> Result<()> {
         use candle_core::Var;
@@ -389,13 +404,20 @@ mod tests {
             let host = |t: &Tensor| t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>();
             Ok([host(&p)?, host(gs)?])
         };
-        let (one, cast) = (run(false)?, run(true)?);
+        let runs = || BF16_RUNS.with(|c| c.get());
+        let before = runs();
+        let one = run(false)?;
+        let after = runs();
+        assert_eq!((after.0 - before.0, after.1 - before.1), (1, 1), "the bf16 op did not run forward and backward");
+        let cast = run(true)?;
+        assert_eq!(runs(), after, "the cast path ran the bf16 op");
         for (what, a, b) in [("values", &one[0], &cast[0]), ("gradients", &one[1], &cast[1])] {
             let off = a.iter().zip(b).filter(|(p, q)| p.to_bits() != q.to_bits()).count();
             assert_eq!(off, 0, "bf16 softmax: {off} of {} {what} differ from the cast path's", a.len());
         }
         assert!(one[0].contains(&0.0) && one[1].iter().any(|&g| g != 0.0));
         let off = super::super::with_candle_ops(|| run(false))?;
+        assert_eq!(runs(), after, "the bf16 op ran with the kernels off");
         for (a, b) in off.iter().zip(&one) {
             let worst = a.iter().zip(b).map(|(p, q)| (p - q).abs() / q.abs().max(1.0)).fold(0f32, f32::max);
             assert!(worst < 1e-2, "with the kernels off: {worst} from the fused op (bf16 rounding allowed)");
