@@ -34,10 +34,28 @@ __device__ __forceinline__ void xsent_masked_softmax(
     for (unsigned int i = threadIdx.x; i < lk; i += 32) xsent_st(yr, i, xsent_exp((xsent_ld(xr, i) + br[i]) - m) * inv);
 }
 
+// f32: each exponential is taken once, kept in y and rescaled there (y can hold it; bf16 output
+// cannot, so the bf16 kernel takes it again). The same bits as `xsent_masked_softmax`: the same
+// sum in the same order, then the same product.
 extern "C" __global__ void xsent_masked_softmax_f32(
     const float* x, const float* bias, float* y, unsigned long long rows, unsigned int lk,
     unsigned long long rows_per_bias) {
-    xsent_masked_softmax(x, bias, y, rows, lk, rows_per_bias);
+    unsigned long long r = xsent_warp_row();
+    if (r >= rows) return;  // the whole warp: its lanes share r
+    const float* xr = x + r * lk;
+    const float* br = bias + (r / rows_per_bias) * lk;
+    float* yr = y + r * lk;
+    float m = -INFINITY;
+    for (unsigned int i = threadIdx.x; i < lk; i += 32) m = fmaxf(m, xr[i] + br[i]);
+    m = xsent_warp_max(m);
+    float s = 0.0f;
+    for (unsigned int i = threadIdx.x; i < lk; i += 32) {
+        float e = xsent_exp((xr[i] + br[i]) - m);
+        yr[i] = e;
+        s += e;
+    }
+    float inv = 1.0f / xsent_warp_sum(s);
+    for (unsigned int i = threadIdx.x; i < lk; i += 32) yr[i] = yr[i] * inv;
 }
 
 extern "C" __global__ void xsent_masked_softmax_bf16(
