@@ -22,7 +22,7 @@ fn main() {
     let nvcc = std::env::var("NVCC").unwrap_or_else(|_| "nvcc".into());
     let cap = std::env::var("CUDA_COMPUTE_CAP").ok().filter(|c| !c.trim().is_empty()).unwrap_or_else(|| "75".into());
     let cap = cap.trim().trim_start_matches("sm_").trim_start_matches("compute_").to_string();
-    for name in ["adamw", "dropout", "gelu", "layer_norm", "linear", "softmax"] {
+    for name in ["adamw", "dropout", "gelu", "heads", "layer_norm", "linear", "softmax"] {
         let src = format!("src/gpu/{name}.cu");
         let ptx = out.join(format!("{name}.ptx"));
         // -fmad=false: no fused multiply-adds, so the kernels round as the CPU code does.

@@ -4,7 +4,7 @@
 //! for contiguous tensors"), the device's settings (no events per buffer, a pool that keeps
 //! freed memory), the in-place AdamW kernel and its one-launch form over many tensors, the counter-based dropout, the exact kNN,
 //! sp's averaging, the one-op LayerNorm and softmax of training, the CUDA side of training's
-//! LayerNorm, linear layer, softmax and GELU, bf16 LayerNorm and softmax, and bf16 training. Without a GPU every test fails, saying so.
+//! LayerNorm, linear layer, softmax and GELU, attention's head split and merge, bf16 LayerNorm and softmax, and bf16 training. Without a GPU every test fails, saying so.
 #![cfg(feature = "cuda")]
 
 mod common;
@@ -419,6 +419,52 @@ fn bf16_softmax_equals_the_cpu() {
         assert_eq!(zeros(&pg), zeros(&pc), "softmax bf16 over {lk}: masked keys differ");
         let d = rel_diff(&gg, &gc);
         assert!(d <= 1.0 / 128.0, "softmax bf16 over {lk}: gradients differ by {d}");
+    }
+}
+
+/// Attention's head split (the query's scale in it) and merge on the GPU (src/gpu/heads.cu)
+/// against the CPU op, f32 and bf16: values and gradients bit for bit (a gather, and the scale's
+/// one product), the split's gradient arriving contiguous (through the merge); and the key's path
+/// (`w·kᵀ`, a transposed view's gradient on the way to the split) within the products' rounding.
+#[test]
+fn head_split_and_merge_equal_the_cpu() {
+    assert!(
+        !xsent::model::kernels::training_kernels_off(),
+        "XSENT_KERNELS=candle is set: the CUDA kernels would not run"
+    );
+    let (b, l, nh, d) = (3, 37, 12, 32);
+    let n = b * l * nh * d;
+    for dt in [DType::F32, DType::BF16] {
+        let x = Tensor::from_vec(values(n, 3), (b * l, nh * d), &Device::Cpu).unwrap().to_dtype(dt).unwrap();
+        let w = Tensor::from_vec(values(n, 9), (b, nh, l, d), &Device::Cpu).unwrap().to_dtype(dt).unwrap();
+        let run = |dev: &Device, key: bool| {
+            let v = Var::from_tensor(&x.to_device(dev).unwrap()).unwrap();
+            let scale = if key { None } else { Some(1.0 / (d as f64).sqrt()) };
+            let s = xsent::model::kernels::split_heads(v.as_tensor(), b, l, nh, scale).unwrap();
+            let wd = w.to_device(dev).unwrap();
+            let m = if key {
+                xsent::model::matmul::matmul(&wd, &s.t().unwrap()).unwrap()
+            } else {
+                xsent::model::kernels::merge_heads(&(&s * &wd).unwrap()).unwrap()
+            };
+            let g = m.to_dtype(DType::F32).unwrap().sum_all().unwrap().backward().unwrap();
+            let g = g.get(v.as_tensor()).unwrap().to_device(&Device::Cpu).unwrap();
+            [s, m].map(|t| t.to_device(&Device::Cpu).unwrap()).into_iter().chain([g]).collect::<Vec<_>>()
+        };
+        for key in [false, true] {
+            let (c, g) = (run(&Device::Cpu, key), run(&gpu(), key));
+            let outputs = if key { ["split", "w·kᵀ", "key's gradient"] } else { ["split", "merge", "gradient"] };
+            for (i, what) in outputs.iter().enumerate() {
+                if key && i > 0 {
+                    // Products: cuBLAS's sums against the CPU's, close, not equal.
+                    let (r, bound) = (rel_diff(&g[i], &c[i]), if dt == DType::F32 { 1e-5 } else { 1.0 / 128.0 });
+                    assert!(r <= bound, "heads {dt:?}: {what} differs by {r}");
+                    continue;
+                }
+                let bits = |t: &Tensor| host(t).iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&g[i]), bits(&c[i]), "heads {dt:?}: the {what} differs from the CPU's");
+            }
+        }
     }
 }
 

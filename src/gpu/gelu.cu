@@ -14,10 +14,6 @@ __device__ __forceinline__ float xsent_gelu_grad(float x, float g) {
     return g * (cdf + x * 0.3989423f * xsent_exp(-0.5f * x * x));
 }
 
-#define XSENT_GRID_STRIDE(i, n)                                                          \
-    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; \
-         i < (n); i += (unsigned long long)blockDim.x * gridDim.x)
-
 extern "C" __global__ void xsent_gelu_f32(const float* x, float* y, unsigned long long n) {
     XSENT_GRID_STRIDE(i, n) { y[i] = xsent_gelu(x[i]); }
 }

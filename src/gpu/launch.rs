@@ -37,6 +37,17 @@ pub fn column_sums(n: usize) -> Grid {
     Grid { blocks: (n.div_ceil(32).max(1) as u32, 1, 1), threads: (32, 32, 1) }
 }
 
+/// The masked softmax's shapes, scores `[B, H, Lq, Lk]` and a mask bias `[B, 1, 1, Lk]`, checked
+/// (one rule for the CPU op, its CUDA side and the choice between the op and candle's): the
+/// score rows (none without keys), their width `Lk`, and the score rows per bias row (`H·Lq`).
+pub fn softmax_shapes(op: &str, scores: &[usize], bias: &[usize]) -> candle_core::Result<(usize, usize, usize)> {
+    let &[b, h, lq, lk] = scores else { candle_core::bail!("{op}: scores of rank 4 expected, got {scores:?}") };
+    if bias != [b, 1, 1, lk] {
+        candle_core::bail!("{op}: a mask bias of shape [{b}, 1, 1, {lk}] expected, got {bias:?}");
+    }
+    Ok((if lk == 0 { 0 } else { b * h * lq }, lk, h * lq))
+}
+
 /// Elements per block of the optimiser's passes over many tensors: one block per chunk.
 pub const CHUNK: usize = 1 << 16;
 /// Threads per block of those passes.
@@ -130,6 +141,16 @@ mod tests {
         assert_eq!(rows("t", 9).unwrap(), Grid { blocks: (3, 1, 1), threads: (32, 4, 1) });
         assert_eq!(column_sums(33).blocks.0, 2);
         assert_eq!(lr_and_decay(1.0, 0.5), 0x3F00_0000_3F80_0000);
+    }
+
+    #[test]
+    fn softmax_shapes_are_checked() {
+        assert_eq!(softmax_shapes("t", &[2, 3, 5, 7], &[2, 1, 1, 7]).unwrap(), (30, 7, 15));
+        assert_eq!(softmax_shapes("t", &[2, 3, 5, 0], &[2, 1, 1, 0]).unwrap(), (0, 0, 15));
+        let err = softmax_shapes("t", &[2, 3, 5, 7], &[2, 1, 5, 7]).unwrap_err().to_string();
+        assert!(err.contains("[2, 1, 1, 7]") && err.contains("[2, 1, 5, 7]"), "{err}");
+        assert!(softmax_shapes("t", &[3, 5, 7], &[3, 1, 1, 7]).is_err());
+        assert!(softmax_shapes("t", &[2, 3, 5, 7], &[1, 1, 1, 7]).is_err());
     }
 
     /// Two entries as nvcc 13.0 writes them (src/gpu/adamw.cu and a made-up one with every type).

@@ -81,3 +81,9 @@ __device__ __forceinline__ float xsent_warp_max(float v) {
 __device__ __forceinline__ unsigned long long xsent_warp_row() {
     return (unsigned long long)blockIdx.x * blockDim.y + threadIdx.y;
 }
+
+// `for` each element index i < n of a grid-stride loop (the element-wise kernels: any n fits
+// any grid).
+#define XSENT_GRID_STRIDE(i, n)                                                          \
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; \
+         i < (n); i += (unsigned long long)blockDim.x * gridDim.x)

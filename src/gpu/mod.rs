@@ -2,7 +2,7 @@
 //! every build): the in-place AdamW update, the
 //! counter-based dropout, and the GPU side of the training ops whose CPU kernels are in
 //! [`crate::model::kernels`] (LayerNorm, masked softmax, GELU, the linear layer, forward and
-//! backward: one file each here). Their sources are the `.cu` files beside this one (`math.cuh`: the CPU's erf and exp,
+//! backward, and attention's head split and merge: one file each here). Their sources are the `.cu` files beside this one (`math.cuh`: the CPU's erf and exp,
 //! warp sums); build.rs compiles them to PTX with nvcc, and the driver loads each module once per
 //! device.
 
@@ -12,6 +12,8 @@ pub mod launch;
 mod cuda;
 #[cfg(feature = "cuda")]
 pub mod gelu;
+#[cfg(feature = "cuda")]
+pub mod heads;
 #[cfg(feature = "cuda")]
 pub mod layer_norm;
 #[cfg(feature = "cuda")]

@@ -16,11 +16,8 @@ const MODULE: &str = "xsent_softmax";
 /// The rows of `[B, H, Lq, Lk]` scores (`B·H·Lq`; none without keys, as on the CPU), their
 /// width, and the score rows per row of the `[B, 1, 1, Lk]` bias (`H·Lq`), checked.
 fn shapes(op: &str, s: &Layout, bias: &Layout) -> candle_core::Result<(usize, usize, u64)> {
-    let &[b, h, lq, lk] = s.dims() else { candle_core::bail!("{op}: scores of rank 4 expected, got {:?}", s.dims()) };
-    if bias.dims() != [b, 1, 1, lk] {
-        candle_core::bail!("{op}: a mask bias of shape [{b}, 1, 1, {lk}] expected, got {:?}", bias.dims());
-    }
-    Ok((if lk == 0 { 0 } else { b * h * lq }, lk, (h * lq) as u64))
+    let (rows, lk, per_bias) = launch::softmax_shapes(op, s.dims(), bias.dims())?;
+    Ok((rows, lk, per_bias as u64))
 }
 
 /// `softmax(scores + bias)` over the last dimension: `scores` `[B, H, Lq, Lk]` (f32 or bf16; the

@@ -623,10 +623,11 @@ impl Encoder {
     ) -> Result<Tensor> {
         let h = self.hidden;
         let (nh, hd) = (self.heads, h / self.heads);
-        let split = |t: Tensor| super::kernels::split_heads(&t, b, l, nh);
-        let q = split((layer.query.forward(x)? * (1.0 / (hd as f64).sqrt()))?)?;
-        let k = split(layer.key.forward(x)?)?;
-        let v = split(layer.value.forward(x)?)?;
+        let split = |t: Tensor, scale| super::kernels::split_heads(&t, b, l, nh, scale);
+        // The query's 1/√d is taken in its split (the same bits as a product before it).
+        let q = split(layer.query.forward(x)?, Some(1.0 / (hd as f64).sqrt()))?;
+        let k = split(layer.key.forward(x)?, None)?;
+        let v = split(layer.value.forward(x)?, None)?;
         let scores = super::matmul::matmul(&q, &k.t()?)?;
         // In bf16 training ([`Self::cast_linears`]) the scores are bf16 and the bias f32: the
         // softmax is taken in f32, the probabilities rounded to bf16.

@@ -18,6 +18,7 @@
 #include "adamw.cu"
 #include "dropout.cu"
 #include "gelu.cu"
+#include "heads.cu"
 #include "layer_norm.cu"
 #include "linear.cu"
 #include "softmax.cu"
@@ -99,6 +100,8 @@ const std::vector<Entry>& registry() {
         XSENT_EMU_KERNEL(xsent_gelu_grad_f32),
         XSENT_EMU_KERNEL(xsent_gelu_bf16),
         XSENT_EMU_KERNEL(xsent_gelu_grad_bf16),
+        XSENT_EMU_KERNEL(xsent_heads_f32),
+        XSENT_EMU_KERNEL(xsent_heads_bf16),
         XSENT_EMU_KERNEL(xsent_layer_norm_f32),
         XSENT_EMU_KERNEL(xsent_layer_norm_bf16),
         XSENT_EMU_KERNEL(xsent_layer_norm_grad_x_f32),

@@ -4,9 +4,9 @@
 //! (product and bias in one op, with a fused backward for training), and for training LayerNorm
 //! and the dropout product. Candle's backward costs every op its own gradient ops (and its
 //! broadcast ops a strided row reduction), so one fused op with a fused backward saves several
-//! full-size passes. The training ops of LayerNorm, the masked softmax and GELU have a CUDA side
-//! too (`src/gpu`, `--features cuda`): on a GPU each is one kernel forward and one or two
-//! backward, where candle's ops take a launch per op. Where no kernel runs (other dtypes, other
+//! full-size passes. The training ops of LayerNorm, the masked softmax, GELU and the linear layer,
+//! and the head split and merge, have a CUDA side too (`src/gpu`, `--features cuda`): on a GPU
+//! each is one kernel forward and one or two backward, where candle's ops take a launch per op. Where no kernel runs (other dtypes, other
 //! devices, `XSENT_KERNELS=candle`), LayerNorm and softmax still train as one forward op each with
 //! a backward in closed form ([`given_value`]). This module holds the dispatch and the storage
 //! accessors the ops share. Tests check values and gradients against candle's own differentiable
@@ -329,14 +329,16 @@ mod tests {
             &dev,
         )?;
         let theirs = x.reshape((b, l, nh, d))?.transpose(1, 2)?.contiguous()?;
-        let ours = split_heads(&x, b, l, nh)?;
+        let ours = split_heads(&x, b, l, nh, None)?;
         assert_eq!(ours.dims(), &[b, nh, l, d]);
         assert_eq!(max_diff(&ours, &theirs)?, 0.0);
         assert_eq!(max_diff(&merge_heads(&ours)?, &x)?, 0.0);
         // No rows: empty in, empty out; a width that is not heads × d is refused.
         let empty = Tensor::zeros((0, nh * d), candle_core::DType::F32, &dev)?;
-        assert_eq!(merge_heads(&split_heads(&empty, 0, l, nh)?)?.dims(), &[0, nh * d]);
-        assert!(split_heads(&Tensor::zeros((b * l, nh * d + 1), candle_core::DType::F32, &dev)?, b, l, nh).is_err());
+        assert_eq!(merge_heads(&split_heads(&empty, 0, l, nh, None)?)?.dims(), &[0, nh * d]);
+        assert!(
+            split_heads(&Tensor::zeros((b * l, nh * d + 1), candle_core::DType::F32, &dev)?, b, l, nh, None).is_err()
+        );
         // Gradients through split, a product with fixed weights and merge, against candle's views.
         let w = Tensor::from_vec(
             (0..b * nh * l * d).map(|i| ((i * 31) % 17) as f32 - 8.0).collect::<Vec<_>>(),
@@ -346,7 +348,7 @@ mod tests {
         check_grads(
             "split/merge heads",
             std::slice::from_ref(&x),
-            &|t| merge_heads(&split_heads(&t[0], b, l, nh)?.mul(&w)?),
+            &|t| merge_heads(&split_heads(&t[0], b, l, nh, None)?.mul(&w)?),
             &|t| {
                 Ok(t[0].reshape((b, l, nh, d))?.transpose(1, 2)?.mul(&w)?.transpose(1, 2)?.reshape((b * l, nh * d))?)
             },
@@ -408,15 +410,16 @@ mod tests {
                     Ok(x.matmul(&t[1 + 2 * i].t()?)?.broadcast_add(&t[2 + 2 * i])?)
                 }
             };
-            let split = |y: Tensor| -> Result<Tensor> {
+            let split = |y: Tensor, scale: Option<f64>| -> Result<Tensor> {
                 if fused {
-                    split_heads(&y, b, l, nh)
+                    split_heads(&y, b, l, nh, scale)
                 } else {
+                    let y = (y * scale.unwrap_or(1.0))?;
                     Ok(y.reshape((b, l, nh, d))?.transpose(1, 2)?.contiguous()?)
                 }
             };
-            let q = split((lin(&x, 0)? * 0.5)?)?;
-            let (k, v) = (split(lin(&x, 1)?)?, split(lin(&x, 2)?)?);
+            let q = split(lin(&x, 0)?, Some(0.5))?;
+            let (k, v) = (split(lin(&x, 1)?, None)?, split(lin(&x, 2)?, None)?);
             let scores = q.matmul(&k.t()?)?;
             let probs = if fused {
                 dropout_mul(&masked_softmax(&scores, &mask, true)?, &drop_p)?

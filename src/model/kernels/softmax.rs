@@ -213,13 +213,7 @@ impl CustomOp2 for MaskedSoftmax {
 /// The shapes [`MaskedSoftmax`] takes, scores `[B, H, Lq, Lk]` and a bias `[B, 1, 1, Lk]`,
 /// checked: the number of score rows per bias row, `H·Lq`.
 fn rows_per_bias(op: &str, scores: &Layout, bias: &Layout) -> candle_core::Result<usize> {
-    let &[b, h, lq, lk] = scores.dims() else {
-        candle_core::bail!("{op}: scores of rank 4 expected, got {:?}", scores.dims())
-    };
-    if bias.dims() != [b, 1, 1, lk] {
-        candle_core::bail!("{op}: a mask bias of shape [{b}, 1, 1, {lk}] expected, got {:?}", bias.dims());
-    }
-    Ok(h * lq)
+    Ok(crate::gpu::launch::softmax_shapes(op, scores.dims(), bias.dims())?.2)
 }
 
 /// [`MaskedSoftmax`]'s backward for bf16 scores (bf16 training), from the scores, the bias and
@@ -284,10 +278,7 @@ impl CustomOp3 for MaskedSoftmaxGradBf16 {
 /// two casts around the f32 path (with the kernels off, candle's softmax).
 pub fn masked_softmax(scores: &Tensor, bias: &Tensor, train: bool) -> Result<Tensor> {
     // The fused op's shapes, and a bias that needs no gradient (the fused op gives it none).
-    let fits = match scores.dims() {
-        &[b, _, _, lk] => bias.dims() == [b, 1, 1, lk],
-        _ => false,
-    };
+    let fits = crate::gpu::launch::softmax_shapes("masked softmax", scores.dims(), bias.dims()).is_ok();
     let fused = if train { fused_train_bf16(&[scores, bias]) } else { cpu_f32(&[scores, bias]) };
     if fused && fits && !bias.track_op() {
         let (scores, bias) = (scores.contiguous()?, bias.contiguous()?);

@@ -1,0 +1,81 @@
+//! Attention's head split and merge on CUDA, f32 and bf16 (`heads.cu`): the GPU side of
+//! [`crate::model::kernels::split_heads`] and [`crate::model::kernels::merge_heads`] (one kernel
+//! each way, where candle takes a reshape, a transpose and a copy, and an affine op for the
+//! query's scale).
+
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::DeviceRepr;
+use candle_core::cuda_backend::{CudaDType, CudaStorage};
+use candle_core::{DType, Layout, Shape};
+use half::bf16;
+
+use super::{launch, Args};
+
+const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/heads.ptx"));
+const MODULE: &str = "xsent_heads";
+
+/// The gather of `x` into `out` (`[B, heads, L, d]` from `[B·L, heads·d]`, or with `merge` the
+/// inverse; `dims` = `[B, heads, L, d]`, checked by the caller against `x`'s shape), `x` read
+/// through `strides` (elements per sequence, head, token and element of a head, from its
+/// layout's start), each value times `scale` where given (`scale` already rounded to `x`'s dtype,
+/// as candle's affine op rounds its factor).
+pub fn forward(
+    x: (&CudaStorage, &Layout),
+    out: &Shape,
+    dims: [usize; 4],
+    strides: [usize; 4],
+    merge: bool,
+    scale: Option<f32>,
+) -> candle_core::Result<(CudaStorage, Shape)> {
+    const OP: &str = "xsent-heads-cuda";
+    let s = match x.0.dtype() {
+        DType::F32 => run::<f32>("xsent_heads_f32", x, dims, strides, merge, scale)?,
+        DType::BF16 => run::<bf16>("xsent_heads_bf16", x, dims, strides, merge, scale)?,
+        other => candle_core::bail!("{OP}: f32 or bf16 only, got {other:?}"),
+    };
+    Ok((s, out.clone()))
+}
+
+fn run<T: CudaDType + DeviceRepr>(
+    kernel: &'static str,
+    (s, l): (&CudaStorage, &Layout),
+    [b, heads, len, d]: [usize; 4],
+    strides: [usize; 4],
+    merge: bool,
+    scale: Option<f32>,
+) -> candle_core::Result<CudaStorage> {
+    const OP: &str = "xsent-heads-cuda";
+    let n = b * heads * len * d;
+    if n != l.shape().elem_count() {
+        candle_core::bail!("{OP}: {:?} is not [{b}, {heads}, {len}, {d}]'s {n} elements", l.dims());
+    }
+    let dev = s.device();
+    // SAFETY: the kernel writes every element.
+    let mut out = unsafe { dev.alloc::<T>(n) }?;
+    if n > 0 {
+        // The input from its layout's start to the last element it reaches.
+        let last: usize = [b, heads, len, d].iter().zip(strides).map(|(&k, st)| (k - 1) * st).sum();
+        let xv = s.as_cuda_slice::<T>()?;
+        let (from, to) = (l.start_offset(), l.start_offset() + last + 1);
+        if to > xv.len() {
+            candle_core::bail!("{OP}: the layout reaches element {to} of a buffer of {}", xv.len());
+        }
+        let xv = xv.slice(from..to);
+        let func = dev.get_or_load_custom_func(kernel, MODULE, PTX)?;
+        let [n64, l64, h64, d64] = [n, len, heads, d].map(|v| v as u64);
+        let st = strides.map(|v| v as u64);
+        let (merge32, scaled32, factor) = (merge as u32, scale.is_some() as u32, scale.unwrap_or(1.0));
+        let mut args = Args::new(func.builder(), kernel, PTX);
+        args.buf(&xv).buf(&mut out).val(&n64).val(&l64).val(&h64).val(&d64);
+        for v in &st {
+            args.val(v);
+        }
+        args.val(&merge32).val(&scaled32).val(&factor);
+        // SAFETY: the arguments match `xsent_heads_{f32,bf16}` (x, y, n, L, heads, d, the four
+        // strides, merge, scaled, scale): the output of n = B·heads·L·d values of T; the input
+        // from its layout's start to the furthest element the strides reach (`last`, within the
+        // buffer: checked), the element every output index reads at most.
+        unsafe { args.launch(launch::elementwise(n)) }?;
+    }
+    Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))
+}
