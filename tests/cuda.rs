@@ -435,6 +435,15 @@ fn head_split_and_merge_equal_the_cpu() {
     let (b, l, nh, d) = (3, 37, 12, 32);
     let n = b * l * nh * d;
     for dt in [DType::F32, DType::BF16] {
+        // The op runs on the GPU (candle's ops would give the same bits): a shape it refuses is
+        // its error, where candle's reshape would give another.
+        let wrong = Tensor::zeros((b * l, nh * d + 1), dt, &gpu()).unwrap();
+        let err = xsent::model::kernels::split_heads(&wrong, b, l, nh, None).unwrap_err().to_string();
+        assert!(err.contains("fast-split-heads"), "heads {dt:?}: not the op's error: {err}");
+        // No sequences: an empty result.
+        let empty = Tensor::zeros((0, nh * d), dt, &gpu()).unwrap();
+        let e = xsent::model::kernels::split_heads(&empty, 0, l, nh, Some(0.5)).unwrap();
+        assert_eq!(xsent::model::kernels::merge_heads(&e).unwrap().dims(), &[0, nh * d]);
         let x = Tensor::from_vec(values(n, 3), (b * l, nh * d), &Device::Cpu).unwrap().to_dtype(dt).unwrap();
         let w = Tensor::from_vec(values(n, 9), (b, nh, l, d), &Device::Cpu).unwrap().to_dtype(dt).unwrap();
         let run = |dev: &Device, key: bool| {

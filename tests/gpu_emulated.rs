@@ -449,16 +449,27 @@ fn gelu_kernels_equal_the_cpu() {
 
 /// Attention's head split (scaled or not) and merge, f32 and bf16: bit for bit the CPU op's
 /// values (zeros of both signs among the inputs), over the launch the GPU makes and over a grid
-/// of two blocks (the grid-stride loop); inputs contiguous, a merge of a transposed view (as the
-/// key's gradient arrives) and a split of a column slice (its rows wider than the matrix).
+/// of two blocks (the grid-stride loop); inputs contiguous, a merge of a transposed view and a
+/// split of a column slice (its rows wider than the matrix), each given as the CUDA side gives
+/// it: the strides by `launch::heads_strides`, the buffer from the layout's start to
+/// `launch::heads_span`'s end (a read past it would read the guard's NaN).
 #[test]
 fn heads_kernels_equal_the_cpu() {
     use half::bf16;
     let (b, l, nh, d) = (3, 7, 4, 24);
     let n = b * l * nh * d;
     // Twice n values: the column slice takes half of each row.
-    let xs: Vec<f32> =
-        values(2 * n, 5).iter().enumerate().map(|(i, v)| if i % 13 == 0 { -0.0 } else { v * 3.0 }).collect();
+    // Zeros of both signs, and bf16's smallest negative value (its scaled product is −0 in bf16
+    // before the `+ 0`).
+    let xs: Vec<f32> = values(2 * n, 5)
+        .iter()
+        .enumerate()
+        .map(|(i, v)| match i % 13 {
+            0 => -0.0,
+            7 => f32::from_bits(0x8001_0000),
+            _ => v * 3.0,
+        })
+        .collect();
     for dt in [DType::F32, DType::BF16] {
         let all = cpu(xs.clone(), &[2 * n]).to_dtype(dt).unwrap();
         let first = all.narrow(0, 0, n).unwrap();
@@ -477,9 +488,8 @@ fn heads_kernels_equal_the_cpu() {
                     xsent::model::kernels::split_heads(&x, b, l, nh, scale)
                 };
                 let want: Vec<u32> = host(&want.unwrap()).iter().map(|v| v.to_bits()).collect();
-                // The strides per sequence, head, token and element, as the op passes them.
-                let st = x.stride();
-                let strides = if merge { [st[0], st[1], st[2], st[3]] } else { [l * st[0], d * st[1], st[0], st[1]] };
+                let strides = launch::heads_strides(merge, l, d, x.stride()).unwrap();
+                let span = launch::heads_span([b, nh, l, d], strides);
                 // The factor as the CUDA side passes it: rounded to the dtype (candle's affine op).
                 let factor = match dt {
                     DType::BF16 => bf16::from_f64(scale.unwrap_or(1.0)).to_f32(),
@@ -487,16 +497,15 @@ fn heads_kernels_equal_the_cpu() {
                 };
                 let mut tail: Vec<Arg> = [n, l, nh, d].iter().chain(&strides).map(|&v| Arg::U64(v as u64)).collect();
                 tail.extend([Arg::U32(merge as u32), Arg::U32(scale.is_some() as u32), Arg::F32(factor)]);
-                // The buffer from the layout's start to its end (the kernel reads no further).
                 let from = x.layout().start_offset();
                 let two_blocks = Grid { blocks: (2, 1, 1), threads: (launch::ELEMENT_THREADS as u32, 1, 1) };
                 for grid in [launch::elementwise(n), two_blocks] {
                     let got: Vec<u32> = if dt == DType::F32 {
-                        let (mut bx, mut y) = (Buf::new(&xs[from..]), Buf::<f32>::out(n));
+                        let (mut bx, mut y) = (Buf::new(&xs[from..from + span]), Buf::<f32>::out(n));
                         run("xsent_heads_f32", grid, &[&[bx.ptr(), y.ptr()][..], &tail].concat());
                         y.get(&what).iter().map(|v| v.to_bits()).collect()
                     } else {
-                        let xb: Vec<bf16> = xs[from..].iter().map(|&v| bf16::from_f32(v)).collect();
+                        let xb: Vec<bf16> = xs[from..from + span].iter().map(|&v| bf16::from_f32(v)).collect();
                         let (mut bx, mut y) = (Buf::new(&xb), Buf::<bf16>::out(n));
                         run("xsent_heads_bf16", grid, &[&[bx.ptr(), y.ptr()][..], &tail].concat());
                         y.get(&what).iter().map(|v| v.to_f32().to_bits()).collect()

@@ -2,11 +2,9 @@
 // gather, one thread per output element (grid stride). Split writes [B, heads, L, d] from
 // [B·L, heads·d], merge the inverse; the input is read through its strides in elements per
 // sequence, head, token and element of a head (any layout: a column slice, a transposed view).
-// With `scaled` each value is multiplied by `scale` as candle's affine op computes `x · scale + 0`
-// (the query's 1/√d before the split: the same bits as that op followed by the copy); bf16
-// values are widened, multiplied in f32 (the product of two bf16 values is exact there) and
-// rounded once, as candle's bf16 affine rounds its exact product. Unscaled values are copied as
-// they are.
+// With `scaled` each value is multiplied by `scale` as candle's CPU affine op computes
+// `x · scale + 0` (the query's 1/√d before the split: the same bits as that op followed by the
+// copy; `xsent_affine_st`). Unscaled values are copied as they are.
 #include <cuda_bf16.h>
 #include "math.cuh"
 
@@ -33,6 +31,17 @@ __device__ __forceinline__ unsigned long long xsent_heads_from(
     return b * s.b + h * s.h + t * s.t + e * s.e;
 }
 
+// y[i] = x · scale + 0 as candle's affine op: in f32 one product; in bf16 the product rounded to
+// bf16, then `+ 0` (which turns −0 into 0) and rounded again (exact), as half's and CUDA's bf16
+// `*` and `+` each round. The product of two bf16 values is exact in f32, so rounding it once
+// equals candle's bf16 multiply.
+__device__ __forceinline__ void xsent_affine_st(float* y, unsigned long long i, float x, float scale) {
+    y[i] = x * scale + 0.0f;
+}
+__device__ __forceinline__ void xsent_affine_st(__nv_bfloat16* y, unsigned long long i, float x, float scale) {
+    y[i] = __float2bfloat16_rn(__bfloat162float(__float2bfloat16_rn(x * scale)) + 0.0f);
+}
+
 template <typename T>
 __device__ __forceinline__ void xsent_heads(
     const T* x, T* y, unsigned long long n, unsigned long long l, unsigned long long nh, unsigned long long d,
@@ -40,7 +49,7 @@ __device__ __forceinline__ void xsent_heads(
     XSENT_GRID_STRIDE(i, n) {
         unsigned long long from = xsent_heads_from(i, l, nh, d, merge, s);
         if (scaled) {
-            xsent_st(y, i, xsent_ld(x, from) * scale + 0.0f);
+            xsent_affine_st(y, i, xsent_ld(x, from), scale);
         } else {
             y[i] = x[from];
         }

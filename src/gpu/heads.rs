@@ -13,12 +13,13 @@ use super::{launch, Args};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/heads.ptx"));
 const MODULE: &str = "xsent_heads";
+const OP: &str = "xsent-heads-cuda";
 
 /// The gather of `x` into `out` (`[B, heads, L, d]` from `[B·L, heads·d]`, or with `merge` the
 /// inverse; `dims` = `[B, heads, L, d]`, checked by the caller against `x`'s shape), `x` read
 /// through `strides` (elements per sequence, head, token and element of a head, from its
 /// layout's start), each value times `scale` where given (`scale` already rounded to `x`'s dtype,
-/// as candle's affine op rounds its factor).
+/// as candle's affine op rounds its factor; the product rounded, then `+ 0`, as candle's CPU op).
 pub fn forward(
     x: (&CudaStorage, &Layout),
     out: &Shape,
@@ -27,7 +28,6 @@ pub fn forward(
     merge: bool,
     scale: Option<f32>,
 ) -> candle_core::Result<(CudaStorage, Shape)> {
-    const OP: &str = "xsent-heads-cuda";
     let s = match x.0.dtype() {
         DType::F32 => run::<f32>("xsent_heads_f32", x, dims, strides, merge, scale)?,
         DType::BF16 => run::<bf16>("xsent_heads_bf16", x, dims, strides, merge, scale)?,
@@ -44,7 +44,6 @@ fn run<T: CudaDType + DeviceRepr>(
     merge: bool,
     scale: Option<f32>,
 ) -> candle_core::Result<CudaStorage> {
-    const OP: &str = "xsent-heads-cuda";
     let n = b * heads * len * d;
     if n != l.shape().elem_count() {
         candle_core::bail!("{OP}: {:?} is not [{b}, {heads}, {len}, {d}]'s {n} elements", l.dims());
@@ -54,9 +53,8 @@ fn run<T: CudaDType + DeviceRepr>(
     let mut out = unsafe { dev.alloc::<T>(n) }?;
     if n > 0 {
         // The input from its layout's start to the last element it reaches.
-        let last: usize = [b, heads, len, d].iter().zip(strides).map(|(&k, st)| (k - 1) * st).sum();
         let xv = s.as_cuda_slice::<T>()?;
-        let (from, to) = (l.start_offset(), l.start_offset() + last + 1);
+        let (from, to) = (l.start_offset(), l.start_offset() + launch::heads_span([b, heads, len, d], strides));
         if to > xv.len() {
             candle_core::bail!("{OP}: the layout reaches element {to} of a buffer of {}", xv.len());
         }
@@ -73,8 +71,8 @@ fn run<T: CudaDType + DeviceRepr>(
         args.val(&merge32).val(&scaled32).val(&factor);
         // SAFETY: the arguments match `xsent_heads_{f32,bf16}` (x, y, n, L, heads, d, the four
         // strides, merge, scaled, scale): the output of n = B·heads·L·d values of T; the input
-        // from its layout's start to the furthest element the strides reach (`last`, within the
-        // buffer: checked), the element every output index reads at most.
+        // from its layout's start to the furthest element the strides reach (`heads_span`, within
+        // the buffer: checked), the furthest any output index reads.
         unsafe { args.launch(launch::elementwise(n)) }?;
     }
     Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))

@@ -48,6 +48,26 @@ pub fn softmax_shapes(op: &str, scores: &[usize], bias: &[usize]) -> candle_core
     Ok((if lk == 0 { 0 } else { b * h * lq }, lk, h * lq))
 }
 
+/// The head split's or merge's input strides in elements per sequence, head, token and element
+/// of a head (`[sb, sh, st, se]`), from its layout's strides: a merge's input is `[B, heads, L, d]`,
+/// a split's `[B·L, heads·d]` (row `b·L + t`, column `h·d + e`). `None` for strides of another rank.
+pub fn heads_strides(merge: bool, l: usize, d: usize, stride: &[usize]) -> Option<[usize; 4]> {
+    match (merge, stride) {
+        (true, &[sb, sh, st, se]) => Some([sb, sh, st, se]),
+        (false, &[r, c]) => Some([l * r, d * c, r, c]),
+        _ => None,
+    }
+}
+
+/// The elements from an input's first to the last one a gather over `dims` (`[B, heads, L, d]`)
+/// with `strides` reads, inclusive: 0 when a dimension is empty (nothing is read).
+pub fn heads_span(dims: [usize; 4], strides: [usize; 4]) -> usize {
+    if dims.contains(&0) {
+        return 0;
+    }
+    1 + dims.iter().zip(strides).map(|(&k, st)| (k - 1) * st).sum::<usize>()
+}
+
 /// Elements per block of the optimiser's passes over many tensors: one block per chunk.
 pub const CHUNK: usize = 1 << 16;
 /// Threads per block of those passes.
@@ -141,6 +161,21 @@ mod tests {
         assert_eq!(rows("t", 9).unwrap(), Grid { blocks: (3, 1, 1), threads: (32, 4, 1) });
         assert_eq!(column_sums(33).blocks.0, 2);
         assert_eq!(lr_and_decay(1.0, 0.5), 0x3F00_0000_3F80_0000);
+    }
+
+    #[test]
+    fn head_strides_and_span() {
+        // Split of a contiguous [2·3, 4·5]: rows of 20.
+        let st = heads_strides(false, 3, 5, &[20, 1]).unwrap();
+        assert_eq!(st, [60, 5, 20, 1]);
+        assert_eq!(heads_span([2, 4, 3, 5], st), 120);
+        // Merge of a transposed view of a contiguous [2, 4, 5, 3] (elements of a head 3 apart).
+        let st = heads_strides(true, 3, 5, &[60, 15, 1, 3]).unwrap();
+        assert_eq!(heads_span([2, 4, 3, 5], st), 120);
+        // A column slice of a [6, 40] tensor: the last row ends 20 elements short of the buffer.
+        assert_eq!(heads_span([2, 4, 3, 5], heads_strides(false, 3, 5, &[40, 1]).unwrap()), 220);
+        assert_eq!(heads_span([0, 4, 3, 5], [60, 5, 20, 1]), 0);
+        assert!(heads_strides(true, 3, 5, &[20, 1]).is_none() && heads_strides(false, 3, 5, &[1, 1, 1, 1]).is_none());
     }
 
     #[test]

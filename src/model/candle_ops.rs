@@ -11,8 +11,9 @@ thread_local! {
 /// What `XSENT_KERNELS` (or a test, on one thread) asks of the CPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Forced {
-    /// `gpu`: a GPU's code paths; training's LayerNorm, softmax and GELU run the CPU kernels in
-    /// place of their CUDA twins (src/gpu), as a GPU runs those.
+    /// `gpu`: a GPU's code paths; the ops with a CUDA side (training's LayerNorm, softmax, GELU
+    /// and linear layer, the head split and merge) run the CPU kernels in place of their CUDA
+    /// twins (src/gpu), as a GPU runs those.
     GpuPaths,
     /// `candle`: a GPU's code paths with candle's ops for every op, the fused training ops
     /// included (their fallback for other dtypes and devices, and on a GPU the way back from
@@ -38,7 +39,7 @@ fn forced() -> Option<Forced> {
 }
 
 /// Whether the CPU runs what a GPU runs: candle's ops instead of the fused kernels (except
-/// training's LayerNorm, softmax and GELU unless [`training_kernels_off`]), operands made
+/// those with a CUDA side, unless [`training_kernels_off`]), operands made
 /// contiguous for cuBLAS ([`super::matmul`]), dense token-table gradients and the optimiser's
 /// device path. Set for a process by `XSENT_KERNELS=gpu` or `XSENT_KERNELS=candle` (tests of the
 /// GPU's code paths on a machine without one), or on one thread by [`with_gpu_paths`] or
@@ -47,8 +48,9 @@ pub fn candle_ops_forced() -> bool {
     forced().is_some()
 }
 
-/// Whether training's LayerNorm, masked softmax and GELU, which have CUDA kernels as well as CPU
-/// ones, take candle's ops instead, on every device: `XSENT_KERNELS=candle` or [`with_candle_ops`].
+/// Whether the ops with CUDA kernels as well as CPU ones (training's LayerNorm, masked softmax,
+/// GELU and linear layer, the head split and merge) take candle's ops instead, on every device:
+/// `XSENT_KERNELS=candle` or [`with_candle_ops`].
 pub fn training_kernels_off() -> bool {
     forced() == Some(Forced::CandleOps)
 }

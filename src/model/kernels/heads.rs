@@ -44,15 +44,14 @@ impl Heads {
     }
 
     /// The input's strides in elements per sequence, head, token and element of a head
-    /// (`[sb, sh, st, se]`; any layout), for an input
-    /// of [`Self::shapes`]' dims.
-    fn strides(&self, l: &Layout, d: usize) -> [usize; 4] {
-        match (self.merge, l.stride()) {
-            // [B, heads, L, d]
-            (true, &[sb, sh, st, se]) => [sb, sh, st, se],
-            // [B·L, heads·d]: row r = b·L + t, column h·d + e.
-            (false, &[r, c]) => [self.l * r, d * c, r, c],
-            _ => [0; 4],
+    /// (`[sb, sh, st, se]`; any layout), for an input of [`Self::shapes`]' dims
+    /// ([`crate::gpu::launch::heads_strides`]: the rule the CUDA emulation's tests use too).
+    fn strides(&self, l: &Layout, d: usize) -> candle_core::Result<[usize; 4]> {
+        match crate::gpu::launch::heads_strides(self.merge, self.l, d, l.stride()) {
+            Some(s) => Ok(s),
+            None => {
+                candle_core::bail!("{}: strides {:?} for an input of shape {:?}", self.name(), l.stride(), l.dims())
+            }
         }
     }
 
@@ -100,9 +99,9 @@ impl CustomOp1 for Heads {
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
         let (d, shape) = self.shapes(l.dims())?;
-        let (at, strides) = (l.start_offset(), self.strides(l, d));
-        // `v · scale + 0` as candle's affine op on the CPU: the factor in the dtype, an f32 product
-        // (bf16: of two bf16 values, exact in f32) rounded to the dtype, then `+ 0` (−0 becomes 0).
+        let (at, strides) = (l.start_offset(), self.strides(l, d)?);
+        // `v · scale + 0` as candle's affine op on the CPU: the factor in the dtype, the product
+        // rounded to the dtype, then `+ 0` (−0 becomes 0).
         let out = match (s, self.scale) {
             (CpuStorage::F32(x), None) => CpuStorage::F32(self.permute(&x[at..], strides, d, |v| v)),
             (CpuStorage::F32(x), Some(s)) => {
@@ -112,7 +111,10 @@ impl CustomOp1 for Heads {
             (CpuStorage::BF16(x), None) => CpuStorage::BF16(self.permute(&x[at..], strides, d, |v| v)),
             (CpuStorage::BF16(x), Some(s)) => {
                 let s = bf16::from_f64(s).to_f32();
-                CpuStorage::BF16(self.permute(&x[at..], strides, d, |v| bf16::from_f32(v.to_f32() * s + 0.0)))
+                // half's bf16 `*` then `+`: each rounds (the product of two bf16 values is exact in
+                // f32, so the first rounding is the only one; the second turns −0 into 0).
+                let affine = |v: bf16| bf16::from_f32(bf16::from_f32(v.to_f32() * s).to_f32() + 0.0);
+                CpuStorage::BF16(self.permute(&x[at..], strides, d, affine))
             }
             _ => candle_core::bail!("{}: f32 or bf16 only", self.name()),
         };
@@ -134,7 +136,7 @@ impl CustomOp1 for Heads {
             _ => f as f32,
         });
         let dims = [self.b, self.heads, self.l, d];
-        crate::gpu::heads::forward((s, l), &shape, dims, self.strides(l, d), self.merge, scale)
+        crate::gpu::heads::forward((s, l), &shape, dims, self.strides(l, d)?, self.merge, scale)
     }
 
     fn bwd(&self, _arg: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
@@ -189,7 +191,8 @@ mod tests {
 
     /// Split (scaled or not) and merge, values and gradients, against candle's ops (`x · s`, a
     /// reshape, a transpose and a copy), bit for bit in f32 and bf16, with zeros of both signs
-    /// and products that underflow to −0 (candle's `+ 0` makes them 0); the op ran each time.
+    /// and products that underflow to −0 (candle's `+ 0` makes them 0; in bf16 after the product's
+    /// rounding); the op ran each time.
     #[test]
     fn split_and_merge_equal_candles_ops_bit_for_bit() -> Result<()> {
         let dev = Device::Cpu;
@@ -200,6 +203,9 @@ mod tests {
                 0 => -0.0,
                 1 => -1e-45,
                 2 => 0.0,
+                // bf16's smallest negative value: times a factor below 1/2 it rounds to −0 in bf16
+                // (then candle's `+ 0` makes it 0); in f32 the product stays a small negative.
+                3 => f32::from_bits(0x8001_0000),
                 _ => ((i * 7919) % 211) as f32 / 13.0 - 8.0,
             })
             .collect();
@@ -249,6 +255,10 @@ mod tests {
             let x = Tensor::from_vec(vals.clone(), (b * l, nh * d), &dev)?.to_dtype(dt)?;
             let w =
                 Tensor::from_vec(vals.iter().rev().copied().collect::<Vec<_>>(), (b, nh, l, d), &dev)?.to_dtype(dt)?;
+            // A split whose columns are not adjacent (a transposed matrix): element by element.
+            let cols = Tensor::from_vec(vals.clone(), (nh * d, b * l), &dev)?.to_dtype(dt)?.t()?;
+            let want = with_candle_ops(|| split_heads(&cols, b, l, nh, scale))?;
+            assert_eq!(bits(&split_heads(&cols, b, l, nh, scale)?), bits(&want), "{dt:?}: split of a transpose");
             let key_grad = |candle: bool| -> Result<Vec<u32>> {
                 let v = Var::from_tensor(&x)?;
                 let f = || -> Result<Tensor> {
@@ -265,6 +275,12 @@ mod tests {
         let x = Tensor::from_vec(vec![-0.0f32, -1e-45, 2.0, -3.0], (1, 4), &dev)?;
         let s = split_heads(&x, 1, 1, 2, Some(0.5))?;
         assert_eq!(bits(&s), [0, 0, 1f32.to_bits(), (-1.5f32).to_bits()]);
+        // In bf16 the product is rounded first: bf16's smallest negative value times 1/8 is −0
+        // there, and the `+ 0` after it makes it 0, as candle's affine op does.
+        let x = Tensor::from_vec(vec![bf16::from_bits(0x8001), bf16::from_f32(-3.0)], (1, 2), &dev)?;
+        let s = split_heads(&x, 1, 1, 1, Some(0.125))?;
+        assert_eq!(bits(&s), [0, (-0.375f32).to_bits()]);
+        assert_eq!(bits(&s), bits(&(x * 0.125)?));
         Ok(())
     }
 }

@@ -414,7 +414,10 @@ mod tests {
                 if fused {
                     split_heads(&y, b, l, nh, scale)
                 } else {
-                    let y = (y * scale.unwrap_or(1.0))?;
+                    let y = match scale {
+                        Some(s) => (y * s)?,
+                        None => y,
+                    };
                     Ok(y.reshape((b, l, nh, d))?.transpose(1, 2)?.contiguous()?)
                 }
             };
