@@ -20,6 +20,7 @@ use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use xsent::gpu::launch::{self, Grid};
+use xsent::gpu::params::{self, Param, Value};
 
 mod common;
 use common::rel_diff;
@@ -130,6 +131,29 @@ fn run(kernel: &str, grid: Grid, args: &[Arg]) {
     assert_eq!(rc, 0, "{kernel}: {:?}", unsafe { CStr::from_ptr(err.as_ptr()) });
 }
 
+/// Runs `kernel` with its parameter list (`xsent::gpu::params`: the list the CUDA side launches
+/// with, so the order tested here is the order a GPU gets), the buffers given by name.
+fn run_list(kernel: &str, grid: Grid, list: &[Param], bufs: &[(&str, Arg)]) {
+    for (name, _) in bufs {
+        assert!(
+            list.iter().any(|p| p.name == *name && p.value == Value::Buf),
+            "{kernel}: `{name}` is not one of its buffers"
+        );
+    }
+    let args: Vec<Arg> = list
+        .iter()
+        .map(|p| match p.value {
+            Value::Buf => {
+                bufs.iter().find(|(n, _)| *n == p.name).unwrap_or_else(|| panic!("{kernel}: `{}` not given", p.name)).1
+            }
+            Value::U64(v) => Arg::U64(v),
+            Value::U32(v) => Arg::U32(v),
+            Value::F32(v) => Arg::F32(v),
+        })
+        .collect();
+    run(kernel, grid, &args);
+}
+
 const GUARD: usize = 64;
 /// Guard and fill pattern: as f32 and as f64 a NaN.
 const SENTINEL: u64 = 0xFFA5_A5A5_FFA5_A5A5;
@@ -196,7 +220,7 @@ fn cpu(data: Vec<f32>, shape: &[usize]) -> Tensor {
     Tensor::from_vec(data, shape, &Device::Cpu).unwrap()
 }
 
-/// Every kernel in src/gpu is in the emulation, and this file launches each.
+/// Every kernel in src/gpu is in the emulation, and this file launches each from its list.
 #[test]
 fn every_kernel_is_emulated_and_launched_here() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/gpu");
@@ -218,7 +242,8 @@ fn every_kernel_is_emulated_and_launched_here() {
     assert_eq!(in_sources, emulated, "kernels in src/gpu/*.cu against tests/cuda_emu/kernels.cpp's list");
     let me = include_str!("gpu_emulated.rs");
     for k in &in_sources {
-        assert!(me.contains(&format!("run(\"{k}\"")), "{k} is launched by no test here");
+        // Through its parameter list (src/gpu/params.rs), the one the CUDA side launches with.
+        assert!(me.contains(&format!("run_list(\"{k}\"")), "{k} is launched from its list by no test here");
     }
 }
 
@@ -236,7 +261,7 @@ fn the_emulation_checks_arguments_and_bounds() {
     let mut x = Buf::new(&values(40, 1));
     let mut y = Buf::<f32>::out(39);
     // Told n = 40 for an output of 39: the fortieth write lands in the guard.
-    run("xsent_gelu_f32", launch::elementwise(40), &[x.ptr(), y.ptr(), Arg::U64(40)]);
+    run_list("xsent_gelu_f32", launch::elementwise(40), &params::gelu(40), &[("x", x.ptr()), ("y", y.ptr())]);
     assert!(std::panic::catch_unwind(|| y.get("y")).is_err(), "a write past the end went unseen");
 }
 
@@ -255,19 +280,22 @@ fn layer_norm_kernels_equal_the_cpu() {
         let [dx, dw, db] = [&x, &w, &b].map(|v| host(grads.get(v.as_tensor()).unwrap()));
         let grid = launch::rows("layer norm", rows).unwrap();
         let (mut bx, mut bw, mut bb, mut bg) = (Buf::new(&xs), Buf::new(&ws), Buf::new(&bs), Buf::new(&gs));
-        let (r64, n32) = (Arg::U64(rows as u64), Arg::U32(n as u32));
         let mut out = Buf::<f32>::out(rows * n);
-        run("xsent_layer_norm_f32", grid, &[bx.ptr(), bw.ptr(), bb.ptr(), out.ptr(), r64, n32, Arg::F32(eps)]);
+        let bufs = [("x", bx.ptr()), ("w", bw.ptr()), ("b", bb.ptr()), ("y", out.ptr())];
+        run_list("xsent_layer_norm_f32", grid, &params::layer_norm(rows, n, eps), &bufs);
         let d = rel_diff(&out.get("y"), &host(&y));
         assert!(d < 1e-5, "LayerNorm {rows}×{n}+{shift}: values differ by {d}");
         let mut gx = Buf::<f32>::out(rows * n);
-        run("xsent_layer_norm_grad_x_f32", grid, &[bx.ptr(), bw.ptr(), bg.ptr(), gx.ptr(), r64, n32, Arg::F32(eps)]);
+        let bufs = [("x", bx.ptr()), ("w", bw.ptr()), ("g", bg.ptr()), ("dx", gx.ptr())];
+        run_list("xsent_layer_norm_grad_x_f32", grid, &params::layer_norm_grad_x(rows, n, eps), &bufs);
         let d = rel_diff(&gx.get("dx"), &dx);
         assert!(d < 1e-4, "LayerNorm {rows}×{n}+{shift}: gradient of x differs by {d}");
         let mut gxhat = Buf::<f32>::out(rows * n);
-        run("xsent_layer_norm_g_xhat_f32", grid, &[bx.ptr(), bg.ptr(), gxhat.ptr(), r64, n32, Arg::F32(eps)]);
+        let bufs = [("x", bx.ptr()), ("g", bg.ptr()), ("gxhat", gxhat.ptr())];
+        run_list("xsent_layer_norm_g_xhat_f32", grid, &params::layer_norm_g_xhat(rows, n, eps), &bufs);
         let mut wb = Buf::<f32>::out(2 * n);
-        run("xsent_column_sums2_f32", launch::column_sums(n), &[gxhat.ptr(), bg.ptr(), wb.ptr(), r64, n32]);
+        let bufs = [("a", gxhat.ptr()), ("b", bg.ptr()), ("out", wb.ptr())];
+        run_list("xsent_column_sums2_f32", launch::column_sums(n), &params::column_sums2(rows, n), &bufs);
         let wb = wb.get("dw, db");
         for (name, got, want) in [("w", &wb[..n], &dw), ("b", &wb[n..], &db)] {
             let d = rel_diff(got, want);
@@ -289,8 +317,8 @@ fn column_sums_kernel_equals_the_cpu() {
         let grads = (&y * cpu(gs.clone(), &[rows, out])).unwrap().sum_all().unwrap().backward().unwrap();
         let want = host(grads.get(b.as_tensor()).unwrap());
         let (mut g, mut sums) = (Buf::new(&gs), Buf::<f32>::out(out));
-        let args = [g.ptr(), sums.ptr(), Arg::U64(rows as u64), Arg::U32(out as u32)];
-        run("xsent_column_sums_f32", launch::column_sums(out), &args);
+        let bufs = [("a", g.ptr()), ("out", sums.ptr())];
+        run_list("xsent_column_sums_f32", launch::column_sums(out), &params::column_sums(rows, out), &bufs);
         let d = rel_diff(&sums.get("bias gradient"), &want);
         assert!(d < 1e-5, "bias gradient over {rows}×{out} differs by {d}");
         // bf16 training (input, weight, bias and gradient bf16): bit for bit, since the f64 sums
@@ -303,8 +331,8 @@ fn column_sums_kernel_equals_the_cpu() {
         let grads = (&y * &up).unwrap().to_dtype(DType::F32).unwrap().sum_all().unwrap().backward().unwrap();
         let want: Vec<half::bf16> = grads.get(b.as_tensor()).unwrap().to_vec1().unwrap();
         let (mut g, mut sums) = (Buf::new(&gb), Buf::<half::bf16>::out(out));
-        let args = [g.ptr(), sums.ptr(), Arg::U64(rows as u64), Arg::U32(out as u32)];
-        run("xsent_column_sums_bf16", launch::column_sums(out), &args);
+        let bufs = [("a", g.ptr()), ("out", sums.ptr())];
+        run_list("xsent_column_sums_bf16", launch::column_sums(out), &params::column_sums(rows, out), &bufs);
         let got = sums.get("bf16 bias gradient");
         let off = got.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
         assert_eq!(off, 0, "bf16 bias gradient over {rows}×{out}: {off} of {out} differ from the CPU's");
@@ -330,15 +358,16 @@ fn softmax_kernels_equal_the_cpu() {
         let grid = launch::rows("softmax", rows).unwrap();
         let (mut bx, mut bb, mut bg, mut y) =
             (Buf::new(&xs), Buf::new(&bias), Buf::new(&gs), Buf::<f32>::out(rows * lk));
-        let (r64, lk32) = (Arg::U64(rows as u64), Arg::U32(lk as u32));
-        run("xsent_masked_softmax_f32", grid, &[bx.ptr(), bb.ptr(), y.ptr(), r64, lk32, Arg::U64((h * lq) as u64)]);
+        let bufs = [("x", bx.ptr()), ("bias", bb.ptr()), ("y", y.ptr())];
+        run_list("xsent_masked_softmax_f32", grid, &params::masked_softmax(rows, lk, h * lq), &bufs);
         let pe = y.get("probabilities");
         let d = rel_diff(&pe, &pc);
         assert!(d < 1e-5, "softmax over {lk}: values differ by {d}");
         assert!(pe.iter().zip(&pc).all(|(a, b)| (*a == 0.0) == (*b == 0.0)), "masked keys differ");
         let mut by = Buf::new(&pe);
         let mut dx = Buf::<f32>::out(rows * lk);
-        run("xsent_softmax_grad_f32", grid, &[by.ptr(), bg.ptr(), dx.ptr(), r64, lk32]);
+        let bufs = [("y", by.ptr()), ("g", bg.ptr()), ("dx", dx.ptr())];
+        run_list("xsent_softmax_grad_f32", grid, &params::softmax_grad(rows, lk), &bufs);
         let d = rel_diff(&dx.get("dx"), &gc);
         assert!(d < 1e-4, "softmax over {lk}: gradients differ by {d}");
     }
@@ -362,21 +391,24 @@ fn softmax_bf16_kernels_equal_the_f32_kernels_rounded() {
         let widen = |v: &[bf16]| v.iter().map(|b| b.to_f32()).collect::<Vec<f32>>();
         let (xw, gw) = (widen(&xb), widen(&gb));
         let grid = launch::rows("softmax", rows).unwrap();
-        let (r64, lk32, per) = (Arg::U64(rows as u64), Arg::U32(lk as u32), Arg::U64((h * lq) as u64));
         // The f32 kernels on the widened values.
         let (mut bx, mut bb, mut bg, mut y) =
             (Buf::new(&xw), Buf::new(&bias), Buf::new(&gw), Buf::<f32>::out(rows * lk));
-        run("xsent_masked_softmax_f32", grid, &[bx.ptr(), bb.ptr(), y.ptr(), r64, lk32, per]);
+        let bufs = [("x", bx.ptr()), ("bias", bb.ptr()), ("y", y.ptr())];
+        run_list("xsent_masked_softmax_f32", grid, &params::masked_softmax(rows, lk, h * lq), &bufs);
         let y32 = y.get("f32 probabilities");
         let (mut by, mut dx) = (Buf::new(&y32), Buf::<f32>::out(rows * lk));
-        run("xsent_softmax_grad_f32", grid, &[by.ptr(), bg.ptr(), dx.ptr(), r64, lk32]);
+        let bufs = [("y", by.ptr()), ("g", bg.ptr()), ("dx", dx.ptr())];
+        run_list("xsent_softmax_grad_f32", grid, &params::softmax_grad(rows, lk), &bufs);
         let dx32 = dx.get("f32 dx");
         // The bf16 kernels.
         let (mut bx, mut bg) = (Buf::new(&xb), Buf::new(&gb));
         let mut y = Buf::<bf16>::out(rows * lk);
-        run("xsent_masked_softmax_bf16", grid, &[bx.ptr(), bb.ptr(), y.ptr(), r64, lk32, per]);
+        let bufs = [("x", bx.ptr()), ("bias", bb.ptr()), ("y", y.ptr())];
+        run_list("xsent_masked_softmax_bf16", grid, &params::masked_softmax(rows, lk, h * lq), &bufs);
         let mut dx = Buf::<bf16>::out(rows * lk);
-        run("xsent_masked_softmax_grad_bf16", grid, &[bx.ptr(), bb.ptr(), bg.ptr(), dx.ptr(), r64, lk32, per]);
+        let bufs = [("x", bx.ptr()), ("bias", bb.ptr()), ("g", bg.ptr()), ("dx", dx.ptr())];
+        run_list("xsent_masked_softmax_grad_bf16", grid, &params::masked_softmax_grad(rows, lk, h * lq), &bufs);
         let (yb, dxb) = (y.get("bf16 probabilities"), dx.get("bf16 dx"));
         for (what, got, want) in [("values", &yb, &y32), ("gradients", &dxb, &dx32)] {
             let off = got.iter().zip(want.iter()).filter(|(g, w)| g.to_bits() != bf16::from_f32(**w).to_bits()).count();
@@ -416,8 +448,8 @@ fn gelu_kernels_equal_the_cpu() {
     let (yc, gc) = cpu_gelu(&xs);
     let grid = launch::elementwise(n);
     let (mut bx, mut bg, mut y, mut dx) = (Buf::new(&xs), Buf::new(&gs), Buf::<f32>::out(n), Buf::<f32>::out(n));
-    run("xsent_gelu_f32", grid, &[bx.ptr(), y.ptr(), Arg::U64(n as u64)]);
-    run("xsent_gelu_grad_f32", grid, &[bx.ptr(), bg.ptr(), dx.ptr(), Arg::U64(n as u64)]);
+    run_list("xsent_gelu_f32", grid, &params::gelu(n), &[("x", bx.ptr()), ("y", y.ptr())]);
+    run_list("xsent_gelu_grad_f32", grid, &params::gelu_grad(n), &[("x", bx.ptr()), ("g", bg.ptr()), ("dx", dx.ptr())]);
     let (ye, ge) = (y.get("y"), dx.get("dx"));
     let differ = |a: &[f32], b: &[f32]| a.iter().zip(b).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
     let (dy, dg) = (differ(&ye, &yc), differ(&ge, &gc));
@@ -439,8 +471,9 @@ fn gelu_kernels_equal_the_cpu() {
     };
     let (mut bx, mut bg) = (Buf::new(&xb), Buf::new(&gb));
     let (mut y, mut dx) = (Buf::<bf16>::out(n), Buf::<bf16>::out(n));
-    run("xsent_gelu_bf16", grid, &[bx.ptr(), y.ptr(), Arg::U64(n as u64)]);
-    run("xsent_gelu_grad_bf16", grid, &[bx.ptr(), bg.ptr(), dx.ptr(), Arg::U64(n as u64)]);
+    run_list("xsent_gelu_bf16", grid, &params::gelu(n), &[("x", bx.ptr()), ("y", y.ptr())]);
+    let bufs = [("x", bx.ptr()), ("g", bg.ptr()), ("dx", dx.ptr())];
+    run_list("xsent_gelu_grad_bf16", grid, &params::gelu_grad(n), &bufs);
     for (what, got, want) in [("values", y.get("y"), yw), ("gradients", dx.get("dx"), gelu_grad_w)] {
         let off = got.iter().zip(&want).filter(|(g, w)| g.to_bits() != bf16::from_f32(**w).to_bits()).count();
         assert_eq!(off, 0, "GELU bf16 {what}: {off} of {n} differ from the CPU's f32 result rounded");
@@ -491,23 +524,18 @@ fn heads_kernels_equal_the_cpu() {
                 let strides = launch::heads_strides(merge, l, d, x.stride()).unwrap();
                 let span = launch::heads_span([b, nh, l, d], strides);
                 // The factor as the CUDA side passes it: rounded to the dtype (candle's affine op).
-                let factor = match dt {
-                    DType::BF16 => bf16::from_f64(scale.unwrap_or(1.0)).to_f32(),
-                    _ => scale.unwrap_or(1.0) as f32,
-                };
-                let mut tail: Vec<Arg> = [n, l, nh, d].iter().chain(&strides).map(|&v| Arg::U64(v as u64)).collect();
-                tail.extend([Arg::U32(merge as u32), Arg::U32(scale.is_some() as u32), Arg::F32(factor)]);
+                let list = params::heads([b, nh, l, d], strides, merge, scale.map(|s| launch::heads_factor(dt, s)));
                 let from = x.layout().start_offset();
                 let two_blocks = Grid { blocks: (2, 1, 1), threads: (launch::ELEMENT_THREADS as u32, 1, 1) };
                 for grid in [launch::elementwise(n), two_blocks] {
                     let got: Vec<u32> = if dt == DType::F32 {
                         let (mut bx, mut y) = (Buf::new(&xs[from..from + span]), Buf::<f32>::out(n));
-                        run("xsent_heads_f32", grid, &[&[bx.ptr(), y.ptr()][..], &tail].concat());
+                        run_list("xsent_heads_f32", grid, &list, &[("x", bx.ptr()), ("y", y.ptr())]);
                         y.get(&what).iter().map(|v| v.to_bits()).collect()
                     } else {
                         let xb: Vec<bf16> = xs[from..from + span].iter().map(|&v| bf16::from_f32(v)).collect();
                         let (mut bx, mut y) = (Buf::new(&xb), Buf::<bf16>::out(n));
-                        run("xsent_heads_bf16", grid, &[&[bx.ptr(), y.ptr()][..], &tail].concat());
+                        run_list("xsent_heads_bf16", grid, &list, &[("x", bx.ptr()), ("y", y.ptr())]);
                         y.get(&what).iter().map(|v| v.to_f32().to_bits()).collect()
                     };
                     let off = got.iter().zip(&want).filter(|(g, w)| g != w).count();
@@ -526,8 +554,8 @@ fn dropout_kernel_equals_the_cpu_mask() {
     let want = host(&xsent::model::dropout::apply(&cpu(xs.clone(), &[n]), p, seed).unwrap().expect("p > 0 drops"));
     let (mut x, mut y) = (Buf::new(&xs), Buf::<f32>::out(n));
     let scale = (1.0 / (1.0 - p)) as f32;
-    let args = [x.ptr(), y.ptr(), Arg::U64(n as u64), Arg::U64(seed), Arg::F32(p as f32), Arg::F32(scale)];
-    run("xsent_dropout_f32", launch::elementwise(n), &args);
+    let list = params::dropout(n, seed, p as f32, scale);
+    run_list("xsent_dropout_f32", launch::elementwise(n), &list, &[("x", x.ptr()), ("out", y.ptr())]);
     let got = y.get("dropped");
     assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "dropout masks differ");
     // bf16 (bf16 training): the CPU op on the bf16 values, bit for bit.
@@ -536,8 +564,7 @@ fn dropout_kernel_equals_the_cpu_mask() {
     let xt = Tensor::from_vec(xb.clone(), n, &Device::Cpu).unwrap();
     let want: Vec<bf16> = xsent::model::dropout::apply(&xt, p, seed).unwrap().unwrap().to_vec1::<bf16>().unwrap();
     let (mut x, mut y) = (Buf::new(&xb), Buf::<bf16>::out(n));
-    let args = [x.ptr(), y.ptr(), Arg::U64(n as u64), Arg::U64(seed), Arg::F32(p as f32), Arg::F32(scale)];
-    run("xsent_dropout_bf16", launch::elementwise(n), &args);
+    run_list("xsent_dropout_bf16", launch::elementwise(n), &list, &[("x", x.ptr()), ("out", y.ptr())]);
     let got = y.get("dropped, bf16");
     assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "bf16 dropout differs");
 }
@@ -563,20 +590,23 @@ fn layer_norm_bf16_kernels_equal_the_cpu() {
         let [dx, dw, db] = [&x, &w, &b].map(|v| host(grads.get(v.as_tensor()).unwrap()));
         let grid = launch::rows("layer norm", rows).unwrap();
         let (mut bx, mut bw, mut bb, mut bg) = (Buf::new(&xb), Buf::new(&ws), Buf::new(&bs), Buf::new(&gb));
-        let (r64, n32) = (Arg::U64(rows as u64), Arg::U32(n as u32));
         let widen = |v: Vec<bf16>| v.iter().map(|b| b.to_f32()).collect::<Vec<f32>>();
         let mut out = Buf::<bf16>::out(rows * n);
-        run("xsent_layer_norm_bf16", grid, &[bx.ptr(), bw.ptr(), bb.ptr(), out.ptr(), r64, n32, Arg::F32(eps)]);
+        let bufs = [("x", bx.ptr()), ("w", bw.ptr()), ("b", bb.ptr()), ("y", out.ptr())];
+        run_list("xsent_layer_norm_bf16", grid, &params::layer_norm(rows, n, eps), &bufs);
         let d = rel_diff(&widen(out.get("y")), &host(&y));
         assert!(d <= 1.0 / 128.0, "LayerNorm bf16 {rows}×{n}+{shift}: values differ by {d}");
         let mut gx = Buf::<bf16>::out(rows * n);
-        run("xsent_layer_norm_grad_x_bf16", grid, &[bx.ptr(), bw.ptr(), bg.ptr(), gx.ptr(), r64, n32, Arg::F32(eps)]);
+        let bufs = [("x", bx.ptr()), ("w", bw.ptr()), ("g", bg.ptr()), ("dx", gx.ptr())];
+        run_list("xsent_layer_norm_grad_x_bf16", grid, &params::layer_norm_grad_x(rows, n, eps), &bufs);
         let d = rel_diff(&widen(gx.get("dx")), &dx);
         assert!(d <= 1.0 / 128.0, "LayerNorm bf16 {rows}×{n}+{shift}: gradient of x differs by {d}");
         let mut gxhat = Buf::<f32>::out(rows * n);
-        run("xsent_layer_norm_g_xhat_bf16", grid, &[bx.ptr(), bg.ptr(), gxhat.ptr(), r64, n32, Arg::F32(eps)]);
+        let bufs = [("x", bx.ptr()), ("g", bg.ptr()), ("gxhat", gxhat.ptr())];
+        run_list("xsent_layer_norm_g_xhat_bf16", grid, &params::layer_norm_g_xhat(rows, n, eps), &bufs);
         let mut wb = Buf::<f32>::out(2 * n);
-        run("xsent_column_sums2_bf16", launch::column_sums(n), &[gxhat.ptr(), bg.ptr(), wb.ptr(), r64, n32]);
+        let bufs = [("a", gxhat.ptr()), ("b", bg.ptr()), ("out", wb.ptr())];
+        run_list("xsent_column_sums2_bf16", launch::column_sums(n), &params::column_sums2(rows, n), &bufs);
         let wb = wb.get("dw, db");
         for (name, got, want) in [("w", &wb[..n], &dw), ("b", &wb[n..], &db)] {
             let d = rel_diff(got, want);
@@ -610,19 +640,17 @@ fn adamw_kernels_equal_the_cpu_optimiser() {
         opt.step(&grads, *lr).unwrap();
         let t = (step + 1) as i32;
         // The optimiser's scalars as src/train/optim.rs computes them.
-        let h = [
-            *lr as f32,
-            cfg.beta1 as f32,
-            cfg.beta2 as f32,
-            (1.0 - cfg.beta1.powi(t)) as f32,
-            (1.0 - cfg.beta2.powi(t)) as f32,
-            cfg.eps as f32,
-            cfg.weight_decay as f32,
-            1.0f32,
-        ];
-        let mut args = vec![p.ptr(), g.ptr(), m.ptr(), v.ptr(), Arg::U64(n as u64)];
-        args.extend(h.map(Arg::F32));
-        run("xsent_adamw_f32", launch::elementwise(n), &args);
+        let step = params::AdamWStep {
+            b1: cfg.beta1 as f32,
+            b2: cfg.beta2 as f32,
+            bc1: (1.0 - cfg.beta1.powi(t)) as f32,
+            bc2: (1.0 - cfg.beta2.powi(t)) as f32,
+            eps: cfg.eps as f32,
+            grad_scale: 1.0,
+        };
+        let list = params::adamw(n, *lr as f32, cfg.weight_decay as f32, &step);
+        let bufs = [("p", p.ptr()), ("g", g.ptr()), ("m", m.ptr()), ("v", v.ptr())];
+        run_list("xsent_adamw_f32", launch::elementwise(n), &list, &bufs);
     }
     let want = host(w.as_tensor());
     let got = p.get("weights");
@@ -636,8 +664,8 @@ fn adamw_kernels_equal_the_cpu_optimiser() {
     // Many tensors in one launch each, against the one-tensor kernel per tensor.
     let c = launch::CHUNK;
     let lens = [1usize, 31, 33, 1000, c - 1, c, c + 1, 2 * c + 17, 5, 0, 3 * c, 77];
-    let (b1, b2, eps, scale) = (0.9f32, 0.999f32, 1e-8f32, 0.75f32);
     let (bc1, bc2) = (1.0 - 0.9f32.powi(2), 1.0 - 0.999f32.powi(2));
+    let step = params::AdamWStep { b1: 0.9, b2: 0.999, bc1, bc2, eps: 1e-8, grad_scale: 0.75 };
     let mk = |k: usize, salt: usize| -> Vec<Buf<f32>> {
         lens.iter().enumerate().map(|(i, &l)| Buf::new(&values(l, i * 31 + salt + k))).collect()
     };
@@ -656,9 +684,8 @@ fn adamw_kernels_equal_the_cpu_optimiser() {
     square(&mut v2);
     for (i, &l) in lens.iter().enumerate().filter(|(_, &l)| l > 0) {
         let (lr, decay) = lr_decay[i];
-        let mut args = vec![p1[i].ptr(), g1[i].ptr(), m1[i].ptr(), v1[i].ptr(), Arg::U64(l as u64)];
-        args.extend([lr, b1, b2, bc1, bc2, eps, decay, scale].map(Arg::F32));
-        run("xsent_adamw_f32", launch::elementwise(l), &args);
+        let bufs = [("p", p1[i].ptr()), ("g", g1[i].ptr()), ("m", m1[i].ptr()), ("v", v1[i].ptr())];
+        run_list("xsent_adamw_f32", launch::elementwise(l), &params::adamw(l, lr, decay, &step), &bufs);
     }
     let addr = |bufs: &mut Vec<Buf<f32>>| {
         bufs.iter_mut()
@@ -678,9 +705,8 @@ fn adamw_kernels_equal_the_cpu_optimiser() {
         lr_decay.iter().map(|&(lr, d)| launch::lr_and_decay(lr, d)).collect(),
     ];
     let mut table = Buf::new(&launch::table(&fields, &chunks));
-    let mut args = vec![table.ptr(), Arg::U64(lens.len() as u64), Arg::U64(c as u64)];
-    args.extend([b1, b2, bc1, bc2, eps, scale].map(Arg::F32));
-    run("xsent_adamw_many_f32", launch::chunked("adamw", chunks.len()).unwrap(), &args);
+    let grid = launch::chunked("adamw", chunks.len()).unwrap();
+    run_list("xsent_adamw_many_f32", grid, &params::adamw_many(lens.len(), c, &step), &[("table", table.ptr())]);
     for (i, &l) in lens.iter().enumerate() {
         for (what, a, b) in
             [("parameter", &p1[i], &p2[i]), ("first moment", &m1[i], &m2[i]), ("second moment", &v1[i], &v2[i])]
@@ -697,8 +723,9 @@ fn adamw_kernels_equal_the_cpu_optimiser() {
     let fields = [addr(&mut g2), lens.iter().map(|&l| l as u64).collect()];
     let mut table = Buf::new(&launch::table(&fields, &chunks));
     let mut partial = Buf::<f64>::out(chunks.len());
-    let args = [table.ptr(), Arg::U64(lens.len() as u64), Arg::U64(c as u64), partial.ptr()];
-    run("xsent_sumsq_many_f32", launch::chunked("sumsq", chunks.len()).unwrap(), &args);
+    let bufs = [("table", table.ptr()), ("partial", partial.ptr())];
+    let grid = launch::chunked("sumsq", chunks.len()).unwrap();
+    run_list("xsent_sumsq_many_f32", grid, &params::sumsq_many(lens.len(), c), &bufs);
     let got: f64 = partial.get("partial sums").iter().sum();
     assert!((got - want).abs() <= 1e-12 * want, "Σx² {got} against {want}");
 }

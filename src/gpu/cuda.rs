@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
 use super::launch::{self, Grid};
+use super::params::{self, Param, Value};
 
 pub(super) const ADAMW_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/adamw.ptx"));
 /// The module of adamw.cu's kernels (the one-tensor update, and [`optim`]'s two).
@@ -22,61 +23,56 @@ fn config(g: Grid) -> LaunchConfig {
     LaunchConfig { grid_dim: g.blocks, block_dim: g.threads, shared_mem_bytes: 0 }
 }
 
-/// A kernel's arguments as cudarc pushes them, each one's width and kind noted: at launch they
-/// must match the kernel's parameters in its PTX, so that a wrong count or type is an error that
-/// names the kernel, not a launch that reads its arguments wrongly (`launch::check_args`).
+/// A kernel's arguments as cudarc pushes them, from the kernel's parameter list
+/// ([`super::params`]: the order, names and scalar values the CPU emulation runs and a test
+/// checks against the `.cu` signature); the caller gives the buffers by name. At launch every
+/// parameter must have been given, in order, and the types must match the kernel's in its PTX,
+/// so that a wrong count, name or type is an error that names the kernel, not a launch that
+/// reads its arguments wrongly (`launch::check_args`).
 pub(super) struct Args<'a> {
     inner: LaunchArgs<'a>,
     kernel: &'static str,
     ptx: &'static str,
-    given: String,
+    list: params::Cursor<'a>,
 }
 
-/// A device buffer as a kernel argument (a pointer): slices and views, never a scalar, so that
-/// [`Args::buf`] cannot pass a 4-byte value where the kernel reads 8.
+/// A device buffer as a kernel argument (a pointer): slices and views, never a scalar (the
+/// scalars come from the parameter list).
 pub(super) trait DeviceBuf {}
 impl<T> DeviceBuf for &CudaSlice<T> {}
 impl<T> DeviceBuf for &mut CudaSlice<T> {}
 impl<T> DeviceBuf for &CudaView<'_, T> {}
 impl<T> DeviceBuf for &mut CudaViewMut<'_, T> {}
 
-/// A scalar kernel argument, and its letter in `launch::ptx_params`.
-pub(super) trait Scalar: DeviceRepr {
-    const LETTER: char;
-}
-impl Scalar for u64 {
-    const LETTER: char = 'Q';
-}
-impl Scalar for u32 {
-    const LETTER: char = 'I';
-}
-impl Scalar for f32 {
-    const LETTER: char = 'f';
-}
-impl Scalar for f64 {
-    const LETTER: char = 'd';
-}
-
 impl<'a> Args<'a> {
-    /// The arguments of kernel `kernel` of module `ptx`, pushed into cudarc's `inner`.
-    pub(super) fn new(inner: LaunchArgs<'a>, kernel: &'static str, ptx: &'static str) -> Self {
-        Args { inner, kernel, ptx, given: String::new() }
+    /// The arguments of kernel `kernel` of module `ptx`, from its parameter list `params`, to be
+    /// pushed into cudarc's `inner`.
+    pub(super) fn new(inner: LaunchArgs<'a>, kernel: &'static str, ptx: &'static str, params: &'a [Param]) -> Self {
+        Args { inner, kernel, ptx, list: params::Cursor::new(params) }
     }
 
-    /// A device buffer (a slice or a view of one): a pointer.
-    pub(super) fn buf<A: DeviceBuf>(&mut self, a: A) -> &mut Self
+    /// Pushes the list's scalars up to its next buffer (or its end).
+    fn scalars(&mut self) {
+        for p in self.list.scalars() {
+            match &p.value {
+                Value::Buf => continue, // never: `Cursor::scalars` stops before a buffer
+                Value::U64(v) => self.inner.arg(v),
+                Value::U32(v) => self.inner.arg(v),
+                Value::F32(v) => self.inner.arg(v),
+            };
+        }
+    }
+
+    /// The buffer parameter `name` (a slice or a view: a pointer), after the scalars before it:
+    /// it must be the list's next buffer (else [`Self::launch`] refuses).
+    pub(super) fn buf<A: DeviceBuf>(&mut self, name: &str, a: A) -> &mut Self
     where
         LaunchArgs<'a>: PushKernelArg<A>,
     {
-        self.given.push('Q');
-        self.inner.arg(a);
-        self
-    }
-
-    /// A scalar, by value.
-    pub(super) fn val<T: Scalar>(&mut self, v: &'a T) -> &mut Self {
-        self.given.push(T::LETTER);
-        self.inner.arg(v);
+        self.scalars();
+        if self.list.buf(name) {
+            self.inner.arg(a);
+        }
         self
     }
 
@@ -85,10 +81,15 @@ impl<'a> Args<'a> {
     ///
     /// # Safety
     /// The buffers must be the sizes the kernel reads and writes (the caller's duty: this checks
-    /// the arguments' count and types only).
+    /// the arguments' names, count and types only).
     pub(super) unsafe fn launch(&mut self, g: Grid) -> candle_core::Result<()> {
         static PARAMS: OnceLock<Mutex<HashMap<&'static str, Option<String>>>> = OnceLock::new();
         let (kernel, ptx) = (self.kernel, self.ptx);
+        self.scalars();
+        let given = match self.list.finish() {
+            Ok(letters) => letters,
+            Err(fault) => candle_core::bail!("{kernel}: {fault}: a bug in src/gpu, please report it"),
+        };
         let matches = PARAMS
             .get_or_init(Default::default)
             .lock()
@@ -96,9 +97,9 @@ impl<'a> Args<'a> {
             .entry(kernel)
             .or_insert_with(|| launch::ptx_params(ptx, kernel))
             .as_deref()
-            == Some(self.given.as_str());
+            == Some(given);
         if !matches {
-            candle_core::bail!("{}", launch::check_args(ptx, kernel, &self.given).err().unwrap_or_default())
+            candle_core::bail!("{}", launch::check_args(ptx, kernel, given).err().unwrap_or_default())
         }
         // SAFETY: the arguments' count and types are the kernel's (above); their sizes are the
         // caller's duty.
@@ -133,18 +134,27 @@ pub(super) fn rows_and_width(op: &str, l: &Layout) -> candle_core::Result<(usize
 }
 
 /// One AdamW step for a CUDA f32 parameter `p` with gradient `g` and moments `m`, `v` (all
-/// contiguous, one length): `p`, `m` and `v` are updated in place by one kernel. `h` holds lr,
-/// β1, β2, the bias corrections 1 − β1ᵗ and 1 − β2ᵗ, ε, the weight decay and the gradient's
-/// clipping scale.
-pub fn adamw_update(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor, h: &[f32; 8]) -> candle_core::Result<()> {
-    p.inplace_op1(&AdamW { g, m, v, h: *h })
+/// contiguous, one length): `p`, `m` and `v` are updated in place by one kernel, with learning
+/// rate `lr`, weight decay `decay` and the step's scalars.
+pub fn adamw_update(
+    p: &Tensor,
+    g: &Tensor,
+    m: &Tensor,
+    v: &Tensor,
+    lr: f32,
+    decay: f32,
+    step: &params::AdamWStep,
+) -> candle_core::Result<()> {
+    p.inplace_op1(&AdamW { g, m, v, lr, decay, step: *step })
 }
 
 struct AdamW<'a> {
     g: &'a Tensor,
     m: &'a Tensor,
     v: &'a Tensor,
-    h: [f32; 8],
+    lr: f32,
+    decay: f32,
+    step: params::AdamWStep,
 }
 
 impl candle_core::InplaceOp1 for AdamW<'_> {
@@ -186,14 +196,11 @@ impl candle_core::InplaceOp1 for AdamW<'_> {
             candle_core::bail!("{name}: gradient and moments must be on the parameter's GPU")
         };
         let (g, m, v) = (f32_view(name, gs, gl)?, f32_view(name, ms, ml)?, f32_view(name, vs, vl)?);
-        let n64 = n as u64;
-        let mut args = Args::new(func.builder(), kernel, ADAMW_PTX);
-        args.buf(&mut p).buf(&g).buf(&m).buf(&v).val(&n64);
-        for x in &self.h {
-            args.val(x);
-        }
-        // SAFETY: the arguments match the kernel's signature (src/gpu/adamw.cu): four pointers to
-        // n f32 values each (checked above), n, and eight f32 scalars. The kernel writes m and v
+        let list = params::adamw(n, self.lr, self.decay, &self.step);
+        let mut args = Args::new(func.builder(), kernel, ADAMW_PTX, &list);
+        args.buf("p", &mut p).buf("g", &g).buf("m", &m).buf("v", &v);
+        // SAFETY: the arguments are the kernel's list (src/gpu/adamw.cu): four pointers to n f32
+        // values each (checked above), n, and eight f32 scalars. The kernel writes m and v
         // through views taken for reading: the optimiser owns those tensors alone (nothing else
         // holds them), and all work runs on the device's one stream, in order.
         unsafe { args.launch(launch::elementwise(n)) }?;
@@ -233,11 +240,11 @@ fn dropout_typed<T: candle_core::cuda_backend::CudaDType + DeviceRepr>(
     let mut out: CudaSlice<T> = unsafe { dev.alloc::<T>(n) }?;
     if n > 0 {
         let func = dev.get_or_load_custom_func(name, "xsent_dropout", DROPOUT_PTX)?;
-        let n64 = n as u64;
-        let mut args = Args::new(func.builder(), name, DROPOUT_PTX);
-        args.buf(&x).buf(&mut out).val(&n64).val(&seed).val(&p).val(&scale);
-        // SAFETY: the arguments match the kernel's signature (src/gpu/dropout.cu): an input and
-        // an output of n values of T each, n, the seed, p and the scale.
+        let list = params::dropout(n, seed, p, scale);
+        let mut args = Args::new(func.builder(), name, DROPOUT_PTX, &list);
+        args.buf("x", &x).buf("out", &mut out);
+        // SAFETY: the arguments are the kernel's list (src/gpu/dropout.cu): an input and an
+        // output of n values of T each, n, the seed, p and the scale.
         unsafe { args.launch(launch::elementwise(n)) }?;
     }
     Ok(CudaStorage::wrap_cuda_slice(out, dev.clone()))

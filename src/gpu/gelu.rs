@@ -7,7 +7,7 @@ use candle_core::cuda_backend::{CudaDType, CudaStorage};
 use candle_core::{DType, Layout, Shape};
 use half::bf16;
 
-use super::{launch, view, Args};
+use super::{launch, params, view, Args};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/gelu.ptx"));
 const MODULE: &str = "xsent_gelu";
@@ -60,14 +60,21 @@ fn run<T: CudaDType + DeviceRepr>(
     let mut out = unsafe { dev.alloc::<T>(n) }?;
     if n > 0 {
         let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
-        let n64 = n as u64;
-        let mut args = Args::new(func.builder(), name, PTX);
-        for v in &views {
-            args.buf(v);
+        let (forward, backward);
+        let (list, output): (&[_], _) = if views.len() == 1 {
+            forward = params::gelu(n);
+            (&forward, "y")
+        } else {
+            backward = params::gelu_grad(n);
+            (&backward, "dx")
+        };
+        let mut args = Args::new(func.builder(), name, PTX, list);
+        for (v, name) in views.iter().zip(["x", "g"]) {
+            args.buf(name, v);
         }
-        args.buf(&mut out).val(&n64);
-        // SAFETY: the arguments match `xsent_gelu_{f32,bf16}` (x, out, n) and
-        // `xsent_gelu_grad_{f32,bf16}` (x, g, out, n): inputs and output of n elements of T (the
+        args.buf(output, &mut out);
+        // SAFETY: the arguments are the lists of `xsent_gelu_{f32,bf16}` (x, y, n) and
+        // `xsent_gelu_grad_{f32,bf16}` (x, g, dx, n): inputs and output of n elements of T (the
         // callers check one shape and dtype), n.
         unsafe { args.launch(launch::elementwise(n)) }?;
     }

@@ -9,7 +9,7 @@ use candle_core::cuda_backend::{CudaDType, CudaStorage};
 use candle_core::{DType, Layout, Shape};
 use half::bf16;
 
-use super::{launch, Args};
+use super::{launch, params, Args};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/heads.ptx"));
 const MODULE: &str = "xsent_heads";
@@ -60,17 +60,11 @@ fn run<T: CudaDType + DeviceRepr>(
         }
         let xv = xv.slice(from..to);
         let func = dev.get_or_load_custom_func(kernel, MODULE, PTX)?;
-        let [n64, l64, h64, d64] = [n, len, heads, d].map(|v| v as u64);
-        let st = strides.map(|v| v as u64);
-        let (merge32, scaled32, factor) = (merge as u32, scale.is_some() as u32, scale.unwrap_or(1.0));
-        let mut args = Args::new(func.builder(), kernel, PTX);
-        args.buf(&xv).buf(&mut out).val(&n64).val(&l64).val(&h64).val(&d64);
-        for v in &st {
-            args.val(v);
-        }
-        args.val(&merge32).val(&scaled32).val(&factor);
-        // SAFETY: the arguments match `xsent_heads_{f32,bf16}` (x, y, n, L, heads, d, the four
-        // strides, merge, scaled, scale): the output of n = B·heads·L·d values of T; the input
+        let list = params::heads([b, heads, len, d], strides, merge, scale);
+        let mut args = Args::new(func.builder(), kernel, PTX, &list);
+        args.buf("x", &xv).buf("y", &mut out);
+        // SAFETY: the arguments are `xsent_heads_{f32,bf16}`'s list (x, y, n, L, heads, d, the
+        // four strides, merge, scaled, scale): the output of n = B·heads·L·d values of T; the input
         // from its layout's start to the furthest element the strides reach (`heads_span`, within
         // the buffer: checked), the furthest any output index reads.
         unsafe { args.launch(launch::elementwise(n)) }?;

@@ -37,15 +37,23 @@ pub fn column_sums(n: usize) -> Grid {
     Grid { blocks: (n.div_ceil(32).max(1) as u32, 1, 1), threads: (32, 32, 1) }
 }
 
-/// The masked softmax's shapes, scores `[B, H, Lq, Lk]` and a mask bias `[B, 1, 1, Lk]`, checked
-/// (one rule for the CPU op, its CUDA side and the choice between the op and candle's): the
-/// score rows (none without keys), their width `Lk`, and the score rows per bias row (`H·Lq`).
+/// The masked softmax's shapes, scores `[B, H, Lq, Lk]` and a mask bias `[B, 1, 1, Lk]` (one rule
+/// for the CPU op, its CUDA side and the choice between the op and candle's): the score rows
+/// (none without keys), their width `Lk`, and the score rows per bias row (`H·Lq`); `None` for
+/// other shapes.
+pub fn softmax_dims(scores: &[usize], bias: &[usize]) -> Option<(usize, usize, usize)> {
+    let &[b, h, lq, lk] = scores else { return None };
+    (bias == [b, 1, 1, lk]).then_some((if lk == 0 { 0 } else { b * h * lq }, lk, h * lq))
+}
+
+/// [`softmax_dims`], or an error that names the shape expected.
 pub fn softmax_shapes(op: &str, scores: &[usize], bias: &[usize]) -> candle_core::Result<(usize, usize, usize)> {
-    let &[b, h, lq, lk] = scores else { candle_core::bail!("{op}: scores of rank 4 expected, got {scores:?}") };
-    if bias != [b, 1, 1, lk] {
-        candle_core::bail!("{op}: a mask bias of shape [{b}, 1, 1, {lk}] expected, got {bias:?}");
-    }
-    Ok((if lk == 0 { 0 } else { b * h * lq }, lk, h * lq))
+    softmax_dims(scores, bias).ok_or_else(|| {
+        candle_core::Error::msg(match *scores {
+            [b, _, _, lk] => format!("{op}: a mask bias of shape [{b}, 1, 1, {lk}] expected, got {bias:?}"),
+            _ => format!("{op}: scores of rank 4 expected, got {scores:?}"),
+        })
+    })
 }
 
 /// The head split's or merge's input strides in elements per sequence, head, token and element
@@ -56,6 +64,15 @@ pub fn heads_strides(merge: bool, l: usize, d: usize, stride: &[usize]) -> Optio
         (true, &[sb, sh, st, se]) => Some([sb, sh, st, se]),
         (false, &[r, c]) => Some([l * r, d * c, r, c]),
         _ => None,
+    }
+}
+
+/// The head split's scale factor in the input's dtype, as candle's affine op rounds it (bf16: to
+/// bf16; otherwise to f32): one rule for the CPU op, its CUDA side and the emulated kernel's test.
+pub fn heads_factor(dtype: candle_core::DType, scale: f64) -> f32 {
+    match dtype {
+        candle_core::DType::BF16 => half::bf16::from_f64(scale).to_f32(),
+        _ => scale as f32,
     }
 }
 
@@ -184,7 +201,8 @@ mod tests {
         assert_eq!(softmax_shapes("t", &[2, 3, 5, 0], &[2, 1, 1, 0]).unwrap(), (0, 0, 15));
         let err = softmax_shapes("t", &[2, 3, 5, 7], &[2, 1, 5, 7]).unwrap_err().to_string();
         assert!(err.contains("[2, 1, 1, 7]") && err.contains("[2, 1, 5, 7]"), "{err}");
-        assert!(softmax_shapes("t", &[3, 5, 7], &[3, 1, 1, 7]).is_err());
+        assert!(softmax_shapes("t", &[3, 5, 7], &[3, 1, 1, 7]).unwrap_err().to_string().contains("rank 4"));
+        assert_eq!(softmax_dims(&[2, 3, 5, 7], &[2, 1, 5, 7]), None);
         assert!(softmax_shapes("t", &[2, 3, 5, 7], &[1, 1, 1, 7]).is_err());
     }
 

@@ -8,7 +8,7 @@ use candle_core::cuda_backend::{CudaDType, CudaStorage};
 use candle_core::{DType, Layout, Shape};
 use half::bf16;
 
-use super::{f32_view, launch, rows_and_width, view, Args};
+use super::{f32_view, launch, params, rows_and_width, view, Args};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/layer_norm.ptx"));
 const MODULE: &str = "xsent_layer_norm";
@@ -62,9 +62,9 @@ fn forward_typed<T: CudaDType + DeviceRepr>(
     let mut out = unsafe { dev.alloc::<T>(rows * n) }?;
     if rows > 0 {
         let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
-        let (rows64, n32) = (rows as u64, n as u32);
-        let mut args = Args::new(func.builder(), name, PTX);
-        args.buf(&xv).buf(&wv).buf(&bv).buf(&mut out).val(&rows64).val(&n32).val(&eps);
+        let list = params::layer_norm(rows, n, eps);
+        let mut args = Args::new(func.builder(), name, PTX, &list);
+        args.buf("x", &xv).buf("w", &wv).buf("b", &bv).buf("y", &mut out);
         // SAFETY: the arguments match `xsent_layer_norm_{f32,bf16}`: x and out of rows·n values of
         // T, w and b of n f32 (checked by the caller), rows, n, eps.
         unsafe { args.launch(launch::rows(OP, rows)?) }?;
@@ -108,9 +108,9 @@ fn grad_x_typed<T: CudaDType + DeviceRepr>(
     let mut out = unsafe { dev.alloc::<T>(rows * n) }?;
     if rows > 0 {
         let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
-        let (rows64, n32) = (rows as u64, n as u32);
-        let mut args = Args::new(func.builder(), name, PTX);
-        args.buf(&xv).buf(&wv).buf(&gv).buf(&mut out).val(&rows64).val(&n32).val(&eps);
+        let list = params::layer_norm_grad_x(rows, n, eps);
+        let mut args = Args::new(func.builder(), name, PTX, &list);
+        args.buf("x", &xv).buf("w", &wv).buf("g", &gv).buf("dx", &mut out);
         // SAFETY: the arguments match `xsent_layer_norm_grad_x_{f32,bf16}`: x, g and dx of rows·n
         // values of T, w of n f32, rows, n, eps.
         unsafe { args.launch(launch::rows(OP, rows)?) }?;
@@ -154,21 +154,22 @@ fn grad_wb_typed<T: CudaDType + DeviceRepr>(
     const OP: &str = "xsent-layer-norm-grad-wb-cuda";
     let (xv, gv) = (view::<T>(OP, x.0, x.1)?, view::<T>(OP, g.0, g.1)?);
     let dev = x.0.device();
-    let (rows64, n32) = (rows as u64, n as u32);
     // SAFETY: the row kernel writes every element of `gxhat`, the column kernel every one of `out`.
     let mut gxhat = unsafe { dev.alloc::<f32>(rows * n) }?;
     let mut out = unsafe { dev.alloc::<f32>(2 * n) }?;
     if rows > 0 {
         let func = dev.get_or_load_custom_func(row_kernel, MODULE, PTX)?;
-        let mut args = Args::new(func.builder(), row_kernel, PTX);
-        args.buf(&xv).buf(&gv).buf(&mut gxhat).val(&rows64).val(&n32).val(&eps);
+        let list = params::layer_norm_g_xhat(rows, n, eps);
+        let mut args = Args::new(func.builder(), row_kernel, PTX, &list);
+        args.buf("x", &xv).buf("g", &gv).buf("gxhat", &mut gxhat);
         // SAFETY: the arguments match `xsent_layer_norm_g_xhat_{f32,bf16}`: x and g of rows·n
         // values of T, gxhat of rows·n f32, rows, n, eps.
         unsafe { args.launch(launch::rows(OP, rows)?) }?;
     }
     let func = dev.get_or_load_custom_func(sums, MODULE, PTX)?;
-    let mut args = Args::new(func.builder(), sums, PTX);
-    args.buf(&gxhat).buf(&gv).buf(&mut out).val(&rows64).val(&n32);
+    let list = params::column_sums2(rows, n);
+    let mut args = Args::new(func.builder(), sums, PTX, &list);
+    args.buf("a", &gxhat).buf("b", &gv).buf("out", &mut out);
     // SAFETY: the arguments match `xsent_column_sums2_{f32,bf16}`: a (f32) and b (T) of rows·n,
     // out of 2·n f32, rows, n. With no rows the sums are zeros. `gxhat` is freed on the device's
     // stream, after the kernel that reads it.

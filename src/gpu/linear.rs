@@ -9,7 +9,7 @@ use candle_core::cuda_backend::{CudaDType, CudaStorage};
 use candle_core::{DType, Layout, Shape};
 use half::bf16;
 
-use super::{launch, rows_and_width, view, Args};
+use super::{launch, params, rows_and_width, view, Args};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/linear.ptx"));
 
@@ -57,9 +57,9 @@ fn column_sums_typed<T: CudaDType + DeviceRepr>(
     // SAFETY: the kernel writes every element.
     let mut out = unsafe { dev.alloc::<T>(n) }?;
     let func = dev.get_or_load_custom_func(kernel, "xsent_linear", PTX)?;
-    let (rows64, n32) = (rows as u64, n as u32);
-    let mut args = Args::new(func.builder(), kernel, PTX);
-    args.buf(&av).buf(&mut out).val(&rows64).val(&n32);
+    let list = params::column_sums(rows, n);
+    let mut args = Args::new(func.builder(), kernel, PTX, &list);
+    args.buf("a", &av).buf("out", &mut out);
     // SAFETY: the arguments match `xsent_column_sums_{f32,bf16}`: a of rows·n values of T, out of
     // n, rows, n.
     unsafe { args.launch(launch::column_sums(n)) }?;

@@ -1,5 +1,5 @@
-//! xsent's own CUDA kernels (built with `--features cuda`; [`launch`], their launch shapes, in
-//! every build): the in-place AdamW update, the
+//! xsent's own CUDA kernels (built with `--features cuda`; [`launch`], their launch shapes, and
+//! [`params`], their parameter lists, in every build): the in-place AdamW update, the
 //! counter-based dropout, and the GPU side of the training ops whose CPU kernels are in
 //! [`crate::model::kernels`] (LayerNorm, masked softmax, GELU, the linear layer, forward and
 //! backward, and attention's head split and merge: one file each here). Their sources are the `.cu` files beside this one (`math.cuh`: the CPU's erf and exp,
@@ -7,6 +7,7 @@
 //! device.
 
 pub mod launch;
+pub mod params;
 
 #[cfg(feature = "cuda")]
 mod cuda;

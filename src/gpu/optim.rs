@@ -4,6 +4,7 @@
 //! now each pass is a table copied to the GPU and one launch. The kernels are in adamw.cu.
 
 use super::launch::{chunked, chunks, lr_and_decay, table, CHUNK};
+use super::params::{self, AdamWStep};
 use super::{Args, ADAMW_MODULE, ADAMW_PTX};
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DevicePtr};
 use candle_core::cuda_backend::CudaDevice;
@@ -55,9 +56,9 @@ pub fn sum_of_squares(gs: &[&Tensor]) -> candle_core::Result<f64> {
     let mut partial: CudaSlice<f64> = unsafe { dev.alloc::<f64>(chunks.len()) }?;
     let kernel = "xsent_sumsq_many_f32";
     let func = dev.get_or_load_custom_func(kernel, ADAMW_MODULE, ADAMW_PTX)?;
-    let (tensors, chunk) = (gs.len() as u64, CHUNK as u64);
-    let mut args = Args::new(func.builder(), kernel, ADAMW_PTX);
-    args.buf(&tab).val(&tensors).val(&chunk).buf(&mut partial);
+    let list = params::sumsq_many(gs.len(), CHUNK);
+    let mut args = Args::new(func.builder(), kernel, ADAMW_PTX, &list);
+    args.buf("table", &tab).buf("partial", &mut partial);
     // SAFETY: the arguments match xsent_sumsq_many_f32 (src/gpu/adamw.cu): the table of 2·T
     // values then 2 per chunk (built above from T tensors and their chunks), T, the chunk
     // length, and one f64 per chunk (one block each). Each address is a live gradient's first
@@ -77,9 +78,9 @@ pub struct Update<'a> {
 }
 
 /// AdamW over all `updates` in one launch (parameters, gradients and moments contiguous f32 on
-/// one GPU, each triple of the parameter's length): parameters and moments updated in place.
-/// `h` holds β1, β2, the bias corrections 1 − β1ᵗ and 1 − β2ᵗ, ε and the gradients' clipping scale.
-pub fn adamw<'a>(updates: &[Update<'a>], h: &[f32; 6]) -> candle_core::Result<()> {
+/// one GPU, each triple of the parameter's length): parameters and moments updated in place,
+/// with the step's scalars.
+pub fn adamw<'a>(updates: &[Update<'a>], step: &AdamWStep) -> candle_core::Result<()> {
     const OP: &str = "xsent-adamw-many";
     if updates.is_empty() {
         return Ok(());
@@ -119,12 +120,9 @@ pub fn adamw<'a>(updates: &[Update<'a>], h: &[f32; 6]) -> candle_core::Result<()
     let tab = dev.clone_htod(&table(&[p, g, m, v, n, hyper], &chunks))?;
     let kernel = "xsent_adamw_many_f32";
     let func = dev.get_or_load_custom_func(kernel, ADAMW_MODULE, ADAMW_PTX)?;
-    let (tensors, chunk) = (updates.len() as u64, CHUNK as u64);
-    let mut args = Args::new(func.builder(), kernel, ADAMW_PTX);
-    args.buf(&tab).val(&tensors).val(&chunk);
-    for x in h {
-        args.val(x);
-    }
+    let list = params::adamw_many(updates.len(), CHUNK, step);
+    let mut args = Args::new(func.builder(), kernel, ADAMW_PTX, &list);
+    args.buf("table", &tab);
     // SAFETY: the arguments match xsent_adamw_many_f32 (src/gpu/adamw.cu): the table of 6·T
     // values then 2 per chunk, T, the chunk length, and six f32 scalars. Each address is a live
     // tensor's first element (checked contiguous f32 on one GPU, each gradient and moment of

@@ -6,14 +6,20 @@
 // (equal to rounding).
 #include "math.cuh"
 
+// A row's maximum of x + bias, over the warp.
+template <typename T>
+__device__ __forceinline__ float xsent_softmax_max(const T* xr, const float* br, unsigned int lk) {
+    float m = -INFINITY;
+    for (unsigned int i = threadIdx.x; i < lk; i += 32) m = fmaxf(m, xsent_ld(xr, i) + br[i]);
+    return xsent_warp_max(m);
+}
+
 // A row's softmax statistics: its maximum m of x + bias and 1 / Σ e^(x + bias − m). Each key's
 // probability is then `xsent_exp((x + bias) − m) * inv`, computed again where it is needed: the
 // bits are the same each time.
 template <typename T>
 __device__ __forceinline__ void xsent_softmax_row(const T* xr, const float* br, unsigned int lk, float& m, float& inv) {
-    m = -INFINITY;
-    for (unsigned int i = threadIdx.x; i < lk; i += 32) m = fmaxf(m, xsent_ld(xr, i) + br[i]);
-    m = xsent_warp_max(m);
+    m = xsent_softmax_max(xr, br, lk);
     float s = 0.0f;
     for (unsigned int i = threadIdx.x; i < lk; i += 32) s += xsent_exp((xsent_ld(xr, i) + br[i]) - m);
     inv = 1.0f / xsent_warp_sum(s);
@@ -45,9 +51,7 @@ extern "C" __global__ void xsent_masked_softmax_f32(
     const float* xr = x + r * lk;
     const float* br = bias + (r / rows_per_bias) * lk;
     float* yr = y + r * lk;
-    float m = -INFINITY;
-    for (unsigned int i = threadIdx.x; i < lk; i += 32) m = fmaxf(m, xr[i] + br[i]);
-    m = xsent_warp_max(m);
+    float m = xsent_softmax_max(xr, br, lk);
     float s = 0.0f;
     for (unsigned int i = threadIdx.x; i < lk; i += 32) {
         float e = xsent_exp((xr[i] + br[i]) - m);

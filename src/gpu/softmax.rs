@@ -8,17 +8,10 @@ use candle_core::cuda_backend::{CudaDType, CudaStorage};
 use candle_core::{DType, Layout, Shape};
 use half::bf16;
 
-use super::{f32_view, launch, rows_and_width, view, Args};
+use super::{f32_view, launch, params, rows_and_width, view, Args};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/softmax.ptx"));
 const MODULE: &str = "xsent_softmax";
-
-/// The rows of `[B, H, Lq, Lk]` scores (`B·H·Lq`; none without keys, as on the CPU), their
-/// width, and the score rows per row of the `[B, 1, 1, Lk]` bias (`H·Lq`), checked.
-fn shapes(op: &str, s: &Layout, bias: &Layout) -> candle_core::Result<(usize, usize, u64)> {
-    let (rows, lk, per_bias) = launch::softmax_shapes(op, s.dims(), bias.dims())?;
-    Ok((rows, lk, per_bias as u64))
-}
 
 /// `softmax(scores + bias)` over the last dimension: `scores` `[B, H, Lq, Lk]` (f32 or bf16; the
 /// output in its dtype), `bias` `[B, 1, 1, Lk]` (f32), both contiguous.
@@ -38,16 +31,16 @@ fn masked_typed<T: CudaDType + DeviceRepr>(
     bias: (&CudaStorage, &Layout),
 ) -> candle_core::Result<CudaStorage> {
     const OP: &str = "xsent-masked-softmax-cuda";
-    let (rows, lk, per_bias) = shapes(OP, s.1, bias.1)?;
+    let (rows, lk, per_bias) = launch::softmax_shapes(OP, s.1.dims(), bias.1.dims())?;
     let (sv, bv) = (view::<T>(OP, s.0, s.1)?, f32_view(OP, bias.0, bias.1)?);
     let dev = s.0.device();
     // SAFETY: the kernel writes every element.
     let mut out = unsafe { dev.alloc::<T>(rows * lk) }?;
     if rows > 0 {
         let func = dev.get_or_load_custom_func(kernel, MODULE, PTX)?;
-        let (rows64, lk32) = (rows as u64, lk as u32);
-        let mut args = Args::new(func.builder(), kernel, PTX);
-        args.buf(&sv).buf(&bv).buf(&mut out).val(&rows64).val(&lk32).val(&per_bias);
+        let list = params::masked_softmax(rows, lk, per_bias);
+        let mut args = Args::new(func.builder(), kernel, PTX, &list);
+        args.buf("x", &sv).buf("bias", &bv).buf("y", &mut out);
         // SAFETY: the arguments match `xsent_masked_softmax_{f32,bf16}`: scores and out of rows·lk
         // values of T, the bias of B·lk f32 (row r reads bias row r / (H·Lq) < B), rows, lk, H·Lq.
         unsafe { args.launch(launch::rows(OP, rows)?) }?;
@@ -70,9 +63,9 @@ pub fn backward(y: (&CudaStorage, &Layout), g: (&CudaStorage, &Layout)) -> candl
     if rows > 0 {
         let kernel = "xsent_softmax_grad_f32";
         let func = dev.get_or_load_custom_func(kernel, MODULE, PTX)?;
-        let (rows64, n32) = (rows as u64, n as u32);
-        let mut args = Args::new(func.builder(), kernel, PTX);
-        args.buf(&yv).buf(&gv).buf(&mut out).val(&rows64).val(&n32);
+        let list = params::softmax_grad(rows, n);
+        let mut args = Args::new(func.builder(), kernel, PTX, &list);
+        args.buf("y", &yv).buf("g", &gv).buf("dx", &mut out);
         // SAFETY: the arguments match `xsent_softmax_grad_f32`: y, g and out of rows·n f32, rows, n.
         unsafe { args.launch(launch::rows(OP, rows)?) }?;
     }
@@ -88,7 +81,7 @@ pub fn backward_bf16(
     g: (&CudaStorage, &Layout),
 ) -> candle_core::Result<(CudaStorage, Shape)> {
     const OP: &str = "xsent-masked-softmax-grad-bf16-cuda";
-    let (rows, lk, per_bias) = shapes(OP, x.1, bias.1)?;
+    let (rows, lk, per_bias) = launch::softmax_shapes(OP, x.1.dims(), bias.1.dims())?;
     if g.1.dims() != x.1.dims() {
         candle_core::bail!("{OP}: a gradient of shape {:?} for scores of {:?}", g.1.dims(), x.1.dims());
     }
@@ -99,9 +92,9 @@ pub fn backward_bf16(
     if rows > 0 {
         let kernel = "xsent_masked_softmax_grad_bf16";
         let func = dev.get_or_load_custom_func(kernel, MODULE, PTX)?;
-        let (rows64, lk32) = (rows as u64, lk as u32);
-        let mut args = Args::new(func.builder(), kernel, PTX);
-        args.buf(&xv).buf(&bv).buf(&gv).buf(&mut out).val(&rows64).val(&lk32).val(&per_bias);
+        let list = params::masked_softmax_grad(rows, lk, per_bias);
+        let mut args = Args::new(func.builder(), kernel, PTX, &list);
+        args.buf("x", &xv).buf("bias", &bv).buf("g", &gv).buf("dx", &mut out);
         // SAFETY: the arguments match `xsent_masked_softmax_grad_bf16`: x, g and dx of rows·lk
         // bf16, the bias of B·lk f32 (row r reads bias row r / (H·Lq) < B), rows, lk, H·Lq.
         unsafe { args.launch(launch::rows(OP, rows)?) }?;

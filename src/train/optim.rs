@@ -80,14 +80,6 @@ struct Hyper {
     grad_scale: f32,
 }
 
-impl Hyper {
-    /// The kernel's arguments in its order.
-    #[cfg(feature = "cuda")]
-    fn cuda(&self) -> [f32; 8] {
-        [self.lr, self.b1, self.b2, self.bc1, self.bc2, self.eps, self.decay, self.grad_scale]
-    }
-}
-
 /// One parallel chunk of the update: parameters, gradients, first and second moments.
 type Chunk<'a> = (((&'a mut [f32], &'a [f32]), &'a mut [f32]), &'a mut [f32]);
 
@@ -229,6 +221,15 @@ impl AdamW {
         self.step += 1;
         let t = self.step as i32;
         let (b1, b2) = (self.cfg.beta1, self.cfg.beta2);
+        // The scalars every parameter's update shares (the CUDA kernels take them as they are).
+        let step = crate::gpu::params::AdamWStep {
+            b1: b1 as f32,
+            b2: b2 as f32,
+            bc1: (1.0 - b1.powi(t)) as f32,
+            bc2: (1.0 - b2.powi(t)) as f32,
+            eps: self.cfg.eps as f32,
+            grad_scale: grad_scale as f32,
+        };
         #[cfg(feature = "cuda")]
         if let Some(gs) = self.on_one_gpu(grads)? {
             let updates: Vec<crate::gpu::optim::Update> = gs
@@ -247,15 +248,7 @@ impl AdamW {
                     }
                 })
                 .collect();
-            let h = [
-                b1 as f32,
-                b2 as f32,
-                (1.0 - b1.powi(t)) as f32,
-                (1.0 - b2.powi(t)) as f32,
-                self.cfg.eps as f32,
-                grad_scale as f32,
-            ];
-            crate::gpu::optim::adamw(&updates, &h)?;
+            crate::gpu::optim::adamw(&updates, &step)?;
             return Ok(StepStats { grad_norm });
         }
         for s in &mut self.slots {
@@ -264,13 +257,13 @@ impl AdamW {
             let lr = lr * s.lr_scale;
             let h = Hyper {
                 lr: lr as f32,
-                b1: b1 as f32,
-                b2: b2 as f32,
-                bc1: (1.0 - b1.powi(t)) as f32,
-                bc2: (1.0 - b2.powi(t)) as f32,
-                eps: self.cfg.eps as f32,
+                b1: step.b1,
+                b2: step.b2,
+                bc1: step.bc1,
+                bc2: step.bc2,
+                eps: step.eps,
                 decay: decay as f32,
-                grad_scale: grad_scale as f32,
+                grad_scale: step.grad_scale,
             };
             let g = g.contiguous()?;
             match &s.dev {
@@ -280,7 +273,7 @@ impl AdamW {
                 }
                 #[cfg(feature = "cuda")]
                 Some((m, v)) if s.var.device().is_cuda() => {
-                    crate::gpu::adamw_update(s.var.as_tensor(), &g, m.as_tensor(), v.as_tensor(), &h.cuda())?
+                    crate::gpu::adamw_update(s.var.as_tensor(), &g, m.as_tensor(), v.as_tensor(), h.lr, h.decay, &step)?
                 }
                 Some((m, v)) => {
                     // The kernel's arithmetic as tensor ops, in f32 and in the same order (so

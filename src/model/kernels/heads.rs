@@ -4,7 +4,7 @@ use anyhow::Result;
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 use half::bf16;
 
-use super::fused_train_f32_or_bf16;
+use super::fused_f32_or_bf16;
 
 /// Attention's head split, `[B·L, heads·d]` → `[B, heads, L, d]` (contiguous), or its inverse
 /// (`merge`), each value times `scale` where given (as candle's `affine(scale, 0)` would compute
@@ -105,12 +105,12 @@ impl CustomOp1 for Heads {
         let out = match (s, self.scale) {
             (CpuStorage::F32(x), None) => CpuStorage::F32(self.permute(&x[at..], strides, d, |v| v)),
             (CpuStorage::F32(x), Some(s)) => {
-                let s = s as f32;
+                let s = crate::gpu::launch::heads_factor(candle_core::DType::F32, s);
                 CpuStorage::F32(self.permute(&x[at..], strides, d, |v| v * s + 0.0))
             }
             (CpuStorage::BF16(x), None) => CpuStorage::BF16(self.permute(&x[at..], strides, d, |v| v)),
             (CpuStorage::BF16(x), Some(s)) => {
-                let s = bf16::from_f64(s).to_f32();
+                let s = crate::gpu::launch::heads_factor(candle_core::DType::BF16, s);
                 // half's bf16 `*` then `+`: each rounds (the product of two bf16 values is exact in
                 // f32, so the first rounding is the only one; the second turns −0 into 0).
                 let affine = |v: bf16| bf16::from_f32(bf16::from_f32(v.to_f32() * s).to_f32() + 0.0);
@@ -131,10 +131,7 @@ impl CustomOp1 for Heads {
     ) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
         use candle_core::backend::BackendStorage;
         let (d, shape) = self.shapes(l.dims())?;
-        let scale = self.scale.map(|f| match s.dtype() {
-            candle_core::DType::BF16 => bf16::from_f64(f).to_f32(),
-            _ => f as f32,
-        });
+        let scale = self.scale.map(|f| crate::gpu::launch::heads_factor(s.dtype(), f));
         let dims = [self.b, self.heads, self.l, d];
         crate::gpu::heads::forward((s, l), &shape, dims, self.strides(l, d)?, self.merge, scale)
     }
@@ -150,7 +147,7 @@ impl CustomOp1 for Heads {
 /// Whether [`Heads`] runs on `x`: f32 or bf16 on the CPU or a GPU, unless
 /// `XSENT_KERNELS=candle`.
 fn op_runs(x: &Tensor) -> bool {
-    fused_train_f32_or_bf16(&[x])
+    fused_f32_or_bf16(&[x])
 }
 
 /// `[B·L, heads·d]` → `[B, heads, L, d]` (contiguous), as attention splits its projections; with

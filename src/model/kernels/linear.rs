@@ -4,7 +4,7 @@ use anyhow::Result;
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, CustomOp3, Layout, Shape, Tensor};
 
-use super::{cpu_f32, f32_or_bf16, fused_train_f32_or_bf16, one_f32, widened};
+use super::{cpu_f32, f32_or_bf16, fused_f32_or_bf16, one_f32, widened};
 
 /// Column sums of a `[rows, n]` tensor, a `[n]` vector (accumulated in f64, rounded to f32, and
 /// for a bf16 tensor then to bf16: the bias gradient of bf16 training, which candle's bf16 sum
@@ -179,7 +179,7 @@ pub fn linear(x: &Tensor, w: &Tensor, b: &Tensor, train: bool) -> Result<Tensor>
     // operands made readable by cuBLAS.
     // (An empty product stays with candle, whose matmul answers it without cuBLAS.)
     let empty = x.elem_count() == 0 || w.elem_count() == 0;
-    if !(cpu_f32(&[x, w, b]) || (train && !empty && fused_train_f32_or_bf16(&[x, w, b]))) {
+    if !(cpu_f32(&[x, w, b]) || (train && !empty && fused_f32_or_bf16(&[x, w, b]))) {
         return Ok(crate::model::matmul::matmul(x, &w.t()?)?.broadcast_add(b)?);
     }
     let (x, w) = (&crate::model::matmul::blas_ready(x)?, &crate::model::matmul::blas_ready(w)?);

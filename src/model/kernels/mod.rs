@@ -144,9 +144,10 @@ fn fused_train_bf16(ts: &[&Tensor]) -> bool {
         && same_kernel_device(ts)
 }
 
-/// [`fused_train`] for an op whose inputs may also all be bf16 (bf16 training's linear layer: a
-/// bf16 activation and the step's bf16 copy of the weight and bias).
-fn fused_train_f32_or_bf16(ts: &[&Tensor]) -> bool {
+/// [`fused_train`]'s rule for an op whose inputs may also all be bf16: bf16 training's linear
+/// layer (a bf16 activation and the step's bf16 copy of the weight and bias), and the head split
+/// and merge, which take it in inference too (the name says "fused", not "train", for that).
+fn fused_f32_or_bf16(ts: &[&Tensor]) -> bool {
     let bf16 = ts.iter().all(|t| t.dtype() == candle_core::DType::BF16);
     fused_train(ts) || (bf16 && !training_kernels_off() && same_kernel_device(ts))
 }

@@ -1,0 +1,426 @@
+//! Each of xsent's CUDA kernels' parameter lists, in the kernel's order, with the kernel's names
+//! for them: one list per kernel (its f32 and bf16 forms share it), built from the values a
+//! launch passes. The CUDA side launches from these lists (`Args::new` takes one and fills in
+//! its buffers by name), the CPU emulation of the kernels (tests/gpu_emulated.rs) passes the same
+//! lists, and a test here reads each kernel's signature in its `.cu` source and checks every
+//! list against it, name by name and type by type. So an argument in the wrong place is a test
+//! failure on any machine, where before only a GPU (wrong values) could show it: the PTX check
+//! at launch sees the types, not the order. Compiled in every build (plain data).
+
+/// A kernel parameter's value: a device buffer (given at launch, by its name) or a scalar of the
+/// kernel's type.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Value {
+    Buf,
+    U64(u64),
+    U32(u32),
+    F32(f32),
+}
+
+/// One parameter: the kernel's name for it and its value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Param {
+    pub name: &'static str,
+    pub value: Value,
+}
+
+impl Param {
+    /// The parameter's type letter as `launch::ptx_params` writes it (a pointer is `Q`).
+    pub fn letter(&self) -> char {
+        match self.value {
+            Value::Buf | Value::U64(_) => 'Q',
+            Value::U32(_) => 'I',
+            Value::F32(_) => 'f',
+        }
+    }
+}
+
+/// A kernel's list as its arguments are pushed: the scalars, in order, between the buffers the
+/// caller gives by name. The CUDA side (`Args`) pushes what this yields; the tests here run it
+/// without a GPU.
+#[derive(Debug)]
+pub struct Cursor<'a> {
+    params: &'a [Param],
+    /// The next parameter to push.
+    next: usize,
+    /// The type letters of the parameters pushed so far (for the check against the PTX).
+    letters: String,
+    /// The first buffer given out of order, or of a name the list does not have.
+    fault: Option<String>,
+}
+
+impl<'a> Cursor<'a> {
+    pub fn new(params: &'a [Param]) -> Self {
+        Cursor { params, next: 0, letters: String::new(), fault: None }
+    }
+
+    /// The scalars from here to the next buffer (or the list's end), to push in this order.
+    pub fn scalars(&mut self) -> &'a [Param] {
+        let (params, start) = (self.params, self.next);
+        while let Some(p) = params.get(self.next).filter(|p| p.value != Value::Buf) {
+            self.letters.push(p.letter());
+            self.next += 1;
+        }
+        &params[start..self.next]
+    }
+
+    /// Whether buffer `name` is the next parameter (call after [`Self::scalars`]): then it is
+    /// pushed; otherwise the first such fault is kept for [`Self::finish`].
+    pub fn buf(&mut self, name: &str) -> bool {
+        match self.params.get(self.next) {
+            Some(p) if p.name == name && p.value == Value::Buf => {
+                self.letters.push('Q');
+                self.next += 1;
+                true
+            }
+            other => {
+                let want = other.map_or("no more parameters".to_string(), |p| format!("`{}`", p.name));
+                self.fault.get_or_insert(format!("buffer `{name}` given where the kernel takes {want}"));
+                false
+            }
+        }
+    }
+
+    /// After the last scalars: the letters pushed, or what went wrong (a buffer out of order or
+    /// unknown, or one not given).
+    pub fn finish(&mut self) -> Result<&str, String> {
+        if let Some(fault) = self.fault.take() {
+            return Err(fault);
+        }
+        match self.params.get(self.next) {
+            Some(p) => Err(format!("`{}` not given", p.name)),
+            None => Ok(&self.letters),
+        }
+    }
+}
+
+fn buf(name: &'static str) -> Param {
+    Param { name, value: Value::Buf }
+}
+
+fn u64(name: &'static str, v: usize) -> Param {
+    Param { name, value: Value::U64(v as u64) }
+}
+
+/// A 32-bit count: the callers check that it fits (`rows_and_width`: a row is at most
+/// `i32::MAX / 2` wide; head strides and the like are 64-bit).
+fn u32(name: &'static str, v: usize) -> Param {
+    Param { name, value: Value::U32(v as u32) }
+}
+
+fn f32(name: &'static str, v: f32) -> Param {
+    Param { name, value: Value::F32(v) }
+}
+
+/// `xsent_layer_norm_{f32,bf16}`: `x`, `w`, `b` and the output `y`; `rows` rows of `n`.
+pub fn layer_norm(rows: usize, n: usize, eps: f32) -> [Param; 7] {
+    [buf("x"), buf("w"), buf("b"), buf("y"), u64("rows", rows), u32("n", n), f32("eps", eps)]
+}
+
+/// `xsent_layer_norm_grad_x_{f32,bf16}`: the input's gradient `dx` from `x`, `w` and the
+/// output's gradient `g`.
+pub fn layer_norm_grad_x(rows: usize, n: usize, eps: f32) -> [Param; 7] {
+    [buf("x"), buf("w"), buf("g"), buf("dx"), u64("rows", rows), u32("n", n), f32("eps", eps)]
+}
+
+/// `xsent_layer_norm_g_xhat_{f32,bf16}`: `g ⊙ x̂` (`gxhat`, f32) from `x` and `g`.
+pub fn layer_norm_g_xhat(rows: usize, n: usize, eps: f32) -> [Param; 6] {
+    [buf("x"), buf("g"), buf("gxhat"), u64("rows", rows), u32("n", n), f32("eps", eps)]
+}
+
+/// `xsent_column_sums2_{f32,bf16}`: the column sums of `a` and of `b` into `out` (`2·n`).
+pub fn column_sums2(rows: usize, n: usize) -> [Param; 5] {
+    [buf("a"), buf("b"), buf("out"), u64("rows", rows), u32("n", n)]
+}
+
+/// `xsent_column_sums_{f32,bf16}`: the column sums of `a` into `out`.
+pub fn column_sums(rows: usize, n: usize) -> [Param; 4] {
+    [buf("a"), buf("out"), u64("rows", rows), u32("n", n)]
+}
+
+/// `xsent_masked_softmax_{f32,bf16}`: `y = softmax(x + bias)` over rows of `lk`, `rows_per_bias`
+/// score rows per bias row.
+pub fn masked_softmax(rows: usize, lk: usize, rows_per_bias: usize) -> [Param; 6] {
+    [buf("x"), buf("bias"), buf("y"), u64("rows", rows), u32("lk", lk), u64("rows_per_bias", rows_per_bias)]
+}
+
+/// `xsent_softmax_grad_f32`: `dx` from the probabilities `y` and their gradient `g`.
+pub fn softmax_grad(rows: usize, n: usize) -> [Param; 5] {
+    [buf("y"), buf("g"), buf("dx"), u64("rows", rows), u32("n", n)]
+}
+
+/// `xsent_masked_softmax_grad_bf16`: `dx` from the scores `x`, the `bias` and the probabilities'
+/// gradient `g`.
+pub fn masked_softmax_grad(rows: usize, lk: usize, rows_per_bias: usize) -> [Param; 7] {
+    [buf("x"), buf("bias"), buf("g"), buf("dx"), u64("rows", rows), u32("lk", lk), u64("rows_per_bias", rows_per_bias)]
+}
+
+/// `xsent_gelu_{f32,bf16}`: `y = gelu(x)` over `n` elements.
+pub fn gelu(n: usize) -> [Param; 3] {
+    [buf("x"), buf("y"), u64("n", n)]
+}
+
+/// `xsent_gelu_grad_{f32,bf16}`: `dx` from `x` and the output's gradient `g`.
+pub fn gelu_grad(n: usize) -> [Param; 4] {
+    [buf("x"), buf("g"), buf("dx"), u64("n", n)]
+}
+
+/// `xsent_heads_{f32,bf16}`: the gather of `x` into `y` over `dims` = `[B, heads, L, d]` with the
+/// input's `strides` (`[sb, sh, st, se]`, `launch::heads_strides`), a merge or a split, the
+/// split's values times `scale` where given (already rounded to the dtype).
+pub fn heads(dims: [usize; 4], strides: [usize; 4], merge: bool, scale: Option<f32>) -> [Param; 13] {
+    let [b, nh, l, d] = dims;
+    let [sb, sh, st, se] = strides;
+    [
+        buf("x"),
+        buf("y"),
+        u64("n", b * nh * l * d),
+        u64("l", l),
+        u64("nh", nh),
+        u64("d", d),
+        u64("sb", sb),
+        u64("sh", sh),
+        u64("st", st),
+        u64("se", se),
+        u32("merge", merge as usize),
+        u32("scaled", scale.is_some() as usize),
+        f32("scale", scale.unwrap_or(1.0)),
+    ]
+}
+
+/// `xsent_dropout_{f32,bf16}`: `out = x ⊙ mask(seed, p) · scale` over `n` elements.
+pub fn dropout(n: usize, seed: u64, p: f32, scale: f32) -> [Param; 6] {
+    let seed = Param { name: "seed", value: Value::U64(seed) };
+    [buf("x"), buf("out"), u64("n", n), seed, f32("p", p), f32("scale", scale)]
+}
+
+/// AdamW's scalars shared by every parameter of a step: β1, β2, the bias corrections
+/// `1 − β1ᵗ` and `1 − β2ᵗ`, ε, and the gradients' clipping scale.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamWStep {
+    pub b1: f32,
+    pub b2: f32,
+    pub bc1: f32,
+    pub bc2: f32,
+    pub eps: f32,
+    pub grad_scale: f32,
+}
+
+/// `xsent_adamw_f32`: one parameter `p` of `n` values, its gradient `g` and moments `m`, `v`,
+/// updated in place with learning rate `lr` and weight decay `decay`.
+pub fn adamw(n: usize, lr: f32, decay: f32, s: &AdamWStep) -> [Param; 13] {
+    [
+        buf("p"),
+        buf("g"),
+        buf("m"),
+        buf("v"),
+        u64("n", n),
+        f32("lr", lr),
+        f32("b1", s.b1),
+        f32("b2", s.b2),
+        f32("bc1", s.bc1),
+        f32("bc2", s.bc2),
+        f32("eps", s.eps),
+        f32("decay", decay),
+        f32("grad_scale", s.grad_scale),
+    ]
+}
+
+/// `xsent_adamw_many_f32`: every parameter of a step from its `table` (`launch::table`: six
+/// fields of `tensors` values, then the chunks of `chunk` elements).
+pub fn adamw_many(tensors: usize, chunk: usize, s: &AdamWStep) -> [Param; 9] {
+    [
+        buf("table"),
+        u64("tensors", tensors),
+        u64("chunk", chunk),
+        f32("b1", s.b1),
+        f32("b2", s.b2),
+        f32("bc1", s.bc1),
+        f32("bc2", s.bc2),
+        f32("eps", s.eps),
+        f32("grad_scale", s.grad_scale),
+    ]
+}
+
+/// `xsent_sumsq_many_f32`: Σx² of each chunk of the tensors in `table` (two fields) into
+/// `partial` (f64, one per chunk).
+pub fn sumsq_many(tensors: usize, chunk: usize) -> [Param; 4] {
+    [buf("table"), u64("tensors", tensors), u64("chunk", chunk), buf("partial")]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernels `src` declares, each with its parameters' names and type letters.
+    fn signatures(src: &str) -> Vec<(String, Vec<(String, char)>)> {
+        let mut out = Vec::new();
+        for part in src.split("extern \"C\" __global__ void ").skip(1) {
+            let (name, rest) = part.split_once('(').expect("a kernel's parameter list");
+            let list = &rest[..rest.find(')').expect("the list's end")];
+            let params = list
+                .split(',')
+                .map(|p| {
+                    let p = p.split_whitespace().collect::<Vec<_>>().join(" ");
+                    let (ty, name) = p.rsplit_once(' ').expect("a type and a name");
+                    let pointer = ty.ends_with('*') || name.starts_with('*');
+                    let letter = match ty.trim_start_matches("const ") {
+                        _ if pointer => 'Q',
+                        "unsigned long long" => 'Q',
+                        "unsigned int" => 'I',
+                        "float" => 'f',
+                        other => panic!("{name}: a parameter type this test does not know: {other}"),
+                    };
+                    (name.trim_start_matches('*').to_string(), letter)
+                })
+                .collect();
+            out.push((name.trim().to_string(), params));
+        }
+        out
+    }
+
+    /// Every kernel's parameters as its `.cu` source declares them.
+    fn declared() -> Vec<(String, Vec<(String, char)>)> {
+        [
+            include_str!("adamw.cu"),
+            include_str!("dropout.cu"),
+            include_str!("gelu.cu"),
+            include_str!("heads.cu"),
+            include_str!("layer_norm.cu"),
+            include_str!("linear.cu"),
+            include_str!("softmax.cu"),
+        ]
+        .into_iter()
+        .flat_map(signatures)
+        .collect()
+    }
+
+    /// A list's names and letters, as [`signatures`] gives a kernel's.
+    fn named(list: &[Param]) -> Vec<(String, char)> {
+        list.iter().map(|p| (p.name.to_string(), p.letter())).collect()
+    }
+
+    /// Each list's kernels (f32 and bf16 forms) and the list, from arbitrary values.
+    fn lists() -> Vec<(&'static [&'static str], Vec<Param>)> {
+        let step = AdamWStep { b1: 0.9, b2: 0.99, bc1: 0.1, bc2: 0.01, eps: 1e-8, grad_scale: 1.0 };
+        vec![
+            (&["xsent_layer_norm_f32", "xsent_layer_norm_bf16"], layer_norm(3, 4, 1e-5).to_vec()),
+            (&["xsent_layer_norm_grad_x_f32", "xsent_layer_norm_grad_x_bf16"], layer_norm_grad_x(3, 4, 1e-5).to_vec()),
+            (&["xsent_layer_norm_g_xhat_f32", "xsent_layer_norm_g_xhat_bf16"], layer_norm_g_xhat(3, 4, 1e-5).to_vec()),
+            (&["xsent_column_sums2_f32", "xsent_column_sums2_bf16"], column_sums2(3, 4).to_vec()),
+            (&["xsent_column_sums_f32", "xsent_column_sums_bf16"], column_sums(3, 4).to_vec()),
+            (&["xsent_masked_softmax_f32", "xsent_masked_softmax_bf16"], masked_softmax(6, 5, 2).to_vec()),
+            (&["xsent_softmax_grad_f32"], softmax_grad(6, 5).to_vec()),
+            (&["xsent_masked_softmax_grad_bf16"], masked_softmax_grad(6, 5, 2).to_vec()),
+            (&["xsent_gelu_f32", "xsent_gelu_bf16"], gelu(7).to_vec()),
+            (&["xsent_gelu_grad_f32", "xsent_gelu_grad_bf16"], gelu_grad(7).to_vec()),
+            (&["xsent_heads_f32", "xsent_heads_bf16"], heads([1, 2, 3, 4], [24, 4, 8, 1], false, Some(0.5)).to_vec()),
+            (&["xsent_dropout_f32", "xsent_dropout_bf16"], dropout(7, 42, 0.1, 1.0 / 0.9).to_vec()),
+            (&["xsent_adamw_f32"], adamw(7, 1e-3, 0.01, &step).to_vec()),
+            (&["xsent_adamw_many_f32"], adamw_many(2, 1 << 16, &step).to_vec()),
+            (&["xsent_sumsq_many_f32"], sumsq_many(2, 1 << 16).to_vec()),
+        ]
+    }
+
+    #[test]
+    fn every_kernels_list_is_its_signature() {
+        let declared = declared();
+        assert_eq!(
+            declared.len(),
+            25,
+            "kernels in src/gpu/*.cu: {:?}",
+            declared.iter().map(|d| &d.0).collect::<Vec<_>>()
+        );
+        let lists = lists();
+        for (kernel, want) in &declared {
+            let Some((_, list)) = lists.iter().find(|(ks, _)| ks.contains(&kernel.as_str())) else {
+                panic!("{kernel}: no parameter list in src/gpu/params.rs")
+            };
+            assert_eq!(&named(list), want, "{kernel}: the list (left) against the .cu signature (right)");
+        }
+        let listed: usize = lists.iter().map(|(ks, _)| ks.len()).sum();
+        assert_eq!(listed, declared.len(), "a list names a kernel the .cu files do not declare");
+    }
+
+    #[test]
+    fn a_moved_parameter_is_seen() {
+        // The check is only as good as the reader: heads.cu with two parameters of one type
+        // swapped, or a pointer written `float *y`, must read as such.
+        let heads_cu = include_str!("heads.cu");
+        let ours = named(&heads([1, 2, 3, 4], [24, 4, 8, 1], false, None));
+        assert_eq!(signatures(heads_cu)[0].1, ours);
+        let first = "float* y, unsigned long long n, unsigned long long l, unsigned long long nh,";
+        let swapped =
+            heads_cu.replacen(first, "float* y, unsigned long long n, unsigned long long nh, unsigned long long l,", 1);
+        assert_ne!(swapped, heads_cu, "the swap must apply to heads.cu's first kernel");
+        assert_ne!(signatures(&swapped)[0].1, ours);
+        let spaced = heads_cu.replacen(first, &first.replace("float* y", "float *y"), 1);
+        assert_ne!(spaced, heads_cu);
+        assert_eq!(signatures(&spaced)[0].1, ours);
+    }
+
+    /// Pushes `bufs` in turn as `Args` does (the scalars before each, the rest at the end).
+    fn push(list: &[Param], bufs: &[&str]) -> Result<(String, Vec<&'static str>), String> {
+        let (mut c, mut order) = (Cursor::new(list), Vec::new());
+        for b in bufs {
+            order.extend(c.scalars().iter().map(|p| p.name));
+            if c.buf(b) {
+                order.push(list.iter().find(|p| p.name == *b).unwrap().name);
+            }
+        }
+        order.extend(c.scalars().iter().map(|p| p.name));
+        c.finish().map(|l| (l.to_string(), order))
+    }
+
+    #[test]
+    fn the_cursor_pushes_in_the_lists_order_and_names_what_is_wrong() {
+        // Scalars between buffers (Σx²'s list) and after them (LayerNorm's).
+        let (letters, order) = push(&sumsq_many(2, 8), &["table", "partial"]).unwrap();
+        assert_eq!((letters.as_str(), order), ("QQQQ", vec!["table", "tensors", "chunk", "partial"]));
+        let (letters, _) = push(&layer_norm(3, 4, 1e-5), &["x", "w", "b", "y"]).unwrap();
+        assert_eq!(letters, "QQQQQIf");
+        // Two buffers swapped, an unknown name, one left out, one too many.
+        let err = push(&layer_norm(3, 4, 1e-5), &["x", "b", "w", "y"]).unwrap_err();
+        assert_eq!(err, "buffer `b` given where the kernel takes `w`");
+        assert!(push(&gelu(4), &["x", "out"]).unwrap_err().contains("`out` given where the kernel takes `y`"));
+        assert_eq!(push(&gelu(4), &["x"]).unwrap_err(), "`y` not given");
+        let err = push(&gelu(4), &["x", "y", "y"]).unwrap_err();
+        assert_eq!(err, "buffer `y` given where the kernel takes no more parameters");
+        // A scalar's name is not a buffer's.
+        assert!(push(&gelu(4), &["x", "n"]).is_err());
+    }
+
+    #[test]
+    fn values_land_under_their_names() {
+        let p = heads([2, 3, 5, 7], [105, 7, 21, 1], true, Some(0.25));
+        let get = |name: &str| p.iter().find(|x| x.name == name).unwrap().value;
+        assert_eq!(get("n"), Value::U64(210));
+        assert_eq!(get("l"), Value::U64(5));
+        assert_eq!(get("nh"), Value::U64(3));
+        assert_eq!(get("d"), Value::U64(7));
+        assert_eq!(get("sb"), Value::U64(105));
+        assert_eq!(get("st"), Value::U64(21));
+        assert_eq!(get("merge"), Value::U32(1));
+        assert_eq!(get("scaled"), Value::U32(1));
+        assert_eq!(get("scale"), Value::F32(0.25));
+        let step = AdamWStep { b1: 1.0, b2: 2.0, bc1: 3.0, bc2: 4.0, eps: 5.0, grad_scale: 6.0 };
+        let a = adamw(9, 7.0, 8.0, &step);
+        let f: Vec<(&str, Value)> = a[5..].iter().map(|p| (p.name, p.value)).collect();
+        assert_eq!(
+            f,
+            [
+                ("lr", 7.0),
+                ("b1", 1.0),
+                ("b2", 2.0),
+                ("bc1", 3.0),
+                ("bc2", 4.0),
+                ("eps", 5.0),
+                ("decay", 8.0),
+                ("grad_scale", 6.0)
+            ]
+            .map(|(n, v)| (n, Value::F32(v)))
+        );
+        let d = dropout(10, u64::MAX, 0.5, 2.0);
+        assert_eq!(d[3].value, Value::U64(u64::MAX));
+    }
+}
