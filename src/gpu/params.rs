@@ -25,10 +25,12 @@ pub struct Param {
 }
 
 impl Param {
-    /// The parameter's type letter as `launch::ptx_params` writes it (a pointer is `Q`).
+    /// The parameter's type letter: `p` a buffer (a pointer), else as `launch::ptx_params`
+    /// writes it (`Q` a 64-bit integer, `I` a 32-bit one, `f` an f32).
     pub fn letter(&self) -> char {
         match self.value {
-            Value::Buf | Value::U64(_) => 'Q',
+            Value::Buf => 'p',
+            Value::U64(_) => 'Q',
             Value::U32(_) => 'I',
             Value::F32(_) => 'f',
         }
@@ -43,7 +45,7 @@ pub struct Cursor<'a> {
     params: &'a [Param],
     /// The next parameter to push.
     next: usize,
-    /// The type letters of the parameters pushed so far (for the check against the PTX).
+    /// The type letters of the parameters pushed so far, as the PTX has them (a pointer is `Q`).
     letters: String,
     /// The first buffer given out of order, or of a name the list does not have.
     fault: Option<String>,
@@ -265,7 +267,7 @@ mod tests {
                     let (ty, name) = p.rsplit_once(' ').expect("a type and a name");
                     let pointer = ty.ends_with('*') || name.starts_with('*');
                     let letter = match ty.trim_start_matches("const ") {
-                        _ if pointer => 'Q',
+                        _ if pointer => 'p',
                         "unsigned long long" => 'Q',
                         "unsigned int" => 'I',
                         "float" => 'f',
@@ -345,7 +347,7 @@ mod tests {
     #[test]
     fn a_moved_parameter_is_seen() {
         // The check is only as good as the reader: heads.cu with two parameters of one type
-        // swapped, or a pointer written `float *y`, must read as such.
+        // swapped must read differently, a pointer written `float *y` the same.
         let heads_cu = include_str!("heads.cu");
         let ours = named(&heads([1, 2, 3, 4], [24, 4, 8, 1], false, None));
         assert_eq!(signatures(heads_cu)[0].1, ours);
@@ -357,6 +359,10 @@ mod tests {
         let spaced = heads_cu.replacen(first, &first.replace("float* y", "float *y"), 1);
         assert_ne!(spaced, heads_cu);
         assert_eq!(signatures(&spaced)[0].1, ours);
+        // A buffer where the kernel takes a 64-bit count reads differently too.
+        let gelu_f32 = &signatures(include_str!("gelu.cu"))[0];
+        assert_eq!((gelu_f32.0.as_str(), named(&gelu(4))), ("xsent_gelu_f32", gelu_f32.1.clone()));
+        assert_ne!(named(&[buf("x"), buf("y"), buf("n")]), gelu_f32.1);
     }
 
     /// Pushes `bufs` in turn as `Args` does (the scalars before each, the rest at the end).
@@ -376,6 +382,7 @@ mod tests {
     fn the_cursor_pushes_in_the_lists_order_and_names_what_is_wrong() {
         // Scalars between buffers (Σx²'s list) and after them (LayerNorm's).
         let (letters, order) = push(&sumsq_many(2, 8), &["table", "partial"]).unwrap();
+        // The letters as the PTX has them: a buffer is a 64-bit value there.
         assert_eq!((letters.as_str(), order), ("QQQQ", vec!["table", "tensors", "chunk", "partial"]));
         let (letters, _) = push(&layer_norm(3, 4, 1e-5), &["x", "w", "b", "y"]).unwrap();
         assert_eq!(letters, "QQQQQIf");
@@ -392,14 +399,17 @@ mod tests {
 
     #[test]
     fn values_land_under_their_names() {
-        let p = heads([2, 3, 5, 7], [105, 7, 21, 1], true, Some(0.25));
+        // Strides unlike every other value (not a real layout: only where each value lands matters).
+        let p = heads([2, 3, 5, 7], [1000, 300, 20, 2], true, Some(0.25));
         let get = |name: &str| p.iter().find(|x| x.name == name).unwrap().value;
         assert_eq!(get("n"), Value::U64(210));
         assert_eq!(get("l"), Value::U64(5));
         assert_eq!(get("nh"), Value::U64(3));
         assert_eq!(get("d"), Value::U64(7));
-        assert_eq!(get("sb"), Value::U64(105));
-        assert_eq!(get("st"), Value::U64(21));
+        assert_eq!(get("sb"), Value::U64(1000));
+        assert_eq!(get("sh"), Value::U64(300));
+        assert_eq!(get("st"), Value::U64(20));
+        assert_eq!(get("se"), Value::U64(2));
         assert_eq!(get("merge"), Value::U32(1));
         assert_eq!(get("scaled"), Value::U32(1));
         assert_eq!(get("scale"), Value::F32(0.25));
