@@ -10,6 +10,7 @@
 //! `candle`) the same arithmetic runs as tensor ops whose results are copied into the
 //! parameter's and the moments' own buffers.
 
+use crate::gpu::params::AdamWStep;
 use crate::model::weights::Params;
 use anyhow::{ensure, Result};
 use candle_core::backprop::GradStore;
@@ -62,22 +63,14 @@ pub struct StepStats {
     pub grad_norm: f64,
 }
 
+/// One parameter's update on the CPU: its moments, learning rate and weight decay, and the
+/// step's scalars.
 struct Update<'a> {
     m: RefCell<&'a mut [f32]>,
     v: RefCell<&'a mut [f32]>,
-    h: Hyper,
-}
-
-#[derive(Clone, Copy)]
-struct Hyper {
     lr: f32,
-    b1: f32,
-    b2: f32,
-    bc1: f32,
-    bc2: f32,
-    eps: f32,
     decay: f32,
-    grad_scale: f32,
+    step: AdamWStep,
 }
 
 /// One parallel chunk of the update: parameters, gradients, first and second moments.
@@ -98,16 +91,16 @@ impl candle_core::InplaceOp2 for Update<'_> {
         let (p, g) = (&mut p[p0..p1], &g[g0..g1]);
         let mut m = self.m.borrow_mut();
         let mut v = self.v.borrow_mut();
-        let u = self.h;
+        let (AdamWStep { b1, b2, bc1, bc2, eps, grad_scale }, lr, decay) = (self.step, self.lr, self.decay);
         let kernel = |(((p, g), m), v): Chunk| {
             for i in 0..p.len() {
-                let gi = g[i] * u.grad_scale;
-                let mi = u.b1 * m[i] + (1.0 - u.b1) * gi;
-                let vi = u.b2 * v[i] + (1.0 - u.b2) * gi * gi;
+                let gi = g[i] * grad_scale;
+                let mi = b1 * m[i] + (1.0 - b1) * gi;
+                let vi = b2 * v[i] + (1.0 - b2) * gi * gi;
                 m[i] = mi;
                 v[i] = vi;
-                let update = (mi / u.bc1) / ((vi / u.bc2).sqrt() + u.eps);
-                p[i] = p[i] * (1.0 - u.lr * u.decay) - u.lr * update;
+                let update = (mi / bc1) / ((vi / bc2).sqrt() + eps);
+                p[i] = p[i] * (1.0 - lr * decay) - lr * update;
             }
         };
         // Large tensors are split into one contiguous part per thread (xsent runs candle's ops
@@ -222,7 +215,7 @@ impl AdamW {
         let t = self.step as i32;
         let (b1, b2) = (self.cfg.beta1, self.cfg.beta2);
         // The scalars every parameter's update shares (the CUDA kernels take them as they are).
-        let step = crate::gpu::params::AdamWStep {
+        let step = AdamWStep {
             b1: b1 as f32,
             b2: b2 as f32,
             bc1: (1.0 - b1.powi(t)) as f32,
@@ -254,39 +247,30 @@ impl AdamW {
         for s in &mut self.slots {
             let Some(g) = grads.get(s.var.as_tensor()) else { continue };
             let decay = if s.no_decay { 0.0 } else { self.cfg.weight_decay };
-            let lr = lr * s.lr_scale;
-            let h = Hyper {
-                lr: lr as f32,
-                b1: step.b1,
-                b2: step.b2,
-                bc1: step.bc1,
-                bc2: step.bc2,
-                eps: step.eps,
-                decay: decay as f32,
-                grad_scale: step.grad_scale,
-            };
+            let (lr, decay) = ((lr * s.lr_scale) as f32, decay as f32);
             let g = g.contiguous()?;
             match &s.dev {
                 None => {
-                    let op = Update { m: RefCell::new(&mut s.m), v: RefCell::new(&mut s.v), h };
+                    let op = Update { m: RefCell::new(&mut s.m), v: RefCell::new(&mut s.v), lr, decay, step };
                     s.var.as_tensor().inplace_op2(&g, &op)?;
                 }
                 #[cfg(feature = "cuda")]
                 Some((m, v)) if s.var.device().is_cuda() => {
-                    crate::gpu::adamw_update(s.var.as_tensor(), &g, m.as_tensor(), v.as_tensor(), h.lr, h.decay, &step)?
+                    crate::gpu::adamw_update(s.var.as_tensor(), &g, m.as_tensor(), v.as_tensor(), lr, decay, &step)?
                 }
                 Some((m, v)) => {
                     // The kernel's arithmetic as tensor ops, in f32 and in the same order (so
                     // the same values), each result copied into the buffer it replaces.
                     let scalar = |x: f32| Tensor::new(x, g.device());
-                    let g = g.affine(h.grad_scale as f64, 0.0)?;
-                    let m_new = (m.as_tensor().affine(h.b1 as f64, 0.0)? + g.affine((1.0 - h.b1) as f64, 0.0)?)?;
-                    let v_new =
-                        (v.as_tensor().affine(h.b2 as f64, 0.0)? + g.affine((1.0 - h.b2) as f64, 0.0)?.mul(&g)?)?;
-                    let denom = v_new.broadcast_div(&scalar(h.bc2)?)?.sqrt()?.affine(1.0, h.eps as f64)?;
-                    let upd = m_new.broadcast_div(&scalar(h.bc1)?)?.div(&denom)?;
-                    let p = (s.var.as_tensor().affine((1.0 - h.lr * h.decay) as f64, 0.0)?
-                        - upd.affine(h.lr as f64, 0.0)?)?;
+                    let g = g.affine(step.grad_scale as f64, 0.0)?;
+                    let m_new =
+                        (m.as_tensor().affine(step.b1 as f64, 0.0)? + g.affine((1.0 - step.b1) as f64, 0.0)?)?;
+                    let v_new = (v.as_tensor().affine(step.b2 as f64, 0.0)?
+                        + g.affine((1.0 - step.b2) as f64, 0.0)?.mul(&g)?)?;
+                    let denom = v_new.broadcast_div(&scalar(step.bc2)?)?.sqrt()?.affine(1.0, step.eps as f64)?;
+                    let upd = m_new.broadcast_div(&scalar(step.bc1)?)?.div(&denom)?;
+                    let p =
+                        (s.var.as_tensor().affine((1.0 - lr * decay) as f64, 0.0)? - upd.affine(lr as f64, 0.0)?)?;
                     m.set(&m_new)?;
                     v.set(&v_new)?;
                     s.var.set(&p)?;
