@@ -20,7 +20,7 @@ use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use xsent::gpu::launch::{self, Grid};
-use xsent::gpu::params::{self, Param, Value};
+use xsent::gpu::params::{self, Kernel, Ty, Value};
 
 mod common;
 use common::rel_diff;
@@ -131,9 +131,10 @@ fn run(kernel: &str, grid: Grid, args: &[Arg]) {
     assert_eq!(rc, 0, "{kernel}: {:?}", unsafe { CStr::from_ptr(err.as_ptr()) });
 }
 
-/// Runs `kernel` with its parameter list (`xsent::gpu::params`: the list the CUDA side launches
-/// with, so the order tested here is the order a GPU gets), the buffers given by name.
-fn run_list(kernel: &str, grid: Grid, list: &[Param], bufs: &[(&str, Arg)]) {
+/// Runs kernel `k` (from `xsent::gpu::params`: the kernel and list the CUDA side launches, so the
+/// order tested here is the order a GPU gets), the buffers given by name.
+fn run_list<const N: usize>(grid: Grid, k: Kernel<N>, bufs: &[(&str, Arg)]) {
+    let (kernel, list) = (k.name, &k.params);
     for (name, _) in bufs {
         assert!(
             list.iter().any(|p| p.name == *name && p.value == Value::Buf),
@@ -244,8 +245,17 @@ fn every_kernel_is_emulated_and_launched_here() {
     // A hand-written argument list only where the emulation's own check is tested (a short one).
     assert_eq!(me.matches("run(\"xsent_").count(), 1, "a kernel launched here without its list");
     for k in &in_sources {
-        // Through its parameter list (src/gpu/params.rs), the one the CUDA side launches with.
-        assert!(me.contains(&format!("run_list(\"{k}\"")), "{k} is launched from its list by no test here");
+        // Through its function in src/gpu/params.rs (the kernel and list the CUDA side launches):
+        // `xsent_f_bf16` is `params::f(Ty::Bf16, …)`, a kernel of one form `params::f(…)` (the
+        // rule `params`' own test checks).
+        let (base, form) = k.strip_prefix("xsent_").and_then(|b| b.rsplit_once('_')).expect("xsent_{name}_{form}");
+        let forms = ["f32", "bf16"].iter().filter(|f| in_sources.contains(&format!("xsent_{base}_{f}"))).count();
+        let call = match (forms, form) {
+            (1, _) => format!("params::{base}("),
+            (_, "f32") => format!("params::{base}(Ty::F32"),
+            _ => format!("params::{base}(Ty::Bf16"),
+        };
+        assert!(me.contains(&call), "{k} is launched from its list by no test here (no `{call}`)");
     }
 }
 
@@ -263,7 +273,7 @@ fn the_emulation_checks_arguments_and_bounds() {
     let mut x = Buf::new(&values(40, 1));
     let mut y = Buf::<f32>::out(39);
     // Told n = 40 for an output of 39: the fortieth write lands in the guard.
-    run_list("xsent_gelu_f32", launch::elementwise(40), &params::gelu(40), &[("x", x.ptr()), ("y", y.ptr())]);
+    run_list(launch::elementwise(40), params::gelu(Ty::F32, 40), &[("x", x.ptr()), ("y", y.ptr())]);
     assert!(std::panic::catch_unwind(|| y.get("y")).is_err(), "a write past the end went unseen");
 }
 
@@ -284,20 +294,20 @@ fn layer_norm_kernels_equal_the_cpu() {
         let (mut bx, mut bw, mut bb, mut bg) = (Buf::new(&xs), Buf::new(&ws), Buf::new(&bs), Buf::new(&gs));
         let mut out = Buf::<f32>::out(rows * n);
         let bufs = [("x", bx.ptr()), ("w", bw.ptr()), ("b", bb.ptr()), ("y", out.ptr())];
-        run_list("xsent_layer_norm_f32", grid, &params::layer_norm(rows, n, eps), &bufs);
+        run_list(grid, params::layer_norm(Ty::F32, rows, n, eps), &bufs);
         let d = rel_diff(&out.get("y"), &host(&y));
         assert!(d < 1e-5, "LayerNorm {rows}×{n}+{shift}: values differ by {d}");
         let mut gx = Buf::<f32>::out(rows * n);
         let bufs = [("x", bx.ptr()), ("w", bw.ptr()), ("g", bg.ptr()), ("dx", gx.ptr())];
-        run_list("xsent_layer_norm_grad_x_f32", grid, &params::layer_norm_grad_x(rows, n, eps), &bufs);
+        run_list(grid, params::layer_norm_grad_x(Ty::F32, rows, n, eps), &bufs);
         let d = rel_diff(&gx.get("dx"), &dx);
         assert!(d < 1e-4, "LayerNorm {rows}×{n}+{shift}: gradient of x differs by {d}");
         let mut gxhat = Buf::<f32>::out(rows * n);
         let bufs = [("x", bx.ptr()), ("g", bg.ptr()), ("gxhat", gxhat.ptr())];
-        run_list("xsent_layer_norm_g_xhat_f32", grid, &params::layer_norm_g_xhat(rows, n, eps), &bufs);
+        run_list(grid, params::layer_norm_g_xhat(Ty::F32, rows, n, eps), &bufs);
         let mut wb = Buf::<f32>::out(2 * n);
         let bufs = [("a", gxhat.ptr()), ("b", bg.ptr()), ("out", wb.ptr())];
-        run_list("xsent_column_sums2_f32", launch::column_sums(n), &params::column_sums2(rows, n), &bufs);
+        run_list(launch::column_sums(n), params::column_sums2(Ty::F32, rows, n), &bufs);
         let wb = wb.get("dw, db");
         for (name, got, want) in [("w", &wb[..n], &dw), ("b", &wb[n..], &db)] {
             let d = rel_diff(got, want);
@@ -320,7 +330,7 @@ fn column_sums_kernel_equals_the_cpu() {
         let want = host(grads.get(b.as_tensor()).unwrap());
         let (mut g, mut sums) = (Buf::new(&gs), Buf::<f32>::out(out));
         let bufs = [("a", g.ptr()), ("out", sums.ptr())];
-        run_list("xsent_column_sums_f32", launch::column_sums(out), &params::column_sums(rows, out), &bufs);
+        run_list(launch::column_sums(out), params::column_sums(Ty::F32, rows, out), &bufs);
         let d = rel_diff(&sums.get("bias gradient"), &want);
         assert!(d < 1e-5, "bias gradient over {rows}×{out} differs by {d}");
         // bf16 training (input, weight, bias and gradient bf16): bit for bit, since the f64 sums
@@ -334,7 +344,7 @@ fn column_sums_kernel_equals_the_cpu() {
         let want: Vec<half::bf16> = grads.get(b.as_tensor()).unwrap().to_vec1().unwrap();
         let (mut g, mut sums) = (Buf::new(&gb), Buf::<half::bf16>::out(out));
         let bufs = [("a", g.ptr()), ("out", sums.ptr())];
-        run_list("xsent_column_sums_bf16", launch::column_sums(out), &params::column_sums(rows, out), &bufs);
+        run_list(launch::column_sums(out), params::column_sums(Ty::Bf16, rows, out), &bufs);
         let got = sums.get("bf16 bias gradient");
         let off = got.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
         assert_eq!(off, 0, "bf16 bias gradient over {rows}×{out}: {off} of {out} differ from the CPU's");
@@ -361,7 +371,7 @@ fn softmax_kernels_equal_the_cpu() {
         let (mut bx, mut bb, mut bg, mut y) =
             (Buf::new(&xs), Buf::new(&bias), Buf::new(&gs), Buf::<f32>::out(rows * lk));
         let bufs = [("x", bx.ptr()), ("bias", bb.ptr()), ("y", y.ptr())];
-        run_list("xsent_masked_softmax_f32", grid, &params::masked_softmax(rows, lk, h * lq), &bufs);
+        run_list(grid, params::masked_softmax(Ty::F32, rows, lk, h * lq), &bufs);
         let pe = y.get("probabilities");
         let d = rel_diff(&pe, &pc);
         assert!(d < 1e-5, "softmax over {lk}: values differ by {d}");
@@ -369,7 +379,7 @@ fn softmax_kernels_equal_the_cpu() {
         let mut by = Buf::new(&pe);
         let mut dx = Buf::<f32>::out(rows * lk);
         let bufs = [("y", by.ptr()), ("g", bg.ptr()), ("dx", dx.ptr())];
-        run_list("xsent_softmax_grad_f32", grid, &params::softmax_grad(rows, lk), &bufs);
+        run_list(grid, params::softmax_grad(rows, lk), &bufs);
         let d = rel_diff(&dx.get("dx"), &gc);
         assert!(d < 1e-4, "softmax over {lk}: gradients differ by {d}");
     }
@@ -397,20 +407,20 @@ fn softmax_bf16_kernels_equal_the_f32_kernels_rounded() {
         let (mut bx, mut bb, mut bg, mut y) =
             (Buf::new(&xw), Buf::new(&bias), Buf::new(&gw), Buf::<f32>::out(rows * lk));
         let bufs = [("x", bx.ptr()), ("bias", bb.ptr()), ("y", y.ptr())];
-        run_list("xsent_masked_softmax_f32", grid, &params::masked_softmax(rows, lk, h * lq), &bufs);
+        run_list(grid, params::masked_softmax(Ty::F32, rows, lk, h * lq), &bufs);
         let y32 = y.get("f32 probabilities");
         let (mut by, mut dx) = (Buf::new(&y32), Buf::<f32>::out(rows * lk));
         let bufs = [("y", by.ptr()), ("g", bg.ptr()), ("dx", dx.ptr())];
-        run_list("xsent_softmax_grad_f32", grid, &params::softmax_grad(rows, lk), &bufs);
+        run_list(grid, params::softmax_grad(rows, lk), &bufs);
         let dx32 = dx.get("f32 dx");
         // The bf16 kernels.
         let (mut bx, mut bg) = (Buf::new(&xb), Buf::new(&gb));
         let mut y = Buf::<bf16>::out(rows * lk);
         let bufs = [("x", bx.ptr()), ("bias", bb.ptr()), ("y", y.ptr())];
-        run_list("xsent_masked_softmax_bf16", grid, &params::masked_softmax(rows, lk, h * lq), &bufs);
+        run_list(grid, params::masked_softmax(Ty::Bf16, rows, lk, h * lq), &bufs);
         let mut dx = Buf::<bf16>::out(rows * lk);
         let bufs = [("x", bx.ptr()), ("bias", bb.ptr()), ("g", bg.ptr()), ("dx", dx.ptr())];
-        run_list("xsent_masked_softmax_grad_bf16", grid, &params::masked_softmax_grad(rows, lk, h * lq), &bufs);
+        run_list(grid, params::masked_softmax_grad(rows, lk, h * lq), &bufs);
         let (yb, dxb) = (y.get("bf16 probabilities"), dx.get("bf16 dx"));
         for (what, got, want) in [("values", &yb, &y32), ("gradients", &dxb, &dx32)] {
             let off = got.iter().zip(want.iter()).filter(|(g, w)| g.to_bits() != bf16::from_f32(**w).to_bits()).count();
@@ -450,8 +460,8 @@ fn gelu_kernels_equal_the_cpu() {
     let (yc, gc) = cpu_gelu(&xs);
     let grid = launch::elementwise(n);
     let (mut bx, mut bg, mut y, mut dx) = (Buf::new(&xs), Buf::new(&gs), Buf::<f32>::out(n), Buf::<f32>::out(n));
-    run_list("xsent_gelu_f32", grid, &params::gelu(n), &[("x", bx.ptr()), ("y", y.ptr())]);
-    run_list("xsent_gelu_grad_f32", grid, &params::gelu_grad(n), &[("x", bx.ptr()), ("g", bg.ptr()), ("dx", dx.ptr())]);
+    run_list(grid, params::gelu(Ty::F32, n), &[("x", bx.ptr()), ("y", y.ptr())]);
+    run_list(grid, params::gelu_grad(Ty::F32, n), &[("x", bx.ptr()), ("g", bg.ptr()), ("dx", dx.ptr())]);
     let (ye, ge) = (y.get("y"), dx.get("dx"));
     let differ = |a: &[f32], b: &[f32]| a.iter().zip(b).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
     let (dy, dg) = (differ(&ye, &yc), differ(&ge, &gc));
@@ -473,9 +483,9 @@ fn gelu_kernels_equal_the_cpu() {
     };
     let (mut bx, mut bg) = (Buf::new(&xb), Buf::new(&gb));
     let (mut y, mut dx) = (Buf::<bf16>::out(n), Buf::<bf16>::out(n));
-    run_list("xsent_gelu_bf16", grid, &params::gelu(n), &[("x", bx.ptr()), ("y", y.ptr())]);
+    run_list(grid, params::gelu(Ty::Bf16, n), &[("x", bx.ptr()), ("y", y.ptr())]);
     let bufs = [("x", bx.ptr()), ("g", bg.ptr()), ("dx", dx.ptr())];
-    run_list("xsent_gelu_grad_bf16", grid, &params::gelu_grad(n), &bufs);
+    run_list(grid, params::gelu_grad(Ty::Bf16, n), &bufs);
     for (what, got, want) in [("values", y.get("y"), yw), ("gradients", dx.get("dx"), gelu_grad_w)] {
         let off = got.iter().zip(&want).filter(|(g, w)| g.to_bits() != bf16::from_f32(**w).to_bits()).count();
         assert_eq!(off, 0, "GELU bf16 {what}: {off} of {n} differ from the CPU's f32 result rounded");
@@ -526,18 +536,20 @@ fn heads_kernels_equal_the_cpu() {
                 let strides = launch::heads_strides(merge, l, d, x.stride()).unwrap();
                 let span = launch::heads_span([b, nh, l, d], strides);
                 // The factor as the CUDA side passes it: rounded to the dtype (candle's affine op).
-                let list = params::heads([b, nh, l, d], strides, merge, scale.map(|s| launch::heads_factor(dt, s)));
+                let factor = scale.map(|s| launch::heads_factor(dt, s));
                 let from = x.layout().start_offset();
                 let two_blocks = Grid { blocks: (2, 1, 1), threads: (launch::ELEMENT_THREADS as u32, 1, 1) };
                 for grid in [launch::elementwise(n), two_blocks] {
                     let got: Vec<u32> = if dt == DType::F32 {
                         let (mut bx, mut y) = (Buf::new(&xs[from..from + span]), Buf::<f32>::out(n));
-                        run_list("xsent_heads_f32", grid, &list, &[("x", bx.ptr()), ("y", y.ptr())]);
+                        let k = params::heads(Ty::F32, [b, nh, l, d], strides, merge, factor);
+                        run_list(grid, k, &[("x", bx.ptr()), ("y", y.ptr())]);
                         y.get(&what).iter().map(|v| v.to_bits()).collect()
                     } else {
                         let xb: Vec<bf16> = xs[from..from + span].iter().map(|&v| bf16::from_f32(v)).collect();
                         let (mut bx, mut y) = (Buf::new(&xb), Buf::<bf16>::out(n));
-                        run_list("xsent_heads_bf16", grid, &list, &[("x", bx.ptr()), ("y", y.ptr())]);
+                        let k = params::heads(Ty::Bf16, [b, nh, l, d], strides, merge, factor);
+                        run_list(grid, k, &[("x", bx.ptr()), ("y", y.ptr())]);
                         y.get(&what).iter().map(|v| v.to_f32().to_bits()).collect()
                     };
                     let off = got.iter().zip(&want).filter(|(g, w)| g != w).count();
@@ -556,8 +568,8 @@ fn dropout_kernel_equals_the_cpu_mask() {
     let want = host(&xsent::model::dropout::apply(&cpu(xs.clone(), &[n]), p, seed).unwrap().expect("p > 0 drops"));
     let (mut x, mut y) = (Buf::new(&xs), Buf::<f32>::out(n));
     let scale = (1.0 / (1.0 - p)) as f32;
-    let list = params::dropout(n, seed, p as f32, scale);
-    run_list("xsent_dropout_f32", launch::elementwise(n), &list, &[("x", x.ptr()), ("out", y.ptr())]);
+    let k = params::dropout(Ty::F32, n, seed, p as f32, scale);
+    run_list(launch::elementwise(n), k, &[("x", x.ptr()), ("out", y.ptr())]);
     let got = y.get("dropped");
     assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "dropout masks differ");
     // bf16 (bf16 training): the CPU op on the bf16 values, bit for bit.
@@ -566,7 +578,8 @@ fn dropout_kernel_equals_the_cpu_mask() {
     let xt = Tensor::from_vec(xb.clone(), n, &Device::Cpu).unwrap();
     let want: Vec<bf16> = xsent::model::dropout::apply(&xt, p, seed).unwrap().unwrap().to_vec1::<bf16>().unwrap();
     let (mut x, mut y) = (Buf::new(&xb), Buf::<bf16>::out(n));
-    run_list("xsent_dropout_bf16", launch::elementwise(n), &list, &[("x", x.ptr()), ("out", y.ptr())]);
+    let k = params::dropout(Ty::Bf16, n, seed, p as f32, scale);
+    run_list(launch::elementwise(n), k, &[("x", x.ptr()), ("out", y.ptr())]);
     let got = y.get("dropped, bf16");
     assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()), "bf16 dropout differs");
 }
@@ -595,20 +608,20 @@ fn layer_norm_bf16_kernels_equal_the_cpu() {
         let widen = |v: Vec<bf16>| v.iter().map(|b| b.to_f32()).collect::<Vec<f32>>();
         let mut out = Buf::<bf16>::out(rows * n);
         let bufs = [("x", bx.ptr()), ("w", bw.ptr()), ("b", bb.ptr()), ("y", out.ptr())];
-        run_list("xsent_layer_norm_bf16", grid, &params::layer_norm(rows, n, eps), &bufs);
+        run_list(grid, params::layer_norm(Ty::Bf16, rows, n, eps), &bufs);
         let d = rel_diff(&widen(out.get("y")), &host(&y));
         assert!(d <= 1.0 / 128.0, "LayerNorm bf16 {rows}×{n}+{shift}: values differ by {d}");
         let mut gx = Buf::<bf16>::out(rows * n);
         let bufs = [("x", bx.ptr()), ("w", bw.ptr()), ("g", bg.ptr()), ("dx", gx.ptr())];
-        run_list("xsent_layer_norm_grad_x_bf16", grid, &params::layer_norm_grad_x(rows, n, eps), &bufs);
+        run_list(grid, params::layer_norm_grad_x(Ty::Bf16, rows, n, eps), &bufs);
         let d = rel_diff(&widen(gx.get("dx")), &dx);
         assert!(d <= 1.0 / 128.0, "LayerNorm bf16 {rows}×{n}+{shift}: gradient of x differs by {d}");
         let mut gxhat = Buf::<f32>::out(rows * n);
         let bufs = [("x", bx.ptr()), ("g", bg.ptr()), ("gxhat", gxhat.ptr())];
-        run_list("xsent_layer_norm_g_xhat_bf16", grid, &params::layer_norm_g_xhat(rows, n, eps), &bufs);
+        run_list(grid, params::layer_norm_g_xhat(Ty::Bf16, rows, n, eps), &bufs);
         let mut wb = Buf::<f32>::out(2 * n);
         let bufs = [("a", gxhat.ptr()), ("b", bg.ptr()), ("out", wb.ptr())];
-        run_list("xsent_column_sums2_bf16", launch::column_sums(n), &params::column_sums2(rows, n), &bufs);
+        run_list(launch::column_sums(n), params::column_sums2(Ty::Bf16, rows, n), &bufs);
         let wb = wb.get("dw, db");
         for (name, got, want) in [("w", &wb[..n], &dw), ("b", &wb[n..], &db)] {
             let d = rel_diff(got, want);
@@ -650,9 +663,9 @@ fn adamw_kernels_equal_the_cpu_optimiser() {
             eps: cfg.eps as f32,
             grad_scale: 1.0,
         };
-        let list = params::adamw(n, *lr as f32, cfg.weight_decay as f32, &step);
+        let k = params::adamw(n, *lr as f32, cfg.weight_decay as f32, &step);
         let bufs = [("p", p.ptr()), ("g", g.ptr()), ("m", m.ptr()), ("v", v.ptr())];
-        run_list("xsent_adamw_f32", launch::elementwise(n), &list, &bufs);
+        run_list(launch::elementwise(n), k, &bufs);
     }
     let want = host(w.as_tensor());
     let got = p.get("weights");
@@ -687,7 +700,7 @@ fn adamw_kernels_equal_the_cpu_optimiser() {
     for (i, &l) in lens.iter().enumerate().filter(|(_, &l)| l > 0) {
         let (lr, decay) = lr_decay[i];
         let bufs = [("p", p1[i].ptr()), ("g", g1[i].ptr()), ("m", m1[i].ptr()), ("v", v1[i].ptr())];
-        run_list("xsent_adamw_f32", launch::elementwise(l), &params::adamw(l, lr, decay, &step), &bufs);
+        run_list(launch::elementwise(l), params::adamw(l, lr, decay, &step), &bufs);
     }
     let addr = |bufs: &mut Vec<Buf<f32>>| {
         bufs.iter_mut()
@@ -708,7 +721,7 @@ fn adamw_kernels_equal_the_cpu_optimiser() {
     ];
     let mut table = Buf::new(&launch::table(&fields, &chunks));
     let grid = launch::chunked("adamw", chunks.len()).unwrap();
-    run_list("xsent_adamw_many_f32", grid, &params::adamw_many(lens.len(), c, &step), &[("table", table.ptr())]);
+    run_list(grid, params::adamw_many(lens.len(), c, &step), &[("table", table.ptr())]);
     for (i, &l) in lens.iter().enumerate() {
         for (what, a, b) in
             [("parameter", &p1[i], &p2[i]), ("first moment", &m1[i], &m2[i]), ("second moment", &v1[i], &v2[i])]
@@ -727,7 +740,7 @@ fn adamw_kernels_equal_the_cpu_optimiser() {
     let mut partial = Buf::<f64>::out(chunks.len());
     let bufs = [("table", table.ptr()), ("partial", partial.ptr())];
     let grid = launch::chunked("sumsq", chunks.len()).unwrap();
-    run_list("xsent_sumsq_many_f32", grid, &params::sumsq_many(lens.len(), c), &bufs);
+    run_list(grid, params::sumsq_many(lens.len(), c), &bufs);
     let got: f64 = partial.get("partial sums").iter().sum();
     assert!((got - want).abs() <= 1e-12 * want, "Σx² {got} against {want}");
 }

@@ -5,13 +5,13 @@ use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{
     CudaSlice, CudaView, CudaViewMut, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg,
 };
-use candle_core::cuda_backend::{CudaDevice, CudaStorage, WrapErr};
+use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};
 use candle_core::{Layout, Shape, Storage, Tensor};
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
 use super::launch::{self, Grid};
-use super::params::{self, Param, Value};
+use super::params::{self, List, Ty, Value};
 
 pub(super) const ADAMW_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/adamw.ptx"));
 /// The module of adamw.cu's kernels (the one-tensor update, and [`optim`]'s two).
@@ -36,6 +36,20 @@ pub(super) struct Args<'a> {
     list: params::Cursor<'a>,
 }
 
+/// An element type the kernels have a form for: its [`Ty`] picks the form's name
+/// ([`params`]), so a launch's element type and its kernel agree by construction.
+pub(super) trait Elem: CudaDType + DeviceRepr {
+    const TY: Ty;
+}
+
+impl Elem for f32 {
+    const TY: Ty = Ty::F32;
+}
+
+impl Elem for half::bf16 {
+    const TY: Ty = Ty::Bf16;
+}
+
 /// A device buffer as a kernel argument (a pointer): slices and views, never a scalar (the
 /// scalars come from the parameter list).
 pub(super) trait DeviceBuf {}
@@ -45,10 +59,10 @@ impl<T> DeviceBuf for &CudaView<'_, T> {}
 impl<T> DeviceBuf for &mut CudaViewMut<'_, T> {}
 
 impl<'a> Args<'a> {
-    /// The arguments of kernel `kernel` of module `ptx`, from its parameter list `params`, to be
-    /// pushed into cudarc's `inner`.
-    pub(super) fn new(inner: LaunchArgs<'a>, kernel: &'static str, ptx: &'static str, params: &'a [Param]) -> Self {
-        Args { inner, kernel, ptx, list: params::Cursor::new(params) }
+    /// The arguments of `list`'s kernel (of module `ptx`, loaded by the list's name), from its
+    /// parameter list, to be pushed into cudarc's `inner`.
+    pub(super) fn new(inner: LaunchArgs<'a>, ptx: &'static str, list: List<'a>) -> Self {
+        Args { inner, kernel: list.kernel, ptx, list: params::Cursor::new(list.params) }
     }
 
     /// Pushes the list's scalars up to its next buffer (or its end).
@@ -114,11 +128,7 @@ pub(super) fn f32_view<'a>(op: &str, s: &'a CudaStorage, l: &Layout) -> candle_c
 }
 
 /// The elements of a contiguous CUDA tensor's storage, of type `T`.
-pub(super) fn view<'a, T: candle_core::cuda_backend::CudaDType>(
-    op: &str,
-    s: &'a CudaStorage,
-    l: &Layout,
-) -> candle_core::Result<CudaView<'a, T>> {
+pub(super) fn view<'a, T: CudaDType>(op: &str, s: &'a CudaStorage, l: &Layout) -> candle_core::Result<CudaView<'a, T>> {
     let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("{op}: contiguous input only") };
     Ok(s.as_cuda_slice::<T>()?.slice(a..b))
 }
@@ -183,8 +193,8 @@ impl candle_core::InplaceOp1 for AdamW<'_> {
             return Ok(());
         }
         let dev = ps.device().clone();
-        let kernel = "xsent_adamw_f32";
-        let func = dev.get_or_load_custom_func(kernel, ADAMW_MODULE, ADAMW_PTX)?;
+        let k = params::adamw(n, self.lr, self.decay, &self.step);
+        let func = dev.get_or_load_custom_func(k.name, ADAMW_MODULE, ADAMW_PTX)?;
         let Some((a, b)) = pl.contiguous_offsets() else {
             candle_core::bail!("{name}: the parameter is not contiguous")
         };
@@ -196,8 +206,7 @@ impl candle_core::InplaceOp1 for AdamW<'_> {
             candle_core::bail!("{name}: gradient and moments must be on the parameter's GPU")
         };
         let (g, m, v) = (f32_view(name, gs, gl)?, f32_view(name, ms, ml)?, f32_view(name, vs, vl)?);
-        let list = params::adamw(n, self.lr, self.decay, &self.step);
-        let mut args = Args::new(func.builder(), kernel, ADAMW_PTX, &list);
+        let mut args = Args::new(func.builder(), ADAMW_PTX, k.list());
         args.buf("p", &mut p).buf("g", &g).buf("m", &m).buf("v", &v);
         // SAFETY: the arguments are the kernel's list (src/gpu/adamw.cu): four pointers to n f32
         // values each (checked above), n, and eight f32 scalars. The kernel writes m and v
@@ -218,17 +227,16 @@ pub fn dropout(
     scale: f32,
 ) -> candle_core::Result<(CudaStorage, Shape)> {
     let out = match s.dtype() {
-        candle_core::DType::F32 => dropout_typed::<f32>(s, l, "xsent_dropout_f32", seed, p, scale)?,
-        candle_core::DType::BF16 => dropout_typed::<half::bf16>(s, l, "xsent_dropout_bf16", seed, p, scale)?,
+        candle_core::DType::F32 => dropout_typed::<f32>(s, l, seed, p, scale)?,
+        candle_core::DType::BF16 => dropout_typed::<half::bf16>(s, l, seed, p, scale)?,
         other => candle_core::bail!("xsent-dropout: f32 or bf16 only, got {other:?}"),
     };
     Ok((out, l.shape().clone()))
 }
 
-fn dropout_typed<T: candle_core::cuda_backend::CudaDType + DeviceRepr>(
+fn dropout_typed<T: Elem>(
     s: &CudaStorage,
     l: &Layout,
-    name: &'static str,
     seed: u64,
     p: f32,
     scale: f32,
@@ -239,9 +247,9 @@ fn dropout_typed<T: candle_core::cuda_backend::CudaDType + DeviceRepr>(
     // SAFETY: every element is written by the kernel below before the tensor is read.
     let mut out: CudaSlice<T> = unsafe { dev.alloc::<T>(n) }?;
     if n > 0 {
-        let func = dev.get_or_load_custom_func(name, "xsent_dropout", DROPOUT_PTX)?;
-        let list = params::dropout(n, seed, p, scale);
-        let mut args = Args::new(func.builder(), name, DROPOUT_PTX, &list);
+        let k = params::dropout(T::TY, n, seed, p, scale);
+        let func = dev.get_or_load_custom_func(k.name, "xsent_dropout", DROPOUT_PTX)?;
+        let mut args = Args::new(func.builder(), DROPOUT_PTX, k.list());
         args.buf("x", &x).buf("out", &mut out);
         // SAFETY: the arguments are the kernel's list (src/gpu/dropout.cu): an input and an
         // output of n values of T each, n, the seed, p and the scale.

@@ -2,19 +2,18 @@
 //! [`crate::model::kernels::gelu_erf_train`]'s op and its backward.
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::DeviceRepr;
-use candle_core::cuda_backend::{CudaDType, CudaStorage};
+use candle_core::cuda_backend::CudaStorage;
 use candle_core::{DType, Layout, Shape};
 use half::bf16;
 
-use super::{launch, params, view, Args};
+use super::{launch, params, view, Args, Elem};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/gelu.ptx"));
 const MODULE: &str = "xsent_gelu";
 
 /// `0.5 · x · (1 + erf(x / √2))` of a contiguous f32 or bf16 tensor.
 pub fn forward(x: (&CudaStorage, &Layout)) -> candle_core::Result<(CudaStorage, Shape)> {
-    elementwise("xsent-gelu-cuda", ["xsent_gelu_f32", "xsent_gelu_bf16"], &[x])
+    elementwise("xsent-gelu-cuda", &[x])
 }
 
 /// `g · (Φ(x) + x·φ(x))` of contiguous `x` and `g` of one shape and dtype (f32 or bf16).
@@ -29,46 +28,38 @@ pub fn backward(x: (&CudaStorage, &Layout), g: (&CudaStorage, &Layout)) -> candl
             x.1.dims()
         );
     }
-    elementwise(OP, ["xsent_gelu_grad_f32", "xsent_gelu_grad_bf16"], &[x, g])
+    elementwise(OP, &[x, g])
 }
 
-/// Kernel `kernels[0]` (f32) or `kernels[1]` (bf16), by the first input's dtype, over the inputs'
-/// `n` elements: its arguments are the inputs, the output and `n`.
-fn elementwise(
-    op: &str,
-    kernels: [&'static str; 2],
-    inputs: &[(&CudaStorage, &Layout)],
-) -> candle_core::Result<(CudaStorage, Shape)> {
+/// GELU (one input) or its gradient (`x` and `g`), in the f32 or bf16 form by the first input's
+/// dtype, over the inputs' `n` elements: its arguments are the inputs, the output and `n`.
+fn elementwise(op: &str, inputs: &[(&CudaStorage, &Layout)]) -> candle_core::Result<(CudaStorage, Shape)> {
     let (first, l) = inputs[0];
     let out = match first.dtype() {
-        DType::F32 => run::<f32>(op, kernels[0], inputs)?,
-        DType::BF16 => run::<bf16>(op, kernels[1], inputs)?,
+        DType::F32 => run::<f32>(op, inputs)?,
+        DType::BF16 => run::<bf16>(op, inputs)?,
         other => candle_core::bail!("{op}: f32 or bf16 only, got {other:?}"),
     };
     Ok((out, l.shape().clone()))
 }
 
-fn run<T: CudaDType + DeviceRepr>(
-    op: &str,
-    name: &'static str,
-    inputs: &[(&CudaStorage, &Layout)],
-) -> candle_core::Result<CudaStorage> {
+fn run<T: Elem>(op: &str, inputs: &[(&CudaStorage, &Layout)]) -> candle_core::Result<CudaStorage> {
     let n = inputs[0].1.shape().elem_count();
     let views = inputs.iter().map(|(s, l)| view::<T>(op, s, l)).collect::<candle_core::Result<Vec<_>>>()?;
     let dev = inputs[0].0.device();
     // SAFETY: the kernel writes every element.
     let mut out = unsafe { dev.alloc::<T>(n) }?;
     if n > 0 {
-        let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
         let (forward, backward);
-        let (list, output): (&[_], _) = if views.len() == 1 {
-            forward = params::gelu(n);
-            (&forward, "y")
+        let (list, output) = if views.len() == 1 {
+            forward = params::gelu(T::TY, n);
+            (forward.list(), "y")
         } else {
-            backward = params::gelu_grad(n);
-            (&backward, "dx")
+            backward = params::gelu_grad(T::TY, n);
+            (backward.list(), "dx")
         };
-        let mut args = Args::new(func.builder(), name, PTX, list);
+        let func = dev.get_or_load_custom_func(list.kernel, MODULE, PTX)?;
+        let mut args = Args::new(func.builder(), PTX, list);
         for (v, name) in views.iter().zip(["x", "g"]) {
             args.buf(name, v);
         }

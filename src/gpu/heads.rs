@@ -4,12 +4,11 @@
 //! query's scale).
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::DeviceRepr;
-use candle_core::cuda_backend::{CudaDType, CudaStorage};
+use candle_core::cuda_backend::CudaStorage;
 use candle_core::{DType, Layout, Shape};
 use half::bf16;
 
-use super::{launch, params, Args};
+use super::{launch, params, Args, Elem};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/heads.ptx"));
 const MODULE: &str = "xsent_heads";
@@ -29,15 +28,14 @@ pub fn forward(
     scale: Option<f32>,
 ) -> candle_core::Result<(CudaStorage, Shape)> {
     let s = match x.0.dtype() {
-        DType::F32 => run::<f32>("xsent_heads_f32", x, dims, strides, merge, scale)?,
-        DType::BF16 => run::<bf16>("xsent_heads_bf16", x, dims, strides, merge, scale)?,
+        DType::F32 => run::<f32>(x, dims, strides, merge, scale)?,
+        DType::BF16 => run::<bf16>(x, dims, strides, merge, scale)?,
         other => candle_core::bail!("{OP}: f32 or bf16 only, got {other:?}"),
     };
     Ok((s, out.clone()))
 }
 
-fn run<T: CudaDType + DeviceRepr>(
-    kernel: &'static str,
+fn run<T: Elem>(
     (s, l): (&CudaStorage, &Layout),
     [b, heads, len, d]: [usize; 4],
     strides: [usize; 4],
@@ -59,9 +57,9 @@ fn run<T: CudaDType + DeviceRepr>(
             candle_core::bail!("{OP}: the layout reaches element {to} of a buffer of {}", xv.len());
         }
         let xv = xv.slice(from..to);
-        let func = dev.get_or_load_custom_func(kernel, MODULE, PTX)?;
-        let list = params::heads([b, heads, len, d], strides, merge, scale);
-        let mut args = Args::new(func.builder(), kernel, PTX, &list);
+        let k = params::heads(T::TY, [b, heads, len, d], strides, merge, scale);
+        let func = dev.get_or_load_custom_func(k.name, MODULE, PTX)?;
+        let mut args = Args::new(func.builder(), PTX, k.list());
         args.buf("x", &xv).buf("y", &mut out);
         // SAFETY: the arguments are `xsent_heads_{f32,bf16}`'s list (x, y, n, L, heads, d, the
         // four strides, merge, scaled, scale): the output of n = B·heads·L·d values of T; the input

@@ -3,12 +3,11 @@
 //! its gradient and the output) is f32, or bf16 in bf16 training; the weights are f32.
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::DeviceRepr;
-use candle_core::cuda_backend::{CudaDType, CudaStorage};
+use candle_core::cuda_backend::CudaStorage;
 use candle_core::{DType, Layout, Shape};
 use half::bf16;
 
-use super::{f32_view, launch, params, rows_and_width, view, Args};
+use super::{f32_view, launch, params, rows_and_width, view, Args, Elem};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/layer_norm.ptx"));
 const MODULE: &str = "xsent_layer_norm";
@@ -34,8 +33,8 @@ pub fn forward(
     check_vec(OP, "weight", w.1, n)?;
     check_vec(OP, "bias", b.1, n)?;
     let out = match x.0.dtype() {
-        DType::F32 => forward_typed::<f32>("xsent_layer_norm_f32", x, w, b, eps, rows, n)?,
-        DType::BF16 => forward_typed::<bf16>("xsent_layer_norm_bf16", x, w, b, eps, rows, n)?,
+        DType::F32 => forward_typed::<f32>(x, w, b, eps, rows, n)?,
+        DType::BF16 => forward_typed::<bf16>(x, w, b, eps, rows, n)?,
         other => not_f32_or_bf16(OP, other)?,
     };
     Ok((out, x.1.shape().clone()))
@@ -46,8 +45,7 @@ fn not_f32_or_bf16(op: &str, dtype: DType) -> candle_core::Result<CudaStorage> {
     candle_core::bail!("{op}: f32 or bf16 activations only, got {dtype:?}")
 }
 
-fn forward_typed<T: CudaDType + DeviceRepr>(
-    name: &'static str,
+fn forward_typed<T: Elem>(
     x: (&CudaStorage, &Layout),
     w: (&CudaStorage, &Layout),
     b: (&CudaStorage, &Layout),
@@ -61,9 +59,9 @@ fn forward_typed<T: CudaDType + DeviceRepr>(
     // SAFETY: the kernel writes every element (each row's warp covers its n columns).
     let mut out = unsafe { dev.alloc::<T>(rows * n) }?;
     if rows > 0 {
-        let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
-        let list = params::layer_norm(rows, n, eps);
-        let mut args = Args::new(func.builder(), name, PTX, &list);
+        let k = params::layer_norm(T::TY, rows, n, eps);
+        let func = dev.get_or_load_custom_func(k.name, MODULE, PTX)?;
+        let mut args = Args::new(func.builder(), PTX, k.list());
         args.buf("x", &xv).buf("w", &wv).buf("b", &bv).buf("y", &mut out);
         // SAFETY: the arguments match `xsent_layer_norm_{f32,bf16}`: x and out of rows·n values of
         // T, w and b of n f32 (checked by the caller), rows, n, eps.
@@ -85,15 +83,14 @@ pub fn grad_x(
     check_vec(OP, "weight", w.1, n)?;
     check_grad(OP, x, g)?;
     let out = match x.0.dtype() {
-        DType::F32 => grad_x_typed::<f32>("xsent_layer_norm_grad_x_f32", x, w, g, eps, rows, n)?,
-        DType::BF16 => grad_x_typed::<bf16>("xsent_layer_norm_grad_x_bf16", x, w, g, eps, rows, n)?,
+        DType::F32 => grad_x_typed::<f32>(x, w, g, eps, rows, n)?,
+        DType::BF16 => grad_x_typed::<bf16>(x, w, g, eps, rows, n)?,
         other => not_f32_or_bf16(OP, other)?,
     };
     Ok((out, x.1.shape().clone()))
 }
 
-fn grad_x_typed<T: CudaDType + DeviceRepr>(
-    name: &'static str,
+fn grad_x_typed<T: Elem>(
     x: (&CudaStorage, &Layout),
     w: (&CudaStorage, &Layout),
     g: (&CudaStorage, &Layout),
@@ -107,9 +104,9 @@ fn grad_x_typed<T: CudaDType + DeviceRepr>(
     // SAFETY: the kernel writes every element.
     let mut out = unsafe { dev.alloc::<T>(rows * n) }?;
     if rows > 0 {
-        let func = dev.get_or_load_custom_func(name, MODULE, PTX)?;
-        let list = params::layer_norm_grad_x(rows, n, eps);
-        let mut args = Args::new(func.builder(), name, PTX, &list);
+        let k = params::layer_norm_grad_x(T::TY, rows, n, eps);
+        let func = dev.get_or_load_custom_func(k.name, MODULE, PTX)?;
+        let mut args = Args::new(func.builder(), PTX, k.list());
         args.buf("x", &xv).buf("w", &wv).buf("g", &gv).buf("dx", &mut out);
         // SAFETY: the arguments match `xsent_layer_norm_grad_x_{f32,bf16}`: x, g and dx of rows·n
         // values of T, w of n f32, rows, n, eps.
@@ -131,20 +128,15 @@ pub fn grad_wb(
     let (rows, n) = rows_and_width(OP, x.1)?;
     check_grad(OP, x, g)?;
     let out = match x.0.dtype() {
-        DType::F32 => {
-            grad_wb_typed::<f32>(["xsent_layer_norm_g_xhat_f32", "xsent_column_sums2_f32"], x, g, eps, rows, n)?
-        }
-        DType::BF16 => {
-            grad_wb_typed::<bf16>(["xsent_layer_norm_g_xhat_bf16", "xsent_column_sums2_bf16"], x, g, eps, rows, n)?
-        }
+        DType::F32 => grad_wb_typed::<f32>(x, g, eps, rows, n)?,
+        DType::BF16 => grad_wb_typed::<bf16>(x, g, eps, rows, n)?,
         other => not_f32_or_bf16(OP, other)?,
     };
     Ok((out, Shape::from((2, n))))
 }
 
-/// `kernels`: the `g ⊙ x̂` row kernel and the column sums, for `T`.
-fn grad_wb_typed<T: CudaDType + DeviceRepr>(
-    [row_kernel, sums]: [&'static str; 2],
+/// The `g ⊙ x̂` row kernel and the column sums, in `T`'s forms.
+fn grad_wb_typed<T: Elem>(
     x: (&CudaStorage, &Layout),
     g: (&CudaStorage, &Layout),
     eps: f32,
@@ -158,17 +150,17 @@ fn grad_wb_typed<T: CudaDType + DeviceRepr>(
     let mut gxhat = unsafe { dev.alloc::<f32>(rows * n) }?;
     let mut out = unsafe { dev.alloc::<f32>(2 * n) }?;
     if rows > 0 {
-        let func = dev.get_or_load_custom_func(row_kernel, MODULE, PTX)?;
-        let list = params::layer_norm_g_xhat(rows, n, eps);
-        let mut args = Args::new(func.builder(), row_kernel, PTX, &list);
+        let k = params::layer_norm_g_xhat(T::TY, rows, n, eps);
+        let func = dev.get_or_load_custom_func(k.name, MODULE, PTX)?;
+        let mut args = Args::new(func.builder(), PTX, k.list());
         args.buf("x", &xv).buf("g", &gv).buf("gxhat", &mut gxhat);
         // SAFETY: the arguments match `xsent_layer_norm_g_xhat_{f32,bf16}`: x and g of rows·n
         // values of T, gxhat of rows·n f32, rows, n, eps.
         unsafe { args.launch(launch::rows(OP, rows)?) }?;
     }
-    let func = dev.get_or_load_custom_func(sums, MODULE, PTX)?;
-    let list = params::column_sums2(rows, n);
-    let mut args = Args::new(func.builder(), sums, PTX, &list);
+    let k = params::column_sums2(T::TY, rows, n);
+    let func = dev.get_or_load_custom_func(k.name, MODULE, PTX)?;
+    let mut args = Args::new(func.builder(), PTX, k.list());
     args.buf("a", &gxhat).buf("b", &gv).buf("out", &mut out);
     // SAFETY: the arguments match `xsent_column_sums2_{f32,bf16}`: a (f32) and b (T) of rows·n,
     // out of 2·n f32, rows, n. With no rows the sums are zeros. `gxhat` is freed on the device's

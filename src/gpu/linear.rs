@@ -4,12 +4,11 @@
 //! transpose and a broadcast add) and of its bias gradient (`linear.cu`).
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::DeviceRepr;
-use candle_core::cuda_backend::{CudaDType, CudaStorage};
+use candle_core::cuda_backend::CudaStorage;
 use candle_core::{DType, Layout, Shape};
 use half::bf16;
 
-use super::{launch, params, rows_and_width, view, Args};
+use super::{launch, params, rows_and_width, view, Args, Elem};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/linear.ptx"));
 
@@ -39,26 +38,23 @@ pub fn column_sums(a: (&CudaStorage, &Layout)) -> candle_core::Result<(CudaStora
     const OP: &str = "xsent-column-sums-cuda";
     let (_, n) = rows_and_width(OP, a.1)?;
     let out = match a.0.dtype() {
-        DType::F32 => column_sums_typed::<f32>("xsent_column_sums_f32", a)?,
-        DType::BF16 => column_sums_typed::<bf16>("xsent_column_sums_bf16", a)?,
+        DType::F32 => column_sums_typed::<f32>(a)?,
+        DType::BF16 => column_sums_typed::<bf16>(a)?,
         other => candle_core::bail!("{OP}: f32 or bf16 only, got {other:?}"),
     };
     Ok((out, Shape::from(n)))
 }
 
-fn column_sums_typed<T: CudaDType + DeviceRepr>(
-    kernel: &'static str,
-    a: (&CudaStorage, &Layout),
-) -> candle_core::Result<CudaStorage> {
+fn column_sums_typed<T: Elem>(a: (&CudaStorage, &Layout)) -> candle_core::Result<CudaStorage> {
     const OP: &str = "xsent-column-sums-cuda";
     let (rows, n) = rows_and_width(OP, a.1)?;
     let av = view::<T>(OP, a.0, a.1)?;
     let dev = a.0.device();
     // SAFETY: the kernel writes every element.
     let mut out = unsafe { dev.alloc::<T>(n) }?;
-    let func = dev.get_or_load_custom_func(kernel, "xsent_linear", PTX)?;
-    let list = params::column_sums(rows, n);
-    let mut args = Args::new(func.builder(), kernel, PTX, &list);
+    let k = params::column_sums(T::TY, rows, n);
+    let func = dev.get_or_load_custom_func(k.name, "xsent_linear", PTX)?;
+    let mut args = Args::new(func.builder(), PTX, k.list());
     args.buf("a", &av).buf("out", &mut out);
     // SAFETY: the arguments match `xsent_column_sums_{f32,bf16}`: a of rows·n values of T, out of
     // n, rows, n.

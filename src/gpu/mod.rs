@@ -27,4 +27,4 @@ pub mod softmax;
 #[cfg(feature = "cuda")]
 pub use cuda::{adamw_update, dropout};
 #[cfg(feature = "cuda")]
-use cuda::{f32_view, rows_and_width, view, Args, ADAMW_MODULE, ADAMW_PTX};
+use cuda::{f32_view, rows_and_width, view, Args, Elem, ADAMW_MODULE, ADAMW_PTX};

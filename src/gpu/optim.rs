@@ -54,10 +54,9 @@ pub fn sum_of_squares(gs: &[&Tensor]) -> candle_core::Result<f64> {
     let tab = dev.clone_htod(&table(&[ptrs, lens.iter().map(|&n| n as u64).collect()], &chunks))?;
     // SAFETY: every partial is written by the kernel (one block per chunk) before it is read.
     let mut partial: CudaSlice<f64> = unsafe { dev.alloc::<f64>(chunks.len()) }?;
-    let kernel = "xsent_sumsq_many_f32";
-    let func = dev.get_or_load_custom_func(kernel, ADAMW_MODULE, ADAMW_PTX)?;
-    let list = params::sumsq_many(gs.len(), CHUNK);
-    let mut args = Args::new(func.builder(), kernel, ADAMW_PTX, &list);
+    let k = params::sumsq_many(gs.len(), CHUNK);
+    let func = dev.get_or_load_custom_func(k.name, ADAMW_MODULE, ADAMW_PTX)?;
+    let mut args = Args::new(func.builder(), ADAMW_PTX, k.list());
     args.buf("table", &tab).buf("partial", &mut partial);
     // SAFETY: the arguments match xsent_sumsq_many_f32 (src/gpu/adamw.cu): the table of 2·T
     // values then 2 per chunk (built above from T tensors and their chunks), T, the chunk
@@ -118,10 +117,9 @@ pub fn adamw<'a>(updates: &[Update<'a>], step: &AdamWStep) -> candle_core::Resul
     let n: Vec<u64> = lens.iter().map(|&n| n as u64).collect();
     let hyper: Vec<u64> = updates.iter().map(|u| lr_and_decay(u.lr, u.decay)).collect();
     let tab = dev.clone_htod(&table(&[p, g, m, v, n, hyper], &chunks))?;
-    let kernel = "xsent_adamw_many_f32";
-    let func = dev.get_or_load_custom_func(kernel, ADAMW_MODULE, ADAMW_PTX)?;
-    let list = params::adamw_many(updates.len(), CHUNK, step);
-    let mut args = Args::new(func.builder(), kernel, ADAMW_PTX, &list);
+    let k = params::adamw_many(updates.len(), CHUNK, step);
+    let func = dev.get_or_load_custom_func(k.name, ADAMW_MODULE, ADAMW_PTX)?;
+    let mut args = Args::new(func.builder(), ADAMW_PTX, k.list());
     args.buf("table", &tab);
     // SAFETY: the arguments match xsent_adamw_many_f32 (src/gpu/adamw.cu): the table of 6·T
     // values then 2 per chunk, T, the chunk length, and six f32 scalars. Each address is a live

@@ -1,11 +1,53 @@
 //! Each of xsent's CUDA kernels' parameter lists, in the kernel's order, with the kernel's names
-//! for them: one list per kernel (its f32 and bf16 forms share it), built from the values a
-//! launch passes. The CUDA side launches from these lists (`Args::new` takes one and fills in
-//! its buffers by name), the CPU emulation of the kernels (tests/gpu_emulated.rs) passes the same
-//! lists, and a test here reads each kernel's signature in its `.cu` source and checks every
-//! list against it, name by name and type by type. So an argument in the wrong place is a test
-//! failure on any machine, where before only a GPU (wrong values) could show it: the PTX check
-//! at launch sees the types, not the order. Compiled in every build (plain data).
+//! for them, and the kernel they belong to: one function per kernel (its f32 and bf16 forms
+//! share it and are chosen by a [`Ty`]), returning the kernel's name with the list built from
+//! the values a launch passes. The CUDA side launches from these (`Args::new` takes one, and the
+//! name it loads the kernel by comes from it too, so a call site cannot pair a list with another
+//! kernel), the CPU emulation of the kernels (tests/gpu_emulated.rs) runs the same, and a test
+//! here reads each kernel's signature in its `.cu` source and checks every list against it,
+//! name by name and type by type. So an argument in the wrong place, or a list given to the
+//! wrong kernel, is a test failure on any machine, where before only a GPU (wrong values) could
+//! show it: the PTX check at launch sees the types, not the order. Compiled in every build
+//! (plain data).
+
+/// The element type of a kernel's f32 or bf16 form: the suffix of its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ty {
+    F32,
+    Bf16,
+}
+
+/// `xsent_{base}_f32` or `xsent_{base}_bf16`, by `ty`: the names of a kernel's two forms,
+/// written once.
+macro_rules! form {
+    ($ty:expr, $base:literal) => {
+        match $ty {
+            Ty::F32 => concat!("xsent_", $base, "_f32"),
+            Ty::Bf16 => concat!("xsent_", $base, "_bf16"),
+        }
+    };
+}
+
+/// A launch's kernel: its name and its parameter list, built together.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Kernel<const N: usize> {
+    pub name: &'static str,
+    pub params: [Param; N],
+}
+
+impl<const N: usize> Kernel<N> {
+    /// The kernel's name and list, borrowed: what a launch takes, whatever the list's length.
+    pub fn list(&self) -> List<'_> {
+        List { kernel: self.name, params: &self.params }
+    }
+}
+
+/// A kernel's name and its parameter list, as a launch takes them (from [`Kernel::list`]).
+#[derive(Clone, Copy, Debug)]
+pub struct List<'a> {
+    pub kernel: &'static str,
+    pub params: &'a [Param],
+}
 
 /// A kernel parameter's value: a device buffer (given at launch, by its name) or a scalar of the
 /// kernel's type.
@@ -115,65 +157,74 @@ fn f32(name: &'static str, v: f32) -> Param {
 }
 
 /// `xsent_layer_norm_{f32,bf16}`: `x`, `w`, `b` and the output `y`; `rows` rows of `n`.
-pub fn layer_norm(rows: usize, n: usize, eps: f32) -> [Param; 7] {
-    [buf("x"), buf("w"), buf("b"), buf("y"), u64("rows", rows), u32("n", n), f32("eps", eps)]
+pub fn layer_norm(ty: Ty, rows: usize, n: usize, eps: f32) -> Kernel<7> {
+    let params = [buf("x"), buf("w"), buf("b"), buf("y"), u64("rows", rows), u32("n", n), f32("eps", eps)];
+    Kernel { name: form!(ty, "layer_norm"), params }
 }
 
 /// `xsent_layer_norm_grad_x_{f32,bf16}`: the input's gradient `dx` from `x`, `w` and the
 /// output's gradient `g`.
-pub fn layer_norm_grad_x(rows: usize, n: usize, eps: f32) -> [Param; 7] {
-    [buf("x"), buf("w"), buf("g"), buf("dx"), u64("rows", rows), u32("n", n), f32("eps", eps)]
+pub fn layer_norm_grad_x(ty: Ty, rows: usize, n: usize, eps: f32) -> Kernel<7> {
+    let params = [buf("x"), buf("w"), buf("g"), buf("dx"), u64("rows", rows), u32("n", n), f32("eps", eps)];
+    Kernel { name: form!(ty, "layer_norm_grad_x"), params }
 }
 
 /// `xsent_layer_norm_g_xhat_{f32,bf16}`: `g ⊙ x̂` (`gxhat`, f32) from `x` and `g`.
-pub fn layer_norm_g_xhat(rows: usize, n: usize, eps: f32) -> [Param; 6] {
-    [buf("x"), buf("g"), buf("gxhat"), u64("rows", rows), u32("n", n), f32("eps", eps)]
+pub fn layer_norm_g_xhat(ty: Ty, rows: usize, n: usize, eps: f32) -> Kernel<6> {
+    let params = [buf("x"), buf("g"), buf("gxhat"), u64("rows", rows), u32("n", n), f32("eps", eps)];
+    Kernel { name: form!(ty, "layer_norm_g_xhat"), params }
 }
 
-/// `xsent_column_sums2_{f32,bf16}`: the column sums of `a` and of `b` into `out` (`2·n`).
-pub fn column_sums2(rows: usize, n: usize) -> [Param; 5] {
-    [buf("a"), buf("b"), buf("out"), u64("rows", rows), u32("n", n)]
+/// `xsent_column_sums2_{f32,bf16}`: the column sums of `a` (f32) and of `b` (of `ty`) into
+/// `out` (`2·n`, f32).
+pub fn column_sums2(ty: Ty, rows: usize, n: usize) -> Kernel<5> {
+    let params = [buf("a"), buf("b"), buf("out"), u64("rows", rows), u32("n", n)];
+    Kernel { name: form!(ty, "column_sums2"), params }
 }
 
 /// `xsent_column_sums_{f32,bf16}`: the column sums of `a` into `out`.
-pub fn column_sums(rows: usize, n: usize) -> [Param; 4] {
-    [buf("a"), buf("out"), u64("rows", rows), u32("n", n)]
+pub fn column_sums(ty: Ty, rows: usize, n: usize) -> Kernel<4> {
+    Kernel { name: form!(ty, "column_sums"), params: [buf("a"), buf("out"), u64("rows", rows), u32("n", n)] }
 }
 
 /// `xsent_masked_softmax_{f32,bf16}`: `y = softmax(x + bias)` over rows of `lk`, `rows_per_bias`
 /// score rows per bias row.
-pub fn masked_softmax(rows: usize, lk: usize, rows_per_bias: usize) -> [Param; 6] {
-    [buf("x"), buf("bias"), buf("y"), u64("rows", rows), u32("lk", lk), u64("rows_per_bias", rows_per_bias)]
+pub fn masked_softmax(ty: Ty, rows: usize, lk: usize, rows_per_bias: usize) -> Kernel<6> {
+    let params =
+        [buf("x"), buf("bias"), buf("y"), u64("rows", rows), u32("lk", lk), u64("rows_per_bias", rows_per_bias)];
+    Kernel { name: form!(ty, "masked_softmax"), params }
 }
 
-/// `xsent_softmax_grad_f32`: `dx` from the probabilities `y` and their gradient `g`.
-pub fn softmax_grad(rows: usize, n: usize) -> [Param; 5] {
-    [buf("y"), buf("g"), buf("dx"), u64("rows", rows), u32("n", n)]
+/// `xsent_softmax_grad_f32` (f32 only): `dx` from the probabilities `y` and their gradient `g`.
+pub fn softmax_grad(rows: usize, n: usize) -> Kernel<5> {
+    Kernel { name: "xsent_softmax_grad_f32", params: [buf("y"), buf("g"), buf("dx"), u64("rows", rows), u32("n", n)] }
 }
 
-/// `xsent_masked_softmax_grad_bf16`: `dx` from the scores `x`, the `bias` and the probabilities'
-/// gradient `g`.
-pub fn masked_softmax_grad(rows: usize, lk: usize, rows_per_bias: usize) -> [Param; 7] {
-    [buf("x"), buf("bias"), buf("g"), buf("dx"), u64("rows", rows), u32("lk", lk), u64("rows_per_bias", rows_per_bias)]
+/// `xsent_masked_softmax_grad_bf16` (bf16 only): `dx` from the scores `x`, the `bias` and the
+/// probabilities' gradient `g`.
+pub fn masked_softmax_grad(rows: usize, lk: usize, rows_per_bias: usize) -> Kernel<7> {
+    let (rows, lk, per_bias) = (u64("rows", rows), u32("lk", lk), u64("rows_per_bias", rows_per_bias));
+    let params = [buf("x"), buf("bias"), buf("g"), buf("dx"), rows, lk, per_bias];
+    Kernel { name: "xsent_masked_softmax_grad_bf16", params }
 }
 
 /// `xsent_gelu_{f32,bf16}`: `y = gelu(x)` over `n` elements.
-pub fn gelu(n: usize) -> [Param; 3] {
-    [buf("x"), buf("y"), u64("n", n)]
+pub fn gelu(ty: Ty, n: usize) -> Kernel<3> {
+    Kernel { name: form!(ty, "gelu"), params: [buf("x"), buf("y"), u64("n", n)] }
 }
 
 /// `xsent_gelu_grad_{f32,bf16}`: `dx` from `x` and the output's gradient `g`.
-pub fn gelu_grad(n: usize) -> [Param; 4] {
-    [buf("x"), buf("g"), buf("dx"), u64("n", n)]
+pub fn gelu_grad(ty: Ty, n: usize) -> Kernel<4> {
+    Kernel { name: form!(ty, "gelu_grad"), params: [buf("x"), buf("g"), buf("dx"), u64("n", n)] }
 }
 
 /// `xsent_heads_{f32,bf16}`: the gather of `x` into `y` over `dims` = `[B, heads, L, d]` with the
 /// input's `strides` (`[sb, sh, st, se]`, `launch::heads_strides`), a merge or a split, the
 /// split's values times `scale` where given (already rounded to the dtype).
-pub fn heads(dims: [usize; 4], strides: [usize; 4], merge: bool, scale: Option<f32>) -> [Param; 13] {
+pub fn heads(ty: Ty, dims: [usize; 4], strides: [usize; 4], merge: bool, scale: Option<f32>) -> Kernel<13> {
     let [b, nh, l, d] = dims;
     let [sb, sh, st, se] = strides;
-    [
+    let params = [
         buf("x"),
         buf("y"),
         u64("n", b * nh * l * d),
@@ -187,13 +238,17 @@ pub fn heads(dims: [usize; 4], strides: [usize; 4], merge: bool, scale: Option<f
         u32("merge", merge as usize),
         u32("scaled", scale.is_some() as usize),
         f32("scale", scale.unwrap_or(1.0)),
-    ]
+    ];
+    Kernel { name: form!(ty, "heads"), params }
 }
 
 /// `xsent_dropout_{f32,bf16}`: `out = x ⊙ mask(seed, p) · scale` over `n` elements.
-pub fn dropout(n: usize, seed: u64, p: f32, scale: f32) -> [Param; 6] {
+pub fn dropout(ty: Ty, n: usize, seed: u64, p: f32, scale: f32) -> Kernel<6> {
     let seed = Param { name: "seed", value: Value::U64(seed) };
-    [buf("x"), buf("out"), u64("n", n), seed, f32("p", p), f32("scale", scale)]
+    Kernel {
+        name: form!(ty, "dropout"),
+        params: [buf("x"), buf("out"), u64("n", n), seed, f32("p", p), f32("scale", scale)],
+    }
 }
 
 /// AdamW's scalars shared by every parameter of a step: β1, β2, the bias corrections
@@ -210,8 +265,8 @@ pub struct AdamWStep {
 
 /// `xsent_adamw_f32`: one parameter `p` of `n` values, its gradient `g` and moments `m`, `v`,
 /// updated in place with learning rate `lr` and weight decay `decay`.
-pub fn adamw(n: usize, lr: f32, decay: f32, s: &AdamWStep) -> [Param; 13] {
-    [
+pub fn adamw(n: usize, lr: f32, decay: f32, s: &AdamWStep) -> Kernel<13> {
+    let params = [
         buf("p"),
         buf("g"),
         buf("m"),
@@ -225,13 +280,14 @@ pub fn adamw(n: usize, lr: f32, decay: f32, s: &AdamWStep) -> [Param; 13] {
         f32("eps", s.eps),
         f32("decay", decay),
         f32("grad_scale", s.grad_scale),
-    ]
+    ];
+    Kernel { name: "xsent_adamw_f32", params }
 }
 
 /// `xsent_adamw_many_f32`: every parameter of a step from its `table` (`launch::table`: six
 /// fields of `tensors` values, then the chunks of `chunk` elements).
-pub fn adamw_many(tensors: usize, chunk: usize, s: &AdamWStep) -> [Param; 9] {
-    [
+pub fn adamw_many(tensors: usize, chunk: usize, s: &AdamWStep) -> Kernel<9> {
+    let params = [
         buf("table"),
         u64("tensors", tensors),
         u64("chunk", chunk),
@@ -241,13 +297,15 @@ pub fn adamw_many(tensors: usize, chunk: usize, s: &AdamWStep) -> [Param; 9] {
         f32("bc2", s.bc2),
         f32("eps", s.eps),
         f32("grad_scale", s.grad_scale),
-    ]
+    ];
+    Kernel { name: "xsent_adamw_many_f32", params }
 }
 
 /// `xsent_sumsq_many_f32`: Σx² of each chunk of the tensors in `table` (two fields) into
 /// `partial` (f64, one per chunk).
-pub fn sumsq_many(tensors: usize, chunk: usize) -> [Param; 4] {
-    [buf("table"), u64("tensors", tensors), u64("chunk", chunk), buf("partial")]
+pub fn sumsq_many(tensors: usize, chunk: usize) -> Kernel<4> {
+    let params = [buf("table"), u64("tensors", tensors), u64("chunk", chunk), buf("partial")];
+    Kernel { name: "xsent_sumsq_many_f32", params }
 }
 
 #[cfg(test)]
@@ -302,26 +360,41 @@ mod tests {
         list.iter().map(|p| (p.name.to_string(), p.letter())).collect()
     }
 
-    /// Each list's kernels (f32 and bf16 forms) and the list, from arbitrary values.
-    fn lists() -> Vec<(&'static [&'static str], Vec<Param>)> {
+    /// One list function's call: the function's name, the form asked for (`None`: a kernel of
+    /// one form), and what it returned (the kernel's name and list).
+    type Call = (&'static str, Option<Ty>, &'static str, Vec<Param>);
+
+    fn call<const N: usize>(f: &'static str, ty: Option<Ty>, k: Kernel<N>) -> Call {
+        (f, ty, k.name, k.params.to_vec())
+    }
+
+    /// Every list function's kernels and lists (both forms where a kernel has two), from
+    /// arbitrary values.
+    fn calls() -> Vec<Call> {
         let step = AdamWStep { b1: 0.9, b2: 0.99, bc1: 0.1, bc2: 0.01, eps: 1e-8, grad_scale: 1.0 };
-        vec![
-            (&["xsent_layer_norm_f32", "xsent_layer_norm_bf16"], layer_norm(3, 4, 1e-5).to_vec()),
-            (&["xsent_layer_norm_grad_x_f32", "xsent_layer_norm_grad_x_bf16"], layer_norm_grad_x(3, 4, 1e-5).to_vec()),
-            (&["xsent_layer_norm_g_xhat_f32", "xsent_layer_norm_g_xhat_bf16"], layer_norm_g_xhat(3, 4, 1e-5).to_vec()),
-            (&["xsent_column_sums2_f32", "xsent_column_sums2_bf16"], column_sums2(3, 4).to_vec()),
-            (&["xsent_column_sums_f32", "xsent_column_sums_bf16"], column_sums(3, 4).to_vec()),
-            (&["xsent_masked_softmax_f32", "xsent_masked_softmax_bf16"], masked_softmax(6, 5, 2).to_vec()),
-            (&["xsent_softmax_grad_f32"], softmax_grad(6, 5).to_vec()),
-            (&["xsent_masked_softmax_grad_bf16"], masked_softmax_grad(6, 5, 2).to_vec()),
-            (&["xsent_gelu_f32", "xsent_gelu_bf16"], gelu(7).to_vec()),
-            (&["xsent_gelu_grad_f32", "xsent_gelu_grad_bf16"], gelu_grad(7).to_vec()),
-            (&["xsent_heads_f32", "xsent_heads_bf16"], heads([1, 2, 3, 4], [24, 4, 8, 1], false, Some(0.5)).to_vec()),
-            (&["xsent_dropout_f32", "xsent_dropout_bf16"], dropout(7, 42, 0.1, 1.0 / 0.9).to_vec()),
-            (&["xsent_adamw_f32"], adamw(7, 1e-3, 0.01, &step).to_vec()),
-            (&["xsent_adamw_many_f32"], adamw_many(2, 1 << 16, &step).to_vec()),
-            (&["xsent_sumsq_many_f32"], sumsq_many(2, 1 << 16).to_vec()),
-        ]
+        let mut out = vec![
+            call("softmax_grad", None, softmax_grad(6, 5)),
+            call("masked_softmax_grad", None, masked_softmax_grad(6, 5, 2)),
+            call("adamw", None, adamw(7, 1e-3, 0.01, &step)),
+            call("adamw_many", None, adamw_many(2, 1 << 16, &step)),
+            call("sumsq_many", None, sumsq_many(2, 1 << 16)),
+        ];
+        for ty in [Ty::F32, Ty::Bf16] {
+            let t = Some(ty);
+            out.extend([
+                call("layer_norm", t, layer_norm(ty, 3, 4, 1e-5)),
+                call("layer_norm_grad_x", t, layer_norm_grad_x(ty, 3, 4, 1e-5)),
+                call("layer_norm_g_xhat", t, layer_norm_g_xhat(ty, 3, 4, 1e-5)),
+                call("column_sums2", t, column_sums2(ty, 3, 4)),
+                call("column_sums", t, column_sums(ty, 3, 4)),
+                call("masked_softmax", t, masked_softmax(ty, 6, 5, 2)),
+                call("gelu", t, gelu(ty, 7)),
+                call("gelu_grad", t, gelu_grad(ty, 7)),
+                call("heads", t, heads(ty, [1, 2, 3, 4], [24, 4, 8, 1], false, Some(0.5))),
+                call("dropout", t, dropout(ty, 7, 42, 0.1, 1.0 / 0.9)),
+            ]);
+        }
+        out
     }
 
     #[test]
@@ -333,15 +406,30 @@ mod tests {
             "kernels in src/gpu/*.cu: {:?}",
             declared.iter().map(|d| &d.0).collect::<Vec<_>>()
         );
-        let lists = lists();
+        let calls = calls();
         for (kernel, want) in &declared {
-            let Some((_, list)) = lists.iter().find(|(ks, _)| ks.contains(&kernel.as_str())) else {
+            let mut lists = calls.iter().filter(|c| c.2 == kernel);
+            let Some((f, _, _, list)) = lists.next() else {
                 panic!("{kernel}: no parameter list in src/gpu/params.rs")
             };
-            assert_eq!(&named(list), want, "{kernel}: the list (left) against the .cu signature (right)");
+            assert!(lists.next().is_none(), "{kernel}: two list functions return it");
+            assert_eq!(&named(list), want, "{kernel} (from `{f}`): the list (left) against the .cu signature (right)");
         }
-        let listed: usize = lists.iter().map(|(ks, _)| ks.len()).sum();
-        assert_eq!(listed, declared.len(), "a list names a kernel the .cu files do not declare");
+        assert_eq!(calls.len(), declared.len(), "a list names a kernel the .cu files do not declare");
+    }
+
+    /// `params::f(Ty::Bf16, …)` is `xsent_f_bf16`'s list, and so on (the emulated tests' check
+    /// that each kernel runs there from its list reads the call by this rule).
+    #[test]
+    fn each_kernel_is_named_after_its_function_and_form() {
+        for (f, ty, kernel, _) in calls() {
+            let forms = match ty {
+                Some(Ty::F32) => vec!["f32"],
+                Some(Ty::Bf16) => vec!["bf16"],
+                None => vec!["f32", "bf16"],
+            };
+            assert!(forms.iter().any(|s| kernel == format!("xsent_{f}_{s}")), "`{f}` ({ty:?}) returns {kernel}");
+        }
     }
 
     #[test]
@@ -349,7 +437,7 @@ mod tests {
         // The check is only as good as the reader: heads.cu with two parameters of one type
         // swapped must read differently, a pointer written `float *y` the same.
         let heads_cu = include_str!("heads.cu");
-        let ours = named(&heads([1, 2, 3, 4], [24, 4, 8, 1], false, None));
+        let ours = named(&heads(Ty::F32, [1, 2, 3, 4], [24, 4, 8, 1], false, None).params);
         assert_eq!(signatures(heads_cu)[0].1, ours);
         let first = "float* y, unsigned long long n, unsigned long long l, unsigned long long nh,";
         let swapped =
@@ -361,7 +449,8 @@ mod tests {
         assert_eq!(signatures(&spaced)[0].1, ours);
         // A buffer where the kernel takes a 64-bit count reads differently too.
         let gelu_f32 = &signatures(include_str!("gelu.cu"))[0];
-        assert_eq!((gelu_f32.0.as_str(), named(&gelu(4))), ("xsent_gelu_f32", gelu_f32.1.clone()));
+        let k = gelu(Ty::F32, 4);
+        assert_eq!((gelu_f32.0.as_str(), named(&k.params)), (k.name, gelu_f32.1.clone()));
         assert_ne!(named(&[buf("x"), buf("y"), buf("n")]), gelu_f32.1);
     }
 
@@ -381,26 +470,28 @@ mod tests {
     #[test]
     fn the_cursor_pushes_in_the_lists_order_and_names_what_is_wrong() {
         // Scalars between buffers (Σx²'s list) and after them (LayerNorm's).
-        let (letters, order) = push(&sumsq_many(2, 8), &["table", "partial"]).unwrap();
+        let (letters, order) = push(&sumsq_many(2, 8).params, &["table", "partial"]).unwrap();
         // The letters as the PTX has them: a buffer is a 64-bit value there.
         assert_eq!((letters.as_str(), order), ("QQQQ", vec!["table", "tensors", "chunk", "partial"]));
-        let (letters, _) = push(&layer_norm(3, 4, 1e-5), &["x", "w", "b", "y"]).unwrap();
+        let (letters, _) = push(&layer_norm(Ty::F32, 3, 4, 1e-5).params, &["x", "w", "b", "y"]).unwrap();
         assert_eq!(letters, "QQQQQIf");
         // Two buffers swapped, an unknown name, one left out, one too many.
-        let err = push(&layer_norm(3, 4, 1e-5), &["x", "b", "w", "y"]).unwrap_err();
+        let err = push(&layer_norm(Ty::F32, 3, 4, 1e-5).params, &["x", "b", "w", "y"]).unwrap_err();
         assert_eq!(err, "buffer `b` given where the kernel takes `w`");
-        assert!(push(&gelu(4), &["x", "out"]).unwrap_err().contains("`out` given where the kernel takes `y`"));
-        assert_eq!(push(&gelu(4), &["x"]).unwrap_err(), "`y` not given");
-        let err = push(&gelu(4), &["x", "y", "y"]).unwrap_err();
+        assert!(push(&gelu(Ty::F32, 4).params, &["x", "out"])
+            .unwrap_err()
+            .contains("`out` given where the kernel takes `y`"));
+        assert_eq!(push(&gelu(Ty::F32, 4).params, &["x"]).unwrap_err(), "`y` not given");
+        let err = push(&gelu(Ty::F32, 4).params, &["x", "y", "y"]).unwrap_err();
         assert_eq!(err, "buffer `y` given where the kernel takes no more parameters");
         // A scalar's name is not a buffer's.
-        assert!(push(&gelu(4), &["x", "n"]).is_err());
+        assert!(push(&gelu(Ty::F32, 4).params, &["x", "n"]).is_err());
     }
 
     #[test]
     fn values_land_under_their_names() {
         // Strides unlike every other value (not a real layout: only where each value lands matters).
-        let p = heads([2, 3, 5, 7], [1000, 300, 20, 2], true, Some(0.25));
+        let p = heads(Ty::Bf16, [2, 3, 5, 7], [1000, 300, 20, 2], true, Some(0.25)).params;
         let get = |name: &str| p.iter().find(|x| x.name == name).unwrap().value;
         assert_eq!(get("n"), Value::U64(210));
         assert_eq!(get("l"), Value::U64(5));
@@ -414,7 +505,7 @@ mod tests {
         assert_eq!(get("scaled"), Value::U32(1));
         assert_eq!(get("scale"), Value::F32(0.25));
         let step = AdamWStep { b1: 1.0, b2: 2.0, bc1: 3.0, bc2: 4.0, eps: 5.0, grad_scale: 6.0 };
-        let a = adamw(9, 7.0, 8.0, &step);
+        let a = adamw(9, 7.0, 8.0, &step).params;
         let f: Vec<(&str, Value)> = a[5..].iter().map(|p| (p.name, p.value)).collect();
         assert_eq!(
             f,
@@ -430,7 +521,7 @@ mod tests {
             ]
             .map(|(n, v)| (n, Value::F32(v)))
         );
-        let d = dropout(10, u64::MAX, 0.5, 2.0);
+        let d = dropout(Ty::F32, 10, u64::MAX, 0.5, 2.0).params;
         assert_eq!(d[3].value, Value::U64(u64::MAX));
     }
 }

@@ -3,12 +3,11 @@
 //! probabilities and their gradients) are f32, or bf16 in bf16 training; the mask bias is f32.
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::DeviceRepr;
-use candle_core::cuda_backend::{CudaDType, CudaStorage};
+use candle_core::cuda_backend::CudaStorage;
 use candle_core::{DType, Layout, Shape};
 use half::bf16;
 
-use super::{f32_view, launch, params, rows_and_width, view, Args};
+use super::{f32_view, launch, params, rows_and_width, view, Args, Elem};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/softmax.ptx"));
 const MODULE: &str = "xsent_softmax";
@@ -18,15 +17,14 @@ const MODULE: &str = "xsent_softmax";
 pub fn masked(s: (&CudaStorage, &Layout), bias: (&CudaStorage, &Layout)) -> candle_core::Result<(CudaStorage, Shape)> {
     const OP: &str = "xsent-masked-softmax-cuda";
     let out = match s.0.dtype() {
-        DType::F32 => masked_typed::<f32>("xsent_masked_softmax_f32", s, bias)?,
-        DType::BF16 => masked_typed::<bf16>("xsent_masked_softmax_bf16", s, bias)?,
+        DType::F32 => masked_typed::<f32>(s, bias)?,
+        DType::BF16 => masked_typed::<bf16>(s, bias)?,
         other => candle_core::bail!("{OP}: f32 or bf16 scores only, got {other:?}"),
     };
     Ok((out, s.1.shape().clone()))
 }
 
-fn masked_typed<T: CudaDType + DeviceRepr>(
-    kernel: &'static str,
+fn masked_typed<T: Elem>(
     s: (&CudaStorage, &Layout),
     bias: (&CudaStorage, &Layout),
 ) -> candle_core::Result<CudaStorage> {
@@ -37,9 +35,9 @@ fn masked_typed<T: CudaDType + DeviceRepr>(
     // SAFETY: the kernel writes every element.
     let mut out = unsafe { dev.alloc::<T>(rows * lk) }?;
     if rows > 0 {
-        let func = dev.get_or_load_custom_func(kernel, MODULE, PTX)?;
-        let list = params::masked_softmax(rows, lk, per_bias);
-        let mut args = Args::new(func.builder(), kernel, PTX, &list);
+        let k = params::masked_softmax(T::TY, rows, lk, per_bias);
+        let func = dev.get_or_load_custom_func(k.name, MODULE, PTX)?;
+        let mut args = Args::new(func.builder(), PTX, k.list());
         args.buf("x", &sv).buf("bias", &bv).buf("y", &mut out);
         // SAFETY: the arguments match `xsent_masked_softmax_{f32,bf16}`: scores and out of rows·lk
         // values of T, the bias of B·lk f32 (row r reads bias row r / (H·Lq) < B), rows, lk, H·Lq.
@@ -61,10 +59,9 @@ pub fn backward(y: (&CudaStorage, &Layout), g: (&CudaStorage, &Layout)) -> candl
     // SAFETY: the kernel writes every element.
     let mut out = unsafe { dev.alloc::<f32>(rows * n) }?;
     if rows > 0 {
-        let kernel = "xsent_softmax_grad_f32";
-        let func = dev.get_or_load_custom_func(kernel, MODULE, PTX)?;
-        let list = params::softmax_grad(rows, n);
-        let mut args = Args::new(func.builder(), kernel, PTX, &list);
+        let k = params::softmax_grad(rows, n);
+        let func = dev.get_or_load_custom_func(k.name, MODULE, PTX)?;
+        let mut args = Args::new(func.builder(), PTX, k.list());
         args.buf("y", &yv).buf("g", &gv).buf("dx", &mut out);
         // SAFETY: the arguments match `xsent_softmax_grad_f32`: y, g and out of rows·n f32, rows, n.
         unsafe { args.launch(launch::rows(OP, rows)?) }?;
@@ -90,10 +87,9 @@ pub fn backward_bf16(
     // SAFETY: the kernel writes every element.
     let mut out = unsafe { dev.alloc::<bf16>(rows * lk) }?;
     if rows > 0 {
-        let kernel = "xsent_masked_softmax_grad_bf16";
-        let func = dev.get_or_load_custom_func(kernel, MODULE, PTX)?;
-        let list = params::masked_softmax_grad(rows, lk, per_bias);
-        let mut args = Args::new(func.builder(), kernel, PTX, &list);
+        let k = params::masked_softmax_grad(rows, lk, per_bias);
+        let func = dev.get_or_load_custom_func(k.name, MODULE, PTX)?;
+        let mut args = Args::new(func.builder(), PTX, k.list());
         args.buf("x", &xv).buf("bias", &bv).buf("g", &gv).buf("dx", &mut out);
         // SAFETY: the arguments match `xsent_masked_softmax_grad_bf16`: x, g and dx of rows·lk
         // bf16, the bias of B·lk f32 (row r reads bias row r / (H·Lq) < B), rows, lk, H·Lq.
