@@ -6,11 +6,12 @@
 //! from `xsent::gpu::launch`, which the CUDA code uses too, and the optimiser's tables from its
 //! builders. The bounds are tests/cuda.rs's, which a GPU runs: the emulation computes what the
 //! card computes (IEEE f32 and f64, no fused multiply-add, the same order of sums), so these
-//! catch indexing, reduction and table errors before a card is lent. What they cannot see: the
-//! Rust side's argument lists in src/gpu (each test below lists them in the kernel's order and
-//! the emulation checks their types; on a card every launch checks its count and types against
-//! the PTX, not their order), the PTX nvcc makes, the device's memory handling, and reads of
-//! `__shared__` memory no thread wrote (a static here: zeros, or an earlier block's values).
+//! catch indexing, reduction and table errors before a card is lent. The kernels run from
+//! `xsent::gpu::params`, the kernels and argument lists the CUDA side launches (the emulation
+//! checks their types; params' own tests their order against the `.cu` signatures). What they
+//! cannot see: the values and buffers a CUDA call site gives, the PTX nvcc makes, the device's
+//! memory handling, and reads of `__shared__` memory no thread wrote (a static here: zeros, or an
+//! earlier block's values).
 //!
 //! Every buffer has guard words on both sides: a write out of bounds fails the test.
 
@@ -244,6 +245,17 @@ fn every_kernel_is_emulated_and_launched_here() {
     let me = include_str!("gpu_emulated.rs");
     // A hand-written argument list only where the emulation's own check is tested (a short one).
     assert_eq!(me.matches("run(\"xsent_").count(), 1, "a kernel launched here without its list");
+    // The calls below are looked for in this file's code: comments, spaces and the emulation's
+    // own check (which runs gelu only to be refused or caught) left out.
+    // (Its name split, so that this line is not where it is found.)
+    let own =
+        me.find(concat!("fn the_emulation_checks", "_arguments_and_bounds()")).expect("the emulation's own check");
+    let own_end = own + me[own..].find("\n}\n").expect("its end");
+    let code: String = (me[..own].to_string() + &me[own_end..])
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .flat_map(|l| l.chars().filter(|c| !c.is_whitespace()))
+        .collect();
     for k in &in_sources {
         // Through its function in src/gpu/params.rs (the kernel and list the CUDA side launches):
         // `xsent_f_bf16` is `params::f(Ty::Bf16, …)`, a kernel of one form `params::f(…)` (the
@@ -252,10 +264,10 @@ fn every_kernel_is_emulated_and_launched_here() {
         let forms = ["f32", "bf16"].iter().filter(|f| in_sources.contains(&format!("xsent_{base}_{f}"))).count();
         let call = match (forms, form) {
             (1, _) => format!("params::{base}("),
-            (_, "f32") => format!("params::{base}(Ty::F32"),
-            _ => format!("params::{base}(Ty::Bf16"),
+            (_, "f32") => format!("params::{base}(Ty::F32,"),
+            _ => format!("params::{base}(Ty::Bf16,"),
         };
-        assert!(me.contains(&call), "{k} is launched from its list by no test here (no `{call}`)");
+        assert!(code.contains(&call), "{k} is launched from its list by no test here (no `{call}`)");
     }
 }
 

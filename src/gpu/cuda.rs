@@ -3,12 +3,12 @@
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{
-    CudaSlice, CudaView, CudaViewMut, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg,
+    CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg,
 };
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, WrapErr};
 use candle_core::{Layout, Shape, Storage, Tensor};
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::launch::{self, Grid};
 use super::params::{self, List, Ty, Value};
@@ -36,8 +36,9 @@ pub(super) struct Args<'a> {
     list: params::Cursor<'a>,
 }
 
-/// An element type the kernels have a form for: its [`Ty`] picks the form's name
-/// ([`params`]), so a launch's element type and its kernel agree by construction.
+/// An element type the kernels have a form for: its [`Ty`] picks the form ([`params`]), so the
+/// kernel a typed launch loads is the form of its element type (the buffers' types stay the
+/// caller's: [`Args::buf`] takes any).
 pub(super) trait Elem: CudaDType + DeviceRepr {
     const TY: Ty;
 }
@@ -58,13 +59,32 @@ impl<T> DeviceBuf for &mut CudaSlice<T> {}
 impl<T> DeviceBuf for &CudaView<'_, T> {}
 impl<T> DeviceBuf for &mut CudaViewMut<'_, T> {}
 
-impl<'a> Args<'a> {
-    /// The arguments of `list`'s kernel (of module `ptx`, loaded by the list's name), from its
-    /// parameter list, to be pushed into cudarc's `inner`.
-    pub(super) fn new(inner: LaunchArgs<'a>, ptx: &'static str, list: List<'a>) -> Self {
-        Args { inner, kernel: list.kernel, ptx, list: params::Cursor::new(list.params) }
+/// A kernel loaded by the name its list comes with ([`params`]), holding that list: a launch's
+/// arguments are made from it ([`Self::args`]), so the kernel that runs and the list pushed to
+/// it are one.
+pub(super) struct Loaded<'a> {
+    func: CudaFunction,
+    stream: Arc<CudaStream>,
+    ptx: &'static str,
+    list: List<'a>,
+}
+
+impl<'a> Loaded<'a> {
+    /// `list`'s kernel, from module `module` of PTX `ptx` (loaded once per device).
+    pub(super) fn new(dev: &CudaDevice, module: &str, ptx: &'static str, list: List<'a>) -> candle_core::Result<Self> {
+        let func = dev.get_or_load_custom_func(list.kernel, module, ptx)?.into_cuda_function();
+        // The device's one stream: the one candle's own launch builder uses.
+        Ok(Loaded { func, stream: dev.cuda_stream(), ptx, list })
     }
 
+    /// A launch's arguments, to be given their buffers by name.
+    pub(super) fn args(&self) -> Args<'_> {
+        let (kernel, list) = (self.list.kernel, params::Cursor::new(self.list.params));
+        Args { inner: self.stream.launch_builder(&self.func), kernel, ptx: self.ptx, list }
+    }
+}
+
+impl<'a> Args<'a> {
     /// Pushes the list's scalars up to its next buffer (or its end).
     fn scalars(&mut self) {
         for p in self.list.scalars() {
@@ -194,7 +214,7 @@ impl candle_core::InplaceOp1 for AdamW<'_> {
         }
         let dev = ps.device().clone();
         let k = params::adamw(n, self.lr, self.decay, &self.step);
-        let func = dev.get_or_load_custom_func(k.name, ADAMW_MODULE, ADAMW_PTX)?;
+        let kernel = Loaded::new(&dev, ADAMW_MODULE, ADAMW_PTX, k.list())?;
         let Some((a, b)) = pl.contiguous_offsets() else {
             candle_core::bail!("{name}: the parameter is not contiguous")
         };
@@ -206,7 +226,7 @@ impl candle_core::InplaceOp1 for AdamW<'_> {
             candle_core::bail!("{name}: gradient and moments must be on the parameter's GPU")
         };
         let (g, m, v) = (f32_view(name, gs, gl)?, f32_view(name, ms, ml)?, f32_view(name, vs, vl)?);
-        let mut args = Args::new(func.builder(), ADAMW_PTX, k.list());
+        let mut args = kernel.args();
         args.buf("p", &mut p).buf("g", &g).buf("m", &m).buf("v", &v);
         // SAFETY: the arguments are the kernel's list (src/gpu/adamw.cu): four pointers to n f32
         // values each (checked above), n, and eight f32 scalars. The kernel writes m and v
@@ -248,8 +268,8 @@ fn dropout_typed<T: Elem>(
     let mut out: CudaSlice<T> = unsafe { dev.alloc::<T>(n) }?;
     if n > 0 {
         let k = params::dropout(T::TY, n, seed, p, scale);
-        let func = dev.get_or_load_custom_func(k.name, "xsent_dropout", DROPOUT_PTX)?;
-        let mut args = Args::new(func.builder(), DROPOUT_PTX, k.list());
+        let kernel = Loaded::new(dev, "xsent_dropout", DROPOUT_PTX, k.list())?;
+        let mut args = kernel.args();
         args.buf("x", &x).buf("out", &mut out);
         // SAFETY: the arguments are the kernel's list (src/gpu/dropout.cu): an input and an
         // output of n values of T each, n, the seed, p and the scale.

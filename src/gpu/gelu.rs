@@ -6,7 +6,7 @@ use candle_core::cuda_backend::CudaStorage;
 use candle_core::{DType, Layout, Shape};
 use half::bf16;
 
-use super::{launch, params, view, Args, Elem};
+use super::{launch, params, view, Elem, Loaded};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/gelu.ptx"));
 const MODULE: &str = "xsent_gelu";
@@ -58,8 +58,8 @@ fn run<T: Elem>(op: &str, inputs: &[(&CudaStorage, &Layout)]) -> candle_core::Re
             backward = params::gelu_grad(T::TY, n);
             (backward.list(), "dx")
         };
-        let func = dev.get_or_load_custom_func(list.kernel, MODULE, PTX)?;
-        let mut args = Args::new(func.builder(), PTX, list);
+        let kernel = Loaded::new(dev, MODULE, PTX, list)?;
+        let mut args = kernel.args();
         for (v, name) in views.iter().zip(["x", "g"]) {
             args.buf(name, v);
         }

@@ -8,7 +8,7 @@ use candle_core::cuda_backend::CudaStorage;
 use candle_core::{DType, Layout, Shape};
 use half::bf16;
 
-use super::{launch, params, Args, Elem};
+use super::{launch, params, Elem, Loaded};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/heads.ptx"));
 const MODULE: &str = "xsent_heads";
@@ -58,8 +58,8 @@ fn run<T: Elem>(
         }
         let xv = xv.slice(from..to);
         let k = params::heads(T::TY, [b, heads, len, d], strides, merge, scale);
-        let func = dev.get_or_load_custom_func(k.name, MODULE, PTX)?;
-        let mut args = Args::new(func.builder(), PTX, k.list());
+        let kernel = Loaded::new(dev, MODULE, PTX, k.list())?;
+        let mut args = kernel.args();
         args.buf("x", &xv).buf("y", &mut out);
         // SAFETY: the arguments are `xsent_heads_{f32,bf16}`'s list (x, y, n, L, heads, d, the
         // four strides, merge, scaled, scale): the output of n = B·heads·L·d values of T; the input

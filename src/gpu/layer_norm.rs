@@ -7,7 +7,7 @@ use candle_core::cuda_backend::CudaStorage;
 use candle_core::{DType, Layout, Shape};
 use half::bf16;
 
-use super::{f32_view, launch, params, rows_and_width, view, Args, Elem};
+use super::{f32_view, launch, params, rows_and_width, view, Elem, Loaded};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/layer_norm.ptx"));
 const MODULE: &str = "xsent_layer_norm";
@@ -60,8 +60,8 @@ fn forward_typed<T: Elem>(
     let mut out = unsafe { dev.alloc::<T>(rows * n) }?;
     if rows > 0 {
         let k = params::layer_norm(T::TY, rows, n, eps);
-        let func = dev.get_or_load_custom_func(k.name, MODULE, PTX)?;
-        let mut args = Args::new(func.builder(), PTX, k.list());
+        let kernel = Loaded::new(dev, MODULE, PTX, k.list())?;
+        let mut args = kernel.args();
         args.buf("x", &xv).buf("w", &wv).buf("b", &bv).buf("y", &mut out);
         // SAFETY: the arguments match `xsent_layer_norm_{f32,bf16}`: x and out of rows·n values of
         // T, w and b of n f32 (checked by the caller), rows, n, eps.
@@ -105,8 +105,8 @@ fn grad_x_typed<T: Elem>(
     let mut out = unsafe { dev.alloc::<T>(rows * n) }?;
     if rows > 0 {
         let k = params::layer_norm_grad_x(T::TY, rows, n, eps);
-        let func = dev.get_or_load_custom_func(k.name, MODULE, PTX)?;
-        let mut args = Args::new(func.builder(), PTX, k.list());
+        let kernel = Loaded::new(dev, MODULE, PTX, k.list())?;
+        let mut args = kernel.args();
         args.buf("x", &xv).buf("w", &wv).buf("g", &gv).buf("dx", &mut out);
         // SAFETY: the arguments match `xsent_layer_norm_grad_x_{f32,bf16}`: x, g and dx of rows·n
         // values of T, w of n f32, rows, n, eps.
@@ -151,16 +151,16 @@ fn grad_wb_typed<T: Elem>(
     let mut out = unsafe { dev.alloc::<f32>(2 * n) }?;
     if rows > 0 {
         let k = params::layer_norm_g_xhat(T::TY, rows, n, eps);
-        let func = dev.get_or_load_custom_func(k.name, MODULE, PTX)?;
-        let mut args = Args::new(func.builder(), PTX, k.list());
+        let kernel = Loaded::new(dev, MODULE, PTX, k.list())?;
+        let mut args = kernel.args();
         args.buf("x", &xv).buf("g", &gv).buf("gxhat", &mut gxhat);
         // SAFETY: the arguments match `xsent_layer_norm_g_xhat_{f32,bf16}`: x and g of rows·n
         // values of T, gxhat of rows·n f32, rows, n, eps.
         unsafe { args.launch(launch::rows(OP, rows)?) }?;
     }
     let k = params::column_sums2(T::TY, rows, n);
-    let func = dev.get_or_load_custom_func(k.name, MODULE, PTX)?;
-    let mut args = Args::new(func.builder(), PTX, k.list());
+    let kernel = Loaded::new(dev, MODULE, PTX, k.list())?;
+    let mut args = kernel.args();
     args.buf("a", &gxhat).buf("b", &gv).buf("out", &mut out);
     // SAFETY: the arguments match `xsent_column_sums2_{f32,bf16}`: a (f32) and b (T) of rows·n,
     // out of 2·n f32, rows, n. With no rows the sums are zeros. `gxhat` is freed on the device's

@@ -8,7 +8,7 @@ use candle_core::cuda_backend::CudaStorage;
 use candle_core::{DType, Layout, Shape};
 use half::bf16;
 
-use super::{launch, params, rows_and_width, view, Args, Elem};
+use super::{launch, params, rows_and_width, view, Elem, Loaded};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/linear.ptx"));
 
@@ -53,8 +53,8 @@ fn column_sums_typed<T: Elem>(a: (&CudaStorage, &Layout)) -> candle_core::Result
     // SAFETY: the kernel writes every element.
     let mut out = unsafe { dev.alloc::<T>(n) }?;
     let k = params::column_sums(T::TY, rows, n);
-    let func = dev.get_or_load_custom_func(k.name, "xsent_linear", PTX)?;
-    let mut args = Args::new(func.builder(), PTX, k.list());
+    let kernel = Loaded::new(dev, "xsent_linear", PTX, k.list())?;
+    let mut args = kernel.args();
     args.buf("a", &av).buf("out", &mut out);
     // SAFETY: the arguments match `xsent_column_sums_{f32,bf16}`: a of rows·n values of T, out of
     // n, rows, n.

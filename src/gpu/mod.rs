@@ -1,5 +1,5 @@
 //! xsent's own CUDA kernels (built with `--features cuda`; [`launch`], their launch shapes, and
-//! [`params`], their parameter lists, in every build): the in-place AdamW update, the
+//! [`params`], their names and parameter lists, in every build): the in-place AdamW update, the
 //! counter-based dropout, and the GPU side of the training ops whose CPU kernels are in
 //! [`crate::model::kernels`] (LayerNorm, masked softmax, GELU, the linear layer, forward and
 //! backward, and attention's head split and merge: one file each here). Their sources are the `.cu` files beside this one (`math.cuh`: the CPU's erf and exp,
@@ -27,4 +27,4 @@ pub mod softmax;
 #[cfg(feature = "cuda")]
 pub use cuda::{adamw_update, dropout};
 #[cfg(feature = "cuda")]
-use cuda::{f32_view, rows_and_width, view, Args, Elem, ADAMW_MODULE, ADAMW_PTX};
+use cuda::{f32_view, rows_and_width, view, Elem, Loaded, ADAMW_MODULE, ADAMW_PTX};

@@ -5,7 +5,7 @@
 
 use super::launch::{chunked, chunks, lr_and_decay, table, CHUNK};
 use super::params::{self, AdamWStep};
-use super::{Args, ADAMW_MODULE, ADAMW_PTX};
+use super::{Loaded, ADAMW_MODULE, ADAMW_PTX};
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, DevicePtr};
 use candle_core::cuda_backend::CudaDevice;
 use candle_core::{DType, Storage, Tensor};
@@ -55,8 +55,8 @@ pub fn sum_of_squares(gs: &[&Tensor]) -> candle_core::Result<f64> {
     // SAFETY: every partial is written by the kernel (one block per chunk) before it is read.
     let mut partial: CudaSlice<f64> = unsafe { dev.alloc::<f64>(chunks.len()) }?;
     let k = params::sumsq_many(gs.len(), CHUNK);
-    let func = dev.get_or_load_custom_func(k.name, ADAMW_MODULE, ADAMW_PTX)?;
-    let mut args = Args::new(func.builder(), ADAMW_PTX, k.list());
+    let kernel = Loaded::new(&dev, ADAMW_MODULE, ADAMW_PTX, k.list())?;
+    let mut args = kernel.args();
     args.buf("table", &tab).buf("partial", &mut partial);
     // SAFETY: the arguments match xsent_sumsq_many_f32 (src/gpu/adamw.cu): the table of 2·T
     // values then 2 per chunk (built above from T tensors and their chunks), T, the chunk
@@ -118,8 +118,8 @@ pub fn adamw<'a>(updates: &[Update<'a>], step: &AdamWStep) -> candle_core::Resul
     let hyper: Vec<u64> = updates.iter().map(|u| lr_and_decay(u.lr, u.decay)).collect();
     let tab = dev.clone_htod(&table(&[p, g, m, v, n, hyper], &chunks))?;
     let k = params::adamw_many(updates.len(), CHUNK, step);
-    let func = dev.get_or_load_custom_func(k.name, ADAMW_MODULE, ADAMW_PTX)?;
-    let mut args = Args::new(func.builder(), ADAMW_PTX, k.list());
+    let kernel = Loaded::new(&dev, ADAMW_MODULE, ADAMW_PTX, k.list())?;
+    let mut args = kernel.args();
     args.buf("table", &tab);
     // SAFETY: the arguments match xsent_adamw_many_f32 (src/gpu/adamw.cu): the table of 6·T
     // values then 2 per chunk, T, the chunk length, and six f32 scalars. Each address is a live

@@ -1,13 +1,13 @@
 //! Each of xsent's CUDA kernels' parameter lists, in the kernel's order, with the kernel's names
 //! for them, and the kernel they belong to: one function per kernel (its f32 and bf16 forms
 //! share it and are chosen by a [`Ty`]), returning the kernel's name with the list built from
-//! the values a launch passes. The CUDA side launches from these (`Args::new` takes one, and the
-//! name it loads the kernel by comes from it too, so a call site cannot pair a list with another
-//! kernel), the CPU emulation of the kernels (tests/gpu_emulated.rs) runs the same, and a test
-//! here reads each kernel's signature in its `.cu` source and checks every list against it,
-//! name by name and type by type. So an argument in the wrong place, or a list given to the
-//! wrong kernel, is a test failure on any machine, where before only a GPU (wrong values) could
-//! show it: the PTX check at launch sees the types, not the order. Compiled in every build
+//! the values a launch passes. The CUDA side launches from these (`Loaded` loads the kernel by
+//! that name and makes the launch's arguments from the list it holds, so a call site cannot pair
+//! a list with another kernel), the CPU emulation of the kernels (tests/gpu_emulated.rs) runs the
+//! same, and a test here reads each kernel's signature in its `.cu` source and checks every list
+//! against it, name by name and type by type. So an argument in the wrong place, or a list given
+//! to the wrong kernel, is a test failure on any machine, where before only a GPU (wrong values)
+//! could show it: the PTX check at launch sees the types, not the order. Compiled in every build
 //! (plain data).
 
 /// The element type of a kernel's f32 or bf16 form: the suffix of its name.
@@ -416,6 +416,26 @@ mod tests {
             assert_eq!(&named(list), want, "{kernel} (from `{f}`): the list (left) against the .cu signature (right)");
         }
         assert_eq!(calls.len(), declared.len(), "a list names a kernel the .cu files do not declare");
+    }
+
+    /// The table above calls every function here that returns a kernel (a new one left out of it
+    /// would go unchecked).
+    #[test]
+    fn every_kernels_function_is_called_above() {
+        let src = include_str!("params.rs");
+        let code = &src[..src.find("#[cfg(test)]").expect("the tests' start")];
+        let mut functions: Vec<&str> = code
+            .split("pub fn ")
+            .skip(1)
+            .filter(|f| f[..f.find('{').unwrap_or(f.len())].contains("-> Kernel<"))
+            .map(|f| &f[..f.find('(').expect("a parameter list")])
+            .collect();
+        let mut called: Vec<&str> = calls().iter().map(|c| c.0).collect();
+        functions.sort_unstable();
+        called.sort_unstable();
+        called.dedup();
+        assert_eq!(functions.len(), 15, "{functions:?}");
+        assert_eq!(called, functions, "functions called by `calls` (left) against those in params.rs (right)");
     }
 
     /// `params::f(Ty::Bf16, …)` is `xsent_f_bf16`'s list, and so on (the emulated tests' check

@@ -7,7 +7,7 @@ use candle_core::cuda_backend::CudaStorage;
 use candle_core::{DType, Layout, Shape};
 use half::bf16;
 
-use super::{f32_view, launch, params, rows_and_width, view, Args, Elem};
+use super::{f32_view, launch, params, rows_and_width, view, Elem, Loaded};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/softmax.ptx"));
 const MODULE: &str = "xsent_softmax";
@@ -36,8 +36,8 @@ fn masked_typed<T: Elem>(
     let mut out = unsafe { dev.alloc::<T>(rows * lk) }?;
     if rows > 0 {
         let k = params::masked_softmax(T::TY, rows, lk, per_bias);
-        let func = dev.get_or_load_custom_func(k.name, MODULE, PTX)?;
-        let mut args = Args::new(func.builder(), PTX, k.list());
+        let kernel = Loaded::new(dev, MODULE, PTX, k.list())?;
+        let mut args = kernel.args();
         args.buf("x", &sv).buf("bias", &bv).buf("y", &mut out);
         // SAFETY: the arguments match `xsent_masked_softmax_{f32,bf16}`: scores and out of rows·lk
         // values of T, the bias of B·lk f32 (row r reads bias row r / (H·Lq) < B), rows, lk, H·Lq.
@@ -60,8 +60,8 @@ pub fn backward(y: (&CudaStorage, &Layout), g: (&CudaStorage, &Layout)) -> candl
     let mut out = unsafe { dev.alloc::<f32>(rows * n) }?;
     if rows > 0 {
         let k = params::softmax_grad(rows, n);
-        let func = dev.get_or_load_custom_func(k.name, MODULE, PTX)?;
-        let mut args = Args::new(func.builder(), PTX, k.list());
+        let kernel = Loaded::new(dev, MODULE, PTX, k.list())?;
+        let mut args = kernel.args();
         args.buf("y", &yv).buf("g", &gv).buf("dx", &mut out);
         // SAFETY: the arguments match `xsent_softmax_grad_f32`: y, g and out of rows·n f32, rows, n.
         unsafe { args.launch(launch::rows(OP, rows)?) }?;
@@ -88,8 +88,8 @@ pub fn backward_bf16(
     let mut out = unsafe { dev.alloc::<bf16>(rows * lk) }?;
     if rows > 0 {
         let k = params::masked_softmax_grad(rows, lk, per_bias);
-        let func = dev.get_or_load_custom_func(k.name, MODULE, PTX)?;
-        let mut args = Args::new(func.builder(), PTX, k.list());
+        let kernel = Loaded::new(dev, MODULE, PTX, k.list())?;
+        let mut args = kernel.args();
         args.buf("x", &xv).buf("bias", &bv).buf("g", &gv).buf("dx", &mut out);
         // SAFETY: the arguments match `xsent_masked_softmax_grad_bf16`: x, g and dx of rows·lk
         // bf16, the bias of B·lk f32 (row r reads bias row r / (H·Lq) < B), rows, lk, H·Lq.
