@@ -2,7 +2,7 @@
 //! scripts/gpu-check.sh): the encoder's inference and training passes on the tiny fixtures,
 //! the lightweight losses on column slices (the step that failed with "matmul is only supported
 //! for contiguous tensors"), the device's settings (no events per buffer, a pool that keeps
-//! freed memory), the in-place AdamW kernel and its one-launch form over many tensors, the counter-based dropout, the exact kNN,
+//! freed memory), the in-place AdamW kernel (and its refusal of tensors on another device) and its one-launch form over many tensors, the counter-based dropout, the exact kNN,
 //! sp's averaging, the one-op LayerNorm and softmax of training, the CUDA side of training's
 //! LayerNorm, linear layer, softmax and GELU, attention's head split and merge, bf16 LayerNorm and softmax, and bf16 training. Without a GPU every test fails, saying so.
 #![cfg(feature = "cuda")]
@@ -211,6 +211,29 @@ fn adamw_kernel_equals_the_cpu_kernel_bit_for_bit() {
     for (a, b) in nc.iter().zip(&ng) {
         assert!((a - b).abs() < 1e-5 * a, "gradient norms {nc:?} vs {ng:?}");
     }
+}
+
+/// The one-tensor AdamW refuses a gradient or moment that is not on the parameter's GPU (its op
+/// sees their storages only; an address of another device would reach the kernel) and leaves
+/// the parameter as it was.
+#[test]
+fn adamw_refuses_a_gradient_or_moment_off_the_parameters_gpu() {
+    use xsent::gpu::params::AdamWStep;
+    let dev = gpu();
+    let p = Tensor::ones(8, DType::F32, &dev).unwrap();
+    let here = Tensor::ones(8, DType::F32, &dev).unwrap();
+    let cpu = Tensor::ones(8, DType::F32, &Device::Cpu).unwrap();
+    let step = AdamWStep { b1: 0.9, b2: 0.999, bc1: 0.1, bc2: 0.001, eps: 1e-8, grad_scale: 1.0 };
+    for (what, g, m, v) in
+        [("gradient", &cpu, &here, &here), ("first moment", &here, &cpu, &here), ("second moment", &here, &here, &cpu)]
+    {
+        let err = xsent::gpu::adamw_update(&p, g, m, v, 0.1, 0.0, &step).expect_err(what).to_string();
+        assert!(err.contains("must be on the parameter's GPU"), "{what}: {err}");
+    }
+    assert_eq!(p.to_vec1::<f32>().unwrap(), vec![1.0; 8], "the parameter changed");
+    xsent::gpu::adamw_update(&p, &here, &here.zeros_like().unwrap(), &here.zeros_like().unwrap(), 0.1, 0.0, &step)
+        .expect("all on one GPU");
+    assert_ne!(p.to_vec1::<f32>().unwrap(), vec![1.0; 8], "the update did not run");
 }
 
 /// The optimiser's one-launch passes (src/gpu/optim.rs) against its one-kernel-per-parameter

@@ -175,6 +175,11 @@ pub fn adamw_update(
     decay: f32,
     step: &params::AdamWStep,
 ) -> candle_core::Result<()> {
+    // The op sees only the other tensors' storages: one on another GPU would hand that GPU's
+    // addresses to this one's kernel (as `optim::adamw` checks for many tensors).
+    if ![g, m, v].iter().all(|t| t.device().same_device(p.device())) {
+        candle_core::bail!("xsent-adamw-cuda: the gradient and moments must be on the parameter's GPU");
+    }
     p.inplace_op1(&AdamW { g, m, v, lr, decay, step: *step })
 }
 
@@ -223,7 +228,7 @@ impl candle_core::InplaceOp1 for AdamW<'_> {
         let (ms, ml) = self.m.storage_and_layout();
         let (vs, vl) = self.v.storage_and_layout();
         let (Storage::Cuda(gs), Storage::Cuda(ms), Storage::Cuda(vs)) = (&*gs, &*ms, &*vs) else {
-            candle_core::bail!("{name}: gradient and moments must be on the parameter's GPU")
+            candle_core::bail!("{name}: gradient and moments must be on a GPU")
         };
         let (g, m, v) = (f32_view(name, gs, gl)?, f32_view(name, ms, ml)?, f32_view(name, vs, vl)?);
         let mut args = kernel.args();
