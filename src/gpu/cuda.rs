@@ -228,7 +228,7 @@ impl candle_core::InplaceOp1 for AdamW<'_> {
         let (ms, ml) = self.m.storage_and_layout();
         let (vs, vl) = self.v.storage_and_layout();
         let (Storage::Cuda(gs), Storage::Cuda(ms), Storage::Cuda(vs)) = (&*gs, &*ms, &*vs) else {
-            candle_core::bail!("{name}: gradient and moments must be on a GPU")
+            candle_core::bail!("{name}: gradient and moments must be on the parameter's GPU")
         };
         let (g, m, v) = (f32_view(name, gs, gl)?, f32_view(name, ms, ml)?, f32_view(name, vs, vl)?);
         let mut args = kernel.args();
