@@ -155,11 +155,7 @@ pub(super) fn view<'a, T: CudaDType>(op: &str, s: &'a CudaStorage, l: &Layout) -
 
 /// The last dimension of `l` and the number of rows before it (`[…, n]` read as `[rows, n]`).
 pub(super) fn rows_and_width(op: &str, l: &Layout) -> candle_core::Result<(usize, usize)> {
-    let n = *l.dims().last().unwrap_or(&1);
-    // The kernels index a row's columns (and the column sums' outputs) in 32 bits.
-    if n == 0 || n > i32::MAX as usize / 2 {
-        candle_core::bail!("{op}: rows of {n} values");
-    }
+    let n = super::launch::row_width(op, *l.dims().last().unwrap_or(&1))?;
     Ok((l.shape().elem_count() / n, n))
 }
 

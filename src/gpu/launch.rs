@@ -31,8 +31,21 @@ pub fn rows(op: &str, rows: usize) -> candle_core::Result<Grid> {
     Ok(Grid { blocks: (blocks as u32, 1, 1), threads: (32, ROWS_PER_BLOCK as u32, 1) })
 }
 
+/// The widest row a row or column kernel takes: they index a row's columns (and the column
+/// sums' outputs, the softmax's keys) in 32 bits.
+pub const MAX_ROW: usize = i32::MAX as usize / 2;
+
+/// `n` values per row, or an error that names the op when no row kernel takes them (none, or more
+/// than [`MAX_ROW`]).
+pub fn row_width(op: &str, n: usize) -> candle_core::Result<usize> {
+    if n == 0 || n > MAX_ROW {
+        candle_core::bail!("{op}: rows of {n} values (a kernel takes 1 to {MAX_ROW})");
+    }
+    Ok(n)
+}
+
 /// A launch of a column-sum kernel over `n` columns: blocks of 32 × 32 threads, block x taking
-/// columns 32x … 32x + 31 (`n` is at most `i32::MAX / 2`: `rows_and_width` checks it).
+/// columns 32x … 32x + 31 (`n` is at most [`MAX_ROW`]: `rows_and_width` checks it).
 pub fn column_sums(n: usize) -> Grid {
     Grid { blocks: (n.div_ceil(32).max(1) as u32, 1, 1), threads: (32, 32, 1) }
 }
@@ -204,6 +217,17 @@ mod tests {
         assert!(softmax_shapes("t", &[3, 5, 7], &[3, 1, 1, 7]).unwrap_err().to_string().contains("rank 4"));
         assert_eq!(softmax_dims(&[2, 3, 5, 7], &[2, 1, 5, 7]), None);
         assert!(softmax_shapes("t", &[2, 3, 5, 7], &[1, 1, 1, 7]).is_err());
+    }
+
+    /// Widths the kernels' 32-bit column index cannot hold are refused, with the op's name.
+    #[test]
+    fn row_widths_are_bounded() {
+        assert_eq!(row_width("t", 1).unwrap(), 1);
+        assert_eq!(row_width("t", MAX_ROW).unwrap(), MAX_ROW);
+        for n in [0, MAX_ROW + 1, u32::MAX as usize + 7] {
+            let err = row_width("xsent-op", n).unwrap_err().to_string();
+            assert!(err.contains("xsent-op") && err.contains(&format!("rows of {n} values")), "{err}");
+        }
     }
 
     /// Two entries as nvcc 13.0 writes them (src/gpu/adamw.cu and a made-up one with every type).

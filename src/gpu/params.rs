@@ -146,8 +146,8 @@ fn u64(name: &'static str, v: usize) -> Param {
     Param { name, value: Value::U64(v as u64) }
 }
 
-/// A 32-bit count: the callers check that it fits (`rows_and_width`: a row is at most
-/// `i32::MAX / 2` wide; head strides and the like are 64-bit).
+/// A 32-bit count: the callers check that it fits (`launch::row_width`: a row, or a softmax's
+/// keys, at most `launch::MAX_ROW`; head strides and the like are 64-bit).
 fn u32(name: &'static str, v: usize) -> Param {
     Param { name, value: Value::U32(v as u32) }
 }

@@ -30,6 +30,10 @@ fn masked_typed<T: Elem>(
 ) -> candle_core::Result<CudaStorage> {
     const OP: &str = "xsent-masked-softmax-cuda";
     let (rows, lk, per_bias) = launch::softmax_shapes(OP, s.1.dims(), bias.1.dims())?;
+    // The kernel counts a row's keys in 32 bits (no keys: no rows, nothing launched).
+    if rows > 0 {
+        launch::row_width(OP, lk)?;
+    }
     let (sv, bv) = (view::<T>(OP, s.0, s.1)?, f32_view(OP, bias.0, bias.1)?);
     let dev = s.0.device();
     // SAFETY: the kernel writes every element.
@@ -81,6 +85,9 @@ pub fn backward_bf16(
     let (rows, lk, per_bias) = launch::softmax_shapes(OP, x.1.dims(), bias.1.dims())?;
     if g.1.dims() != x.1.dims() {
         candle_core::bail!("{OP}: a gradient of shape {:?} for scores of {:?}", g.1.dims(), x.1.dims());
+    }
+    if rows > 0 {
+        launch::row_width(OP, lk)?;
     }
     let (xv, bv, gv) = (view::<bf16>(OP, x.0, x.1)?, f32_view(OP, bias.0, bias.1)?, view::<bf16>(OP, g.0, g.1)?);
     let dev = x.0.device();
