@@ -12,6 +12,16 @@ use super::{f32_view, launch, params, rows_and_width, view, Elem, Loaded};
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/softmax.ptx"));
 const MODULE: &str = "xsent_softmax";
 
+/// [`launch::softmax_shapes`] for these kernels, which count a row's keys in 32 bits (no keys:
+/// no rows, nothing launched).
+fn shapes(op: &str, scores: &Layout, bias: &Layout) -> candle_core::Result<(usize, usize, usize)> {
+    let (rows, lk, per_bias) = launch::softmax_shapes(op, scores.dims(), bias.dims())?;
+    if rows > 0 {
+        launch::row_width(op, lk)?;
+    }
+    Ok((rows, lk, per_bias))
+}
+
 /// `softmax(scores + bias)` over the last dimension: `scores` `[B, H, Lq, Lk]` (f32 or bf16; the
 /// output in its dtype), `bias` `[B, 1, 1, Lk]` (f32), both contiguous.
 pub fn masked(s: (&CudaStorage, &Layout), bias: (&CudaStorage, &Layout)) -> candle_core::Result<(CudaStorage, Shape)> {
@@ -29,11 +39,7 @@ fn masked_typed<T: Elem>(
     bias: (&CudaStorage, &Layout),
 ) -> candle_core::Result<CudaStorage> {
     const OP: &str = "xsent-masked-softmax-cuda";
-    let (rows, lk, per_bias) = launch::softmax_shapes(OP, s.1.dims(), bias.1.dims())?;
-    // The kernel counts a row's keys in 32 bits (no keys: no rows, nothing launched).
-    if rows > 0 {
-        launch::row_width(OP, lk)?;
-    }
+    let (rows, lk, per_bias) = shapes(OP, s.1, bias.1)?;
     let (sv, bv) = (view::<T>(OP, s.0, s.1)?, f32_view(OP, bias.0, bias.1)?);
     let dev = s.0.device();
     // SAFETY: the kernel writes every element.
@@ -82,12 +88,9 @@ pub fn backward_bf16(
     g: (&CudaStorage, &Layout),
 ) -> candle_core::Result<(CudaStorage, Shape)> {
     const OP: &str = "xsent-masked-softmax-grad-bf16-cuda";
-    let (rows, lk, per_bias) = launch::softmax_shapes(OP, x.1.dims(), bias.1.dims())?;
+    let (rows, lk, per_bias) = shapes(OP, x.1, bias.1)?;
     if g.1.dims() != x.1.dims() {
         candle_core::bail!("{OP}: a gradient of shape {:?} for scores of {:?}", g.1.dims(), x.1.dims());
-    }
-    if rows > 0 {
-        launch::row_width(OP, lk)?;
     }
     let (xv, bv, gv) = (view::<bf16>(OP, x.0, x.1)?, f32_view(OP, bias.0, bias.1)?, view::<bf16>(OP, g.0, g.1)?);
     let dev = x.0.device();
