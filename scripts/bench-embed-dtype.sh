@@ -12,7 +12,8 @@
 # (scripts/bench_embed_ort.py). xsent sent/s exclude model loading (wall time for 2,000 lines
 # minus wall time for 1 line), as torch and ORT are timed after loading.
 #
-# Environment: as scripts/bench-embed.sh (XSENT_BIN, XSENT_MODELS, XSENT_DATA, XSENT_CACHE).
+# Environment: as scripts/bench-embed.sh (XSENT_BIN, XSENT_MODELS, XSENT_DATA, XSENT_CACHE);
+# BENCH_MIN_COS: exit 2 if xsent f32's min cosine to torch f32 is below this (default 0.999).
 set -euo pipefail
 # shellcheck source=lib/bench-common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib/bench-common.sh"
@@ -77,6 +78,8 @@ print(f"{c.min():.4f} {c.mean():.4f}")
 PY
 }
 
+min_cos_ok="${BENCH_MIN_COS:-0.999}"
+status=0
 rows=()
 for k in "${keys[@]}"; do
     name="$(model_name "$k")"; dir="$models/$name"; prefix="$(model_prefix "$k")"; maxlen="$(model_maxlen "$k")"
@@ -103,7 +106,15 @@ for k in "${keys[@]}"; do
         s="${sps[$dt]}"
         cos="-"
         [ "$dt" != f32 ] && cos="$(cosines "$work/$k.xsent.$dt.f32" "$work/$k.xsent.f32.f32") (vs xsent f32)"
-        [ "$dt" = f32 ] && cos="$(cosines "$work/$k.xsent.f32.f32" "$work/$k.torch.npy") (vs torch f32)"
+        if [ "$dt" = f32 ]; then
+            cos="$(cosines "$work/$k.xsent.f32.f32" "$work/$k.torch.npy") (vs torch f32)"
+            # The two f32 engines must embed the same text the same way, or the ratios compare
+            # different work (as when a prompt was applied twice on the torch side).
+            if awk -v a="${cos%% *}" -v b="$min_cos_ok" 'BEGIN { exit !(a < b) }'; then
+                cos="$cos  <-- below $min_cos_ok: the engines did not embed the same thing"
+                status=2
+            fi
+        fi
         rows+=("$(printf '%-22s | %-12s | %9.1f | %6.2f | %6.2f | %s' "$name" "xsent $dt" "$s" "$(awk -v a="$s" -v b="$torch" 'BEGIN { print a / b }')" "$(awk -v a="$s" -v b="$ort" 'BEGIN { print a / b }')" "$cos")")
     done
     unset sps
@@ -115,3 +126,4 @@ echo "load average: $(bench_load); $n sentences (tatoeba.deu-eng), batch $batch,
 printf '%-22s | %-12s | %9s | %6s | %6s | %s\n' model engine sent/s "/torch" "/ORT8" "cosine min mean"
 printf -- '-----------------------+--------------+-----------+--------+--------+----------------\n'
 printf '%s\n' "${rows[@]}"
+exit "$status"

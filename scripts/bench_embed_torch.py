@@ -18,7 +18,9 @@ Subcommands (run by bench-embed.sh; usable by hand too):
       Encodes every line of FILE with SentenceTransformer(DIR, device="cpu"),
       after one warm-up encode of a few sentences; the timing covers the
       encode call only (model load excluded).  Saves the L2-normalised vectors
-      (N x dim, float32, input order) and prints one JSON line.
+      (N x dim, float32, input order) and prints one JSON line.  P is passed
+      as sentence-transformers' prompt: it replaces the model's default
+      prompt, as xsent's --prefix does ("" = no prompt at all).
 
   cpu-check [--procs 2]
       Runs the same busy loop in 1 process, then in 2 at once, and prints how
@@ -215,7 +217,9 @@ def bench(a):
 
     transformers.utils.logging.disable_progress_bar()
     torch.set_num_threads(a.threads)
-    sents = [a.prefix + s for s in read_lines(a.input)]
+    # The prefix goes in as sentence-transformers' `prompt`, which replaces the model's default
+    # prompt (e5's setup.sh dir has "query: " as its default): prepended by hand, it was doubled.
+    sents = read_lines(a.input)
     t0 = time.perf_counter()
     model = SentenceTransformer(a.model, device="cpu")
     tokenizer_note = "from tokenizer_config.json"
@@ -226,7 +230,7 @@ def bench(a):
     load_s = time.perf_counter() - t0
 
     def encode(xs):
-        return model.encode(xs, batch_size=a.batch_size, convert_to_numpy=True,
+        return model.encode(xs, prompt=a.prefix, batch_size=a.batch_size, convert_to_numpy=True,
                             normalize_embeddings=True, show_progress_bar=False)
 
     encode(sents[:8])  # warm-up
@@ -243,7 +247,8 @@ def bench(a):
         "sentence_transformers": __import__("sentence_transformers").__version__,
         "threads": torch.get_num_threads(), "n": len(sents), "dim": int(vecs.shape[1]),
         "max_seq_length": model.max_seq_length, "batch_size": a.batch_size,
-        "tokenizer": tokenizer_note,
+        "tokenizer": tokenizer_note, "prompt": a.prefix,
+        "default_prompt_replaced": model.default_prompt_name,
         "load_s": round(load_s, 3), "encode_s": round(best, 4),
         "sent_per_s": round(len(sents) / best, 2),
     }))
