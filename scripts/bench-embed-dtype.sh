@@ -78,7 +78,6 @@ print(f"{c.min():.4f} {c.mean():.4f}")
 PY
 }
 
-min_cos_ok="${BENCH_MIN_COS:-0.999}"
 status=0
 rows=()
 for k in "${keys[@]}"; do
@@ -110,8 +109,8 @@ for k in "${keys[@]}"; do
             cos="$(cosines "$work/$k.xsent.f32.f32" "$work/$k.torch.npy") (vs torch f32)"
             # The two f32 engines must embed the same text the same way, or the ratios compare
             # different work (as when a prompt was applied twice on the torch side).
-            if awk -v a="${cos%% *}" -v b="$min_cos_ok" 'BEGIN { exit !(a < b) }'; then
-                cos="$cos  <-- below $min_cos_ok: the engines did not embed the same thing"
+            if bench_cos_below "${cos%% *}"; then
+                cos="$cos  <-- below $bench_min_cos: the engines did not embed the same thing"
                 status=2
             fi
         fi

@@ -64,7 +64,6 @@ batch=64
 per_lang=1000
 torch_version="${BENCH_TORCH_VERSION:-2.15.0}"
 st_version="${BENCH_ST_VERSION:-6.2.0}"
-min_cos_ok="${BENCH_MIN_COS:-0.999}"
 # Both engines get the same thread limits.
 bench_threads 2
 
@@ -120,8 +119,8 @@ for k in "${keys[@]}"; do
         whole = n / ta; d = ta - t1; excl = (d > 0) ? (n - 1) / d : 0; c = (c1 < c2) ? c1 : c2
         printf "%-22s | %10.1f | %10.1f | %10.1f | %7.2f | %7.2f | %.7f | %5.2f%s", name, whole, excl, ts,
             whole / ts, excl / ts, mc, c, (c < 1.8) ? "  <-- fewer than 2 cores free" : "" }')"
-    if awk -v a="$min_cos" -v b="$min_cos_ok" 'BEGIN { exit !(a < b) }'; then
-        row="$row  <-- below $min_cos_ok"
+    if bench_cos_below "$min_cos"; then
+        row="$row  <-- below $bench_min_cos"
         status=2
     fi
     rows+=("$row")

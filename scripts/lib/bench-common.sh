@@ -13,6 +13,9 @@
 #   bench_json_field JSON KEY  one field of a JSON object (python3: no jq on every machine)
 #   bench_machine              "CPU: model; flags: …" (the flags that decide the kernels)
 #   bench_load                 the load average (1, 5, 15 minutes)
+#   bench_cos_below MIN        true when MIN, two engines' lowest cosine for one sentence, is
+#                              below $bench_min_cos (BENCH_MIN_COS, default 0.999): they did not
+#                              embed the same text the same way
 #   model_name / model_prefix / model_maxlen KEY   the benchmark models (e5, minilm)
 #
 # One place for these keeps the scripts' flags, defaults and reports the same; each script keeps
@@ -109,3 +112,6 @@ bench_machine() {
 }
 
 bench_load() { cut -d' ' -f1-3 /proc/loadavg; }
+
+bench_min_cos="${BENCH_MIN_COS:-0.999}"
+bench_cos_below() { awk -v a="$1" -v b="$bench_min_cos" 'BEGIN { exit !(a < b) }'; }
