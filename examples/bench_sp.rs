@@ -30,21 +30,26 @@ fn main() -> anyhow::Result<()> {
     anyhow::ensure!(args.len() >= 3, "usage: bench_sp MODEL_DIR SENTENCES_FILE [N] [ROUNDS]");
     let n: usize = args.get(3).map_or(Ok(128_000), |s| s.parse())?;
     let rounds: usize = args.get(4).map_or(Ok(5), |s| s.parse())?;
-    let model = AveragingModel::load(std::path::Path::new(&args[1]), true, None)?;
+    let model = AveragingModel::load(
+        std::path::Path::new(&args[1]),
+        true,
+        None,
+        xsent::model::sentence::DEFAULT_MAX_TEXT_BYTES,
+    )?;
     let lines = xsent::data::read_lines(std::path::Path::new(&args[2]))?;
     let lines: Vec<&str> = lines.iter().filter(|l| !l.trim().is_empty()).map(String::as_str).collect();
     anyhow::ensure!(!lines.is_empty(), "{} has no sentences", args[2]);
     let texts: Vec<&str> = lines.iter().cycle().take(n).copied().collect();
     let dim = model.meta.dim;
 
-    let (tok_s, ids) = best(rounds, || model.segmenter.ids_batch(&texts));
-    let ids = ids?;
+    let (tok_s, ids) = best(rounds, || model.segmenter.ids_batch(&texts, model.max_text_bytes));
+    let (ids, _) = ids?;
     let (flat, off) = flatten(&ids);
     let units = flat.len();
     let (ids_s, out) = best(rounds, || embed_ids_flat(&model.table, dim, &flat, &off, false));
     anyhow::ensure!(out?.len() == n * dim);
     let (e2e_s, out) = best(rounds, || model.embed_flat(&texts));
-    anyhow::ensure!(out?.len() == n * dim);
+    anyhow::ensure!(out?.0.len() == n * dim);
 
     println!(
         "model {} ({} units, vocabulary {}, dim {dim}); {n} sentences, {:.1} units per sentence; threads {}; best of {rounds}",

@@ -145,6 +145,16 @@ fn averaging_model_save_load_embed() {
         for (a, b) in lines[0].iter().zip(&expected[0]) {
             assert!((a - b).abs() < 1e-6);
         }
+        // A text longer than max_text_bytes (--max-line-bytes) is averaged over its first
+        // max_text_bytes bytes, cut at a character boundary, and counts as truncated: the cut
+        // bounds the memory tokenising takes.
+        let opts = xsent::model::LoadOptions { max_text_bytes: 21, ..Default::default() };
+        let capped = xsent::model::load_embedder(d.to_str().unwrap(), &opts, None).unwrap();
+        let long = "house1 house2 haus3 house4 haus5 house6";
+        let wide = "éééééééééééééééé"; // 2 bytes each: byte 21 falls inside a character
+        let e = capped.embed_checked(&[long, wide, "house1"], 2).unwrap();
+        assert_eq!(e.truncated, [true, true, false], "{units}");
+        assert_eq!(e.rows, m.embed(&[&long[..21], &wide[..20], "house1"], 2).unwrap(), "{units}");
     }
     // A damaged model directory: the error names the file.
     let d = dir.path().join("sp");

@@ -31,7 +31,7 @@ pub fn load_embedder(spec: &str, opts: &LoadOptions, head: Option<&str>) -> Resu
             if opts.dtype.is_some_and(|d| d != super::quant::Dtype::F32) {
                 bail!("{spec} is an averaging model (mean of unit embeddings, no linear layers): --dtype does not apply to it");
             }
-            Ok(Box::new(super::AveragingModel::load(Path::new(spec), opts.normalize.unwrap_or(true), opts.prefix.as_deref())?))
+            Ok(Box::new(super::AveragingModel::load(Path::new(spec), opts.normalize.unwrap_or(true), opts.prefix.as_deref(), opts.max_text_bytes)?))
         }
         Some(other) => bail!(
             "{spec}/xsent.json names model kind {other:?}, which this xsent does not know (a newer xsent may have written it)"

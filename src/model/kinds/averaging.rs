@@ -128,15 +128,35 @@ impl Segmenter {
         Ok(out)
     }
 
-    /// Unit ids of many texts, on [`crate::threads::threads`] workers.
-    pub fn ids_batch<S: AsRef<str> + Sync>(&self, texts: &[S]) -> Result<Vec<Vec<u32>>> {
-        let chunks =
-            par_chunks(texts.len(), |range| range.map(|i| self.ids(texts[i].as_ref())).collect::<Result<Vec<_>>>());
-        let mut out = Vec::with_capacity(texts.len());
+    /// Unit ids of many texts, on [`crate::threads::threads`] workers, each text cut first at
+    /// `max_bytes` bytes (at a character boundary), and which texts were cut. An averaging model
+    /// has no token limit: the cut is what bounds the memory tokenising takes (about 85 bytes
+    /// per byte of text), as `--max-line-bytes` does for the transformer models.
+    pub fn ids_batch<S: AsRef<str> + Sync>(&self, texts: &[S], max_bytes: usize) -> Result<(Vec<Vec<u32>>, Vec<bool>)> {
+        let head = |t: &str| -> (usize, bool) {
+            if t.len() <= max_bytes {
+                (t.len(), false)
+            } else {
+                (t.floor_char_boundary(max_bytes), true)
+            }
+        };
+        let chunks = par_chunks(texts.len(), |range| {
+            range
+                .map(|i| {
+                    let t = texts[i].as_ref();
+                    let (end, cut) = head(t);
+                    Ok((self.ids(&t[..end])?, cut))
+                })
+                .collect::<Result<Vec<_>>>()
+        });
+        let (mut out, mut cut) = (Vec::with_capacity(texts.len()), Vec::with_capacity(texts.len()));
         for c in chunks {
-            out.extend(c?);
+            for (ids, was_cut) in c? {
+                out.push(ids);
+                cut.push(was_cut);
+            }
         }
-        Ok(out)
+        Ok((out, cut))
     }
 
     /// Write the vocabulary file into `dir`.
@@ -287,6 +307,9 @@ pub struct AveragingModel {
     pub table: Vec<f32>,
     pub normalize: bool,
     pub prefix: String,
+    /// Bytes of a text (its prefix included) averaged at most: a longer one is cut there first
+    /// and counts as truncated (`--max-line-bytes`, [`crate::model::sentence::DEFAULT_MAX_TEXT_BYTES`]).
+    pub max_text_bytes: usize,
 }
 
 impl AveragingModel {
@@ -348,7 +371,7 @@ impl AveragingModel {
     }
 
     /// Load a model directory written by [`save_parts`](Self::save_parts).
-    pub fn load(dir: &Path, normalize: bool, prefix: Option<&str>) -> Result<Self> {
+    pub fn load(dir: &Path, normalize: bool, prefix: Option<&str>, max_text_bytes: usize) -> Result<Self> {
         let mp = dir.join("xsent.json");
         let meta: Meta = serde_json::from_str(
             &std::fs::read_to_string(&mp).with_context(|| format!("cannot read {}", mp.display()))?,
@@ -375,19 +398,21 @@ impl AveragingModel {
             );
         }
         let table: Vec<f32> = t.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?;
-        Ok(Self { meta, segmenter, table, normalize, prefix: prefix.unwrap_or("").to_string() })
+        let max_text_bytes = max_text_bytes.max(1);
+        Ok(Self { meta, segmenter, table, normalize, prefix: prefix.unwrap_or("").to_string(), max_text_bytes })
     }
 
-    /// Sentence vectors of texts, flattened `[n, dim]`.
-    pub fn embed_flat(&self, texts: &[&str]) -> Result<Vec<f32>> {
-        let ids = if self.prefix.is_empty() {
-            self.segmenter.ids_batch(texts)?
+    /// Sentence vectors of texts, flattened `[n, dim]`, and which texts were cut at
+    /// `max_text_bytes`.
+    pub fn embed_flat(&self, texts: &[&str]) -> Result<(Vec<f32>, Vec<bool>)> {
+        let (ids, cut) = if self.prefix.is_empty() {
+            self.segmenter.ids_batch(texts, self.max_text_bytes)?
         } else {
             let with: Vec<String> = texts.iter().map(|t| format!("{}{t}", self.prefix)).collect();
-            self.segmenter.ids_batch(&with)?
+            self.segmenter.ids_batch(&with, self.max_text_bytes)?
         };
         let (flat, off) = flatten(&ids);
-        embed_ids_flat(&self.table, self.meta.dim, &flat, &off, self.normalize)
+        Ok((embed_ids_flat(&self.table, self.meta.dim, &flat, &off, self.normalize)?, cut))
     }
 }
 
@@ -397,11 +422,8 @@ impl Embedder for AveragingModel {
     }
 
     fn embed_checked(&self, texts: &[&str], _batch_size: usize) -> Result<Embedded> {
-        let flat = self.embed_flat(texts)?;
-        Ok(Embedded {
-            rows: flat.chunks(self.meta.dim).map(<[f32]>::to_vec).collect(),
-            truncated: vec![false; texts.len()],
-        })
+        let (flat, truncated) = self.embed_flat(texts)?;
+        Ok(Embedded { rows: flat.chunks(self.meta.dim).map(<[f32]>::to_vec).collect(), truncated })
     }
 
     fn prefix(&self) -> &str {

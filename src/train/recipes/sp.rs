@@ -20,6 +20,7 @@
 use crate::index::knn::{translation_accuracy, Matrix};
 use crate::model::encoder::Rng;
 use crate::model::kinds::averaging::{embed_ids_flat, flatten, AveragingModel, Segmenter};
+use crate::model::sentence::DEFAULT_MAX_TEXT_BYTES as MAX_TEXT_BYTES;
 use crate::model::weights::Params;
 use crate::train::config::{BestMode, Config, DropoutKind, SpConfig};
 use crate::train::recipe::{Recipe, StepLoss, StepPlan};
@@ -174,11 +175,23 @@ impl SpRecipe {
             }
         }
         drop(interner);
-        let ids = |texts: Vec<&str>| segmenter.ids_batch(&texts);
+        // Each text cut at 1 MiB first, as the other recipes' tokenizers cut theirs: an averaging
+        // model has no token limit, so the cut is what bounds tokenising's memory.
+        let mut cut = 0;
+        let mut ids = |texts: Vec<&str>| -> Result<Vec<Vec<u32>>> {
+            let (ids, was_cut) = segmenter.ids_batch(&texts, MAX_TEXT_BYTES)?;
+            cut += was_cut.iter().filter(|&&c| c).count();
+            Ok(ids)
+        };
         let src = Side { ids: ids(train.iter().map(|p| p.src.as_str()).collect())?, key: src_key };
         let tgt = Side { ids: ids(train.iter().map(|p| p.tgt.as_str()).collect())?, key: tgt_key };
         let val_src = ids(val.iter().map(|p| p.src.as_str()).collect())?;
         let val_tgt = ids(val.iter().map(|p| p.tgt.as_str()).collect())?;
+        if cut > 0 {
+            errln!(
+                "xsent train: {cut} training or validation texts are longer than {MAX_TEXT_BYTES} bytes; each is averaged over its first {MAX_TEXT_BYTES} bytes"
+            );
+        }
         let table = AveragingModel::random_table(vocab, sc.dim, sc.init_std as f32, cfg.seed ^ 0x5ba7_e1ed)
             .with_context(|| format!("sp.dim = {}, {vocab} units (sp.vocab_size)", sc.dim))?;
         let table = Var::from_tensor(&Tensor::from_vec(table, (vocab, sc.dim), &Device::Cpu)?.to_device(&device)?)?;
@@ -451,12 +464,10 @@ impl crate::model::Embedder for SpRecipe {
     }
 
     fn embed_checked(&self, texts: &[&str], _batch_size: usize) -> Result<crate::model::Embedded> {
-        let (flat, off) = flatten(&self.segmenter.ids_batch(texts)?);
+        let (ids, truncated) = self.segmenter.ids_batch(texts, MAX_TEXT_BYTES)?;
+        let (flat, off) = flatten(&ids);
         let rows = self.with_table(|table| embed_ids_flat(table, self.dim, &flat, &off, true))?;
-        Ok(crate::model::Embedded {
-            rows: rows.chunks(self.dim).map(<[f32]>::to_vec).collect(),
-            truncated: vec![false; texts.len()],
-        })
+        Ok(crate::model::Embedded { rows: rows.chunks(self.dim).map(<[f32]>::to_vec).collect(), truncated })
     }
 }
 
