@@ -291,6 +291,24 @@ fn resume_refuses_what_would_drop_work_and_a_failed_start_can_be_restarted() {
     let o = s.train(&["--out", run.to_str().unwrap(), "--resume", "--stop-after", "4"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("--stop-after 4") && stderr(&o).contains("already at step 4"), "{}", stderr(&o));
+    // The data file replaced under the same path, with as many pairs (one word of one pair
+    // changed), or with fewer: the checkpoint's data position belongs to other examples, so the
+    // resume is refused, naming the counts; with the file put back it resumes.
+    let data = s.dir.path().join("pairs.tsv");
+    let kept = std::fs::read_to_string(&data).unwrap();
+    let one_word = kept.replacen("e1", "e2", 1);
+    assert_ne!(one_word, kept);
+    for (other, counts) in [
+        (one_word, "134 training examples then, 134 now"),
+        (kept.lines().take(76).map(|l| format!("{l}\n")).collect(), "then, 60 now"),
+    ] {
+        std::fs::write(&data, other).unwrap();
+        let o = s.resume(&run, &[]);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains("was written for other training data") && e.contains(counts), "{e}");
+    }
+    std::fs::write(&data, &kept).unwrap();
     // What the checkpoint was trained with cannot change on resume: a smaller model would drop
     // trained layers, another batch size would misplace the data position. Each changed key is
     // named with both values.

@@ -34,6 +34,12 @@ pub(crate) struct State {
     /// a resume runs it before the next step.
     #[serde(default)]
     pub(crate) pending_validation: bool,
+    /// The recipe's [`crate::train::data_digest`] and its number of training examples; None in
+    /// checkpoints written before they were recorded.
+    #[serde(default)]
+    pub(crate) data_digest: Option<String>,
+    #[serde(default)]
+    pub(crate) examples: Option<usize>,
 }
 
 /// The newest checkpoint of a run directory, as it is (see [`resume_checkpoint`]).

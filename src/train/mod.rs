@@ -6,6 +6,7 @@ pub mod cache;
 pub mod checkpoint;
 pub mod checksums;
 pub mod config;
+pub mod data_digest;
 pub mod decontam;
 pub mod fit;
 pub mod lock;

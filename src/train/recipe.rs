@@ -26,6 +26,9 @@ pub struct StepLoss {
 /// A training recipe: a loss over examples `0..num_examples()` and a validation.
 pub trait Recipe: Send + Sync {
     fn num_examples(&self) -> usize;
+    /// A digest of the examples and the validation data as the recipe holds them
+    /// ([`super::data_digest`]); each checkpoint keeps it, and a resume on other data is refused.
+    fn data_digest(&self) -> &str;
     /// The trainable parameters (stable names: they key checkpoints).
     fn params(&self) -> Params;
     /// A parameter's learning rate as a multiple of the schedule's (default 1), by name.

@@ -93,13 +93,19 @@ impl<'a> Trainer<'a> {
         let mut opt = AdamW::new(&params, cfg.optim.adamw())?;
         opt.set_lr_scales(|name| recipe.lr_scale(name));
         let mut rng = Rng::seed_from_u64(cfg.seed);
-        let mut state = fresh_state();
+        let mut state = fresh_state(n, recipe.data_digest());
         let (best_metric, best_mode) = best_rule(cfg, recipe)?;
         std::fs::create_dir_all(&self.out)
             .with_context(|| format!("cannot create run directory {}", self.out.display()))?;
         restore_run(&self.out)?;
         if resume {
-            state = self.resume_state(&params, &mut opt, &mut rng, (n, total), (&best_metric, best_mode))?;
+            state = self.resume_state(
+                &params,
+                &mut opt,
+                &mut rng,
+                (n, recipe.data_digest(), total),
+                (&best_metric, best_mode),
+            )?;
         }
         let ended = match self.end_of(&mut state, total) {
             End::Open => None,
@@ -341,7 +347,7 @@ impl<'a> Trainer<'a> {
         params: &Params,
         opt: &mut AdamW,
         rng: &mut Rng,
-        (n, total): (usize, u64),
+        (n, digest, total): (usize, &str, u64),
         (best_metric, best_mode): (&str, BestMode),
     ) -> Result<State> {
         let Some(ckpt) = resume_checkpoint(&self.out)? else {
@@ -355,6 +361,21 @@ impl<'a> Trainer<'a> {
                 .parse::<u128>()
                 .with_context(|| format!("{}: bad rng_word_pos", state_file.display()))?,
         );
+        match (&state.data_digest, state.examples) {
+            (Some(was), examples) if was != digest => bail!(
+                "--resume: {} was written for other training data than this config reads now ({} training examples then, {n} now; \
+                 data digest {was}, now {digest}): a data file was replaced or edited, or a file the recipe reads changed. \
+                 Resume with the data the run started with, or start a new run with --out",
+                state_file.display(),
+                examples.map_or("an unrecorded number of".to_string(), |e| e.to_string()),
+            ),
+            (Some(_), _) => {}
+            (None, _) => {
+                // Written before checkpoints recorded the data: this run's data from now on.
+                state.data_digest = Some(digest.to_string());
+                state.examples = Some(n);
+            }
+        }
         if state.pos > n {
             bail!(
                 "{}: data position {} is past the {n} training examples: the checkpoint was written for other data \
@@ -616,8 +637,8 @@ fn best_rule(cfg: &Config, recipe: &dyn Recipe) -> Result<(String, BestMode)> {
     }
 }
 
-/// The state of a run that starts at step 0.
-fn fresh_state() -> State {
+/// The state of a run that starts at step 0 on `n` examples of digest `digest`.
+fn fresh_state(n: usize, digest: &str) -> State {
     State {
         step: 0,
         epoch: 0,
@@ -630,6 +651,8 @@ fn fresh_state() -> State {
         elapsed_s: 0.0,
         finished: Some(false),
         pending_validation: false,
+        data_digest: Some(digest.to_string()),
+        examples: Some(n),
     }
 }
 

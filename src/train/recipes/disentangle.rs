@@ -49,6 +49,8 @@ struct Example {
 }
 
 pub struct Disentangle {
+    /// [`crate::train::data_digest`] of the training and validation data.
+    digest: String,
     cfg: DisentangleConfig,
     heads: Heads,
     /// Inference view of the heads (same storage, no autograd).
@@ -83,6 +85,7 @@ impl Disentangle {
         let dc = dc.clone();
         let mut decontam = crate::train::decontam::Decontam::new(cfg)?;
         let (train_pairs, val_pairs) = train_val_pairs(cfg, &mut decontam)?;
+        let digest = crate::train::data_digest::pairs_digest(&train_pairs, &val_pairs);
 
         // Every distinct (sentence, language), sorted: the same sentences give the same cache key.
         let mut sentences: Vec<(String, String)> = Vec::new();
@@ -160,6 +163,7 @@ impl Disentangle {
             })
             .collect();
         Ok(Self {
+            digest,
             cfg: dc,
             heads,
             infer,
@@ -295,6 +299,10 @@ fn draw(pool: &[u32], not: u32, rng: &mut Rng) -> u32 {
 impl Recipe for Disentangle {
     fn overlaps(&self) -> &[crate::data::decontam::Overlap] {
         &self.overlaps
+    }
+
+    fn data_digest(&self) -> &str {
+        &self.digest
     }
 
     fn num_examples(&self) -> usize {
@@ -453,6 +461,7 @@ mod tests {
         };
         let ex = Example { s: 0, t: 1, s_lang: 0, t_lang: 2 };
         Disentangle {
+            digest: String::new(),
             cfg,
             infer: heads.clone(),
             heads,

@@ -36,6 +36,8 @@ use std::path::Path;
 const NO_TEACHER: &str = "distill: the teacher's embeddings were not computed";
 
 pub struct Distill {
+    /// [`crate::train::data_digest`] of the training and validation data.
+    digest: String,
     student: SentenceEncoder,
     /// Inference view of the student (same storage, no autograd).
     infer: SentenceEncoder,
@@ -59,6 +61,7 @@ impl Distill {
     pub fn new(cfg: &Config, dc: &DistillConfig) -> Result<Self> {
         let mut decontam = crate::train::decontam::Decontam::new(cfg)?;
         let (train, val) = train_val_pairs(cfg, &mut decontam)?;
+        let digest = crate::train::data_digest::pairs_digest(&train, &val);
 
         // Teacher embeddings of every distinct source sentence, cached.
         // Sorted, so that the same sentences give the same cache key whatever the split.
@@ -223,6 +226,7 @@ impl Distill {
             }
         };
         Ok(Self {
+            digest,
             student,
             infer,
             train,
@@ -251,6 +255,10 @@ impl Recipe for Distill {
 
     fn overlaps(&self) -> &[crate::data::decontam::Overlap] {
         &self.overlaps
+    }
+
+    fn data_digest(&self) -> &str {
+        &self.digest
     }
 
     fn num_examples(&self) -> usize {

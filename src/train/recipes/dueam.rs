@@ -46,12 +46,32 @@ impl DueamConfig {
 }
 
 /// One held-out parallel set.
+/// [`crate::train::data_digest`] of the training pairs (their sentences, pairs and kinds) and
+/// the validation sets.
+fn data_digest(data: &PairSet, val: &[ValSet]) -> String {
+    let mut d = crate::train::data_digest::DataDigest::new();
+    d.number(data.sentences.len() as u64);
+    for s in &data.sentences {
+        d.text(s);
+    }
+    d.number(data.pairs.len() as u64);
+    for (&(a, b), &mono) in data.pairs.iter().zip(&data.mono) {
+        d.number(a as u64).number(b as u64).number(mono as u64);
+    }
+    for v in val {
+        d.text(&v.name).pairs(&v.pairs);
+    }
+    d.finish()
+}
+
 struct ValSet {
     name: String,
     pairs: Vec<Pair>,
 }
 
 pub struct Dueam {
+    /// [`crate::train::data_digest`] of the training and validation data.
+    digest: String,
     learner: SentenceEncoder,
     /// Inference view of the learner (same storage, no autograd).
     infer: SentenceEncoder,
@@ -158,7 +178,9 @@ impl Dueam {
         }
         let infer = learner.detached();
         let compute = Compute::new(cfg.train.precision, learner.device());
+        let digest = data_digest(&data, &val);
         Ok(Self {
+            digest,
             learner,
             infer,
             anchor,
@@ -351,6 +373,10 @@ impl Recipe for Dueam {
 
     fn overlaps(&self) -> &[crate::data::decontam::Overlap] {
         &self.overlaps
+    }
+
+    fn data_digest(&self) -> &str {
+        &self.digest
     }
 
     fn num_examples(&self) -> usize {

@@ -210,6 +210,8 @@ impl Head {
 const CHUNK: usize = 32;
 
 pub struct Lightweight {
+    /// [`crate::train::data_digest`] of the training and validation data.
+    digest: String,
     cfg: LightweightConfig,
     encoder: SentenceEncoder,
     infer: SentenceEncoder,
@@ -267,6 +269,7 @@ impl Lightweight {
         let device = crate::device::parse_device(&cfg.train.device)?;
         let mut decontam = crate::train::decontam::Decontam::new(cfg)?;
         let (train, val) = train_val_pairs(cfg, &mut decontam)?;
+        let digest = crate::train::data_digest::pairs_digest(&train, &val);
 
         let init = out.join("init");
         if init.is_dir() {
@@ -338,6 +341,7 @@ impl Lightweight {
         let infer = encoder.detached();
         let compute = Compute::new(cfg.train.precision, encoder.device());
         Ok(Self {
+            digest,
             cfg: lc,
             encoder,
             infer,
@@ -413,6 +417,10 @@ impl Recipe for Lightweight {
 
     fn overlaps(&self) -> &[crate::data::decontam::Overlap] {
         &self.overlaps
+    }
+
+    fn data_digest(&self) -> &str {
+        &self.digest
     }
 
     fn num_examples(&self) -> usize {

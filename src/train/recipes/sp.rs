@@ -114,6 +114,8 @@ struct Side {
 }
 
 pub struct SpRecipe {
+    /// [`crate::train::data_digest`] of the training and validation data.
+    digest: String,
     cfg: SpConfig,
     segmenter: Segmenter,
     table: Var,
@@ -137,6 +139,7 @@ impl SpRecipe {
         let device = crate::device::parse_device(&cfg.train.device)?;
         let mut decontam = crate::train::decontam::Decontam::new(cfg)?;
         let (train, val) = train_val_pairs(cfg, &mut decontam)?;
+        let digest = crate::train::data_digest::pairs_digest(&train, &val);
 
         let t0 = std::time::Instant::now();
         let vocab_dir = out.join("vocab");
@@ -195,7 +198,18 @@ impl SpRecipe {
         let table = AveragingModel::random_table(vocab, sc.dim, sc.init_std as f32, cfg.seed ^ 0x5ba7_e1ed)
             .with_context(|| format!("sp.dim = {}, {vocab} units (sp.vocab_size)", sc.dim))?;
         let table = Var::from_tensor(&Tensor::from_vec(table, (vocab, sc.dim), &Device::Cpu)?.to_device(&device)?)?;
-        Ok(Self { dim: sc.dim, cfg: sc, segmenter, table, src, tgt, val_src, val_tgt, overlaps: decontam.overlaps })
+        Ok(Self {
+            digest,
+            dim: sc.dim,
+            cfg: sc,
+            segmenter,
+            table,
+            src,
+            tgt,
+            val_src,
+            val_tgt,
+            overlaps: decontam.overlaps,
+        })
     }
 
     /// The table's current values (a copy read back from a GPU).
@@ -358,6 +372,10 @@ impl Recipe for SpRecipe {
 
     fn overlaps(&self) -> &[crate::data::decontam::Overlap] {
         &self.overlaps
+    }
+
+    fn data_digest(&self) -> &str {
+        &self.digest
     }
 
     fn num_examples(&self) -> usize {
