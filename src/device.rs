@@ -3,6 +3,20 @@
 use anyhow::{bail, Context, Result};
 use candle_core::Device;
 
+/// The machine's memory in bytes (`MemTotal` of `/proc/meminfo`); None where it cannot be read.
+pub fn host_memory_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb = text
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse::<u64>()
+        .ok()?;
+    kb.checked_mul(1024)
+}
+
 pub fn parse_device(spec: &str) -> Result<Device> {
     let ordinal = match spec {
         "cpu" => return Ok(Device::Cpu),

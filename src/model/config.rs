@@ -129,6 +129,16 @@ impl EncoderConfig {
     }
 
     /// Longest input (in tokens, specials included) the position table allows.
+    /// The encoder's parameters (embeddings, layers, LayerNorms: the tensors of
+    /// [`super::weights::random_encoder_tensors`]), as a float: an absurd config's count would
+    /// overflow an integer.
+    pub fn num_parameters(&self) -> f64 {
+        let (h, i) = (self.hidden_size as f64, self.intermediate_size as f64);
+        let embeddings = (self.vocab_size + self.max_position_embeddings + self.type_vocab_size) as f64 * h + 2.0 * h;
+        let layer = 4.0 * (h * h + h) + (h * i + i) + (i * h + h) + 4.0 * h;
+        embeddings + self.num_hidden_layers as f64 * layer
+    }
+
     pub fn max_positions(&self) -> usize {
         match self.family() {
             Ok(Family::XlmRoberta) => self.max_position_embeddings.saturating_sub(self.pad_id() as usize + 1),

@@ -228,6 +228,34 @@ pub struct Lightweight {
 }
 
 /// Write the initial model directory (vocabulary, config, seeded random weights) into `dir`.
+/// Training holds at least 16 bytes per parameter (the f32 weights, their gradients and AdamW's
+/// two moments): a model whose share alone exceeds the machine's memory (`memory`) is refused
+/// here, before its weights are drawn, rather than aborting on an allocation.
+fn check_model_fits(lc: &LightweightConfig, cfg: &EncoderConfig, memory: Option<u64>) -> Result<()> {
+    let h = cfg.hidden_size as f64;
+    // The encoder and the generative head (a hidden × hidden layer and a bias per vocabulary unit).
+    let params = cfg.num_parameters() + h * h + h + cfg.vocab_size as f64;
+    let need = 16.0 * params;
+    if let Some(m) = memory {
+        if need > m as f64 {
+            bail!(
+                "lightweight: a model of {:.3e} parameters ({} layers, hidden {}, ffn {}, max_length {}, a vocabulary of {}) needs at least \
+                 {:.1} GB to train (16 bytes per parameter: weights, gradients and AdamW's two moments), more than this machine's {:.1} GB; \
+                 lower lightweight.hidden, ffn, layers, max_length or vocab_size",
+                params,
+                lc.layers,
+                lc.hidden,
+                lc.ffn,
+                lc.max_length,
+                cfg.vocab_size,
+                need / 1e9,
+                m as f64 / 1e9
+            );
+        }
+    }
+    Ok(())
+}
+
 fn write_init(lc: &LightweightConfig, texts: &[&str], seed: u64, dir: &Path) -> Result<()> {
     let mut tok = match &lc.tokenizer {
         Some(p) => tokenizers::Tokenizer::from_file(p)
@@ -250,6 +278,7 @@ fn write_init(lc: &LightweightConfig, texts: &[&str], seed: u64, dir: &Path) -> 
     let json = lc.encoder_config(vocab, pad);
     std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&json)?)?;
     let cfg = EncoderConfig::from_json(&json.to_string())?;
+    check_model_fits(lc, &cfg, crate::device::host_memory_bytes())?;
     let mut rng = Rng::seed_from_u64(seed ^ 0x11e_6e17);
     let tensors = weights::random_encoder_tensors(&cfg, &mut rng, &Device::Cpu)?;
     weights::save_tensors(&tensors, &dir.join("model.safetensors"))?;
@@ -566,6 +595,34 @@ impl Recipe for Lightweight {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The size check counts what `write_init` draws and the head adds, and refuses a model
+    /// whose 16 bytes per parameter exceed the memory given; an absurd width (the probe's
+    /// `hidden = 1000000`) is an error, not an aborted allocation.
+    #[test]
+    fn the_size_check_counts_the_model_and_refuses_what_cannot_fit() {
+        let lc: LightweightConfig =
+            toml::from_str("hidden = 32\nheads = 4\nffn = 64\nlayers = 2\nmax_length = 16").unwrap();
+        let cfg = EncoderConfig::from_json(&lc.encoder_config(50, 0).to_string()).unwrap();
+        let mut rng = Rng::seed_from_u64(1);
+        let drawn: usize = weights::random_encoder_tensors(&cfg, &mut rng, &Device::Cpu)
+            .unwrap()
+            .values()
+            .map(|t| t.elem_count())
+            .sum();
+        let head = Head::new(32, 50, &mut rng, &Device::Cpu).unwrap().params.num_elements();
+        let need = 16 * (drawn + head) as u64;
+        assert_eq!(cfg.num_parameters() as usize, drawn);
+        check_model_fits(&lc, &cfg, Some(need)).unwrap();
+        check_model_fits(&lc, &cfg, None).unwrap();
+        let e = check_model_fits(&lc, &cfg, Some(need - 1)).unwrap_err().to_string();
+        assert!(e.contains("lower lightweight.hidden"), "{e}");
+
+        let wide: LightweightConfig = toml::from_str("hidden = 1000000\nheads = 8\nffn = 512").unwrap();
+        let cfg = EncoderConfig::from_json(&wide.encoder_config(20000, 0).to_string()).unwrap();
+        let e = check_model_fits(&wide, &cfg, Some(24 << 30)).unwrap_err().to_string();
+        assert!(e.contains("needs at least") && e.contains("hidden 1000000"), "{e}");
+    }
 
     fn dense(q: &[(u32, f32)], v: usize) -> Vec<f32> {
         let mut d = vec![0f32; v];
