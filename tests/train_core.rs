@@ -783,6 +783,9 @@ fn config_and_data_errors_are_clear() {
         ("distill.dropout=1.0", "distill.dropout must be in [0, 1)"),
         ("optim.beta1=1.5", "optim.beta1 must be in [0, 1)"),
         ("optim.eps=0", "optim.eps must be"),
+        // Values f32 rounds to 0 or to infinity: the optimiser's eps is an f32.
+        ("optim.eps=1e-46", "optim.eps must be a finite number > 0 that f32 holds"),
+        ("optim.eps=1e39", "optim.eps must be a finite number > 0 that f32 holds"),
         ("optim.weight_decay=nan", "optim.weight_decay must be"),
         ("optim.max_grad_norm=-1", "optim.max_grad_norm must be"),
         ("distill.projection_fit_size=1", "projection_fit_size must be at least 2"),

@@ -67,6 +67,13 @@ impl DisentangleConfig {
         if !(self.meaning_lr_scale.is_finite() && self.meaning_lr_scale >= 0.0) {
             bail!("disentangle.meaning_lr_scale = {} must be a finite number ≥ 0 (1: MLP_M trains at optim.lr like the other heads; 0 freezes it)", self.meaning_lr_scale);
         }
+        if !self.meaning_loss && !self.language_loss && self.reconstruction_weight == 0.0 {
+            bail!(
+                "disentangle: no training task: meaning_loss and language_loss are false and reconstruction_weight is 0, \
+                 so every step's loss would be 0 and the heads would stay as drawn; set meaning_loss or language_loss to true, \
+                 or reconstruction_weight > 0 (the paper's is 1)"
+            );
+        }
         Ok(())
     }
 }
@@ -78,4 +85,25 @@ pub enum MeaningInit {
     Random,
     Identity,
     Centered,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With no loss term left, every step's loss and gradient are 0: refused, not trained.
+    #[test]
+    fn a_config_with_no_loss_term_is_refused() {
+        let cfg = |rest: &str| -> DisentangleConfig { toml::from_str(&format!("base = \"m\"\n{rest}")).unwrap() };
+        let none = "meaning_loss = false\nlanguage_loss = false\nreconstruction_weight = 0.0";
+        let e = cfg(none).validate().unwrap_err().to_string();
+        assert!(e.contains("no training task"), "{e}");
+        for one in [
+            "meaning_loss = false\nlanguage_loss = false",
+            "meaning_loss = false\nreconstruction_weight = 0.0",
+            "language_loss = false\nreconstruction_weight = 0.0",
+        ] {
+            cfg(one).validate().unwrap();
+        }
+    }
 }

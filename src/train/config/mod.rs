@@ -287,8 +287,12 @@ impl OptimConfig {
                 bail!("optim.{name} must be in [0, 1), got {b}");
             }
         }
-        if !(o.eps > 0.0 && o.eps.is_finite()) {
-            bail!("optim.eps must be a finite number > 0 (1e-6 is usual), got {}", o.eps);
+        // The optimiser adds eps in f32: a value that f32 rounds to 0 or to infinity is refused too.
+        if !(o.eps > 0.0 && o.eps as f32 > 0.0 && (o.eps as f32).is_finite()) {
+            bail!(
+                "optim.eps must be a finite number > 0 that f32 holds (between about 1.4e-45 and 3.4e38; 1e-6 is usual), got {:?}",
+                o.eps
+            );
         }
         if !(o.max_grad_norm >= 0.0 && o.max_grad_norm.is_finite()) {
             bail!("optim.max_grad_norm must be a finite number >= 0 (0: no clipping), got {}", o.max_grad_norm);

@@ -91,9 +91,42 @@ impl SpConfig {
             "sp.init_std must be a positive number within f32 range (e.g. 0.1), got {}",
             self.init_std
         );
+        let largest = max_init_std(self.dim);
+        ensure!(
+            self.init_std <= largest,
+            "sp.init_std = {:?} is too large for sp.dim = {}: a sentence vector's squared length (about dim × init_std²) \
+             would near f32's limit, and overflowing it gives cosines of 0 and no gradient, so nothing trains; \
+             keep init_std at most {largest:.1e} (the paper's random encoders use 1)",
+            self.init_std,
+            self.dim
+        );
         if self.tokenizer.is_some() && self.units == Units::Trigram {
             bail!("sp.tokenizer is for sp or word units; trigram units learn their trigrams from the data");
         }
         Ok(())
+    }
+}
+
+/// The largest `sp.init_std` for `dim` dimensions: a sentence vector's squared length is about
+/// `dim × init_std²`, and it keeps a factor of 100 below f32's largest value.
+pub fn max_init_std(dim: usize) -> f64 {
+    (f32::MAX as f64 / (100.0 * dim.max(1) as f64)).sqrt()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A table whose vectors' lengths overflow f32 trains nothing (every cosine 0): refused, with
+    /// the largest value that is accepted; the paper's N(0, 1) is far within it.
+    #[test]
+    fn an_init_std_that_would_overflow_the_norms_is_refused() {
+        let sp = |set: &str| -> SpConfig { toml::from_str(set).unwrap() };
+        sp("").validate().unwrap();
+        sp("init_std = 1e15").validate().unwrap();
+        let e = sp("init_std = 1e30").validate().unwrap_err().to_string();
+        assert!(e.contains("sp.init_std = 1e30 is too large for sp.dim = 300") && e.contains("at most 1.1e17"), "{e}");
+        assert!(sp(&format!("init_std = {}", max_init_std(300) * 1.01)).validate().is_err());
+        assert!(sp(&format!("init_std = {}", max_init_std(300) * 0.99)).validate().is_ok());
     }
 }
