@@ -153,7 +153,31 @@ fn index_errors_are_clear() {
     assert!(e.contains("--format f32 or --format npy"), "{e}");
     let e = fail(&xsent(&["index", "search", "--index", p(&v), "--queries", p(&v), "--dim", "5", "-o", p(&out)]));
     assert!(e.contains("is not an xsent index"), "{e}");
+    // A NaN or an infinity: the file, the row and the value's place are named, whether the row
+    // falls in the quantizer's sample or only in the build's pass over all rows.
+    let mut rows: Vec<f32> = (0..40 * 4).map(|i| (i % 7) as f32).collect();
+    rows[3 * 4 + 2] = f32::NAN;
+    let bad = tmp.path().join("bad.npy");
+    write_npy(&bad, &rows, 4);
+    let e = fail(&xsent(&["index", "build", "--vectors", p(&bad), "-o", p(&out)]));
+    assert!(e.contains("bad.npy: row 3 (counting from 0) holds NaN, at value 2"), "{e}");
+    rows[3 * 4 + 2] = 1.0;
+    rows[39 * 4] = f32::INFINITY;
+    write_npy(&bad, &rows, 4);
+    let e = fail(&xsent(&["index", "build", "--vectors", p(&bad), "--sample", "8", "--nlist", "2", "-o", p(&out)]));
+    assert!(e.contains("bad.npy: row 39 (counting from 0) holds inf, at value 0"), "{e}");
     assert!(!out.exists());
+    // NaN queries (a search panicked on them, out of the lists' range): an error naming them.
+    rows[39 * 4] = 1.0;
+    let good = tmp.path().join("good.npy");
+    write_npy(&good, &rows, 4);
+    ok(&xsent(&["index", "build", "--vectors", p(&good), "--nlist", "2", "-o", p(&out)]));
+    rows[5 * 4 + 1] = f32::NAN;
+    write_npy(&bad, &rows, 4);
+    let knn = tmp.path().join("knn.npy");
+    let e = fail(&xsent(&["index", "search", "--index", p(&out), "--queries", p(&bad), "-o", p(&knn)]));
+    assert!(e.contains("bad.npy: row 5 (counting from 0) holds NaN, at value 1"), "{e}");
+    assert!(!knn.exists());
 }
 
 /// Pairs of a mine from `xsent index search` lists (probing every list: exact neighbours) are

@@ -266,6 +266,11 @@ impl Quantizer {
 
     /// The `nprobe` nearest lists of each query (`nq × min(nprobe, nlist)`).
     pub fn probes(&self, queries: &[f32], nq: usize, nprobe: usize, threads: usize) -> Result<Vec<u32>> {
+        // A NaN has no nearest list: its probe would lie outside the lists.
+        ensure!(
+            queries.iter().all(|x| x.is_finite()),
+            "a vector to place in the index's lists holds NaN or infinite values"
+        );
         Ok(kmeans::nearest(queries, nq, &self.centroids, self.nlist, self.dim, nprobe, threads)?.0)
     }
 }
@@ -698,6 +703,10 @@ pub fn search_all<I: std::borrow::Borrow<Ivf>>(
             let m = QUERY_CHUNK.min(nq - c0);
             buf.clear();
             queries.read(c0 as u64, m, &mut buf)?;
+            // A NaN query has no nearest list (its probe would be out of range).
+            if let Some(at) = buf.iter().position(|x| !x.is_finite()) {
+                bail!("query {} (counting from 0) holds {}: queries must be finite", c0 + at / queries.dim(), buf[at]);
+            }
             let computed;
             let p: &[u32] = match &mut cache {
                 Some((_, chunks)) if reuse => &chunks[ci],

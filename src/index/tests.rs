@@ -169,3 +169,17 @@ fn bad_settings_are_clear_errors() {
         Quantizer::train(&mut SliceRows { data: &nan, dim: d }, &BuildParams::default(), 1).unwrap_err().to_string();
     assert!(e.contains("NaN"), "{e}");
 }
+
+/// A NaN query is an error, not a probe outside the lists (a search panicked on one): through
+/// [`Ivf::search`] and [`search_all`], which names the query.
+#[test]
+fn nan_queries_are_errors() {
+    let d = 24;
+    let index = build(&data(300, 0), d, &BuildParams::default(), 2);
+    let mut q = data(20, 1);
+    q[7 * d + 3] = f32::NAN;
+    let e = index.search(&q, 20, 4, 4, 2).unwrap_err().to_string();
+    assert!(e.contains("NaN or infinite"), "{e}");
+    let e = search_all(1, |_| Ok(&index), &mut SliceRows { data: &q, dim: d }, 4, 4, 2).unwrap_err().to_string();
+    assert!(e.contains("query 7 (counting from 0) holds NaN"), "{e}");
+}

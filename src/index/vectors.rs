@@ -107,7 +107,17 @@ impl VectorSet {
             let mut buf = vec![0u8; bytes];
             file.file.seek(SeekFrom::Start(file.data_start + local * self.dim as u64 * 4))?;
             file.file.read_exact(&mut buf).with_context(|| format!("cannot read {}", file.path.display()))?;
+            let from = out.len();
             out.extend(buf.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])));
+            if let Some(k) = out[from..].iter().position(|x| !x.is_finite()) {
+                bail!(
+                    "{}: row {} (counting from 0) holds {}, at value {}; an index needs finite vectors",
+                    file.path.display(),
+                    local + (k / self.dim) as u64,
+                    out[from + k],
+                    k % self.dim
+                );
+            }
             at += take;
             left -= take;
         }
