@@ -364,7 +364,7 @@ impl<'a> Trainer<'a> {
         match (&state.data_digest, state.examples) {
             (Some(was), examples) if was != digest => bail!(
                 "--resume: {} was written for other training data than this config reads now ({} training examples then, {n} now; \
-                 data digest {was}, now {digest}): a data file was replaced or edited, or a file the recipe reads changed. \
+                 data digest {was}, now {digest}): a data file was replaced or edited, or the evaluation sets that decontamination reads changed. \
                  Resume with the data the run started with, or start a new run with --out",
                 state_file.display(),
                 examples.map_or("an unrecorded number of".to_string(), |e| e.to_string()),
