@@ -178,6 +178,33 @@ fn index_errors_are_clear() {
     let e = fail(&xsent(&["index", "search", "--index", p(&out), "--queries", p(&bad), "-o", p(&knn)]));
     assert!(e.contains("bad.npy: row 5 (counting from 0) holds NaN, at value 1"), "{e}");
     assert!(!knn.exists());
+    // One index twice (or shards without their --id-offset): overlapping ids are refused.
+    let e = fail(&xsent(&["index", "search", "--index", p(&out), p(&out), "--queries", p(&good), "-o", p(&knn)]));
+    assert!(e.contains("the shards' ids overlap") && e.contains("ids 0..40"), "{e}");
+    // A k beyond the vectors there are (a huge one overflowed the top-k lists' allocation):
+    // each query gets every vector.
+    let e = ok(&xsent(&[
+        "index",
+        "search",
+        "--index",
+        p(&out),
+        "--queries",
+        p(&good),
+        "-k",
+        "18446744073709551615",
+        "-o",
+        p(&knn),
+    ]));
+    assert!(e.contains("is more than the 40 vectors of the index: each query gets at most 40"), "{e}");
+    let raw = std::fs::read(&knn).unwrap();
+    assert!(
+        String::from_utf8_lossy(&raw[..128]).contains("'shape': (40, 40)"),
+        "{}",
+        String::from_utf8_lossy(&raw[..128])
+    );
+    // A --dim whose row size overflows.
+    let e = fail(&xsent(&["index", "build", "--vectors", p(&v), "--dim", "4611686018427387904", "-o", p(&out)]));
+    assert!(e.contains("--dim 4611686018427387904 is too large"), "{e}");
 }
 
 /// Pairs of a mine from `xsent index search` lists (probing every list: exact neighbours) are

@@ -2,7 +2,7 @@
 
 use crate::index::vectors::VectorSet;
 use crate::index::{BuildParams, Codec, Ivf, Quantizer};
-use anyhow::{ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -164,6 +164,36 @@ fn search(a: SearchArgs) -> Result<()> {
     let inputs: Vec<&Path> = a.index.iter().chain(&a.queries).map(PathBuf::as_path).collect();
     super::check_output(&a.out, "-o", &inputs)?;
     let mut queries = VectorSet::open(&a.queries, a.dim)?;
+    // The headers first: the shards' ids must not overlap (a shard built without its
+    // --id-offset, or one index given twice, would list neighbours under the same ids), and k
+    // is at most the vectors there are (the top-k lists take queries × k × 12 bytes).
+    let metas: Vec<_> = a.index.iter().map(|p| Ivf::read_meta(p)).collect::<Result<_>>()?;
+    let mut ranges: Vec<(u64, u64, &Path)> = metas
+        .iter()
+        .zip(&a.index)
+        .map(|(m, p)| (m.id_offset, m.id_offset.saturating_add(m.rows), p.as_path()))
+        .collect();
+    ranges.sort_unstable_by_key(|r| r.0);
+    for w in ranges.windows(2) {
+        if w[1].0 < w[0].1 {
+            bail!(
+                "--index {} holds ids {}..{} and {} ids {}..{}: the shards' ids overlap (build each shard with its own --id-offset, \
+                 the rows before it; give each index once)",
+                w[0].2.display(),
+                w[0].0,
+                w[0].1,
+                w[1].2.display(),
+                w[1].0,
+                w[1].1
+            );
+        }
+    }
+    let total: u64 = metas.iter().map(|m| m.rows).sum();
+    let mut k = a.k;
+    if k as u64 > total.max(1) {
+        k = total.max(1) as usize;
+        errln!("xsent index: -k {} is more than the {total} vectors of the index: each query gets at most {k}", a.k);
+    }
     let threads = crate::threads::threads();
     let start = std::time::Instant::now();
     let mut rows = 0;
@@ -175,7 +205,7 @@ fn search(a: SearchArgs) -> Result<()> {
             Ok(index)
         },
         &mut queries,
-        a.k,
+        k,
         a.nprobe,
         threads,
     )?;
@@ -191,13 +221,13 @@ fn search(a: SearchArgs) -> Result<()> {
         "xsent index: {} queries searched in {} index files ({rows} vectors), k {}, nprobe {}, {:.1} s -> {}",
         knn.rows(),
         a.index.len(),
-        a.k,
+        k,
         a.nprobe,
         start.elapsed().as_secs_f64(),
         a.out.display()
     );
     if knn.ids.contains(&u64::MAX) {
-        errln!("xsent index: some queries have fewer than {} neighbours (id 18446744073709551615, sim -inf): their probed lists held fewer vectors", a.k);
+        errln!("xsent index: some queries have fewer than {} neighbours (id 18446744073709551615, sim -inf): their probed lists held fewer vectors", k);
     }
     Ok(())
 }

@@ -570,7 +570,18 @@ impl Ivf {
             .with_context(|| format!("{} is not an xsent index, or is damaged", path.display()))
     }
 
-    fn read_from(r: &mut dyn Read, size: u64) -> Result<Self> {
+    /// The header of an index file, without its lists.
+    pub fn read_meta(path: &Path) -> Result<Meta> {
+        let f = std::fs::File::open(path).with_context(|| format!("cannot open index {}", path.display()))?;
+        let size = f.metadata()?.len();
+        let mut r = std::io::BufReader::with_capacity(1 << 16, f);
+        Self::read_header(&mut r, size)
+            .map(|(meta, _)| meta)
+            .with_context(|| format!("{} is not an xsent index, or is damaged", path.display()))
+    }
+
+    /// The magic, the JSON header and its padding: the header and the bytes read.
+    fn read_header(r: &mut dyn Read, size: u64) -> Result<(Meta, usize)> {
         let mut magic = [0u8; 8];
         r.read_exact(&mut magic)?;
         ensure!(&magic == MAGIC, "it does not start with {:?}", std::str::from_utf8(MAGIC).unwrap_or_default());
@@ -585,6 +596,11 @@ impl Ivf {
         let used = 16 + len as usize;
         let mut pad = vec![0u8; used.next_multiple_of(64) - used];
         r.read_exact(&mut pad)?;
+        Ok((meta, used))
+    }
+
+    fn read_from(r: &mut dyn Read, size: u64) -> Result<Self> {
+        let (meta, used) = Self::read_header(r, size)?;
         let (d, nlist, n) = (meta.dim as u64, meta.nlist as u64, meta.rows);
         let per = if meta.codec == Codec::F32 { 4 * d } else { d };
         let codec_bytes = if meta.codec == Codec::Int8 { 8 * d } else { 0 };

@@ -23,13 +23,18 @@ impl VectorFile {
             let (rows, d, start) = crate::io::npy::read_npy_header(&mut std::io::BufReader::new(&mut file))
                 .with_context(|| format!("{} is not a float32 .npy file", path.display()))?;
             ensure!(
-                start + rows * d as u64 * 4 == size,
+                rows.checked_mul(d as u64).and_then(|v| v.checked_mul(4)).and_then(|b| b.checked_add(start))
+                    == Some(size),
                 "{}: its header says {rows} × {d} float32 values, but it holds {} bytes after the header",
                 path.display(),
                 size - start.min(size)
             );
             if let Some(want) = dim {
-                ensure!(want == d, "{}: rows of {d} values, but --dim {want} was given", path.display());
+                ensure!(
+                    want == d,
+                    "{}: rows of {d} values, where {want} were expected (--dim, or the files before it)",
+                    path.display()
+                );
             }
             (rows, d, start)
         } else {
@@ -46,12 +51,9 @@ impl VectorFile {
                 )
             };
             ensure!(d > 0, "--dim must be at least 1");
-            ensure!(
-                size % (4 * d as u64) == 0,
-                "{}: {size} bytes are not whole rows of {d} float32 values",
-                path.display()
-            );
-            (size / (4 * d as u64), d, 0)
+            let row = (d as u64).checked_mul(4).with_context(|| format!("--dim {d} is too large"))?;
+            ensure!(size % row == 0, "{}: {size} bytes are not whole rows of {d} float32 values", path.display());
+            (size / row, d, 0)
         };
         Ok((Self { path: path.to_path_buf(), file, data_start, rows }, d))
     }
