@@ -482,7 +482,37 @@ fn reports_and_outputs_never_replace_an_input_or_a_benchmark_file() {
     let corpus = p("corpus.json");
     let png_out = p("x.png");
     write(Path::new(&corpus), "w1 w2 w3\n");
+    // Inputs that are not text: a report compared against, neighbour lists.
+    let (cmp, knn) = (p("cmp.json"), p("src.knn.npy"));
+    write(Path::new(&cmp), "{}");
+    write(Path::new(&knn), "not read");
     let cases: Vec<(Vec<&str>, String)> = vec![
+        (
+            vec!["eval", "sts", "--model", model, "--pairs", &pairs, "--compare", &cmp, "--report", &cmp],
+            format!("--report {cmp} is the input file {cmp}"),
+        ),
+        (
+            vec!["eval", "xsr", "--model", model, "--src", &src, "--tgt", &tgt, "--compare", &cmp, "--report", &cmp],
+            format!("--report {cmp} is the input file {cmp}"),
+        ),
+        (
+            vec![
+                "mine",
+                "--model",
+                model,
+                "--src-file",
+                &src,
+                "--tgt-file",
+                &tgt,
+                "--src-knn",
+                &knn,
+                "--tgt-knn",
+                &knn,
+                "-o",
+                &knn,
+            ],
+            format!("-o {knn} is the input file {knn}"),
+        ),
         (
             vec!["eval", "sts", "--model", model, "--pairs", &pairs, "--report", &pairs],
             format!("--report {pairs} is the input file {pairs}"),
@@ -522,6 +552,8 @@ fn reports_and_outputs_never_replace_an_input_or_a_benchmark_file() {
     assert_eq!(std::fs::read_to_string(&src).unwrap(), "w1 w2\nw3\n");
     assert_eq!(std::fs::read_to_string(&tgt).unwrap(), "w2 w1\nw3\n");
     assert_eq!(std::fs::read_to_string(&corpus).unwrap(), "w1 w2 w3\n");
+    assert_eq!(std::fs::read_to_string(&cmp).unwrap(), "{}");
+    assert_eq!(std::fs::read_to_string(&knn).unwrap(), "not read");
     // With files of the user's own (--pairs, --src/--tgt) the benchmark folders of the data
     // directory (XSENT_DATA) are still protected.
     for args in [

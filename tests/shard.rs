@@ -97,6 +97,16 @@ fn sharded_runs_equal_the_single_run_byte_for_byte() {
     let out = common::xsent().args(["embed", "--merge"]).arg(tmp.path().join("jsonl-2")).output().unwrap();
     ok(&out);
     assert!(out.stdout == std::fs::read(tmp.path().join("single.jsonl")).unwrap());
+    // A merge onto the text the shards were embedded from is refused, the text kept.
+    let text = std::fs::read(&input).unwrap();
+    let out = merge(&tmp.path().join("jsonl-2"), &input);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("would destroy the input"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read(&input).unwrap(), text);
 }
 
 #[test]

@@ -359,7 +359,9 @@ fn merge(dir: &Path, output: Option<&Path>) -> Result<()> {
         "the shards are .npy files: give -o FILE for the merged .npy (its header is written first)"
     );
     if let Some(out) = output {
-        super::check_output(out, "-o", &[])?;
+        // The text the shards were embedded from is an input too (its path as the manifest has it).
+        let source = std::path::Path::new(&manifests[0].input.path);
+        super::check_output(out, "-o", &[source])?;
         let shard_files: Vec<PathBuf> = manifests.iter().map(|m| dir.join(&m.output.file)).collect();
         super::check_not_input(out, "-o", &shard_files.iter().map(PathBuf::as_path).collect::<Vec<_>>())?;
     }

@@ -327,7 +327,9 @@ fn check(a: &Args, inputs: &[&Path], data_dir: Option<&Path>) -> Result<()> {
         ensure!(!a.langs[..i].iter().any(|k| k.trim() == l.trim()), "--langs lists {} twice; give each once", l.trim());
     }
     if let Some(r) = &a.report {
-        super::check_report(r, inputs, data_dir)?;
+        // The report compared against is an input too: writing over it would lose it.
+        let inputs: Vec<&Path> = inputs.iter().copied().chain(a.compare.as_deref()).collect();
+        super::check_report(r, &inputs, data_dir)?;
     }
     if let Some(c) = &a.compare {
         Report::read(c)?;
@@ -442,7 +444,8 @@ fn xsr(a: XsrArgs) -> Result<()> {
     super::check_batch_size(a.batch_size)?;
     if a.multi30k {
         if let Some(r) = &a.report {
-            super::check_report(r, &[], Some(&crate::data::data_dir(a.data_dir.as_deref())?))?;
+            let compared: Vec<&Path> = a.compare.as_deref().into_iter().collect();
+            super::check_report(r, &compared, Some(&crate::data::data_dir(a.data_dir.as_deref())?))?;
         }
         return xsr_multi30k(&a);
     }
@@ -456,7 +459,8 @@ fn xsr(a: XsrArgs) -> Result<()> {
         bail!("pass --src and --tgt (line-aligned files), or --multi30k for the Multi30k preset");
     };
     if let Some(r) = &a.report {
-        let inputs: Vec<&Path> = [src_path, tgt_path].into_iter().chain(&a.distractors).map(PathBuf::as_path).collect();
+        let inputs: Vec<&Path> =
+            [src_path, tgt_path].into_iter().chain(&a.distractors).chain(&a.compare).map(PathBuf::as_path).collect();
         // The benchmark folders stay protected when a data directory is known (XSENT_DATA).
         super::check_report(r, &inputs, crate::data::data_dir(None).ok().as_deref())?;
     }

@@ -4,7 +4,7 @@ use crate::index::knn::{mine, Candidate, Margin, Matrix, Retrieval};
 use crate::whole_rows::RowWriter;
 use anyhow::{ensure, Result};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Margin-mining options, shared by `xsent mine` and `xsent eval bucc|all`.
 #[derive(clap::Args, Debug, Clone, Copy)]
@@ -107,7 +107,14 @@ pub fn run(a: Args) -> Result<()> {
     }
     let sink = match &a.output {
         Some(out) => {
-            super::check_output(out, "-o", &[&a.src_file, &a.tgt_file])?;
+            // The neighbour lists are inputs too (--src-knn, --tgt-knn).
+            let inputs: Vec<&Path> = [&a.src_file, &a.tgt_file]
+                .into_iter()
+                .chain(&a.src_knn)
+                .chain(&a.tgt_knn)
+                .map(PathBuf::as_path)
+                .collect();
+            super::check_output(out, "-o", &inputs)?;
             Some(crate::io::output::OutputFile::open(out, a.force)?)
         }
         None => {
