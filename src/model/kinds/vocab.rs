@@ -97,6 +97,19 @@ fn train_with(
         // tokenizer.json, byte for byte.
         TrainerWrapper::UnigramTrainer(ut) => {
             let words = word_counts(&normalizer(lowercase), &pre, &kept)?;
+            // Every character of the (normalised, pre-tokenised) text is a piece, and <unk> one
+            // more: at that size or one below, the crate's trainer loops without end instead of
+            // failing (an outside probe: 8 pieces for "hello world", 2 for "a").
+            let chars: std::collections::HashSet<char> = words.iter().flat_map(|(w, _)| w.chars()).collect();
+            let need = chars.len() + 1;
+            if (ut.vocab_size as usize) < need {
+                bail!(
+                    "cannot learn a unigram vocabulary of {} pieces: the text has {} distinct characters (after normalisation, \
+                     the word-start mark ▁ included), each of which is a piece, and <unk> is one more; give a vocabulary size of at least {need}",
+                    ut.vocab_size,
+                    chars.len()
+                );
+            }
             let mut model = Unigram::default();
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(1)
@@ -332,7 +345,14 @@ mod tests {
     #[test]
     fn a_vocabulary_smaller_than_the_characters_says_how_many_there_are() {
         let e = format!("{:#}", train_subword(&["abc def", "ghi"], SubwordModel::Unigram, 2, false).unwrap_err());
-        assert!(e.contains("above the number of distinct characters in the text (9 here"), "{e}");
+        assert!(e.contains("the text has 10 distinct characters") && e.contains("at least 11"), "{e}");
+        // The sizes at which the crate's unigram trainer looped without end (an outside probe)
+        // are errors now; the first size above trains.
+        for (text, size) in [(&["hello", "world"][..], 8), (&["a"][..], 2)] {
+            let e = format!("{:#}", train_subword(text, SubwordModel::Unigram, size, false).unwrap_err());
+            assert!(e.contains(&format!("at least {}", size + 1)), "{e}");
+            train_subword(text, SubwordModel::Unigram, size + 1, false).unwrap();
+        }
     }
 
     /// The same text gives the same unigram tokenizer.json, byte for byte, however the crate's
