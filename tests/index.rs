@@ -362,4 +362,33 @@ fn mining_from_index_neighbours_agrees_with_the_exact_mine() {
         "9",
     ]));
     assert!(e.contains("fewer than --k 9"), "{e}");
+    // A list padded by a search whose probed lists held fewer vectors, and a NaN similarity:
+    // each named by its row, not scored (nor reported as a row of the other side).
+    let raw = std::fs::read(&knn[0]).unwrap();
+    let hl = u16::from_le_bytes([raw[8], raw[9]]) as usize;
+    let header = String::from_utf8_lossy(&raw[10..10 + hl]).to_string();
+    let k: usize = header.split("(100, ").nth(1).unwrap().split(')').next().unwrap().trim().parse().unwrap();
+    let at = |r: usize, j: usize| 10 + hl + (r * k + j) * 12;
+    for (patch, want) in [
+        ((u64::MAX, f32::NEG_INFINITY), "--src-knn: row 3 has 1 neighbours, fewer than --k 4"),
+        ((0u64, f32::NAN), "--src-knn: row 3, neighbour 1 has similarity NaN"),
+    ] {
+        let mut bad = raw.clone();
+        bad[at(3, 1)..at(3, 1) + 8].copy_from_slice(&patch.0.to_le_bytes());
+        bad[at(3, 1) + 8..at(3, 1) + 12].copy_from_slice(&patch.1.to_le_bytes());
+        let f = tmp.path().join("patched.knn.npy");
+        std::fs::write(&f, bad).unwrap();
+        let e = fail(&xsent(&[
+            "mine",
+            "--src-file",
+            p(&src),
+            "--tgt-file",
+            p(&tgt),
+            "--src-knn",
+            p(&f),
+            "--tgt-knn",
+            p(&knn[1]),
+        ]));
+        assert!(e.contains(want), "{e}");
+    }
 }

@@ -221,6 +221,24 @@ fn mine_knn(a: &Args, s: Settings, sink: Option<crate::io::output::OutputFile>) 
             s.k,
             s.k
         );
+        // The first k of each list are used: the padding of a search whose probed lists held
+        // fewer vectors, or a similarity that is not a number, would be scored as a neighbour.
+        let used = s.k.min(other);
+        for r in 0..knn.rows() {
+            let row = r * knn.k..r * knn.k + used;
+            if let Some(j) = knn.ids[row.clone()].iter().position(|&i| i == u64::MAX) {
+                anyhow::bail!(
+                    "{flag}: row {r} has {j} neighbours, fewer than --k {used} (`index search` pads such lists with id \
+                     18446744073709551615 when its probed lists hold fewer vectors): search again with a larger --nprobe, or mine with a smaller --k"
+                );
+            }
+            if let Some(j) = knn.sims[row].iter().position(|x| !x.is_finite()) {
+                anyhow::bail!(
+                    "{flag}: row {r}, neighbour {j} has similarity {}: the lists must hold finite similarities",
+                    knn.sims[r * knn.k + j]
+                );
+            }
+        }
         if let Some(bad) = knn.ids.iter().find(|&&i| i >= other as u64) {
             anyhow::bail!("{flag} names row {bad}, but the other side has {other} lines (are the files given in the order they were embedded?)");
         }
