@@ -98,8 +98,9 @@ fn train_with(
         TrainerWrapper::UnigramTrainer(ut) => {
             let words = word_counts(&normalizer(lowercase), &pre, &kept)?;
             // Every character of the (normalised, pre-tokenised) text is a piece, and <unk> one
-            // more: at that size or one below, the crate's trainer loops without end instead of
-            // failing (an outside probe: 8 pieces for "hello world", 2 for "a").
+            // more: asked for exactly as many pieces as characters, the crate's trainer loops
+            // without end instead of failing (an outside probe: 8 pieces for "hello world" with
+            // its ▁, 2 for "a"); fewer, it fails with a message this one replaces.
             let chars: std::collections::HashSet<char> = words.iter().flat_map(|(w, _)| w.chars()).collect();
             let need = chars.len() + 1;
             if (ut.vocab_size as usize) < need {
