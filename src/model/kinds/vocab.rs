@@ -98,19 +98,12 @@ fn train_with(
         TrainerWrapper::UnigramTrainer(ut) => {
             let words = word_counts(&normalizer(lowercase), &pre, &kept)?;
             // Every character of the (normalised, pre-tokenised) text is a piece, and <unk> one
-            // more: asked for exactly as many pieces as characters, the crate's trainer loops
-            // without end instead of failing (an outside probe: 8 pieces for "hello world" with
-            // its ▁, 2 for "a"); fewer, it fails with a message this one replaces.
-            let chars: std::collections::HashSet<char> = words.iter().flat_map(|(w, _)| w.chars()).collect();
-            let need = chars.len() + 1;
-            if (ut.vocab_size as usize) < need {
-                bail!(
-                    "cannot learn a unigram vocabulary of {} pieces: the text has {} distinct characters (after normalisation, \
-                     the word-start mark ▁ included), each of which is a piece, and <unk> is one more; give a vocabulary size of at least {need}",
-                    ut.vocab_size,
-                    chars.len()
-                );
-            }
+            // more. Asked for exactly as many pieces as characters, the crate's trainer loops
+            // without end (an outside probe: 8 pieces for "hello world" with its ▁, 2 for "a");
+            // asked for one more, it keeps every piece it found (84 for 62 asked on 200 Tatoeba
+            // lines of 61 characters); fewer, it fails with a message this one replaces. From
+            // characters + 2 on it gives the size asked for.
+            check_alphabet("unigram", ut.vocab_size as usize, &words, 2)?;
             let mut model = Unigram::default();
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(1)
@@ -121,6 +114,12 @@ fn train_with(
                 tk.add_special_tokens(special)?;
                 Ok(())
             })
+        }
+        TrainerWrapper::BpeTrainer(bt) => {
+            // The BPE trainer keeps every character too, and silently writes more pieces than
+            // asked when they do not fit (62 for 2 asked on the same 200 lines).
+            check_alphabet("BPE", bt.vocab_size, &word_counts(&normalizer(lowercase), &pre, &kept)?, 1)?;
+            tk.train(&mut trainer, kept.iter()).map(|_| ())
         }
         _ => tk.train(&mut trainer, kept.iter()).map(|_| ()),
     };
@@ -137,6 +136,23 @@ fn train_with(
         }
     })?;
     Ok(tk.into())
+}
+
+/// Refuse a subword vocabulary size below what the `kind` trainer needs for `words`: each distinct
+/// character is a piece, `<unk>` one more, and the unigram trainer one learned piece beyond
+/// (`extra` counts `<unk>` and that piece).
+fn check_alphabet(kind: &str, vocab_size: usize, words: &[(String, u32)], extra: usize) -> Result<()> {
+    let chars: std::collections::HashSet<char> = words.iter().flat_map(|(w, _)| w.chars()).collect();
+    let need = chars.len() + extra;
+    if vocab_size < need {
+        bail!(
+            "cannot learn a {kind} vocabulary of {vocab_size} pieces: the text has {} distinct characters (after normalisation, \
+             the word-start mark ▁ included), each of which is a piece, and <unk> is one more{}; give a vocabulary size of at least {need}",
+            chars.len(),
+            if extra > 1 { ", and the trainer needs room for one learned piece" } else { "" }
+        );
+    }
+    Ok(())
 }
 
 /// Words of `texts` (normalised and pre-tokenised as the tokenizer will) with their counts,
@@ -346,13 +362,32 @@ mod tests {
     #[test]
     fn a_vocabulary_smaller_than_the_characters_says_how_many_there_are() {
         let e = format!("{:#}", train_subword(&["abc def", "ghi"], SubwordModel::Unigram, 2, false).unwrap_err());
+        assert!(e.contains("the text has 10 distinct characters") && e.contains("at least 12"), "{e}");
+        let e = format!("{:#}", train_subword(&["abc def", "ghi"], SubwordModel::Bpe, 2, false).unwrap_err());
         assert!(e.contains("the text has 10 distinct characters") && e.contains("at least 11"), "{e}");
-        // The sizes at which the crate's unigram trainer looped without end (an outside probe)
-        // are errors now; the first size above trains.
-        for (text, size) in [(&["hello", "world"][..], 8), (&["a"][..], 2)] {
-            let e = format!("{:#}", train_subword(text, SubwordModel::Unigram, size, false).unwrap_err());
-            assert!(e.contains(&format!("at least {}", size + 1)), "{e}");
-            train_subword(text, SubwordModel::Unigram, size + 1, false).unwrap();
+        // The sizes at which the crate's unigram trainer looped without end (characters + 0, an
+        // outside probe) or wrote more pieces than asked (characters + 1) are errors; from the
+        // smallest size the message gives on, no vocabulary is larger than asked, in either model.
+        let lines = [
+            "the quick brown fox jumps over the lazy dog",
+            "der schnelle braune fuchs springt über den faulen hund",
+            "we went there and then they went home",
+            "hello world, hello again",
+        ];
+        for (text, chars) in [(&["hello", "world"][..], 8), (&["a"][..], 2), (&lines[..], 29)] {
+            for (kind, need) in [(SubwordModel::Unigram, chars + 2), (SubwordModel::Bpe, chars + 1)] {
+                for size in 2..need {
+                    let e = format!("{:#}", train_subword(text, kind, size, false).unwrap_err());
+                    assert!(
+                        e.contains(&format!("has {chars} distinct")) && e.contains(&format!("at least {need}")),
+                        "{kind:?} {size}: {e}"
+                    );
+                }
+                for size in need..need + 12 {
+                    let n = train_subword(text, kind, size, false).unwrap().get_vocab_size(true);
+                    assert!(n <= size, "{kind:?}: {n} pieces for {size} asked");
+                }
+            }
         }
     }
 
