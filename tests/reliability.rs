@@ -283,6 +283,58 @@ fn unused_weights_are_an_error_naming_them() {
     assert_eq!(a.stdout, b.stdout);
 }
 
+/// `mine`, `eval` and `plot` embed whole files: a text cut at `--max-line-bytes` or at the model's
+/// maximum length scores by its beginning only, and each says so once, with the first such text
+/// (an outside probe: a 2 MB line mined silently; `eval sts --max-line-bytes 1` moved Spearman
+/// with stderr empty). Nothing cut, nothing said.
+#[test]
+fn mine_eval_and_plot_say_what_they_cut() {
+    let model = common::model("all-MiniLM-L6-v2");
+    let dir = tempfile::tempdir().unwrap();
+    let long_tokens = "word ".repeat(300); // 1,500 bytes, more than the model's 256 tokens
+    let long_bytes = format!("beginning {}", "x".repeat(3000)); // more than --max-line-bytes 2000
+    let de = dir.path().join("de.txt");
+    let en = dir.path().join("en.txt");
+    std::fs::write(&de, format!("hallo welt\n{long_tokens}\n{long_bytes}\nguten tag\n")).unwrap();
+    std::fs::write(&en, "hello world\ngood day\nthank you\nsee you\n").unwrap();
+    let run = |args: &[&std::ffi::OsStr]| {
+        let o =
+            common::xsent().args(args).arg("--model").arg(&model).args(["--max-line-bytes", "2000"]).output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        stderr(&o)
+    };
+    let os = |s: &str| std::ffi::OsString::from(s);
+    let err = run(&[&os("mine"), &os("--src-file"), de.as_os_str(), &os("--tgt-file"), en.as_os_str()]);
+    let src = format!("xsent mine: 1 of 4 distinct lines of {} were longer than 2000 bytes", de.display());
+    assert!(err.contains(&src) && err.contains("(first: \"beginning xxx"), "{err}");
+    let tok =
+        format!("xsent mine: 1 of 4 distinct lines of {} were longer than 256 tokens and were truncated", de.display());
+    assert!(err.contains(&tok) && err.contains("(first: \"word word"), "{err}");
+    assert!(!err.contains(&format!("of {} were longer", en.display())), "nothing of en.txt was cut: {err}");
+
+    let err = run(&[&os("eval"), &os("xsr"), &os("--src"), de.as_os_str(), &os("--tgt"), en.as_os_str()]);
+    assert!(err.contains("xsent eval xsr: 1 of 8 texts were longer than 2000 bytes"), "{err}");
+    assert!(err.contains("xsent eval xsr: 1 of 8 texts were longer than 256 tokens"), "{err}");
+    let err = run(&[&os("eval"), &os("xsr"), &os("--src"), en.as_os_str(), &os("--tgt"), en.as_os_str()]);
+    assert!(!err.contains("were longer"), "{err}");
+
+    let png = dir.path().join("p.png");
+    let de_in = format!("de={}", de.display());
+    let en_in = format!("en={}", en.display());
+    let err = run(&[
+        &os("plot"),
+        &os("pca"),
+        &os("--input"),
+        &os(&de_in),
+        &os("--input"),
+        &os(&en_in),
+        &os("-o"),
+        png.as_os_str(),
+    ]);
+    assert!(err.contains("xsent plot: 1 of 8 texts were longer than 2000 bytes"), "{err}");
+    assert!(err.contains("xsent plot: 1 of 8 texts were longer than 256 tokens"), "{err}");
+}
+
 // ---- 4. Leftovers and small losses ----
 
 /// A checkpoint write cut short (`.step-N.tmp`, `.best.tmp`) is removed on resume, and

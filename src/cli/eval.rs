@@ -3,6 +3,7 @@ use super::ModelArgs;
 use crate::clock::utc_now;
 use crate::eval::bucc;
 use crate::eval::report::{Entry, Report};
+use crate::model::Embedder;
 use anyhow::{bail, ensure, Result};
 use clap::ValueEnum;
 use std::path::{Path, PathBuf};
@@ -340,8 +341,9 @@ fn check(a: &Args, inputs: &[&Path], data_dir: Option<&Path>) -> Result<()> {
 /// Load the model, run one task, print its table and write its report.
 fn loaded(a: &Args, task: impl FnOnce(&dyn crate::model::Embedder) -> Result<Outcome>) -> Result<()> {
     let start = Instant::now();
-    let enc = a.model.load()?;
-    let mut o = task(enc.as_ref())?;
+    let enc = a.model.load_noting_cuts()?;
+    let mut o = task(&enc)?;
+    enc.say("xsent eval", "texts");
     out!("{}", o.table);
     compare_with(a.compare.as_deref(), &o.results, &mut o.extra)?;
     write_report(&a.model, a.report.as_deref(), enc.prefix(), start, o.results, o.extra)
@@ -498,8 +500,9 @@ fn xsr(a: XsrArgs) -> Result<()> {
         }
         distractors.extend(lines);
     }
-    let enc = a.model.load()?;
-    let (items, candidates) = crate::eval::xsr::p_at_1(enc.as_ref(), &src, &tgt, &distractors, a.batch_size)?;
+    let enc = a.model.load_noting_cuts()?;
+    let (items, candidates) = crate::eval::xsr::p_at_1(&enc, &src, &tgt, &distractors, a.batch_size)?;
+    enc.say("xsent eval xsr", "texts");
     let (p1, ci) = (items.scores(None)[0], crate::eval::bootstrap::intervals(&items)[0]);
     outln!(
         "| XSR | queries | candidates | P@1 ×100 | 95 % CI |\n|---|---:|---:|---:|---:|\n| {} → {} | {} | {} | {:.2} | {} |\n\n95 % CI: {}",
@@ -538,8 +541,9 @@ fn xsr_multi30k(a: &XsrArgs) -> Result<()> {
         ensure!(!directions[..i].contains(d), "--langs lists {d} twice; give each direction once");
     }
     let sets = directions.iter().map(|d| xsr::read_multi30k(&dir, d)).collect::<Result<Vec<_>>>()?;
-    let enc = a.model.load()?;
-    let scores = xsr::evaluate_multi30k(enc.as_ref(), &sets, a.batch_size)?;
+    let enc = a.model.load_noting_cuts()?;
+    let scores = xsr::evaluate_multi30k(&enc, &sets, a.batch_size)?;
+    enc.say("xsent eval xsr", "texts");
     out!("{}", xsr::multi30k_markdown(&scores));
     let results: Vec<Entry> = scores
         .iter()

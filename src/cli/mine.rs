@@ -155,9 +155,11 @@ pub fn run(a: Args) -> Result<()> {
     if let Some(note) = crate::index::knn::k_note(s.k, src.len(), tgt.len()) {
         errln!("xsent mine: {note}");
     }
-    let enc = model.load()?;
-    let x = Matrix::embed_normalized(enc.as_ref(), &src, a.batch_size)?;
-    let y = Matrix::embed_normalized(enc.as_ref(), &tgt, a.batch_size)?;
+    let enc = model.load_noting_cuts()?;
+    let x = Matrix::embed_normalized(&enc, &src, a.batch_size)?;
+    enc.say("xsent mine", &format!("distinct lines of {}", a.src_file.display()));
+    let y = Matrix::embed_normalized(&enc, &tgt, a.batch_size)?;
+    enc.say("xsent mine", &format!("distinct lines of {}", a.tgt_file.display()));
     let cands = match &s.index {
         None => mine(&x, &y, s.k, s.margin, s.retrieval)?,
         Some(p) => {

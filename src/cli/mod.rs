@@ -2,6 +2,7 @@
 
 mod config;
 mod convert;
+mod cuts;
 mod data;
 mod embed;
 mod eval;
@@ -132,6 +133,12 @@ impl ModelArgs {
         let opts = self.options()?;
         crate::index::knn_gpu::search_on(&opts.device);
         crate::model::load_embedder(&self.spec()?, &opts, self.head.as_deref())
+    }
+
+    /// [`Self::load`], counting the texts the model cuts, for commands that say so once
+    /// ([`cuts::NotingCuts::say`]) rather than per line.
+    pub fn load_noting_cuts(&self) -> anyhow::Result<cuts::NotingCuts> {
+        Ok(cuts::NotingCuts::new(self.load()?, self.max_line_bytes))
     }
 
     /// The model to load: `--model`, else the default model's directory (said once on stderr).

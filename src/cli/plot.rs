@@ -1,5 +1,6 @@
 use super::ModelArgs;
 use crate::model::kinds::disentangle::{DisentangledEncoder, Head, KIND};
+use crate::model::Embedder;
 use crate::plot::{pca, read_labelled, scatter_png, Panel};
 use anyhow::{ensure, Context, Result};
 use std::path::PathBuf;
@@ -151,6 +152,14 @@ fn pca_plot(a: PcaArgs) -> Result<()> {
     let spaces: Vec<(String, Vec<Vec<f32>>)> = match &model {
         Some(m) => {
             let all = m.embed_all(&texts, a.batch_size)?;
+            super::cuts::say(
+                "xsent plot",
+                "texts",
+                &texts,
+                &all.truncated,
+                a.model.max_line_bytes,
+                m.base.max_length(),
+            );
             vec![
                 (format!("base ({})", m.base.files.spec), all.base),
                 ("meaning".to_string(), all.meaning),
@@ -158,8 +167,10 @@ fn pca_plot(a: PcaArgs) -> Result<()> {
             ]
         }
         None => {
-            let enc = a.model.load()?;
-            vec![(spec.clone(), enc.embed(&texts, a.batch_size)?)]
+            let enc = a.model.load_noting_cuts()?;
+            let rows = (&enc as &dyn Embedder).embed(&texts, a.batch_size)?;
+            enc.say("xsent plot", "texts");
+            vec![(spec.clone(), rows)]
         }
     };
     let mut panels = Vec::new();

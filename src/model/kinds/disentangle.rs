@@ -274,7 +274,7 @@ impl DisentangledEncoder {
     /// Base embeddings, meaning and language embeddings of texts, and the predicted language of
     /// each (inference; rows in input order).
     pub fn embed_all(&self, texts: &[&str], batch_size: usize) -> Result<AllEmbeddings> {
-        let e = self.base.embed_unchecked(texts, batch_size)?;
+        let Embedded { rows: e, truncated } = Embedder::embed_checked(&self.base, texts, batch_size)?;
         let (m, l) = self.heads.split(&rows_tensor(&e, self.base.dim(), self.base.device())?)?;
         let lang: Vec<u32> = self.heads.langid.forward(&l)?.argmax(1)?.to_vec1()?;
         Ok(AllEmbeddings {
@@ -282,6 +282,7 @@ impl DisentangledEncoder {
             meaning: m.to_vec2()?,
             language: l.to_vec2()?,
             predicted: lang.into_iter().map(|i| self.languages[i as usize].clone()).collect(),
+            truncated,
         })
     }
 }
@@ -292,6 +293,8 @@ pub struct AllEmbeddings {
     pub meaning: Vec<Vec<f32>>,
     pub language: Vec<Vec<f32>>,
     pub predicted: Vec<String>,
+    /// Per text: it was cut (longer than the base model takes).
+    pub truncated: Vec<bool>,
 }
 
 impl Embedder for DisentangledEncoder {
