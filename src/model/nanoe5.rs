@@ -140,8 +140,9 @@ pub fn parse(buf: &[u8]) -> Result<(Header, Tensors)> {
             d => bail!("tensor {name}: unknown dtype {d}"),
         };
         let (hf, shape) = hf_name(&name, &h)?;
-        ensure!(shape.iter().product::<usize>() == n, "tensor {name}: {n} elements, expected shape {shape:?}");
-        tensors.insert(hf, (shape, values));
+        let size = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        ensure!(size == Some(n), "tensor {name}: {n} elements, expected shape {shape:?}");
+        ensure!(tensors.insert(hf, (shape, values)).is_none(), "tensor {name} is in the file twice");
     }
     Ok((h, tensors))
 }
@@ -212,13 +213,8 @@ pub fn convert(bin: &Path, out: &Path, tokenizer: Option<&Path>) -> Result<Heade
         .transpose()?;
     let buf = std::fs::read(bin).with_context(|| format!("cannot read {}", bin.display()))?;
     let (h, tensors) = parse(&buf).with_context(|| format!("in {}", bin.display()))?;
-    for l in 0..h.layers {
-        ensure!(
-            tensors.contains_key(&format!("encoder.layer.{l}.output.LayerNorm.bias")),
-            "{}: layer {l} is incomplete",
-            bin.display()
-        );
-    }
+    let config = config_json(&h);
+    check(&h, &config, &tensors).with_context(|| format!("{} is not a whole model", bin.display()))?;
     if let (Some(t), Some(tok)) = (tokenizer, &tok) {
         let top = tok.get_vocab(true).into_values().max().unwrap_or(0) as usize;
         ensure!(
@@ -229,13 +225,19 @@ pub fn convert(bin: &Path, out: &Path, tokenizer: Option<&Path>) -> Result<Heade
             bin.display()
         );
     }
-    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let map: HashMap<String, Tensor> = tensors
         .into_iter()
         .map(|(k, (shape, v))| Ok((k, Tensor::from_vec(v, shape, &Device::Cpu)?)))
         .collect::<Result<_>>()?;
-    super::weights::save_tensors(&map, &out.join("model.safetensors"))?;
-    let config = serde_json::json!({
+    // Written under a temporary name and moved into place whole: an interrupted conversion
+    // leaves no directory that looks like a model.
+    crate::io::atomic::write_atomically(out, |out| write_model(out, &h, &config, &map, tokenizer))?;
+    Ok(h)
+}
+
+/// config.json of the model the header describes.
+fn config_json(h: &Header) -> serde_json::Value {
+    serde_json::json!({
         "architectures": ["BertModel"],
         "model_type": "bert",
         "attention_probs_dropout_prob": 0.1,
@@ -252,8 +254,73 @@ pub fn convert(bin: &Path, out: &Path, tokenizer: Option<&Path>) -> Result<Heade
         "position_embedding_type": "absolute",
         "type_vocab_size": h.type_vocab,
         "vocab_size": h.vocab,
-    });
-    std::fs::write(out.join("config.json"), serde_json::to_string_pretty(&config)?)?;
+    })
+}
+
+/// Whether the header and tensors make a model the loader takes: its config.json passes the
+/// loader's checks, and every tensor of its layers is there, once, with no others (a file
+/// missing one, or with more layers than its header, would otherwise convert and fail to load,
+/// or load without them).
+fn check(h: &Header, config: &serde_json::Value, tensors: &Tensors) -> Result<()> {
+    ensure!(
+        h.eps.is_finite() && h.eps > 0.0,
+        "its LayerNorm epsilon is {}; a model needs a finite value above 0",
+        h.eps
+    );
+    ensure!(h.type_vocab > 0, "its type_vocab_size is 0; a BERT model needs at least 1");
+    super::EncoderConfig::from_json(&config.to_string()).context("its header is not a model's shape")?;
+    let mut want: Vec<String> = ["word_embeddings", "position_embeddings", "token_type_embeddings", "LayerNorm"]
+        .iter()
+        .map(|n| format!("embeddings.{n}.weight"))
+        .chain(["embeddings.LayerNorm.bias".to_string()])
+        .collect();
+    for l in 0..h.layers {
+        for t in [
+            "attention.self.query",
+            "attention.self.key",
+            "attention.self.value",
+            "attention.output.dense",
+            "attention.output.LayerNorm",
+            "intermediate.dense",
+            "output.dense",
+            "output.LayerNorm",
+        ] {
+            for p in ["weight", "bias"] {
+                want.push(format!("encoder.layer.{l}.{t}.{p}"));
+            }
+        }
+    }
+    let missing: Vec<&String> = want.iter().filter(|n| !tensors.contains_key(*n)).collect();
+    ensure!(
+        missing.is_empty(),
+        "{} of its {} tensors are missing (first: {}; its header says {} layers)",
+        missing.len(),
+        want.len(),
+        missing[0],
+        h.layers
+    );
+    let mut extra: Vec<&String> = tensors.keys().filter(|n| !want.contains(n)).collect();
+    extra.sort();
+    ensure!(
+        extra.is_empty(),
+        "it holds {} tensors beyond the {} layers its header says (first: {})",
+        extra.len(),
+        h.layers,
+        extra[0]
+    );
+    Ok(())
+}
+
+/// The model directory's files, into `out`.
+fn write_model(
+    out: &Path,
+    h: &Header,
+    config: &serde_json::Value,
+    map: &HashMap<String, Tensor>,
+    tokenizer: Option<&Path>,
+) -> Result<()> {
+    super::weights::save_tensors(map, &out.join("model.safetensors"))?;
+    std::fs::write(out.join("config.json"), serde_json::to_string_pretty(config)?)?;
     if let Some(t) = tokenizer {
         std::fs::copy(t, out.join("tokenizer.json")).with_context(|| format!("cannot copy {}", t.display()))?;
         // So that transformers (and sentence-transformers) build the right tokenizer class.
@@ -274,7 +341,7 @@ pub fn convert(bin: &Path, out: &Path, tokenizer: Option<&Path>) -> Result<Heade
     };
     super::sentence::write_st_files(out, super::Pooling::Mean, h.hidden, &st)?;
     std::fs::write(out.join("config_sentence_transformers.json"), serde_json::to_string_pretty(&e5_prompts())?)?;
-    Ok(h)
+    Ok(())
 }
 
 /// multilingual-e5-small's prompts as sentence-transformers reads them from
@@ -382,6 +449,131 @@ mod tests {
         let err = format!("{:#}", convert(&bin, &file, None).unwrap_err());
         assert!(err.contains(&format!("OUT_DIR {} is a file", file.display())), "{err}");
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
+    }
+
+    /// An E5S1 file of f32 tensors (no packed tokenizer, no normalisation map): header values
+    /// hidden, layers, heads, ff, vocab, max_pos, type_vocab, then eps.
+    fn e5s1(sizes: [i32; 7], eps: f32, tensors: &[(String, usize)]) -> Vec<u8> {
+        let mut b = b"E5S1".to_vec();
+        b.extend(1u32.to_le_bytes());
+        for v in sizes {
+            b.extend(v.to_le_bytes());
+        }
+        b.extend(eps.to_le_bytes());
+        b.extend((QK as i32).to_le_bytes());
+        b.extend(0i32.to_le_bytes()); // pieces
+        b.extend([0u8; 16]); // special ids
+        b.extend(0u64.to_le_bytes()); // blob
+        b.extend([0u8; 4]); // the offsets of 0 pieces: one
+        b.extend(0i32.to_le_bytes());
+        b.extend(0u32.to_le_bytes()); // normalisation map
+        b.extend((tensors.len() as i32).to_le_bytes());
+        let dir_len: usize = tensors.iter().map(|(n, _)| 2 + n.len() + 1 + 4 + 8 + 8).sum();
+        let mut off = b.len() + dir_len;
+        for (name, n) in tensors {
+            b.extend((name.len() as u16).to_le_bytes());
+            b.extend(name.as_bytes());
+            b.push(0);
+            b.extend((*n as u32).to_le_bytes());
+            b.extend((off as u64).to_le_bytes());
+            b.extend((4 * *n as u64).to_le_bytes());
+            off += 4 * n;
+        }
+        for (i, (_, n)) in tensors.iter().enumerate() {
+            for j in 0..*n {
+                b.extend(((i * 31 + j) as f32 * 0.01).to_le_bytes());
+            }
+        }
+        b
+    }
+
+    /// The tensors of a model of hidden 4, ff 8, vocab 10, 8 positions, 2 types, `layers` layers.
+    fn tiny_tensors(layers: usize) -> Vec<(String, usize)> {
+        let mut t: Vec<(String, usize)> =
+            [("emb.word", 40), ("emb.pos", 32), ("emb.type", 8), ("emb.ln.w", 4), ("emb.ln.b", 4)]
+                .iter()
+                .map(|&(n, k)| (n.to_string(), k))
+                .collect();
+        for l in 0..layers {
+            for (n, k) in [
+                ("q.w", 16),
+                ("q.b", 4),
+                ("k.w", 16),
+                ("k.b", 4),
+                ("v.w", 16),
+                ("v.b", 4),
+                ("ao.w", 16),
+                ("ao.b", 4),
+                ("aln.w", 4),
+                ("aln.b", 4),
+                ("fi.w", 32),
+                ("fi.b", 8),
+                ("fo.w", 32),
+                ("fo.b", 4),
+                ("oln.w", 4),
+                ("oln.b", 4),
+            ] {
+                t.push((format!("l{l}.{n}"), k));
+            }
+        }
+        t
+    }
+
+    /// Files the loader would refuse (an outside probe: each converted with exit 0 before) are
+    /// refused by the conversion, which leaves nothing behind; a whole one converts, and loads.
+    #[test]
+    fn structurally_invalid_files_are_refused_and_leave_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = [4, 1, 2, 8, 10, 8, 2];
+        let without = |name: &str| tiny_tensors(1).into_iter().filter(|(n, _)| n != name).collect::<Vec<_>>();
+        let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+            ("zero-layers", e5s1([4, 0, 2, 8, 10, 8, 2], 1e-12, &tiny_tensors(0)), "num_hidden_layers is 0"),
+            ("zero-heads", e5s1([4, 1, 0, 8, 10, 8, 2], 1e-12, &tiny_tensors(1)), "num_attention_heads is 0"),
+            (
+                "heads-3",
+                e5s1([4, 1, 3, 8, 10, 8, 2], 1e-12, &tiny_tensors(1)),
+                "not divisible by num_attention_heads 3",
+            ),
+            ("no-types", e5s1([4, 1, 2, 8, 10, 8, 0], 1e-12, &without("emb.type")), "type_vocab_size is 0"),
+            ("eps-nan", e5s1(good, f32::NAN, &tiny_tensors(1)), "epsilon is NaN"),
+            ("eps-zero", e5s1(good, 0.0, &tiny_tensors(1)), "epsilon is 0"),
+            (
+                "no-word",
+                e5s1(good, 1e-12, &without("emb.word")),
+                "1 of its 21 tensors are missing (first: embeddings.word_embeddings.weight",
+            ),
+            ("no-pos", e5s1(good, 1e-12, &without("emb.pos")), "(first: embeddings.position_embeddings.weight"),
+            ("no-key", e5s1(good, 1e-12, &without("l0.k.b")), "(first: encoder.layer.0.attention.self.key.bias"),
+            ("extra-layer", e5s1(good, 1e-12, &tiny_tensors(2)), "16 tensors beyond the 1 layers"),
+            (
+                "twice",
+                e5s1(good, 1e-12, &[tiny_tensors(1), vec![("l0.q.b".into(), 4)]].concat()),
+                "l0.q.b is in the file twice",
+            ),
+        ];
+        for (name, bytes, want) in cases {
+            let bin = dir.path().join(format!("{name}.bin"));
+            std::fs::write(&bin, bytes).unwrap();
+            let out = dir.path().join(name);
+            let err = format!("{:#}", convert(&bin, &out, None).unwrap_err());
+            assert!(err.contains(want), "{name}: {err}");
+            assert!(!out.exists() && !dir.path().join(format!(".{name}.tmp")).exists(), "{name}: left behind");
+        }
+        let bin = dir.path().join("good.bin");
+        std::fs::write(&bin, e5s1(good, 1e-12, &tiny_tensors(1))).unwrap();
+        let out = dir.path().join("good");
+        let h = convert(&bin, &out, None).unwrap();
+        assert_eq!((h.hidden, h.layers, h.heads, h.vocab), (4, 1, 2, 10));
+        let cfg = super::super::EncoderConfig::from_file(&out.join("config.json")).unwrap();
+        let tensors = candle_core::safetensors::load(out.join("model.safetensors"), &Device::Cpu).unwrap();
+        assert_eq!(tensors.len(), 21);
+        crate::model::encoder::check_config(&tensors, &cfg).unwrap();
+        assert!(crate::model::encoder::unused_tensors(&tensors, &cfg).is_empty());
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(!names.iter().any(|n| n.starts_with('.')), "{names:?}");
     }
 
     #[test]
