@@ -224,6 +224,22 @@ fn a_full_fetch_equals_the_shared_files() {
     // An empty data directory: list says missing.
     let list = common::xsent().args(["data", "list"]).env("XSENT_DATA", tmp.path().join("none")).output().unwrap();
     assert!(String::from_utf8_lossy(&list.stdout).lines().any(|l| l.starts_with("bucc ") && l.contains("missing")));
+    // --data-dir: a folder not there yet is where a fetch with the same flag downloads; a file is
+    // an error (an outside probe: the hint named XSENT_DATA's folder; a file was "not there yet").
+    let none = tmp.path().join("none");
+    let list = common::xsent().args(["data", "list", "--data-dir"]).arg(&none).output().unwrap();
+    assert!(list.status.success(), "{}", stderr(&list));
+    assert!(String::from_utf8_lossy(&list.stdout)
+        .contains(&format!("{} (--data-dir; it does not exist yet)", none.display())));
+    let hint = format!("`xsent data fetch SET --data-dir {}` (or all) downloads into it", none.display());
+    assert!(stderr(&list).contains(&hint), "{}", stderr(&list));
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let list = common::xsent().args(["data", "list", "--data-dir"]).arg(&file).output().unwrap();
+    assert_eq!(list.status.code(), Some(1), "{}", stderr(&list));
+    assert!(
+        stderr(&list).contains(&format!("the data directory {} (--data-dir) is a file: give a folder", file.display()))
+    );
 }
 
 /// A transfer cut midway resumes with a Range request, within the run and in a later run

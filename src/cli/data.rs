@@ -117,10 +117,14 @@ fn fetch_sets(names: &[String], data_dir: Option<PathBuf>) -> Result<()> {
 }
 
 fn list(data_dir: Option<PathBuf>) -> Result<()> {
+    let given = data_dir.is_some();
     let (dir, from) = match data_dir {
         Some(d) => (d, "--data-dir"),
         None => crate::places::data_dir(),
     };
+    if dir.exists() && !dir.is_dir() {
+        bail!("the data directory {} ({from}) is a file: give a folder", dir.display());
+    }
     outln!("data directory: {} ({from}{})", dir.display(), if dir.is_dir() { "" } else { "; it does not exist yet" });
     outln!("{:<9} {:>6} {:>9}  {:<11} about", "set", "files", "size", "state");
     for s in registry::SETS {
@@ -132,6 +136,10 @@ fn list(data_dir: Option<PathBuf>) -> Result<()> {
         };
         let total: u64 = s.files.iter().map(|f| f.size).sum();
         outln!("{:<9} {:>6} {:>9}  {:<11} {}", s.name, s.files.len(), mb(total), state, s.about);
+    }
+    if given {
+        errln!("xsent data: `xsent data fetch SET --data-dir {}` (or all) downloads into it", dir.display());
+        return Ok(());
     }
     let home = crate::places::data_home();
     errln!(
