@@ -266,20 +266,17 @@ fn mining_from_index_neighbours_agrees_with_the_exact_mine() {
         ]));
         knn.push(out);
     }
+    // `mine` from neighbour lists: the source file, the source side's list, more arguments.
+    let mine_knn = |src: &Path, src_knn: &Path, more: &[&str]| {
+        let args = [
+            &["mine", "--src-file", p(src), "--tgt-file", p(&tgt)][..],
+            &["--src-knn", p(src_knn), "--tgt-knn", p(&knn[1])],
+            more,
+        ];
+        xsent(&args.concat())
+    };
     let from_knn = tmp.path().join("knn.tsv");
-    ok(&xsent(&[
-        "mine",
-        "--src-file",
-        p(&src),
-        "--tgt-file",
-        p(&tgt),
-        "--src-knn",
-        p(&knn[0]),
-        "--tgt-knn",
-        p(&knn[1]),
-        "-o",
-        p(&from_knn),
-    ]));
+    ok(&mine_knn(&src, &knn[0], &["-o", p(&from_knn)]));
     let approx = tmp.path().join("index.tsv");
     ok(&xsent(&[
         "mine",
@@ -322,45 +319,13 @@ fn mining_from_index_neighbours_agrees_with_the_exact_mine() {
     // Lines that are not distinct rows are refused, and lists of another length.
     let dup = tmp.path().join("dup.txt");
     std::fs::write(&dup, format!("{}\n{}\n", de[0], de[0])).unwrap();
-    let e = fail(&xsent(&[
-        "mine",
-        "--src-file",
-        p(&dup),
-        "--tgt-file",
-        p(&tgt),
-        "--src-knn",
-        p(&knn[0]),
-        "--tgt-knn",
-        p(&knn[1]),
-    ]));
+    let e = fail(&mine_knn(&dup, &knn[0], &[]));
     assert!(e.contains("dup.txt:2 repeats line 1") && e.contains("awk"), "{e}");
     let short = tmp.path().join("short.txt");
     std::fs::write(&short, format!("{}\n", de[0])).unwrap();
-    let e = fail(&xsent(&[
-        "mine",
-        "--src-file",
-        p(&short),
-        "--tgt-file",
-        p(&tgt),
-        "--src-knn",
-        p(&knn[0]),
-        "--tgt-knn",
-        p(&knn[1]),
-    ]));
+    let e = fail(&mine_knn(&short, &knn[0], &[]));
     assert!(e.contains("--src-knn holds lists for 100 rows, but") && e.contains("has 1 lines"), "{e}");
-    let e = fail(&xsent(&[
-        "mine",
-        "--src-file",
-        p(&src),
-        "--tgt-file",
-        p(&tgt),
-        "--src-knn",
-        p(&knn[0]),
-        "--tgt-knn",
-        p(&knn[1]),
-        "--k",
-        "9",
-    ]));
+    let e = fail(&mine_knn(&src, &knn[0], &["--k", "9"]));
     assert!(e.contains("fewer than --k 9"), "{e}");
     // A list padded by a search whose probed lists held fewer vectors, and a NaN similarity:
     // each named by its row, not scored (nor reported as a row of the other side).
@@ -378,17 +343,7 @@ fn mining_from_index_neighbours_agrees_with_the_exact_mine() {
         bad[at(3, 1) + 8..at(3, 1) + 12].copy_from_slice(&patch.1.to_le_bytes());
         let f = tmp.path().join("patched.knn.npy");
         std::fs::write(&f, bad).unwrap();
-        let e = fail(&xsent(&[
-            "mine",
-            "--src-file",
-            p(&src),
-            "--tgt-file",
-            p(&tgt),
-            "--src-knn",
-            p(&f),
-            "--tgt-knn",
-            p(&knn[1]),
-        ]));
+        let e = fail(&mine_knn(&src, &f, &[]));
         assert!(e.contains(want), "{e}");
     }
 }
