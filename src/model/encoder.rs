@@ -318,33 +318,38 @@ pub fn check_config(tensors: &std::collections::HashMap<String, Tensor>, cfg: &E
 /// `embeddings.position_ids` buffer some checkpoints carry: more layers than `cfg` has, or
 /// tensors of another architecture.
 pub fn unused_tensors(tensors: &std::collections::HashMap<String, Tensor>, cfg: &EncoderConfig) -> Vec<String> {
-    let mut used: std::collections::HashSet<String> = [
+    const EMBEDDINGS: [&str; 6] = [
         "word_embeddings.weight",
         "position_embeddings.weight",
         "token_type_embeddings.weight",
         "LayerNorm.weight",
         "LayerNorm.bias",
         "position_ids",
-    ]
-    .iter()
-    .map(|n| format!("embeddings.{n}"))
-    .collect();
-    for i in 0..cfg.num_hidden_layers {
-        for n in [
-            "attention.self.query",
-            "attention.self.key",
-            "attention.self.value",
-            "attention.output.dense",
-            "attention.output.LayerNorm",
-            "intermediate.dense",
-            "output.dense",
-            "output.LayerNorm",
-        ] {
-            used.insert(format!("encoder.layer.{i}.{n}.weight"));
-            used.insert(format!("encoder.layer.{i}.{n}.bias"));
+    ];
+    const LAYER: [&str; 8] = [
+        "attention.self.query",
+        "attention.self.key",
+        "attention.self.value",
+        "attention.output.dense",
+        "attention.output.LayerNorm",
+        "intermediate.dense",
+        "output.dense",
+        "output.LayerNorm",
+    ];
+    // Each name is judged by itself: a set of every used name would grow with
+    // num_hidden_layers, which config.json may set to anything (10^8 took 6.5 GB before the
+    // check that the weights hold that many layers).
+    let used = |k: &str| {
+        if let Some(n) = k.strip_prefix("embeddings.") {
+            return EMBEDDINGS.contains(&n);
         }
-    }
-    let mut unused: Vec<String> = tensors.keys().filter(|k| !used.contains(*k)).cloned().collect();
+        let Some(rest) = k.strip_prefix("encoder.layer.") else { return false };
+        let Some((i, rest)) = rest.split_once('.') else { return false };
+        // As written by format!("{i}"): "01" is not layer 1.
+        i.parse::<usize>().is_ok_and(|n| n < cfg.num_hidden_layers && n.to_string() == i)
+            && rest.rsplit_once('.').is_some_and(|(m, p)| LAYER.contains(&m) && (p == "weight" || p == "bias"))
+    };
+    let mut unused: Vec<String> = tensors.keys().filter(|k| !used(k)).cloned().collect();
     unused.sort();
     unused
 }
@@ -645,6 +650,45 @@ impl Encoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Unused tensors are found by name, in time and memory independent of num_hidden_layers
+    /// (an outside probe: 10^8 in config.json took 6.5 GB and aborted before the layer count
+    /// was checked against the weights).
+    #[test]
+    fn unused_tensors_do_not_grow_with_the_configured_layers() {
+        let t = Tensor::zeros(1, DType::F32, &Device::Cpu).unwrap();
+        let names = [
+            "embeddings.word_embeddings.weight",
+            "embeddings.position_ids",
+            "embeddings.extra.weight",
+            "encoder.layer.0.attention.self.query.weight",
+            "encoder.layer.1.output.LayerNorm.bias",
+            "encoder.layer.01.output.dense.weight",
+            "encoder.layer.1.output.dense.scale",
+            "encoder.layer.2.intermediate.dense.weight",
+            "pooler.dense.weight",
+        ];
+        let tensors: std::collections::HashMap<String, Tensor> =
+            names.iter().map(|n| (n.to_string(), t.clone())).collect();
+        let mut cfg: EncoderConfig = serde_json::from_value(serde_json::json!({
+            "model_type": "bert", "vocab_size": 50, "hidden_size": 8, "num_hidden_layers": 2,
+            "num_attention_heads": 2, "intermediate_size": 16, "max_position_embeddings": 12
+        }))
+        .unwrap();
+        let want = [
+            "embeddings.extra.weight",
+            "encoder.layer.01.output.dense.weight",
+            "encoder.layer.1.output.dense.scale",
+            "encoder.layer.2.intermediate.dense.weight",
+            "pooler.dense.weight",
+        ];
+        assert_eq!(unused_tensors(&tensors, &cfg), want);
+        cfg.num_hidden_layers = 1 << 60;
+        assert_eq!(
+            unused_tensors(&tensors, &cfg),
+            want.iter().filter(|n| !n.contains("layer.2")).copied().collect::<Vec<_>>()
+        );
+    }
 
     fn encoder(model_type: &str) -> Encoder {
         let cfg: EncoderConfig = serde_json::from_value(serde_json::json!({
