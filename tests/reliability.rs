@@ -94,6 +94,22 @@ fn embed_finishes_with_stderr_closed() {
     assert_eq!(text.lines().count(), 2);
 }
 
+/// Tables and configs printed on standard output: a write that fails (a full disk under
+/// `xsent config show dueam > my.toml`) ends the command with exit 1 and says so (an outside
+/// probe: exit 0 over an empty file); a closed pipe is the reader's wish and stays exit 0.
+#[test]
+fn a_failed_write_to_standard_output_is_an_error() {
+    for args in [&["config", "show", "dueam"][..], &["config", "list"], &["data", "list"]] {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let o = common::xsent().args(args).stdout(full).output().unwrap();
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("xsent: error: writing to standard output failed"), "{args:?}: {}", stderr(&o));
+    }
+    let mut child = common::xsent().args(["config", "show", "dueam"]).stdout(Stdio::piped()).spawn().unwrap();
+    drop(child.stdout.take());
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
 // ---- 3. No silent wrong results ----
 
 /// The lock file of a run directory held by this test process, naming `pid` and `host`.

@@ -295,7 +295,15 @@ pub fn main() -> i32 {
         Command::Config(c) => config::run(c).map(|()| 0),
     };
     match result {
-        Ok(code) => code,
+        Ok(code) => match crate::log::stdout_failure() {
+            // The work is done (reports and files written), but what went to standard output is
+            // cut: a redirect into a full disk must not end in exit 0.
+            Some(e) if code == 0 => {
+                errln!("xsent: error: writing to standard output failed ({e}): what was printed there is incomplete");
+                1
+            }
+            _ => code,
+        },
         Err(e) if is_broken_pipe(&e) => 0,
         Err(e) => {
             errln!("xsent: error: {e}");
