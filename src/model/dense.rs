@@ -58,6 +58,13 @@ impl Dense {
         let text = std::fs::read_to_string(&cfg_path).with_context(|| format!("cannot read {}", cfg_path.display()))?;
         let cfg: DenseConfig =
             serde_json::from_str(&text).with_context(|| format!("invalid {}", cfg_path.display()))?;
+        ensure!(
+            cfg.in_features > 0 && cfg.out_features > 0,
+            "{}: in_features {} and out_features {} must both be at least 1 (a vector of 0 values has no direction)",
+            cfg_path.display(),
+            cfg.in_features,
+            cfg.out_features
+        );
         let activation = match cfg.activation_function.as_deref() {
             None | Some(IDENTITY) => DenseActivation::Identity,
             Some(TANH) => DenseActivation::Tanh,
@@ -88,7 +95,16 @@ impl Dense {
             cfg.in_features
         );
         let bias = match (cfg.bias, t.get("linear.bias")) {
-            (true, Some(b)) => b.to_dtype(DType::F32)?.to_device(device)?,
+            (true, Some(b)) => {
+                ensure!(
+                    b.dims() == [cfg.out_features],
+                    "{}: linear.bias is {:?}, config says [{}] (out_features)",
+                    w_path.display(),
+                    b.dims(),
+                    cfg.out_features
+                );
+                b.to_dtype(DType::F32)?.to_device(device)?
+            }
             (true, None) => bail!("{} has no linear.bias though its config says bias = true", w_path.display()),
             (false, _) => Tensor::zeros(cfg.out_features, DType::F32, device)?,
         };
@@ -141,5 +157,42 @@ impl Dense {
         });
         std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&cfg)?)?;
         weights::save_tensors(&self.tensors(), &dir.join("model.safetensors"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Dense directory of `out × in` weights and a bias of `bias` values.
+    fn module(dir: &Path, out: usize, inp: usize, bias: &[usize]) {
+        std::fs::create_dir_all(dir).unwrap();
+        let cfg = serde_json::json!({"in_features": inp, "out_features": out, "bias": true});
+        std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+        let t = HashMap::from([
+            ("linear.weight".to_string(), Tensor::zeros((out, inp), DType::F32, &Device::Cpu).unwrap()),
+            ("linear.bias".to_string(), Tensor::zeros(bias, DType::F32, &Device::Cpu).unwrap()),
+        ]);
+        weights::save_tensors(&t, &dir.join("model.safetensors")).unwrap();
+    }
+
+    /// A bias of another shape, or a module of 0 outputs, is refused at load, naming the file
+    /// (an outside probe: the bias failed at the first batch naming no file; 0 outputs gave
+    /// empty vectors with exit 0).
+    #[test]
+    fn a_bias_of_another_shape_and_empty_modules_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let load =
+            |name: &str| Dense::load(&dir.path().join(name), &Device::Cpu).map(|_| ()).map_err(|e| format!("{e:#}"));
+        module(&dir.path().join("good"), 16, 32, &[16]);
+        assert_eq!(load("good"), Ok(()));
+        module(&dir.path().join("short"), 16, 32, &[7]);
+        let e = load("short").unwrap_err();
+        assert!(e.contains("short/model.safetensors: linear.bias is [7], config says [16]"), "{e}");
+        module(&dir.path().join("square"), 16, 32, &[16, 1]);
+        assert!(load("square").unwrap_err().contains("linear.bias is [16, 1]"));
+        module(&dir.path().join("none"), 0, 32, &[0]);
+        let e = load("none").unwrap_err();
+        assert!(e.contains("none/config.json: in_features 32 and out_features 0 must both be at least 1"), "{e}");
     }
 }
