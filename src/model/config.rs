@@ -101,6 +101,22 @@ impl EncoderConfig {
                 bail!("{name} is 0; a model needs at least 1");
             }
         }
+        if !(cfg.layer_norm_eps.is_finite() && cfg.layer_norm_eps > 0.0) {
+            bail!("layer_norm_eps is {}; LayerNorm needs a finite value above 0 (BERT's is 1e-12)", cfg.layer_norm_eps);
+        }
+        let pad = cfg.pad_id() as usize;
+        if pad >= cfg.vocab_size {
+            bail!("pad_token_id {pad} is not a token of the vocabulary (vocab_size {})", cfg.vocab_size);
+        }
+        // XLM-R numbers positions from pad_token_id + 1 (an outside probe: pad_token_id 2000 was
+        // reported as an input too long for --max-length).
+        if cfg.family()? == Family::XlmRoberta && pad + 1 >= cfg.max_position_embeddings {
+            bail!(
+                "pad_token_id {pad} leaves no positions: the XLM-R family numbers positions from pad_token_id + 1, \
+                 and max_position_embeddings is {}",
+                cfg.max_position_embeddings
+            );
+        }
         if !cfg.hidden_size.is_multiple_of(cfg.num_attention_heads) {
             bail!(
                 "hidden_size {} is not divisible by num_attention_heads {}",
@@ -195,5 +211,36 @@ impl Activation {
             "silu" | "swish" => Self::Silu,
             other => bail!("hidden_act {other:?} is not supported (gelu, gelu_new, gelu_pytorch_tanh, relu, silu)"),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(model_type: &str, key: &str, value: serde_json::Value) -> Result<EncoderConfig> {
+        let mut c = serde_json::json!({
+            "model_type": model_type, "vocab_size": 50, "hidden_size": 8, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "intermediate_size": 16, "max_position_embeddings": 12
+        });
+        c[key] = value;
+        EncoderConfig::from_json(&c.to_string())
+    }
+
+    /// Values the encoder cannot run with are refused with the key's name (an outside probe:
+    /// layer_norm_eps -1 gave NaN vectors "from broken weights"; an XLM-R pad_token_id of 2000
+    /// was reported as an input too long for --max-length).
+    #[test]
+    fn eps_and_pad_token_id_are_checked() {
+        let err = |t: &str, k: &str, v: serde_json::Value| format!("{:#}", with(t, k, v).unwrap_err());
+        assert!(err("bert", "layer_norm_eps", (-1.0).into())
+            .contains("layer_norm_eps is -1; LayerNorm needs a finite value above 0"));
+        assert!(err("bert", "layer_norm_eps", 0.0.into()).contains("layer_norm_eps is 0"));
+        assert!(err("bert", "pad_token_id", 50.into())
+            .contains("pad_token_id 50 is not a token of the vocabulary (vocab_size 50)"));
+        assert!(err("xlm-roberta", "pad_token_id", 11.into()).contains("pad_token_id 11 leaves no positions"));
+        with("xlm-roberta", "pad_token_id", 10.into()).unwrap();
+        with("bert", "pad_token_id", 49.into()).unwrap();
+        with("bert", "layer_norm_eps", 1e-12.into()).unwrap();
     }
 }

@@ -278,8 +278,8 @@ impl SentenceEncoder {
         super::encoder::check_config(&tensors, &config)
             .with_context(|| format!("{} and {}", files.config.display(), super::weights::describe(&files.weights)))?;
         let vb = VarBuilder::from_tensors(tensors, DType::F32, &opts.device);
-        let mut encoder =
-            Encoder::load(vb, &config).with_context(|| format!("loading weights {}", files.weights[0].display()))?;
+        let mut encoder = Encoder::load(vb, &config)
+            .with_context(|| format!("loading weights {}", weights::describe(&files.weights)))?;
         if saved_dtype == Some(super::quant::Dtype::Int8) {
             let asymmetric = super::quantized::saved_asymmetric(&config.raw);
             super::quantized::attach_int8(&mut encoder, stored_int8, asymmetric, &opts.device, &files.spec)?;

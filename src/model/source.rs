@@ -81,9 +81,47 @@ pub fn shard_names(index: &Path) -> Result<Vec<String>> {
     Ok(shards.into_iter().collect())
 }
 
+/// Whether `path` is a regular file (through symbolic links): `false` when nothing is there, an
+/// error when something else is (a folder, a FIFO, a device, a link that leads nowhere or in a
+/// loop), which reading would misread or wait on forever (an outside probe: each was reported as
+/// "has no config.json" or "has no weights").
+fn regular_file(path: &Path) -> Result<bool> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => Ok(true),
+        Ok(m) => {
+            let t = m.file_type();
+            let what = if t.is_dir() {
+                "a folder"
+            } else if t.is_fifo() {
+                "a FIFO"
+            } else if t.is_char_device() || t.is_block_device() {
+                "a device"
+            } else if t.is_socket() {
+                "a socket"
+            } else {
+                "not a regular file"
+            };
+            bail!("{} is {what}, not a file: put the file itself there", path.display())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match std::fs::read_link(path) {
+            Ok(target) => bail!("{} is a symbolic link to {}, which does not exist", path.display(), target.display()),
+            Err(_) => Ok(false),
+        },
+        Err(e) => bail!("cannot read {}: {e}", path.display()),
+    }
+}
+
 /// The weight files of the local directory `dir`, the first of [`WEIGHT_FILES`] it holds.
 fn local_weights(dir: &Path) -> Result<Vec<PathBuf>> {
-    let Some(name) = WEIGHT_FILES.iter().find(|f| dir.join(f).is_file()) else {
+    let mut found = None;
+    for f in WEIGHT_FILES {
+        if regular_file(&dir.join(f))? {
+            found = Some(f);
+            break;
+        }
+    }
+    let Some(name) = found else {
         let hint = match stray_shard(dir) {
             Some(shard) => format!(
                 "It holds {shard}, a shard of a sharded checkpoint, but not the index that lists the shards \
@@ -206,7 +244,7 @@ pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
         }
     }
     let require = |f: &str| {
-        if dir.join(f).is_file() {
+        if regular_file(&dir.join(f))? {
             return Ok(());
         }
         bail!(
@@ -219,14 +257,15 @@ pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
     require("config.json")?;
     let weights = local_weights(dir)?;
     // A BERT checkpoint saved without tokenizer.json: its WordPiece vocab.txt.
-    let tokenizer = if !dir.join("tokenizer.json").is_file() && dir.join("vocab.txt").is_file() {
+    let tokenizer = if !regular_file(&dir.join("tokenizer.json"))? && regular_file(&dir.join("vocab.txt"))? {
         dir.join("vocab.txt")
     } else {
         require("tokenizer.json")?;
         dir.join("tokenizer.json")
     };
     let opt = |rel: &str| Some(dir.join(rel)).filter(|p| p.is_file());
-    let pipeline = pipeline(opt("modules.json").as_deref())?;
+    let modules = dir.join("modules.json");
+    let pipeline = pipeline(regular_file(&modules)?.then_some(modules.as_path()))?;
     if let Some(rel) = &pipeline.pooling {
         // A Pooling module listed but absent would silently fall back to mean pooling.
         if !dir.join(rel).is_file() {
@@ -735,6 +774,54 @@ pub fn resolve_hub(spec: &str, cache_dir: &Path, offline: bool) -> Result<ModelF
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A model file that is a folder, a FIFO, a device or a link leading nowhere is named as
+    /// such (an outside probe: each was "has no config.json" or "has no weights"; a FIFO would
+    /// block a reader forever).
+    #[test]
+    fn model_files_that_are_not_files_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let fresh = |name: &str| {
+            let d = dir.path().join(name);
+            std::fs::create_dir_all(&d).unwrap();
+            for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+                std::fs::write(d.join(f), "{}").unwrap();
+            }
+            d
+        };
+        let err = |d: &Path| format!("{:#}", resolve_dir(d, "m").map(|_| ()).unwrap_err());
+        let d = fresh("fifo");
+        std::fs::remove_file(d.join("config.json")).unwrap();
+        assert!(std::process::Command::new("mkfifo").arg(d.join("config.json")).status().unwrap().success());
+        assert!(err(&d).contains("fifo/config.json is a FIFO, not a file"), "{}", err(&d));
+        let d = fresh("folder");
+        std::fs::remove_file(d.join("model.safetensors")).unwrap();
+        std::fs::create_dir(d.join("model.safetensors")).unwrap();
+        assert!(err(&d).contains("folder/model.safetensors is a folder, not a file"), "{}", err(&d));
+        let d = fresh("device");
+        std::fs::remove_file(d.join("tokenizer.json")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", d.join("tokenizer.json")).unwrap();
+        assert!(err(&d).contains("device/tokenizer.json is a device, not a file"), "{}", err(&d));
+        let d = fresh("loop");
+        std::fs::remove_file(d.join("model.safetensors")).unwrap();
+        std::os::unix::fs::symlink("model.safetensors", d.join("model.safetensors")).unwrap();
+        assert!(err(&d).contains("cannot read") && err(&d).contains("loop/model.safetensors"), "{}", err(&d));
+        let d = fresh("dangling");
+        std::fs::remove_file(d.join("config.json")).unwrap();
+        std::os::unix::fs::symlink("../nowhere.json", d.join("config.json")).unwrap();
+        assert!(
+            err(&d).contains("dangling/config.json is a symbolic link to ../nowhere.json, which does not exist"),
+            "{}",
+            err(&d)
+        );
+        let d = fresh("modules");
+        std::fs::create_dir(d.join("modules.json")).unwrap();
+        assert!(err(&d).contains("modules/modules.json is a folder, not a file"), "{}", err(&d));
+        // Nothing there is still "has no".
+        let d = fresh("missing");
+        std::fs::remove_file(d.join("config.json")).unwrap();
+        assert!(err(&d).contains("has no config.json"), "{}", err(&d));
+    }
 
     #[test]
     fn hub_ids() {
