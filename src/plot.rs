@@ -34,6 +34,13 @@ pub fn pca(rows: &[Vec<f32>], k: usize) -> Result<Pca> {
     let cov = (x.transpose() * &x) / (n as f64 - 1.0);
     let eig = SymmetricEigen::new(cov);
     let total: f64 = eig.eigenvalues.iter().map(|v| v.max(0.0)).sum();
+    // Vectors all the same, up to rounding, have no direction to show (an outside probe: two
+    // copies of one sentence were drawn as one dot titled "PC1 100%, PC2 0%").
+    let square: f64 = rows.iter().flatten().map(|&v| v as f64 * v as f64).sum::<f64>() / n as f64;
+    ensure!(
+        total > 1e-9 * square,
+        "PCA: the {n} vectors are all the same (up to rounding), so they have no direction to show: give different sentences"
+    );
     let mut order: Vec<usize> = (0..d).collect();
     order.sort_by(|&a, &b| eig.eigenvalues[b].total_cmp(&eig.eigenvalues[a]));
     let mut comps = Vec::with_capacity(k);
@@ -368,6 +375,16 @@ mod tests {
         assert!(pca(&[vec![1.0, 2.0]], 1).is_err());
         assert!(pca(&[vec![1.0, 2.0], vec![1.0]], 1).is_err());
         assert!(pca(&[vec![1.0], vec![2.0]], 2).is_err());
+        // Copies of one vector, exactly or up to f32 rounding: no direction.
+        let v = vec![0.3f32, -0.2, 0.9];
+        let near: Vec<f32> = v.iter().map(|x| x * (1.0 + 1e-7)).collect();
+        for rows in [vec![v.clone(), v.clone(), v.clone()], vec![v.clone(), near]] {
+            let e = pca(&rows, 2).err().expect("refused").to_string();
+            assert!(e.contains("are all the same (up to rounding)"), "{e}");
+        }
+        // A real spread, even a small one, is not.
+        let apart: Vec<f32> = v.iter().map(|x| x * 1.01).collect();
+        pca(&[v.clone(), apart, vec![0.3, -0.1, 0.9]], 2).unwrap();
     }
 
     #[test]

@@ -175,7 +175,7 @@ fn pca_plot(a: PcaArgs) -> Result<()> {
     };
     let mut panels = Vec::new();
     for (name, rows) in spaces {
-        let p = pca(&rows, 2)?;
+        let p = pca(&rows, 2).with_context(|| format!("the vectors of {name}"))?;
         let title = format!("{name}: PC1 {:.0}%, PC2 {:.0}%", 100.0 * p.explained[0], 100.0 * p.explained[1]);
         errln!("xsent plot: {title}");
         let points = p.coords.iter().zip(&label).map(|(c, &g)| (c[0], c[1], g)).collect();
