@@ -203,12 +203,25 @@ pub fn convert(bin: &Path, out: &Path, tokenizer: Option<&Path>) -> Result<Heade
     // half-built directory behind.
     let tok = tokenizer
         .map(|t| {
-            tokenizers::Tokenizer::from_file(t).map_err(|e| {
+            let tok = tokenizers::Tokenizer::from_file(t).map_err(|e| {
                 anyhow::anyhow!(
                     "--tokenizer {} is not a tokenizer.json that the tokenizers library loads: {e}",
                     t.display()
                 )
-            })
+            })?;
+            // The directory is written as an XLM-R-vocabulary model (tokenizer_config.json says so,
+            // and e5's embeddings are XLM-R's): a tokenizer of another family whose ids happen to fit
+            // would give wrong vectors silently (an outside probe: BERT's WordPiece converted).
+            for (i, piece) in ["<s>", "<pad>", "</s>", "<unk>"].iter().enumerate() {
+                ensure!(
+                    tok.token_to_id(piece) == Some(i as u32),
+                    "--tokenizer {}: {piece} is {}, where XLM-R's tokenizer has it at id {i}: \
+                     give this model's tokenizer (XLM-R's, 250,002 pieces)",
+                    t.display(),
+                    tok.token_to_id(piece).map_or("not a piece of it".to_string(), |id| format!("id {id}"))
+                );
+            }
+            Ok::<_, anyhow::Error>(tok)
         })
         .transpose()?;
     let buf = std::fs::read(bin).with_context(|| format!("cannot read {}", bin.display()))?;
@@ -574,6 +587,29 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert!(!names.iter().any(|n| n.starts_with('.')), "{names:?}");
+    }
+
+    /// A tokenizer of another family is refused before anything is written; the real XLM-R one
+    /// passes this check (and fails later only on the missing file, here).
+    #[test]
+    fn a_tokenizer_of_another_family_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let bin = dir.path().join("no-such.bin");
+        let mut vocab = serde_json::Map::new();
+        for (i, t) in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "hello"].iter().enumerate() {
+            vocab.insert(t.to_string(), i.into());
+        }
+        let wordpiece = dir.path().join("wordpiece.json");
+        let tok = serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null, "added_tokens": [], "normalizer": null,
+            "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "decoder": null,
+            "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}
+        });
+        std::fs::write(&wordpiece, tok.to_string()).unwrap();
+        let err = format!("{:#}", convert(&bin, &out, Some(&wordpiece)).unwrap_err());
+        assert!(err.contains("<s> is not a piece of it, where XLM-R's tokenizer has it at id 0"), "{err}");
+        assert!(!out.exists());
     }
 
     #[test]
