@@ -379,7 +379,8 @@ mod tests {
         let v = vec![0.3f32, -0.2, 0.9];
         let near: Vec<f32> = v.iter().map(|x| x * (1.0 + 1e-7)).collect();
         for rows in [vec![v.clone(), v.clone(), v.clone()], vec![v.clone(), near]] {
-            let e = pca(&rows, 2).err().expect("refused").to_string();
+            let Err(e) = pca(&rows, 2) else { panic!("refused") };
+            let e = e.to_string();
             assert!(e.contains("are all the same (up to rounding)"), "{e}");
         }
         // A real spread, even a small one, is not.
