@@ -272,13 +272,44 @@ pub fn save_tensors(tensors: &HashMap<String, Tensor>, path: &Path) -> Result<()
     let cpu: HashMap<String, Tensor> =
         tensors.iter().map(|(k, v)| Ok((k.clone(), v.detach().to_device(&Device::Cpu)?))).collect::<Result<_>>()?;
     candle_core::safetensors::save(&cpu, &tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
+    // The safetensors crate writes through a temporary file made with mode 0600: the weights
+    // would be the one file of a model folder others cannot read (an outside probe). They get
+    // the mode any new file gets here (0644 under the usual umask 022).
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o666 & !umask()))
+            .with_context(|| format!("cannot set the permissions of {}", tmp.display()))?;
+    }
     std::fs::rename(&tmp, path).with_context(|| format!("cannot move {} into place", path.display()))?;
     Ok(())
+}
+
+/// The process's file mode creation mask, read from /proc/self/status (setting it to read it
+/// would race with other threads creating files); 0o022 where that cannot be read.
+fn umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("Umask:").and_then(|m| u32::from_str_radix(m.trim(), 8).ok()))
+        })
+        .unwrap_or(0o022)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Saved weights get the mode any new file gets (the crate's temporary file is 0600).
+    #[test]
+    fn saved_weights_have_the_mode_of_new_files() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let t = HashMap::from([("w".to_string(), Tensor::zeros(2, candle_core::DType::F32, &Device::Cpu).unwrap())]);
+        save_tensors(&t, &dir.path().join("model.safetensors")).unwrap();
+        std::fs::write(dir.path().join("plain.txt"), "x").unwrap();
+        let mode = |f: &str| std::fs::metadata(dir.path().join(f)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode("model.safetensors"), mode("plain.txt"));
+    }
 
     #[test]
     fn canonical_names() {
