@@ -381,3 +381,91 @@ fn quantize_records_its_calibration() {
         assert!(dot / (n(&a) * n(&b)) > 0.98, "{}", dot / (n(&a) * n(&b)));
     }
 }
+
+// ---- tiny models: non-finite values, Dense modules, what `quantize` copies ----
+
+/// The tiny models' words: `house0` … `house39` (ids 4 … 43 of their tokenizer).
+fn tiny_words() -> Vec<String> {
+    (0..40).map(|i| format!("house{i}")).collect()
+}
+
+/// tiny-bert (fixture weights, a word-level tokenizer over [`tiny_words`]) in `dir/name/`, with
+/// `edit` applied to each F32 tensor of its weights (name, values).
+fn tiny_bert(dir: &std::path::Path, name: &str, edit: impl FnMut(&str, &mut [f32])) -> std::path::PathBuf {
+    let m = common::tiny_model("tiny-bert", &dir.join(name), &tiny_words());
+    edit_f32_tensors(&m.join("model.safetensors"), edit);
+    m
+}
+
+/// Rewrite the safetensors file `path` with `edit` applied to each F32 tensor (others kept).
+fn edit_f32_tensors(path: &std::path::Path, mut edit: impl FnMut(&str, &mut [f32])) {
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut tensors = Vec::new();
+    for (name, view) in st.tensors() {
+        let mut data = view.data().to_vec();
+        if view.dtype() == safetensors::Dtype::F32 {
+            let mut v: Vec<f32> = data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            edit(&name, &mut v);
+            data = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        }
+        tensors.push((name, view.dtype(), view.shape().to_vec(), data));
+    }
+    let views: Vec<_> = tensors
+        .iter()
+        .map(|(n, d, s, b)| (n.clone(), safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap()))
+        .collect();
+    safetensors::serialize_to_file(views, None, path).unwrap();
+}
+
+/// `xsent quantize SRC OUT ARGS`.
+fn quantize_cmd(src: &std::path::Path, out: &std::path::Path, args: &[&str]) -> std::process::Output {
+    common::xsent().arg("quantize").arg(src).arg(out).args(args).stdin(std::process::Stdio::null()).output().unwrap()
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+/// Fails if a failed `xsent quantize` left `out` or its temporary folder behind.
+fn assert_nothing_left(out: &std::path::Path) {
+    assert!(std::fs::symlink_metadata(out).is_err(), "a failed quantize left {} behind", out.display());
+    let name = out.file_name().unwrap().to_str().unwrap();
+    let parent = out.parent().unwrap();
+    for e in std::fs::read_dir(parent).unwrap() {
+        let e = e.unwrap().file_name().to_string_lossy().to_string();
+        assert!(!e.starts_with(&format!(".{name}.")), "a failed quantize left {e} in {}", parent.display());
+    }
+}
+
+/// `--calibration` reads at most 16 MB and a byte, whatever the file is: a device (size 0 to
+/// `stat`) is refused as a large file is, with nothing written. Before, /dev/zero was read until
+/// memory ran out.
+#[cfg(unix)]
+#[test]
+fn calibration_text_is_capped_whatever_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tiny_bert(tmp.path(), "src", |_, _| {});
+    let large = tmp.path().join("large.txt");
+    std::fs::File::create(&large).unwrap().set_len((16 << 20) + 1).unwrap();
+    for cal in [std::path::Path::new("/dev/zero"), &large] {
+        let out = tmp.path().join("q");
+        let start = std::time::Instant::now();
+        let o = quantize_cmd(&src, &out, &["--calibration", cal.to_str().unwrap()]);
+        let e = stderr(&o);
+        assert!(!o.status.success(), "{}: {e}", cal.display());
+        assert!(
+            e.contains(&format!("the calibration text {} has more than 16 MB", cal.display())),
+            "{}: {e}",
+            cal.display()
+        );
+        assert!(start.elapsed().as_secs() < 60, "{}: took {:?}", cal.display(), start.elapsed());
+        assert_nothing_left(&out);
+    }
+    // Exactly 16 MB is read in full (it is not too large; it has no sentences).
+    std::fs::write(&large, " ".repeat((16 << 20) - 1) + "\n").unwrap();
+    let out = tmp.path().join("q");
+    let e = stderr(&quantize_cmd(&src, &out, &["--calibration", large.to_str().unwrap()]));
+    assert!(!e.contains("more than 16 MB") && e.contains("no sentences"), "{e}");
+    assert_nothing_left(&out);
+}

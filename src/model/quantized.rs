@@ -356,21 +356,9 @@ pub fn quantize(
     let (calibrated, calibrated_on) = if dtype == Dtype::Int8 {
         let (texts, source) = match calibration {
             Some(p) => {
-                const MAX_BYTES: u64 = 16 << 20;
-                let len = std::fs::metadata(p)
-                    .with_context(|| format!("cannot read the calibration text {}", p.display()))?
-                    .len();
-                if len > MAX_BYTES {
-                    bail!(
-                        "the calibration text {} has {:.1} MB; calibration needs a few hundred sentences, take at most {} MB of them",
-                        p.display(),
-                        len as f64 / 1e6,
-                        MAX_BYTES >> 20
-                    );
-                }
-                let lines = crate::data::read_lines(p)?;
+                let (lines, sha) = read_calibration(p)?;
                 let n = lines.iter().filter(|l| !l.trim().is_empty()).count();
-                (lines, format!("{n} sentences of `{}` (sha256 `{}`)", p.display(), sha256_file(p)?))
+                (lines, format!("{n} sentences of `{}` (sha256 `{sha}`)", p.display()))
             }
             None => {
                 (calibrate::builtin().iter().map(|s| s.to_string()).collect(), calibrate::BUILTIN_SOURCE.to_string())
@@ -557,6 +545,62 @@ fn same_dir(a: &Path, b: &Path) -> bool {
 }
 
 use crate::io::digest::sha256_file;
+
+/// The most `--calibration` reads.
+const CALIBRATION_MAX_BYTES: u64 = 16 << 20;
+
+/// The lines of the calibration text `p` (UTF-8, gzip if its name ends in `.gz`, a BOM and CRs
+/// dropped, as [`crate::data::read_lines`] reads them) and the sha256 of its bytes. At most
+/// [`CALIBRATION_MAX_BYTES`] and one byte are read, whatever `p` is (a device or a pipe has no
+/// size to check first); more is refused.
+fn read_calibration(p: &Path) -> Result<(Vec<String>, String)> {
+    use sha2::Digest;
+    use std::io::Read;
+    let too_large = || {
+        anyhow::anyhow!(
+            "the calibration text {} has more than {} MB; calibration needs a few hundred sentences, take at most {} MB of them",
+            p.display(),
+            CALIBRATION_MAX_BYTES >> 20,
+            CALIBRATION_MAX_BYTES >> 20
+        )
+    };
+    let cannot = || format!("cannot read the calibration text {}", p.display());
+    let mut bytes = Vec::new();
+    std::fs::File::open(p)
+        .with_context(cannot)?
+        .take(CALIBRATION_MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .with_context(cannot)?;
+    if bytes.len() as u64 > CALIBRATION_MAX_BYTES {
+        return Err(too_large());
+    }
+    let sha = crate::io::digest::hex(&sha2::Sha256::digest(&bytes));
+    if p.extension().is_some_and(|e| e == "gz") {
+        let mut text = Vec::new();
+        flate2::read::MultiGzDecoder::new(&bytes[..])
+            .take(CALIBRATION_MAX_BYTES + 1)
+            .read_to_end(&mut text)
+            .map_err(|e| anyhow::anyhow!("{} is not valid gzip: {e}", p.display()))?;
+        if text.len() as u64 > CALIBRATION_MAX_BYTES {
+            return Err(too_large());
+        }
+        bytes = text;
+    }
+    let text = match String::from_utf8(bytes) {
+        Ok(t) => t,
+        Err(e) => {
+            let at = e.utf8_error().valid_up_to();
+            let line = e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+            bail!("{}: line {line} is not valid UTF-8", p.display())
+        }
+    };
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    let lines: Vec<String> = text.lines().map(|l| l.strip_suffix('\r').unwrap_or(l).to_string()).collect();
+    if lines.is_empty() {
+        bail!("the calibration text {} is empty", p.display());
+    }
+    Ok((lines, sha))
+}
 
 /// Copy the tokenizer and sentence-transformers files of `src` into `dst`: everything but
 /// weights, hidden entries and, at the `top` level, `config.json`, `README.md` and other
