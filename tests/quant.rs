@@ -469,3 +469,149 @@ fn calibration_text_is_capped_whatever_the_file() {
     assert!(!e.contains("more than 16 MB") && e.contains("no sentences"), "{e}");
     assert_nothing_left(&out);
 }
+
+/// `xsent embed --model MODEL ARGS` of `lines`: its output, whatever the exit status.
+fn embed_output(model: &std::path::Path, args: &[&str], lines: &[&str]) -> std::process::Output {
+    use std::io::Write;
+    let mut child = common::xsent()
+        .args(["embed", "--model"])
+        .arg(model)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(lines.join("\n").as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// One NaN or infinity in a linear layer's weights: `--dtype int8` (which quantises at load)
+/// and `xsent quantize` (int8 and bf16) refuse the model, naming the tensor and the value's row
+/// and column; before, int8 gave finite vectors (exit 0) and quantize wrote the model.
+#[test]
+fn non_finite_weights_are_refused_naming_the_tensor() {
+    const T: &str = "encoder.layer.1.intermediate.dense.weight";
+    let tmp = tempfile::tempdir().unwrap();
+    for (label, bad) in [("NaN", f32::NAN), ("inf", f32::INFINITY), ("-inf", f32::NEG_INFINITY)] {
+        // [64, 32]: row 5, column 3.
+        let m = tiny_bert(tmp.path(), label, |n, v| {
+            if n == T {
+                v[5 * 32 + 3] = bad;
+            }
+        });
+        let o = embed_output(&m, &["--dtype", "int8"], &["house1 house2"]);
+        let e = stderr(&o);
+        assert!(!o.status.success(), "{label}: embed --dtype int8 exited 0: {e}");
+        assert!(
+            e.contains(T) && e.contains("row 5, column 3") && e.contains(label),
+            "{label}: embed --dtype int8: {e}"
+        );
+        for dtype in ["int8", "bf16"] {
+            let out = tmp.path().join(format!("q-{label}-{dtype}"));
+            let o = quantize_cmd(&m, &out, &["--dtype", dtype]);
+            let e = stderr(&o);
+            assert!(!o.status.success(), "{label}: quantize --dtype {dtype} exited 0: {e}");
+            assert!(e.contains(T) && e.contains("row 5, column 3") && e.contains(label), "{label} {dtype}: {e}");
+            assert_nothing_left(&out);
+        }
+    }
+}
+
+/// NaN reaching the calibration (a LayerNorm weight: every layer's input is NaN) is refused
+/// naming the first layer; a layer whose input is 0 throughout the calibration text (LayerNorm
+/// weight and bias of zeros) too. NaN the calibration does not reach (the embedding of a word it
+/// lacks) makes the vectors of the texts that have it NaN, which embed refuses as f32 does.
+#[test]
+fn non_finite_or_zero_calibration_and_activations_are_not_hidden() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nan_ln = tiny_bert(tmp.path(), "nan-ln", |n, v| {
+        if n == "embeddings.LayerNorm.weight" {
+            v[7] = f32::NAN;
+        }
+    });
+    let zero_ln = tiny_bert(tmp.path(), "zero-ln", |n, v| {
+        if n.starts_with("embeddings.LayerNorm.") {
+            v.fill(0.0);
+        }
+    });
+    for (m, want) in [(&nan_ln, "NaN"), (&zero_ln, "0")] {
+        let o = embed_output(m, &["--dtype", "int8"], &["house1 house2"]);
+        let e = stderr(&o);
+        assert!(!o.status.success(), "embed --dtype int8 exited 0: {e}");
+        assert!(e.contains("encoder.layer.0.attention.self.query") && e.contains("calibration"), "{e}");
+        assert!(if want == "NaN" { e.contains("NaN") } else { e.contains("every input column") }, "{e}");
+    }
+    // The quantize check of every tensor names the LayerNorm weight; the zero one is refused by
+    // the calibration check.
+    let out = tmp.path().join("q-nan-ln");
+    let e = stderr(&quantize_cmd(&nan_ln, &out, &[]));
+    assert!(e.contains("embeddings.LayerNorm.weight") && e.contains("NaN"), "{e}");
+    assert_nothing_left(&out);
+    let out = tmp.path().join("q-zero-ln");
+    let e = stderr(&quantize_cmd(&zero_ln, &out, &[]));
+    assert!(e.contains("encoder.layer.0.attention.self.query") && e.contains("every input column"), "{e}");
+    assert_nothing_left(&out);
+
+    // house7 is id 11; the built-in calibration text has no `house7`.
+    let nan_word = tiny_bert(tmp.path(), "nan-word", |n, v| {
+        if n == "embeddings.word_embeddings.weight" {
+            v[11 * 32 + 4] = f32::NAN;
+        }
+    });
+    for dtype in ["int8", "f32"] {
+        let o = embed_output(&nan_word, &["--dtype", dtype], &["house1 house7"]);
+        let e = stderr(&o);
+        assert!(
+            !o.status.success() && e.contains("NaN or infinite values"),
+            "{dtype}: a text with a NaN embedding: {e}"
+        );
+        let o = embed_output(&nan_word, &["--dtype", dtype], &["house1 house2"]);
+        assert!(o.status.success(), "{dtype}: {}", stderr(&o));
+    }
+    // xsent quantize checks every tensor.
+    let out = tmp.path().join("q-nan-word");
+    let e = stderr(&quantize_cmd(&nan_word, &out, &[]));
+    assert!(e.contains("embeddings.word_embeddings.weight") && e.contains("row 11, column 4"), "{e}");
+    assert_nothing_left(&out);
+}
+
+/// A quantised folder whose scales or smoothing factors are NaN, infinite, zero or negative is
+/// refused at load, naming the file and the tensor; before, it embedded (exit 0) into finite,
+/// wrong vectors.
+#[test]
+fn quantized_folders_with_broken_scales_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tiny_bert(tmp.path(), "src", |_, _| {});
+    let q = tmp.path().join("q8");
+    let o = quantize_cmd(&src, &q, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines = ["house1 house2", "house3"];
+    common::embed_cli(&q, &[], &lines);
+    for tensor in ["encoder.layer.0.attention.self.key.weight_scale", "encoder.layer.1.output.dense.input_smooth"] {
+        for (label, bad) in [("NaN", f32::NAN), ("inf", f32::INFINITY), ("0", 0.0), ("-1", -1.0)] {
+            let broken = tmp.path().join(format!("broken-{label}-{tensor}"));
+            std::fs::create_dir(&broken).unwrap();
+            for e in std::fs::read_dir(&q).unwrap() {
+                let e = e.unwrap();
+                std::fs::copy(e.path(), broken.join(e.file_name())).unwrap();
+            }
+            let file = broken.join("model.safetensors");
+            edit_f32_tensors(&file, |n, v| {
+                if n == tensor {
+                    v[2] = bad;
+                }
+            });
+            let o = embed_output(&broken, &[], &lines);
+            let e = stderr(&o);
+            assert!(!o.status.success(), "{tensor} = {label}: embed exited 0: {e}");
+            assert!(
+                e.contains(file.to_str().unwrap())
+                    && e.contains(tensor)
+                    && e.contains(&format!("element 2 is {label}"))
+                    && e.contains("quantize the f32 source model again"),
+                "{tensor} = {label}: {e}"
+            );
+        }
+    }
+}

@@ -15,7 +15,7 @@
 //! `--dtype int8|bf16` computes from the source model, so the vectors are the same bit for bit.
 
 use super::quant::calibrate::{self, ColumnMax};
-use super::quant::{gemm_bf16, int8_weights, BLinear, Dtype, QLinear, Reduced};
+use super::quant::{check_positive, gemm_bf16, int8_weights_of, BLinear, Dtype, QLinear, Reduced};
 use crate::model::config::{EncoderConfig, INT8_MODEL_TYPE};
 use crate::model::encoder::Encoder;
 use crate::model::weights;
@@ -171,17 +171,43 @@ pub type Int8Parts = (Vec<i8>, Vec<f32>, Option<Vec<f32>>);
 
 /// The int8 values, per-channel scales and smoothing factors of every linear layer of
 /// `encoder`, with smoothing from `maxima` (each layer's input column maxima, in
-/// [`Encoder::linears_mut`]'s order).
+/// [`Encoder::linears_mut`]'s order). Refused, naming the tensor or layer: weights with a NaN or
+/// an infinity, maxima with one (the calibration forward met it), and a layer whose maxima are
+/// all 0 (nothing reached it).
 pub fn int8_layers(encoder: &mut Encoder, maxima: &[Vec<f32>]) -> Result<Vec<Int8Parts>> {
     let n = encoder.linears_mut().count();
     anyhow::ensure!(maxima.len() == n, "int8 calibration: {} layers' maxima for {n} linear layers", maxima.len());
     let mut out = Vec::new();
-    for (l, amax) in encoder.linears_mut().zip(maxima) {
-        let smooth = calibrate::smoothing(amax, &l.weight)?;
-        let (q, scales) = int8_weights(&l.weight, Some(&smooth))?;
+    for ((l, amax), name) in encoder.linears_mut().zip(maxima).zip(linear_names(n / 6)) {
+        let (rows, k) = l.weight.dims2()?;
+        let w: Vec<f32> = l.weight.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
+        // The weights first: broken weights make the maxima of the layers after them NaN too.
+        super::quant::check_weights(&w, k).with_context(|| format!("cannot quantise tensor {name}.weight to int8"))?;
+        check_maxima(amax, &name)?;
+        let smooth = calibrate::smoothing_of(amax, &w, k)?;
+        let (q, scales) = int8_weights_of(w, rows, k, Some(&smooth))
+            .with_context(|| format!("cannot quantise tensor {name}.weight to int8"))?;
         out.push((q, scales, Some(smooth)));
     }
     Ok(out)
+}
+
+/// Refuses the calibration maxima of layer `name` when one is NaN or infinite, or all are 0.
+fn check_maxima(amax: &[f32], name: &str) -> Result<()> {
+    if let Some(c) = amax.iter().position(|m| !m.is_finite()) {
+        bail!(
+            "int8 calibration: the input of layer {name} reached {} (column {c}) in the f32 forward over the calibration text: \
+             the model's weights before this layer are broken (NaN or infinite values, or values that overflow f32); use a checkpoint without them",
+            amax[c]
+        );
+    }
+    if !amax.is_empty() && amax.iter().all(|&m| m == 0.0) {
+        bail!(
+            "int8 calibration: every input column of layer {name} was 0 over the calibration text: nothing reaches this layer \
+             (the model's weights before it are broken, e.g. a LayerNorm of zeros), so its smoothing cannot be calibrated; use intact weights"
+        );
+    }
+    Ok(())
 }
 
 /// Make every linear layer of `encoder` record its inputs' column maxima in the f32 forwards
@@ -204,7 +230,9 @@ pub fn observe_inputs(encoder: &mut Encoder) -> Result<Vec<std::sync::Arc<Column
 
 /// Read an int8 model's weight files: the f32 tensors (each int8 weight dequantised, for the
 /// f32 copy every [`crate::model::encoder::Linear`] keeps), the tensors of layers at index
-/// `>= keep_layers` left out (their names), and the int8 layers by name.
+/// `>= keep_layers` left out (their names), and the int8 layers by name. A scale
+/// (`P.weight_scale`) or smoothing factor (`P.input_smooth`) that is not finite and positive is
+/// refused, naming the file and the tensor.
 #[allow(clippy::type_complexity)]
 pub fn load_int8(
     paths: &[PathBuf],
@@ -226,7 +254,17 @@ pub fn load_int8(
             let shape = view.shape().to_vec();
             match view.dtype() {
                 safetensors::Dtype::F32 => {
-                    let v = view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+                    let v: Vec<f32> =
+                        view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+                    if name.ends_with(".weight_scale") || name.ends_with(".input_smooth") {
+                        check_positive(&v, "element").with_context(|| {
+                            format!(
+                                "{}: tensor {name} (int8 scales and smoothing factors): the file is damaged; \
+                                 quantize the f32 source model again (its README.md names it)",
+                                path.display()
+                            )
+                        })?;
+                    }
                     f32s.insert(name, (v, shape));
                 }
                 safetensors::Dtype::I8 => {
@@ -348,6 +386,7 @@ pub fn quantize(
     let tensors = weights::load_encoder_tensors(&files.weights, &Device::Cpu, cfg.num_hidden_layers)?;
     crate::model::encoder::check_config(&tensors, &cfg)
         .with_context(|| format!("{} and {}", files.config.display(), weights::describe(&files.weights)))?;
+    check_finite_tensors(&tensors).with_context(|| weights::describe(&files.weights))?;
     let names = linear_names(cfg.num_hidden_layers);
     if calibration.is_some() && dtype != Dtype::Int8 {
         bail!("--calibration is for int8 (it sets int8's smoothing); {dtype} needs none");
@@ -600,6 +639,38 @@ fn read_calibration(p: &Path) -> Result<(Vec<String>, String)> {
         bail!("the calibration text {} is empty", p.display());
     }
     Ok((lines, sha))
+}
+
+/// Refuses a NaN or an infinity in any float tensor (canonical name; its row and column, or its
+/// element): int8 would hide it (NaN quantises to 0) and bf16 would write a model whose vectors
+/// are NaN. One pass, a million values at a time (no copy of a whole embedding matrix).
+fn check_finite_tensors(tensors: &HashMap<String, Tensor>) -> Result<()> {
+    const CHUNK: usize = 1 << 20;
+    let mut names: Vec<&String> = tensors.keys().collect();
+    names.sort();
+    for name in names {
+        let t = &tensors[name];
+        if !t.dtype().is_float() {
+            continue;
+        }
+        let flat = t.flatten_all()?;
+        let n = flat.elem_count();
+        for start in (0..n).step_by(CHUNK) {
+            let v: Vec<f32> = flat.narrow(0, start, CHUNK.min(n - start))?.to_dtype(DType::F32)?.to_vec1()?;
+            if let Some(i) = super::quant::first_non_finite(&v) {
+                let at = match t.dims() {
+                    [_, k] => format!("row {}, column {}", (start + i) / k, (start + i) % k),
+                    _ => format!("element {}", start + i),
+                };
+                bail!(
+                    "tensor {name}: {at} is {}: the weights are broken (e.g. NaN after a diverged training run); \
+                     xsent quantize needs finite weights: use a checkpoint without NaN or infinite values",
+                    v[i]
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Copy the tokenizer and sentence-transformers files of `src` into `dst`: everything but
