@@ -615,3 +615,49 @@ fn quantized_folders_with_broken_scales_are_refused() {
         }
     }
 }
+
+/// A model with a sentence-transformers Dense module (32 → 16 after pooling): `xsent quantize`
+/// copies the module (its f32 weights too: only the encoder is quantised), and the folder
+/// embeds exactly as `--dtype int8|bf16` on the source does. Before, the module's weights were
+/// skipped and the folder did not load.
+#[test]
+fn quantize_keeps_a_dense_module() -> Result<()> {
+    use candle_core::{Device, Tensor};
+    let tmp = tempfile::tempdir()?;
+    let base = tiny_bert(tmp.path(), "base", |_, _| {});
+    let opts = LoadOptions { trainable: true, ..Default::default() };
+    let mut model = SentenceEncoder::load(base.to_str().unwrap(), &opts)?;
+    let w: Vec<f32> = (0..16 * 32).map(|i| ((i * 37 % 101) as f32 / 101.0 - 0.5) * 0.4).collect();
+    let b: Vec<f32> = (0..16).map(|i| i as f32 * 0.01).collect();
+    model.set_dense(xsent::model::Dense::new(
+        Tensor::from_vec(w, (16, 32), &Device::Cpu)?,
+        Tensor::from_vec(b, 16, &Device::Cpu)?,
+    ))?;
+    let src = tmp.path().join("dense");
+    model.save(&src)?;
+    let lines = ["house1 house2 house3", "house4", "house5 house6 house7 house8 house9"];
+    let f32v = common::embed_cli(&src, &[], &lines);
+    assert_eq!(f32v[0].len(), 16, "the source runs its Dense module");
+    for dtype in ["int8", "bf16"] {
+        let out = tmp.path().join(format!("dense-{dtype}"));
+        let o = quantize_cmd(&src, &out, &["--dtype", dtype]);
+        assert!(o.status.success(), "{dtype}: {}", stderr(&o));
+        for f in ["2_Dense/config.json", "2_Dense/model.safetensors", "modules.json", "1_Pooling/config.json"] {
+            assert!(out.join(f).is_file(), "{dtype}: {f} was not copied");
+        }
+        assert_eq!(
+            std::fs::read(out.join("2_Dense/model.safetensors"))?,
+            std::fs::read(src.join("2_Dense/model.safetensors"))?,
+            "{dtype}: the Dense module's weights are copied as they are (f32)"
+        );
+        let from_dir = common::embed_cli(&out, &[], &lines);
+        let on_the_fly = common::embed_cli(&src, &["--dtype", dtype], &lines);
+        assert_eq!(from_dir[0].len(), 16, "{dtype}: the folder runs the Dense module");
+        assert_eq!(
+            from_dir, on_the_fly,
+            "{dtype}: the folder's vectors are not those of --dtype {dtype} on the source"
+        );
+        assert_ne!(from_dir, f32v, "{dtype}: the reduced path did not run");
+    }
+    Ok(())
+}

@@ -387,6 +387,10 @@ pub fn quantize(
     crate::model::encoder::check_config(&tensors, &cfg)
         .with_context(|| format!("{} and {}", files.config.display(), weights::describe(&files.weights)))?;
     check_finite_tensors(&tensors).with_context(|| weights::describe(&files.weights))?;
+    if let Some(d) = &files.dense {
+        // The Dense module is copied as it is: it must load (int8's calibration loads it too).
+        crate::model::Dense::load(d, &Device::Cpu).context("the source model's Dense module")?;
+    }
     let names = linear_names(cfg.num_hidden_layers);
     if calibration.is_some() && dtype != Dtype::Int8 {
         bail!("--calibration is for int8 (it sets int8's smoothing); {dtype} needs none");
@@ -514,7 +518,23 @@ pub fn quantize(
             obj.insert("model_type".into(), INT8_MODEL_TYPE.into());
         }
         std::fs::write(tmp.join("config.json"), serde_json::to_string_pretty(&raw)? + "\n")?;
-        copy_model_files(&src_dir, &tmp, true)?;
+        let dense = files.dense.as_deref().and_then(|d| d.strip_prefix(&src_dir).ok());
+        copy_model_files(&src_dir, &tmp, Path::new(""), dense)?;
+        if let Some(d) = &files.dense {
+            // The loader reads the Dense module's config.json and its weights.
+            let copied = dense.map(|r| tmp.join(r)).is_some_and(|c| {
+                c.join("config.json").is_file()
+                    && ["model.safetensors", "pytorch_model.bin"].iter().any(|f| c.join(f).is_file())
+            });
+            if !copied {
+                bail!(
+                    "the Dense module {} (modules.json lists it) was not copied with its config.json and weights: it is not a \
+                     subfolder of the model; make it a subfolder of {}",
+                    d.display(),
+                    src_dir.display()
+                );
+            }
+        }
         let mut sums = Vec::new();
         for w in &files.weights {
             sums.push(format!("| source weights | `{}` sha256 `{}` |", w.display(), sha256_file(w)?));
@@ -673,10 +693,12 @@ fn check_finite_tensors(tensors: &HashMap<String, Tensor>) -> Result<()> {
     Ok(())
 }
 
-/// Copy the tokenizer and sentence-transformers files of `src` into `dst`: everything but
-/// weights, hidden entries and, at the `top` level, `config.json`, `README.md` and other
-/// formats' folders (onnx, openvino).
-fn copy_model_files(src: &Path, dst: &Path, top: bool) -> Result<()> {
+/// Copy the tokenizer and sentence-transformers files of `src` (at `rel` in the model directory)
+/// into `dst`: everything but hidden entries, weights and, at the top level, `config.json`,
+/// `README.md` and other formats' folders (onnx, openvino). The Dense module's weights (in
+/// `dense`, relative to the model directory) are copied: they stay f32.
+fn copy_model_files(src: &Path, dst: &Path, rel: &Path, dense: Option<&Path>) -> Result<()> {
+    let top = rel.as_os_str().is_empty();
     for entry in std::fs::read_dir(src).with_context(|| format!("cannot list {}", src.display()))? {
         let entry = entry?;
         let name = entry.file_name();
@@ -691,8 +713,8 @@ fn copy_model_files(src: &Path, dst: &Path, top: bool) -> Result<()> {
             .any(|s| name.ends_with(s));
         if path.is_dir() {
             std::fs::create_dir_all(dst.join(&*name))?;
-            copy_model_files(&path, &dst.join(&*name), false)?;
-        } else if !weightish {
+            copy_model_files(&path, &dst.join(&*name), &rel.join(&*name), dense)?;
+        } else if !weightish || dense == Some(rel) {
             std::fs::copy(&path, dst.join(&*name))
                 .with_context(|| format!("cannot copy {} to {}", path.display(), dst.display()))?;
         }
