@@ -659,5 +659,109 @@ fn quantize_keeps_a_dense_module() -> Result<()> {
         );
         assert_ne!(from_dir, f32v, "{dtype}: the reduced path did not run");
     }
+    // A Dense module that is a link to a folder is not copied (links to folders never are):
+    // refused, with nothing written.
+    #[cfg(unix)]
+    {
+        let linked = tmp.path().join("linked");
+        std::fs::create_dir(&linked)?;
+        for e in std::fs::read_dir(&src)? {
+            let e = e?;
+            if e.file_type()?.is_file() {
+                std::fs::copy(e.path(), linked.join(e.file_name()))?;
+            } else if e.file_name() == "2_Dense" {
+                std::os::unix::fs::symlink(e.path(), linked.join("2_Dense"))?;
+            } else {
+                std::fs::create_dir(linked.join(e.file_name()))?;
+                for f in std::fs::read_dir(e.path())? {
+                    let f = f?;
+                    std::fs::copy(f.path(), linked.join(e.file_name()).join(f.file_name()))?;
+                }
+            }
+        }
+        common::embed_cli(&linked, &[], &lines);
+        let out = tmp.path().join("linked-int8");
+        let e = stderr(&quantize_cmd(&linked, &out, &[]));
+        assert!(e.contains("2_Dense") && e.contains("not a real subfolder"), "{e}");
+        assert_nothing_left(&out);
+    }
     Ok(())
+}
+
+/// What `xsent quantize` copies from the source folder: files that are symlinks to files (as in
+/// the hub cache, where every file is a link to a blob) as their content; directory symlinks
+/// (`data -> ../corpus`, `loop -> .`, `up -> ..`), dangling links and pipes are skipped, each
+/// with a note. Before, it followed directory links (a corpus copied, `loop` recursing until
+/// ELOOP, `up` copying the parent tree).
+#[cfg(unix)]
+#[test]
+fn quantize_copies_files_and_real_folders_only() {
+    use std::os::unix::fs::symlink;
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tiny_bert(tmp.path(), "src", |_, _| {});
+    // Hub-cache style: the tokenizer and weights are links to blobs elsewhere.
+    let blobs = tmp.path().join("blobs");
+    std::fs::create_dir(&blobs).unwrap();
+    for (f, blob) in [("tokenizer.json", "b1"), ("model.safetensors", "b2")] {
+        std::fs::rename(src.join(f), blobs.join(blob)).unwrap();
+        symlink(format!("../../blobs/{blob}"), src.join(f)).unwrap();
+    }
+    std::fs::create_dir(src.join("1_Pooling")).unwrap();
+    std::fs::write(blobs.join("b3"), r#"{"word_embedding_dimension": 32, "pooling_mode_mean_tokens": true}"#).unwrap();
+    symlink("../../../blobs/b3", src.join("1_Pooling/config.json")).unwrap();
+    let corpus = tmp.path().join("corpus");
+    std::fs::create_dir(&corpus).unwrap();
+    std::fs::write(corpus.join("big.txt"), "house1\n".repeat(1000)).unwrap();
+    symlink("../../corpus", src.join("data")).unwrap();
+    symlink(".", src.join("loop")).unwrap();
+    symlink("..", src.join("up")).unwrap();
+    symlink("no-such-file", src.join("gone.txt")).unwrap();
+    let fifo = src.join("pipe");
+    let st = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(st.success());
+
+    let out = tmp.path().join("out");
+    let o = quantize_cmd(&src, &out, &[]);
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    for skipped in ["data", "loop", "up", "gone.txt", "pipe"] {
+        assert!(e.contains(src.join(skipped).to_str().unwrap()), "no note on {skipped}: {e}");
+        assert!(std::fs::symlink_metadata(out.join(skipped)).is_err(), "{skipped} was copied");
+    }
+    for f in ["tokenizer.json", "1_Pooling/config.json"] {
+        let m = std::fs::symlink_metadata(out.join(f)).unwrap();
+        assert!(m.file_type().is_file(), "{f} is not copied as a file");
+        assert_eq!(std::fs::read(out.join(f)).unwrap(), std::fs::read(src.join(f)).unwrap());
+    }
+    common::embed_cli(&out, &[], &["house1 house2"]);
+}
+
+/// An OUT that is a symlink (dangling, or to a directory) is refused before anything is
+/// written; before, a dangling one failed at the final rename and left the whole model in
+/// `.OUT.partial-PID`.
+#[cfg(unix)]
+#[test]
+fn quantize_refuses_an_out_that_is_a_symlink() {
+    use std::os::unix::fs::symlink;
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tiny_bert(tmp.path(), "src", |_, _| {});
+    let dangling = tmp.path().join("dangling");
+    symlink(tmp.path().join("nowhere"), &dangling).unwrap();
+    let real = tmp.path().join("real");
+    let o = quantize_cmd(&src, &real, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let to_dir = tmp.path().join("to-dir");
+    symlink(&real, &to_dir).unwrap();
+    for (out, args) in [(&dangling, &[][..]), (&to_dir, &[][..]), (&to_dir, &["--force"][..])] {
+        let o = quantize_cmd(&src, out, args);
+        let e = stderr(&o);
+        assert!(!o.status.success() && e.contains("symbolic link") && e.contains(out.to_str().unwrap()), "{e}");
+        assert!(std::fs::symlink_metadata(out).unwrap().file_type().is_symlink(), "the link was replaced");
+        for e in std::fs::read_dir(tmp.path()).unwrap() {
+            let e = e.unwrap().file_name().to_string_lossy().to_string();
+            assert!(!e.contains(".partial-"), "a refused quantize left {e}");
+        }
+    }
+    assert!(!tmp.path().join("nowhere").exists());
+    assert!(real.join("model.safetensors").is_file(), "the linked directory was touched");
 }

@@ -355,6 +355,14 @@ pub fn quantize(
     if !matches!(dtype, Dtype::Int8 | Dtype::Bf16) {
         bail!("xsent quantize writes int8 or bf16 models, not {dtype} (--dtype int8|bf16)");
     }
+    if std::fs::symlink_metadata(out).is_ok_and(|m| m.file_type().is_symlink()) {
+        let to = std::fs::read_link(out).map(|t| format!(" (to {})", t.display())).unwrap_or_default();
+        bail!(
+            "{} is a symbolic link{to}; xsent quantize writes OUT as a new directory and neither writes through a link \
+             nor replaces one: give a path that is not a link",
+            out.display()
+        );
+    }
     if let Some(kind) = crate::model::embedder::saved_kind(model)?.filter(|k| k != "transformer") {
         bail!("{model} is an xsent {kind} model (its xsent.json says so); xsent quantize takes a BERT/XLM-R encoder model directory or hub id");
     }
@@ -479,11 +487,7 @@ pub fn quantize(
 
     let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
-    let tmp = parent.join(format!(
-        ".{}.partial-{}",
-        out.file_name().and_then(|n| n.to_str()).unwrap_or("quantized"),
-        std::process::id()
-    ));
+    let tmp = hidden_sibling(out, "partial");
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).with_context(|| format!("cannot remove the leftover {}", tmp.display()))?;
     }
@@ -519,7 +523,9 @@ pub fn quantize(
         }
         std::fs::write(tmp.join("config.json"), serde_json::to_string_pretty(&raw)? + "\n")?;
         let dense = files.dense.as_deref().and_then(|d| d.strip_prefix(&src_dir).ok());
-        copy_model_files(&src_dir, &tmp, Path::new(""), dense)?;
+        for note in copy_model_files(&src_dir, &tmp, dense)? {
+            crate::errln!("xsent quantize: not copied: {note}; only the model's own files and folders are copied");
+        }
         if let Some(d) = &files.dense {
             // The loader reads the Dense module's config.json and its weights.
             let copied = dense.map(|r| tmp.join(r)).is_some_and(|c| {
@@ -529,7 +535,7 @@ pub fn quantize(
             if !copied {
                 bail!(
                     "the Dense module {} (modules.json lists it) was not copied with its config.json and weights: it is not a \
-                     subfolder of the model; make it a subfolder of {}",
+                     real subfolder of the model (xsent quantize does not follow links to folders); make it a subfolder of {}",
                     d.display(),
                     src_dir.display()
                 );
@@ -586,12 +592,7 @@ pub fn quantize(
             return Err(e.context(format!("writing {} (nothing was written there)", out.display())));
         }
     };
-    if out.exists() {
-        std::fs::remove_dir_all(out).with_context(|| {
-            format!("cannot remove the old {} (the new model is in {})", out.display(), tmp.display())
-        })?;
-    }
-    std::fs::rename(&tmp, out).with_context(|| format!("cannot move {} to {}", tmp.display(), out.display()))?;
+    move_into_place(&tmp, out)?;
     let source_bytes = files.weights.iter().filter_map(|w| std::fs::metadata(w).ok()).map(|m| m.len()).sum();
     Ok(Written { layers: names.len(), bytes, source_bytes })
 }
@@ -693,31 +694,155 @@ fn check_finite_tensors(tensors: &HashMap<String, Tensor>) -> Result<()> {
     Ok(())
 }
 
-/// Copy the tokenizer and sentence-transformers files of `src` (at `rel` in the model directory)
-/// into `dst`: everything but hidden entries, weights and, at the top level, `config.json`,
-/// `README.md` and other formats' folders (onnx, openvino). The Dense module's weights (in
-/// `dense`, relative to the model directory) are copied: they stay f32.
-fn copy_model_files(src: &Path, dst: &Path, rel: &Path, dense: Option<&Path>) -> Result<()> {
+/// Copy the tokenizer and sentence-transformers files of the model directory `src` into `dst`:
+/// regular files, and symbolic links to regular files as their content (the hub cache's files
+/// are links to blobs), in `src` and its real subfolders. Left out: hidden entries; at the top
+/// level `config.json`, `README.md`, other formats' folders (onnx, openvino) and weight files
+/// (the encoder's are written anew); weight files in subfolders other than the Dense module's
+/// (`dense`, relative to `src`), which stay f32. Links to folders, links that lead nowhere and
+/// what is not a file (pipes, sockets, devices) are skipped: returned, each with why, for a note.
+fn copy_model_files(src: &Path, dst: &Path, dense: Option<&Path>) -> Result<Vec<String>> {
+    let mut skipped = Vec::new();
+    copy_folder(src, dst, Path::new(""), dense, &mut skipped)?;
+    Ok(skipped)
+}
+
+/// [`copy_model_files`] of the folder `src` (at `rel` in the model directory).
+fn copy_folder(src: &Path, dst: &Path, rel: &Path, dense: Option<&Path>, skipped: &mut Vec<String>) -> Result<()> {
     let top = rel.as_os_str().is_empty();
-    for entry in std::fs::read_dir(src).with_context(|| format!("cannot list {}", src.display()))? {
-        let entry = entry?;
+    let keep_weights = dense == Some(rel);
+    let list = || format!("cannot list {}", src.display());
+    for entry in std::fs::read_dir(src).with_context(list)? {
+        let entry = entry.with_context(list)?;
         let name = entry.file_name();
-        let name = name.to_string_lossy();
+        let shown = name.to_string_lossy();
         let path = entry.path();
-        if name.starts_with('.') || (top && matches!(name.as_ref(), "config.json" | "README.md" | "onnx" | "openvino"))
+        if shown.starts_with('.')
+            || (top && matches!(shown.as_ref(), "config.json" | "README.md" | "onnx" | "openvino"))
         {
             continue;
         }
-        let weightish = [".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ot", ".index.json"]
-            .iter()
-            .any(|s| name.ends_with(s));
-        if path.is_dir() {
-            std::fs::create_dir_all(dst.join(&*name))?;
-            copy_model_files(&path, &dst.join(&*name), &rel.join(&*name), dense)?;
-        } else if !weightish || dense == Some(rel) {
-            std::fs::copy(&path, dst.join(&*name))
+        // `file_type` does not follow a link; `metadata` does.
+        let mut kind = entry.file_type().with_context(|| format!("cannot read {}", path.display()))?;
+        if kind.is_symlink() {
+            match std::fs::metadata(&path) {
+                Ok(m) if m.is_file() => kind = m.file_type(),
+                Ok(m) if m.is_dir() => {
+                    skipped.push(format!("{} (a symbolic link to a folder)", path.display()));
+                    continue;
+                }
+                Ok(_) => {
+                    skipped.push(format!("{} (a symbolic link to something that is not a file)", path.display()));
+                    continue;
+                }
+                Err(e) => {
+                    skipped.push(format!("{} (a symbolic link that leads nowhere: {e})", path.display()));
+                    continue;
+                }
+            }
+        }
+        if kind.is_dir() {
+            let sub = dst.join(&name);
+            std::fs::create_dir(&sub).with_context(|| format!("cannot create {}", sub.display()))?;
+            copy_folder(&path, &sub, &rel.join(&name), dense, skipped)?;
+        } else if kind.is_file() {
+            let weightish = [".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ot", ".index.json"]
+                .iter()
+                .any(|s| shown.ends_with(s));
+            if weightish && !keep_weights {
+                continue;
+            }
+            std::fs::copy(&path, dst.join(&name))
                 .with_context(|| format!("cannot copy {} to {}", path.display(), dst.display()))?;
+        } else {
+            skipped.push(format!("{} (not a regular file: a pipe, socket or device)", path.display()));
         }
     }
     Ok(())
+}
+
+/// `.NAME.TAG-PID` beside `out`: where the new model is written, or the old one is moved aside.
+fn hidden_sibling(out: &Path, tag: &str) -> PathBuf {
+    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    parent.join(format!(
+        ".{}.{tag}-{}",
+        out.file_name().and_then(|n| n.to_str()).unwrap_or("quantized"),
+        std::process::id()
+    ))
+}
+
+/// Move the finished folder `tmp` to `out`, replacing a folder there (the caller checked that it
+/// may): the old one is moved aside first, put back if the move fails and removed last. On any
+/// failure `tmp` is removed: nothing is left behind.
+fn move_into_place(tmp: &Path, out: &Path) -> Result<()> {
+    let fail = |e: anyhow::Error| -> Result<()> {
+        let _ = std::fs::remove_dir_all(tmp);
+        Err(e.context(format!("cannot put the new model at {}; it was removed", out.display())))
+    };
+    let old = match std::fs::symlink_metadata(out) {
+        Ok(_) => {
+            let old = hidden_sibling(out, "old");
+            let _ = std::fs::remove_dir_all(&old);
+            if let Err(e) = std::fs::rename(out, &old) {
+                return fail(anyhow::Error::new(e).context(format!("cannot move the old {} aside", out.display())));
+            }
+            Some(old)
+        }
+        Err(_) => None,
+    };
+    if let Err(e) = std::fs::rename(tmp, out) {
+        let mut e = anyhow::Error::new(e).context(format!("cannot move {} to {}", tmp.display(), out.display()));
+        if let Some(old) = &old {
+            if let Err(back) = std::fs::rename(old, out) {
+                e = e.context(format!("the old model could not be put back: it is in {} ({back})", old.display()));
+            }
+        }
+        return fail(e);
+    }
+    if let Some(old) = old {
+        if let Err(e) = std::fs::remove_dir_all(&old) {
+            crate::errln!(
+                "xsent quantize: note: cannot remove the replaced model, moved to {}: {e}; remove it yourself",
+                old.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The finished folder replaces an old one; a move that fails takes the new folder away and
+    /// puts the old one back, so no `.NAME.partial-PID` (nor `.NAME.old-PID`) is left.
+    #[test]
+    fn move_into_place_replaces_or_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let made = |name: &str, text: &str| {
+            let p = dir.path().join(name);
+            std::fs::create_dir(&p).unwrap();
+            std::fs::write(p.join("config.json"), text).unwrap();
+            p
+        };
+        let names = || {
+            let mut v: Vec<String> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into())
+                .collect();
+            v.sort();
+            v
+        };
+        let out = dir.path().join("out");
+        move_into_place(&made(".out.partial-1", "first"), &out).unwrap();
+        assert_eq!(std::fs::read_to_string(out.join("config.json")).unwrap(), "first");
+        move_into_place(&made(".out.partial-1", "second"), &out).unwrap();
+        assert_eq!(std::fs::read_to_string(out.join("config.json")).unwrap(), "second");
+        assert_eq!(names(), ["out"]);
+        // A folder that does not exist cannot take it: the new folder is removed.
+        let e = move_into_place(&made(".out.partial-1", "third"), &dir.path().join("missing/out")).unwrap_err();
+        assert!(format!("{e:#}").contains("missing/out"), "{e:#}");
+        assert_eq!(names(), ["out"]);
+        assert_eq!(std::fs::read_to_string(out.join("config.json")).unwrap(), "second");
+    }
 }
