@@ -381,3 +381,387 @@ fn quantize_records_its_calibration() {
         assert!(dot / (n(&a) * n(&b)) > 0.98, "{}", dot / (n(&a) * n(&b)));
     }
 }
+
+// ---- tiny models: non-finite values, Dense modules, what `quantize` copies ----
+
+/// The tiny models' words: `house0` … `house39` (ids 4 … 43 of their tokenizer).
+fn tiny_words() -> Vec<String> {
+    (0..40).map(|i| format!("house{i}")).collect()
+}
+
+/// tiny-bert (fixture weights, a word-level tokenizer over [`tiny_words`]) in `dir/name/`, with
+/// `edit` applied to each F32 tensor of its weights (name, values).
+fn tiny_bert(dir: &std::path::Path, name: &str, edit: impl FnMut(&str, &mut [f32])) -> std::path::PathBuf {
+    let m = common::tiny_model("tiny-bert", &dir.join(name), &tiny_words());
+    edit_f32_tensors(&m.join("model.safetensors"), edit);
+    m
+}
+
+/// Rewrite the safetensors file `path` with `edit` applied to each F32 tensor (others kept).
+fn edit_f32_tensors(path: &std::path::Path, mut edit: impl FnMut(&str, &mut [f32])) {
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut tensors = Vec::new();
+    for (name, view) in st.tensors() {
+        let mut data = view.data().to_vec();
+        if view.dtype() == safetensors::Dtype::F32 {
+            let mut v: Vec<f32> = data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            edit(&name, &mut v);
+            data = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        }
+        tensors.push((name, view.dtype(), view.shape().to_vec(), data));
+    }
+    let views: Vec<_> = tensors
+        .iter()
+        .map(|(n, d, s, b)| (n.clone(), safetensors::tensor::TensorView::new(*d, s.clone(), b).unwrap()))
+        .collect();
+    safetensors::serialize_to_file(views, None, path).unwrap();
+}
+
+/// `xsent quantize SRC OUT ARGS`.
+fn quantize_cmd(src: &std::path::Path, out: &std::path::Path, args: &[&str]) -> std::process::Output {
+    common::xsent().arg("quantize").arg(src).arg(out).args(args).stdin(std::process::Stdio::null()).output().unwrap()
+}
+
+fn stderr(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+/// Fails if a failed `xsent quantize` left `out` or its temporary folder behind.
+fn assert_nothing_left(out: &std::path::Path) {
+    assert!(std::fs::symlink_metadata(out).is_err(), "a failed quantize left {} behind", out.display());
+    let name = out.file_name().unwrap().to_str().unwrap();
+    let parent = out.parent().unwrap();
+    for e in std::fs::read_dir(parent).unwrap() {
+        let e = e.unwrap().file_name().to_string_lossy().to_string();
+        assert!(!e.starts_with(&format!(".{name}.")), "a failed quantize left {e} in {}", parent.display());
+    }
+}
+
+/// `--calibration` reads at most 16 MB and a byte, whatever the file is: a device (size 0 to
+/// `stat`) is refused as a large file is, with nothing written. Before, /dev/zero was read until
+/// memory ran out.
+#[cfg(unix)]
+#[test]
+fn calibration_text_is_capped_whatever_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tiny_bert(tmp.path(), "src", |_, _| {});
+    let large = tmp.path().join("large.txt");
+    std::fs::File::create(&large).unwrap().set_len((16 << 20) + 1).unwrap();
+    for cal in [std::path::Path::new("/dev/zero"), &large] {
+        let out = tmp.path().join("q");
+        let start = std::time::Instant::now();
+        let o = quantize_cmd(&src, &out, &["--calibration", cal.to_str().unwrap()]);
+        let e = stderr(&o);
+        assert!(!o.status.success(), "{}: {e}", cal.display());
+        assert!(
+            e.contains(&format!("the calibration text {} has more than 16 MB", cal.display())),
+            "{}: {e}",
+            cal.display()
+        );
+        assert!(start.elapsed().as_secs() < 60, "{}: took {:?}", cal.display(), start.elapsed());
+        assert_nothing_left(&out);
+    }
+    // Exactly 16 MB is read in full (it is not too large; it has no sentences).
+    std::fs::write(&large, " ".repeat((16 << 20) - 1) + "\n").unwrap();
+    let out = tmp.path().join("q");
+    let e = stderr(&quantize_cmd(&src, &out, &["--calibration", large.to_str().unwrap()]));
+    assert!(!e.contains("more than 16 MB") && e.contains("no sentences"), "{e}");
+    assert_nothing_left(&out);
+}
+
+/// `xsent embed --model MODEL ARGS` of `lines`: its output, whatever the exit status.
+fn embed_output(model: &std::path::Path, args: &[&str], lines: &[&str]) -> std::process::Output {
+    use std::io::Write;
+    let mut child = common::xsent()
+        .args(["embed", "--model"])
+        .arg(model)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(lines.join("\n").as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// One NaN or infinity in a linear layer's weights: `--dtype int8` (which quantises at load)
+/// and `xsent quantize` (int8 and bf16) refuse the model, naming the tensor and the value's row
+/// and column; before, int8 gave finite vectors (exit 0) and quantize wrote the model.
+#[test]
+fn non_finite_weights_are_refused_naming_the_tensor() {
+    const T: &str = "encoder.layer.1.intermediate.dense.weight";
+    let tmp = tempfile::tempdir().unwrap();
+    for (label, bad) in [("NaN", f32::NAN), ("inf", f32::INFINITY), ("-inf", f32::NEG_INFINITY)] {
+        // [64, 32]: row 5, column 3.
+        let m = tiny_bert(tmp.path(), label, |n, v| {
+            if n == T {
+                v[5 * 32 + 3] = bad;
+            }
+        });
+        let o = embed_output(&m, &["--dtype", "int8"], &["house1 house2"]);
+        let e = stderr(&o);
+        assert!(!o.status.success(), "{label}: embed --dtype int8 exited 0: {e}");
+        assert!(
+            e.contains(T) && e.contains("row 5, column 3") && e.contains(label),
+            "{label}: embed --dtype int8: {e}"
+        );
+        for dtype in ["int8", "bf16"] {
+            let out = tmp.path().join(format!("q-{label}-{dtype}"));
+            let o = quantize_cmd(&m, &out, &["--dtype", dtype]);
+            let e = stderr(&o);
+            assert!(!o.status.success(), "{label}: quantize --dtype {dtype} exited 0: {e}");
+            assert!(e.contains(T) && e.contains("row 5, column 3") && e.contains(label), "{label} {dtype}: {e}");
+            assert_nothing_left(&out);
+        }
+    }
+}
+
+/// NaN reaching the calibration (a LayerNorm weight: every layer's input is NaN) is refused
+/// naming the first layer; a layer whose input is 0 throughout the calibration text (LayerNorm
+/// weight and bias of zeros) too. NaN the calibration does not reach (the embedding of a word it
+/// lacks) makes the vectors of the texts that have it NaN, which embed refuses as f32 does.
+#[test]
+fn non_finite_or_zero_calibration_and_activations_are_not_hidden() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nan_ln = tiny_bert(tmp.path(), "nan-ln", |n, v| {
+        if n == "embeddings.LayerNorm.weight" {
+            v[7] = f32::NAN;
+        }
+    });
+    let zero_ln = tiny_bert(tmp.path(), "zero-ln", |n, v| {
+        if n.starts_with("embeddings.LayerNorm.") {
+            v.fill(0.0);
+        }
+    });
+    for (m, want) in [(&nan_ln, "NaN"), (&zero_ln, "0")] {
+        let o = embed_output(m, &["--dtype", "int8"], &["house1 house2"]);
+        let e = stderr(&o);
+        assert!(!o.status.success(), "embed --dtype int8 exited 0: {e}");
+        assert!(e.contains("encoder.layer.0.attention.self.query") && e.contains("calibration"), "{e}");
+        assert!(if want == "NaN" { e.contains("NaN") } else { e.contains("every input column") }, "{e}");
+    }
+    // The quantize check of every tensor names the LayerNorm weight; the zero one is refused by
+    // the calibration check.
+    let out = tmp.path().join("q-nan-ln");
+    let e = stderr(&quantize_cmd(&nan_ln, &out, &[]));
+    assert!(e.contains("embeddings.LayerNorm.weight") && e.contains("NaN"), "{e}");
+    assert_nothing_left(&out);
+    let out = tmp.path().join("q-zero-ln");
+    let e = stderr(&quantize_cmd(&zero_ln, &out, &[]));
+    assert!(e.contains("encoder.layer.0.attention.self.query") && e.contains("every input column"), "{e}");
+    assert_nothing_left(&out);
+
+    // house7 is id 11; the built-in calibration text has no `house7`.
+    let nan_word = tiny_bert(tmp.path(), "nan-word", |n, v| {
+        if n == "embeddings.word_embeddings.weight" {
+            v[11 * 32 + 4] = f32::NAN;
+        }
+    });
+    for dtype in ["int8", "f32"] {
+        let o = embed_output(&nan_word, &["--dtype", dtype], &["house1 house7"]);
+        let e = stderr(&o);
+        assert!(
+            !o.status.success() && e.contains("NaN or infinite values"),
+            "{dtype}: a text with a NaN embedding: {e}"
+        );
+        let o = embed_output(&nan_word, &["--dtype", dtype], &["house1 house2"]);
+        assert!(o.status.success(), "{dtype}: {}", stderr(&o));
+    }
+    // xsent quantize checks every tensor.
+    let out = tmp.path().join("q-nan-word");
+    let e = stderr(&quantize_cmd(&nan_word, &out, &[]));
+    assert!(e.contains("embeddings.word_embeddings.weight") && e.contains("row 11, column 4"), "{e}");
+    assert_nothing_left(&out);
+}
+
+/// A quantised folder whose scales or smoothing factors are NaN, infinite, zero or negative is
+/// refused at load, naming the file and the tensor; before, it embedded (exit 0) into finite,
+/// wrong vectors.
+#[test]
+fn quantized_folders_with_broken_scales_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tiny_bert(tmp.path(), "src", |_, _| {});
+    let q = tmp.path().join("q8");
+    let o = quantize_cmd(&src, &q, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines = ["house1 house2", "house3"];
+    common::embed_cli(&q, &[], &lines);
+    for tensor in ["encoder.layer.0.attention.self.key.weight_scale", "encoder.layer.1.output.dense.input_smooth"] {
+        for (label, bad) in [("NaN", f32::NAN), ("inf", f32::INFINITY), ("0", 0.0), ("-1", -1.0)] {
+            let broken = tmp.path().join(format!("broken-{label}-{tensor}"));
+            std::fs::create_dir(&broken).unwrap();
+            for e in std::fs::read_dir(&q).unwrap() {
+                let e = e.unwrap();
+                std::fs::copy(e.path(), broken.join(e.file_name())).unwrap();
+            }
+            let file = broken.join("model.safetensors");
+            edit_f32_tensors(&file, |n, v| {
+                if n == tensor {
+                    v[2] = bad;
+                }
+            });
+            let o = embed_output(&broken, &[], &lines);
+            let e = stderr(&o);
+            assert!(!o.status.success(), "{tensor} = {label}: embed exited 0: {e}");
+            assert!(
+                e.contains(file.to_str().unwrap())
+                    && e.contains(tensor)
+                    && e.contains(&format!("element 2 is {label}"))
+                    && e.contains("quantize the f32 source model again"),
+                "{tensor} = {label}: {e}"
+            );
+        }
+    }
+}
+
+/// A model with a sentence-transformers Dense module (32 → 16 after pooling): `xsent quantize`
+/// copies the module (its f32 weights too: only the encoder is quantised), and the folder
+/// embeds exactly as `--dtype int8|bf16` on the source does. Before, the module's weights were
+/// skipped and the folder did not load.
+#[test]
+fn quantize_keeps_a_dense_module() -> Result<()> {
+    use candle_core::{Device, Tensor};
+    let tmp = tempfile::tempdir()?;
+    let base = tiny_bert(tmp.path(), "base", |_, _| {});
+    let opts = LoadOptions { trainable: true, ..Default::default() };
+    let mut model = SentenceEncoder::load(base.to_str().unwrap(), &opts)?;
+    let w: Vec<f32> = (0..16 * 32).map(|i| ((i * 37 % 101) as f32 / 101.0 - 0.5) * 0.4).collect();
+    let b: Vec<f32> = (0..16).map(|i| i as f32 * 0.01).collect();
+    model.set_dense(xsent::model::Dense::new(
+        Tensor::from_vec(w, (16, 32), &Device::Cpu)?,
+        Tensor::from_vec(b, 16, &Device::Cpu)?,
+    ))?;
+    let src = tmp.path().join("dense");
+    model.save(&src)?;
+    let lines = ["house1 house2 house3", "house4", "house5 house6 house7 house8 house9"];
+    let f32v = common::embed_cli(&src, &[], &lines);
+    assert_eq!(f32v[0].len(), 16, "the source runs its Dense module");
+    for dtype in ["int8", "bf16"] {
+        let out = tmp.path().join(format!("dense-{dtype}"));
+        let o = quantize_cmd(&src, &out, &["--dtype", dtype]);
+        assert!(o.status.success(), "{dtype}: {}", stderr(&o));
+        for f in ["2_Dense/config.json", "2_Dense/model.safetensors", "modules.json", "1_Pooling/config.json"] {
+            assert!(out.join(f).is_file(), "{dtype}: {f} was not copied");
+        }
+        assert_eq!(
+            std::fs::read(out.join("2_Dense/model.safetensors"))?,
+            std::fs::read(src.join("2_Dense/model.safetensors"))?,
+            "{dtype}: the Dense module's weights are copied as they are (f32)"
+        );
+        let from_dir = common::embed_cli(&out, &[], &lines);
+        let on_the_fly = common::embed_cli(&src, &["--dtype", dtype], &lines);
+        assert_eq!(from_dir[0].len(), 16, "{dtype}: the folder runs the Dense module");
+        assert_eq!(
+            from_dir, on_the_fly,
+            "{dtype}: the folder's vectors are not those of --dtype {dtype} on the source"
+        );
+        assert_ne!(from_dir, f32v, "{dtype}: the reduced path did not run");
+    }
+    // A Dense module that is a link to a folder is not copied (links to folders never are):
+    // refused, with nothing written.
+    #[cfg(unix)]
+    {
+        let linked = tmp.path().join("linked");
+        std::fs::create_dir(&linked)?;
+        for e in std::fs::read_dir(&src)? {
+            let e = e?;
+            if e.file_type()?.is_file() {
+                std::fs::copy(e.path(), linked.join(e.file_name()))?;
+            } else if e.file_name() == "2_Dense" {
+                std::os::unix::fs::symlink(e.path(), linked.join("2_Dense"))?;
+            } else {
+                std::fs::create_dir(linked.join(e.file_name()))?;
+                for f in std::fs::read_dir(e.path())? {
+                    let f = f?;
+                    std::fs::copy(f.path(), linked.join(e.file_name()).join(f.file_name()))?;
+                }
+            }
+        }
+        common::embed_cli(&linked, &[], &lines);
+        let out = tmp.path().join("linked-int8");
+        let e = stderr(&quantize_cmd(&linked, &out, &[]));
+        assert!(e.contains("2_Dense") && e.contains("not a real subfolder"), "{e}");
+        assert_nothing_left(&out);
+    }
+    Ok(())
+}
+
+/// What `xsent quantize` copies from the source folder: files that are symlinks to files (as in
+/// the hub cache, where every file is a link to a blob) as their content; directory symlinks
+/// (`data -> ../corpus`, `loop -> .`, `up -> ..`), dangling links and pipes are skipped, each
+/// with a note. Before, it followed directory links (a corpus copied, `loop` recursing until
+/// ELOOP, `up` copying the parent tree).
+#[cfg(unix)]
+#[test]
+fn quantize_copies_files_and_real_folders_only() {
+    use std::os::unix::fs::symlink;
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tiny_bert(tmp.path(), "src", |_, _| {});
+    // Hub-cache style: the tokenizer and weights are links to blobs elsewhere.
+    let blobs = tmp.path().join("blobs");
+    std::fs::create_dir(&blobs).unwrap();
+    for (f, blob) in [("tokenizer.json", "b1"), ("model.safetensors", "b2")] {
+        std::fs::rename(src.join(f), blobs.join(blob)).unwrap();
+        symlink(format!("../../blobs/{blob}"), src.join(f)).unwrap();
+    }
+    std::fs::create_dir(src.join("1_Pooling")).unwrap();
+    std::fs::write(blobs.join("b3"), r#"{"word_embedding_dimension": 32, "pooling_mode_mean_tokens": true}"#).unwrap();
+    symlink("../../../blobs/b3", src.join("1_Pooling/config.json")).unwrap();
+    let corpus = tmp.path().join("corpus");
+    std::fs::create_dir(&corpus).unwrap();
+    std::fs::write(corpus.join("big.txt"), "house1\n".repeat(1000)).unwrap();
+    symlink("../../corpus", src.join("data")).unwrap();
+    symlink(".", src.join("loop")).unwrap();
+    symlink("..", src.join("up")).unwrap();
+    symlink("no-such-file", src.join("gone.txt")).unwrap();
+    let fifo = src.join("pipe");
+    let st = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(st.success());
+
+    let out = tmp.path().join("out");
+    let o = quantize_cmd(&src, &out, &[]);
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    for skipped in ["data", "loop", "up", "gone.txt", "pipe"] {
+        assert!(e.contains(src.join(skipped).to_str().unwrap()), "no note on {skipped}: {e}");
+        assert!(std::fs::symlink_metadata(out.join(skipped)).is_err(), "{skipped} was copied");
+    }
+    for f in ["tokenizer.json", "1_Pooling/config.json"] {
+        let m = std::fs::symlink_metadata(out.join(f)).unwrap();
+        assert!(m.file_type().is_file(), "{f} is not copied as a file");
+        assert_eq!(std::fs::read(out.join(f)).unwrap(), std::fs::read(src.join(f)).unwrap());
+    }
+    common::embed_cli(&out, &[], &["house1 house2"]);
+}
+
+/// An OUT that is a symlink (dangling, or to a directory) is refused before anything is
+/// written; before, a dangling one failed at the final rename and left the whole model in
+/// `.OUT.partial-PID`.
+#[cfg(unix)]
+#[test]
+fn quantize_refuses_an_out_that_is_a_symlink() {
+    use std::os::unix::fs::symlink;
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tiny_bert(tmp.path(), "src", |_, _| {});
+    let dangling = tmp.path().join("dangling");
+    symlink(tmp.path().join("nowhere"), &dangling).unwrap();
+    let real = tmp.path().join("real");
+    let o = quantize_cmd(&src, &real, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let to_dir = tmp.path().join("to-dir");
+    symlink(&real, &to_dir).unwrap();
+    for (out, args) in [(&dangling, &[][..]), (&to_dir, &[][..]), (&to_dir, &["--force"][..])] {
+        let o = quantize_cmd(&src, out, args);
+        let e = stderr(&o);
+        assert!(!o.status.success() && e.contains("symbolic link") && e.contains(out.to_str().unwrap()), "{e}");
+        assert!(std::fs::symlink_metadata(out).unwrap().file_type().is_symlink(), "the link was replaced");
+        for e in std::fs::read_dir(tmp.path()).unwrap() {
+            let e = e.unwrap().file_name().to_string_lossy().to_string();
+            assert!(!e.contains(".partial-"), "a refused quantize left {e}");
+        }
+    }
+    assert!(!tmp.path().join("nowhere").exists());
+    assert!(real.join("model.safetensors").is_file(), "the linked directory was touched");
+}

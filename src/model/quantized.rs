@@ -15,7 +15,7 @@
 //! `--dtype int8|bf16` computes from the source model, so the vectors are the same bit for bit.
 
 use super::quant::calibrate::{self, ColumnMax};
-use super::quant::{gemm_bf16, int8_weights, BLinear, Dtype, QLinear, Reduced};
+use super::quant::{check_positive, gemm_bf16, int8_weights_of, BLinear, Dtype, QLinear, Reduced};
 use crate::model::config::{EncoderConfig, INT8_MODEL_TYPE};
 use crate::model::encoder::Encoder;
 use crate::model::weights;
@@ -171,17 +171,43 @@ pub type Int8Parts = (Vec<i8>, Vec<f32>, Option<Vec<f32>>);
 
 /// The int8 values, per-channel scales and smoothing factors of every linear layer of
 /// `encoder`, with smoothing from `maxima` (each layer's input column maxima, in
-/// [`Encoder::linears_mut`]'s order).
+/// [`Encoder::linears_mut`]'s order). Refused, naming the tensor or layer: weights with a NaN or
+/// an infinity, maxima with one (the calibration forward met it), and a layer whose maxima are
+/// all 0 (nothing reached it).
 pub fn int8_layers(encoder: &mut Encoder, maxima: &[Vec<f32>]) -> Result<Vec<Int8Parts>> {
     let n = encoder.linears_mut().count();
     anyhow::ensure!(maxima.len() == n, "int8 calibration: {} layers' maxima for {n} linear layers", maxima.len());
     let mut out = Vec::new();
-    for (l, amax) in encoder.linears_mut().zip(maxima) {
-        let smooth = calibrate::smoothing(amax, &l.weight)?;
-        let (q, scales) = int8_weights(&l.weight, Some(&smooth))?;
+    for ((l, amax), name) in encoder.linears_mut().zip(maxima).zip(linear_names(n / 6)) {
+        let (rows, k) = l.weight.dims2()?;
+        let w: Vec<f32> = l.weight.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?;
+        // The weights first: broken weights make the maxima of the layers after them NaN too.
+        super::quant::check_weights(&w, k).with_context(|| format!("cannot quantise tensor {name}.weight to int8"))?;
+        check_maxima(amax, &name)?;
+        let smooth = calibrate::smoothing_of(amax, &w, k)?;
+        let (q, scales) = int8_weights_of(w, rows, k, Some(&smooth))
+            .with_context(|| format!("cannot quantise tensor {name}.weight to int8"))?;
         out.push((q, scales, Some(smooth)));
     }
     Ok(out)
+}
+
+/// Refuses the calibration maxima of layer `name` when one is NaN or infinite, or all are 0.
+fn check_maxima(amax: &[f32], name: &str) -> Result<()> {
+    if let Some(c) = amax.iter().position(|m| !m.is_finite()) {
+        bail!(
+            "int8 calibration: the input of layer {name} reached {} (column {c}) in the f32 forward over the calibration text: \
+             the model's weights before this layer are broken (NaN or infinite values, or values that overflow f32); use a checkpoint without them",
+            amax[c]
+        );
+    }
+    if !amax.is_empty() && amax.iter().all(|&m| m == 0.0) {
+        bail!(
+            "int8 calibration: every input column of layer {name} was 0 over the calibration text: nothing reaches this layer \
+             (the model's weights before it are broken, e.g. a LayerNorm of zeros), so its smoothing cannot be calibrated; use intact weights"
+        );
+    }
+    Ok(())
 }
 
 /// Make every linear layer of `encoder` record its inputs' column maxima in the f32 forwards
@@ -204,7 +230,9 @@ pub fn observe_inputs(encoder: &mut Encoder) -> Result<Vec<std::sync::Arc<Column
 
 /// Read an int8 model's weight files: the f32 tensors (each int8 weight dequantised, for the
 /// f32 copy every [`crate::model::encoder::Linear`] keeps), the tensors of layers at index
-/// `>= keep_layers` left out (their names), and the int8 layers by name.
+/// `>= keep_layers` left out (their names), and the int8 layers by name. A scale
+/// (`P.weight_scale`) or smoothing factor (`P.input_smooth`) that is not finite and positive is
+/// refused, naming the file and the tensor.
 #[allow(clippy::type_complexity)]
 pub fn load_int8(
     paths: &[PathBuf],
@@ -226,7 +254,17 @@ pub fn load_int8(
             let shape = view.shape().to_vec();
             match view.dtype() {
                 safetensors::Dtype::F32 => {
-                    let v = view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+                    let v: Vec<f32> =
+                        view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+                    if name.ends_with(".weight_scale") || name.ends_with(".input_smooth") {
+                        check_positive(&v, "element").with_context(|| {
+                            format!(
+                                "{}: tensor {name} (int8 scales and smoothing factors): the file is damaged; \
+                                 quantize the f32 source model again (its README.md names it)",
+                                path.display()
+                            )
+                        })?;
+                    }
                     f32s.insert(name, (v, shape));
                 }
                 safetensors::Dtype::I8 => {
@@ -317,6 +355,14 @@ pub fn quantize(
     if !matches!(dtype, Dtype::Int8 | Dtype::Bf16) {
         bail!("xsent quantize writes int8 or bf16 models, not {dtype} (--dtype int8|bf16)");
     }
+    if std::fs::symlink_metadata(out).is_ok_and(|m| m.file_type().is_symlink()) {
+        let to = std::fs::read_link(out).map(|t| format!(" (to {})", t.display())).unwrap_or_default();
+        bail!(
+            "{} is a symbolic link{to}; xsent quantize writes OUT as a new directory and neither writes through a link \
+             nor replaces one: give a path that is not a link",
+            out.display()
+        );
+    }
     if let Some(kind) = crate::model::embedder::saved_kind(model)?.filter(|k| k != "transformer") {
         bail!("{model} is an xsent {kind} model (its xsent.json says so); xsent quantize takes a BERT/XLM-R encoder model directory or hub id");
     }
@@ -348,6 +394,11 @@ pub fn quantize(
     let tensors = weights::load_encoder_tensors(&files.weights, &Device::Cpu, cfg.num_hidden_layers)?;
     crate::model::encoder::check_config(&tensors, &cfg)
         .with_context(|| format!("{} and {}", files.config.display(), weights::describe(&files.weights)))?;
+    check_finite_tensors(&tensors).with_context(|| weights::describe(&files.weights))?;
+    if let Some(d) = &files.dense {
+        // The Dense module is copied as it is: it must load (int8's calibration loads it too).
+        crate::model::Dense::load(d, &Device::Cpu).context("the source model's Dense module")?;
+    }
     let names = linear_names(cfg.num_hidden_layers);
     if calibration.is_some() && dtype != Dtype::Int8 {
         bail!("--calibration is for int8 (it sets int8's smoothing); {dtype} needs none");
@@ -356,21 +407,9 @@ pub fn quantize(
     let (calibrated, calibrated_on) = if dtype == Dtype::Int8 {
         let (texts, source) = match calibration {
             Some(p) => {
-                const MAX_BYTES: u64 = 16 << 20;
-                let len = std::fs::metadata(p)
-                    .with_context(|| format!("cannot read the calibration text {}", p.display()))?
-                    .len();
-                if len > MAX_BYTES {
-                    bail!(
-                        "the calibration text {} has {:.1} MB; calibration needs a few hundred sentences, take at most {} MB of them",
-                        p.display(),
-                        len as f64 / 1e6,
-                        MAX_BYTES >> 20
-                    );
-                }
-                let lines = crate::data::read_lines(p)?;
+                let (lines, sha) = read_calibration(p)?;
                 let n = lines.iter().filter(|l| !l.trim().is_empty()).count();
-                (lines, format!("{n} sentences of `{}` (sha256 `{}`)", p.display(), sha256_file(p)?))
+                (lines, format!("{n} sentences of `{}` (sha256 `{sha}`)", p.display()))
             }
             None => {
                 (calibrate::builtin().iter().map(|s| s.to_string()).collect(), calibrate::BUILTIN_SOURCE.to_string())
@@ -448,11 +487,7 @@ pub fn quantize(
 
     let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
-    let tmp = parent.join(format!(
-        ".{}.partial-{}",
-        out.file_name().and_then(|n| n.to_str()).unwrap_or("quantized"),
-        std::process::id()
-    ));
+    let tmp = hidden_sibling(out, "partial");
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).with_context(|| format!("cannot remove the leftover {}", tmp.display()))?;
     }
@@ -487,7 +522,25 @@ pub fn quantize(
             obj.insert("model_type".into(), INT8_MODEL_TYPE.into());
         }
         std::fs::write(tmp.join("config.json"), serde_json::to_string_pretty(&raw)? + "\n")?;
-        copy_model_files(&src_dir, &tmp, true)?;
+        let dense = files.dense.as_deref().and_then(|d| d.strip_prefix(&src_dir).ok());
+        for note in copy_model_files(&src_dir, &tmp, dense)? {
+            crate::errln!("xsent quantize: not copied: {note}; only the model's own files and folders are copied");
+        }
+        if let Some(d) = &files.dense {
+            // The loader reads the Dense module's config.json and its weights.
+            let copied = dense.map(|r| tmp.join(r)).is_some_and(|c| {
+                c.join("config.json").is_file()
+                    && ["model.safetensors", "pytorch_model.bin"].iter().any(|f| c.join(f).is_file())
+            });
+            if !copied {
+                bail!(
+                    "the Dense module {} (modules.json lists it) was not copied with its config.json and weights: it is not a \
+                     real subfolder of the model (xsent quantize does not follow links to folders); make it a subfolder of {}",
+                    d.display(),
+                    src_dir.display()
+                );
+            }
+        }
         let mut sums = Vec::new();
         for w in &files.weights {
             sums.push(format!("| source weights | `{}` sha256 `{}` |", w.display(), sha256_file(w)?));
@@ -539,12 +592,7 @@ pub fn quantize(
             return Err(e.context(format!("writing {} (nothing was written there)", out.display())));
         }
     };
-    if out.exists() {
-        std::fs::remove_dir_all(out).with_context(|| {
-            format!("cannot remove the old {} (the new model is in {})", out.display(), tmp.display())
-        })?;
-    }
-    std::fs::rename(&tmp, out).with_context(|| format!("cannot move {} to {}", tmp.display(), out.display()))?;
+    move_into_place(&tmp, out)?;
     let source_bytes = files.weights.iter().filter_map(|w| std::fs::metadata(w).ok()).map(|m| m.len()).sum();
     Ok(Written { layers: names.len(), bytes, source_bytes })
 }
@@ -558,29 +606,243 @@ fn same_dir(a: &Path, b: &Path) -> bool {
 
 use crate::io::digest::sha256_file;
 
-/// Copy the tokenizer and sentence-transformers files of `src` into `dst`: everything but
-/// weights, hidden entries and, at the `top` level, `config.json`, `README.md` and other
-/// formats' folders (onnx, openvino).
-fn copy_model_files(src: &Path, dst: &Path, top: bool) -> Result<()> {
-    for entry in std::fs::read_dir(src).with_context(|| format!("cannot list {}", src.display()))? {
-        let entry = entry?;
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        let path = entry.path();
-        if name.starts_with('.') || (top && matches!(name.as_ref(), "config.json" | "README.md" | "onnx" | "openvino"))
-        {
+/// The most `--calibration` reads.
+const CALIBRATION_MAX_BYTES: u64 = 16 << 20;
+
+/// The lines of the calibration text `p` (UTF-8, gzip if its name ends in `.gz`, a BOM and CRs
+/// dropped, as [`crate::data::read_lines`] reads them) and the sha256 of its bytes. At most
+/// [`CALIBRATION_MAX_BYTES`] and one byte are read, whatever `p` is (a device or a pipe has no
+/// size to check first); more is refused.
+fn read_calibration(p: &Path) -> Result<(Vec<String>, String)> {
+    use sha2::Digest;
+    use std::io::Read;
+    let too_large = || {
+        anyhow::anyhow!(
+            "the calibration text {} has more than {} MB; calibration needs a few hundred sentences, take at most {} MB of them",
+            p.display(),
+            CALIBRATION_MAX_BYTES >> 20,
+            CALIBRATION_MAX_BYTES >> 20
+        )
+    };
+    let cannot = || format!("cannot read the calibration text {}", p.display());
+    let mut bytes = Vec::new();
+    std::fs::File::open(p)
+        .with_context(cannot)?
+        .take(CALIBRATION_MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .with_context(cannot)?;
+    if bytes.len() as u64 > CALIBRATION_MAX_BYTES {
+        return Err(too_large());
+    }
+    let sha = crate::io::digest::hex(&sha2::Sha256::digest(&bytes));
+    if p.extension().is_some_and(|e| e == "gz") {
+        let mut text = Vec::new();
+        flate2::read::MultiGzDecoder::new(&bytes[..])
+            .take(CALIBRATION_MAX_BYTES + 1)
+            .read_to_end(&mut text)
+            .map_err(|e| anyhow::anyhow!("{} is not valid gzip: {e}", p.display()))?;
+        if text.len() as u64 > CALIBRATION_MAX_BYTES {
+            return Err(too_large());
+        }
+        bytes = text;
+    }
+    let text = match String::from_utf8(bytes) {
+        Ok(t) => t,
+        Err(e) => {
+            let at = e.utf8_error().valid_up_to();
+            let line = e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+            bail!("{}: line {line} is not valid UTF-8", p.display())
+        }
+    };
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    let lines: Vec<String> = text.lines().map(|l| l.strip_suffix('\r').unwrap_or(l).to_string()).collect();
+    if lines.is_empty() {
+        bail!("the calibration text {} is empty", p.display());
+    }
+    Ok((lines, sha))
+}
+
+/// Refuses a NaN or an infinity in any float tensor (canonical name; its row and column, or its
+/// element): int8 would hide it (NaN quantises to 0) and bf16 would write a model whose vectors
+/// are NaN. One pass, a million values at a time (no copy of a whole embedding matrix).
+fn check_finite_tensors(tensors: &HashMap<String, Tensor>) -> Result<()> {
+    const CHUNK: usize = 1 << 20;
+    let mut names: Vec<&String> = tensors.keys().collect();
+    names.sort();
+    for name in names {
+        let t = &tensors[name];
+        if !t.dtype().is_float() {
             continue;
         }
-        let weightish = [".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ot", ".index.json"]
-            .iter()
-            .any(|s| name.ends_with(s));
-        if path.is_dir() {
-            std::fs::create_dir_all(dst.join(&*name))?;
-            copy_model_files(&path, &dst.join(&*name), false)?;
-        } else if !weightish {
-            std::fs::copy(&path, dst.join(&*name))
-                .with_context(|| format!("cannot copy {} to {}", path.display(), dst.display()))?;
+        let flat = t.flatten_all()?;
+        let n = flat.elem_count();
+        for start in (0..n).step_by(CHUNK) {
+            let v: Vec<f32> = flat.narrow(0, start, CHUNK.min(n - start))?.to_dtype(DType::F32)?.to_vec1()?;
+            if let Some(i) = super::quant::first_non_finite(&v) {
+                let at = match t.dims() {
+                    [_, k] => format!("row {}, column {}", (start + i) / k, (start + i) % k),
+                    _ => format!("element {}", start + i),
+                };
+                bail!(
+                    "tensor {name}: {at} is {}: the weights are broken (e.g. NaN after a diverged training run); \
+                     xsent quantize needs finite weights: use a checkpoint without NaN or infinite values",
+                    v[i]
+                );
+            }
         }
     }
     Ok(())
+}
+
+/// Copy the tokenizer and sentence-transformers files of the model directory `src` into `dst`:
+/// regular files, and symbolic links to regular files as their content (the hub cache's files
+/// are links to blobs), in `src` and its real subfolders. Left out: hidden entries; at the top
+/// level `config.json`, `README.md`, other formats' folders (onnx, openvino) and weight files
+/// (the encoder's are written anew); weight files in subfolders other than the Dense module's
+/// (`dense`, relative to `src`), which stay f32. Links to folders, links that lead nowhere and
+/// what is not a file (pipes, sockets, devices) are skipped: returned, each with why, for a note.
+fn copy_model_files(src: &Path, dst: &Path, dense: Option<&Path>) -> Result<Vec<String>> {
+    let mut skipped = Vec::new();
+    copy_folder(src, dst, Path::new(""), dense, &mut skipped)?;
+    Ok(skipped)
+}
+
+/// [`copy_model_files`] of the folder `src` (at `rel` in the model directory).
+fn copy_folder(src: &Path, dst: &Path, rel: &Path, dense: Option<&Path>, skipped: &mut Vec<String>) -> Result<()> {
+    let top = rel.as_os_str().is_empty();
+    let keep_weights = dense == Some(rel);
+    let list = || format!("cannot list {}", src.display());
+    for entry in std::fs::read_dir(src).with_context(list)? {
+        let entry = entry.with_context(list)?;
+        let name = entry.file_name();
+        let shown = name.to_string_lossy();
+        let path = entry.path();
+        if shown.starts_with('.')
+            || (top && matches!(shown.as_ref(), "config.json" | "README.md" | "onnx" | "openvino"))
+        {
+            continue;
+        }
+        // `file_type` does not follow a link; `metadata` does.
+        let mut kind = entry.file_type().with_context(|| format!("cannot read {}", path.display()))?;
+        if kind.is_symlink() {
+            match std::fs::metadata(&path) {
+                Ok(m) if m.is_file() => kind = m.file_type(),
+                Ok(m) if m.is_dir() => {
+                    skipped.push(format!("{} (a symbolic link to a folder)", path.display()));
+                    continue;
+                }
+                Ok(_) => {
+                    skipped.push(format!("{} (a symbolic link to something that is not a file)", path.display()));
+                    continue;
+                }
+                Err(e) => {
+                    skipped.push(format!("{} (a symbolic link that leads nowhere: {e})", path.display()));
+                    continue;
+                }
+            }
+        }
+        if kind.is_dir() {
+            let sub = dst.join(&name);
+            std::fs::create_dir(&sub).with_context(|| format!("cannot create {}", sub.display()))?;
+            copy_folder(&path, &sub, &rel.join(&name), dense, skipped)?;
+        } else if kind.is_file() {
+            let weightish = [".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ot", ".index.json"]
+                .iter()
+                .any(|s| shown.ends_with(s));
+            if weightish && !keep_weights {
+                continue;
+            }
+            std::fs::copy(&path, dst.join(&name))
+                .with_context(|| format!("cannot copy {} to {}", path.display(), dst.display()))?;
+        } else {
+            skipped.push(format!("{} (not a regular file: a pipe, socket or device)", path.display()));
+        }
+    }
+    Ok(())
+}
+
+/// `.NAME.TAG-PID` beside `out`: where the new model is written, or the old one is moved aside.
+fn hidden_sibling(out: &Path, tag: &str) -> PathBuf {
+    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    parent.join(format!(
+        ".{}.{tag}-{}",
+        out.file_name().and_then(|n| n.to_str()).unwrap_or("quantized"),
+        std::process::id()
+    ))
+}
+
+/// Move the finished folder `tmp` to `out`, replacing a folder there (the caller checked that it
+/// may): the old one is moved aside first, put back if the move fails and removed last. On any
+/// failure `tmp` is removed: nothing is left behind.
+fn move_into_place(tmp: &Path, out: &Path) -> Result<()> {
+    let fail = |e: anyhow::Error| -> Result<()> {
+        let _ = std::fs::remove_dir_all(tmp);
+        Err(e.context(format!("cannot put the new model at {}; it was removed", out.display())))
+    };
+    let old = match std::fs::symlink_metadata(out) {
+        Ok(_) => {
+            let old = hidden_sibling(out, "old");
+            let _ = std::fs::remove_dir_all(&old);
+            if let Err(e) = std::fs::rename(out, &old) {
+                return fail(anyhow::Error::new(e).context(format!("cannot move the old {} aside", out.display())));
+            }
+            Some(old)
+        }
+        Err(_) => None,
+    };
+    if let Err(e) = std::fs::rename(tmp, out) {
+        let mut e = anyhow::Error::new(e).context(format!("cannot move {} to {}", tmp.display(), out.display()));
+        if let Some(old) = &old {
+            if let Err(back) = std::fs::rename(old, out) {
+                e = e.context(format!("the old model could not be put back: it is in {} ({back})", old.display()));
+            }
+        }
+        return fail(e);
+    }
+    if let Some(old) = old {
+        if let Err(e) = std::fs::remove_dir_all(&old) {
+            crate::errln!(
+                "xsent quantize: note: cannot remove the replaced model, moved to {}: {e}; remove it yourself",
+                old.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The finished folder replaces an old one; a move that fails takes the new folder away and
+    /// puts the old one back, so no `.NAME.partial-PID` (nor `.NAME.old-PID`) is left.
+    #[test]
+    fn move_into_place_replaces_or_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let made = |name: &str, text: &str| {
+            let p = dir.path().join(name);
+            std::fs::create_dir(&p).unwrap();
+            std::fs::write(p.join("config.json"), text).unwrap();
+            p
+        };
+        let names = || {
+            let mut v: Vec<String> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into())
+                .collect();
+            v.sort();
+            v
+        };
+        let out = dir.path().join("out");
+        move_into_place(&made(".out.partial-1", "first"), &out).unwrap();
+        assert_eq!(std::fs::read_to_string(out.join("config.json")).unwrap(), "first");
+        move_into_place(&made(".out.partial-1", "second"), &out).unwrap();
+        assert_eq!(std::fs::read_to_string(out.join("config.json")).unwrap(), "second");
+        assert_eq!(names(), ["out"]);
+        // A folder that does not exist cannot take it: the new folder is removed.
+        let e = move_into_place(&made(".out.partial-1", "third"), &dir.path().join("missing/out")).unwrap_err();
+        assert!(format!("{e:#}").contains("missing/out"), "{e:#}");
+        assert_eq!(names(), ["out"]);
+        assert_eq!(std::fs::read_to_string(out.join("config.json")).unwrap(), "second");
+    }
 }

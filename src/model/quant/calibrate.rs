@@ -20,7 +20,8 @@ pub fn builtin() -> Vec<&'static str> {
 pub const BUILTIN_SOURCE: &str =
     "xsent's built-in calibration text (assets/int8-calibration.txt: 64 sentences of STS-B train)";
 
-/// The largest magnitude seen in each column of a linear layer's inputs (NaN skipped).
+/// The largest magnitude seen in each column of a linear layer's inputs: NaN once a NaN was seen
+/// there, infinity once an infinity was (so that the check of the maxima finds them).
 #[derive(Debug, Default)]
 pub struct ColumnMax(Mutex<Vec<f32>>);
 
@@ -36,8 +37,9 @@ impl ColumnMax {
         }
         for row in v.chunks_exact(k) {
             for (a, b) in m.iter_mut().zip(row) {
-                // `f32::max` returns the other operand for NaN: NaN is skipped.
-                *a = a.max(b.abs());
+                // `f32::max` returns the other operand for NaN: NaN is kept explicitly.
+                let b = b.abs();
+                *a = if a.is_nan() || b.is_nan() { f32::NAN } else { a.max(b) };
             }
         }
         Ok(())
@@ -51,11 +53,18 @@ impl ColumnMax {
 
 /// Smoothing factors for a layer with `weight` (`[out, in]`) whose input columns reach `amax`:
 /// `s_c = sqrt(amax_c / max_j |W_jc|)`, divided by their geometric mean; a column that is zero
-/// (or not finite) on either side keeps 1.
+/// (or not finite) on either side keeps 1. A column whose input is always 0 is no error (a unit
+/// a ReLU never opens); callers refuse maxima that are not finite, or a layer's all 0
+/// ([`crate::model::quantized::int8_layers`]).
 pub fn smoothing(amax: &[f32], weight: &Tensor) -> Result<Vec<f32>> {
     let (_, k) = weight.dims2()?;
-    anyhow::ensure!(amax.len() == k, "smoothing: {} column maxima for a layer of {k} inputs", amax.len());
     let w: Vec<f32> = weight.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?;
+    smoothing_of(amax, &w, k)
+}
+
+/// [`smoothing`] of the weights `w` (`[out, k]`, row-major).
+pub fn smoothing_of(amax: &[f32], w: &[f32], k: usize) -> Result<Vec<f32>> {
+    anyhow::ensure!(amax.len() == k, "smoothing: {} column maxima for a layer of {k} inputs", amax.len());
     let mut wmax = vec![0f32; k];
     for row in w.chunks_exact(k) {
         for (m, v) in wmax.iter_mut().zip(row) {
@@ -78,16 +87,31 @@ mod tests {
     use candle_core::Device;
 
     #[test]
-    fn column_max_takes_magnitudes_over_rows_and_calls_and_skips_nan() {
+    fn column_max_takes_magnitudes_over_rows_and_calls() {
         let c = ColumnMax::default();
         assert!(c.maxima().is_empty());
-        let x = Tensor::new(&[[1.0f32, -5.0, 0.0], [-2.0, 3.0, f32::NAN]], &Device::Cpu).unwrap();
+        let x = Tensor::new(&[[1.0f32, -5.0, 0.0], [-2.0, 3.0, 6.0]], &Device::Cpu).unwrap();
         c.record(&x).unwrap();
         let y = Tensor::new(&[[0.5f32, 4.0, -7.0]], &Device::Cpu).unwrap();
         c.record(&y).unwrap();
         assert_eq!(c.maxima(), vec![2.0, 5.0, 7.0]);
         let wrong = Tensor::new(&[[1.0f32, 2.0]], &Device::Cpu).unwrap();
         assert!(c.record(&wrong).is_err());
+    }
+
+    /// NaN and infinity are kept (NaN over anything, in any later call), so that the check of
+    /// the maxima sees them; before, NaN was skipped and a NaN layer looked like a zero one.
+    #[test]
+    fn column_max_keeps_nan_and_infinity() {
+        let c = ColumnMax::default();
+        let x = Tensor::new(&[[1.0f32, f32::NAN, 2.0], [-2.0, 3.0, f32::NEG_INFINITY]], &Device::Cpu).unwrap();
+        c.record(&x).unwrap();
+        let y = Tensor::new(&[[0.5f32, 4.0, -7.0]], &Device::Cpu).unwrap();
+        c.record(&y).unwrap();
+        let m = c.maxima();
+        assert_eq!(m[0], 2.0);
+        assert!(m[1].is_nan(), "{m:?}");
+        assert_eq!(m[2], f32::INFINITY);
     }
 
     #[test]

@@ -9,7 +9,7 @@ pub mod gemm_bf16;
 pub mod gemm_i8;
 pub mod quantize;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape, Tensor};
 use std::sync::OnceLock;
 
@@ -135,13 +135,15 @@ impl QLinear {
     ) -> Result<Self> {
         if let Some(s) = smooth {
             anyhow::ensure!(s.len() == k, "int8 linear layer: {k} smoothing factors expected, got {}", s.len());
+            check_positive(s, "the smoothing factor of input column").context("int8 linear layer")?;
         }
         let mut l = Self::from_int8(q, scales, bias, n, k)?;
         l.inv_smooth = smooth.map(|s| s.iter().map(|f| 1.0 / f).collect());
         Ok(l)
     }
 
-    /// From int8 weights `[n, k]` (values in [-127, 127]), their `n` scales and the bias.
+    /// From int8 weights `[n, k]` (values in [-127, 127]), their `n` scales (finite and
+    /// positive) and the bias.
     pub fn from_int8(q: &[i8], scales: &[f32], bias: &[f32], n: usize, k: usize) -> Result<Self> {
         if q.len() != n * k || scales.len() != n || bias.len() != n {
             bail!(
@@ -154,6 +156,7 @@ impl QLinear {
         if q.contains(&-128) {
             bail!("int8 linear layer: weights must lie in [-127, 127] (symmetric quantisation), found -128");
         }
+        check_positive(scales, "the scale of output channel").context("int8 linear layer")?;
         let packed = gemm_i8::PackedI8::pack(q, n, k);
         let mut scales = scales.to_vec();
         let mut bias = bias.to_vec();
@@ -197,19 +200,81 @@ impl QLinear {
 }
 
 /// f32 weights `[out, in]` (times the smoothing factors `[in]`, if any) quantised per output
-/// channel: the int8 values `[out, in]` and the `out` scales.
+/// channel: the int8 values `[out, in]` and the `out` scales. A NaN or an infinity is refused
+/// with its row and column (see [`check_weights`]).
 pub fn int8_weights(weight: &Tensor, smooth: Option<&[f32]>) -> Result<(Vec<i8>, Vec<f32>)> {
     let (n, k) = weight.dims2()?;
-    let mut w: Vec<f32> = weight.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?;
+    let w: Vec<f32> = weight.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?;
+    int8_weights_of(w, n, k, smooth)
+}
+
+/// [`int8_weights`] of the values `w` (`[n, k]`, row-major).
+pub fn int8_weights_of(mut w: Vec<f32>, n: usize, k: usize, smooth: Option<&[f32]>) -> Result<(Vec<i8>, Vec<f32>)> {
+    anyhow::ensure!(w.len() == n * k, "int8 linear layer: {n}×{k} weights expected, got {}", w.len());
+    check_weights(&w, k)?;
     if let Some(s) = smooth {
         anyhow::ensure!(s.len() == k, "int8 linear layer: {k} smoothing factors expected, got {}", s.len());
+        check_positive(s, "the smoothing factor of input column")?;
         for row in w.chunks_exact_mut(k) {
             for (v, f) in row.iter_mut().zip(s) {
                 *v *= f;
             }
         }
+        if let Some(i) = first_non_finite(&w) {
+            bail!(
+                "row {}, column {} times its smoothing factor {} overflows f32: the weights or the calibration are broken",
+                i / k,
+                i % k,
+                show(s[i % k])
+            );
+        }
     }
     Ok(quantize::quantize_weights(&w, n, k))
+}
+
+/// Refuses weights (`[_, k]`, row-major) holding a NaN or an infinity, naming its row and column:
+/// int8 would quantise a NaN to 0 (the scales skip it) and give finite, wrong vectors.
+pub fn check_weights(w: &[f32], k: usize) -> Result<()> {
+    match first_non_finite(w) {
+        Some(i) => bail!(
+            "row {}, column {} is {}: the weights are broken (e.g. NaN after a diverged training run); use a checkpoint without NaN or infinite values",
+            i / k.max(1),
+            i % k.max(1),
+            w[i]
+        ),
+        None => Ok(()),
+    }
+}
+
+/// The index of the first NaN or infinity in `x`, if any: one pass that vectorises (a block is
+/// searched for the index only when it holds one).
+pub fn first_non_finite(x: &[f32]) -> Option<usize> {
+    const BLOCK: usize = 4096;
+    x.chunks(BLOCK).enumerate().find_map(|(b, c)| {
+        if c.iter().fold(true, |ok, v| ok & v.is_finite()) {
+            None
+        } else {
+            c.iter().position(|v| !v.is_finite()).map(|i| b * BLOCK + i)
+        }
+    })
+}
+
+/// Refuses a value that is not a positive normal f32 (NaN, infinite, 0, negative or subnormal:
+/// scales multiply the sums, and smoothing divides by its factors), as "`what` I is V".
+pub fn check_positive(values: &[f32], what: &str) -> Result<()> {
+    match values.iter().position(|v| !(v.is_normal() && *v > 0.0)) {
+        Some(i) => bail!("{what} {i} is {}; it must be finite and positive (and not subnormal)", show(values[i])),
+        None => Ok(()),
+    }
+}
+
+/// `v` for a message: in exponent form when tiny or huge.
+fn show(v: f32) -> String {
+    if v != 0.0 && (v.abs() < 1e-4 || v.abs() >= 1e16) {
+        format!("{v:e}")
+    } else {
+        format!("{v}")
+    }
 }
 
 /// A bf16 linear layer: `y = x Wᵀ + b` with `W` rounded to bf16 (nearest, ties to even) and
@@ -317,5 +382,49 @@ impl CustomOp1 for ROp<'_> {
         };
         let out = self.0.forward_slice(x, rows);
         Ok((CpuStorage::F32(out), Shape::from((rows, self.0.out_dim()))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    /// A NaN or an infinity in the weights is refused with its row and column (and a value that
+    /// overflows once multiplied by its smoothing factor): before, NaN quantised to 0 and the
+    /// scales skipped it, so int8 gave finite, wrong vectors.
+    #[test]
+    fn int8_weights_refuse_non_finite_values_naming_row_and_column() {
+        let w: Vec<f32> = (0..12).map(|i| i as f32 / 7.0 - 0.5).collect();
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let mut w = w.clone();
+            w[2 * 4 + 1] = bad;
+            let t = Tensor::from_vec(w, (3, 4), &Device::Cpu).unwrap();
+            let e = int8_weights(&t, None).unwrap_err().to_string();
+            assert!(e.contains(&format!("row 2, column 1 is {bad}")), "{e}");
+            let e = int8_weights(&t, Some(&[1.0; 4])).unwrap_err().to_string();
+            assert!(e.contains(&format!("row 2, column 1 is {bad}")), "{e}");
+        }
+        let t = Tensor::from_vec(w, (3, 4), &Device::Cpu).unwrap();
+        assert!(int8_weights(&t, None).is_ok());
+        let e = int8_weights(&t, Some(&[1.0, 1.0, 1.0, f32::MAX])).unwrap_err().to_string();
+        assert!(e.contains("row 2, column 3") && e.contains("smoothing factor"), "{e}");
+    }
+
+    /// Scales and smoothing factors must be finite and positive (smoothing divides by them).
+    #[test]
+    fn int8_layers_refuse_scales_and_smoothing_factors_that_are_not_finite_and_positive() {
+        let q = vec![1i8; 6];
+        let bias = [0.0f32; 2];
+        assert!(QLinear::from_int8_smoothed(&q, &[1.0, 0.5], &bias, 2, 3, Some(&[1.0, 2.0, 0.5])).is_ok());
+        for (bad, shown) in [(f32::NAN, "NaN"), (f32::INFINITY, "inf"), (0.0, "0"), (-1.0, "-1"), (1e-40, "1e-40")] {
+            let e = format!("{:#}", QLinear::from_int8_smoothed(&q, &[1.0, bad], &bias, 2, 3, None).unwrap_err());
+            assert!(e.contains(&format!("scale of output channel 1 is {shown}")), "{e}");
+            let e = format!(
+                "{:#}",
+                QLinear::from_int8_smoothed(&q, &[1.0, 1.0], &bias, 2, 3, Some(&[1.0, 1.0, bad])).unwrap_err()
+            );
+            assert!(e.contains(&format!("smoothing factor of input column 2 is {shown}")), "{e}");
+        }
     }
 }

@@ -4,11 +4,14 @@
 //! A row `x` becomes `q = round(x / s)` clamped to [-127, 127] with `s = max|x| / 127` (`s = 1`
 //! for an all-zero row), so `x ≈ s·q`. -128 is never produced: the AVX2 kernel's sign trick
 //! (`|a|·sign(b, a)`) and the u8 shift of the VNNI kernel both rely on |q| ≤ 127.
+//!
+//! A row holding a NaN or an infinity gets the scale NaN, so that the layer's outputs for it are
+//! NaN, as f32's would be (the embedder then refuses the vector), not finite and wrong.
 
 use std::mem::MaybeUninit;
 
-/// The scale of a row: `max|x| / 127`, or 1 for a row of zeros (or of non-finite values, which
-/// then quantise to 0: finite inputs are the caller's contract).
+/// The scale of a row: `max|x| / 127`, 1 for a row of zeros, NaN for a row with an infinity (a
+/// NaN is skipped here: the quantising loop finds it, see [`quantize_row`]).
 #[inline(always)]
 pub fn row_scale(x: &[f32]) -> f32 {
     // 16 independent lanes so that the reduction vectorises.
@@ -26,13 +29,15 @@ pub fn row_scale(x: &[f32]) -> f32 {
     scale_of_max(m)
 }
 
-/// `m / 127`, or 1 for a maximum of 0 or infinity.
+/// `m / 127`, 1 for a maximum of 0, NaN for infinity.
 #[inline(always)]
 fn scale_of_max(m: f32) -> f32 {
     if m > 0.0 && m.is_finite() {
         m / 127.0
-    } else {
+    } else if m == 0.0 {
         1.0
+    } else {
+        f32::NAN
     }
 }
 
@@ -67,29 +72,36 @@ pub fn quantize_one(v: f32, inv: f32) -> i8 {
     }
 }
 
-/// Quantise a row into `out` (same length), returning the scale.
+/// Quantise a row into `out` (same length), returning the scale (NaN if the row has a NaN or
+/// an infinity).
 pub fn quantize_row(x: &[f32], out: &mut [i8]) -> f32 {
     debug_assert_eq!(x.len(), out.len());
     let s = row_scale(x);
     let inv = 1.0 / s;
+    let mut nan = false;
     for (o, &v) in out.iter_mut().zip(x) {
         *o = quantize_one(v, inv);
+        nan |= v.is_nan();
     }
-    s
+    if nan {
+        f32::NAN
+    } else {
+        s
+    }
 }
 
 /// Scale and offset of an asymmetric row spanning `[lo, hi]`: `x ≈ s·a + o` with `a` in
 /// [-128, 127], `a = -128` at `lo` and `127` at `hi`. A constant row gets `s = 1` (its value is
-/// then exact); a non-finite range `s = 1, o = 0`.
+/// then exact); a non-finite range (an infinity in the row, or only NaN) `s = o = NaN`.
 #[inline(always)]
 fn asym_params(lo: f32, hi: f32) -> (f32, f32) {
     let s = (hi - lo) / 255.0;
-    if s > 0.0 && s.is_finite() {
+    if !(lo.is_finite() && hi.is_finite() && s.is_finite()) {
+        (f32::NAN, f32::NAN)
+    } else if s > 0.0 {
         (s, lo + 128.0 * s)
-    } else if lo.is_finite() {
-        (1.0, lo + 128.0)
     } else {
-        (1.0, 0.0)
+        (1.0, lo + 128.0)
     }
 }
 
@@ -113,7 +125,8 @@ pub fn quantize_one_asym(v: f32, o: f32, inv: f32) -> i8 {
 /// is multiplied by `mul[c]` first (the layer's smoothing, see [`super::QLinear`]). Symmetric
 /// rows (`x ≈ s·q`, `q` in [-127, 127]), or with `asym` a scale and an offset per row (each
 /// row's range `[min, max]` onto all 256 byte values, `x ≈ s·q + o`, `q` in [-128, 127]).
-/// Returns the per-row scales and, with `asym`, the offsets.
+/// Returns the per-row scales and, with `asym`, the offsets; a row with a NaN or an infinity gets
+/// the scale NaN.
 #[allow(clippy::too_many_arguments)]
 pub fn quantize_activations(
     x: &[f32],
@@ -164,12 +177,14 @@ crate::model::kernels::vectorised_fn! {
                     None => (row, row_range(row)),
                 };
                 let (scale, o) = asym_params(lo, hi);
-                (*s, *off) = (scale, o);
                 let inv = 1.0 / scale;
                 let (values, pad) = dst.split_at_mut(k);
+                let mut nan = false;
                 for (d, &v) in values.iter_mut().zip(row) {
                     d.write((quantize_one_asym(v, o, inv) as u8) ^ flip);
+                    nan |= v.is_nan();
                 }
+                (*s, *off) = (if nan { f32::NAN } else { scale }, o);
                 for d in pad {
                     d.write(flip);
                 }
@@ -184,12 +199,14 @@ crate::model::kernels::vectorised_fn! {
                 }
                 None => (row, row_scale(row)),
             };
-            *s = scale;
             let inv = 1.0 / scale;
             let (values, pad) = dst.split_at_mut(k);
+            let mut nan = false;
             for (o, &v) in values.iter_mut().zip(row) {
                 o.write((quantize_one(v, inv) as u8) ^ flip);
+                nan |= v.is_nan();
             }
+            *s = if nan { f32::NAN } else { scale };
             for o in pad {
                 o.write(flip);
             }
@@ -317,6 +334,46 @@ mod tests {
         for v in [f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -f32::NAN, 126.5, 127.49, -127.5, 0.5, -0.5, 1.5] {
             assert_eq!(quantize_one(v, 1.0), reference(v, 1.0), "{v}");
         }
+    }
+
+    /// A row with a NaN or an infinity gets a NaN scale (so its outputs are NaN, as in f32,
+    /// and the embedder refuses them) whatever the path: symmetric or asymmetric, smoothed or
+    /// not; its neighbours keep theirs. Before, NaN quantised to 0 and infinity to ±127 with a
+    /// finite scale: finite, wrong vectors.
+    #[test]
+    fn rows_with_nan_or_infinity_get_a_nan_scale() {
+        let k = 37;
+        let good: Vec<f32> = (0..k).map(|i| (i as f32 * 0.37).cos()).collect();
+        let with = |at: usize, v: f32| {
+            let mut r = good.clone();
+            r[at] = v;
+            r
+        };
+        let rows = [
+            good.clone(),
+            with(3, f32::NAN),
+            with(20, f32::INFINITY),
+            with(36, f32::NEG_INFINITY),
+            vec![f32::NAN; k],
+            good.clone(),
+        ];
+        let x: Vec<f32> = rows.concat();
+        let mul: Vec<f32> = (0..k).map(|i| 0.5 + i as f32 / k as f32).collect();
+        let mut out = Vec::new();
+        for asym in [false, true] {
+            for m in [None, Some(&mul[..])] {
+                for shift in [false, true] {
+                    let (s, o) = quantize_activations(&x, rows.len(), k, 40, shift, m, asym, &mut out);
+                    assert!(s[0].is_finite() && s[5].is_finite(), "asym {asym}, mul {}: {s:?}", m.is_some());
+                    assert!(s[1..5].iter().all(|v| v.is_nan()), "asym {asym}, mul {}: {s:?}", m.is_some());
+                    assert_eq!(o.is_some(), asym);
+                }
+            }
+        }
+        let mut q = vec![0i8; k];
+        assert!(quantize_row(&rows[1], &mut q).is_nan());
+        assert!(quantize_row(&rows[2], &mut q).is_nan());
+        assert!(quantize_row(&good, &mut q).is_finite());
     }
 
     #[test]
