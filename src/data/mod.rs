@@ -90,6 +90,16 @@ pub fn read_lines(path: &Path) -> Result<Vec<String>> {
             .map_err(|e| anyhow::anyhow!("{} is not valid gzip: {e}", path.display()))?;
         bytes = out;
     }
+    let lines = text_lines(path, bytes)?;
+    if lines.is_empty() {
+        bail!("{} is empty", path.display());
+    }
+    Ok(lines)
+}
+
+/// The lines (`\n` or `\r\n`; a leading byte-order mark dropped) of a file's bytes, which must be
+/// UTF-8: an error names `path` and the first line that is not. Empty for no bytes.
+pub fn text_lines(path: &Path, bytes: Vec<u8>) -> Result<Vec<String>> {
     let text = match String::from_utf8(bytes) {
         Ok(t) => t,
         Err(e) => {
@@ -100,11 +110,7 @@ pub fn read_lines(path: &Path) -> Result<Vec<String>> {
     };
     // A UTF-8 byte-order mark (as some Windows editors write) is no part of the first line.
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-    let lines: Vec<String> = text.lines().map(|l| l.strip_suffix('\r').unwrap_or(l).to_string()).collect();
-    if lines.is_empty() {
-        bail!("{} is empty", path.display());
-    }
-    Ok(lines)
+    Ok(text.lines().map(|l| l.strip_suffix('\r').unwrap_or(l).to_string()).collect())
 }
 
 /// Fail unless `path` is a file: "`what` file PATH is missing; `expected`" (or "is not a

@@ -314,6 +314,19 @@ pub fn check_config(tensors: &std::collections::HashMap<String, Tensor>, cfg: &E
     Ok(())
 }
 
+/// The modules of each encoder layer, by Hugging Face name (`encoder.layer.{i}.{module}.weight`
+/// and `.bias`).
+pub const LAYER_MODULES: [&str; 8] = [
+    "attention.self.query",
+    "attention.self.key",
+    "attention.self.value",
+    "attention.output.dense",
+    "attention.output.LayerNorm",
+    "intermediate.dense",
+    "output.dense",
+    "output.LayerNorm",
+];
+
 /// The tensors of `tensors` that an encoder of `cfg` does not use (sorted), besides the
 /// `embeddings.position_ids` buffer some checkpoints carry: more layers than `cfg` has, or
 /// tensors of another architecture.
@@ -326,16 +339,6 @@ pub fn unused_tensors(tensors: &std::collections::HashMap<String, Tensor>, cfg: 
         "LayerNorm.bias",
         "position_ids",
     ];
-    const LAYER: [&str; 8] = [
-        "attention.self.query",
-        "attention.self.key",
-        "attention.self.value",
-        "attention.output.dense",
-        "attention.output.LayerNorm",
-        "intermediate.dense",
-        "output.dense",
-        "output.LayerNorm",
-    ];
     // Each name is judged by itself: a set of every used name would grow with
     // num_hidden_layers, which config.json may set to anything (10^8 took 6.5 GB before the
     // check that the weights hold that many layers).
@@ -347,7 +350,7 @@ pub fn unused_tensors(tensors: &std::collections::HashMap<String, Tensor>, cfg: 
         let Some((i, rest)) = rest.split_once('.') else { return false };
         // As written by format!("{i}"): "01" is not layer 1.
         i.parse::<usize>().is_ok_and(|n| n < cfg.num_hidden_layers && n.to_string() == i)
-            && rest.rsplit_once('.').is_some_and(|(m, p)| LAYER.contains(&m) && (p == "weight" || p == "bias"))
+            && rest.rsplit_once('.').is_some_and(|(m, p)| LAYER_MODULES.contains(&m) && (p == "weight" || p == "bias"))
     };
     let mut unused: Vec<String> = tensors.keys().filter(|k| !used(k)).cloned().collect();
     unused.sort();

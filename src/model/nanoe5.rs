@@ -288,16 +288,7 @@ fn check(h: &Header, config: &serde_json::Value, tensors: &Tensors) -> Result<()
         .chain(["embeddings.LayerNorm.bias".to_string()])
         .collect();
     for l in 0..h.layers {
-        for t in [
-            "attention.self.query",
-            "attention.self.key",
-            "attention.self.value",
-            "attention.output.dense",
-            "attention.output.LayerNorm",
-            "intermediate.dense",
-            "output.dense",
-            "output.LayerNorm",
-        ] {
+        for t in super::encoder::LAYER_MODULES {
             for p in ["weight", "bias"] {
                 want.push(format!("encoder.layer.{l}.{t}.{p}"));
             }

@@ -646,16 +646,7 @@ fn read_calibration(p: &Path) -> Result<(Vec<String>, String)> {
         }
         bytes = text;
     }
-    let text = match String::from_utf8(bytes) {
-        Ok(t) => t,
-        Err(e) => {
-            let at = e.utf8_error().valid_up_to();
-            let line = e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;
-            bail!("{}: line {line} is not valid UTF-8", p.display())
-        }
-    };
-    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-    let lines: Vec<String> = text.lines().map(|l| l.strip_suffix('\r').unwrap_or(l).to_string()).collect();
+    let lines = crate::data::text_lines(p, bytes)?;
     if lines.is_empty() {
         bail!("the calibration text {} is empty", p.display());
     }
