@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -24,7 +23,7 @@ fn run_in(cwd: &Path, args: &[&str], stdin: &str) -> Output {
 
 fn run(mut c: Command, stdin: &str) -> Output {
     let mut child = c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    common::feed(&mut child, stdin.as_bytes());
     child.wait_with_output().unwrap()
 }
 

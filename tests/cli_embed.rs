@@ -18,8 +18,7 @@ fn embed(args: &[&str], stdin: &[u8]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // The process may exit on an error before reading its input.
-    let _ = child.stdin.take().unwrap().write_all(stdin);
+    common::feed(&mut child, stdin);
     child.wait_with_output().unwrap()
 }
 
@@ -126,7 +125,7 @@ fn invalid_utf8_stops_with_the_line_number_and_keeps_earlier_lines() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(b"one\ntwo\n").unwrap();
+    common::feed(&mut child, b"one\ntwo\n");
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let text = std::fs::read_to_string(&o).unwrap();

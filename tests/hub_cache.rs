@@ -49,9 +49,8 @@ fn embed_stdout(model: &str, envs: &[(&str, &Path)], offline: bool) -> std::proc
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    use std::io::Write;
     // The process may exit on an error before reading its input.
-    let _ = child.stdin.take().unwrap().write_all(b"Die Katze sitzt auf der Matte.\n");
+    common::feed(&mut child, b"Die Katze sitzt auf der Matte.\n");
     child.wait_with_output().unwrap()
 }
 
@@ -291,7 +290,7 @@ fn embed_online(
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let _ = child.stdin.take().unwrap().write_all(b"hello world\n");
+    common::feed(&mut child, b"hello world\n");
     child.wait_with_output().unwrap()
 }
 

@@ -140,7 +140,6 @@ fn embed_with(model: &std::path::Path, lines: &[&str], dtype: &str, kernels: Opt
 /// `xsent embed --dtype DTYPE` of `lines` with `var=kernels` (or both kernel variables unset).
 fn embed_with_env(model: &std::path::Path, lines: &[&str], dtype: &str, var: &str, kernels: Option<&str>) -> String {
     {
-        use std::io::Write;
         let mut cmd = common::xsent();
         cmd.args(["embed", "--dtype", dtype, "--model"]).arg(model).args(["--prefix", ""]);
         cmd.env_remove("XSENT_KERNELS").env_remove("XSENT_BF16_KERNELS");
@@ -148,7 +147,7 @@ fn embed_with_env(model: &std::path::Path, lines: &[&str], dtype: &str, var: &st
             cmd.env(var, k);
         }
         let mut child = cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
-        child.stdin.take().unwrap().write_all(lines.join("\n").as_bytes()).unwrap();
+        common::feed(&mut child, lines.join("\n").as_bytes());
         let o = child.wait_with_output().unwrap();
         assert!(
             o.status.success(),
@@ -220,7 +219,6 @@ fn quantize_then_load_gives_the_dtype_vectors() {
         );
         let from_dir = embed_with(&out, &lines, dtype, None);
         let plain = {
-            use std::io::Write;
             let mut child = common::xsent()
                 .args(["embed", "--model"])
                 .arg(&out)
@@ -229,7 +227,7 @@ fn quantize_then_load_gives_the_dtype_vectors() {
                 .stderr(std::process::Stdio::piped())
                 .spawn()
                 .unwrap();
-            child.stdin.take().unwrap().write_all(lines.join("\n").as_bytes()).unwrap();
+            common::feed(&mut child, lines.join("\n").as_bytes());
             let o = child.wait_with_output().unwrap();
             assert!(o.status.success(), "embed --model {}: {}", out.display(), String::from_utf8_lossy(&o.stderr));
             String::from_utf8(o.stdout).unwrap()
@@ -472,7 +470,6 @@ fn calibration_text_is_capped_whatever_the_file() {
 
 /// `xsent embed --model MODEL ARGS` of `lines`: its output, whatever the exit status.
 fn embed_output(model: &std::path::Path, args: &[&str], lines: &[&str]) -> std::process::Output {
-    use std::io::Write;
     let mut child = common::xsent()
         .args(["embed", "--model"])
         .arg(model)
@@ -482,7 +479,7 @@ fn embed_output(model: &std::path::Path, args: &[&str], lines: &[&str]) -> std::
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(lines.join("\n").as_bytes()).unwrap();
+    common::feed(&mut child, lines.join("\n").as_bytes());
     child.wait_with_output().unwrap()
 }
 

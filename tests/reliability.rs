@@ -280,7 +280,7 @@ fn unused_weights_are_an_error_naming_them() {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = c.spawn().unwrap();
-        std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"w1 w2\n").unwrap();
+        common::feed(&mut child, b"w1 w2\n");
         child.wait_with_output().unwrap()
     };
     let o = run(&[]);
@@ -459,7 +459,7 @@ fn earlier_partial_files_and_read_only_outputs_are_kept() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        std::io::Write::write_all(&mut child.stdin.take().unwrap(), input).unwrap();
+        common::feed(&mut child, input);
         child.wait_with_output().unwrap()
     };
     let o = embed(&[], b"one\ntwo\n\xff\n");

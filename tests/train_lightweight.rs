@@ -157,8 +157,7 @@ fn lightweight_trains_resumes_exactly_and_saves_a_bert_model() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .and_then(|mut c| {
-                use std::io::Write;
-                c.stdin.take().unwrap().write_all(text.as_bytes())?;
+                common::feed(&mut c, text.as_bytes());
                 c.wait_with_output()
             })
             .unwrap();

@@ -66,10 +66,22 @@ where
     (String::from_utf8_lossy(&out.stdout).into_owned(), json)
 }
 
+/// Write `input` to the child's standard input and close it. A process may stop on an error
+/// before it reads its input (a refused output file, a model that fails to load): the write then
+/// fails with a broken pipe, which is not the test's failure, so that one error is let pass and
+/// the caller's check of the exit status and stderr says what happened. Any other error panics.
+pub fn feed(child: &mut std::process::Child, input: &[u8]) {
+    use std::io::Write;
+    let mut stdin = child.stdin.take().expect("a stdin pipe");
+    match stdin.write_all(input) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => panic!("writing the child's stdin: {e}"),
+        _ => {}
+    }
+}
+
 /// Pipe `lines` into `xsent embed --model MODEL ARGS` (default JSON-lines output), assert that
 /// it succeeded, and return one vector per input line.
 pub fn embed_cli(model: &std::path::Path, args: &[&str], lines: &[&str]) -> Vec<Vec<f32>> {
-    use std::io::Write;
     use std::process::Stdio;
     let mut child = xsent()
         .args(["embed", "--model"])
@@ -80,7 +92,7 @@ pub fn embed_cli(model: &std::path::Path, args: &[&str], lines: &[&str]) -> Vec<
         .stderr(Stdio::piped())
         .spawn()
         .expect("xsent runs");
-    child.stdin.take().expect("a stdin pipe").write_all(lines.join("\n").as_bytes()).expect("stdin takes the lines");
+    feed(&mut child, lines.join("\n").as_bytes());
     let o = child.wait_with_output().expect("xsent finishes");
     assert!(o.status.success(), "xsent embed failed: {}", String::from_utf8_lossy(&o.stderr));
     let rows: Vec<Vec<f32>> = String::from_utf8(o.stdout)
