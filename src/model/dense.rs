@@ -81,11 +81,9 @@ impl Dense {
             );
         };
         let t = weights::read_weight_file(&w_path)?;
-        let weight = t
-            .get("linear.weight")
-            .with_context(|| format!("{} has no linear.weight", w_path.display()))?
-            .to_dtype(DType::F32)?
-            .to_device(device)?;
+        let weight = t.get("linear.weight").with_context(|| format!("{} has no linear.weight", w_path.display()))?;
+        weights::check_float_parameter(weight, "linear.weight", &w_path)?;
+        let weight = weight.to_dtype(DType::F32)?.to_device(device)?;
         ensure!(
             weight.dims() == [cfg.out_features, cfg.in_features],
             "{}: linear.weight is {:?}, config says [{}, {}]",
@@ -103,6 +101,7 @@ impl Dense {
                     b.dims(),
                     cfg.out_features
                 );
+                weights::check_float_parameter(b, "linear.bias", &w_path)?;
                 b.to_dtype(DType::F32)?.to_device(device)?
             }
             (true, None) => bail!("{} has no linear.bias though its config says bias = true", w_path.display()),
@@ -194,5 +193,20 @@ mod tests {
         module(&dir.path().join("none"), 0, 32, &[0]);
         let e = load("none").unwrap_err();
         assert!(e.contains("none/config.json: in_features 32 and out_features 0 must both be at least 1"), "{e}");
+    }
+
+    /// Weights or a bias stored as integers are refused, naming the tensor and its type.
+    #[test]
+    fn integer_weights_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, shape) in [("linear.weight", vec![16, 32]), ("linear.bias", vec![16])] {
+            let m = dir.path().join(name);
+            module(&m, 16, 32, &[16]);
+            let mut t = weights::read_weight_file(&m.join("model.safetensors")).unwrap();
+            t.insert(name.to_string(), Tensor::zeros(shape, DType::I32, &Device::Cpu).unwrap());
+            weights::save_tensors(&t, &m.join("model.safetensors")).unwrap();
+            let e = format!("{:#}", Dense::load(&m, &Device::Cpu).map(|_| ()).unwrap_err());
+            assert!(e.contains(&format!("tensor {name} of")) && e.contains("I32"), "{e}");
+        }
     }
 }

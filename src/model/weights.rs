@@ -77,11 +77,29 @@ pub fn load_encoder_tensors_noting(
                 );
             }
             let t = file.get(name)?;
+            check_float_parameter(&t, name, path)?;
             let t = if t.dtype() == DType::F32 { t } else { t.to_dtype(DType::F32)? };
             out.insert(canon, t.to_device(device)?);
         }
     }
     Ok((out, dropped))
+}
+
+/// Refuses a weight or bias (a name ending in `.weight` or `.bias`) stored as integers: a float
+/// parameter saved as I32 or U8 is a broken or foreign file (a quantised checkpoint of another
+/// tool, say), and casting it to f32 would give a model whose vectors are silently wrong. Integer
+/// buffers (`embeddings.position_ids`) pass.
+pub(crate) fn check_float_parameter(t: &Tensor, name: &str, path: &Path) -> Result<()> {
+    if !t.dtype().is_float() && (name.ends_with(".weight") || name.ends_with(".bias")) {
+        bail!(
+            "tensor {name} of {} is stored as {:?} integers; xsent reads float weights (F32, F16, BF16): \
+             is this a quantised checkpoint of another tool? Use the model's float weights \
+             (xsent quantize makes int8 from them)",
+            path.display(),
+            t.dtype()
+        );
+    }
+    Ok(())
 }
 
 /// Every tensor of one weight file (safetensors, or PyTorch's `.bin`), as stored.
@@ -309,6 +327,41 @@ mod tests {
         std::fs::write(dir.path().join("plain.txt"), "x").unwrap();
         let mode = |f: &str| std::fs::metadata(dir.path().join(f)).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode("model.safetensors"), mode("plain.txt"));
+    }
+
+    /// A weight stored as integers is refused, naming the tensor, its file and its type; an
+    /// integer position_ids buffer and float weights of any width load.
+    #[test]
+    fn integer_weights_are_refused_naming_the_tensor() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.safetensors");
+        let cpu = &Device::Cpu;
+        let base = || {
+            HashMap::from([
+                ("embeddings.word_embeddings.weight".to_string(), Tensor::zeros((4, 2), DType::F32, cpu).unwrap()),
+                ("embeddings.position_ids".to_string(), Tensor::zeros((1, 4), DType::I64, cpu).unwrap()),
+                ("encoder.layer.0.output.dense.bias".to_string(), Tensor::zeros(2, DType::BF16, cpu).unwrap()),
+            ])
+        };
+        save_tensors(&base(), &path).unwrap();
+        let t = load_encoder_tensors(std::slice::from_ref(&path), cpu, 1).unwrap();
+        assert_eq!(t.len(), 3);
+        assert!(t.values().all(|t| t.dtype() == DType::F32));
+        for (name, dtype) in [
+            ("encoder.layer.0.output.dense.bias", DType::I32),
+            ("embeddings.word_embeddings.weight", DType::U8),
+            ("embeddings.word_embeddings.weight", DType::I64),
+        ] {
+            let mut t = base();
+            let shape = t[name].shape().clone();
+            t.insert(name.to_string(), Tensor::zeros(shape, dtype, cpu).unwrap());
+            save_tensors(&t, &path).unwrap();
+            let e = load_encoder_tensors(std::slice::from_ref(&path), cpu, 1).unwrap_err().to_string();
+            assert!(
+                e.contains(name) && e.contains(&format!("{dtype:?}")) && e.contains("model.safetensors"),
+                "{name} {dtype:?}: {e}"
+            );
+        }
     }
 
     #[test]
