@@ -762,3 +762,37 @@ fn quantize_refuses_an_out_that_is_a_symlink() {
     assert!(!tmp.path().join("nowhere").exists());
     assert!(real.join("model.safetensors").is_file(), "the linked directory was touched");
 }
+
+/// An output directory inside the source model's directory (as typed, through `..`, or through a
+/// link to it) is refused, and so is a source inside the output directory (which --force would
+/// replace); nothing is written. Before, `quantize SRC SRC/q` wrote SRC/q, and a second quantize
+/// of SRC copied that folder into its output as part of the model.
+#[test]
+fn quantize_refuses_an_output_inside_its_source_and_the_reverse() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tiny_bert(tmp.path(), "src", |_, _| {});
+    let link = tmp.path().join("link");
+    std::os::unix::fs::symlink(&src, &link).unwrap();
+    for out in [src.join("q"), src.join("a/b/q"), src.join("../tiny-bert/q"), link.join("q")] {
+        let e = stderr(&quantize_cmd(&src, &out, &["--dtype", "bf16"]));
+        assert!(e.contains("is inside the source model's directory"), "{}: {e}", out.display());
+        if out.parent().unwrap().exists() {
+            assert_nothing_left(&out);
+        }
+    }
+    assert!(!src.join("a").exists());
+    // A sibling whose name starts with the source's is not inside it.
+    let sibling = tmp.path().join("src2");
+    let o = quantize_cmd(&src, &sibling, &["--dtype", "bf16"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // The source inside an earlier output: --force would replace the source with it.
+    let inner = sibling.join("model");
+    std::fs::create_dir(&inner).unwrap();
+    for f in std::fs::read_dir(&src).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, inner.join(f.file_name().unwrap())).unwrap();
+    }
+    let e = stderr(&quantize_cmd(&inner, &sibling, &["--dtype", "bf16", "--force"]));
+    assert!(e.contains("is inside the output directory"), "{e}");
+    assert!(inner.join("model.safetensors").is_file(), "the source was touched");
+}

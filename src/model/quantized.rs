@@ -387,8 +387,25 @@ pub fn quantize(
             bail!("{} exists and is not a model directory written by xsent quantize; --force replaces only those: remove it yourself or choose another output directory", out.display());
         }
     }
-    if same_dir(out, &src_dir) {
+    let (o, s) = (resolved(out), resolved(&src_dir));
+    if o == s {
         bail!("the output directory {} is the source model's directory; choose another", out.display());
+    }
+    if o.starts_with(&s) {
+        bail!(
+            "the output directory {} is inside the source model's directory {}: the model's folder would then hold \
+             its own quantised copy, which a later quantize of it would copy too; choose a directory outside it",
+            out.display(),
+            src_dir.display()
+        );
+    }
+    if s.starts_with(&o) {
+        bail!(
+            "the source model's directory {} is inside the output directory {}, which quantize replaces; \
+             choose another output directory",
+            src_dir.display(),
+            out.display()
+        );
     }
 
     let tensors = weights::load_encoder_tensors(&files.weights, &Device::Cpu, cfg.num_hidden_layers)?;
@@ -597,11 +614,39 @@ pub fn quantize(
     Ok(Written { layers: names.len(), bytes, source_bytes })
 }
 
-fn same_dir(a: &Path, b: &Path) -> bool {
-    match (a.canonicalize(), b.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => false,
+/// `p` as an absolute path with links resolved, also when it does not exist yet: its nearest
+/// existing ancestor canonicalised, and the rest as written (`.` dropped, `..` taken lexically).
+fn resolved(p: &Path) -> PathBuf {
+    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let mut rest = Vec::new();
+    let mut base = abs.as_path();
+    let mut out = loop {
+        if let Ok(c) = base.canonicalize() {
+            break c;
+        }
+        match (base.parent(), base.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                base = parent;
+            }
+            _ => break base.to_path_buf(),
+        }
+    };
+    for c in rest.iter().rev() {
+        out.push(c);
     }
+    // absolute() keeps `..`; canonicalize() took those of the existing part.
+    let mut clean = PathBuf::new();
+    for c in out.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                clean.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => clean.push(c),
+        }
+    }
+    clean
 }
 
 use crate::io::digest::sha256_file;
@@ -804,6 +849,20 @@ fn move_into_place(tmp: &Path, out: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `resolved` follows links and `..` of the existing part and keeps the rest as typed.
+    #[test]
+    fn paths_resolve_whether_or_not_they_exist() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(real.join("m")).unwrap();
+        std::os::unix::fs::symlink(real.join("m"), real.join("l")).unwrap();
+        assert_eq!(resolved(&real.join("m")), real.join("m"));
+        assert_eq!(resolved(&real.join("l/x/y")), real.join("m/x/y"));
+        assert_eq!(resolved(&real.join("l/../m/./x")), real.join("m/x"));
+        assert_eq!(resolved(&real.join("new/../m/x")), real.join("m/x"));
+        assert!(resolved(Path::new("rel")).is_absolute());
+    }
 
     /// The finished folder replaces an old one; a move that fails takes the new folder away and
     /// puts the old one back, so no `.NAME.partial-PID` (nor `.NAME.old-PID`) is left.
