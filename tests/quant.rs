@@ -501,7 +501,10 @@ fn non_finite_weights_are_refused_naming_the_tensor() {
         let e = stderr(&o);
         assert!(!o.status.success(), "{label}: embed --dtype int8 exited 0: {e}");
         assert!(
-            e.contains(T) && e.contains("row 5, column 3") && e.contains(label),
+            e.contains(T)
+                && e.contains("row 5, column 3")
+                && e.contains(label)
+                && e.contains(&format!("--dtype int8 on {}", m.join("model.safetensors").display())),
             "{label}: embed --dtype int8: {e}"
         );
         for dtype in ["int8", "bf16"] {

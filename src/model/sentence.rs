@@ -435,7 +435,8 @@ impl SentenceEncoder {
             device: opts.device.clone(),
         };
         if dtype == super::quant::Dtype::Int8 && saved_dtype.is_none() {
-            me.quantize_int8(&super::quant::calibrate::builtin())?;
+            me.quantize_int8(&super::quant::calibrate::builtin())
+                .with_context(|| format!("--dtype int8 on {}", super::weights::describe(&me.files.weights)))?;
         }
         Ok(me)
     }
