@@ -146,7 +146,7 @@ fn local_weights(dir: &Path) -> Result<Vec<PathBuf>> {
         .into_iter()
         .map(|s| {
             let shard = dir.join(&s);
-            if !shard.is_file() {
+            if !regular_file(&shard)? {
                 bail!("{} lists the shard {s}, which is not in {}", path.display(), dir.display());
             }
             Ok(shard)
@@ -263,12 +263,17 @@ pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
         require("tokenizer.json")?;
         dir.join("tokenizer.json")
     };
-    let opt = |rel: &str| Some(dir.join(rel)).filter(|p| p.is_file());
+    // Optional files: absent is fine; a folder, FIFO or dangling link there is named, as for the
+    // required ones (a FIFO would otherwise be skipped, and a pooling config silently lost).
+    let opt = |rel: &str| -> Result<Option<PathBuf>> {
+        let p = dir.join(rel);
+        Ok(regular_file(&p)?.then_some(p))
+    };
     let modules = dir.join("modules.json");
     let pipeline = pipeline(regular_file(&modules)?.then_some(modules.as_path()))?;
     if let Some(rel) = &pipeline.pooling {
         // A Pooling module listed but absent would silently fall back to mean pooling.
-        if !dir.join(rel).is_file() {
+        if !regular_file(&dir.join(rel))? {
             bail!(
                 "{} lists a Pooling module whose config {} does not exist",
                 dir.join("modules.json").display(),
@@ -280,7 +285,7 @@ pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
     let dense = match &pipeline.dense {
         Some(rel) => {
             let d = dir.join(rel);
-            if !d.join("config.json").is_file() {
+            if !regular_file(&d.join("config.json"))? {
                 bail!(
                     "{} lists a Dense module at {rel}/ but {} does not exist",
                     dir.join("modules.json").display(),
@@ -297,10 +302,10 @@ pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
         config: dir.join("config.json"),
         weights,
         tokenizer,
-        pooling: opt(pooling_rel),
-        st_config: opt("sentence_bert_config.json"),
-        st_model_config: opt("config_sentence_transformers.json"),
-        xsent: opt("xsent.json"),
+        pooling: opt(pooling_rel)?,
+        st_config: opt("sentence_bert_config.json")?,
+        st_model_config: opt("config_sentence_transformers.json")?,
+        xsent: opt("xsent.json")?,
         dense,
         declares_normalize: pipeline.normalize,
     })
@@ -817,6 +822,19 @@ mod tests {
         let d = fresh("modules");
         std::fs::create_dir(d.join("modules.json")).unwrap();
         assert!(err(&d).contains("modules/modules.json is a folder, not a file"), "{}", err(&d));
+        // Optional files too: before, a FIFO or folder there was skipped as if absent (a pooling
+        // config so lost changes the vectors).
+        let d = fresh("optional");
+        assert!(resolve_dir(&d, "m").is_ok_and(|f| f.pooling.is_none() && f.st_config.is_none()));
+        std::fs::create_dir(d.join("1_Pooling")).unwrap();
+        assert!(std::process::Command::new("mkfifo").arg(d.join("1_Pooling/config.json")).status().unwrap().success());
+        assert!(err(&d).contains("optional/1_Pooling/config.json is a FIFO, not a file"), "{}", err(&d));
+        std::fs::remove_file(d.join("1_Pooling/config.json")).unwrap();
+        std::fs::create_dir(d.join("sentence_bert_config.json")).unwrap();
+        assert!(err(&d).contains("optional/sentence_bert_config.json is a folder, not a file"), "{}", err(&d));
+        std::fs::remove_dir(d.join("sentence_bert_config.json")).unwrap();
+        std::os::unix::fs::symlink("gone.json", d.join("xsent.json")).unwrap();
+        assert!(err(&d).contains("optional/xsent.json is a symbolic link to gone.json"), "{}", err(&d));
         // Nothing there is still "has no".
         let d = fresh("missing");
         std::fs::remove_file(d.join("config.json")).unwrap();
