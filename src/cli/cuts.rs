@@ -1,7 +1,7 @@
 //! Texts a model cut (longer than `--max-line-bytes`, or than its maximum length in tokens),
 //! counted for the commands that embed whole files or benchmark sets (`eval`, `mine`, `plot`) and
-//! said once on stderr: their scores come from the beginnings of such texts only. `embed` reports
-//! per line itself (`cli::embed`).
+//! said once on stderr: their scores come from the beginnings of such texts only. `embed` says
+//! it in the same words ([`Cut`]), naming the first by its line number.
 
 use crate::model::{Embedded, Embedder};
 use anyhow::Result;
@@ -70,20 +70,41 @@ impl Cuts {
     }
 
     fn lines(&self, command: &str, what: &str, max_line_bytes: usize, max_length: Option<usize>) -> Vec<String> {
+        let cut = Cut { command, what, texts: self.texts, max_line_bytes, max_length };
+        cut.messages(
+            self.first_bytes.as_ref().map(|f| (self.bytes, f.as_str())),
+            self.first_tokens.as_ref().map(|f| (self.tokens, f.as_str())),
+        )
+    }
+}
+
+/// The words every command uses to say what it cut: `texts` texts ("lines", "texts", "distinct
+/// lines of de.txt") of which some were longer than `max_line_bytes` bytes or `max_length`
+/// tokens. `embed` names the first by its line number, the others by its beginning.
+pub struct Cut<'a> {
+    pub command: &'a str,
+    pub what: &'a str,
+    pub texts: u64,
+    pub max_line_bytes: usize,
+    pub max_length: Option<usize>,
+}
+
+impl Cut<'_> {
+    /// One line per kind of cut that happened: (how many, the first, as shown).
+    pub fn messages(&self, bytes: Option<(u64, &str)>, tokens: Option<(u64, &str)>) -> Vec<String> {
+        let Self { command, what, texts, max_line_bytes, .. } = self;
         let mut out = Vec::new();
-        if let Some(first) = &self.first_bytes {
+        if let Some((n, first)) = bytes.filter(|(n, _)| *n > 0) {
             out.push(format!(
-                "{command}: {} of {} {what} were longer than {max_line_bytes} bytes and only their first {max_line_bytes} bytes \
-                 were embedded (first: {first}); --max-line-bytes reads more of them",
-                self.bytes, self.texts
+                "{command}: {n} of {texts} {what} were longer than {max_line_bytes} bytes and only their first {max_line_bytes} bytes \
+                 were embedded (first: {first}); --max-line-bytes reads more of them"
             ));
         }
-        if let Some(first) = &self.first_tokens {
-            let limit = max_length.map_or_else(|| "the model's maximum".to_string(), |n| n.to_string());
+        if let Some((n, first)) = tokens.filter(|(n, _)| *n > 0) {
+            let limit = self.max_length.map_or_else(|| "the model's maximum".to_string(), |n| n.to_string());
             out.push(format!(
-                "{command}: {} of {} {what} were longer than {limit} tokens and were truncated: their vectors are of their beginnings \
-                 (first: {first})",
-                self.tokens, self.texts
+                "{command}: {n} of {texts} {what} were longer than {limit} tokens and were truncated: their vectors are of their \
+                 beginnings (first: {first})"
             ));
         }
         out

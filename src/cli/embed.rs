@@ -190,23 +190,19 @@ fn note_truncated(
     of_shard: &str,
     max_line_bytes: usize,
 ) {
-    if summary.cut > 0 {
-        errln!(
-            "xsent embed: {} of {} lines{of_shard} were longer than {max_line_bytes} bytes and only their first {max_line_bytes} bytes \
-             were read and embedded (first: line {}{of_shard}); --max-line-bytes reads more of them",
-            summary.cut,
-            summary.lines,
-            summary.first_cut.unwrap_or(0)
-        );
-    }
-    if summary.truncated > 0 {
-        errln!(
-            "xsent embed: {} of {} lines{of_shard} were longer than {} tokens and were truncated (first: line {}{of_shard})",
-            summary.truncated,
-            summary.lines,
-            enc.max_length().map_or_else(|| "the model's maximum".to_string(), |n| n.to_string()),
-            summary.first_truncated.unwrap_or(0)
-        );
+    let what = format!("lines{of_shard}");
+    let cut = super::cuts::Cut {
+        command: "xsent embed",
+        what: &what,
+        texts: summary.lines,
+        max_line_bytes,
+        max_length: enc.max_length(),
+    };
+    let line = |n: Option<u64>| format!("line {}{of_shard}", n.unwrap_or(0));
+    let (first_cut, first_truncated) = (line(summary.first_cut), line(summary.first_truncated));
+    for m in cut.messages(Some((summary.cut, first_cut.as_str())), Some((summary.truncated, first_truncated.as_str())))
+    {
+        errln!("{m}");
     }
 }
 
