@@ -3,6 +3,7 @@
 //! said once on stderr: their scores come from the beginnings of such texts only. `embed` says
 //! it in the same words ([`Cut`]), naming the first by its line number.
 
+use crate::model::embedder::shown;
 use crate::model::{Embedded, Embedder};
 use anyhow::Result;
 use std::sync::Mutex;
@@ -108,16 +109,6 @@ impl Cut<'_> {
             ));
         }
         out
-    }
-}
-
-/// A text as a message shows it: its first 60 characters and its length.
-fn shown(text: &str) -> String {
-    let head: String = text.chars().take(60).collect();
-    if head.len() < text.len() {
-        format!("{head:?}… of {} bytes", text.len())
-    } else {
-        format!("{head:?}")
     }
 }
 

@@ -44,18 +44,25 @@ impl dyn Embedder + '_ {
 /// from such vectors (cosines, correlations, nearest neighbours) would be meaningless numbers.
 pub fn ensure_finite(rows: &[Vec<f32>], texts: &[&str]) -> Result<()> {
     if let Some(i) = rows.iter().position(|r| r.iter().any(|x| !x.is_finite())) {
-        let text = texts.get(i).copied().unwrap_or_default();
-        let shown: String = text.chars().take(60).collect();
         bail!(
-            "the model gave a vector with NaN or infinite values for text {} of {} ({:?}{}): its weights are broken \
+            "the model gave a vector with NaN or infinite values for text {} of {} ({}): its weights are broken \
              (e.g. NaN after a diverged training run) or its activations overflow; no score is computed from it",
             i + 1,
             rows.len(),
-            shown,
-            if shown.len() < text.len() { "…" } else { "" }
+            shown(texts.get(i).copied().unwrap_or_default())
         );
     }
     Ok(())
+}
+
+/// A text as a message shows it: its first 60 characters, quoted, and its length if longer.
+pub fn shown(text: &str) -> String {
+    let head: String = text.chars().take(60).collect();
+    if head.len() < text.len() {
+        format!("{head:?}… of {} bytes", text.len())
+    } else {
+        format!("{head:?}")
+    }
 }
 
 /// What `xsent.json` says about a model directory xsent wrote.
