@@ -681,3 +681,79 @@ fn a_killed_runs_temporary_output_is_removed_by_the_next() {
         std::fs::read_dir(&out_dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     assert_eq!(names, ["v.jsonl"]);
 }
+
+/// Reports are written whole or not at all, never onto a read-only file, and never into the
+/// data's benchmark folders: `eval --report` on a full disk (a file size limit of 0, SIGXFSZ
+/// ignored) keeps the earlier report and leaves no temporary file; a read-only report is
+/// refused before the model loads; `data audit --json` refuses a benchmark file and the config
+/// it reads (before, an outside probe's audit replaced sts/STS2017.en-de.txt with exit 0, and a
+/// failed report write left a cut report in place of the earlier one).
+#[test]
+fn reports_are_written_whole_and_never_onto_inputs() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let pairs = dir.path().join("pairs.tsv");
+    std::fs::write(&pairs, "a cat\ta dog\t3\nthe sun\tthe moon\t2\nhello\thi\t4.5\nred car\tblue bike\t1\n").unwrap();
+    let report = dir.path().join("r.json");
+    let model = common::model("all-MiniLM-L6-v2");
+    let eval = |limit: bool| {
+        let mut c = common::xsent();
+        c.args(["eval", "sts", "--model"]).arg(&model).arg("--pairs").arg(&pairs).arg("--report").arg(&report);
+        if limit {
+            // SAFETY: async-signal-safe calls only, between fork and exec.
+            unsafe {
+                c.pre_exec(|| {
+                    let zero = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+                    if libc::signal(libc::SIGXFSZ, libc::SIG_IGN) == libc::SIG_ERR
+                        || libc::setrlimit(libc::RLIMIT_FSIZE, &zero) != 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        c.output().unwrap()
+    };
+    let o = eval(false);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let earlier = std::fs::read(&report).unwrap();
+    let o = eval(true);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot write report"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&report).unwrap(), earlier, "the earlier report was damaged");
+    let names: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(names.iter().all(|n| !n.contains(".tmp")), "{names:?}");
+
+    let mut perm = std::fs::metadata(&report).unwrap().permissions();
+    perm.set_readonly(true);
+    std::fs::set_permissions(&report, perm).unwrap();
+    let o = eval(false);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("is read-only") && !stderr(&o).contains("Spearman"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&report).unwrap(), earlier);
+
+    // data audit --json: a benchmark file of the data folder, and the config file itself.
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(data.join("sts")).unwrap();
+    let bench = data.join("sts/STS2017.en-de.txt");
+    std::fs::write(&bench, "keep").unwrap();
+    let config = dir.path().join("distill.toml");
+    let shown = common::xsent().args(["config", "show", "distill"]).output().unwrap();
+    std::fs::write(&config, &shown.stdout).unwrap();
+    for (json, want) in [(&bench, "among the benchmark and corpus files"), (&config, "is the input file")] {
+        let o = common::xsent()
+            .env("XSENT_DATA", &data)
+            .args(["data", "audit", "--config"])
+            .arg(&config)
+            .arg("--json")
+            .arg(json)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{}", stderr(&o));
+    }
+    assert_eq!(std::fs::read_to_string(&bench).unwrap(), "keep");
+    assert_eq!(std::fs::read(&config).unwrap(), shown.stdout);
+}

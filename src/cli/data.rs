@@ -4,7 +4,7 @@
 use crate::data::{fetch, registry};
 use crate::train::config;
 use anyhow::{bail, Result};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Subcommand)]
 pub enum Command {
@@ -55,7 +55,16 @@ pub fn run(c: Command) -> Result<()> {
 }
 
 fn audit(a: AuditArgs) -> Result<()> {
-    let cfg = config::load_from(config::find(&a.config)?, &[], &a.sets, false)?;
+    let config_path = config::find(&a.config)?;
+    if let Some(p) = &a.json {
+        // Before the work, as eval --report: never onto the config or a benchmark or corpus file.
+        let inputs: Vec<&Path> = match config_path {
+            config::ConfigFrom::File(f) | config::ConfigFrom::Run(f) => vec![f],
+            config::ConfigFrom::BuiltIn(_) => Vec::new(),
+        };
+        super::check_report(p, "--json", &inputs, crate::data::data_dir(None).ok().as_deref())?;
+    }
+    let cfg = config::load_from(config_path, &[], &a.sets, false)?;
     let t0 = std::time::Instant::now();
     let overlaps = crate::train::decontam::audit(&cfg)?;
     let seconds = t0.elapsed().as_secs_f64();
@@ -64,8 +73,7 @@ fn audit(a: AuditArgs) -> Result<()> {
     }
     outln!("(read and checked in {seconds:.1} s)");
     if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_string_pretty(&overlaps)? + "\n")
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", p.display()))?;
+        crate::io::atomic::write_file_atomically(p, (serde_json::to_string_pretty(&overlaps)? + "\n").as_bytes())?;
     }
     Ok(())
 }

@@ -330,7 +330,7 @@ fn check(a: &Args, inputs: &[&Path], data_dir: Option<&Path>) -> Result<()> {
     if let Some(r) = &a.report {
         // The report compared against is an input too: writing over it would lose it.
         let inputs: Vec<&Path> = inputs.iter().copied().chain(a.compare.as_deref()).collect();
-        super::check_report(r, &inputs, data_dir)?;
+        super::check_report(r, "--report", &inputs, data_dir)?;
     }
     if let Some(c) = &a.compare {
         Report::read(c)?;
@@ -447,7 +447,7 @@ fn xsr(a: XsrArgs) -> Result<()> {
     if a.multi30k {
         if let Some(r) = &a.report {
             let compared: Vec<&Path> = a.compare.as_deref().into_iter().collect();
-            super::check_report(r, &compared, Some(&crate::data::data_dir(a.data_dir.as_deref())?))?;
+            super::check_report(r, "--report", &compared, Some(&crate::data::data_dir(a.data_dir.as_deref())?))?;
         }
         return xsr_multi30k(&a);
     }
@@ -464,7 +464,7 @@ fn xsr(a: XsrArgs) -> Result<()> {
         let inputs: Vec<&Path> =
             [src_path, tgt_path].into_iter().chain(&a.distractors).chain(&a.compare).map(PathBuf::as_path).collect();
         // The benchmark folders stay protected when a data directory is known (XSENT_DATA).
-        super::check_report(r, &inputs, crate::data::data_dir(None).ok().as_deref())?;
+        super::check_report(r, "--report", &inputs, crate::data::data_dir(None).ok().as_deref())?;
     }
     if let Some(c) = &a.compare {
         Report::read(c)?;

@@ -224,22 +224,31 @@ pub fn check_not_input(output: &std::path::Path, flag: &str, inputs: &[&std::pat
     Ok(())
 }
 
-/// Check `--report` before any work: [`check_output`] against the command's input files, and
-/// not inside the benchmark folders of the data directory (`sts/`, `tatoeba/`, `bucc/`,
-/// `parallel/`), where it could replace a benchmark file.
+/// Check a report path (`eval --report`, `data audit --json`) before any work: [`check_output`]
+/// against the command's input files, not a read-only file (it would be replaced without a
+/// word), and not inside the data directory's benchmark and corpus folders (`sts/`,
+/// `tatoeba/`, `bucc/`, `parallel/`, `xnli/`), where it could replace one of their files.
 pub fn check_report(
     report: &std::path::Path,
+    flag: &str,
     inputs: &[&std::path::Path],
     data_dir: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
-    check_output(report, "--report", inputs)?;
+    check_output(report, flag, inputs)?;
+    if std::fs::metadata(report).is_ok_and(|m| m.is_file() && m.permissions().readonly()) {
+        anyhow::bail!(
+            "{flag} {} is read-only: xsent does not replace a read-only file; give another path, or make it writable \
+             (chmod u+w) if it is yours to replace",
+            report.display()
+        );
+    }
     let Some(dir) = data_dir else { return Ok(()) };
     let parent = report.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
     let Ok(parent) = parent.canonicalize() else { return Ok(()) };
-    for sub in ["sts", "tatoeba", "bucc", "parallel"] {
+    for sub in ["sts", "tatoeba", "bucc", "parallel", "xnli"] {
         if dir.join(sub).canonicalize().is_ok_and(|d| parent.starts_with(d)) {
             anyhow::bail!(
-                "--report {} is inside {}, among the benchmark files; write the report elsewhere",
+                "{flag} {} is inside {}, among the benchmark and corpus files; write it elsewhere",
                 report.display(),
                 dir.join(sub).display()
             );

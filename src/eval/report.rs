@@ -32,7 +32,8 @@ pub struct Report {
 
 impl Report {
     pub fn write(&self, path: &Path) -> Result<()> {
-        std::fs::write(path, serde_json::to_string_pretty(self)? + "\n")
+        // Through a temporary file and a rename: a failed write (a full disk) keeps the earlier report.
+        crate::io::atomic::write_file_atomically(path, (serde_json::to_string_pretty(self)? + "\n").as_bytes())
             .with_context(|| format!("cannot write report {}", path.display()))
     }
 
