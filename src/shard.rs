@@ -435,13 +435,27 @@ pub fn manifests_for_merge(dir: &Path) -> Result<Vec<Manifest>> {
             found[0].0.display()
         );
     }
-    let have: std::collections::BTreeSet<u32> = found.iter().map(|(_, m)| m.shard).collect();
-    let missing: Vec<String> = (0..n).filter(|i| !have.contains(i)).map(|i| format!("{i}/{n}")).collect();
-    if !missing.is_empty() {
-        let shown = if missing.len() > 10 {
-            format!("{} … ({} in all)", missing[..10].join(", "), missing.len())
+    // `found` is sorted and each manifest names its own shard, so the missing count is n minus
+    // the distinct shards found; only the first ten are listed (n may be up to 2^32 - 1: a list
+    // of every missing one took memory in proportion, 6 GB at 10^8).
+    let have: std::collections::BTreeSet<u32> = found.iter().map(|(_, m)| m.shard).filter(|&i| i < n).collect();
+    let missing_count = u64::from(n) - have.len() as u64;
+    if missing_count > 0 {
+        // The gaps between the shards found, walked in order: time and memory follow the
+        // manifests, not n.
+        let mut first = Vec::new();
+        let mut next = 0u32;
+        for &i in have.iter().chain(std::iter::once(&n)) {
+            first.extend((next..i).take(10 - first.len()).map(|j| format!("{j}/{n}")));
+            next = i.saturating_add(1);
+            if first.len() == 10 {
+                break;
+            }
+        }
+        let shown = if missing_count > 10 {
+            format!("{} … ({missing_count} in all)", first.join(", "))
         } else {
-            missing.join(", ")
+            first.join(", ")
         };
         bail!("{}: shard {shown} of {n} not finished (no manifest): run `xsent embed --shard i/{n}` for each with the same options, then merge", dir.display());
     }
@@ -472,6 +486,34 @@ pub fn manifests_for_merge(dir: &Path) -> Result<Vec<Manifest>> {
             "{}: another format or dimension than shard 0",
             path.display()
         );
+        // What a hand-edited manifest could change and the output's sha256 would not catch:
+        // the version, the output's name (another shard's file, or one outside DIR), and for
+        // f32 the rows (npy's are checked against the header, jsonl's as the lines are copied).
+        ensure!(
+            m.xsent_shard_manifest == MANIFEST_VERSION,
+            "{}: manifest version {}, this xsent reads version {MANIFEST_VERSION}: run that shard again",
+            path.display(),
+            m.xsent_shard_manifest
+        );
+        let stem = ShardSpec { index: m.shard, count: n }.stem();
+        let want_file = format!("{stem}.{}", m.output.format);
+        ensure!(
+            m.output.file == want_file,
+            "{}: its output is {:?}, but shard {}/{n}'s is {want_file:?} in the same folder: run that shard again",
+            path.display(),
+            m.output.file,
+            m.shard
+        );
+        if m.output.format == "f32" {
+            ensure!(
+                m.rows.checked_mul(m.output.dim as u64 * 4) == Some(m.output.bytes),
+                "{}: {} rows of {} floats are not the {} bytes it records: run that shard again",
+                path.display(),
+                m.rows,
+                m.output.dim,
+                m.output.bytes
+            );
+        }
         expect_start = m.bytes[1];
         out.push(m);
     }
@@ -512,7 +554,9 @@ pub fn join(dir: &Path, manifests: &[Manifest], out: &mut dyn std::io::Write) ->
                 m.output.dim
             );
         }
-        let body = std::io::copy(&mut r, out).with_context(|| format!("cannot copy {}", path.display()))?;
+        let mut lines = NewlineCounter { inner: &mut *out, newlines: 0 };
+        let body = std::io::copy(&mut r, &mut lines).with_context(|| format!("cannot copy {}", path.display()))?;
+        let newlines = lines.newlines;
         let sha = r.digest();
         let total = body + header_bytes;
         ensure!(
@@ -525,8 +569,33 @@ pub fn join(dir: &Path, manifests: &[Manifest], out: &mut dyn std::io::Write) ->
             m.output.bytes,
             short(&m.output.sha256)
         );
+        // A JSON-lines shard holds one line per row (its manifest's rows could be edited).
+        ensure!(
+            m.output.format != "jsonl" || newlines == m.rows,
+            "{}: {newlines} lines, but its manifest says {} rows: run that shard again",
+            path.display(),
+            m.rows
+        );
     }
     Ok(rows)
+}
+
+/// A writer that counts the newlines passing through it.
+struct NewlineCounter<'a> {
+    inner: &'a mut dyn std::io::Write,
+    newlines: u64,
+}
+
+impl std::io::Write for NewlineCounter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.newlines += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 #[cfg(test)]

@@ -218,3 +218,95 @@ fn shard_refuses_what_it_cannot_seek() {
     let e = fail(&common::xsent().args(["embed", "--model", "m", "--merge"]).arg(tmp.path()).output().unwrap());
     assert!(e.contains("takes no --model"), "{e}");
 }
+
+/// A merge of a run of very many shards with few finished lists the first ten missing and
+/// counts the rest, in time and memory that follow the manifests found, not the shard count
+/// (an outside probe: 10^8 shards took 6 GB and 18 s before the message, 2^32 - 1 was killed
+/// for memory). Here under a 1 GiB address-space limit.
+#[test]
+fn a_merge_of_very_many_shards_lists_ten_missing() {
+    use std::os::unix::process::CommandExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in.txt");
+    write_input(&input, 30);
+    let dir = tmp.path().join("shards");
+    let input_s = input.to_str().unwrap();
+    let dir_s = dir.to_str().unwrap();
+    for spec in ["3/100000000", "99999999/100000000"] {
+        ok(&run(&["--input", input_s, "--out-dir", dir_s, "--format", "f32", "--shard", spec]));
+    }
+    let mut c = common::xsent();
+    c.args(["embed", "--merge"]).arg(&dir).arg("-o").arg(tmp.path().join("m.f32"));
+    // SAFETY: async-signal-safe calls only, between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            let limit = libc::rlimit { rlim_cur: 1 << 30, rlim_max: 1 << 30 };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let t0 = std::time::Instant::now();
+    let e = fail(&c.output().unwrap());
+    let n = "100000000";
+    let ten: Vec<String> = [0, 1, 2, 4, 5, 6, 7, 8, 9, 10].iter().map(|i| format!("{i}/{n}")).collect();
+    assert!(e.contains(&format!("shard {} … (99999998 in all) of {n} not finished", ten.join(", "))), "{e}");
+    assert!(t0.elapsed().as_secs() < 30, "{:?}", t0.elapsed());
+}
+
+/// A manifest edited by hand is refused where the output's sha256 cannot catch it: another
+/// shard's output file (or one outside the folder), f32 or JSON-lines rows that are not the
+/// file's, another manifest version. `-o` onto a manifest is refused, and a merge to stdout
+/// checks every shard before it writes (an outside probe: each of these merged with exit 0, or
+/// wrote a damaged shard's bytes to stdout before failing).
+#[test]
+fn merge_refuses_hand_edited_manifests() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in.txt");
+    write_input(&input, 40);
+    let out = tmp.path().join("m");
+    for format in ["f32", "jsonl"] {
+        let dir = tmp.path().join(format);
+        shard_all(&input, &dir, 3, &["--format", format]);
+        let manifest = dir.join("shard-00001-of-00003.manifest.json");
+        let good = std::fs::read_to_string(&manifest).unwrap();
+        let edited = |edit: &dyn Fn(&mut serde_json::Value)| {
+            let mut v: serde_json::Value = serde_json::from_str(&good).unwrap();
+            edit(&mut v);
+            std::fs::write(&manifest, v.to_string()).unwrap();
+            let e = fail(&merge(&dir, &out));
+            assert!(!out.exists(), "a failed merge left {}", out.display());
+            e
+        };
+        let e = edited(&|v| v["output"]["file"] = format!("shard-00000-of-00003.{format}").into());
+        assert!(e.contains("but shard 1/3's is \"shard-00001-of-00003"), "{e}");
+        let e = edited(&|v| v["output"]["file"] = format!("../{format}/shard-00001-of-00003.{format}").into());
+        assert!(e.contains("but shard 1/3's is"), "{e}");
+        let e = edited(&|v| v["rows"] = 5.into());
+        assert!(
+            e.contains(if format == "f32" { "5 rows of 384 floats" } else { "but its manifest says 5 rows" }),
+            "{e}"
+        );
+        let e = edited(&|v| v["xsent_shard_manifest"] = 2.into());
+        assert!(e.contains("manifest version 2"), "{e}");
+        std::fs::write(&manifest, &good).unwrap();
+        // -o onto a shard's manifest.
+        let e = fail(&merge(&dir, &manifest));
+        assert!(e.contains("is the input file"), "{e}");
+        assert_eq!(std::fs::read_to_string(&manifest).unwrap(), good);
+        // To stdout: a damaged last shard fails the merge before anything is written.
+        let last = dir.join(format!("shard-00002-of-00003.{format}"));
+        let bytes = std::fs::read(&last).unwrap();
+        let mut bad = bytes.clone();
+        bad[3] ^= 1;
+        std::fs::write(&last, &bad).unwrap();
+        let o = common::xsent().args(["embed", "--merge"]).arg(&dir).output().unwrap();
+        let e = fail(&o);
+        assert!(e.contains("has changed since shard 2/3 wrote it"), "{e}");
+        assert!(o.stdout.is_empty(), "{} bytes written to stdout before the check failed", o.stdout.len());
+        std::fs::write(&last, &bytes).unwrap();
+        ok(&merge(&dir, &out));
+        std::fs::remove_file(&out).unwrap();
+    }
+}

@@ -358,8 +358,19 @@ fn merge(dir: &Path, output: Option<&Path>) -> Result<()> {
         // The text the shards were embedded from is an input too (its path as the manifest has it).
         let source = std::path::Path::new(&manifests[0].input.path);
         super::check_output(out, "-o", &[source])?;
-        let shard_files: Vec<PathBuf> = manifests.iter().map(|m| dir.join(&m.output.file)).collect();
+        // Nor a shard's output or manifest (a merge onto a manifest would end later merges).
+        let shard_files: Vec<PathBuf> = manifests
+            .iter()
+            .flat_map(|m| {
+                let spec = crate::shard::ShardSpec { index: m.shard, count: m.shards };
+                [dir.join(&m.output.file), spec.manifest_path(dir)]
+            })
+            .collect();
         super::check_not_input(out, "-o", &shard_files.iter().map(PathBuf::as_path).collect::<Vec<_>>())?;
+    } else {
+        // Standard output cannot be taken back: every shard is checked (size, sha256, rows)
+        // before a byte is written, at the cost of reading the shards twice.
+        crate::shard::join(dir, &manifests, &mut std::io::sink())?;
     }
     let out_file = output.map(|o| crate::io::output::OutputFile::open(o, false)).transpose()?;
     crate::io::output::interrupt_handler()?;
