@@ -59,6 +59,76 @@ impl Items {
         }
     }
 
+    /// Whether the items are whole, as an evaluator writes them: scored pairs of one length and
+    /// finite; at least one direction of hits, all of one length, of `0`/`1` only; candidates
+    /// and gold pairs naming sources below `units`, finite scores and threshold. A report read
+    /// back (`--compare`) may have been edited or damaged; scoring such items would index out
+    /// of bounds or give a wrong number.
+    pub fn check(&self) -> Result<()> {
+        match self {
+            Items::Correlation { sim, gold } => {
+                ensure!(sim.len() == gold.len(), "{} similarities but {} gold scores", sim.len(), gold.len());
+                ensure!(
+                    sim.iter().chain(gold).all(|x| x.is_finite()),
+                    "a similarity or gold score is not a finite number"
+                );
+            }
+            Items::Hits { directions } => {
+                ensure!(!directions.is_empty(), "no directions of hits");
+                let n = directions[0].len();
+                ensure!(directions.iter().all(|d| d.len() == n), "directions of hits of different lengths");
+                ensure!(
+                    directions.iter().all(|d| d.bytes().all(|c| c == b'0' || c == b'1')),
+                    "hits other than 0 and 1"
+                );
+            }
+            Items::Mining { units, candidates, gold, threshold } => {
+                ensure!(
+                    candidates.iter().all(|&(s, score, _)| (s as usize) < *units && score.is_finite()),
+                    "a candidate names a source beyond the {units} sources, or has a score that is not a finite number"
+                );
+                ensure!(
+                    gold.iter().all(|&(s, _)| (s as usize) < *units),
+                    "a gold pair names a source beyond the {units} sources"
+                );
+                ensure!(threshold.is_none_or(f64::is_finite), "the threshold is not a finite number");
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `other` was made on the same data as these items: the same kind and count and,
+    /// where the items carry it, the same gold (STS gold scores, BUCC gold pairs) and directions.
+    fn same_data(&self, other: &Items) -> Result<()> {
+        ensure!(std::mem::discriminant(self) == std::mem::discriminant(other), "scores of different kinds");
+        ensure!(
+            self.units() == other.units(),
+            "{} items against {}: the reports were not made on the same data",
+            self.units(),
+            other.units()
+        );
+        match (self, other) {
+            (Items::Correlation { gold: a, .. }, Items::Correlation { gold: b, .. }) => {
+                ensure!(a == b, "the gold scores differ: the reports were not made on the same data")
+            }
+            (Items::Hits { directions: a }, Items::Hits { directions: b }) => ensure!(
+                a.len() == b.len(),
+                "{} directions against {}: the reports were not made on the same data",
+                a.len(),
+                b.len()
+            ),
+            (Items::Mining { gold: a, threshold: ta, .. }, Items::Mining { gold: b, threshold: tb, .. }) => {
+                ensure!(a == b, "the gold pairs differ: the reports were not made on the same data");
+                ensure!(
+                    ta.is_some() == tb.is_some(),
+                    "one threshold is fixed, the other chosen on the scored split: the scores are not comparable"
+                );
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     /// How many items can be drawn.
     pub fn units(&self) -> usize {
         match self {
@@ -223,18 +293,18 @@ pub struct Difference {
 pub fn paired(a: &[&Items], b: &[&Items]) -> Result<Difference> {
     ensure!(a.len() == b.len(), "{} sets against {}", a.len(), b.len());
     for (x, y) in a.iter().zip(b) {
-        ensure!(
-            x.units() == y.units(),
-            "{} items against {}: the reports were not made on the same data",
-            x.units(),
-            y.units()
-        );
-        ensure!(std::mem::discriminant(*x) == std::mem::discriminant(*y), "scores of different kinds");
+        x.check()?;
+        y.check()?;
+        x.same_data(y)?;
     }
     let mean = |s: &[&Items], w: Option<&[Vec<u32>]>| {
         s.iter().enumerate().map(|(i, x)| x.scores(w.map(|w| w[i].as_slice()))[0]).sum::<f64>() / s.len().max(1) as f64
     };
     let (this, other) = (mean(a, None), mean(b, None));
+    ensure!(
+        this.is_finite() && other.is_finite(),
+        "a score is not a number ({this} against {other}): a correlation of similarities that are all the same"
+    );
     let difference = this - other;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(SEED);
     let mut ws: Vec<Vec<u32>> = vec![Vec::new(); a.len()];
@@ -270,6 +340,38 @@ mod tests {
         let c = Items::Correlation { sim: vec![0.1, 0.5, 0.3, 0.9], gold: vec![1.0, 3.0, 2.0, 2.5] };
         let twice = Items::Correlation { sim: vec![0.1, 0.5, 0.5, 0.3, 0.9], gold: vec![1.0, 3.0, 3.0, 2.0, 2.5] };
         assert_eq!(c.scores(Some(&[1, 2, 1, 1])), twice.scores(None));
+    }
+
+    /// Damaged items (as an edited report holds them) and items of other data are refused by
+    /// `paired`, never scored: before, each of the first four panicked (index out of bounds) and
+    /// reversed gold scores gave a difference of +81.87 (an outside probe).
+    #[test]
+    fn damaged_or_foreign_items_are_refused() {
+        let c = |sim: Vec<f64>, gold: Vec<f64>| Items::Correlation { sim, gold };
+        let good = c(vec![0.1, 0.5, 0.3, 0.9], vec![1.0, 3.0, 2.0, 2.5]);
+        let mining = |units, candidates, gold| Items::Mining { units, candidates, gold, threshold: None };
+        let good_m = mining(3, vec![(0, 1.0, true)], vec![(0, 1)]);
+        let bad: Vec<(Items, Items, &str)> = vec![
+            (good.clone(), c(vec![0.1, 0.5, 0.3, 0.9], vec![1.0, 3.0, 2.0]), "4 similarities but 3 gold scores"),
+            (
+                Items::hits(&[&[true, false]]),
+                Items::Hits { directions: vec!["10".into(), "1000".into()] },
+                "different lengths",
+            ),
+            (good_m.clone(), mining(3, vec![(99999, 1.0, true)], vec![(0, 1)]), "beyond the 3 sources"),
+            (good_m.clone(), mining(3, vec![(0, 1.0, true)], vec![(99999, 1)]), "beyond the 3 sources"),
+            (good.clone(), c(vec![0.1, 0.5, 0.3, f64::NAN], vec![1.0, 3.0, 2.0, 2.5]), "not a finite number"),
+            (Items::hits(&[&[true, false]]), Items::Hits { directions: vec!["1x".into()] }, "other than 0 and 1"),
+            (good.clone(), c(vec![0.1, 0.5, 0.3, 0.9], vec![2.5, 2.0, 3.0, 1.0]), "the gold scores differ"),
+            (good_m.clone(), mining(3, vec![(0, 1.0, true)], vec![(1, 1)]), "the gold pairs differ"),
+            (Items::hits(&[&[true, false], &[true, true]]), Items::hits(&[&[true, true]]), "2 directions against 1"),
+            (good.clone(), c(vec![0.5; 4], vec![1.0, 3.0, 2.0, 2.5]), "a score is not a number"),
+        ];
+        for (a, b, want) in bad {
+            let e = paired(&[&a], &[&b]).unwrap_err().to_string();
+            assert!(e.contains(want), "{want}: {e}");
+        }
+        assert_eq!(paired(&[&good], &[&good]).unwrap().difference, 0.0);
     }
 
     #[test]

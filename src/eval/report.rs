@@ -42,8 +42,16 @@ impl Report {
     pub fn read(path: &Path) -> Result<Self> {
         let text =
             crate::data::read_lines(path).with_context(|| format!("cannot read report {}", path.display()))?.join("\n");
-        serde_json::from_str(&text)
-            .with_context(|| format!("{} is not a report of xsent eval --report", path.display()))
+        let report: Self = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a report of xsent eval --report", path.display()))?;
+        for e in &report.results {
+            if let Some(items) = &e.items {
+                items.check().with_context(|| {
+                    format!("{}: the items of {} {} {} are damaged", path.display(), e.task, e.split, e.language)
+                })?;
+            }
+        }
+        Ok(report)
     }
 }
 
@@ -108,4 +116,39 @@ pub fn compare(this: &[Entry], other: &Report, other_path: &Path) -> Result<(Str
         table,
         serde_json::json!({"against": other_path.display().to_string(), "model": other.model, "differences": json}),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A report whose items are damaged is refused when it is read (before the model loads),
+    /// naming the file and the set.
+    #[test]
+    fn damaged_items_are_refused_on_reading() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.json");
+        let entry = |gold: Vec<f64>| Entry {
+            task: "sts".into(),
+            split: "test".into(),
+            language: "en-en".into(),
+            main_score: 0.0,
+            scores: serde_json::json!({}),
+            items: Some(super::super::bootstrap::Items::Correlation { sim: vec![0.1, 0.2, 0.3], gold }),
+        };
+        let report = |gold| Report {
+            model: "m".into(),
+            prefix: String::new(),
+            xsent_version: "0".into(),
+            date: String::new(),
+            seconds: 0.0,
+            results: vec![entry(gold)],
+            extra: None,
+        };
+        report(vec![1.0, 2.0, 3.0]).write(&path).unwrap();
+        assert!(Report::read(&path).is_ok());
+        report(vec![1.0, 2.0]).write(&path).unwrap();
+        let e = format!("{:#}", Report::read(&path).unwrap_err());
+        assert!(e.contains("the items of sts test en-en are damaged") && e.contains("3 similarities but 2"), "{e}");
+    }
 }
