@@ -64,7 +64,8 @@ pub fn normalize(text: &str) -> String {
 pub fn standard_sets(dir: &Path) -> Vec<EvalSet> {
     let mut sets = Vec::new();
     let mut add = |name: String, split: Split, files: Vec<(PathBuf, Layout)>| {
-        let files: Vec<(PathBuf, Layout)> = files.into_iter().filter(|(p, _)| p.is_file()).collect();
+        // A file may be kept gzip-compressed (`data fetch` also keeps STS2017.en-de.txt.gz).
+        let files: Vec<(PathBuf, Layout)> = files.into_iter().filter_map(|(p, l)| Some((present(&p)?, l))).collect();
         if !files.is_empty() {
             sets.push(EvalSet { name, split, files });
         }
@@ -107,6 +108,39 @@ pub fn standard_sets(dir: &Path) -> Vec<EvalSet> {
         files_where(&m30k, |n| n.starts_with("test")).into_iter().map(|p| (p, Layout::Lines)).collect(),
     );
     sets
+}
+
+/// `path` if it is a file, else `path.gz` if that is one.
+fn present(path: &Path) -> Option<PathBuf> {
+    if path.is_file() {
+        return Some(path.to_path_buf());
+    }
+    let mut gz = path.as_os_str().to_owned();
+    gz.push(".gz");
+    Some(PathBuf::from(gz)).filter(|p| p.is_file())
+}
+
+/// The evaluation files of the data registry whose sentences decontamination reads (test and
+/// development files, gold scores and pairs aside) that `dir` lacks, compressed or not, as
+/// (data set, path in `dir`): a benchmark file absent from the data folder is not checked
+/// against, so training could hold its sentences. Empty when `dir` has all of them.
+pub fn missing_eval_files(dir: &Path) -> Vec<(&'static str, &'static str)> {
+    use super::registry::{Split as Use, SETS};
+    let mut missing = Vec::new();
+    for set in SETS {
+        for f in set.files {
+            if !matches!(f.split, Use::Test | Use::Dev) || f.path.contains("/STS.gs.") || f.path.ends_with(".gold") {
+                continue;
+            }
+            let plain = f.path.strip_suffix(".gz").unwrap_or(f.path);
+            if present(&dir.join(plain)).is_none() {
+                missing.push((set.name, f.path));
+            }
+        }
+    }
+    // A file listed both plain and compressed (STS2017.en-de.txt and .txt.gz) counts once.
+    missing.dedup_by_key(|(_, p)| p.strip_suffix(".gz").unwrap_or(p).to_string());
+    missing
 }
 
 /// Files directly in `dir` whose names pass `keep`, sorted (none when `dir` is absent).
@@ -306,6 +340,38 @@ pub fn default_data_dir() -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every registry evaluation file whose sentences decontamination reads is listed when
+    /// absent, plain or gzip-compressed counting as present; the shared data folder, where it
+    /// exists, lacks none (an outside probe: a missing Tatoeba or BUCC file was skipped without
+    /// a word, so training kept its sentences).
+    #[test]
+    fn missing_evaluation_files_are_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let all = missing_eval_files(dir.path());
+        assert!(all.iter().any(|(s, p)| *s == "tatoeba" && *p == "tatoeba/tatoeba.deu-eng.eng"), "{all:?}");
+        assert!(all.iter().any(|(_, p)| *p == "bucc/zh-en.dev.zh"));
+        assert!(all.iter().all(|(_, p)| !p.ends_with(".gold") && !p.contains("STS.gs.")), "{all:?}");
+        assert_eq!(all.iter().filter(|(_, p)| p.starts_with("sts/STS2017.en-de")).count(), 1, "{all:?}");
+        std::fs::create_dir_all(dir.path().join("sts")).unwrap();
+        std::fs::write(dir.path().join("sts/STS2017.en-de.txt.gz"), "").unwrap();
+        std::fs::create_dir_all(dir.path().join("parallel/multi30k")).unwrap();
+        std::fs::write(dir.path().join("parallel/multi30k/val.de.gz"), "").unwrap();
+        let now = missing_eval_files(dir.path());
+        assert_eq!(now.len(), all.len() - 2, "{now:?}");
+        assert!(now.iter().all(|(_, p)| !p.starts_with("sts/STS2017.en-de") && *p != "parallel/multi30k/val.de.gz"));
+        // standard_sets reads the compressed en-de file.
+        let sets = standard_sets(dir.path());
+        assert!(
+            sets.iter().any(|s| s.name == "STS 2017 en-de"),
+            "{:?}",
+            sets.iter().map(|s| &s.name).collect::<Vec<_>>()
+        );
+        let shared = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data");
+        if shared.join("tatoeba").is_dir() {
+            assert_eq!(missing_eval_files(&shared), vec![]);
+        }
+    }
 
     #[test]
     fn normalisation_lowercases_and_collapses_spaces() {

@@ -67,6 +67,32 @@ impl Decontam {
     }
 }
 
+/// Say on stderr which evaluation files of the registry the data folder lacks (their sentences
+/// are not removed from training), by data set, with the command that fetches them.
+fn warn_missing(dir: &std::path::Path) {
+    let missing = crate::data::decontam::missing_eval_files(dir);
+    let mut by_set: Vec<(&str, Vec<&str>)> = Vec::new();
+    for (set, path) in missing {
+        match by_set.iter_mut().find(|(s, _)| *s == set) {
+            Some((_, v)) => v.push(path),
+            None => by_set.push((set, vec![path])),
+        }
+    }
+    for (set, paths) in by_set {
+        let shown = if paths.len() > 3 {
+            format!("{} … ({} in all)", paths[..3].join(", "), paths.len())
+        } else {
+            paths.join(", ")
+        };
+        errln!(
+            "xsent: warning: decontamination: {} is missing {set} evaluation files ({shown}): training data is not checked \
+             against them, so it may hold their sentences; `xsent data fetch {set} --data-dir {}` gets them",
+            dir.display(),
+            dir.display()
+        );
+    }
+}
+
 /// The sets of [`index`].
 pub fn sets(cfg: &Config) -> Result<Vec<EvalSet>> {
     let d = &cfg.data;
@@ -77,7 +103,11 @@ pub fn sets(cfg: &Config) -> Result<Vec<EvalSet>> {
                 "data.eval_dir {} is not a folder (the benchmark data, as ../shared/data)",
                 dir.display()
             );
-            standard_sets(&dir)
+            let sets = standard_sets(&dir);
+            if !sets.is_empty() {
+                warn_missing(&dir);
+            }
+            sets
         }
         None => Vec::new(),
     };
