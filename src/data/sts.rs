@@ -71,7 +71,7 @@ pub fn read_sts2017(sts_dir: &Path, only: &[String]) -> Result<Vec<StsSet>> {
             };
             let b = b.split('\t').next().unwrap_or(b);
             set.pairs.push((a.to_string(), b.to_string()));
-            set.gold.push(score(g, &gold, i)?);
+            set.gold.push(benchmark_score(g, &gold, i)?);
         }
         sets.push(set);
     }
@@ -85,7 +85,7 @@ pub fn read_sts2017(sts_dir: &Path, only: &[String]) -> Result<Vec<StsSet>> {
                 bail!("{}:{}: expected `en<TAB>de<TAB>score`, found {} fields", path.display(), i + 1, f.len());
             }
             set.pairs.push((f[0].to_string(), f[1].to_string()));
-            set.gold.push(score(f[2], &path, i)?);
+            set.gold.push(benchmark_score(f[2], &path, i)?);
         }
         sets.push(set);
     }
@@ -97,6 +97,20 @@ fn score(text: &str, path: &Path, i: usize) -> Result<f64> {
     let g: f64 = text.trim().parse().with_context(|| format!("{}:{}: not a score: {text:?}", path.display(), i + 1))?;
     if !g.is_finite() {
         bail!("{}:{}: not a finite score: {text:?}", path.display(), i + 1);
+    }
+    Ok(g)
+}
+
+/// A gold score of the STS 2017 files: [`score`], and on their scale, 0 to 5 (a value outside
+/// it is a damaged file, and would be scored as if it were a real one).
+fn benchmark_score(text: &str, path: &Path, i: usize) -> Result<f64> {
+    let g = score(text, path, i)?;
+    if !(0.0..=5.0).contains(&g) {
+        bail!(
+            "{}:{}: the score {text:?} is outside STS 2017's scale of 0 to 5: the file is damaged",
+            path.display(),
+            i + 1
+        );
     }
     Ok(g)
 }
@@ -148,6 +162,28 @@ pub fn read_scored_pairs(path: &Path) -> Result<StsSet> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// STS 2017 gold scores must be on its 0..5 scale (an outside probe: -7 and 1e300 were
+    /// scored, the latter as a Pearson of -0.00); scored pairs of one's own may use any scale.
+    #[test]
+    fn sts2017_gold_outside_its_scale_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("STS2017.eval.v1.1")).unwrap();
+        std::fs::create_dir_all(d.join("STS2017.gs")).unwrap();
+        std::fs::write(d.join("STS2017.eval.v1.1/STS.input.track5.en-en.txt"), "a\tb\nc\td\ne\tf\n").unwrap();
+        for (gold, ok) in [("0\n2.5\n5\n", true), ("0\n-7\n5\n", false), ("0\n1e300\n5\n", false)] {
+            std::fs::write(d.join("STS2017.gs/STS.gs.track5.en-en.txt"), gold).unwrap();
+            let r = read_sts2017(d, &["en-en".to_string()]);
+            assert_eq!(r.is_ok(), ok, "{gold:?}");
+            if let Err(e) = r {
+                assert!(e.to_string().contains("STS.gs.track5.en-en.txt:2: the score"), "{e}");
+            }
+        }
+        let own = d.join("own.tsv");
+        std::fs::write(&own, "a\tb\t-7\nc\td\t30\n").unwrap();
+        assert_eq!(read_scored_pairs(&own).unwrap().gold, [-7.0, 30.0]);
+    }
 
     #[test]
     fn scored_pairs_in_both_layouts_and_errors_with_file_and_line() {

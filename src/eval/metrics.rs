@@ -1,17 +1,34 @@
 //! Correlations and retrieval metrics.
 
-/// Pearson correlation.
+/// Pearson correlation. Deviations from the mean beyond 1e100 or below 1e-100 are divided by
+/// their largest magnitude first, which leaves the correlation as it is (scores near 1e300
+/// overflowed the sums of squares and the correlation came out 0); other inputs are computed as
+/// before, to the bit.
 pub fn pearson(x: &[f64], y: &[f64]) -> f64 {
     assert_eq!(x.len(), y.len());
     let n = x.len() as f64;
     let (mx, my) = (x.iter().sum::<f64>() / n, y.iter().sum::<f64>() / n);
-    let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
-    for (a, b) in x.iter().zip(y) {
-        sxy += (a - mx) * (b - my);
-        sxx += (a - mx) * (a - mx);
-        syy += (b - my) * (b - my);
+    let sums = |kx: f64, ky: f64| {
+        let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
+        for (a, b) in x.iter().zip(y) {
+            let (da, db) = ((a - mx) / kx, (b - my) / ky);
+            sxy += da * db;
+            sxx += da * da;
+            syy += db * db;
+        }
+        (sxy, sxx, syy)
+    };
+    // Deviations whose squares and products stay far inside f64's range are summed as they are
+    // (constant scores too: NaN, as before); others are rescaled by their largest magnitude.
+    let largest = |v: &[f64], m: f64| v.iter().fold(0.0f64, |s, a| s.max((a - m).abs()));
+    let (kx, ky) = (largest(x, mx), largest(y, my));
+    let plain = |k: f64| k == 0.0 || (1e-100..=1e100).contains(&k) || !k.is_finite();
+    if plain(kx) && plain(ky) {
+        let (sxy, sxx, syy) = sums(1.0, 1.0);
+        return sxy / (sxx * syy).sqrt();
     }
-    sxy / (sxx * syy).sqrt()
+    let (sxy, sxx, syy) = sums(kx, ky);
+    sxy / (sxx.sqrt() * syy.sqrt())
 }
 
 /// 1-based ranks, ties given their average rank (as scipy.stats.rankdata).
@@ -72,6 +89,25 @@ mod tests {
         assert!((spearman(&x, &x) - 1.0).abs() < 1e-12);
         let rev: Vec<f64> = x.iter().map(|v| -v).collect();
         assert!((spearman(&x, &rev) + 1.0).abs() < 1e-12);
+    }
+
+    /// Scores near the ends of f64's range give the correlation of the same scores rescaled
+    /// (before, 1e300 overflowed and Pearson came out -0.00 where it is -5.50).
+    #[test]
+    fn pearson_of_huge_or_tiny_values() {
+        let x = [1.0, 2.0, 2.0, 4.0, 5.0, 7.0];
+        let y = [2.0, 1.0, 4.0, 3.0, 7.0, 7.0];
+        let want = pearson(&x, &y);
+        for k in [1e300, 1e-200, 1e150] {
+            let big: Vec<f64> = y.iter().map(|v| v * k).collect();
+            assert!((pearson(&x, &big) - want).abs() < 1e-12, "{k}: {}", pearson(&x, &big));
+            let both: Vec<f64> = x.iter().map(|v| v * k).collect();
+            assert!((pearson(&both, &big) - want).abs() < 1e-12, "{k}: {}", pearson(&both, &big));
+        }
+        // One outlier on a 0..5 scale, as the probe's damaged gold file.
+        let mut out = y;
+        out[2] = 1e300;
+        assert!(pearson(&x, &out).is_finite() && pearson(&x, &out).abs() > 1e-3);
     }
 
     #[test]
