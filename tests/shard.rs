@@ -310,3 +310,28 @@ fn merge_refuses_hand_edited_manifests() {
         std::fs::remove_file(&out).unwrap();
     }
 }
+
+/// One run of a shard at a time: while another process holds the shard's lock, a second run
+/// fails at once naming it and leaves the shard's files alone; other shards of the folder run
+/// (an outside probe: two runs of one shard with different options both exited 0, the second
+/// replacing the first's output).
+#[test]
+fn a_shard_runs_once_at_a_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in.txt");
+    write_input(&input, 30);
+    let dir = tmp.path().join("s");
+    std::fs::create_dir(&dir).unwrap();
+    let held = std::fs::File::create(dir.join(".shard-00000-of-00002.lock")).unwrap();
+    held.try_lock().unwrap();
+    let args = |spec| ["--input", input.to_str().unwrap(), "--out-dir", dir.to_str().unwrap(), "--shard", spec];
+    let e = fail(&run(&args("0/2")));
+    assert!(e.contains("shard 0/2 in") && e.contains("is in use by another xsent embed"), "{e}");
+    assert!(
+        !dir.join("shard-00000-of-00002.jsonl").exists() && !dir.join("shard-00000-of-00002.manifest.json").exists()
+    );
+    ok(&run(&args("1/2")));
+    drop(held);
+    ok(&run(&args("0/2")));
+    ok(&merge(&dir, &tmp.path().join("m.jsonl")));
+}

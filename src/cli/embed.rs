@@ -266,6 +266,14 @@ fn run_shard(args: &Args, model: &ModelArgs, spec: ShardSpec) -> Result<()> {
     };
     let out = dir.join(format!("{}.{}", spec.stem(), extension(args.format)));
     super::check_not_input(&out, "--out-dir", &[input])?;
+    // One run of a shard at a time: a second (other options, say) would replace the first's
+    // output while it writes, and both would exit 0. Held until this function returns.
+    let _lock = crate::train::lock::RunLock::acquire_file(
+        &dir.join(format!(".{}.lock", spec.stem())),
+        &format!("shard {spec} in {}", dir.display()),
+        "xsent embed",
+        "give --out-dir another folder",
+    )?;
     if let Some(m) = crate::shard::done(dir, &run)? {
         errln!(
             "xsent embed: shard {spec} is done already ({} rows, {} checked against its manifest); skipped",

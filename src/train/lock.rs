@@ -49,7 +49,15 @@ fn still_at(_file: &std::fs::File, path: &Path) -> bool {
 impl RunLock {
     /// Lock run directory `dir` (which must exist), or fail at once naming the holder.
     pub fn acquire(dir: &Path) -> Result<Self> {
-        let path = dir.join(LOCK_FILE);
+        let thing = format!("run directory {}", dir.display());
+        Self::acquire_file(&dir.join(LOCK_FILE), &thing, "xsent train", "give --out another directory")
+    }
+
+    /// Lock the file `path` (its folder must exist) for `command`'s work on `thing` (as messages
+    /// name it), or fail at once naming the holder and saying what else to do (`otherwise`).
+    /// `xsent embed --shard` locks each shard this way.
+    pub fn acquire_file(path: &Path, thing: &str, command: &str, otherwise: &str) -> Result<Self> {
+        let path = path.to_path_buf();
         loop {
             let mut file = std::fs::OpenOptions::new()
                 .read(true)
@@ -64,11 +72,7 @@ impl RunLock {
                     let mut text = String::new();
                     let _ = file.read_to_string(&mut text);
                     let who = holder(&text).unwrap_or_else(|| "a process that is starting".to_string());
-                    bail!(
-                        "run directory {} is in use by another xsent train ({who}): wait for it to end (or stop it), \
-                         or give --out another directory",
-                        dir.display()
-                    );
+                    bail!("{thing} is in use by another {command} ({who}): wait for it to end (or stop it), or {otherwise}");
                 }
                 Err(std::fs::TryLockError::Error(e)) => {
                     return Err(e)
@@ -84,8 +88,7 @@ impl RunLock {
             let _ = file.read_to_string(&mut text);
             if let Some(who) = holder(&text) {
                 crate::errln!(
-                    "xsent train: taking over the lock of {}: its holder ({who}) ended without releasing it (killed, or its machine went down)",
-                    dir.display()
+                    "{command}: taking over the lock of {thing}: its holder ({who}) ended without releasing it (killed, or its machine went down)"
                 );
             }
             let me = serde_json::json!({"pid": std::process::id(), "host": host(), "started_unix": unix_now()});
