@@ -335,3 +335,42 @@ fn a_shard_runs_once_at_a_time() {
     ok(&run(&args("0/2")));
     ok(&merge(&dir, &tmp.path().join("m.jsonl")));
 }
+
+/// The Ray driver's resume (scripts/ray/xsent_ray.py, steps 2-5): a step is done only while its
+/// command and every file it reads are as recorded, so a shard embedded again (another model,
+/// as xsent's advice to remove a folder's shards leads to) makes the steps after it run again.
+/// Before (an outside probe), the command line alone decided and stale indexes were reused.
+/// Ray itself is not needed: the functions are plain Python.
+#[test]
+fn the_ray_driver_redoes_steps_whose_inputs_changed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let python = std::env::var("XSENT_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = r#"
+import os, sys, time
+sys.path.insert(0, sys.argv[1])
+import xsent_ray as r
+d = sys.argv[2]
+vec, out = os.path.join(d, "v.npy"), os.path.join(d, "x.ivf")
+open(vec, "w").write("a")
+open(out, "w").write("index")
+argv = ["xsent", "index", "build", "--vectors", vec, "-o", out]
+assert not r.is_done(out, argv)
+r.mark_done(out, argv)
+assert r.is_done(out, argv)
+assert not r.is_done(out, argv + ["--seed", "1"])
+os.utime(vec, ns=(time.time_ns(), os.stat(vec).st_mtime_ns + 1_000_000_000))
+assert not r.is_done(out, argv), "an input rewritten in place was not noticed"
+r.mark_done(out, argv)
+open(vec, "w").write("ab")
+assert not r.is_done(out, argv), "an input of another size was not noticed"
+print("ok")
+"#;
+    let o = std::process::Command::new(&python)
+        .args(["-c", script])
+        .arg(common::repo().join("scripts/ray"))
+        .arg(tmp.path())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "ok");
+}

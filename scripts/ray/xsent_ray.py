@@ -18,9 +18,9 @@ before it:
   4. search     `xsent index search` per query shard, in every index shard of the other side.
   5. mine       `xsent mine --src-knn ... --tgt-knn ...`: margin scores, TSV to -o.
 
-Each output is written under a temporary name and renamed; steps 2-5 record their command in
-`OUTPUT.done` and are skipped when it matches, so a rerun of the driver resumes where it
-stopped. A task whose xsent fails or is killed is retried up to --max-retries times (Ray's
+Each output is written under a temporary name and renamed; steps 2-5 record their command and
+the size and modification time of each file it reads in `OUTPUT.done`, and are skipped when both
+match, so a rerun of the driver resumes where it stopped and redoes what a changed input feeds. A task whose xsent fails or is killed is retried up to --max-retries times (Ray's
 `max_retries` with `retry_exceptions`). The lines of SRC and TGT must be distinct and
 non-blank (`awk 'NF && !seen[$0]++'`): row i of the vectors is line i.
 
@@ -81,11 +81,20 @@ def done_file(path):
     return path + ".done"
 
 
+def inputs_of(argv, path):
+    """The files the command reads (every existing file in argv but its output `path`, the xsent
+    binary included), each with its size and modification time."""
+    return {p: [os.stat(p).st_size, os.stat(p).st_mtime_ns] for p in argv if p != path and os.path.isfile(p)}
+
+
 def is_done(path, argv):
-    """Whether `path` was made by exactly this command (its .done record matches)."""
+    """Whether `path` was made by exactly this command from the files as they are now (its .done
+    record matches the command and each input's size and modification time): a shard embedded
+    again (another model, say) makes every step after it run again."""
     try:
         with open(done_file(path)) as f:
-            return json.load(f)["argv"] == argv and os.path.exists(path)
+            rec = json.load(f)
+        return rec["argv"] == argv and rec["inputs"] == inputs_of(argv, path) and os.path.exists(path)
     except (OSError, ValueError, KeyError):
         return False
 
@@ -93,7 +102,7 @@ def is_done(path, argv):
 def mark_done(path, argv):
     tmp = done_file(path) + ".tmp"
     with open(tmp, "w") as f:
-        json.dump({"argv": argv, "time": time.time()}, f)
+        json.dump({"argv": argv, "inputs": inputs_of(argv, path), "time": time.time()}, f)
     os.replace(tmp, done_file(path))
 
 
