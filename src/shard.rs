@@ -264,16 +264,10 @@ impl Manifest {
 
     /// Write the manifest as `path`, through a temporary file renamed into place.
     pub fn write(&self, path: &Path) -> Result<()> {
-        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let mut tmp = tempfile::Builder::new()
-            .prefix(".xsent-manifest-")
-            .tempfile_in(dir)
-            .with_context(|| format!("cannot write in {}", dir.display()))?;
-        serde_json::to_writer_pretty(&mut tmp, self)?;
-        std::io::Write::write_all(&mut tmp, b"\n")?;
-        tmp.as_file().sync_all()?;
-        tmp.persist(path).map_err(|e| anyhow::anyhow!("cannot write {}: {}", path.display(), e.error))?;
-        Ok(())
+        // Through `.NAME.tmp` and a rename, with the mode a new file gets (a temporary file of
+        // the tempfile crate is 0600, while the shard's output beside it is 0644).
+        let text = serde_json::to_string_pretty(self)? + "\n";
+        crate::io::atomic::write_file_atomically(path, text.as_bytes())
     }
 
     /// What differs between this manifest's run and `want` (same fields), if anything: the

@@ -334,6 +334,10 @@ fn a_shard_runs_once_at_a_time() {
     drop(held);
     ok(&run(&args("0/2")));
     ok(&merge(&dir, &tmp.path().join("m.jsonl")));
+    // The manifest has the mode of the output beside it (it was 0600, a temporary file's).
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |f: &str| std::fs::metadata(dir.join(f)).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode("shard-00000-of-00002.manifest.json"), mode("shard-00000-of-00002.jsonl"));
 }
 
 /// The Ray driver's resume (scripts/ray/xsent_ray.py, steps 2-5): a step is done only while its
