@@ -360,3 +360,26 @@ fn decontamination_reads_the_registry_evaluation_files() {
     }
     assert!(read.is_empty(), "files not in the registry: {read:?}");
 }
+
+/// `data list` calls a set present only when its files have the pinned sha256, not only the
+/// size (an outside probe: a file of the right size and other content was "present").
+#[test]
+fn data_list_checks_the_content() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bucc = tmp.path().join("bucc");
+    std::fs::create_dir(&bucc).unwrap();
+    for f in ["zh-en.dev.zh", "zh-en.dev.en", "zh-en.dev.gold"] {
+        std::fs::copy(common::data().join("bucc").join(f), bucc.join(f)).unwrap();
+    }
+    let state = || {
+        let o = common::xsent().args(["data", "list", "--data-dir"]).arg(tmp.path()).output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let out = String::from_utf8(o.stdout).unwrap();
+        out.lines().find(|l| l.starts_with("bucc ")).unwrap().split_whitespace().nth(4).unwrap().to_string()
+    };
+    assert_eq!(state(), "present");
+    let mut bytes = std::fs::read(bucc.join("zh-en.dev.gold")).unwrap();
+    bytes[0] ^= 1;
+    std::fs::write(bucc.join("zh-en.dev.gold"), bytes).unwrap();
+    assert_eq!(state(), "2"); // "2 of 3"
+}
