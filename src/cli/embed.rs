@@ -247,8 +247,9 @@ fn run_shard(args: &Args, model: &ModelArgs, spec: ShardSpec) -> Result<()> {
     let dir = args.out_dir.as_deref().context("--shard needs --out-dir DIR")?;
     anyhow::ensure!(
         input.is_file(),
-        "--input {}: no such file (--shard reads byte ranges of a regular file)",
-        input.display()
+        "--input {}: {} (--shard reads byte ranges of a regular file)",
+        input.display(),
+        if input.exists() { "not a regular file" } else { "no such file" }
     );
     if input.extension().is_some_and(|e| e == "gz") {
         anyhow::bail!(

@@ -47,8 +47,9 @@ pub fn data_dir(arg: Option<&Path>) -> Result<PathBuf> {
 pub fn set_dir(dir: &Path, sub: &str, set: &str) -> Result<PathBuf> {
     let p = dir.join(sub);
     if !p.is_dir() {
+        let what = if p.exists() { "is not a folder" } else { "does not exist" };
         bail!(
-            "{} does not exist: the data directory {} has no {set} data; download it with `xsent data fetch {set}`",
+            "{} {what}: the data directory {} has no {set} data; download it with `xsent data fetch {set}`",
             p.display(),
             dir.display()
         );
@@ -130,6 +131,17 @@ mod tests {
         let (distinct, at) = super::group_distinct(["a", "b", "a", "c", "b"]);
         assert_eq!(distinct, ["a", "b", "c"]);
         assert_eq!(at, [vec![0, 2], vec![1, 4], vec![3]]);
+    }
+
+    /// A benchmark folder that is a file is named as such, not as missing.
+    #[test]
+    fn a_set_folder_that_is_a_file_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = super::set_dir(dir.path(), "sts", "sts17").unwrap_err().to_string();
+        assert!(e.contains("sts does not exist"), "{e}");
+        std::fs::write(dir.path().join("sts"), "").unwrap();
+        let e = super::set_dir(dir.path(), "sts", "sts17").unwrap_err().to_string();
+        assert!(e.contains("sts is not a folder") && e.contains("xsent data fetch sts17"), "{e}");
     }
 
     /// A UTF-8 byte-order mark is dropped from the first line, and only there.
