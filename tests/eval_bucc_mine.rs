@@ -523,7 +523,7 @@ fn reports_and_outputs_never_replace_an_input_or_a_benchmark_file() {
         ),
         (
             vec!["eval", "bucc", "--model", model, "--data-dir", &data, "--report", &in_bucc],
-            format!("is inside {data}/bucc, among the benchmark files"),
+            format!("is inside {data}/bucc, among the benchmark and corpus files"),
         ),
         (
             vec!["tokenizer", "train", "--input", &corpus, "-o", &corpus, "--vocab-size", "20"],
@@ -563,7 +563,10 @@ fn reports_and_outputs_never_replace_an_input_or_a_benchmark_file() {
         let out = common::xsent().args(&args).env("XSENT_DATA", &data).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
-        assert!(err.contains(&format!("is inside {data}/bucc, among the benchmark files")), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("is inside {data}/bucc, among the benchmark and corpus files")),
+            "{args:?}: {err}"
+        );
     }
     assert!(!Path::new(&in_bucc).exists() && !Path::new(&txt).exists());
     // eval bucc says when k exceeds a side's sentences, as mine does.
