@@ -1,7 +1,8 @@
 //! BUCC 2018 bitext mining: `{pair}.{split}.{xx|en}` with `id<TAB>sentence` lines and
-//! `{pair}.{split}.gold` with `xx-id<TAB>en-id` lines (pair like `zh-en`).
+//! `{pair}.{split}.gold` with `xx-id<TAB>en-id` lines (pair like `zh-en`). Each file may be kept
+//! gzip-compressed as its name plus `.gz`.
 
-use super::{read_lines, require_file};
+use super::{read_lines, require_plain_or_gz};
 use anyhow::{bail, Result};
 use std::collections::HashMap;
 use std::path::Path;
@@ -18,17 +19,20 @@ pub struct BuccSplit {
     pub gold: Vec<(usize, usize)>,
 }
 
-/// Every `(pair, split)` with a gold file `{pair}.{split}.gold` in `dir`, sorted.
+/// Every `(pair, split)` with a gold file `{pair}.{split}.gold` (or `.gold.gz`) in `dir`, sorted,
+/// each once.
 fn gold_files(dir: &Path) -> Result<Vec<(String, String)>> {
     let mut out: Vec<(String, String)> = std::fs::read_dir(dir)
         .map_err(|e| anyhow::anyhow!("cannot list BUCC directory {}: {e}", dir.display()))?
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .filter_map(|n| {
+            let n = n.strip_suffix(".gz").unwrap_or(&n);
             let (pair, split) = n.strip_suffix(".gold")?.split_once('.')?;
             Some((pair.to_string(), split.to_string()))
         })
         .collect();
     out.sort();
+    out.dedup();
     Ok(out)
 }
 
@@ -58,7 +62,7 @@ pub fn splits(dir: &Path, pair: &str) -> Result<Vec<String>> {
 }
 
 fn read_side(path: &Path, expected: &str) -> Result<(Vec<String>, Vec<String>)> {
-    require_file(path, "BUCC", expected)?;
+    let path = &require_plain_or_gz(path, "BUCC", expected)?;
     let mut ids = Vec::new();
     let mut sents = Vec::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
@@ -90,8 +94,7 @@ pub fn read(dir: &Path, pair: &str, split: &str) -> Result<BuccSplit> {
     let index =
         |ids: &[String]| -> HashMap<String, usize> { ids.iter().enumerate().map(|(i, s)| (s.clone(), i)).collect() };
     let (si, ti) = (index(&src_ids), index(&tgt_ids));
-    let gold_path = dir.join(format!("{pair}.{split}.gold"));
-    require_file(&gold_path, "BUCC", &expected)?;
+    let gold_path = require_plain_or_gz(&dir.join(format!("{pair}.{split}.gold")), "BUCC", &expected)?;
     let mut gold = Vec::new();
     for (n, l) in read_lines(&gold_path)?.into_iter().enumerate() {
         let Some((a, b)) = l.split_once('\t') else {

@@ -65,7 +65,8 @@ pub fn standard_sets(dir: &Path) -> Vec<EvalSet> {
     let mut sets = Vec::new();
     let mut add = |name: String, split: Split, files: Vec<(PathBuf, Layout)>| {
         // A file may be kept gzip-compressed (`data fetch` also keeps STS2017.en-de.txt.gz).
-        let files: Vec<(PathBuf, Layout)> = files.into_iter().filter_map(|(p, l)| Some((present(&p)?, l))).collect();
+        let files: Vec<(PathBuf, Layout)> =
+            files.into_iter().filter_map(|(p, l)| Some((super::plain_or_gz(&p)?, l))).collect();
         if !files.is_empty() {
             sets.push(EvalSet { name, split, files });
         }
@@ -94,7 +95,10 @@ pub fn standard_sets(dir: &Path) -> Vec<EvalSet> {
             .map(|p| (p, Layout::Lines))
             .collect(),
     );
-    let bucc: Vec<PathBuf> = files_where(&dir.join("bucc"), |n| !n.ends_with(".gold") && n.split('.').count() == 3);
+    let bucc: Vec<PathBuf> = files_where(&dir.join("bucc"), |n| {
+        let n = n.strip_suffix(".gz").unwrap_or(n);
+        !n.ends_with(".gold") && n.split('.').count() == 3
+    });
     add("BUCC".into(), Split::Test, bucc.into_iter().map(|p| (p, Layout::Id)).collect());
     let m30k = dir.join("parallel/multi30k");
     add(
@@ -110,16 +114,6 @@ pub fn standard_sets(dir: &Path) -> Vec<EvalSet> {
     sets
 }
 
-/// `path` if it is a file, else `path.gz` if that is one.
-fn present(path: &Path) -> Option<PathBuf> {
-    if path.is_file() {
-        return Some(path.to_path_buf());
-    }
-    let mut gz = path.as_os_str().to_owned();
-    gz.push(".gz");
-    Some(PathBuf::from(gz)).filter(|p| p.is_file())
-}
-
 /// The evaluation files of the data registry whose sentences decontamination reads (test and
 /// development files, gold scores and pairs aside) that `dir` lacks, compressed or not, as
 /// (data set, path in `dir`): a benchmark file absent from the data folder is not checked
@@ -133,7 +127,7 @@ pub fn missing_eval_files(dir: &Path) -> Vec<(&'static str, &'static str)> {
                 continue;
             }
             let plain = f.path.strip_suffix(".gz").unwrap_or(f.path);
-            if present(&dir.join(plain)).is_none() {
+            if super::plain_or_gz(&dir.join(plain)).is_none() {
                 missing.push((set.name, f.path));
             }
         }

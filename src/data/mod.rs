@@ -124,6 +124,26 @@ pub fn require_file(path: &Path, what: &str, expected: &str) -> Result<()> {
     bail!("{what} file {} {problem}; {expected}", path.display())
 }
 
+/// `path` if it is a file, else `path.gz` if that is one: a benchmark file may be kept
+/// gzip-compressed under its name plus `.gz`.
+pub fn plain_or_gz(path: &Path) -> Option<std::path::PathBuf> {
+    if path.is_file() {
+        return Some(path.to_path_buf());
+    }
+    let mut gz = path.as_os_str().to_owned();
+    gz.push(".gz");
+    Some(std::path::PathBuf::from(gz)).filter(|p| p.is_file())
+}
+
+/// The benchmark file `path`, or `path.gz` ([`plain_or_gz`]); an error as [`require_file`]'s,
+/// naming the plain name, when neither is a file.
+pub fn require_plain_or_gz(path: &Path, what: &str, expected: &str) -> Result<std::path::PathBuf> {
+    match plain_or_gz(path) {
+        Some(p) => Ok(p),
+        None => require_file(path, what, expected).map(|()| path.to_path_buf()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -151,5 +171,57 @@ mod tests {
         let p = dir.path().join("bom.txt");
         std::fs::write(&p, "\u{feff}zh-1\tni hao\r\n\u{feff}x\n").unwrap();
         assert_eq!(super::read_lines(&p).unwrap(), ["zh-1\tni hao", "\u{feff}x"]);
+    }
+
+    /// Every benchmark reader takes a file kept as `NAME.gz` as it takes `NAME`: STS 2017 (input,
+    /// gold, en-de), BUCC (both sides and the gold, which also names the split), Tatoeba, and
+    /// decontamination's list of evaluation files.
+    #[test]
+    fn benchmark_files_may_be_kept_gzip_compressed() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let files = [
+            ("sts/STS2017.eval.v1.1/STS.input.track5.en-en.txt", "a b\tc d\ne f\tg h\n"),
+            ("sts/STS2017.gs/STS.gs.track5.en-en.txt", "4.5\n1\n"),
+            ("sts/STS2017.en-de.txt", "a b\tein b\t3\n"),
+            ("tatoeba/tatoeba.deu-eng.deu", "hallo\n"),
+            ("tatoeba/tatoeba.deu-eng.eng", "hello\n"),
+            ("bucc/zh-en.dev.zh", "zh-1\tni hao\n"),
+            ("bucc/zh-en.dev.en", "en-1\thello\n"),
+            ("bucc/zh-en.dev.gold", "zh-1\ten-1\n"),
+        ];
+        for (name, text) in files {
+            let path = d.join(format!("{name}.gz"));
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            let mut gz =
+                flate2::write::GzEncoder::new(std::fs::File::create(path).unwrap(), flate2::Compression::fast());
+            gz.write_all(text.as_bytes()).unwrap();
+            gz.finish().unwrap();
+        }
+        let sts = super::sts::read_sts2017(&d.join("sts"), &["en-en".into(), "en-de".into()]).unwrap();
+        assert_eq!(sts.len(), 2);
+        assert_eq!((sts[0].gold.clone(), sts[1].pairs[0].1.as_str()), (vec![4.5, 1.0], "ein b"));
+        let bucc = d.join("bucc");
+        assert_eq!(
+            (super::bucc::pairs(&bucc).unwrap(), super::bucc::splits(&bucc, "zh-en").unwrap()),
+            (vec!["zh-en".into()], vec!["dev".into()])
+        );
+        // Both forms present: the split is listed once, and the plain file is read.
+        std::fs::write(bucc.join("zh-en.dev.gold"), "zh-1\ten-1\n").unwrap();
+        assert_eq!(super::bucc::splits(&bucc, "zh-en").unwrap(), ["dev"]);
+        let split = super::bucc::read(&bucc, "zh-en", "dev").unwrap();
+        assert_eq!(
+            (split.src, split.tgt, split.gold),
+            (vec!["ni hao".to_string()], vec!["hello".to_string()], vec![(0, 0)])
+        );
+        assert_eq!(super::tatoeba::read(&d.join("tatoeba"), "deu").unwrap().eng, ["hello"]);
+        let sets = super::decontam::standard_sets(d);
+        let bucc_set = sets.iter().find(|s| s.name == "BUCC").expect("BUCC's .gz sides are evaluation files");
+        assert_eq!(bucc_set.files.len(), 2, "{:?}", bucc_set.files);
+        // A missing file is named by its plain name.
+        std::fs::remove_file(bucc.join("zh-en.dev.en.gz")).unwrap();
+        let e = super::bucc::read(&bucc, "zh-en", "dev").unwrap_err().to_string();
+        assert!(e.contains("zh-en.dev.en is missing"), "{e}");
     }
 }

@@ -1,6 +1,7 @@
-//! SemEval-2017 STS (`STS2017.eval.v1.1` + `STS2017.gs`) and the extended `STS2017.en-de.txt`.
+//! SemEval-2017 STS (`STS2017.eval.v1.1` + `STS2017.gs`) and the extended `STS2017.en-de.txt`; each
+//! file may be kept gzip-compressed as its name plus `.gz`.
 
-use super::{read_lines, require_file};
+use super::{read_lines, require_file, require_plain_or_gz};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 
@@ -44,15 +45,13 @@ pub fn read_sts2017(sts_dir: &Path, only: &[String]) -> Result<Vec<StsSet>> {
         if !wanted(name) {
             continue;
         }
-        let input = sts_dir.join(format!("STS2017.eval.v1.1/STS.input.{stem}.txt"));
-        let gold = sts_dir.join(format!("STS2017.gs/STS.gs.{stem}.txt"));
         let expected = format!(
             "expected STS2017.eval.v1.1/STS.input.trackN.xx-yy.txt and STS2017.gs/STS.gs.trackN.xx-yy.txt under {}",
             sts_dir.display()
         );
-        for f in [&input, &gold] {
-            require_file(f, "STS 2017", &expected)?;
-        }
+        let file = |name: String| require_plain_or_gz(&sts_dir.join(name), "STS 2017", &expected);
+        let input = file(format!("STS2017.eval.v1.1/STS.input.{stem}.txt"))?;
+        let gold = file(format!("STS2017.gs/STS.gs.{stem}.txt"))?;
         let lines = read_lines(&input)?;
         let scores = read_lines(&gold)?;
         if lines.len() != scores.len() {
@@ -76,8 +75,11 @@ pub fn read_sts2017(sts_dir: &Path, only: &[String]) -> Result<Vec<StsSet>> {
         sets.push(set);
     }
     if wanted("en-de") {
-        let path = sts_dir.join("STS2017.en-de.txt");
-        require_file(&path, "STS 2017 en-de", "expected STS2017.en-de.txt with `en<TAB>de<TAB>score` lines")?;
+        let path = require_plain_or_gz(
+            &sts_dir.join("STS2017.en-de.txt"),
+            "STS 2017 en-de",
+            "expected STS2017.en-de.txt with `en<TAB>de<TAB>score` lines",
+        )?;
         let mut set = StsSet { name: "en-de".into(), pairs: Vec::new(), gold: Vec::new() };
         for (i, l) in read_lines(&path)?.iter().enumerate() {
             let f: Vec<&str> = l.split('\t').collect();

@@ -1,7 +1,7 @@
 //! Tatoeba (LASER's similarity-search test set): `tatoeba.xxx-eng.xxx` and `tatoeba.xxx-eng.eng`,
 //! line i of one the translation of line i of the other.
 
-use super::{read_lines, require_file};
+use super::{plain_or_gz, read_lines, require_plain_or_gz};
 use anyhow::{bail, Result};
 use std::path::Path;
 
@@ -35,7 +35,7 @@ pub fn languages(dir: &Path) -> Result<Vec<String>> {
     for lang in &langs {
         for side in [lang.as_str(), "eng"] {
             let name = format!("tatoeba.{lang}-eng.{side}");
-            if side_path(dir, &name).is_none() {
+            if plain_or_gz(&dir.join(&name)).is_none() {
                 bail!(
                     "Tatoeba file {} is missing (or not a file) beside the other side of {lang}: restore it \
                      (`xsent data fetch tatoeba`), or choose languages with --langs",
@@ -47,23 +47,12 @@ pub fn languages(dir: &Path) -> Result<Vec<String>> {
     Ok(langs)
 }
 
-/// `dir/name` if it is a file, else `dir/name.gz` if that is one.
-fn side_path(dir: &Path, name: &str) -> Option<std::path::PathBuf> {
-    [dir.join(name), dir.join(format!("{name}.gz"))].into_iter().find(|p| p.is_file())
-}
-
 /// Read one language pair (either file may be gzip-compressed, `.gz`); the two files must have
 /// the same number of lines.
 pub fn read(dir: &Path, lang: &str) -> Result<TatoebaSet> {
     let expected =
         format!("language {lang:?} needs tatoeba.{lang}-eng.{lang} and tatoeba.{lang}-eng.eng in {}", dir.display());
-    let path = |side: &str| {
-        let name = format!("tatoeba.{lang}-eng.{side}");
-        match side_path(dir, &name) {
-            Some(p) => Ok(p),
-            None => require_file(&dir.join(&name), "Tatoeba", &expected).map(|()| dir.join(&name)),
-        }
-    };
+    let path = |side: &str| require_plain_or_gz(&dir.join(format!("tatoeba.{lang}-eng.{side}")), "Tatoeba", &expected);
     let (xx_path, eng_path) = (path(lang)?, path("eng")?);
     let xx = read_lines(&xx_path)?;
     let eng = read_lines(&eng_path)?;
