@@ -744,3 +744,39 @@ fn normalisation_follows_the_models_modules_json() {
     assert!(unit(&norms(&[])));
     assert_eq!(norms(&["--no-normalize"]), raw);
 }
+
+/// `--model NAME` without a `/` names a model in the models folder (`XSENT_MODELS`), as
+/// sentence-transformers takes `all-MiniLM-L6-v2`; a directory of that name where xsent runs
+/// comes first, and a name that is neither lists the installed models.
+#[test]
+fn a_bare_model_name_is_looked_up_in_the_models_folder() {
+    let models = tempfile::tempdir().unwrap();
+    let installed = common::tiny_model("tiny-bert", models.path(), &["hello".into(), "world".into()]);
+    let run = |cwd: &std::path::Path, model: &str| {
+        let mut child = common::xsent()
+            .args(["embed", "--model", model])
+            .env("XSENT_MODELS", models.path())
+            .current_dir(cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        common::feed(&mut child, b"hello world\n");
+        child.wait_with_output().unwrap()
+    };
+    let elsewhere = tempfile::tempdir().unwrap();
+    let by_path = run(elsewhere.path(), installed.to_str().unwrap());
+    let by_name = run(elsewhere.path(), "tiny-bert");
+    assert!(by_path.status.success() && by_name.status.success(), "{}{}", stderr(&by_path), stderr(&by_name));
+    assert_eq!(by_name.stdout, by_path.stdout);
+    // A folder `tiny-bert` where xsent runs is taken first (here one that is not a model).
+    std::fs::create_dir(elsewhere.path().join("tiny-bert")).unwrap();
+    let local = run(elsewhere.path(), "tiny-bert");
+    assert_eq!(local.status.code(), Some(1));
+    assert!(stderr(&local).contains("has no config.json"), "{}", stderr(&local));
+    let missing = run(elsewhere.path(), "no-such-model");
+    assert_eq!(missing.status.code(), Some(1));
+    let e = stderr(&missing);
+    assert!(e.contains("nor a model installed in") && e.contains("(tiny-bert)"), "{e}");
+}

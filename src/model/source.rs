@@ -188,6 +188,12 @@ pub fn resolve(spec: &str) -> Result<ModelFiles> {
     if spec.ends_with('@') {
         bail!("model {spec:?}: the revision after @ is empty (org/name@REVISION, e.g. @main)");
     }
+    // A bare name is a model installed in the models folder (`--model all-MiniLM-L6-v2`, as
+    // sentence-transformers takes it); a local directory of that name came first.
+    let installed = crate::places::models_dir();
+    if is_bare_name(spec) && installed.join(spec).is_dir() {
+        return resolve_dir(&installed.join(spec), spec);
+    }
     let first = spec.split('/').next().unwrap_or("");
     if looks_like_hub_id(spec) && Path::new(first).is_dir() {
         let rest = &spec[first.len() + 1..];
@@ -209,12 +215,31 @@ pub fn resolve(spec: &str) -> Result<ModelFiles> {
             ))
         });
     }
+    let names = installed_models(&installed);
+    let names = if names.is_empty() { "none yet".to_string() } else { names.join(", ") };
     bail!(
-        "model {spec:?} not found: it is not a directory, nor a hub id of the form org/name.\n\
-         The bundled models are made by scripts/setup.sh in {} (without --model, xsent uses {} there).",
-        crate::places::models_dir().display(),
+        "model {spec:?} not found: it is not a directory, nor a hub id of the form org/name, nor a model installed in {} ({names}).\n\
+         The bundled models are made there by scripts/setup.sh (without --model, xsent uses {}).",
+        installed.display(),
         crate::places::DEFAULT_MODEL
     )
+}
+
+/// Whether `spec` could name a folder in the models folder: one path component, not `.` or `..`.
+fn is_bare_name(spec: &str) -> bool {
+    !spec.is_empty() && !spec.contains(['/', '\\', '@']) && spec != "." && spec != ".."
+}
+
+/// The models installed in `dir` (folders with a `config.json` or an `xsent.json`), sorted.
+fn installed_models(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter(|e| ["config.json", "xsent.json"].iter().any(|f| e.path().join(f).is_file()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    names
 }
 
 /// Whether `spec` has the form of a hub id, `org/name[@revision]`.
