@@ -319,6 +319,37 @@ fn a_missing_file_is_a_clear_error() {
     assert!(stderr(&o).contains("tatoeba, sts17, stsb, bucc, xnli, multi30k"), "{}", stderr(&o));
 }
 
+/// A fetch that fails before any byte arrives leaves no empty set folder behind, and a mirror that
+/// is not an HTTP(S) URL is refused before anything is made.
+#[test]
+fn a_failed_fetch_leaves_no_empty_folders() {
+    let m = Mirror::new();
+    m.state.lock().unwrap().files.clear();
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let o = m.fetch(&data, &["tatoeba"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("404"), "{}", stderr(&o));
+    assert!(
+        !data.exists(),
+        "{:?}",
+        std::fs::read_dir(&data).map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
+    );
+    // A folder that was there already stays.
+    std::fs::create_dir_all(data.join("tatoeba")).unwrap();
+    assert!(!m.fetch(&data, &["tatoeba"]).status.success());
+    assert!(data.join("tatoeba").is_dir());
+    let o = common::xsent()
+        .args(["data", "fetch", "tatoeba"])
+        .env("XSENT_DATA", tmp.path().join("other"))
+        .env("XSENT_DATA_MIRROR", "ftp://127.0.0.1/raw")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("is not an http:// or https:// URL"), "{}", stderr(&o));
+    assert!(!tmp.path().join("other").exists());
+}
+
 /// Without the data, an evaluator says how to fetch it.
 #[test]
 fn evaluators_name_the_fetch_command() {

@@ -102,7 +102,7 @@ fn fetch_sets(names: &[String], data_dir: Option<PathBuf>) -> Result<()> {
     if dir.exists() && !dir.is_dir() {
         bail!("the data directory {} is a file: give a folder (--data-dir or XSENT_DATA)", dir.display());
     }
-    let base = fetch::base_url();
+    let base = fetch::base_url()?;
     if base != fetch::GITHUB_RAW {
         errln!("xsent data fetch: from the mirror {base} (XSENT_DATA_MIRROR)");
     }

@@ -23,11 +23,22 @@ const TRIES: u32 = 5;
 /// The largest archive accepted (the STS 2017 zips are under 100 KB).
 const MAX_ARCHIVE: u64 = 64 << 20;
 
-/// The base URL files are fetched from: `XSENT_DATA_MIRROR`, else [`GITHUB_RAW`].
-pub fn base_url() -> String {
+/// The base URL files are fetched from: `XSENT_DATA_MIRROR`, else [`GITHUB_RAW`]. A mirror
+/// must be an `http://` or `https://` URL, the schemes the HTTP client speaks.
+pub fn base_url() -> Result<String> {
     match std::env::var("XSENT_DATA_MIRROR") {
-        Ok(m) if !m.trim().is_empty() => m.trim().trim_end_matches('/').to_string(),
-        _ => GITHUB_RAW.to_string(),
+        Ok(m) if !m.trim().is_empty() => {
+            let m = m.trim().trim_end_matches('/');
+            let scheme = m.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+            if !matches!(scheme.as_deref(), Some("http" | "https")) {
+                bail!(
+                    "XSENT_DATA_MIRROR={m:?} is not an http:// or https:// URL: xsent data fetch downloads over HTTP(S) only \
+                     (e.g. XSENT_DATA_MIRROR=http://mirror.example/raw, laid out as raw.githubusercontent.com)"
+                );
+            }
+            Ok(m.to_string())
+        }
+        _ => Ok(GITHUB_RAW.to_string()),
     }
 }
 
@@ -41,8 +52,31 @@ pub struct Fetched {
     pub present: usize,
 }
 
-/// Fetch every file of `set` that `dir` does not hold yet, from `base` (see [`base_url`]).
+/// Fetch every file of `set` that `dir` does not hold yet, from `base` (see [`base_url`]). A
+/// failed fetch removes the folders it made that are still empty (a cut download's `.part` file
+/// keeps its folder, to be resumed).
 pub fn fetch(set: &DataSet, dir: &Path, base: &str) -> Result<Fetched> {
+    let mut made: Vec<PathBuf> = Vec::new();
+    for f in set.files {
+        for folder in dir.join(f.path).ancestors().skip(1) {
+            if folder.exists() || made.iter().any(|m| m == folder) {
+                break;
+            }
+            made.push(folder.to_path_buf());
+        }
+    }
+    let r = fetch_into(set, dir, base);
+    if r.is_err() {
+        // Deepest first; `remove_dir` removes only an empty folder.
+        made.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
+        for folder in made {
+            let _ = std::fs::remove_dir(folder);
+        }
+    }
+    r
+}
+
+fn fetch_into(set: &DataSet, dir: &Path, base: &str) -> Result<Fetched> {
     let mut done = Fetched::default();
     let mut needed: Vec<&File> = Vec::new();
     for f in set.files {
