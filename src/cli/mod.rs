@@ -235,13 +235,7 @@ pub fn check_report(
     data_dir: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
     check_output(report, flag, inputs)?;
-    if std::fs::metadata(report).is_ok_and(|m| m.is_file() && m.permissions().readonly()) {
-        anyhow::bail!(
-            "{flag} {} is read-only: xsent does not replace a read-only file; give another path, or make it writable \
-             (chmod u+w) if it is yours to replace",
-            report.display()
-        );
-    }
+    crate::io::output::refuse_read_only(report, report, flag, false)?;
     let Some(dir) = data_dir else { return Ok(()) };
     let parent = report.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
     let Ok(parent) = parent.canonicalize() else { return Ok(()) };

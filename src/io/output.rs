@@ -130,12 +130,8 @@ impl OutputFile {
                 Err(_) => out.to_path_buf(),
             },
         };
-        if !force && std::fs::metadata(&target).is_ok_and(|m| m.is_file() && m.permissions().readonly()) {
-            anyhow::bail!(
-                "-o {} is read-only: xsent does not replace a read-only file; give another path, make it writable (chmod u+w), \
-                 or pass --force to replace it",
-                out.display()
-            );
+        if !force {
+            refuse_read_only(&target, out, "-o", true)?;
         }
         if target.exists() && !target.is_file() {
             let f = std::fs::OpenOptions::new()
@@ -235,6 +231,26 @@ fn keep(t: tempfile::NamedTempFile, partial: &std::path::Path) -> anyhow::Result
         }
     }
     t.into_temp_path().keep().map_err(|e| anyhow::anyhow!("cannot keep the output: {}", e.error))
+}
+
+/// Refuse to replace `path` when it is a read-only file (no write permission for anyone): its
+/// mode says it is not to be replaced, and root's writes would ignore it. `shown` is the path as
+/// the user gave it with `flag` (`-o`, `--report`); `forceable`: the command takes `--force`.
+pub(crate) fn refuse_read_only(
+    path: &std::path::Path,
+    shown: &std::path::Path,
+    flag: &str,
+    forceable: bool,
+) -> anyhow::Result<()> {
+    if std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().readonly()) {
+        anyhow::bail!(
+            "{flag} {} is read-only: xsent does not replace a read-only file; give another path, or make it writable \
+             (chmod u+w) if it is yours to replace{}",
+            shown.display(),
+            if forceable { ", or pass --force to replace it" } else { "" }
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]
