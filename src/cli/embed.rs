@@ -269,7 +269,7 @@ fn run_shard(args: &Args, model: &ModelArgs, spec: ShardSpec) -> Result<()> {
     super::check_not_input(&out, "--out-dir", &[input])?;
     // One run of a shard at a time: a second (other options, say) would replace the first's
     // output while it writes, and both would exit 0. Held until this function returns.
-    let _lock = crate::train::lock::RunLock::acquire_file(
+    let _lock = crate::io::lock::RunLock::acquire_file(
         &dir.join(format!(".{}.lock", spec.stem())),
         &format!("shard {spec} in {}", dir.display()),
         "xsent embed",

@@ -1,4 +1,4 @@
-use crate::train::lock::{RunLock, LOCK_FILE};
+use crate::io::lock::{RunLock, LOCK_FILE};
 use crate::train::run_dir::{clear_failed_start, entries_besides_lock, remove_made};
 use crate::train::{self, config, Outcome, RunOptions};
 use anyhow::{bail, Context, Result};

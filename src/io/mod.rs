@@ -1,8 +1,9 @@
-//! Files: atomic replacement of files and directories, checksums, `.npy` rows, and the
-//! `-o` output files (with the Ctrl-C registry that removes unfinished ones).
+//! Files: atomic replacement of files and directories, checksums, run locks, `.npy` rows, and
+//! the `-o` output files (with the Ctrl-C registry that removes unfinished ones).
 
 pub mod atomic;
 pub mod digest;
+pub mod lock;
 pub mod npy;
 pub mod output;
 

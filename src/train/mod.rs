@@ -9,7 +9,6 @@ pub mod config;
 pub mod data_digest;
 pub mod decontam;
 pub mod fit;
-pub mod lock;
 pub mod optim;
 pub mod precision;
 pub mod progress;

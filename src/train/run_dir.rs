@@ -11,8 +11,8 @@
 
 use super::checkpoint::{checkpoint_steps, latest_checkpoint};
 use super::config::{Config, ConfigFrom};
-use super::lock::LOCK_FILE;
 use crate::io::atomic::{restore_replaced, write_file_atomically};
+use crate::io::lock::LOCK_FILE;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
@@ -24,7 +24,7 @@ pub fn write_run_config(out: &Path, cfg: &Config) -> Result<()> {
 
 /// [`restore_replaced`] for every directory a run writes atomically (`best/`, `final/`,
 /// `checkpoints/step-N/`), and the temporary folders of such writes cut short removed. Call it
-/// with the run directory locked ([`super::lock::RunLock`]).
+/// with the run directory locked ([`crate::io::lock::RunLock`]).
 pub fn restore_run(out: &Path) -> Result<()> {
     restore_replaced(&out.join("best"))?;
     restore_replaced(&out.join("final"))?;

@@ -1,4 +1,4 @@
-//! One `xsent train` per run directory at a time.
+//! One run at a time: one `xsent train` per run directory, one `xsent embed --shard` per shard.
 //!
 //! Two runs on one `--out` would both report success while one replaced the other's
 //! checkpoints. A run therefore holds an advisory lock (`flock`, through std's
