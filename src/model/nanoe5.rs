@@ -190,6 +190,14 @@ fn hf_name(name: &str, h: &Header) -> Result<(String, Vec<usize>)> {
 pub fn convert(bin: &Path, out: &Path, tokenizer: Option<&Path>) -> Result<Header> {
     // Into a new or empty directory only: over an existing model it would replace some files
     // and leave others (a Dense layer, a vocab.txt), a mixed model that still loads.
+    if std::fs::symlink_metadata(out).is_ok_and(|m| m.file_type().is_symlink()) {
+        let to = std::fs::read_link(out).map(|t| format!(" (to {})", t.display())).unwrap_or_default();
+        bail!(
+            "OUT_DIR {} is a symbolic link{to}; xsent convert writes OUT_DIR as a new directory and neither writes through \
+             a link nor replaces one: give a path that is not a link",
+            out.display()
+        );
+    }
     if out.exists() {
         ensure!(out.is_dir(), "OUT_DIR {} is a file: give a new directory for the model", out.display());
         let full = std::fs::read_dir(out).with_context(|| format!("cannot read {}", out.display()))?.next().is_some();
@@ -203,6 +211,7 @@ pub fn convert(bin: &Path, out: &Path, tokenizer: Option<&Path>) -> Result<Heade
     // half-built directory behind.
     let tok = tokenizer
         .map(|t| {
+            file_to_read(t, "--tokenizer")?;
             let tok = tokenizers::Tokenizer::from_file(t).map_err(|e| {
                 anyhow::anyhow!(
                     "--tokenizer {} is not a tokenizer.json that the tokenizers library loads: {e}",
@@ -224,6 +233,7 @@ pub fn convert(bin: &Path, out: &Path, tokenizer: Option<&Path>) -> Result<Heade
             Ok::<_, anyhow::Error>(tok)
         })
         .transpose()?;
+    file_to_read(bin, "the model file")?;
     let buf = std::fs::read(bin).with_context(|| format!("cannot read {}", bin.display()))?;
     let (h, tensors) = parse(&buf).with_context(|| format!("in {}", bin.display()))?;
     let config = config_json(&h);
@@ -244,8 +254,18 @@ pub fn convert(bin: &Path, out: &Path, tokenizer: Option<&Path>) -> Result<Heade
         .collect::<Result<_>>()?;
     // Written under a temporary name and moved into place whole: an interrupted conversion
     // leaves no directory that looks like a model.
-    crate::io::atomic::write_atomically(out, |out| write_model(out, &h, &config, &map, tokenizer))?;
+    crate::io::atomic::write_new_dir(out, "xsent convert", |out| write_model(out, &h, &config, &map, tokenizer))?;
     Ok(h)
+}
+
+/// `path` must be a regular file: a FIFO would block the read, a device (`/dev/zero`) would
+/// fill memory.
+fn file_to_read(path: &Path, what: &str) -> Result<()> {
+    match super::source::regular_file(path) {
+        Ok(true) => Ok(()),
+        Ok(false) => bail!("{what} {} does not exist", path.display()),
+        Err(e) => Err(e.context(format!("{what} must be a file"))),
+    }
 }
 
 /// config.json of the model the header describes.
@@ -282,6 +302,15 @@ fn check(h: &Header, config: &serde_json::Value, tensors: &Tensors) -> Result<()
     );
     ensure!(h.type_vocab > 0, "its type_vocab_size is 0; a BERT model needs at least 1");
     super::EncoderConfig::from_json(&config.to_string()).context("its header is not a model's shape")?;
+    // Before the names are listed (their number follows the header's layer count, not the
+    // file): more layers than the file has tensors cannot be whole, whatever is missing.
+    ensure!(
+        h.layers <= tensors.len(),
+        "its header says {} layers, which need {} tensors each, but it holds {} tensors in all",
+        h.layers,
+        super::encoder::LAYER_MODULES.len() * 2,
+        tensors.len()
+    );
     let mut want: Vec<String> = ["word_embeddings", "position_embeddings", "token_type_embeddings", "LayerNorm"]
         .iter()
         .map(|n| format!("embeddings.{n}.weight"))
@@ -303,6 +332,7 @@ fn check(h: &Header, config: &serde_json::Value, tensors: &Tensors) -> Result<()
         missing[0],
         h.layers
     );
+    let want: std::collections::HashSet<&String> = want.iter().collect();
     let mut extra: Vec<&String> = tensors.keys().filter(|n| !want.contains(n)).collect();
     extra.sort();
     ensure!(
@@ -428,9 +458,9 @@ mod tests {
         let notes = dir.path().join("notes.txt");
         std::fs::write(&notes, "not a tokenizer\n").unwrap();
         let out = dir.path().join("out");
-        for t in [notes, dir.path().join("missing.json")] {
+        for (t, want) in [(notes, "is not a tokenizer.json"), (dir.path().join("missing.json"), "does not exist")] {
             let err = format!("{:#}", convert(&dir.path().join("no-such.bin"), &out, Some(&t)).unwrap_err());
-            assert!(err.contains(&format!("--tokenizer {} is not a tokenizer.json", t.display())), "{err}");
+            assert!(err.contains(&format!("--tokenizer {} {want}", t.display())), "{err}");
             assert!(!out.exists());
         }
     }
@@ -549,6 +579,12 @@ mod tests {
             ("no-pos", e5s1(good, 1e-12, &without("emb.pos")), "(first: embeddings.position_embeddings.weight"),
             ("no-key", e5s1(good, 1e-12, &without("l0.k.b")), "(first: encoder.layer.0.attention.self.key.bias"),
             ("extra-layer", e5s1(good, 1e-12, &tiny_tensors(2)), "16 tensors beyond the 1 layers"),
+            // An outside probe: 10^7 layers in the header took 7.4 GB before the check failed.
+            (
+                "layers-huge",
+                e5s1([4, i32::MAX, 2, 8, 10, 8, 2], 1e-12, &tiny_tensors(1)),
+                "its header says 2147483647 layers, which need 16 tensors each, but it holds 21 tensors in all",
+            ),
             (
                 "twice",
                 e5s1(good, 1e-12, &[tiny_tensors(1), vec![("l0.q.b".into(), 4)]].concat()),
@@ -563,8 +599,26 @@ mod tests {
             assert!(err.contains(want), "{name}: {err}");
             assert!(!out.exists() && !dir.path().join(format!(".{name}.tmp")).exists(), "{name}: left behind");
         }
+        // Folders of the user's beside OUT named as the temporaries of another scheme are kept,
+        // and a link as OUT, or a FIFO as the model file, is refused (an outside probe: the
+        // first two were deleted, the link replaced, the FIFO waited on forever).
+        for kept in [".good.tmp", ".good.old"] {
+            std::fs::create_dir(dir.path().join(kept)).unwrap();
+            std::fs::write(dir.path().join(kept).join("keep.txt"), "mine").unwrap();
+        }
         let bin = dir.path().join("good.bin");
         std::fs::write(&bin, e5s1(good, 1e-12, &tiny_tensors(1))).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(dir.path().join("elsewhere"), &link).unwrap();
+        let err = format!("{:#}", convert(&bin, &link, None).unwrap_err());
+        assert!(err.contains("is a symbolic link"), "{err}");
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        let fifo = dir.path().join("fifo.bin");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let err = format!("{:#}", convert(&fifo, &dir.path().join("f"), None).unwrap_err());
+        assert!(err.contains("is a FIFO, not a file"), "{err}");
+        std::fs::remove_file(&link).unwrap();
+        std::fs::remove_file(&fifo).unwrap();
         let out = dir.path().join("good");
         let h = convert(&bin, &out, None).unwrap();
         assert_eq!((h.hidden, h.layers, h.heads, h.vocab), (4, 1, 2, 10));
@@ -577,7 +631,10 @@ mod tests {
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
-        assert!(!names.iter().any(|n| n.starts_with('.')), "{names:?}");
+        for kept in [".good.tmp", ".good.old"] {
+            assert_eq!(std::fs::read_to_string(dir.path().join(kept).join("keep.txt")).unwrap(), "mine");
+        }
+        assert!(!names.iter().any(|n| n.starts_with('.') && n != ".good.tmp" && n != ".good.old"), "{names:?}");
     }
 
     /// A tokenizer of another family is refused before anything is written; the real XLM-R one

@@ -502,14 +502,7 @@ pub fn quantize(
     }
     blobs.sort_by(|a, b| a.0.cmp(&b.0));
 
-    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
-    let tmp = hidden_sibling(out, "partial");
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp).with_context(|| format!("cannot remove the leftover {}", tmp.display()))?;
-    }
-    std::fs::create_dir(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    let result = (|| -> Result<u64> {
+    let write = |tmp: &Path| -> Result<u64> {
         let views = blobs
             .iter()
             .map(|(n, d, s, b)| Ok((n.clone(), safetensors::tensor::TensorView::new(*d, s.clone(), b)?)))
@@ -601,15 +594,8 @@ pub fn quantize(
         );
         std::fs::write(tmp.join("README.md"), card)?;
         Ok(std::fs::metadata(&wpath)?.len())
-    })();
-    let bytes = match result {
-        Ok(b) => b,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&tmp);
-            return Err(e.context(format!("writing {} (nothing was written there)", out.display())));
-        }
     };
-    move_into_place(&tmp, out)?;
+    let bytes = crate::io::atomic::write_new_dir(out, "xsent quantize", write)?;
     let source_bytes = files.weights.iter().filter_map(|w| std::fs::metadata(w).ok()).map(|m| m.len()).sum();
     Ok(Written { layers: names.len(), bytes, source_bytes })
 }
@@ -797,55 +783,6 @@ fn copy_folder(src: &Path, dst: &Path, rel: &Path, dense: Option<&Path>, skipped
     Ok(())
 }
 
-/// `.NAME.TAG-PID` beside `out`: where the new model is written, or the old one is moved aside.
-fn hidden_sibling(out: &Path, tag: &str) -> PathBuf {
-    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    parent.join(format!(
-        ".{}.{tag}-{}",
-        out.file_name().and_then(|n| n.to_str()).unwrap_or("quantized"),
-        std::process::id()
-    ))
-}
-
-/// Move the finished folder `tmp` to `out`, replacing a folder there (the caller checked that it
-/// may): the old one is moved aside first, put back if the move fails and removed last. On any
-/// failure `tmp` is removed: nothing is left behind.
-fn move_into_place(tmp: &Path, out: &Path) -> Result<()> {
-    let fail = |e: anyhow::Error| -> Result<()> {
-        let _ = std::fs::remove_dir_all(tmp);
-        Err(e.context(format!("cannot put the new model at {}; it was removed", out.display())))
-    };
-    let old = match std::fs::symlink_metadata(out) {
-        Ok(_) => {
-            let old = hidden_sibling(out, "old");
-            let _ = std::fs::remove_dir_all(&old);
-            if let Err(e) = std::fs::rename(out, &old) {
-                return fail(anyhow::Error::new(e).context(format!("cannot move the old {} aside", out.display())));
-            }
-            Some(old)
-        }
-        Err(_) => None,
-    };
-    if let Err(e) = std::fs::rename(tmp, out) {
-        let mut e = anyhow::Error::new(e).context(format!("cannot move {} to {}", tmp.display(), out.display()));
-        if let Some(old) = &old {
-            if let Err(back) = std::fs::rename(old, out) {
-                e = e.context(format!("the old model could not be put back: it is in {} ({back})", old.display()));
-            }
-        }
-        return fail(e);
-    }
-    if let Some(old) = old {
-        if let Err(e) = std::fs::remove_dir_all(&old) {
-            crate::errln!(
-                "xsent quantize: note: cannot remove the replaced model, moved to {}: {e}; remove it yourself",
-                old.display()
-            );
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -862,37 +799,5 @@ mod tests {
         assert_eq!(resolved(&real.join("l/../m/./x")), real.join("m/x"));
         assert_eq!(resolved(&real.join("new/../m/x")), real.join("m/x"));
         assert!(resolved(Path::new("rel")).is_absolute());
-    }
-
-    /// The finished folder replaces an old one; a move that fails takes the new folder away and
-    /// puts the old one back, so no `.NAME.partial-PID` (nor `.NAME.old-PID`) is left.
-    #[test]
-    fn move_into_place_replaces_or_leaves_nothing_behind() {
-        let dir = tempfile::tempdir().unwrap();
-        let made = |name: &str, text: &str| {
-            let p = dir.path().join(name);
-            std::fs::create_dir(&p).unwrap();
-            std::fs::write(p.join("config.json"), text).unwrap();
-            p
-        };
-        let names = || {
-            let mut v: Vec<String> = std::fs::read_dir(dir.path())
-                .unwrap()
-                .map(|e| e.unwrap().file_name().to_string_lossy().into())
-                .collect();
-            v.sort();
-            v
-        };
-        let out = dir.path().join("out");
-        move_into_place(&made(".out.partial-1", "first"), &out).unwrap();
-        assert_eq!(std::fs::read_to_string(out.join("config.json")).unwrap(), "first");
-        move_into_place(&made(".out.partial-1", "second"), &out).unwrap();
-        assert_eq!(std::fs::read_to_string(out.join("config.json")).unwrap(), "second");
-        assert_eq!(names(), ["out"]);
-        // A folder that does not exist cannot take it: the new folder is removed.
-        let e = move_into_place(&made(".out.partial-1", "third"), &dir.path().join("missing/out")).unwrap_err();
-        assert!(format!("{e:#}").contains("missing/out"), "{e:#}");
-        assert_eq!(names(), ["out"]);
-        assert_eq!(std::fs::read_to_string(out.join("config.json")).unwrap(), "second");
     }
 }

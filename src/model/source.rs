@@ -85,7 +85,7 @@ pub fn shard_names(index: &Path) -> Result<Vec<String>> {
 /// error when something else is (a folder, a FIFO, a device, a link that leads nowhere or in a
 /// loop), which reading would misread or wait on forever (an outside probe: each was reported as
 /// "has no config.json" or "has no weights").
-fn regular_file(path: &Path) -> Result<bool> {
+pub(crate) fn regular_file(path: &Path) -> Result<bool> {
     use std::os::unix::fs::FileTypeExt;
     match std::fs::metadata(path) {
         Ok(m) if m.is_file() => Ok(true),
