@@ -616,6 +616,63 @@ fn quantized_folders_with_broken_scales_are_refused() {
     }
 }
 
+/// A quantised folder missing smoothing factors that xsent quantize stores is refused, naming
+/// the layer (an outside probe: with all of them removed it embedded at cosine 0.2 to f32,
+/// exit 0). The one pattern of absence an earlier xsent wrote, none on the attention output and
+/// FFN output layers, still loads.
+#[test]
+fn quantized_folders_missing_smoothing_factors_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tiny_bert(tmp.path(), "src", |_, _| {});
+    let q = tmp.path().join("q8");
+    let o = quantize_cmd(&src, &q, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines = ["house1 house2", "house3"];
+    let without = |label: &str, drop: &dyn Fn(&str) -> bool| {
+        let dir = tmp.path().join(label);
+        std::fs::create_dir(&dir).unwrap();
+        for e in std::fs::read_dir(&q).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
+        }
+        let file = dir.join("model.safetensors");
+        let bytes = std::fs::read(&file).unwrap();
+        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let kept: Vec<_> = st.tensors().into_iter().filter(|(n, _)| !drop(n)).collect();
+        assert!(kept.len() < st.len(), "{label}: nothing dropped");
+        safetensors::serialize_to_file(kept, None, &file).unwrap();
+        dir
+    };
+    let output_kind = |n: &str| n.contains(".output.dense.");
+    for (label, drop, layer) in [
+        (
+            "all",
+            &(|n: &str| n.ends_with(".input_smooth")) as &dyn Fn(&str) -> bool,
+            "encoder.layer.0.attention.self.key",
+        ),
+        (
+            "query0",
+            &|n: &str| n == "encoder.layer.0.attention.self.query.input_smooth",
+            "encoder.layer.0.attention.self.query",
+        ),
+        ("ffn-out1", &|n: &str| n == "encoder.layer.1.output.dense.input_smooth", "encoder.layer.1.output.dense"),
+    ] {
+        let dir = without(label, drop);
+        let o = embed_output(&dir, &[], &lines);
+        let e = stderr(&o);
+        assert!(!o.status.success(), "{label}: embed exited 0: {e}");
+        assert!(
+            e.contains(&format!("the int8 layer {layer} has no smoothing factors"))
+                && e.contains(dir.join("model.safetensors").to_str().unwrap())
+                && e.contains("quantize the f32 source model again"),
+            "{label}: {e}"
+        );
+    }
+    let first_scheme = without("first-scheme", &|n: &str| n.ends_with(".input_smooth") && output_kind(n));
+    let o = embed_output(&first_scheme, &[], &lines);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
 /// A model with a sentence-transformers Dense module (32 → 16 after pooling): `xsent quantize`
 /// copies the module (its f32 weights too: only the encoder is quantised), and the folder
 /// embeds exactly as `--dtype int8|bf16` on the source does. Before, the module's weights were

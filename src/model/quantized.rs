@@ -275,6 +275,12 @@ pub fn load_int8(
         }
     }
     let mut layers = HashMap::new();
+    // Which layers go without smoothing factors: every xsent quantize stored them for the
+    // layers a LayerNorm feeds (query, key, value, intermediate); the two others have them in
+    // all layers (calibrated smoothing) or in none (the first scheme). Another pattern is a
+    // damaged file, whose vectors would be wrong without a word (an outside probe: cosine 0.2).
+    let mut unsmoothed: Vec<String> = Vec::new();
+    let mut smoothed_outputs = 0;
     for (wname, (q, shape)) in ints {
         let Some(p) = wname.strip_suffix(".weight").map(str::to_string) else {
             bail!("int8 tensor {wname}: only linear layers' weights are stored in int8")
@@ -286,6 +292,12 @@ pub fn load_int8(
         let scales = take("weight_scale", &mut f32s)
             .with_context(|| format!("int8 weights {wname} without their scales {p}.weight_scale"))?;
         let smooth = take("input_smooth", &mut f32s);
+        let output_kind = p.ends_with(".attention.output.dense") || p.ends_with(".output.dense");
+        match (&smooth, output_kind) {
+            (None, _) => unsmoothed.push(p.clone()),
+            (Some(_), true) => smoothed_outputs += 1,
+            (Some(_), false) => {}
+        }
         let bias = f32s
             .get(&format!("{p}.bias"))
             .map(|(v, _)| v.clone())
@@ -304,6 +316,18 @@ pub fn load_int8(
             .collect();
         f32s.insert(wname, (w, vec![n, k]));
         layers.insert(p, layer);
+    }
+    unsmoothed.sort();
+    let is_output = |p: &String| p.ends_with(".attention.output.dense") || p.ends_with(".output.dense");
+    let missing = unsmoothed.iter().find(|p| !is_output(p) || smoothed_outputs > 0);
+    if let Some(p) = missing {
+        bail!(
+            "{}: the int8 layer {p} has no smoothing factors {p}.input_smooth, which xsent quantize stores for it \
+             ({} of the {} int8 layers lack them): the file is damaged; quantize the f32 source model again (its README.md names it)",
+            weights::describe(paths),
+            unsmoothed.len(),
+            layers.len()
+        );
     }
     let tensors = f32s
         .into_iter()
