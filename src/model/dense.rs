@@ -1,4 +1,5 @@
-//! sentence-transformers' `Dense` module: a linear map (optionally tanh) after pooling, stored as
+//! sentence-transformers' `Dense` module: a linear map and an activation (Tanh unless the config
+//! names Identity, as in sentence-transformers) after pooling, stored as
 //! `N_Dense/config.json` + `N_Dense/model.safetensors` or `pytorch_model.bin` (`linear.weight`
 //! `[out, in]`, `linear.bias`).
 
@@ -32,6 +33,8 @@ struct DenseConfig {
     bias: bool,
     #[serde(default)]
     activation_function: Option<String>,
+    #[serde(default)]
+    use_residual: bool,
 }
 
 fn yes() -> bool {
@@ -65,13 +68,20 @@ impl Dense {
             cfg.in_features,
             cfg.out_features
         );
+        // sentence-transformers' default, when the config names none, is Tanh.
         let activation = match cfg.activation_function.as_deref() {
-            None | Some(IDENTITY) => DenseActivation::Identity,
-            Some(TANH) => DenseActivation::Tanh,
+            Some(IDENTITY) => DenseActivation::Identity,
+            None | Some(TANH) => DenseActivation::Tanh,
             Some(other) => {
                 bail!("{}: activation_function {other:?} is not supported (Identity, Tanh)", cfg_path.display())
             }
         };
+        ensure!(
+            !cfg.use_residual,
+            "{}: use_residual = true (the input added to the output) is not supported by xsent; \
+             it would run the module without it and give other vectors than sentence-transformers",
+            cfg_path.display()
+        );
         // sentence-transformers' order: model.safetensors, else pytorch_model.bin.
         let Some(w_path) = ["model.safetensors", "pytorch_model.bin"].iter().map(|f| dir.join(f)).find(|p| p.is_file())
         else {
@@ -105,8 +115,23 @@ impl Dense {
                 b.to_dtype(DType::F32)?.to_device(device)?
             }
             (true, None) => bail!("{} has no linear.bias though its config says bias = true", w_path.display()),
-            (false, _) => Tensor::zeros(cfg.out_features, DType::F32, device)?,
+            (false, Some(_)) => bail!(
+                "{} has a linear.bias though its config {} says bias = false: one of them is wrong \
+                 (sentence-transformers refuses the pair too)",
+                w_path.display(),
+                cfg_path.display()
+            ),
+            (false, None) => Tensor::zeros(cfg.out_features, DType::F32, device)?,
         };
+        let mut extra: Vec<&String> = t.keys().filter(|k| *k != "linear.weight" && *k != "linear.bias").collect();
+        extra.sort();
+        if let Some(first) = extra.first() {
+            bail!(
+                "{} holds {} tensor(s) a Dense module does not have (first: {first}); it has linear.weight and linear.bias only",
+                w_path.display(),
+                extra.len()
+            );
+        }
         Ok(Self { linear: Linear::new(weight, bias), activation })
     }
 
@@ -193,6 +218,33 @@ mod tests {
         module(&dir.path().join("none"), 0, 32, &[0]);
         let e = load("none").unwrap_err();
         assert!(e.contains("none/config.json: in_features 32 and out_features 0 must both be at least 1"), "{e}");
+    }
+
+    /// The config read as sentence-transformers reads it (an outside probe: each of these ran
+    /// with exit 0 and other vectors): no `activation_function` is Tanh, `use_residual` is
+    /// refused (xsent does not run it), and so are a bias the config says is not there and
+    /// tensors a Dense module does not have.
+    #[test]
+    fn the_config_is_read_as_sentence_transformers_reads_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = dir.path().join("m");
+        module(&m, 16, 32, &[16]);
+        assert_eq!(Dense::load(&m, &Device::Cpu).unwrap().activation, DenseActivation::Tanh);
+        let with = |cfg: serde_json::Value| {
+            std::fs::write(m.join("config.json"), cfg.to_string()).unwrap();
+            Dense::load(&m, &Device::Cpu).map_err(|e| format!("{e:#}"))
+        };
+        let identity = serde_json::json!({"in_features": 32, "out_features": 16, "activation_function": IDENTITY});
+        assert_eq!(with(identity).unwrap().activation, DenseActivation::Identity);
+        let e = with(serde_json::json!({"in_features": 32, "out_features": 16, "use_residual": true})).unwrap_err();
+        assert!(e.contains("use_residual = true") && e.contains("not supported"), "{e}");
+        let e = with(serde_json::json!({"in_features": 32, "out_features": 16, "bias": false})).unwrap_err();
+        assert!(e.contains("has a linear.bias though its config") && e.contains("bias = false"), "{e}");
+        let mut t = weights::read_weight_file(&m.join("model.safetensors")).unwrap();
+        t.insert("linear.foo".into(), Tensor::zeros(3, DType::F32, &Device::Cpu).unwrap());
+        weights::save_tensors(&t, &m.join("model.safetensors")).unwrap();
+        let e = with(serde_json::json!({"in_features": 32, "out_features": 16})).unwrap_err();
+        assert!(e.contains("1 tensor(s) a Dense module does not have (first: linear.foo)"), "{e}");
     }
 
     /// Weights or a bias stored as integers are refused, naming the tensor and its type.
