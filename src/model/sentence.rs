@@ -891,7 +891,7 @@ pub fn write_st_files(dir: &Path, pooling: Pooling, dim: usize, st: &StFiles) ->
 /// `model_max_length` of a `tokenizer_config.json` (`None` without the file or the key, or
 /// with transformers' "no limit" stand-in, a number of 1e29 or more).
 fn read_model_max_length(path: &Path) -> Result<Option<usize>> {
-    let Ok(text) = std::fs::read_to_string(path) else { return Ok(None) };
+    let Some(text) = super::source::read_side_file(path)? else { return Ok(None) };
     let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("invalid {}", path.display()))?;
     match &v["model_max_length"] {
         serde_json::Value::Null => Ok(None),

@@ -112,6 +112,41 @@ pub(crate) fn regular_file(path: &Path) -> Result<bool> {
     }
 }
 
+/// The largest optional model file read as text (a tokenizer's JSON side files, a
+/// sentence-transformers config): far above any real one (XLM-R's `tokenizer_config.json` has
+/// a few KB), so that a wrong file cannot fill memory.
+const MAX_SIDE_FILE: u64 = 64 << 20;
+
+/// The text of the optional model file `path` (`tokenizer_config.json`, `special_tokens_map.json`,
+/// `added_tokens.json`): `None` when nothing is there. Anything but a regular file (a FIFO, which
+/// would block, a device, a folder, a dangling link), a file above [`MAX_SIDE_FILE`] and text
+/// that is not UTF-8 are errors naming it: skipping it would change the model without a word.
+pub(crate) fn read_side_file(path: &Path) -> Result<Option<String>> {
+    if !regular_file(path)? {
+        return Ok(None);
+    }
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_SIDE_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    if bytes.len() as u64 > MAX_SIDE_FILE {
+        bail!(
+            "{} is larger than {} MiB; a tokenizer or model config is a few KB: is it the right file?",
+            path.display(),
+            MAX_SIDE_FILE >> 20
+        );
+    }
+    String::from_utf8(bytes).map(Some).map_err(|e| {
+        anyhow::anyhow!(
+            "{} is not UTF-8 text (at byte {}): it is damaged, or not this file",
+            path.display(),
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
 /// The weight files of the local directory `dir`, the first of [`WEIGHT_FILES`] it holds.
 fn local_weights(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut found = None;
@@ -864,6 +899,33 @@ mod tests {
         let d = fresh("missing");
         std::fs::remove_file(d.join("config.json")).unwrap();
         assert!(err(&d).contains("has no config.json"), "{}", err(&d));
+    }
+
+    /// The tokenizer's side files (`tokenizer_config.json`, `special_tokens_map.json`,
+    /// `added_tokens.json`) are read only when they are regular UTF-8 files of bounded size (an
+    /// outside probe: a FIFO hung `embed`, `/dev/zero` took 15 GB, and a folder, a dangling link
+    /// or invalid UTF-8 were skipped without a word, dropping `model_max_length`).
+    #[test]
+    fn side_files_are_regular_bounded_utf8_or_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |name: &str| dir.path().join(name);
+        let err = |name: &str| format!("{:#}", read_side_file(&p(name)).unwrap_err());
+        assert_eq!(read_side_file(&p("absent.json")).unwrap(), None);
+        std::fs::write(p("ok.json"), "{\"model_max_length\": 4}").unwrap();
+        assert_eq!(read_side_file(&p("ok.json")).unwrap().as_deref(), Some("{\"model_max_length\": 4}"));
+        assert!(std::process::Command::new("mkfifo").arg(p("fifo.json")).status().unwrap().success());
+        assert!(err("fifo.json").contains("fifo.json is a FIFO, not a file"), "{}", err("fifo.json"));
+        std::os::unix::fs::symlink("/dev/zero", p("zero.json")).unwrap();
+        assert!(err("zero.json").contains("zero.json is a device"), "{}", err("zero.json"));
+        std::fs::create_dir(p("folder.json")).unwrap();
+        assert!(err("folder.json").contains("is a folder"), "{}", err("folder.json"));
+        std::os::unix::fs::symlink("gone.json", p("dangling.json")).unwrap();
+        assert!(err("dangling.json").contains("which does not exist"), "{}", err("dangling.json"));
+        std::fs::write(p("latin1.json"), b"{\"name\": \"caf\xe9\"}").unwrap();
+        assert!(err("latin1.json").contains("latin1.json is not UTF-8 text (at byte 13)"), "{}", err("latin1.json"));
+        let big = std::fs::File::create(p("big.json")).unwrap();
+        big.set_len(MAX_SIDE_FILE + 1).unwrap();
+        assert!(err("big.json").contains("is larger than 64 MiB"), "{}", err("big.json"));
     }
 
     #[test]

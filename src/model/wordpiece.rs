@@ -26,10 +26,7 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
 /// A JSON file beside `vocab`, if there is one.
 fn beside(vocab: &Path, name: &str) -> Result<Option<Value>> {
     let path = vocab.with_file_name(name);
-    if !path.is_file() {
-        return Ok(None);
-    }
-    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let Some(text) = super::source::read_side_file(&path)? else { return Ok(None) };
     let v = serde_json::from_str(&text).map_err(|e| anyhow!("{} is not valid JSON: {e}", path.display()))?;
     Ok(Some(v))
 }
