@@ -780,3 +780,28 @@ fn a_bare_model_name_is_looked_up_in_the_models_folder() {
     let e = stderr(&missing);
     assert!(e.contains("nor a model installed in") && e.contains("(tiny-bert)"), "{e}");
 }
+
+/// A special token id of the tokenizer's post-processor past the model's embeddings is refused
+/// at load, naming tokenizer.json (an outside probe: 999999 failed mid-embed with "index-select
+/// invalid index" naming no file; 4294967295 embedded with exit 0).
+#[test]
+fn post_processor_ids_past_the_embeddings_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::tiny_model("tiny-bert", dir.path(), &["hello".into()]);
+    let path = model.join("tokenizer.json");
+    let good: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for id in [1000u64, 999_999, u32::MAX as u64] {
+        let mut tok = good.clone();
+        tok["post_processor"]["cls"] = serde_json::json!(["[CLS]", id]);
+        std::fs::write(&path, tok.to_string()).unwrap();
+        let out = embed(&["--model", model.to_str().unwrap()], b"hello\n");
+        let e = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{id}: {e}");
+        assert!(
+            e.contains("its post-processor adds the special token \"[CLS]\"")
+                && e.contains(&format!("with the id {id}"))
+                && e.contains(path.to_str().unwrap()),
+            "{id}: {e}"
+        );
+    }
+}

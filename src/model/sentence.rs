@@ -319,6 +319,24 @@ impl SentenceEncoder {
             }
         }
 
+        // The ids the post-processor adds ([CLS], </s>, …) are not in the vocabulary it was
+        // given, so they are checked apart (an outside probe: an id past the embeddings failed
+        // mid-embed naming no file, and u32::MAX embedded without a word).
+        let specials = tokenizer
+            .encode("", true)
+            .map_err(|e| anyhow::anyhow!("{}: cannot add the special tokens to a text: {e}", files.tokenizer.display()))?;
+        if let Some(i) = specials.get_ids().iter().position(|&id| id as usize >= config.vocab_size) {
+            bail!(
+                "{}: its post-processor adds the special token {:?} with the id {}, but the model has only {} token embeddings \
+                 (vocab_size in {}): fix the id in the post_processor section",
+                files.tokenizer.display(),
+                specials.get_tokens()[i],
+                specials.get_ids()[i],
+                config.vocab_size,
+                files.config.display()
+            );
+        }
+
         let saved: SavedSettings = match &files.xsent {
             Some(p) => serde_json::from_str(&std::fs::read_to_string(p)?)
                 .with_context(|| format!("invalid {}", p.display()))?,
