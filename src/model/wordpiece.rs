@@ -59,21 +59,21 @@ fn checked(vocab: &Path) -> Result<(String, Tokenizer)> {
     let (json, added) = build(vocab)?;
     let t = <Tokenizer as std::str::FromStr>::from_str(&json)
         .map_err(|e| anyhow!("cannot build a tokenizer from {}: {e}", vocab.display()))?;
-    for (token, id) in added {
+    for (token, id, file) in added {
         if t.token_to_id(&token) != Some(id) {
             bail!(
-                "{}: the token {token:?} is given the id {id}, but the tokenizer would give it {:?} \
+                "{}: the token {token:?} is given the id {id}, but the tokenizer would give it {} \
                  (added tokens take the ids right after the vocabulary, in order); save the tokenizer.json with transformers",
-                vocab.with_file_name("added_tokens.json").display(),
-                t.token_to_id(&token)
+                vocab.with_file_name(file).display(),
+                t.token_to_id(&token).map_or("no id".to_string(), |i| format!("the id {i}"))
             );
         }
     }
     Ok((json, t))
 }
 
-/// The tokenizer.json text, and each added token with the id the files give it.
-fn build(vocab: &Path) -> Result<(String, Vec<(String, u32)>)> {
+/// The tokenizer.json text, and each added token with the id the files give it and the file.
+fn build(vocab: &Path) -> Result<(String, Vec<(String, u32, &'static str)>)> {
     let text = std::fs::read_to_string(vocab).with_context(|| format!("cannot read {}", vocab.display()))?;
     // As transformers' `load_vocab`, which reads the file with Python's universal newlines:
     // each line less its line break; a token met twice keeps its last line.
@@ -130,6 +130,8 @@ fn build(vocab: &Path) -> Result<(String, Vec<(String, u32)>)> {
     let token_of = |key: &str, default: &str| setting(key).and_then(token_text).unwrap_or_else(|| default.to_string());
     let mut added: Vec<AddedEntry> = Vec::new();
     let mut next_id = ids.len() as u64;
+    // Each added token with the id its file gives it: the tokenizer must give it that id.
+    let mut expected: Vec<(String, u32, &'static str)> = Vec::new();
     if let Some(decoder) = decoder {
         for (id, t) in decoder {
             let id: u64 = id.parse().map_err(|_| {
@@ -139,6 +141,13 @@ fn build(vocab: &Path) -> Result<(String, Vec<(String, u32)>)> {
                 bail!("{}: added_tokens_decoder {id} has no content", config_path.display())
             };
             let b = |k: &str, d: bool| t[k].as_bool().unwrap_or(d);
+            let Ok(id32) = u32::try_from(id) else {
+                bail!(
+                    "{}: added_tokens_decoder gives {content:?} the id {id}, beyond any vocabulary",
+                    config_path.display()
+                )
+            };
+            expected.push((content.clone(), id32, "tokenizer_config.json"));
             added.push(AddedEntry {
                 id,
                 content,
@@ -181,7 +190,6 @@ fn build(vocab: &Path) -> Result<(String, Vec<(String, u32)>)> {
             extra.extend(list.iter().filter_map(token_text));
         }
     }
-    let mut expected: Vec<(String, u32)> = Vec::new();
     if decoder.is_none() {
         if let Some(file) = beside(vocab, "added_tokens.json")? {
             let path = vocab.with_file_name("added_tokens.json");
@@ -205,7 +213,10 @@ fn build(vocab: &Path) -> Result<(String, Vec<(String, u32)>)> {
                     rstrip: false,
                     single_word: false,
                 });
-                expected.push((token.clone(), id as u32));
+                let Ok(id32) = u32::try_from(id) else {
+                    bail!("{}: {token:?} has the id {id}, beyond any vocabulary", path.display())
+                };
+                expected.push((token.clone(), id32, "added_tokens.json"));
                 next_id = next_id.max(id + 1);
             }
         }
@@ -345,7 +356,21 @@ mod tests {
         std::fs::write(dir.path().join("tokenizer_config.json"), "{}").unwrap();
         std::fs::write(dir.path().join("added_tokens.json"), r#"{"<new>": 12}"#).unwrap();
         let err = load_tokenizer(&vocab).unwrap_err().to_string();
-        assert!(err.contains("\"<new>\" is given the id 12") && err.contains("Some(9)"), "{err}");
+        assert!(err.contains("\"<new>\" is given the id 12") && err.contains("would give it the id 9"), "{err}");
+        // The same gap given by tokenizer_config.json's added_tokens_decoder (an outside probe:
+        // it was renumbered silently), named there.
+        std::fs::remove_file(dir.path().join("added_tokens.json")).unwrap();
+        std::fs::write(
+            dir.path().join("tokenizer_config.json"),
+            r#"{"added_tokens_decoder": {"5000": {"content": "<new>", "special": true}}}"#,
+        )
+        .unwrap();
+        let err = load_tokenizer(&vocab).unwrap_err().to_string();
+        assert!(
+            err.contains("tokenizer_config.json: the token \"<new>\" is given the id 5000")
+                && err.contains("would give it the id 9"),
+            "{err}"
+        );
         std::fs::write(&vocab, "").unwrap();
         assert!(load_tokenizer(&vocab).unwrap_err().to_string().contains("is empty"));
     }
