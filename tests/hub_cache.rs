@@ -687,3 +687,23 @@ fn hub_repos_with_other_weight_layouts_download_and_embed() {
         "{err}"
     );
 }
+
+/// A ref file that does not hold a commit hash is an error naming it (an outside probe: a
+/// `refs/main` holding `../../…` loaded a model folder outside the cache, and an empty or
+/// garbage one was reported as "config.json … is not in the hub cache").
+#[test]
+fn a_ref_that_is_not_a_commit_hash_is_named() {
+    let hub = tempfile::tempdir().unwrap();
+    make_cache(hub.path(), "org/name", "main", &ALL);
+    let refs = hub.path().join("models--org--name/refs/main");
+    let outside = common::model("multilingual-e5-small");
+    for text in [format!("../../../../../../../..{}", outside.display()), String::new(), "garbage\n".into()] {
+        std::fs::write(&refs, &text).unwrap();
+        let out = embed_stdout("org/name", &[("HF_HUB_CACHE", hub.path())], true);
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{text:?}: {e}");
+        assert!(e.contains("refs/main holds") && e.contains("not a commit hash"), "{text:?}: {e}");
+    }
+    std::fs::write(&refs, COMMIT).unwrap();
+    assert!(embed_stdout("org/name", &[("HF_HUB_CACHE", hub.path())], true).status.success());
+}

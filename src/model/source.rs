@@ -548,6 +548,22 @@ pub fn hub_token(var: &dyn Fn(&str) -> Option<String>, home: Option<&Path>) -> O
 }
 
 /// A full commit hash (40 lowercase hex digits), as `huggingface_hub` recognises one.
+/// A revision's ref file in the hub cache (`refs/main`), when there is one, must hold a commit
+/// hash: the cache reads its files from `snapshots/<what it holds>`, so anything else (an outside
+/// probe: `../../../x` loaded a folder outside the cache) is an error naming the file.
+fn check_ref(path: &Path) -> Result<()> {
+    let Some(text) = read_side_file(path)? else { return Ok(()) };
+    if !is_commit_hash(text.trim()) {
+        let shown: String = text.trim().chars().take(80).collect();
+        bail!(
+            "{} holds {shown:?}, not a commit hash: the hub cache is damaged; remove that file (or the model's folder \
+             in the cache) and download the model again",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
 fn is_commit_hash(revision: &str) -> bool {
     revision.len() == 40 && revision.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
@@ -617,6 +633,7 @@ impl HubRepo {
             None => (spec.to_string(), "main".to_string(), false),
         };
         let repo = hf_hub::Repo::with_revision(id.clone(), hf_hub::RepoType::Model, revision.clone());
+        check_ref(&cache_dir.join(repo.folder_name()).join("refs").join(&revision))?;
         let cache = hf_hub::Cache::new(cache_dir.to_path_buf()).repo(repo.clone());
         let snapshot =
             is_commit_hash(&revision).then(|| cache_dir.join(repo.folder_name()).join("snapshots").join(&revision));
