@@ -297,6 +297,30 @@ fn unused_weights_are_an_error_naming_them() {
     let b = run(&["--allow-unused-weights"]);
     assert!(a.status.success() && b.status.success(), "{}{}", stderr(&a), stderr(&b));
     assert_eq!(a.stdout, b.stdout);
+    // A tensor that is neither the encoder's nor a known head's (here beside the layer that
+    // --layers 1 leaves out) is named too (an outside probe: `foo.bar`, or a second copy under
+    // `bert.`, was ignored without a word); a head (`pooler.*`) is not.
+    let weights = m.join("model.safetensors");
+    let bytes = std::fs::read(&weights).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut tensors: Vec<(String, safetensors::tensor::TensorView)> = st.tensors();
+    let word = st.tensor("embeddings.word_embeddings.weight").unwrap();
+    let extra = [("bert.embeddings.word_embeddings.weight", word.clone()), ("pooler.dense.bias", word.clone())];
+    tensors.extend(extra.iter().map(|(n, v)| (n.to_string(), v.clone())));
+    let bytes = safetensors::serialize(tensors, None).unwrap();
+    std::fs::write(&weights, bytes).unwrap();
+    let o = run(&["--layers", "1"]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(
+        e.contains("1 tensor(s)")
+            && e.contains(
+                "1 of them neither the encoder's nor a known head's, e.g. bert.embeddings.word_embeddings.weight"
+            )
+            && !e.contains("pooler"),
+        "{e}"
+    );
+    assert!(run(&["--layers", "1", "--allow-unused-weights"]).status.success());
 }
 
 /// `mine`, `eval` and `plot` embed whole files: a text cut at `--max-line-bytes` or at the model's

@@ -239,23 +239,32 @@ impl SentenceEncoder {
             let tokenizer = s.spawn(|| super::wordpiece::load_tokenizer(&files.tokenizer));
             let tensors = if saved_dtype == Some(super::quant::Dtype::Int8) {
                 super::quantized::load_int8(&files.weights, &opts.device, config.num_hidden_layers)
+                    .map(|(t, d, q)| (t, d, Vec::new(), q))
             } else {
                 weights::load_encoder_tensors_noting(&files.weights, &opts.device, config.num_hidden_layers)
-                    .map(|(t, d)| (t, d, Default::default()))
+                    .map(|(t, d, f)| (t, d, f, Default::default()))
             };
             let tokenizer = tokenizer.join().unwrap_or_else(|_| {
                 Err(anyhow!("loading the tokenizer {} failed (the thread panicked)", files.tokenizer.display()))
             });
             (tensors, tokenizer)
         });
-        let (tensors, dropped, stored_int8) = tensors?;
+        let (tensors, dropped, foreign, stored_int8) = tensors?;
         if !opts.allow_unused_weights {
             // Layers that --layers leaves out on purpose are not unused.
             let mut unused = if opts.layers.is_some() { Vec::new() } else { dropped };
             unused.extend(super::encoder::unused_tensors(&tensors, &config));
+            let not_encoder = match foreign.first() {
+                Some(first) => format!(
+                    " ({} of them neither the encoder's nor a known head's, e.g. {first}: a damaged or foreign file?)",
+                    foreign.len()
+                ),
+                None => String::new(),
+            };
+            unused.extend(foreign);
             if !unused.is_empty() {
                 bail!(
-                    "{} holds {} tensor(s) that the model {} describes does not use: {}. config.json does not describe these \
+                    "{} holds {} tensor(s) that the model {} describes does not use: {}{not_encoder}. config.json does not describe these \
                      weights (use the model's own config.json){}; or load them anyway with --allow-unused-weights",
                     super::weights::describe(&files.weights),
                     unused.len(),
@@ -322,9 +331,9 @@ impl SentenceEncoder {
         // The ids the post-processor adds ([CLS], </s>, …) are not in the vocabulary it was
         // given, so they are checked apart (an outside probe: an id past the embeddings failed
         // mid-embed naming no file, and u32::MAX embedded without a word).
-        let specials = tokenizer
-            .encode("", true)
-            .map_err(|e| anyhow::anyhow!("{}: cannot add the special tokens to a text: {e}", files.tokenizer.display()))?;
+        let specials = tokenizer.encode("", true).map_err(|e| {
+            anyhow::anyhow!("{}: cannot add the special tokens to a text: {e}", files.tokenizer.display())
+        })?;
         if let Some(i) = specials.get_ids().iter().position(|&id| id as usize >= config.vocab_size) {
             bail!(
                 "{}: its post-processor adds the special token {:?} with the id {}, but the model has only {} token embeddings \

@@ -2,12 +2,22 @@
 //!
 //! Checkpoints come with or without the `bert.` / `roberta.` prefix that masked-LM models carry,
 //! sometimes with the old `gamma`/`beta` LayerNorm names; heads (`cls.*`, `lm_head.*`,
-//! `pooler.*`) are ignored. Inside xsent every tensor has its canonical prefix-free name.
+//! `pooler.*`, `classifier.*`, `qa_outputs.*`) are ignored, and any other tensor is reported. Inside xsent every tensor has its canonical prefix-free name.
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, Var};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+
+/// The heads of transformers' BERT and XLM-R models (masked LM, pooler, task heads): tensors a
+/// checkpoint may carry beside the encoder, which xsent leaves unread.
+const HEADS: [&str; 5] = ["cls.", "lm_head.", "pooler.", "classifier.", "qa_outputs."];
+
+/// Whether the checkpoint tensor `name` (the encoder's `prefix` detected) is a known head.
+fn is_head(name: &str, prefix: &str) -> bool {
+    let rest = name.strip_prefix(prefix).unwrap_or(name);
+    HEADS.iter().any(|h| rest.starts_with(h) || name.starts_with(h))
+}
 
 /// Canonical name of a checkpoint tensor, or `None` when it is not part of the encoder.
 fn canonical_name(name: &str, prefix: &str) -> Option<String> {
@@ -48,21 +58,30 @@ pub fn load_encoder_tensors(paths: &[PathBuf], device: &Device, keep_layers: usi
     Ok(load_encoder_tensors_noting(paths, device, keep_layers)?.0)
 }
 
-/// [`load_encoder_tensors`], and the canonical names of the tensors of the layers it dropped.
+/// [`load_encoder_tensors`], the canonical names of the tensors of the layers it dropped, and
+/// the names of the tensors that are neither the encoder's nor a known head's (`foo.bar`, a
+/// second copy under another prefix): unused weights the caller refuses.
+#[allow(clippy::type_complexity)]
 pub fn load_encoder_tensors_noting(
     paths: &[PathBuf],
     device: &Device,
     keep_layers: usize,
-) -> Result<(HashMap<String, Tensor>, Vec<String>)> {
+) -> Result<(HashMap<String, Tensor>, Vec<String>, Vec<String>)> {
     let files = paths.iter().map(|p| CheckpointFile::open(p)).collect::<Result<Vec<_>>>()?;
     let mut dropped = Vec::new();
     let prefix =
         detect_prefix(files.iter().flat_map(|f| f.names())).with_context(|| format!("in {}", describe(paths)))?;
     let mut out = HashMap::new();
     let mut from: HashMap<String, &Path> = HashMap::new();
+    let mut foreign = Vec::new();
     for (file, path) in files.iter().zip(paths) {
         for name in file.names() {
-            let Some(canon) = canonical_name(name, prefix) else { continue };
+            let Some(canon) = canonical_name(name, prefix) else {
+                if !is_head(name, prefix) {
+                    foreign.push(name.clone());
+                }
+                continue;
+            };
             if let Some(layer) = layer_index(&canon) {
                 if layer >= keep_layers {
                     dropped.push(canon);
@@ -82,7 +101,8 @@ pub fn load_encoder_tensors_noting(
             out.insert(canon, t.to_device(device)?);
         }
     }
-    Ok((out, dropped))
+    foreign.sort();
+    Ok((out, dropped, foreign))
 }
 
 /// Refuses a weight or bias (a name ending in `.weight` or `.bias`) stored as integers: a float
