@@ -80,30 +80,51 @@ impl Heads {
 
     fn from_map(t: &HashMap<String, Tensor>, what: &Path) -> Result<Self> {
         let get = |n: &str| -> Result<Tensor> {
-            Ok(t.get(n).with_context(|| format!("{} has no tensor {n}", what.display()))?.to_dtype(DType::F32)?)
+            let v = t.get(n).with_context(|| format!("{} has no tensor {n}", what.display()))?;
+            weights::check_float_parameter(v, n, what)?;
+            Ok(v.to_dtype(DType::F32)?)
         };
+        let mut extra: Vec<&String> = t.keys().filter(|k| !NAMES.contains(&k.as_str())).collect();
+        extra.sort();
+        if let Some(first) = extra.first() {
+            bail!(
+                "{} holds {} tensor(s) the heads do not have (first: {first}); it has {}",
+                what.display(),
+                extra.len(),
+                NAMES.join(", ")
+            );
+        }
         let heads = Self {
             meaning: Linear::new(get(NAMES[0])?, get(NAMES[1])?),
             language: Linear::new(get(NAMES[2])?, get(NAMES[3])?),
             langid: Linear::new(get(NAMES[4])?, get(NAMES[5])?),
         };
-        ensure!(
-            heads.meaning.weight.rank() == 2,
-            "{}: meaning.weight has shape {:?}, not [d, d]",
-            what.display(),
-            heads.meaning.weight.dims()
-        );
-        let d = heads.dim();
-        ensure!(
-            heads.meaning.weight.dims() == [d, d]
-                && heads.language.weight.dims() == [d, d]
-                && heads.langid.weight.dim(1)? == d,
-            "{}: head shapes disagree (meaning {:?}, language {:?}, langid {:?})",
-            what.display(),
-            heads.meaning.weight.dims(),
-            heads.language.weight.dims(),
-            heads.langid.weight.dims()
-        );
+        // Every shape follows from d (meaning.weight's) and the number of languages n (langid's
+        // rows): checked here, naming the tensor, not at the first forward (an outside probe).
+        let dims = |l: &Linear| (l.weight.dims().to_vec(), l.bias.dims().to_vec());
+        let (mw, _) = dims(&heads.meaning);
+        let d = match mw[..] {
+            [a, b] if a == b && a > 0 => a,
+            _ => bail!("{}: meaning.weight has shape {mw:?}, not [d, d]", what.display()),
+        };
+        let n = match heads.langid.weight.dims() {
+            [n, _] if *n > 0 => *n,
+            other => bail!(
+                "{}: langid.weight has shape {other:?}, not [languages, {d}] with at least one language",
+                what.display()
+            ),
+        };
+        for (name, l, rows) in
+            [("meaning", &heads.meaning, d), ("language", &heads.language, d), ("langid", &heads.langid, n)]
+        {
+            let (w, b) = dims(l);
+            ensure!(
+                w == [rows, d] && b == [rows],
+                "{}: {name}.weight is {w:?} and {name}.bias {b:?}; with d = {d} (meaning.weight) and {n} languages (langid.weight) \
+                 they must be [{rows}, {d}] and [{rows}]",
+                what.display()
+            );
+        }
         Ok(heads)
     }
 
@@ -336,5 +357,26 @@ mod tests {
         assert!(format!("{e}").contains("x/heads.safetensors"), "{e}");
         t.insert("meaning.weight".into(), Tensor::zeros((4, 5), DType::F32, d).unwrap());
         assert!(Heads::from_map(&t, Path::new("y")).is_err());
+        // Biases and the language-id head are checked too, naming the tensor (an outside probe:
+        // a scalar bias failed at the first batch as "fast-linear: shapes … do not fit", and
+        // --head language ran; an empty langid failed in plot as "empty tensor for reduce").
+        let good = Heads::random(4, 3, &mut rng, d).unwrap().tensors();
+        let err = |name: &str, v: Tensor| {
+            let mut t = good.clone();
+            t.insert(name.into(), v);
+            format!("{:#}", Heads::from_map(&t, Path::new("h/heads.safetensors")).err().unwrap())
+        };
+        let e = err("meaning.bias", Tensor::zeros(1, DType::F32, d).unwrap());
+        assert!(e.contains("h/heads.safetensors: meaning.weight is [4, 4] and meaning.bias [1]"), "{e}");
+        let e = err("language.bias", Tensor::zeros((2, 4), DType::F32, d).unwrap());
+        assert!(e.contains("language.bias [2, 4]"), "{e}");
+        let e = err("langid.weight", Tensor::zeros((0, 4), DType::F32, d).unwrap());
+        assert!(e.contains("langid.weight has shape [0, 4]") && e.contains("at least one language"), "{e}");
+        let e = err("langid.bias", Tensor::zeros(2, DType::F32, d).unwrap());
+        assert!(e.contains("with d = 4 (meaning.weight) and 3 languages") && e.contains("[3, 4] and [3]"), "{e}");
+        let e = err("langid.extra", Tensor::zeros(2, DType::F32, d).unwrap());
+        assert!(e.contains("1 tensor(s) the heads do not have (first: langid.extra)"), "{e}");
+        let e = err("language.weight", Tensor::zeros((4, 4), DType::U8, d).unwrap());
+        assert!(e.contains("tensor language.weight of h/heads.safetensors is stored as U8 integers"), "{e}");
     }
 }
