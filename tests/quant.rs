@@ -671,6 +671,18 @@ fn quantized_folders_missing_smoothing_factors_are_refused() {
     let first_scheme = without("first-scheme", &|n: &str| n.ends_with(".input_smooth") && output_kind(n));
     let o = embed_output(&first_scheme, &[], &lines);
     assert!(o.status.success(), "{}", stderr(&o));
+    // The activation scheme's flag is true or false (an outside probe: "yes" was read as false,
+    // changing the vectors without a word).
+    let cfg_path = first_scheme.join("config.json");
+    let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    cfg["quantization_config"]["activations_asymmetric"] = "yes".into();
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    let o = embed_output(&first_scheme, &[], &lines);
+    assert!(
+        !o.status.success() && stderr(&o).contains("activations_asymmetric is \"yes\", not true or false"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// A model with a sentence-transformers Dense module (32 → 16 after pooling): `xsent quantize`

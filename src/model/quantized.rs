@@ -70,8 +70,17 @@ pub fn saved_dtype(raw: &serde_json::Value, path: &Path) -> Result<Option<Dtype>
 /// Whether an int8 model's activations are asymmetric (a scale and an offset per row):
 /// `quantization_config.activations_asymmetric`, absent (false) in directories written before
 /// that scheme, which keep their symmetric rows.
-pub fn saved_asymmetric(raw: &serde_json::Value) -> bool {
-    raw.get("quantization_config").and_then(|q| q.get("activations_asymmetric")).and_then(|v| v.as_bool()) == Some(true)
+/// Another value than true, false or none is an error naming `config` (it was read as false, a
+/// silent change of the vectors).
+pub fn saved_asymmetric(raw: &serde_json::Value, config: &Path) -> Result<bool> {
+    match raw.get("quantization_config").and_then(|q| q.get("activations_asymmetric")) {
+        None | Some(serde_json::Value::Null) => Ok(false),
+        Some(serde_json::Value::Bool(b)) => Ok(*b),
+        Some(other) => bail!(
+            "{}: quantization_config.activations_asymmetric is {other}, not true or false; xsent quantize writes true",
+            config.display()
+        ),
+    }
 }
 
 /// The dtype to run a model stored in `saved` with, given `--dtype requested`.

@@ -290,7 +290,7 @@ impl SentenceEncoder {
         let mut encoder = Encoder::load(vb, &config)
             .with_context(|| format!("loading weights {}", weights::describe(&files.weights)))?;
         if saved_dtype == Some(super::quant::Dtype::Int8) {
-            let asymmetric = super::quantized::saved_asymmetric(&config.raw);
+            let asymmetric = super::quantized::saved_asymmetric(&config.raw, &files.config)?;
             super::quantized::attach_int8(&mut encoder, stored_int8, asymmetric, &opts.device, &files.spec)?;
         } else {
             super::quantized::check(dtype, &opts.device, opts.trainable)?;
