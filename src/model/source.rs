@@ -493,6 +493,18 @@ fn pipeline(modules: Option<&Path>) -> Result<Pipeline> {
     if dense.len() > 1 {
         bail!("{}: xsent supports at most one Dense module, this model has {}", path.display(), dense.len());
     }
+    // A module's folder is inside the model's (an outside probe: `../x` and absolute paths were
+    // read from anywhere, and quantize then wrote a model that depends on a folder outside it).
+    for (kind, p) in mods.iter().filter(|(t, _)| matches!(module_kind(t), "Pooling" | "Dense")) {
+        let inside = Path::new(p).components().all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !inside {
+            bail!(
+                "{}: the {} module's path {p:?} leaves the model's folder; its modules must be folders inside it (e.g. 1_Pooling, 2_Dense)",
+                path.display(),
+                module_kind(kind)
+            );
+        }
+    }
     Ok(Pipeline {
         pooling: of("Pooling").find(|p| !p.is_empty()).map(|p| format!("{p}/config.json")),
         dense: dense.first().map(|p| p.to_string()),
@@ -1013,6 +1025,29 @@ mod tests {
         assert!(!is_commit_hash("0123456789ABCDEF0123456789abcdef01234567"));
         assert!(!is_commit_hash("main"));
         assert!(!is_commit_hash("0123456789abcdef"));
+    }
+
+    /// A Pooling or Dense module outside the model's folder is refused (an outside probe: both
+    /// were read from anywhere).
+    #[test]
+    fn modules_stay_inside_the_model_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let modules = dir.path().join("modules.json");
+        let with = |pooling: &str, dense: &str| {
+            let m = serde_json::json!([
+                {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                {"idx": 1, "name": "1", "path": pooling, "type": "sentence_transformers.models.Pooling"},
+                {"idx": 2, "name": "2", "path": dense, "type": "sentence_transformers.models.Dense"},
+            ]);
+            std::fs::write(&modules, m.to_string()).unwrap();
+            pipeline(Some(&modules)).map(|p| (p.pooling, p.dense)).map_err(|e| e.to_string())
+        };
+        assert_eq!(with("1_Pooling", "2_Dense"), Ok((Some("1_Pooling/config.json".into()), Some("2_Dense".into()))));
+        let e = with("../x", "2_Dense").unwrap_err();
+        assert!(e.contains("the Pooling module's path \"../x\" leaves the model's folder"), "{e}");
+        let e = with("1_Pooling", "/tmp/dense").unwrap_err();
+        assert!(e.contains("the Dense module's path \"/tmp/dense\" leaves"), "{e}");
+        assert!(with("1_Pooling", "sub/../../d").is_err());
     }
 
     #[test]
