@@ -320,6 +320,7 @@ fn user_errors_are_clear() {
         (vec!["--model".into(), "no/such/dir".into()], "not found"),
         (vec!["--model".into(), format!("{}/config.json", e5())], "is a file: give the model's directory"),
         (vec!["--model".into(), "org/name@".into()], "the revision after @ is empty"),
+        (vec!["--model".into(), "/dev/null".into()], "model \"/dev/null\" is a device: give a model directory"),
         (vec!["--model".into(), dir.path().to_str().unwrap().into()], "has no config.json"),
     ];
     for (args, want) in cases {

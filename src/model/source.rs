@@ -220,6 +220,22 @@ pub fn resolve(spec: &str) -> Result<ModelFiles> {
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
         bail!("model {spec:?} is a file: give the model's directory (--model {})", dir.display());
     }
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        // Something is there that is neither a folder nor a file (through links).
+        use std::os::unix::fs::FileTypeExt;
+        let what = match std::fs::metadata(path).map(|m| m.file_type()) {
+            Ok(t) if t.is_fifo() => "a FIFO".to_string(),
+            Ok(t) if t.is_char_device() || t.is_block_device() => "a device".to_string(),
+            Ok(t) if t.is_socket() => "a socket".to_string(),
+            Ok(_) => "not a folder".to_string(),
+            Err(_) if m.file_type().is_symlink() => match std::fs::read_link(path) {
+                Ok(to) => format!("a symbolic link to {}, which does not exist (or loops)", to.display()),
+                Err(_) => "a symbolic link that leads nowhere".to_string(),
+            },
+            Err(e) => format!("unreadable ({e})"),
+        };
+        bail!("model {spec:?} is {what}: give a model directory (with config.json, the weights and the tokenizer)");
+    }
     if spec.ends_with('@') {
         bail!("model {spec:?}: the revision after @ is empty (org/name@REVISION, e.g. @main)");
     }
