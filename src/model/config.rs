@@ -70,6 +70,18 @@ pub struct EncoderConfig {
     pub raw: serde_json::Value,
 }
 
+/// What a JSON value is, for messages.
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "a list",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
 impl EncoderConfig {
     pub fn from_file(path: &Path) -> Result<Self> {
         let text =
@@ -79,8 +91,18 @@ impl EncoderConfig {
 
     pub fn from_json(text: &str) -> Result<Self> {
         let mut raw: serde_json::Value = serde_json::from_str(text)?;
+        if !raw.is_object() {
+            bail!(
+                "expected a JSON object of settings ({{\"model_type\": …, \"hidden_size\": …}}), found {}",
+                json_kind(&raw)
+            );
+        }
         restore_model_type(&mut raw);
-        let mut cfg: EncoderConfig = serde_json::from_value(raw.clone())?;
+        // The error names the key (`num_hidden_layers: invalid type: string "4", expected usize`).
+        let mut cfg: EncoderConfig = serde_path_to_error::deserialize(raw.clone()).map_err(|e| {
+            let at = e.path().to_string();
+            anyhow::anyhow!("{at}: {}", e.into_inner())
+        })?;
         cfg.raw = raw;
         cfg.family()?;
         check_activation(&cfg.hidden_act)?;
@@ -96,6 +118,7 @@ impl EncoderConfig {
             ("intermediate_size", cfg.intermediate_size),
             ("vocab_size", cfg.vocab_size),
             ("max_position_embeddings", cfg.max_position_embeddings),
+            ("type_vocab_size", cfg.type_vocab_size),
         ] {
             if v == 0 {
                 bail!("{name} is 0; a model needs at least 1");
@@ -110,10 +133,12 @@ impl EncoderConfig {
         }
         // XLM-R numbers positions from pad_token_id + 1 (an outside probe: pad_token_id 2000 was
         // reported as an input too long for --max-length).
-        if cfg.family()? == Family::XlmRoberta && pad + 1 >= cfg.max_position_embeddings {
+        // A text needs two positions at least, for its two special tokens.
+        if cfg.family()? == Family::XlmRoberta && pad + 3 > cfg.max_position_embeddings {
             bail!(
-                "pad_token_id {pad} leaves no positions: the XLM-R family numbers positions from pad_token_id + 1, \
-                 and max_position_embeddings is {}",
+                "pad_token_id {pad} leaves {} position(s), fewer than the 2 a text's special tokens take: the XLM-R family \
+                 numbers positions from pad_token_id + 1, and max_position_embeddings is {}",
+                cfg.max_position_embeddings.saturating_sub(pad + 1),
                 cfg.max_position_embeddings
             );
         }
@@ -238,9 +263,30 @@ mod tests {
         assert!(err("bert", "layer_norm_eps", 0.0.into()).contains("layer_norm_eps is 0"));
         assert!(err("bert", "pad_token_id", 50.into())
             .contains("pad_token_id 50 is not a token of the vocabulary (vocab_size 50)"));
-        assert!(err("xlm-roberta", "pad_token_id", 11.into()).contains("pad_token_id 11 leaves no positions"));
-        with("xlm-roberta", "pad_token_id", 10.into()).unwrap();
+        assert!(err("xlm-roberta", "pad_token_id", 11.into()).contains("pad_token_id 11 leaves 0 position(s)"));
+        // One or two positions left are too few too (an outside probe: every line embedded as
+        // its special tokens alone, the same vector for all).
+        assert!(err("xlm-roberta", "pad_token_id", 10.into())
+            .contains("pad_token_id 10 leaves 1 position(s), fewer than the 2"));
+        with("xlm-roberta", "pad_token_id", 9.into()).unwrap();
         with("bert", "pad_token_id", 49.into()).unwrap();
         with("bert", "layer_norm_eps", 1e-12.into()).unwrap();
+    }
+
+    /// A value of the wrong type names its key; a file that is not an object says what it is;
+    /// type_vocab_size 0 is refused as the other sizes are (an outside probe: serde's messages
+    /// named no key, and type_vocab_size 0 failed later as a shape mismatch).
+    #[test]
+    fn type_errors_name_the_key() {
+        let err = |k: &str, v: serde_json::Value| format!("{:#}", with("bert", k, v).unwrap_err());
+        assert!(err("num_hidden_layers", "4".into()).starts_with("num_hidden_layers: invalid type: string \"4\""));
+        assert!(
+            err("vocab_size", (-1).into()).starts_with("vocab_size: invalid value: integer `-1`"),
+            "{}",
+            err("vocab_size", (-1).into())
+        );
+        assert!(err("type_vocab_size", 0.into()).contains("type_vocab_size is 0; a model needs at least 1"));
+        let e = format!("{:#}", EncoderConfig::from_json("[[]]").unwrap_err());
+        assert!(e.contains("expected a JSON object of settings") && e.contains("found a list"), "{e}");
     }
 }
