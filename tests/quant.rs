@@ -416,6 +416,25 @@ fn edit_f32_tensors(path: &std::path::Path, mut edit: impl FnMut(&str, &mut [f32
     safetensors::serialize_to_file(views, None, path).unwrap();
 }
 
+/// The tiny BERT quantised to int8 by `xsent quantize` into `dir/q8`.
+fn tiny_int8(dir: &std::path::Path) -> std::path::PathBuf {
+    let src = tiny_bert(dir, "src", |_, _| {});
+    let q = dir.join("q8");
+    let o = quantize_cmd(&src, &q, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    q
+}
+
+/// A copy of the model folder `from` (its files) at `to`.
+fn copy_of(from: &std::path::Path, to: &std::path::Path) -> std::path::PathBuf {
+    std::fs::create_dir(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+    to.to_path_buf()
+}
+
 /// `xsent quantize SRC OUT ARGS`.
 fn quantize_cmd(src: &std::path::Path, out: &std::path::Path, args: &[&str]) -> std::process::Output {
     common::xsent().arg("quantize").arg(src).arg(out).args(args).stdin(std::process::Stdio::null()).output().unwrap()
@@ -582,20 +601,12 @@ fn non_finite_or_zero_calibration_and_activations_are_not_hidden() {
 #[test]
 fn quantized_folders_with_broken_scales_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
-    let src = tiny_bert(tmp.path(), "src", |_, _| {});
-    let q = tmp.path().join("q8");
-    let o = quantize_cmd(&src, &q, &[]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let q = tiny_int8(tmp.path());
     let lines = ["house1 house2", "house3"];
     common::embed_cli(&q, &[], &lines);
     for tensor in ["encoder.layer.0.attention.self.key.weight_scale", "encoder.layer.1.output.dense.input_smooth"] {
         for (label, bad) in [("NaN", f32::NAN), ("inf", f32::INFINITY), ("0", 0.0), ("-1", -1.0)] {
-            let broken = tmp.path().join(format!("broken-{label}-{tensor}"));
-            std::fs::create_dir(&broken).unwrap();
-            for e in std::fs::read_dir(&q).unwrap() {
-                let e = e.unwrap();
-                std::fs::copy(e.path(), broken.join(e.file_name())).unwrap();
-            }
+            let broken = copy_of(&q, &tmp.path().join(format!("broken-{label}-{tensor}")));
             let file = broken.join("model.safetensors");
             edit_f32_tensors(&file, |n, v| {
                 if n == tensor {
@@ -623,18 +634,10 @@ fn quantized_folders_with_broken_scales_are_refused() {
 #[test]
 fn quantized_folders_missing_smoothing_factors_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
-    let src = tiny_bert(tmp.path(), "src", |_, _| {});
-    let q = tmp.path().join("q8");
-    let o = quantize_cmd(&src, &q, &[]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let q = tiny_int8(tmp.path());
     let lines = ["house1 house2", "house3"];
     let without = |label: &str, drop: &dyn Fn(&str) -> bool| {
-        let dir = tmp.path().join(label);
-        std::fs::create_dir(&dir).unwrap();
-        for e in std::fs::read_dir(&q).unwrap() {
-            let e = e.unwrap();
-            std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
-        }
+        let dir = copy_of(&q, &tmp.path().join(label));
         let file = dir.join("model.safetensors");
         let bytes = std::fs::read(&file).unwrap();
         let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
