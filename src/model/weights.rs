@@ -89,6 +89,14 @@ pub fn load_encoder_tensors_noting(
                 }
             }
             if let Some(first) = from.insert(canon.clone(), path) {
+                if first == path.as_path() {
+                    // Two names for one tensor in one file: the old LayerNorm names beside the new.
+                    bail!(
+                        "{} holds {canon} twice, under two names ({name} and the {} one): keep one of them",
+                        path.display(),
+                        if name.ends_with(".gamma") || name.ends_with(".beta") { "new" } else { "old gamma/beta" }
+                    );
+                }
                 bail!(
                     "tensor {name} is in two weight files of one checkpoint, {} and {}",
                     first.display(),
@@ -112,7 +120,7 @@ pub fn load_encoder_tensors_noting(
 pub(crate) fn check_float_parameter(t: &Tensor, name: &str, path: &Path) -> Result<()> {
     if !t.dtype().is_float() && (name.ends_with(".weight") || name.ends_with(".bias")) {
         bail!(
-            "tensor {name} of {} is stored as {:?} integers; xsent reads float weights (F32, F16, BF16): \
+            "tensor {name} of {} is stored as {:?} integers; xsent reads float weights (F32, F16, BF16, F64): \
              is this a quantised checkpoint of another tool? Use the model's float weights \
              (xsent quantize makes int8 from them)",
             path.display(),
@@ -407,5 +415,28 @@ mod tests {
         assert_eq!(detect_prefix(&names).unwrap(), "");
         let err = detect_prefix(&vec!["foo.weight".to_string()]).unwrap_err().to_string();
         assert!(err.contains("word_embeddings"), "{err}");
+    }
+
+    /// A tensor under its old and its new LayerNorm name in one file is named as such (an
+    /// outside probe: "in two weight files of one checkpoint, m/model.safetensors and
+    /// m/model.safetensors"); heads are not returned, other tensors are (as foreign).
+    #[test]
+    fn one_tensor_under_two_names_and_foreign_tensors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.safetensors");
+        let t = |n: usize| Tensor::zeros(n, DType::F32, &Device::Cpu).unwrap();
+        let mut m: HashMap<String, Tensor> = HashMap::from([
+            ("embeddings.word_embeddings.weight".to_string(), t(4)),
+            ("embeddings.LayerNorm.weight".to_string(), t(2)),
+            ("pooler.dense.bias".to_string(), t(2)),
+            ("foo.bar".to_string(), t(1)),
+        ]);
+        save_tensors(&m, &path).unwrap();
+        let (tensors, _, foreign) = load_encoder_tensors_noting(&[path.clone()], &Device::Cpu, 1).unwrap();
+        assert_eq!((tensors.len(), foreign), (2, vec!["foo.bar".to_string()]));
+        m.insert("embeddings.LayerNorm.gamma".to_string(), t(2));
+        save_tensors(&m, &path).unwrap();
+        let e = format!("{:#}", load_encoder_tensors_noting(&[path.clone()], &Device::Cpu, 1).unwrap_err());
+        assert!(e.contains("holds embeddings.LayerNorm.weight twice, under two names"), "{e}");
     }
 }
