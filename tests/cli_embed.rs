@@ -776,10 +776,17 @@ fn a_bare_model_name_is_looked_up_in_the_models_folder() {
     let local = run(elsewhere.path(), "tiny-bert");
     assert_eq!(local.status.code(), Some(1));
     assert!(stderr(&local).contains("has no config.json"), "{}", stderr(&local));
+    // A model of another kind (its xsent.json) is found by its bare name too: here a kind this
+    // xsent does not know, which it names.
+    let other = models.path().join("other-kind");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("xsent.json"), r#"{"kind": "future-kind"}"#).unwrap();
+    let o = run(elsewhere.path(), "other-kind");
+    assert!(stderr(&o).contains("names model kind \"future-kind\""), "{}", stderr(&o));
     let missing = run(elsewhere.path(), "no-such-model");
     assert_eq!(missing.status.code(), Some(1));
     let e = stderr(&missing);
-    assert!(e.contains("nor a model installed in") && e.contains("(tiny-bert)"), "{e}");
+    assert!(e.contains("nor a model installed in") && e.contains("(other-kind, tiny-bert)"), "{e}");
 }
 
 /// A special token id of the tokenizer's post-processor past the model's embeddings is refused

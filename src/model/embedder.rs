@@ -3,7 +3,6 @@
 //! models, heads over a frozen encoder) serves them alike.
 
 use anyhow::{bail, Context, Result};
-use std::path::Path;
 
 /// Sentence vectors of a window of texts, in input order.
 #[derive(Debug, Clone, Default)]
@@ -74,7 +73,7 @@ struct Kind {
 
 /// The `kind` recorded in DIR/xsent.json, if `spec` is a local directory that has one.
 pub fn saved_kind(spec: &str) -> Result<Option<String>> {
-    let path = Path::new(spec).join("xsent.json");
+    let path = super::source::local_dir(spec).join("xsent.json");
     if !path.is_file() {
         return Ok(None);
     }

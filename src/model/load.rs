@@ -4,7 +4,6 @@
 use super::embedder::{saved_kind, Embedder};
 use super::sentence::{LoadOptions, SentenceEncoder};
 use anyhow::{bail, Result};
-use std::path::Path;
 
 /// Load any model xsent can embed with: a directory or hub id of a BERT/XLM-R-family encoder,
 /// or a directory xsent trained whose `xsent.json` names another kind. `head` picks one of a
@@ -19,7 +18,7 @@ pub fn load_embedder(spec: &str, opts: &LoadOptions, head: Option<&str>) -> Resu
         }
         Some(super::kinds::disentangle::KIND) => {
             let head = head.map(super::kinds::disentangle::Head::parse).transpose()?.unwrap_or(super::kinds::disentangle::Head::Meaning);
-            Ok(Box::new(super::kinds::disentangle::DisentangledEncoder::load(Path::new(spec), opts, head)?))
+            Ok(Box::new(super::kinds::disentangle::DisentangledEncoder::load(&super::source::local_dir(spec), opts, head)?))
         }
         Some("averaging") => {
             if let Some(h) = head {
@@ -31,7 +30,7 @@ pub fn load_embedder(spec: &str, opts: &LoadOptions, head: Option<&str>) -> Resu
             if opts.dtype.is_some_and(|d| d != super::quant::Dtype::F32) {
                 bail!("{spec} is an averaging model (mean of unit embeddings, no linear layers): --dtype does not apply to it");
             }
-            Ok(Box::new(super::AveragingModel::load(Path::new(spec), opts.normalize.unwrap_or(true), opts.prefix.as_deref(), opts.max_text_bytes)?))
+            Ok(Box::new(super::AveragingModel::load(&super::source::local_dir(spec), opts.normalize.unwrap_or(true), opts.prefix.as_deref(), opts.max_text_bytes)?))
         }
         Some(other) => bail!(
             "{spec}/xsent.json names model kind {other:?}, which this xsent does not know (a newer xsent may have written it)"

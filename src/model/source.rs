@@ -239,12 +239,10 @@ pub fn resolve(spec: &str) -> Result<ModelFiles> {
     if spec.ends_with('@') {
         bail!("model {spec:?}: the revision after @ is empty (org/name@REVISION, e.g. @main)");
     }
-    // A bare name is a model installed in the models folder (`--model all-MiniLM-L6-v2`, as
-    // sentence-transformers takes it); a local directory of that name came first.
-    let installed = crate::places::models_dir();
-    if is_bare_name(spec) && installed.join(spec).is_dir() {
-        return resolve_dir(&installed.join(spec), spec);
+    if let Some(dir) = installed_model(spec) {
+        return resolve_dir(&dir, spec);
     }
+    let installed = crate::places::models_dir();
     let first = spec.split('/').next().unwrap_or("");
     if looks_like_hub_id(spec) && Path::new(first).is_dir() {
         let rest = &spec[first.len() + 1..];
@@ -274,6 +272,20 @@ pub fn resolve(spec: &str) -> Result<ModelFiles> {
         installed.display(),
         crate::places::DEFAULT_MODEL
     )
+}
+
+/// The folder in the models folder that `spec` names, when it is a bare name (`--model
+/// all-MiniLM-L6-v2`, as sentence-transformers takes it) and nothing of that name is where xsent
+/// runs (a local directory comes first).
+fn installed_model(spec: &str) -> Option<PathBuf> {
+    let dir = crate::places::models_dir().join(spec);
+    (is_bare_name(spec) && std::fs::symlink_metadata(spec).is_err() && dir.is_dir()).then_some(dir)
+}
+
+/// The local directory `spec` names: itself, or a model in the models folder
+/// ([`installed_model`]); `spec` as a path otherwise (a hub id, or nothing).
+pub fn local_dir(spec: &str) -> PathBuf {
+    installed_model(spec).unwrap_or_else(|| PathBuf::from(spec))
 }
 
 /// Whether `spec` could name a folder in the models folder: one path component, not `.` or `..`.
