@@ -710,13 +710,14 @@ impl HubRepo {
                 bail!(
                     "{file} of {} (revision {}) is not in the hub cache {} and HF_HUB_OFFLINE is set.\n\
                      Download it while online (run the same command without HF_HUB_OFFLINE, or `huggingface-cli download {}{}`), \
-                     or pass a local model directory to --model.\n{}.",
+                     or pass a local model directory to --model.{}",
                     self.id,
                     self.revision,
                     self.cache_dir.display(),
                     self.id,
                     self.revision_flag(),
-                    how_to_get(file)
+                    // What to do with a local copy applies to the tokenizer only, here.
+                    if file == "tokenizer.json" { format!("\n{}.", how_to_get(file)) } else { String::new() }
                 );
             }
             return Ok(None);
