@@ -319,9 +319,10 @@ impl SentenceEncoder {
         if let Some((token, id)) = tokenizer.get_vocab(true).into_iter().max_by_key(|(_, id)| *id) {
             if id as usize >= config.vocab_size {
                 bail!(
-                    "{} gives token {token:?} the id {id}, but the model has only {} token embeddings (vocab_size in {}): \
+                    "{} gives token {} the id {id}, but the model has only {} token embeddings (vocab_size in {}): \
                      the tokenizer does not belong to this model",
                     files.tokenizer.display(),
+                    super::embedder::shown(&token),
                     config.vocab_size,
                     files.config.display()
                 );

@@ -62,9 +62,10 @@ fn checked(vocab: &Path) -> Result<(String, Tokenizer)> {
     for (token, id, file) in added {
         if t.token_to_id(&token) != Some(id) {
             bail!(
-                "{}: the token {token:?} is given the id {id}, but the tokenizer would give it {} \
+                "{}: the token {} is given the id {id}, but the tokenizer would give it {} \
                  (added tokens take the ids right after the vocabulary, in order); save the tokenizer.json with transformers",
                 vocab.with_file_name(file).display(),
+                super::embedder::shown(&token),
                 t.token_to_id(&token).map_or("no id".to_string(), |i| format!("the id {i}"))
             );
         }
@@ -197,7 +198,7 @@ fn build(vocab: &Path) -> Result<(String, Vec<(String, u32, &'static str)>)> {
             let mut entries: Vec<(u64, &String)> = Vec::new();
             for (token, id) in file {
                 let Some(id) = id.as_u64() else {
-                    bail!("{}: the id of {token:?} is {id}, not a number", path.display())
+                    bail!("{}: the id of {} is {id}, not a number", path.display(), super::embedder::shown(token))
                 };
                 entries.push((id, token));
             }
@@ -214,7 +215,11 @@ fn build(vocab: &Path) -> Result<(String, Vec<(String, u32, &'static str)>)> {
                     single_word: false,
                 });
                 let Ok(id32) = u32::try_from(id) else {
-                    bail!("{}: {token:?} has the id {id}, beyond any vocabulary", path.display())
+                    bail!(
+                        "{}: {} has the id {id}, beyond any vocabulary",
+                        path.display(),
+                        super::embedder::shown(token)
+                    )
                 };
                 expected.push((token.clone(), id32, "added_tokens.json"));
                 next_id = next_id.max(id + 1);
