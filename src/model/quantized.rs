@@ -566,7 +566,7 @@ pub fn quantize(
         }
         std::fs::write(tmp.join("config.json"), serde_json::to_string_pretty(&raw)? + "\n")?;
         let dense = files.dense.as_deref().and_then(|d| d.strip_prefix(&src_dir).ok());
-        for note in copy_model_files(&src_dir, &tmp, dense)? {
+        for note in copy_model_files(&src_dir, tmp, dense)? {
             crate::errln!("xsent quantize: not copied: {note}; only the model's own files and folders are copied");
         }
         if let Some(d) = &files.dense {

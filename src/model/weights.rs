@@ -432,11 +432,11 @@ mod tests {
             ("foo.bar".to_string(), t(1)),
         ]);
         save_tensors(&m, &path).unwrap();
-        let (tensors, _, foreign) = load_encoder_tensors_noting(&[path.clone()], &Device::Cpu, 1).unwrap();
+        let (tensors, _, foreign) = load_encoder_tensors_noting(std::slice::from_ref(&path), &Device::Cpu, 1).unwrap();
         assert_eq!((tensors.len(), foreign), (2, vec!["foo.bar".to_string()]));
         m.insert("embeddings.LayerNorm.gamma".to_string(), t(2));
         save_tensors(&m, &path).unwrap();
-        let e = format!("{:#}", load_encoder_tensors_noting(&[path.clone()], &Device::Cpu, 1).unwrap_err());
+        let e = format!("{:#}", load_encoder_tensors_noting(std::slice::from_ref(&path), &Device::Cpu, 1).unwrap_err());
         assert!(e.contains("holds embeddings.LayerNorm.weight twice, under two names"), "{e}");
     }
 }

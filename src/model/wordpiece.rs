@@ -73,8 +73,11 @@ fn checked(vocab: &Path) -> Result<(String, Tokenizer)> {
     Ok((json, t))
 }
 
+/// An added token, the id a file gives it, and that file's name.
+type GivenId = (String, u32, &'static str);
+
 /// The tokenizer.json text, and each added token with the id the files give it and the file.
-fn build(vocab: &Path) -> Result<(String, Vec<(String, u32, &'static str)>)> {
+fn build(vocab: &Path) -> Result<(String, Vec<GivenId>)> {
     let text = std::fs::read_to_string(vocab).with_context(|| format!("cannot read {}", vocab.display()))?;
     // As transformers' `load_vocab`, which reads the file with Python's universal newlines:
     // each line less its line break; a token met twice keeps its last line.
@@ -132,7 +135,7 @@ fn build(vocab: &Path) -> Result<(String, Vec<(String, u32, &'static str)>)> {
     let mut added: Vec<AddedEntry> = Vec::new();
     let mut next_id = ids.len() as u64;
     // Each added token with the id its file gives it: the tokenizer must give it that id.
-    let mut expected: Vec<(String, u32, &'static str)> = Vec::new();
+    let mut expected: Vec<GivenId> = Vec::new();
     if let Some(decoder) = decoder {
         for (id, t) in decoder {
             let id: u64 = id.parse().map_err(|_| {
