@@ -72,7 +72,7 @@ pub fn load_encoder_tensors_noting(
     let prefix =
         detect_prefix(files.iter().flat_map(|f| f.names())).with_context(|| format!("in {}", describe(paths)))?;
     let mut out = HashMap::new();
-    let mut from: HashMap<String, &Path> = HashMap::new();
+    let mut from: HashMap<String, (&Path, &String)> = HashMap::new();
     let mut foreign = Vec::new();
     for (file, path) in files.iter().zip(paths) {
         for name in file.names() {
@@ -88,14 +88,10 @@ pub fn load_encoder_tensors_noting(
                     continue;
                 }
             }
-            if let Some(first) = from.insert(canon.clone(), path) {
-                if first == path.as_path() {
-                    // Two names for one tensor in one file: the old LayerNorm names beside the new.
-                    bail!(
-                        "{} holds {canon} twice, under two names ({name} and the {} one): keep one of them",
-                        path.display(),
-                        if name.ends_with(".gamma") || name.ends_with(".beta") { "new" } else { "old gamma/beta" }
-                    );
+            if let Some((first, first_name)) = from.insert(canon.clone(), (path, name)) {
+                if first == path.as_path() && first_name != name {
+                    // Two names for one tensor in one file: an old LayerNorm name beside the new.
+                    bail!("{} holds {canon} twice, as {first_name} and as {name}: keep one of them", path.display());
                 }
                 bail!(
                     "tensor {name} is in two weight files of one checkpoint, {} and {}",
@@ -437,6 +433,6 @@ mod tests {
         m.insert("embeddings.LayerNorm.gamma".to_string(), t(2));
         save_tensors(&m, &path).unwrap();
         let e = format!("{:#}", load_encoder_tensors_noting(std::slice::from_ref(&path), &Device::Cpu, 1).unwrap_err());
-        assert!(e.contains("holds embeddings.LayerNorm.weight twice, under two names"), "{e}");
+        assert!(e.contains("holds embeddings.LayerNorm.weight twice, as embeddings.LayerNorm."), "{e}");
     }
 }
