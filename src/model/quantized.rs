@@ -301,8 +301,7 @@ pub fn load_int8(
         let scales = take("weight_scale", &mut f32s)
             .with_context(|| format!("int8 weights {wname} without their scales {p}.weight_scale"))?;
         let smooth = take("input_smooth", &mut f32s);
-        let output_kind = p.ends_with(".attention.output.dense") || p.ends_with(".output.dense");
-        match (&smooth, output_kind) {
+        match (&smooth, is_output_layer(&p)) {
             (None, _) => unsmoothed.push(p.clone()),
             (Some(_), true) => smoothed_outputs += 1,
             (Some(_), false) => {}
@@ -327,8 +326,7 @@ pub fn load_int8(
         layers.insert(p, layer);
     }
     unsmoothed.sort();
-    let is_output = |p: &String| p.ends_with(".attention.output.dense") || p.ends_with(".output.dense");
-    let missing = unsmoothed.iter().find(|p| !is_output(p) || smoothed_outputs > 0);
+    let missing = unsmoothed.iter().find(|p| !is_output_layer(p) || smoothed_outputs > 0);
     if let Some(p) = missing {
         bail!(
             "{}: the int8 layer {p} has no smoothing factors {p}.input_smooth, which xsent quantize stores for it \
@@ -343,6 +341,12 @@ pub fn load_int8(
         .map(|(n, (v, s))| Ok((n, Tensor::from_vec(v, s, device)?)))
         .collect::<Result<HashMap<_, _>>>()?;
     Ok((tensors, dropped, layers))
+}
+
+/// Whether a linear layer (its name without `.weight`) is one of a layer's two output
+/// projections (`attention.output.dense`, `output.dense`), which no LayerNorm feeds.
+fn is_output_layer(p: &str) -> bool {
+    p.ends_with(".output.dense")
 }
 
 /// Give `encoder`'s linear layers the int8 layers read by [`load_int8`].
