@@ -123,13 +123,11 @@ impl Dense {
             ),
             (false, None) => Tensor::zeros(cfg.out_features, DType::F32, device)?,
         };
-        let mut extra: Vec<&String> = t.keys().filter(|k| *k != "linear.weight" && *k != "linear.bias").collect();
-        extra.sort();
-        if let Some(first) = extra.first() {
+        let allowed = |k: &str| k == "linear.weight" || k == "linear.bias";
+        if let Some((n, first)) = weights::unexpected_tensors(t.keys(), allowed) {
             bail!(
-                "{} holds {} tensor(s) a Dense module does not have (first: {first}); it has linear.weight and linear.bias only",
-                w_path.display(),
-                extra.len()
+                "{} holds {n} tensor(s) a Dense module does not have (first: {first}); it has linear.weight and linear.bias only",
+                w_path.display()
             );
         }
         Ok(Self { linear: Linear::new(weight, bias), activation })

@@ -332,16 +332,10 @@ fn check(h: &Header, config: &serde_json::Value, tensors: &Tensors) -> Result<()
         missing[0],
         h.layers
     );
-    let want: std::collections::HashSet<&String> = want.iter().collect();
-    let mut extra: Vec<&String> = tensors.keys().filter(|n| !want.contains(n)).collect();
-    extra.sort();
-    ensure!(
-        extra.is_empty(),
-        "it holds {} tensors beyond the {} layers its header says (first: {})",
-        extra.len(),
-        h.layers,
-        extra[0]
-    );
+    let want: std::collections::HashSet<&str> = want.iter().map(String::as_str).collect();
+    if let Some((n, first)) = super::weights::unexpected_tensors(tensors.keys(), |k| want.contains(k)) {
+        bail!("it holds {n} tensors beyond the {} layers its header says (first: {first})", h.layers);
+    }
     Ok(())
 }
 

@@ -260,6 +260,17 @@ pub fn random_encoder_tensors(
     Ok(out)
 }
 
+/// The tensor names that `allowed` refuses: how many there are, and the first in sorted order
+/// (for an error that names one). `None` when every name is allowed.
+pub fn unexpected_tensors<'a>(
+    names: impl IntoIterator<Item = &'a String>,
+    allowed: impl Fn(&str) -> bool,
+) -> Option<(usize, &'a str)> {
+    let mut extra: Vec<&String> = names.into_iter().filter(|n| !allowed(n)).collect();
+    extra.sort();
+    extra.first().map(|first| (extra.len(), first.as_str()))
+}
+
 /// `encoder.layer.7.attention...` → `Some(7)`.
 pub fn layer_index(name: &str) -> Option<usize> {
     name.strip_prefix("encoder.layer.")?.split('.').next()?.parse().ok()

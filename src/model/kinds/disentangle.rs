@@ -84,13 +84,10 @@ impl Heads {
             weights::check_float_parameter(v, n, what)?;
             Ok(v.to_dtype(DType::F32)?)
         };
-        let mut extra: Vec<&String> = t.keys().filter(|k| !NAMES.contains(&k.as_str())).collect();
-        extra.sort();
-        if let Some(first) = extra.first() {
+        if let Some((n, first)) = weights::unexpected_tensors(t.keys(), |k| NAMES.contains(&k)) {
             bail!(
-                "{} holds {} tensor(s) the heads do not have (first: {first}); it has {}",
+                "{} holds {n} tensor(s) the heads do not have (first: {first}); it has {}",
                 what.display(),
-                extra.len(),
                 NAMES.join(", ")
             );
         }
