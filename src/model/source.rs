@@ -239,7 +239,9 @@ pub fn resolve(spec: &str) -> Result<ModelFiles> {
     if spec.ends_with('@') {
         bail!("model {spec:?}: the revision after @ is empty (org/name@REVISION, e.g. @main)");
     }
-    if let Some(dir) = installed_model(spec) {
+    // Nothing is at `spec` where xsent runs (looked at above), so a bare name is looked up in
+    // the models folder without a second look.
+    if let Some(dir) = in_models_folder(spec) {
         return resolve_dir(&dir, spec);
     }
     let installed = crate::places::models_dir();
@@ -278,8 +280,14 @@ pub fn resolve(spec: &str) -> Result<ModelFiles> {
 /// all-MiniLM-L6-v2`, as sentence-transformers takes it) and nothing of that name is where xsent
 /// runs (a local directory comes first).
 fn installed_model(spec: &str) -> Option<PathBuf> {
+    std::fs::symlink_metadata(spec).is_err().then(|| in_models_folder(spec)).flatten()
+}
+
+/// The folder of the models folder that `spec` names when it is a bare name, whatever is
+/// where xsent runs: [`installed_model`] for callers that have not looked there yet.
+fn in_models_folder(spec: &str) -> Option<PathBuf> {
     let dir = crate::places::models_dir().join(spec);
-    (is_bare_name(spec) && std::fs::symlink_metadata(spec).is_err() && dir.is_dir()).then_some(dir)
+    (is_bare_name(spec) && dir.is_dir()).then_some(dir)
 }
 
 /// The local directory `spec` names: itself, or a model in the models folder
