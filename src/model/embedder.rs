@@ -79,5 +79,34 @@ pub fn saved_kind(spec: &str) -> Result<Option<String>> {
     }
     let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
     let k: Kind = serde_json::from_str(&text).with_context(|| format!("invalid {}", path.display()))?;
+    // A transformer model's xsent.json (its prefix) names no kind; it sits beside config.json.
+    // Without either, the folder's kind cannot be known, and "no config.json" would mislead.
+    if k.kind.is_none() && !path.with_file_name("config.json").exists() {
+        bail!(
+            "{} names no \"kind\" and its folder has no config.json, so what model it holds is unknown: \
+             xsent writes \"kind\": \"averaging\" (sp, word and trigram models) or \"disentangle\" there, \
+             and a transformer model needs config.json. Was the file edited? Train or copy the model again",
+            path.display()
+        );
+    }
     Ok(k.kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xsent_json_without_a_kind_needs_config_json() {
+        let d = tempfile::tempdir().unwrap();
+        let spec = d.path().to_str().unwrap();
+        std::fs::write(d.path().join("xsent.json"), r#"{"prefix": "query: "}"#).unwrap();
+        let e = format!("{:#}", saved_kind(spec).unwrap_err());
+        assert!(e.contains("names no \"kind\" and its folder has no config.json"), "{e}");
+        std::fs::write(d.path().join("config.json"), "{}").unwrap();
+        assert_eq!(saved_kind(spec).unwrap(), None);
+        std::fs::write(d.path().join("xsent.json"), r#"{"kind": "averaging"}"#).unwrap();
+        std::fs::remove_file(d.path().join("config.json")).unwrap();
+        assert_eq!(saved_kind(spec).unwrap().as_deref(), Some("averaging"));
+    }
 }
