@@ -706,4 +706,15 @@ fn a_ref_that_is_not_a_commit_hash_is_named() {
     }
     std::fs::write(&refs, COMMIT).unwrap();
     assert!(embed_stdout("org/name", &[("HF_HUB_CACHE", hub.path())], true).status.success());
+    // A valid hash whose snapshot folder is gone names the ref and the folder (before: only
+    // "config.json … is not in the hub cache").
+    let other = "fedcba9876543210fedcba9876543210fedcba98";
+    std::fs::write(&refs, other).unwrap();
+    let out = embed_stdout("org/name", &[("HF_HUB_CACHE", hub.path())], true);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{e}");
+    assert!(
+        e.contains("refs/main names the snapshot") && e.contains(&format!("snapshots/{other}, which does not exist")),
+        "{e}"
+    );
 }

@@ -599,8 +599,8 @@ pub fn hub_token(var: &dyn Fn(&str) -> Option<String>, home: Option<&Path>) -> O
 /// A revision's ref file in the hub cache (`refs/main`), when there is one, must hold a commit
 /// hash: the cache reads its files from `snapshots/<what it holds>`, so anything else (an outside
 /// probe: `../../../x` loaded a folder outside the cache) is an error naming the file.
-fn check_ref(path: &Path) -> Result<()> {
-    let Some(text) = read_side_file(path)? else { return Ok(()) };
+fn check_ref(path: &Path) -> Result<Option<String>> {
+    let Some(text) = read_side_file(path)? else { return Ok(None) };
     if !is_commit_hash(text.trim()) {
         let shown: String = text.trim().chars().take(80).collect();
         bail!(
@@ -609,7 +609,7 @@ fn check_ref(path: &Path) -> Result<()> {
             path.display()
         );
     }
-    Ok(())
+    Ok(Some(text.trim().to_string()))
 }
 
 fn is_commit_hash(revision: &str) -> bool {
@@ -670,6 +670,8 @@ struct HubRepo {
     /// `snapshots/<commit>` when the revision is a commit hash: `huggingface_hub` writes no
     /// `refs/<commit>` for one, which hf-hub's cache needs.
     snapshot: Option<PathBuf>,
+    /// The revision's ref file and the snapshot folder it names, when that folder is missing.
+    lost_snapshot: Option<(PathBuf, PathBuf)>,
     api: Option<hf_hub::api::sync::ApiRepo>,
     token: Option<HubToken>,
 }
@@ -681,7 +683,12 @@ impl HubRepo {
             None => (spec.to_string(), "main".to_string(), false),
         };
         let repo = hf_hub::Repo::with_revision(id.clone(), hf_hub::RepoType::Model, revision.clone());
-        check_ref(&cache_dir.join(repo.folder_name()).join("refs").join(&revision))?;
+        let ref_path = cache_dir.join(repo.folder_name()).join("refs").join(&revision);
+        // A ref whose snapshot folder is gone: every file would be "not in the hub cache".
+        let lost_snapshot = check_ref(&ref_path)?
+            .map(|commit| cache_dir.join(repo.folder_name()).join("snapshots").join(commit))
+            .filter(|s| !s.is_dir())
+            .map(|s| (ref_path, s));
         let cache = hf_hub::Cache::new(cache_dir.to_path_buf()).repo(repo.clone());
         let snapshot =
             is_commit_hash(&revision).then(|| cache_dir.join(repo.folder_name()).join("snapshots").join(&revision));
@@ -698,7 +705,17 @@ impl HubRepo {
             };
             (Some(api.build()?.repo(repo)), token)
         };
-        Ok(Self { id, revision, given_revision, cache_dir: cache_dir.to_path_buf(), cache, snapshot, api, token })
+        Ok(Self {
+            id,
+            revision,
+            given_revision,
+            cache_dir: cache_dir.to_path_buf(),
+            cache,
+            snapshot,
+            lost_snapshot,
+            api,
+            token,
+        })
     }
 
     /// `file` in the cache: under the revision's ref, or in the commit's snapshot.
@@ -714,6 +731,21 @@ impl HubRepo {
             return Ok(Some(p));
         }
         let Some(api) = &self.api else {
+            if let Some((ref_path, snapshot)) = &self.lost_snapshot {
+                bail!(
+                    "{file} of {} (revision {}) is not in the hub cache: {} names the snapshot {}, which does not exist \
+                     (the cache is damaged: a snapshot folder was removed or moved). Remove {} and download the model again \
+                     (run the same command without HF_HUB_OFFLINE, or `huggingface-cli download {}{}`), or pass a local \
+                     model directory to --model.",
+                    self.id,
+                    self.revision,
+                    ref_path.display(),
+                    snapshot.display(),
+                    ref_path.display(),
+                    self.id,
+                    self.revision_flag()
+                );
+            }
             if required {
                 bail!(
                     "{file} of {} (revision {}) is not in the hub cache {} and HF_HUB_OFFLINE is set.\n\
