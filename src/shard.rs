@@ -165,7 +165,7 @@ impl ModelId {
             PathBuf::from(spec)
         } else {
             let files = crate::model::source::resolve(spec)?;
-            files.config.parent().map(Path::to_path_buf).unwrap_or_default()
+            files.dir()
         };
         let dir = std::fs::canonicalize(&dir).unwrap_or(dir);
         let mut files = Vec::new();

@@ -73,6 +73,37 @@ fn hub_id_resolves_from_hf_home_and_hf_hub_cache() {
     assert_eq!(out.stdout, local.stdout);
 }
 
+/// A hub repo in the layout of sentence-transformers before 2.0 (the Transformer module's files
+/// in `0_Transformer/`, which `modules.json` names) embeds as the same model on top.
+#[test]
+fn a_transformer_module_in_a_subfolder_resolves_from_the_hub_cache() {
+    let local = embed_stdout(common::model("multilingual-e5-small").to_str().unwrap(), &[], true);
+    assert!(local.status.success());
+    let hub = tempfile::tempdir().unwrap();
+    make_cache(
+        hub.path(),
+        "org/old",
+        "main",
+        &["config.json", "model.safetensors", "tokenizer.json", "1_Pooling/config.json"],
+    );
+    let snap = hub.path().join(format!("models--org--old/snapshots/{COMMIT}"));
+    std::fs::create_dir(snap.join("0_Transformer")).unwrap();
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        let to = std::fs::read_link(snap.join(f)).unwrap();
+        std::fs::remove_file(snap.join(f)).unwrap();
+        std::os::unix::fs::symlink(Path::new("..").join(to), snap.join("0_Transformer").join(f)).unwrap();
+    }
+    let modules = std::fs::read_to_string(common::model("multilingual-e5-small").join("modules.json")).unwrap();
+    std::fs::write(snap.join("modules.json"), modules.replacen(r#""path": """#, r#""path": "0_Transformer""#, 1))
+        .unwrap();
+    let files = xsent::model::source::resolve_hub("org/old", hub.path(), true).unwrap();
+    assert!(files.config.ends_with("0_Transformer/config.json"), "{:?}", files.config);
+    assert_eq!(files.dir(), snap);
+    let out = embed_stdout("org/old", &[("HF_HUB_CACHE", hub.path())], true);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.stdout, local.stdout);
+}
+
 #[test]
 fn offline_cache_miss_names_the_file_and_what_to_do() {
     let home = tempfile::tempdir().unwrap();

@@ -307,6 +307,29 @@ fn quantize_refuses_bad_input_clearly() {
         .unwrap());
     assert!(e.contains("missing.txt"), "{e}");
     assert!(!out.exists(), "a failed quantize left its output behind");
+    // The layout of sentence-transformers before 2.0 (the Transformer in 0_Transformer/) loads,
+    // but quantize writes models with the Transformer on top: refused with what to do.
+    let old = tiny_bert(tmp.path(), "old-layout", |_, _| {});
+    std::fs::create_dir(old.join("0_Transformer")).unwrap();
+    for e in std::fs::read_dir(&old).unwrap() {
+        let e = e.unwrap();
+        if e.path().is_file() {
+            std::fs::rename(e.path(), old.join("0_Transformer").join(e.file_name())).unwrap();
+        }
+    }
+    std::fs::write(
+        old.join("modules.json"),
+        r#"[{"idx": 0, "name": "0", "path": "0_Transformer", "type": "sentence_transformers.models.Transformer"}]"#,
+    )
+    .unwrap();
+    let embedded = embed_output(&old, &[], &["house1 house2"]);
+    assert!(embedded.status.success(), "{}", stderr(&embedded));
+    let e = err(quantize_cmd(&old, &out, &[]));
+    assert!(
+        e.contains("keeps its Transformer module in 0_Transformer/") && e.contains("SentenceTransformer(dir).save"),
+        "{e}"
+    );
+    assert_nothing_left(&out);
 }
 
 /// int8 smoothing comes from calibration: every linear layer stores its factors, the config and

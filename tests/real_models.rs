@@ -7,6 +7,10 @@ use xsent::model::LoadOptions;
 use xsent::SentenceEncoder;
 
 fn check_reference(file: &str, model_dir: &str) -> Result<()> {
+    check_reference_at(file, common::model(model_dir).to_str().unwrap())
+}
+
+fn check_reference_at(file: &str, model_dir: &str) -> Result<()> {
     let r: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(common::fixtures().join("reference-embeddings").join(file))?)?;
     let sentences: Vec<String> = serde_json::from_value(r["sentences"].clone())?;
@@ -16,7 +20,7 @@ fn check_reference(file: &str, model_dir: &str) -> Result<()> {
         max_length: Some(r["max_seq_length"].as_u64().unwrap() as usize),
         ..Default::default()
     };
-    let enc = SentenceEncoder::load(common::model(model_dir).to_str().unwrap(), &opts)?;
+    let enc = SentenceEncoder::load(model_dir, &opts)?;
     // Batch size 5 so that batches mix lengths and padding is exercised.
     let got = enc.embed_unchecked(&sentences, 5)?;
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
@@ -28,10 +32,8 @@ fn check_reference(file: &str, model_dir: &str) -> Result<()> {
         );
     }
     // The defaults read from the model dir (pooling, max_seq_length) give the same vectors.
-    let default_enc = SentenceEncoder::load(
-        common::model(model_dir).to_str().unwrap(),
-        &LoadOptions { prefix: opts.prefix.clone(), ..Default::default() },
-    )?;
+    let default_enc =
+        SentenceEncoder::load(model_dir, &LoadOptions { prefix: opts.prefix.clone(), ..Default::default() })?;
     assert_eq!(default_enc.max_length, opts.max_length.unwrap());
     assert_eq!(default_enc.embed_unchecked(&sentences, 64)?, enc.embed_unchecked(&sentences, 64)?);
     Ok(())
@@ -45,6 +47,49 @@ fn e5_small_matches_sentence_transformers() -> Result<()> {
 #[test]
 fn minilm_matches_sentence_transformers() -> Result<()> {
     check_reference("all-MiniLM-L6-v2.json", "all-MiniLM-L6-v2")
+}
+
+/// The layout of sentence-transformers before 2.0: the Transformer module's files in
+/// `0_Transformer/`, which `modules.json` names (sentence-transformers 6.2 loads it; xsent read the
+/// top folder only and found no config.json). The vectors are sentence-transformers' own, and the
+/// module's sentence_bert_config.json is read from its folder.
+#[test]
+fn the_transformer_module_may_live_in_a_subfolder() -> Result<()> {
+    let src = common::model("all-MiniLM-L6-v2");
+    let tmp = tempfile::tempdir()?;
+    let dir = tmp.path().join("old-layout");
+    let t = dir.join("0_Transformer");
+    std::fs::create_dir_all(&t)?;
+    for f in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "vocab.txt",
+    ] {
+        std::os::unix::fs::symlink(src.join(f), t.join(f))?;
+    }
+    std::fs::copy(src.join("sentence_bert_config.json"), t.join("sentence_bert_config.json"))?;
+    std::fs::create_dir(dir.join("1_Pooling"))?;
+    std::fs::copy(src.join("1_Pooling/config.json"), dir.join("1_Pooling/config.json"))?;
+    let modules =
+        std::fs::read_to_string(src.join("modules.json"))?.replacen(r#""path": """#, r#""path": "0_Transformer""#, 1);
+    assert!(modules.contains("0_Transformer"));
+    std::fs::write(dir.join("modules.json"), modules)?;
+    let spec = dir.to_str().unwrap();
+    check_reference_at("all-MiniLM-L6-v2.json", spec)?;
+    // Its settings file is the module's, in its folder.
+    std::fs::write(t.join("sentence_bert_config.json"), r#"{"max_seq_length": 9, "do_lower_case": false}"#)?;
+    assert_eq!(SentenceEncoder::load(spec, &LoadOptions::default())?.max_length, 9);
+    // A path out of the folder is refused, as for the other modules.
+    std::fs::write(
+        dir.join("modules.json"),
+        r#"[{"idx": 0, "name": "0", "path": "../x", "type": "sentence_transformers.models.Transformer"}]"#,
+    )?;
+    let e = format!("{:#}", SentenceEncoder::load(spec, &LoadOptions::default()).err().unwrap());
+    assert!(e.contains(r#"the Transformer module's path "../x" leaves the model's folder"#), "{e}");
+    Ok(())
 }
 
 /// A trainable load of a real model, saved as a model dir, loads back to identical embeddings,

@@ -408,7 +408,14 @@ pub fn quantize(
     if let Some(d) = saved_dtype(&cfg.raw, &files.config)? {
         bail!("{model} is already quantised ({d}, its config.json says so): quantize the f32 source model");
     }
-    let src_dir = files.config.parent().map(Path::to_path_buf).unwrap_or_default();
+    if let Some(p) = &files.transformer_path {
+        bail!(
+            "{model} keeps its Transformer module in {p}/ (the layout of sentence-transformers before 2.0), which xsent quantize \
+             does not write: save the model again with sentence-transformers 2 or later (SentenceTransformer(dir).save(new_dir)), \
+             or move the files of {p}/ into the model's folder and set that module's \"path\" to \"\" in modules.json"
+        );
+    }
+    let src_dir = files.dir();
     if out.exists() {
         if !force {
             bail!("{} exists; pass --force to replace it, or choose another output directory", out.display());

@@ -32,6 +32,24 @@ pub struct ModelFiles {
     /// Whether `modules.json` ends the pipeline with a Normalize module (`None`: no
     /// `modules.json`, a plain Hugging Face checkpoint).
     pub declares_normalize: Option<bool>,
+    /// The Transformer module's folder when `modules.json` puts it in one (`0_Transformer`,
+    /// as sentence-transformers before 2.0 saved models): `config`, `weights`, `tokenizer` and
+    /// `st_config` are read there, the other modules from the model's folder.
+    pub transformer_path: Option<String>,
+}
+
+impl ModelFiles {
+    /// The model's folder: the one holding `config.json`, or the folder above the Transformer
+    /// module's when `modules.json` puts it in a subfolder.
+    pub fn dir(&self) -> PathBuf {
+        let mut d = self.config.parent().map(Path::to_path_buf).unwrap_or_default();
+        if let Some(p) = &self.transformer_path {
+            for _ in Path::new(p).components() {
+                d.pop();
+            }
+        }
+        d
+    }
 }
 
 /// The weight files xsent looks for, in the order transformers' `from_pretrained` prefers them:
@@ -339,34 +357,44 @@ pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
             );
         }
     }
+    let modules = dir.join("modules.json");
+    let pipeline = pipeline(regular_file(&modules)?.then_some(modules.as_path()))?;
+    // The Transformer module's files: in the model's folder, or in the folder modules.json gives.
+    let tdir = match &pipeline.transformer {
+        Some(p) => dir.join(p),
+        None => dir.to_path_buf(),
+    };
     let require = |f: &str| {
-        if regular_file(&dir.join(f))? {
+        if regular_file(&tdir.join(f))? {
             return Ok(());
         }
+        let listed = match &pipeline.transformer {
+            Some(p) => format!(" (modules.json puts the Transformer module in {p}/)"),
+            None => String::new(),
+        };
         bail!(
-            "model directory {} has no {f}: xsent needs config.json, the weights and tokenizer.json (or BERT's vocab.txt) there.\n{}.\n\
+            "model directory {}{listed} has no {f}: xsent needs config.json, the weights and tokenizer.json (or BERT's vocab.txt) there.\n{}.\n\
              For the bundled models run scripts/setup.sh.",
-            dir.display(),
+            tdir.display(),
             how_to_get(f)
         )
     };
     require("config.json")?;
-    let weights = local_weights(dir)?;
+    let weights = local_weights(&tdir)?;
     // A BERT checkpoint saved without tokenizer.json: its WordPiece vocab.txt.
-    let tokenizer = if !regular_file(&dir.join("tokenizer.json"))? && regular_file(&dir.join("vocab.txt"))? {
-        dir.join("vocab.txt")
+    let tokenizer = if !regular_file(&tdir.join("tokenizer.json"))? && regular_file(&tdir.join("vocab.txt"))? {
+        tdir.join("vocab.txt")
     } else {
         require("tokenizer.json")?;
-        dir.join("tokenizer.json")
+        tdir.join("tokenizer.json")
     };
     // Optional files: absent is fine; a folder, FIFO or dangling link there is named, as for the
     // required ones (a FIFO would otherwise be skipped, and a pooling config silently lost).
-    let opt = |rel: &str| -> Result<Option<PathBuf>> {
-        let p = dir.join(rel);
+    let opt_in = |d: &Path, rel: &str| -> Result<Option<PathBuf>> {
+        let p = d.join(rel);
         Ok(regular_file(&p)?.then_some(p))
     };
-    let modules = dir.join("modules.json");
-    let pipeline = pipeline(regular_file(&modules)?.then_some(modules.as_path()))?;
+    let opt = |rel: &str| opt_in(dir, rel);
     if let Some(rel) = &pipeline.pooling {
         // A Pooling module listed but absent would silently fall back to mean pooling.
         if !regular_file(&dir.join(rel))? {
@@ -395,15 +423,17 @@ pub fn resolve_dir(dir: &Path, spec: &str) -> Result<ModelFiles> {
     };
     Ok(ModelFiles {
         spec: spec.to_string(),
-        config: dir.join("config.json"),
+        config: tdir.join("config.json"),
         weights,
         tokenizer,
         pooling: opt(pooling_rel)?,
-        st_config: opt("sentence_bert_config.json")?,
+        // The Transformer module's own settings, saved in its folder by sentence-transformers.
+        st_config: opt_in(&tdir, "sentence_bert_config.json")?,
         st_model_config: opt("config_sentence_transformers.json")?,
         xsent: opt("xsent.json")?,
         dense,
         declares_normalize: pipeline.normalize,
+        transformer_path: pipeline.transformer,
     })
 }
 
@@ -519,6 +549,8 @@ struct Pipeline {
     dense: Option<String>,
     /// Whether a Normalize module is listed (`None` without a `modules.json`).
     normalize: Option<bool>,
+    /// The Transformer module's folder (relative to the model dir), when it is not the model dir.
+    transformer: Option<String>,
 }
 
 fn pipeline(modules: Option<&Path>) -> Result<Pipeline> {
@@ -531,7 +563,7 @@ fn pipeline(modules: Option<&Path>) -> Result<Pipeline> {
     }
     // A module's folder is inside the model's (an outside probe: `../x` and absolute paths were
     // read from anywhere, and quantize then wrote a model that depends on a folder outside it).
-    for (kind, p) in mods.iter().filter(|(t, _)| matches!(module_kind(t), "Pooling" | "Dense")) {
+    for (kind, p) in mods.iter().filter(|(t, _)| matches!(module_kind(t), "Transformer" | "Pooling" | "Dense")) {
         let inside = Path::new(p).components().all(|c| matches!(c, std::path::Component::Normal(_)));
         if !inside {
             bail!(
@@ -545,6 +577,7 @@ fn pipeline(modules: Option<&Path>) -> Result<Pipeline> {
         pooling: of("Pooling").find(|p| !p.is_empty()).map(|p| format!("{p}/config.json")),
         dense: dense.first().map(|p| p.to_string()),
         normalize: Some(of("Normalize").next().is_some()),
+        transformer: of("Transformer").find(|p| !p.is_empty()).cloned(),
     })
 }
 
@@ -776,17 +809,18 @@ impl HubRepo {
 
     /// The weight files: the first of [`WEIGHT_FILES`] the repo has (in the cache, or on the hub
     /// when online), with the shards its index lists.
-    fn weights(&self) -> Result<Vec<PathBuf>> {
+    /// `folder` is the Transformer module's folder with a trailing `/`, or empty.
+    fn weights(&self, folder: &str) -> Result<Vec<PathBuf>> {
         for name in WEIGHT_FILES {
-            let Some(path) = self.get(name, false)? else { continue };
+            let Some(path) = self.get(&format!("{folder}{name}"), false)? else { continue };
             if name != WEIGHT_FILES[0] {
-                self.note_fallback(name, WEIGHT_FILES[0]);
+                self.note_fallback(&format!("{folder}{name}"), &format!("{folder}{}", WEIGHT_FILES[0]));
             }
             if !name.ends_with(".index.json") {
                 return Ok(vec![path]);
             }
             let shards = shard_names(&path)?;
-            return shards.iter().map(|s| Ok(self.get(s, true)?.unwrap())).collect();
+            return shards.iter().map(|s| Ok(self.get(&format!("{folder}{s}"), true)?.unwrap())).collect();
         }
         if self.api.is_none() {
             bail!(
@@ -876,26 +910,29 @@ impl HubRepo {
 pub fn resolve_hub(spec: &str, cache_dir: &Path, offline: bool) -> Result<ModelFiles> {
     let hub = HubRepo::new(spec, cache_dir, offline)?;
     let get = |file: &str, required: bool| hub.get(file, required);
-    let config = get("config.json", true)?.unwrap();
-    let weights = hub.weights()?;
+    let pipeline = pipeline(get("modules.json", false)?.as_deref())?;
+    // The Transformer module's files: at the top, or in the folder modules.json gives.
+    let folder = pipeline.transformer.as_ref().map(|p| format!("{p}/")).unwrap_or_default();
+    let tget = |file: &str, required: bool| hub.get(&format!("{folder}{file}"), required);
+    let config = tget("config.json", true)?.unwrap();
+    let weights = hub.weights(&folder)?;
     // tokenizer.json, else (asked only when the hub says there is none) a BERT vocab.txt.
-    let tokenizer = match get("tokenizer.json", false)? {
+    let tokenizer = match tget("tokenizer.json", false)? {
         Some(t) => t,
-        None => match get("vocab.txt", false)? {
+        None => match tget("vocab.txt", false)? {
             Some(v) => {
-                hub.note_fallback("vocab.txt", "tokenizer.json");
+                hub.note_fallback(&format!("{folder}vocab.txt"), &format!("{folder}tokenizer.json"));
                 for f in ["special_tokens_map.json", "added_tokens.json"] {
-                    get(f, false)?;
+                    tget(f, false)?;
                 }
                 v
             }
-            None => get("tokenizer.json", true)?.unwrap(),
+            None => tget("tokenizer.json", true)?.unwrap(),
         },
     };
     // Read from beside tokenizer.json (model_max_length, the default length without a
     // sentence_bert_config.json), so only fetched here.
-    get("tokenizer_config.json", false)?;
-    let pipeline = pipeline(get("modules.json", false)?.as_deref())?;
+    tget("tokenizer_config.json", false)?;
     // A Pooling module that modules.json lists is required, as locally.
     let pooling = match &pipeline.pooling {
         Some(rel) => get(rel, true)?,
@@ -926,11 +963,12 @@ pub fn resolve_hub(spec: &str, cache_dir: &Path, offline: bool) -> Result<ModelF
         weights,
         tokenizer,
         pooling,
-        st_config: get("sentence_bert_config.json", false)?,
+        st_config: tget("sentence_bert_config.json", false)?,
         st_model_config: get("config_sentence_transformers.json", false)?,
         xsent: None,
         dense,
         declares_normalize: pipeline.normalize,
+        transformer_path: pipeline.transformer,
     })
 }
 
