@@ -319,12 +319,13 @@ fn is_bare_name(spec: &str) -> bool {
     !spec.is_empty() && !spec.contains(['/', '\\', '@']) && spec != "." && spec != ".."
 }
 
-/// The models installed in `dir` (folders with a `config.json` or an `xsent.json`), sorted.
+/// The models installed in `dir` (folders with a `config.json`, an `xsent.json`, or a
+/// `modules.json` for a Transformer module in a subfolder), sorted.
 fn installed_models(dir: &Path) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
     let mut names: Vec<String> = entries
         .filter_map(|e| e.ok())
-        .filter(|e| ["config.json", "xsent.json"].iter().any(|f| e.path().join(f).is_file()))
+        .filter(|e| ["config.json", "xsent.json", "modules.json"].iter().any(|f| e.path().join(f).is_file()))
         .filter_map(|e| e.file_name().into_string().ok())
         .collect();
     names.sort();
