@@ -127,11 +127,28 @@ fn build(vocab: &Path) -> Result<(String, Vec<GivenId>)> {
     // tokens and special_tokens_map.json is not read; without it, special_tokens_map.json
     // overrides the config's tokens, and added_tokens.json adds tokens.
     let decoder = config["added_tokens_decoder"].as_object();
-    let setting = |key: &str| -> Option<&Value> {
+    // A setting and the file it comes from.
+    let setting = |key: &str| -> Option<(&Value, &str)> {
         let from_map = if decoder.is_none() { Some(&special_map[key]).filter(|v| !v.is_null()) } else { None };
-        from_map.or(Some(&config[key]).filter(|v| !v.is_null()))
+        from_map
+            .map(|v| (v, "special_tokens_map.json"))
+            .or(Some(&config[key]).filter(|v| !v.is_null()).map(|v| (v, "tokenizer_config.json")))
     };
-    let token_of = |key: &str, default: &str| setting(key).and_then(token_text).unwrap_or_else(|| default.to_string());
+    // A token setting must be a token (a string, or an object with its "content"): another value
+    // would silently give BERT's default token instead.
+    let not_a_token = |key: &str, v: &Value, file: &str| {
+        let shown: String = v.to_string().chars().take(60).collect();
+        anyhow!(
+            "{}: {key} is {shown}, not a token (a string such as \"[CLS]\", or an object with its \"content\")",
+            vocab.with_file_name(file).display()
+        )
+    };
+    let token_of = |key: &str, default: &str| -> Result<String> {
+        match setting(key) {
+            None => Ok(default.to_string()),
+            Some((v, file)) => token_text(v).ok_or_else(|| not_a_token(key, v, file)),
+        }
+    };
     let mut added: Vec<AddedEntry> = Vec::new();
     let mut next_id = ids.len() as u64;
     // Each added token with the id its file gives it: the tokenizer must give it that id.
@@ -176,7 +193,7 @@ fn build(vocab: &Path) -> Result<(String, Vec<GivenId>)> {
         ("pad_token", "[PAD]", false),
         ("mask_token", "[MASK]", false),
     ] {
-        let token = token_of(key, default);
+        let token = token_of(key, default)?;
         match id_of(&added, &token) {
             Some(id) => named.push((key, token, id)),
             None if required => bail!(
@@ -190,8 +207,12 @@ fn build(vocab: &Path) -> Result<(String, Vec<GivenId>)> {
     // `extra_special_tokens`): added as special, after the vocabulary when not in it.
     let mut extra: Vec<String> = Vec::new();
     for key in ["additional_special_tokens", "extra_special_tokens"] {
-        if let Some(list) = setting(key).and_then(Value::as_array) {
-            extra.extend(list.iter().filter_map(token_text));
+        let Some((v, file)) = setting(key) else { continue };
+        let Some(list) = v.as_array() else {
+            return Err(not_a_token(key, v, file).context("a list of tokens is expected"));
+        };
+        for t in list {
+            extra.push(token_text(t).ok_or_else(|| not_a_token(key, t, file))?);
         }
     }
     if decoder.is_none() {
@@ -344,6 +365,20 @@ mod tests {
         std::fs::write(dir.path().join("tokenizer_config.json"), r#"{"sep_token": "</s>"}"#).unwrap();
         let err = load_tokenizer(&vocab).unwrap_err().to_string();
         assert!(err.contains("the sep_token \"</s>\" is not in") && err.contains("vocab.txt"), "{err}");
+        // A special token that is not a token (transformers raises a TypeError): before, BERT's
+        // default token was used without a word.
+        std::fs::write(dir.path().join("tokenizer_config.json"), r#"{"cls_token": 5}"#).unwrap();
+        let err = load_tokenizer(&vocab).unwrap_err().to_string();
+        assert!(err.contains("tokenizer_config.json: cls_token is 5, not a token"), "{err}");
+        std::fs::write(dir.path().join("tokenizer_config.json"), "{}").unwrap();
+        std::fs::write(dir.path().join("special_tokens_map.json"), r#"{"unk_token": [1]}"#).unwrap();
+        let err = load_tokenizer(&vocab).unwrap_err().to_string();
+        assert!(err.contains("special_tokens_map.json: unk_token is [1], not a token"), "{err}");
+        std::fs::write(dir.path().join("special_tokens_map.json"), r#"{"additional_special_tokens": ["[MASK]", 7]}"#)
+            .unwrap();
+        let err = load_tokenizer(&vocab).unwrap_err().to_string();
+        assert!(err.contains("special_tokens_map.json: additional_special_tokens is 7, not a token"), "{err}");
+        std::fs::remove_file(dir.path().join("special_tokens_map.json")).unwrap();
         std::fs::write(dir.path().join("tokenizer_config.json"), r#"{"do_lower_case": "yes"}"#).unwrap();
         let err = load_tokenizer(&vocab).unwrap_err().to_string();
         assert!(err.contains("do_lower_case is \"yes\""), "{err}");
