@@ -153,6 +153,11 @@ fn index_errors_are_clear() {
     assert!(e.contains("--format f32 or --format npy"), "{e}");
     let e = fail(&xsent(&["index", "search", "--index", p(&v), "--queries", p(&v), "--dim", "5", "-o", p(&out)]));
     assert!(e.contains("is not an xsent index"), "{e}");
+    // Gzipped vectors: named as such (before: "give --dim", or their compressed bytes as rows).
+    let gz = tmp.path().join("v.npy.gz");
+    std::fs::write(&gz, [0x1f, 0x8b, 8, 0]).unwrap();
+    let e = fail(&xsent(&["index", "build", "--vectors", p(&gz), "-o", p(&out)]));
+    assert!(e.contains("v.npy.gz: vector files are read uncompressed") && e.contains("gunzip -k"), "{e}");
     // A NaN or an infinity: the file, the row and the value's place are named, whether the row
     // falls in the quantizer's sample or only in the build's pass over all rows.
     let mut rows: Vec<f32> = (0..40 * 4).map(|i| (i % 7) as f32).collect();
@@ -327,6 +332,10 @@ fn mining_from_index_neighbours_agrees_with_the_exact_mine() {
     assert!(e.contains("--src-knn holds lists for 100 rows, but") && e.contains("has 1 lines"), "{e}");
     let e = fail(&mine_knn(&src, &knn[0], &["--k", "9"]));
     assert!(e.contains("fewer than --k 9"), "{e}");
+    let gz = tmp.path().join("knn.npy.gz");
+    std::fs::write(&gz, [0x1f, 0x8b, 8, 0]).unwrap();
+    let e = fail(&mine_knn(&src, &gz, &[]));
+    assert!(e.contains("knn.npy.gz: neighbour files are read uncompressed"), "{e}");
     // A list padded by a search whose probed lists held fewer vectors, and a NaN similarity:
     // each named by its row, not scored (nor reported as a row of the other side).
     let raw = std::fs::read(&knn[0]).unwrap();

@@ -260,6 +260,7 @@ pub fn write_knn(w: &mut dyn Write, knn: &crate::index::Knn) -> Result<()> {
 pub fn read_knn(paths: &[PathBuf]) -> Result<crate::index::Knn> {
     let mut out: Option<crate::index::Knn> = None;
     for path in paths {
+        crate::index::vectors::refuse_gzip(path, "neighbour")?;
         let raw = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
         let bad = || {
             anyhow::anyhow!(

@@ -16,6 +16,7 @@ struct VectorFile {
 
 impl VectorFile {
     fn open(path: &Path, dim: Option<usize>) -> Result<(Self, usize)> {
+        refuse_gzip(path, "vector")?;
         let mut file = std::fs::File::open(path).with_context(|| format!("cannot open vectors {}", path.display()))?;
         let size = file.metadata()?.len();
         let is_npy = path.extension().is_some_and(|e| e == "npy");
@@ -57,6 +58,21 @@ impl VectorFile {
         };
         Ok((Self { path: path.to_path_buf(), file, data_start, rows }, d))
     }
+}
+
+/// Vector files are read in place, at any row, which a `.gz` file does not allow; neighbour
+/// files are read as they are too. A gzipped one is refused by its name, before its compressed
+/// bytes are taken for rows (before: "a raw float32 file does not say its dimension").
+pub fn refuse_gzip(path: &Path, what: &str) -> Result<()> {
+    if path.extension().is_some_and(|e| e == "gz") {
+        bail!(
+            "{}: {what} files are read uncompressed (only text inputs and reports are read through gzip): \
+             decompress it first (gunzip -k {})",
+            path.display(),
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 /// Files of rows read as one matrix, in the order given.
