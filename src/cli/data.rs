@@ -16,14 +16,15 @@ pub enum Command {
         /// Data sets: tatoeba, sts17, stsb, bucc, xnli, multi30k, or all.
         #[arg(required = true)]
         sets: Vec<String>,
-        /// Where to put them (default: $XSENT_DATA, else ~/.cache/xsent/data).
+        /// Where to put them (default: $XSENT_DATA, else ${XSENT_CACHE:-~/.cache/xsent}/data).
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
     /// List the data sets and which are in the data directory.
     List {
         /// The data directory to look in (default: the one the evaluators read: $XSENT_DATA,
-        /// else ~/.cache/xsent/data, else ../shared/data beside xsent's checkout).
+        /// else ${XSENT_CACHE:-~/.cache/xsent}/data when it exists, else ../shared/data beside
+        /// xsent's checkout).
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },

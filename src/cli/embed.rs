@@ -33,8 +33,8 @@ pub struct Args {
     #[arg(long, default_value_t = DEFAULT_WINDOW_BYTES)]
     window_bytes: u64,
     /// Embed only shard i of N (counted from 0) of --input FILE: a range of its bytes, found
-    /// without reading what comes before. Writes DIR/shard-I-of-N.FORMAT and its manifest into
-    /// --out-dir DIR; a shard whose manifest matches is skipped.
+    /// without reading what comes before. Writes DIR/shard-0000I-of-0000N.FORMAT (five digits
+    /// each) and its manifest into --out-dir DIR; a shard whose manifest matches is skipped.
     #[arg(long, value_name = "i/N", requires = "out_dir", requires = "input", conflicts_with = "output")]
     shard: Option<ShardSpec>,
     /// The folder of a sharded run (made if missing).

@@ -33,7 +33,8 @@ pub enum Task {
 pub struct Args {
     #[command(flatten)]
     model: ModelArgs,
-    /// Benchmark data directory (default: $XSENT_DATA, else ~/.cache/xsent/data, else ../shared/data beside xsent's checkout).
+    /// Benchmark data directory (default: $XSENT_DATA, else ${XSENT_CACHE:-~/.cache/xsent}/data when it exists, else
+    /// ../shared/data beside xsent's checkout).
     #[arg(long)]
     data_dir: Option<PathBuf>,
     /// Only these sets / languages / pairs (comma-separated; not with `eval all`); default all present.
@@ -86,7 +87,8 @@ pub struct XsrArgs {
     /// test_2017_flickr and val in y (3,014 candidates), from <data dir>/parallel/multi30k.
     #[arg(long, conflicts_with_all = ["src", "tgt", "distractors"])]
     multi30k: bool,
-    /// Benchmark data directory for --multi30k (default: $XSENT_DATA, else ~/.cache/xsent/data, else ../shared/data beside xsent's checkout).
+    /// Benchmark data directory for --multi30k (default: $XSENT_DATA, else ${XSENT_CACHE:-~/.cache/xsent}/data when it
+    /// exists, else ../shared/data beside xsent's checkout).
     #[arg(long)]
     data_dir: Option<PathBuf>,
     /// Directions for --multi30k, comma-separated (default: en-de,de-en,en-fr,fr-en).

@@ -66,8 +66,10 @@ enum Command {
 #[derive(clap::Args, Debug, Clone)]
 pub struct ModelArgs {
     /// Model directory (config.json, model.safetensors, tokenizer.json) or hub id org/name[@revision].
-    /// Default: multilingual-e5-small in $XSENT_MODELS, else ~/.cache/xsent/models (where
-    /// scripts/setup.sh installs it).
+    /// A bare name (all-MiniLM-L6-v2) is looked up in the models folder. Default:
+    /// multilingual-e5-small in the models folder: $XSENT_MODELS, else
+    /// ${XSENT_CACHE:-~/.cache/xsent}/models (where scripts/setup.sh installs it; models/ of
+    /// xsent's checkout when only that exists).
     #[arg(long, short = 'm')]
     pub model: Option<String>,
     /// Text prepended to every input (e5 models want "query: "). Default: the model's default

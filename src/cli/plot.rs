@@ -35,6 +35,8 @@ pub struct RunArgs {
 }
 
 #[derive(clap::Args)]
+// --head is refused (the picture shows every head): hidden from --help.
+#[command(mut_arg("head", |a| a.hide(true)))]
 pub struct PcaArgs {
     #[command(flatten)]
     model: ModelArgs,
@@ -54,7 +56,8 @@ pub struct PcaArgs {
     /// Sentences of your own instead of XNLI: LANG=FILE, one sentence per line (repeatable).
     #[arg(long = "input", value_name = "LANG=FILE")]
     inputs: Vec<String>,
-    /// Benchmark data directory (default: $XSENT_DATA, else ~/.cache/xsent/data, else ../shared/data beside xsent's checkout).
+    /// Benchmark data directory (default: $XSENT_DATA, else ${XSENT_CACHE:-~/.cache/xsent}/data when it exists, else
+    /// ../shared/data beside xsent's checkout).
     #[arg(long)]
     data_dir: Option<PathBuf>,
     /// Width and height of each panel in pixels.

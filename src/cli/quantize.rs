@@ -12,8 +12,8 @@ pub struct Args {
     /// Output model directory (must not exist, unless --force).
     pub out: PathBuf,
     /// int8 (per-channel weights, smoothed; the default) or bf16.
-    #[arg(long, value_enum, default_value_t = Dtype::Int8)]
-    pub dtype: Dtype,
+    #[arg(long, value_enum, default_value_t = Stored::Int8)]
+    pub dtype: Stored,
     /// int8: calibrate the smoothing on this text file (UTF-8, one sentence per line, at most
     /// 16 MB; a few hundred sentences like the ones you will embed) instead of the built-in 64
     /// English sentences.
@@ -24,17 +24,35 @@ pub struct Args {
     pub force: bool,
 }
 
+/// The dtypes `quantize` writes: those of `--dtype` that a model folder can store (f16 and f32
+/// are not, so `--help` does not offer them).
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum Stored {
+    Int8,
+    Bf16,
+}
+
+impl From<Stored> for Dtype {
+    fn from(s: Stored) -> Self {
+        match s {
+            Stored::Int8 => Dtype::Int8,
+            Stored::Bf16 => Dtype::Bf16,
+        }
+    }
+}
+
 pub fn run(a: Args) -> Result<()> {
+    let dtype = Dtype::from(a.dtype);
     let command = std::env::args()
         .map(|s| if s.contains(char::is_whitespace) { format!("'{s}'") } else { s })
         .collect::<Vec<_>>()
         .join(" ");
-    let w = crate::model::quantized::quantize(&a.model, &a.out, a.dtype, a.force, &command, a.calibration.as_deref())?;
+    let w = crate::model::quantized::quantize(&a.model, &a.out, dtype, a.force, &command, a.calibration.as_deref())?;
     errln!(
         "xsent quantize: wrote {} ({} linear layers in {}; weights {:.1} MB, source {:.1} MB)",
         a.out.display(),
         w.layers,
-        a.dtype,
+        dtype,
         w.bytes as f64 / 1e6,
         w.source_bytes as f64 / 1e6
     );
