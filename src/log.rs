@@ -34,6 +34,19 @@ pub fn stdout_failure() -> Option<&'static str> {
     STDOUT_FAILURE.get().map(String::as_str)
 }
 
+static COMMAND: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// Name the running command (`xsent train`, `xsent data audit`) for messages of code that several
+/// commands share (config loading, decontamination); set once, at the start.
+pub fn set_command(name: &'static str) {
+    let _ = COMMAND.set(name);
+}
+
+/// The running command's name for a message's prefix: `xsent` until [`set_command`] names it.
+pub fn command() -> &'static str {
+    COMMAND.get().copied().unwrap_or("xsent")
+}
+
 /// `eprintln!` that never panics: a line on standard error, dropped if it cannot be written.
 #[macro_export]
 macro_rules! errln {

@@ -277,6 +277,12 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 /// Run the CLI; returns the process exit code.
 pub fn main() -> i32 {
     let cli = Cli::parse();
+    // Shared code (config loading, decontamination) prefixes its messages with the command.
+    crate::log::set_command(match &cli.command {
+        Command::Train(_) => "xsent train",
+        Command::Data(data::Command::Audit(_)) => "xsent data audit",
+        _ => "xsent",
+    });
     match cli.command {
         Command::Embed(_)
         | Command::Eval(_)

@@ -20,14 +20,15 @@ impl Decontam {
     /// `data.eval_pairs` / `data.eval_lines`.
     pub fn new(cfg: &Config) -> Result<Self> {
         if !cfg.data.decontaminate {
-            errln!("xsent train: decontamination is off (data.decontaminate = false): training data is not checked against the evaluation sets");
+            errln!("{}: decontamination is off (data.decontaminate = false): training data is not checked against the evaluation sets", crate::log::command());
             return Ok(Self { index: None, overlaps: Vec::new() });
         }
         let t0 = std::time::Instant::now();
         let index = Index::build(sets(cfg)?)?;
         let n: usize = index.sets().map(|(_, n)| n).sum();
         errln!(
-            "xsent train: decontamination: {} evaluation sets, {n} sentences ({:.1} s)",
+            "{}: decontamination: {} evaluation sets, {n} sentences ({:.1} s)",
+            crate::log::command(),
             index.sets().count(),
             t0.elapsed().as_secs_f64()
         );
@@ -39,7 +40,7 @@ impl Decontam {
     pub fn pairs(&mut self, what: &str, pairs: Vec<Pair>) -> Vec<Pair> {
         let Some(index) = &self.index else { return pairs };
         let (kept, o) = index.filter_pairs(what, pairs);
-        errln!("xsent train: {}", o.summary());
+        errln!("{}: {}", crate::log::command(), o.summary());
         self.overlaps.push(o);
         kept
     }
@@ -51,7 +52,7 @@ impl Decontam {
             let (a, b) = data.pair(i);
             [a, b]
         });
-        errln!("xsent train: {}", o.summary());
+        errln!("{}: {}", crate::log::command(), o.summary());
         self.overlaps.push(o);
         let mut i = 0;
         data.retain(|_| {
@@ -113,8 +114,8 @@ pub fn sets(cfg: &Config) -> Result<Vec<EvalSet>> {
     };
     if sets.is_empty() {
         errln!(
-            "xsent train: warning: no benchmark data found for decontamination (set data.eval_dir or XSENT_DATA to the benchmark folder): \
-             training data is checked only against the config's own validation and evaluation files"
+            "{}: warning: no benchmark data found for decontamination (set data.eval_dir or XSENT_DATA to the benchmark folder): \
+             training data is checked only against the config's own validation and evaluation files", crate::log::command()
         );
     }
     // The config's own files, unless a benchmark set already holds them (train.val_sts is often

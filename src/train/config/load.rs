@@ -269,7 +269,11 @@ pub fn find(arg: &Path) -> Result<ConfigFrom<'_>> {
     let builtin = arg.to_str().and_then(super::super::builtin::find);
     if arg.is_file() {
         if builtin.is_some() {
-            errln!("xsent train: config {} (the file; the built-in config of that name is not used)", arg.display());
+            errln!(
+                "{}: config {} (the file; the built-in config of that name is not used)",
+                crate::log::command(),
+                arg.display()
+            );
         }
         return Ok(ConfigFrom::File(arg));
     }
@@ -282,7 +286,7 @@ pub fn find(arg: &Path) -> Result<ConfigFrom<'_>> {
     }
     match builtin {
         Some(b) => {
-            errln!("xsent train: config {} (built in; no file {} here; `xsent config show {}` prints it)", b.name, arg.display(), b.name);
+            errln!("{}: config {} (built in; no file {} here; `xsent config show {}` prints it)", crate::log::command(), b.name, arg.display(), b.name);
             Ok(ConfigFrom::BuiltIn(b))
         }
         None => bail!(
