@@ -253,8 +253,10 @@ pub fn load_int8(
     let mut dropped = Vec::new();
     for path in paths {
         let bytes = std::fs::read(path).with_context(|| format!("cannot read weights {}", path.display()))?;
-        let st = safetensors::SafeTensors::deserialize(&bytes)
-            .with_context(|| format!("{} is not a safetensors file", path.display()))?;
+        let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| {
+            let why = weights::diagnose_safetensors(path).map(|w| format!(": {w}")).unwrap_or_default();
+            anyhow::Error::from(e).context(format!("{} is not a readable safetensors file{why}", path.display()))
+        })?;
         for (name, view) in st.tensors() {
             if weights::layer_index(&name).is_some_and(|l| l >= keep_layers) {
                 dropped.push(name);

@@ -132,6 +132,97 @@ pub fn read_weight_file(path: &Path) -> Result<HashMap<String, Tensor>> {
     file.names().map(|n| Ok((n.clone(), file.get(n)?))).collect()
 }
 
+/// A safetensors file's tensors on `device`; an error names the file as `what` (weights, a
+/// checkpoint's parameters) and, for a damaged file, the tensor at fault.
+pub fn load_safetensors(path: &Path, device: &Device, what: &str) -> Result<HashMap<String, Tensor>> {
+    candle_core::safetensors::load(path, device).map_err(|e| {
+        // The crate's words name no tensor (or, for an offset past the end, another): the
+        // header is read again to say which tensor is at fault, and how.
+        let e = anyhow::Error::from(e);
+        match diagnose_safetensors(path) {
+            Some(why) => e.context(format!("cannot read {what} {}: {why}", path.display())),
+            None => e.context(format!("cannot read {what} {}", path.display())),
+        }
+    })
+}
+
+/// Why a safetensors file that failed to load is damaged, in words that name the tensor: read
+/// from its header alone (at most 100 MB, the format's limit). `None` when the header shows
+/// nothing wrong.
+pub(crate) fn diagnose_safetensors(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).ok()?;
+    let size = f.metadata().ok()?.len();
+    let mut head = [0u8; 8];
+    if f.read_exact(&mut head).is_err() {
+        return Some(format!("it has {size} bytes, fewer than the 8 of a safetensors header's length"));
+    }
+    if head[0] == b'{' {
+        return Some(
+            "it is JSON, not safetensors (an index such as model.safetensors.index.json listed as a shard of itself?)"
+                .into(),
+        );
+    }
+    if head[..2] == [0x50, 0x4b] {
+        return Some("it is a zip file (PyTorch's format), not safetensors: name it pytorch_model.bin".into());
+    }
+    let n = u64::from_le_bytes(head);
+    if n > 100_000_000 || n > size - 8 {
+        return Some(format!(
+            "its header length says {n} bytes, but the file has {} after it: it is not safetensors, or it was cut short",
+            size - 8
+        ));
+    }
+    let mut json = vec![0u8; n as usize];
+    f.read_exact(&mut json).ok()?;
+    let header: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&json).ok()?;
+    let data = size - 8 - n;
+    let mut spans = Vec::new();
+    for (name, t) in header.iter().filter(|(k, _)| *k != "__metadata__") {
+        let dtype = t["dtype"].as_str().unwrap_or("?");
+        let width: u64 = match dtype {
+            "F64" | "I64" | "U64" => 8,
+            "F32" | "I32" | "U32" => 4,
+            "F16" | "BF16" | "I16" | "U16" => 2,
+            "I8" | "U8" | "BOOL" | "F8_E4M3" | "F8_E5M2" => 1,
+            _ => return Some(format!("tensor {name} has the data type {dtype:?}, which safetensors does not define")),
+        };
+        let shape: Option<Vec<u64>> = t["shape"].as_array().and_then(|a| a.iter().map(|d| d.as_u64()).collect());
+        let offsets: Option<Vec<u64>> =
+            t["data_offsets"].as_array().and_then(|a| a.iter().map(|d| d.as_u64()).collect());
+        let (Some(shape), Some([begin, end])) = (shape, offsets.as_deref().and_then(|o| <[u64; 2]>::try_from(o).ok()))
+        else {
+            return Some(format!("tensor {name} has no valid shape or data_offsets [begin, end]"));
+        };
+        let need = shape.iter().try_fold(width, |a, &d| a.checked_mul(d));
+        if end < begin || need != Some(end - begin) {
+            return Some(format!(
+                "tensor {name} is {dtype} of shape {shape:?}, {} bytes, but its data_offsets [{begin}, {end}] give it {} bytes",
+                need.map_or("too many".to_string(), |b| b.to_string()),
+                end as i128 - begin as i128
+            ));
+        }
+        if end > data {
+            return Some(format!(
+                "tensor {name}'s data ends at byte {end} of the data, but the file holds {data} bytes of data: it was cut short"
+            ));
+        }
+        spans.push((begin, end, name));
+    }
+    spans.sort();
+    let mut at = 0;
+    for (begin, end, name) in &spans {
+        if *begin != at {
+            return Some(format!(
+                "tensor {name}'s data starts at byte {begin} of the data, where {at} was expected: \
+                 tensors must follow one another without gaps or overlaps"
+            ));
+        }
+        at = *end;
+    }
+    None
+}
+
 /// `path`, or for shards the first and how many.
 pub(crate) fn describe(paths: &[PathBuf]) -> String {
     match paths {
@@ -158,9 +249,7 @@ enum CheckpointFile {
 impl CheckpointFile {
     fn open(path: &Path) -> Result<Self> {
         if !is_pytorch_file(path) {
-            let t = candle_core::safetensors::load(path, &Device::Cpu)
-                .with_context(|| format!("cannot read weights {}", path.display()))?;
-            return Ok(Self::Safetensors(t));
+            return Ok(Self::Safetensors(load_safetensors(path, &Device::Cpu, "weights")?));
         }
         let tensors = candle_core::pickle::PthTensors::new(path, None).map_err(|e| {
             anyhow::anyhow!(
@@ -445,5 +534,48 @@ mod tests {
         save_tensors(&m, &path).unwrap();
         let e = format!("{:#}", load_encoder_tensors_noting(std::slice::from_ref(&path), &Device::Cpu, 1).unwrap_err());
         assert!(e.contains("holds embeddings.LayerNorm.weight twice, as embeddings.LayerNorm."), "{e}");
+    }
+
+    /// A damaged safetensors file is named with the tensor at fault (the crate said "invalid
+    /// shape, data type, or offset for tensor", or named another tensor for an offset past the
+    /// end; an outside probe).
+    #[test]
+    fn damaged_safetensors_name_the_tensor() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.safetensors");
+        let write = |header: &str, data: usize| {
+            let mut b = (header.len() as u64).to_le_bytes().to_vec();
+            b.extend_from_slice(header.as_bytes());
+            b.extend(std::iter::repeat_n(0u8, data));
+            std::fs::write(&path, b).unwrap();
+        };
+        let err = || format!("{:#}", read_weight_file(&path).unwrap_err());
+        write(
+            r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[3],"data_offsets":[8,20]}}"#,
+            20,
+        );
+        assert_eq!(read_weight_file(&path).unwrap().len(), 2, "the well-formed file loads");
+        write(
+            r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[4],"data_offsets":[8,20]}}"#,
+            20,
+        );
+        assert!(
+            err().contains("tensor b is F32 of shape [4], 16 bytes, but its data_offsets [8, 20] give it 12 bytes"),
+            "{}",
+            err()
+        );
+        write(
+            r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[3],"data_offsets":[8,20]}}"#,
+            16,
+        );
+        assert!(
+            err().contains("tensor b's data ends at byte 20 of the data, but the file holds 16 bytes"),
+            "{}",
+            err()
+        );
+        write(r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}"#, 12);
+        assert!(err().contains("tensor a's data starts at byte 4 of the data, where 0 was expected"), "{}", err());
+        std::fs::write(&path, r#"{"metadata": {}, "weight_map": {"a": "model.safetensors"}}"#).unwrap();
+        assert!(err().contains("it is JSON, not safetensors"), "{}", err());
     }
 }

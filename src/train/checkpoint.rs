@@ -152,8 +152,11 @@ pub(crate) fn load_checkpoint(dir: &Path, params: &Params, opt: &mut AdamW) -> R
     if named.is_some_and(|n| n != state.step) {
         bail!("{} says step {}, but it is the checkpoint of step {}: it was edited or moved; restore it, or start a new run with --out", state_file.display(), state.step, named.unwrap_or_default());
     }
-    let saved = candle_core::safetensors::load(dir.join("params.safetensors"), &candle_core::Device::Cpu)
-        .with_context(|| format!("cannot read {}", dir.join("params.safetensors").display()))?;
+    let saved = crate::model::weights::load_safetensors(
+        &dir.join("params.safetensors"),
+        &candle_core::Device::Cpu,
+        "the parameters",
+    )?;
     for (name, var) in &params.vars {
         let t = saved
             .get(name)
@@ -177,8 +180,8 @@ pub(crate) fn load_checkpoint(dir: &Path, params: &Params, opt: &mut AdamW) -> R
         );
     }
     let opt_path = dir.join("optimizer.safetensors");
-    let opt_state = candle_core::safetensors::load(&opt_path, &candle_core::Device::Cpu)
-        .with_context(|| format!("cannot read {}", opt_path.display()))?;
+    let opt_state =
+        crate::model::weights::load_safetensors(&opt_path, &candle_core::Device::Cpu, "the optimizer state")?;
     opt.load_state(&opt_state, state.step).with_context(|| format!("{}", opt_path.display()))?;
     Ok(state)
 }

@@ -385,8 +385,7 @@ impl AveragingModel {
             ep = dir.join("embeddings.safetensors"); // saved by an earlier version
         }
         crate::data::require_file(&ep, "embeddings", "an averaging model keeps its table in model.safetensors")?;
-        let tensors = candle_core::safetensors::load(&ep, &candle_core::Device::Cpu)
-            .with_context(|| format!("cannot read {}", ep.display()))?;
+        let tensors = crate::model::weights::load_safetensors(&ep, &candle_core::Device::Cpu, "the embeddings")?;
         let t = tensors.get("embeddings").with_context(|| format!("{} has no tensor `embeddings`", ep.display()))?;
         let (v, d) = t.dims2().with_context(|| format!("{}: `embeddings` must be 2-D", ep.display()))?;
         if d != meta.dim || v != segmenter.vocab_size() {

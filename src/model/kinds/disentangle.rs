@@ -268,8 +268,7 @@ impl DisentangledEncoder {
             )
         })?;
         let wpath = dir.join("heads.safetensors");
-        let t = candle_core::safetensors::load(&wpath, &opts.device)
-            .with_context(|| format!("cannot read {}", wpath.display()))?;
+        let t = weights::load_safetensors(&wpath, &opts.device, "the heads")?;
         let heads = Heads::from_map(&t, &wpath)?;
         ensure!(
             heads.dim() == base.dim(),
