@@ -713,6 +713,82 @@ fn quantized_folders_missing_smoothing_factors_are_refused() {
     );
 }
 
+/// Edited int8 folders are refused in words that name what was edited (an outside probe: an F32
+/// weight was "config.json does not describe these weights", a wrong I8 shape "768 smoothing
+/// factors expected, got 384", and dtype edited to bf16 "unsupported safetensor dtype I8").
+#[test]
+fn edited_int8_folders_are_named_for_what_was_edited() {
+    let tmp = tempfile::tempdir().unwrap();
+    let q = tiny_int8(tmp.path());
+    let w = "encoder.layer.0.attention.self.query.weight";
+    let rewrite = |label: &str,
+                   change: &dyn Fn(
+        &str,
+        safetensors::Dtype,
+        Vec<usize>,
+        Vec<u8>,
+    ) -> (safetensors::Dtype, Vec<usize>, Vec<u8>)| {
+        let dir = copy_of(&q, &tmp.path().join(label));
+        let file = dir.join("model.safetensors");
+        let bytes = std::fs::read(&file).unwrap();
+        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        let owned: Vec<(String, safetensors::Dtype, Vec<usize>, Vec<u8>)> = st
+            .tensors()
+            .into_iter()
+            .map(|(n, v)| {
+                let (d, sh, b) = change(&n, v.dtype(), v.shape().to_vec(), v.data().to_vec());
+                (n, d, sh, b)
+            })
+            .collect();
+        let views: Vec<_> = owned
+            .iter()
+            .map(|(n, d, sh, b)| (n.clone(), safetensors::tensor::TensorView::new(*d, sh.clone(), b).unwrap()))
+            .collect();
+        safetensors::serialize_to_file(views, None, &file).unwrap();
+        dir
+    };
+    let refused = |dir: &std::path::Path, want: &str| {
+        let o = embed_output(dir, &[], &["house1 house2"]);
+        let e = stderr(&o);
+        assert!(!o.status.success() && e.contains(want), "{}: {e}", dir.display());
+    };
+    // The query weight as F32 (its values widened), its scales left behind.
+    let f32_weight = rewrite("f32-weight", &|n, d, sh, b| {
+        if n == w {
+            (safetensors::Dtype::F32, sh, b.iter().flat_map(|&x| (x as i8 as f32).to_le_bytes()).collect())
+        } else {
+            (d, sh, b)
+        }
+    });
+    refused(
+        &f32_weight,
+        &format!(
+            "encoder.layer.0.attention.self.query.input_smooth belongs to the int8 weight {w}, which is stored as F32"
+        ),
+    );
+    // The query weight with half its input columns (its rows kept whole).
+    let narrow = rewrite("narrow", &|n, d, sh, b| {
+        if n == w {
+            let k = sh[1];
+            let half: Vec<u8> = b.chunks(k).flat_map(|r| r[..k / 2].to_vec()).collect();
+            (d, vec![sh[0], k / 2], half)
+        } else {
+            (d, sh, b)
+        }
+    });
+    refused(
+        &narrow,
+        &format!("the int8 weight {w} is [32, 16] but encoder.layer.0.attention.self.query.input_smooth has 32 values"),
+    );
+    // config.json's dtype edited to bf16: the I8 tensors are named.
+    let bf16 = copy_of(&q, &tmp.path().join("bf16"));
+    let cfg_path = bf16.join("config.json");
+    let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    cfg["quantization_config"]["dtype"] = "bf16".into();
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    refused(&bf16, "is I8: only the int8 models of xsent quantize hold I8 tensors");
+}
+
 /// A model with a sentence-transformers Dense module (32 → 16 after pooling): `xsent quantize`
 /// copies the module (its f32 weights too: only the encoder is quantised), and the folder
 /// embeds exactly as `--dtype int8|bf16` on the source does. Before, the module's weights were

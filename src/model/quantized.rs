@@ -19,7 +19,7 @@ use super::quant::{check_positive, gemm_bf16, int8_weights_of, BLinear, Dtype, Q
 use crate::model::config::{EncoderConfig, INT8_MODEL_TYPE};
 use crate::model::encoder::Encoder;
 use crate::model::weights;
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use std::collections::HashMap;
@@ -303,6 +303,27 @@ pub fn load_int8(
         let scales = take("weight_scale", &mut f32s)
             .with_context(|| format!("int8 weights {wname} without their scales {p}.weight_scale"))?;
         let smooth = take("input_smooth", &mut f32s);
+        // Shapes that do not go together: named by tensor (before, the layer's constructor said
+        // only "768 smoothing factors expected, got 384").
+        let damaged = |what: String| {
+            anyhow!(
+                "{}: the int8 weight {wname} is [{n}, {k}] but {what}: the file is damaged; quantize the f32 source model \
+                 again (its README.md names it)",
+                weights::describe(paths)
+            )
+        };
+        if scales.len() != n {
+            return Err(damaged(format!(
+                "{p}.weight_scale has {} values, one per output row ({n}) expected",
+                scales.len()
+            )));
+        }
+        if let Some(sm) = smooth.as_ref().filter(|sm| sm.len() != k) {
+            return Err(damaged(format!(
+                "{p}.input_smooth has {} values, one per input column ({k}) expected",
+                sm.len()
+            )));
+        }
         match (&smooth, is_output_layer(&p)) {
             (None, _) => unsmoothed.push(p.clone()),
             (Some(_), true) => smoothed_outputs += 1,
@@ -326,6 +347,23 @@ pub fn load_int8(
             .collect();
         f32s.insert(wname, (w, vec![n, k]));
         layers.insert(p, layer);
+    }
+    // Scales or smoothing factors left without their I8 weight: the weight was replaced (by an F32
+    // one, say), which would otherwise be reported as unused tensors of the config.
+    let mut orphans: Vec<&String> =
+        f32s.keys().filter(|n| n.ends_with(".weight_scale") || n.ends_with(".input_smooth")).collect();
+    orphans.sort();
+    if let Some(o) = orphans.first() {
+        let w = format!("{}.weight", o.rsplit_once('.').map_or(o.as_str(), |(p, _)| p));
+        let stored = match f32s.get(&w) {
+            Some(_) => "is stored as F32",
+            None => "is missing",
+        };
+        bail!(
+            "{}: {o} belongs to the int8 weight {w}, which {stored}: every linear layer's weight of an int8 model is I8; \
+             the file is damaged or edited; quantize the f32 source model again (its README.md names it)",
+            weights::describe(paths)
+        );
     }
     unsmoothed.sort();
     let missing = unsmoothed.iter().find(|p| !is_output_layer(p) || smoothed_outputs > 0);

@@ -209,6 +209,12 @@ pub(crate) fn diagnose_safetensors(path: &Path) -> Option<String> {
         }
         spans.push((begin, end, name));
     }
+    if let Some((name, _)) = header.iter().find(|(k, t)| *k != "__metadata__" && t["dtype"] == "I8") {
+        return Some(format!(
+            "tensor {name} is I8: only the int8 models of xsent quantize hold I8 tensors, and their config.json says so \
+             (quantization_config with dtype \"int8\"); was config.json edited?"
+        ));
+    }
     spans.sort();
     let mut at = 0;
     for (begin, end, name) in &spans {
