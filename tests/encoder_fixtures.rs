@@ -191,6 +191,38 @@ fn pytorch_bin_matches_transformers() -> Result<()> {
     Ok(())
 }
 
+/// A weight of a PyTorch checkpoint stored as int32 (here every tensor, the pickle's storage
+/// type edited) is named with its storage type. Before, candle skipped it with a bare "skipping"
+/// line and the load failed on "cannot find tensor" (an outside probe).
+#[test]
+fn pytorch_weights_stored_as_integers_are_named() -> Result<()> {
+    use std::io::{Read, Write};
+    let src = resaved("bert-mlm-bin").join("pytorch_model.bin");
+    let dir = tempfile::tempdir()?;
+    let bin = dir.path().join("pytorch_model.bin");
+    let mut zin = zip::ZipArchive::new(std::fs::File::open(&src)?)?;
+    let mut zout = zip::ZipWriter::new(std::fs::File::create(&bin)?);
+    for i in 0..zin.len() {
+        let mut f = zin.by_index(i)?;
+        let name = f.name()?.to_string();
+        let mut data = Vec::new();
+        f.read_to_end(&mut data)?;
+        if name.ends_with("data.pkl") {
+            let at = data.windows(12).position(|w| w == b"FloatStorage").expect("a FloatStorage in the pickle");
+            data.splice(at..at + 12, b"IntStorage".iter().copied());
+        }
+        zout.start_file(
+            name,
+            zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored),
+        )?;
+        zout.write_all(&data)?;
+    }
+    zout.finish()?;
+    let e = format!("{:#}", weights::load_encoder_tensors(&[bin], &Device::Cpu, 2).unwrap_err());
+    assert!(e.contains("tensor bert.embeddings.LayerNorm.bias is stored as IntStorage, not as floats"), "{e}");
+    Ok(())
+}
+
 /// A sharded safetensors checkpoint as transformers' save_pretrained(max_shard_size=…) writes it.
 #[test]
 fn sharded_safetensors_match_transformers() -> Result<()> {

@@ -257,6 +257,18 @@ impl CheckpointFile {
         if !is_pytorch_file(path) {
             return Ok(Self::Safetensors(load_safetensors(path, &Device::Cpu, "weights")?));
         }
+        // candle skips tensors of storage types it does not read (int32, bool), saying only
+        // "skipping: …" on stderr; the encoder then "cannot find" them. A weight so stored is
+        // named here instead, before candle reads the file.
+        let mut unreadable = unreadable_pth_tensors(path);
+        unreadable.sort();
+        if let Some((name, why)) = unreadable.iter().find(|(n, _)| is_parameter_name(n) && !is_head(n, "")) {
+            bail!(
+                "{}: tensor {name} is stored as {why}, not as floats: xsent reads weights stored as float16, bfloat16, \
+                 float32 or float64 (a weight stored as integers would give wrong vectors); save the model's float weights again",
+                path.display()
+            );
+        }
         let tensors = candle_core::pickle::PthTensors::new(path, None).map_err(|e| {
             anyhow::anyhow!(
                 "cannot read the PyTorch checkpoint {}: {e}.\nxsent reads the zip format torch.save has written since PyTorch 1.6 \
@@ -293,6 +305,41 @@ impl CheckpointFile {
                 .with_context(|| format!("tensor {name} of {} is not stored where its index says", path.display())),
         }
     }
+}
+
+/// Whether a tensor name is a learned parameter's (a weight or bias, LayerNorm's old names too),
+/// rather than a buffer such as `position_ids`.
+fn is_parameter_name(name: &str) -> bool {
+    [".weight", ".bias", ".gamma", ".beta"].iter().any(|s| name.ends_with(s))
+}
+
+/// The tensors of a PyTorch zip checkpoint's state dict that candle's reader skips (a storage type
+/// it does not read), with candle's reason. Empty when the pickle cannot be read here: candle's
+/// own reader then says what is wrong.
+fn unreadable_pth_tensors(path: &Path) -> Vec<(String, String)> {
+    use candle_core::pickle::{Object, Stack};
+    let read = || -> Option<Vec<(String, String)>> {
+        let mut zip = zip::ZipArchive::new(std::io::BufReader::new(std::fs::File::open(path).ok()?)).ok()?;
+        let name = zip.file_names().filter_map(|f| f.ok()).find(|f| f.ends_with("data.pkl"))?.into_owned();
+        let dir = std::path::PathBuf::from(name.strip_suffix(".pkl")?);
+        let mut stack = Stack::empty();
+        stack.read_loop(&mut std::io::BufReader::new(zip.by_name(&name).ok()?)).ok()?;
+        let Object::Dict(entries) = stack.finalize().ok()? else { return Some(Vec::new()) };
+        Some(
+            entries
+                .into_iter()
+                .filter_map(|(k, v)| {
+                    let key = k.clone().unicode().ok()?;
+                    // candle's message, without the backtrace it may carry.
+                    let why = v.into_tensor_info(k, &dir).err()?.to_string();
+                    let why = why.lines().next().unwrap_or("").to_string();
+                    let why = why.strip_prefix("unsupported storage type ").unwrap_or(&why).to_string();
+                    Some((key, why))
+                })
+                .collect(),
+        )
+    };
+    read().unwrap_or_default()
 }
 
 /// Freshly initialised encoder tensors under canonical names, as Hugging Face's BERT
