@@ -721,13 +721,9 @@ fn edited_int8_folders_are_named_for_what_was_edited() {
     let tmp = tempfile::tempdir().unwrap();
     let q = tiny_int8(tmp.path());
     let w = "encoder.layer.0.attention.self.query.weight";
-    let rewrite = |label: &str,
-                   change: &dyn Fn(
-        &str,
-        safetensors::Dtype,
-        Vec<usize>,
-        Vec<u8>,
-    ) -> (safetensors::Dtype, Vec<usize>, Vec<u8>)| {
+    // A tensor as stored: its dtype, shape and bytes.
+    type Stored = (safetensors::Dtype, Vec<usize>, Vec<u8>);
+    let rewrite = |label: &str, change: &dyn Fn(&str, safetensors::Dtype, Vec<usize>, Vec<u8>) -> Stored| {
         let dir = copy_of(&q, &tmp.path().join(label));
         let file = dir.join("model.safetensors");
         let bytes = std::fs::read(&file).unwrap();
