@@ -723,7 +723,8 @@ fn edited_int8_folders_are_named_for_what_was_edited() {
     let w = "encoder.layer.0.attention.self.query.weight";
     // A tensor as stored: its dtype, shape and bytes.
     type Stored = (safetensors::Dtype, Vec<usize>, Vec<u8>);
-    let rewrite = |label: &str, change: &dyn Fn(&str, safetensors::Dtype, Vec<usize>, Vec<u8>) -> Stored| {
+    type Edit<'a> = dyn Fn(&str, Stored) -> Stored + 'a;
+    let rewrite = |label: &str, change: &Edit<'_>| {
         let dir = copy_of(&q, &tmp.path().join(label));
         let file = dir.join("model.safetensors");
         let bytes = std::fs::read(&file).unwrap();
@@ -732,7 +733,7 @@ fn edited_int8_folders_are_named_for_what_was_edited() {
             .tensors()
             .into_iter()
             .map(|(n, v)| {
-                let (d, sh, b) = change(&n, v.dtype(), v.shape().to_vec(), v.data().to_vec());
+                let (d, sh, b) = change(&n, (v.dtype(), v.shape().to_vec(), v.data().to_vec()));
                 (n, d, sh, b)
             })
             .collect();
@@ -749,7 +750,7 @@ fn edited_int8_folders_are_named_for_what_was_edited() {
         assert!(!o.status.success() && e.contains(want), "{}: {e}", dir.display());
     };
     // The query weight as F32 (its values widened), its scales left behind.
-    let f32_weight = rewrite("f32-weight", &|n, d, sh, b| {
+    let f32_weight = rewrite("f32-weight", &|n, (d, sh, b)| {
         if n == w {
             (safetensors::Dtype::F32, sh, b.iter().flat_map(|&x| (x as i8 as f32).to_le_bytes()).collect())
         } else {
@@ -763,7 +764,7 @@ fn edited_int8_folders_are_named_for_what_was_edited() {
         ),
     );
     // The query weight with half its input columns (its rows kept whole).
-    let narrow = rewrite("narrow", &|n, d, sh, b| {
+    let narrow = rewrite("narrow", &|n, (d, sh, b)| {
         if n == w {
             let k = sh[1];
             let half: Vec<u8> = b.chunks(k).flat_map(|r| r[..k / 2].to_vec()).collect();
