@@ -208,10 +208,14 @@ fn build(vocab: &Path) -> Result<(String, Vec<GivenId>)> {
     let mut extra: Vec<String> = Vec::new();
     for key in ["additional_special_tokens", "extra_special_tokens"] {
         let Some((v, file)) = setting(key) else { continue };
-        let Some(list) = v.as_array() else {
-            return Err(not_a_token(key, v, file).context("a list of tokens is expected"));
+        // A list of tokens; transformers 4.47 and later write `extra_special_tokens` as an object
+        // of named tokens (`{}` when there are none), whose values are the tokens.
+        let tokens: Vec<&Value> = match v {
+            Value::Array(list) => list.iter().collect(),
+            Value::Object(named) => named.values().collect(),
+            other => return Err(not_a_token(key, other, file).context("a list of tokens is expected")),
         };
-        for t in list {
+        for t in tokens {
             extra.push(token_text(t).ok_or_else(|| not_a_token(key, t, file))?);
         }
     }
@@ -379,6 +383,17 @@ mod tests {
         let err = load_tokenizer(&vocab).unwrap_err().to_string();
         assert!(err.contains("special_tokens_map.json: additional_special_tokens is 7, not a token"), "{err}");
         std::fs::remove_file(dir.path().join("special_tokens_map.json")).unwrap();
+        // transformers 4.47+ writes extra_special_tokens as an object of named tokens ({} for
+        // none): read, its values as tokens.
+        std::fs::write(dir.path().join("tokenizer_config.json"), r#"{"extra_special_tokens": {}}"#).unwrap();
+        assert_eq!(ids(&load_tokenizer(&vocab).unwrap(), "hello"), [2, 5, 3]);
+        std::fs::write(dir.path().join("tokenizer_config.json"), r#"{"extra_special_tokens": {"img": "<img>"}}"#)
+            .unwrap();
+        // (added_tokens.json still gives <new> the id 9.)
+        assert_eq!(ids(&load_tokenizer(&vocab).unwrap(), "hello<img>"), [2, 5, 10, 3]);
+        std::fs::write(dir.path().join("tokenizer_config.json"), r#"{"extra_special_tokens": {"img": 3}}"#).unwrap();
+        let err = load_tokenizer(&vocab).unwrap_err().to_string();
+        assert!(err.contains("extra_special_tokens is 3, not a token"), "{err}");
         std::fs::write(dir.path().join("tokenizer_config.json"), r#"{"do_lower_case": "yes"}"#).unwrap();
         let err = load_tokenizer(&vocab).unwrap_err().to_string();
         assert!(err.contains("do_lower_case is \"yes\""), "{err}");
