@@ -783,7 +783,7 @@ fn edited_int8_folders_are_named_for_what_was_edited() {
     let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
     cfg["quantization_config"]["dtype"] = "bf16".into();
     std::fs::write(&cfg_path, cfg.to_string()).unwrap();
-    refused(&bf16, "is I8: only the int8 models of xsent quantize hold I8 tensors");
+    refused(&bf16, "is I8, which xsent reads only in the int8 models of xsent quantize");
 }
 
 /// A model with a sentence-transformers Dense module (32 → 16 after pooling): `xsent quantize`

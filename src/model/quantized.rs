@@ -254,7 +254,7 @@ pub fn load_int8(
     for path in paths {
         let bytes = std::fs::read(path).with_context(|| format!("cannot read weights {}", path.display()))?;
         let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| {
-            let why = weights::diagnose_safetensors(path).map(|w| format!(": {w}")).unwrap_or_default();
+            let why = weights::diagnose_safetensors(path, false).map(|w| format!(": {w}")).unwrap_or_default();
             anyhow::Error::from(e).context(format!("{} is not a readable safetensors file{why}", path.display()))
         })?;
         for (name, view) in st.tensors() {

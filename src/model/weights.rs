@@ -138,8 +138,9 @@ pub fn load_safetensors(path: &Path, device: &Device, what: &str) -> Result<Hash
     candle_core::safetensors::load(path, device).map_err(|e| {
         // The crate's words name no tensor (or, for an offset past the end, another): the
         // header is read again to say which tensor is at fault, and how.
+        let dtype_refused = e.to_string().contains("unsupported safetensor dtype");
         let e = anyhow::Error::from(e);
-        match diagnose_safetensors(path) {
+        match diagnose_safetensors(path, dtype_refused) {
             Some(why) => e.context(format!("cannot read {what} {}: {why}", path.display())),
             None => e.context(format!("cannot read {what} {}", path.display())),
         }
@@ -147,9 +148,10 @@ pub fn load_safetensors(path: &Path, device: &Device, what: &str) -> Result<Hash
 }
 
 /// Why a safetensors file that failed to load is damaged, in words that name the tensor: read
-/// from its header alone (at most 100 MB, the format's limit). `None` when the header shows
-/// nothing wrong.
-pub(crate) fn diagnose_safetensors(path: &Path) -> Option<String> {
+/// from its header alone (at most 100 MB, the format's limit). `dtype_refused`: the reader
+/// refused a data type it does not read (candle reads no I8), which names the first I8 tensor
+/// when nothing else is wrong. `None` when the header shows nothing wrong.
+pub(crate) fn diagnose_safetensors(path: &Path, dtype_refused: bool) -> Option<String> {
     use std::io::Read;
     let mut f = std::fs::File::open(path).ok()?;
     let size = f.metadata().ok()?.len();
@@ -157,21 +159,24 @@ pub(crate) fn diagnose_safetensors(path: &Path) -> Option<String> {
     if f.read_exact(&mut head).is_err() {
         return Some(format!("it has {size} bytes, fewer than the 8 of a safetensors header's length"));
     }
-    if head[0] == b'{' {
-        return Some(
-            "it is JSON, not safetensors (an index such as model.safetensors.index.json listed as a shard of itself?)"
-                .into(),
-        );
-    }
-    if head[..2] == [0x50, 0x4b] {
-        return Some("it is a zip file (PyTorch's format), not safetensors: name it pytorch_model.bin".into());
-    }
     let n = u64::from_le_bytes(head);
-    if n > 100_000_000 || n > size - 8 {
-        return Some(format!(
-            "its header length says {n} bytes, but the file has {} after it: it is not safetensors, or it was cut short",
-            size - 8
-        ));
+    if n > size - 8 {
+        // The first bytes are the header's length; a length the file cannot hold says what the
+        // file is, when it is JSON or a zip.
+        return Some(match head {
+            [b'{', ..] => {
+                "it is JSON, not safetensors (an index such as model.safetensors.index.json listed as a shard of itself?)"
+                    .to_string()
+            }
+            [0x50, 0x4b, ..] => "it is a zip file (PyTorch's format), not safetensors: name it pytorch_model.bin".to_string(),
+            _ => format!(
+                "its first 8 bytes give a header of {n} bytes, but the file has {} after them: it was cut short, or it is not safetensors",
+                size - 8
+            ),
+        });
+    }
+    if n > 100_000_000 {
+        return Some(format!("its header would be {n} bytes, more than safetensors' 100 MB: it is not safetensors"));
     }
     let mut json = vec![0u8; n as usize];
     f.read_exact(&mut json).ok()?;
@@ -179,13 +184,9 @@ pub(crate) fn diagnose_safetensors(path: &Path) -> Option<String> {
     let data = size - 8 - n;
     let mut spans = Vec::new();
     for (name, t) in header.iter().filter(|(k, _)| *k != "__metadata__") {
-        let dtype = t["dtype"].as_str().unwrap_or("?");
-        let width: u64 = match dtype {
-            "F64" | "I64" | "U64" => 8,
-            "F32" | "I32" | "U32" => 4,
-            "F16" | "BF16" | "I16" | "U16" => 2,
-            "I8" | "U8" | "BOOL" | "F8_E4M3" | "F8_E5M2" => 1,
-            _ => return Some(format!("tensor {name} has the data type {dtype:?}, which safetensors does not define")),
+        let shown = t["dtype"].to_string();
+        let Ok(dtype) = serde_json::from_value::<safetensors::Dtype>(t["dtype"].clone()) else {
+            return Some(format!("tensor {name} has the data type {shown}, which safetensors does not define"));
         };
         let shape: Option<Vec<u64>> = t["shape"].as_array().and_then(|a| a.iter().map(|d| d.as_u64()).collect());
         let offsets: Option<Vec<u64>> =
@@ -194,10 +195,12 @@ pub(crate) fn diagnose_safetensors(path: &Path) -> Option<String> {
         else {
             return Some(format!("tensor {name} has no valid shape or data_offsets [begin, end]"));
         };
-        let need = shape.iter().try_fold(width, |a, &d| a.checked_mul(d));
+        // Bytes: elements × bits / 8 (sub-byte types pack several elements in a byte).
+        let bits = shape.iter().try_fold(dtype.bitsize() as u64, |a, &d| a.checked_mul(d));
+        let need = bits.map(|b| b.div_ceil(8));
         if end < begin || need != Some(end - begin) {
             return Some(format!(
-                "tensor {name} is {dtype} of shape {shape:?}, {} bytes, but its data_offsets [{begin}, {end}] give it {} bytes",
+                "tensor {name} is {dtype:?} of shape {shape:?}, {} bytes, but its data_offsets [{begin}, {end}] give it {} bytes",
                 need.map_or("too many".to_string(), |b| b.to_string()),
                 end as i128 - begin as i128
             ));
@@ -209,12 +212,6 @@ pub(crate) fn diagnose_safetensors(path: &Path) -> Option<String> {
         }
         spans.push((begin, end, name));
     }
-    if let Some((name, _)) = header.iter().find(|(k, t)| *k != "__metadata__" && t["dtype"] == "I8") {
-        return Some(format!(
-            "tensor {name} is I8: only the int8 models of xsent quantize hold I8 tensors, and their config.json says so \
-             (quantization_config with dtype \"int8\"); was config.json edited?"
-        ));
-    }
     spans.sort();
     let mut at = 0;
     for (begin, end, name) in &spans {
@@ -225,6 +222,19 @@ pub(crate) fn diagnose_safetensors(path: &Path) -> Option<String> {
             ));
         }
         at = *end;
+    }
+    if at != data {
+        return Some(format!(
+            "its tensors' data ends at byte {at}, but {data} bytes follow the header: bytes were added after it"
+        ));
+    }
+    if dtype_refused {
+        if let Some((name, _)) = header.iter().find(|(k, t)| *k != "__metadata__" && t["dtype"] == "I8") {
+            return Some(format!(
+                "tensor {name} is I8, which xsent reads only in the int8 models of xsent quantize \
+                 (their config.json has a quantization_config with dtype \"int8\"; was it edited?)"
+            ));
+        }
     }
     None
 }
@@ -262,7 +272,10 @@ impl CheckpointFile {
         // named here instead, before candle reads the file.
         let mut unreadable = unreadable_pth_tensors(path);
         unreadable.sort();
-        if let Some((name, why)) = unreadable.iter().find(|(n, _)| is_parameter_name(n) && !is_head(n, "")) {
+        // Only the encoder's tensors matter: a head or buffer candle skips is never read.
+        let encoder_tensor =
+            |n: &str| ["", "bert.", "roberta.", "model."].iter().any(|p| canonical_name(n, p).is_some());
+        if let Some((name, why)) = unreadable.iter().find(|(n, _)| is_parameter_name(n) && encoder_tensor(n)) {
             bail!(
                 "{}: tensor {name} is stored as {why}, not as floats: xsent reads weights stored as float16, bfloat16, \
                  float32 or float64 (a weight stored as integers would give wrong vectors); save the model's float weights again",
@@ -313,8 +326,8 @@ fn is_parameter_name(name: &str) -> bool {
     [".weight", ".bias", ".gamma", ".beta"].iter().any(|s| name.ends_with(s))
 }
 
-/// The tensors of a PyTorch zip checkpoint's state dict that candle's reader skips (a storage type
-/// it does not read), with candle's reason. Empty when the pickle cannot be read here: candle's
+/// The tensors of a PyTorch zip checkpoint's state dict that candle's reader skips for a storage
+/// type it does not read, with that type (`IntStorage`). Empty when the pickle cannot be read here: candle's
 /// own reader then says what is wrong.
 fn unreadable_pth_tensors(path: &Path) -> Vec<(String, String)> {
     use candle_core::pickle::{Object, Stack};
@@ -332,9 +345,10 @@ fn unreadable_pth_tensors(path: &Path) -> Vec<(String, String)> {
                     let key = k.clone().unicode().ok()?;
                     // candle's message, without the backtrace it may carry.
                     let why = v.into_tensor_info(k, &dir).err()?.to_string();
-                    let why = why.lines().next().unwrap_or("").to_string();
-                    let why = why.strip_prefix("unsupported storage type ").unwrap_or(&why).to_string();
-                    Some((key, why))
+                    let why = why.lines().next().unwrap_or("");
+                    // Other errors (a damaged entry) are left to candle's reader to report.
+                    let storage = why.split("unsupported storage type ").nth(1)?;
+                    Some((key, storage.trim_end_matches(['"', ')']).to_string()))
                 })
                 .collect(),
         )
@@ -628,7 +642,25 @@ mod tests {
         );
         write(r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}"#, 12);
         assert!(err().contains("tensor a's data starts at byte 4 of the data, where 0 was expected"), "{}", err());
+        // Bytes after the last tensor's data.
+        write(r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#, 9);
+        assert!(err().contains("its tensors' data ends at byte 8, but 9 bytes follow the header"), "{}", err());
         std::fs::write(&path, r#"{"metadata": {}, "weight_map": {"a": "model.safetensors"}}"#).unwrap();
         assert!(err().contains("it is JSON, not safetensors"), "{}", err());
+        // A header whose length's low byte is `{` (123) is not taken for JSON: a cut file is
+        // said to be cut. Padded with spaces to 123 bytes, as safetensors pads headers.
+        let h = r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
+        let header = format!("{h:<123}");
+        write(&header, 8);
+        assert_eq!(read_weight_file(&path).unwrap().len(), 1);
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 4]).unwrap();
+        assert!(err().contains("tensor a's data ends at byte 8 of the data, but the file holds 4 bytes"), "{}", err());
+        // I8 tensors are named only when the reader refused their data type.
+        write(r#"{"q":{"dtype":"I8","shape":[2],"data_offsets":[0,2]}}"#, 2);
+        assert!(err().contains("tensor q is I8, which xsent reads only in the int8 models"), "{}", err());
+        write(r#"{"q":{"dtype":"I8","shape":[2],"data_offsets":[0,2]}}"#, 3);
+        assert!(err().contains("bytes were added after it") && !err().contains("is I8"), "{}", err());
+        assert_eq!(diagnose_safetensors(&path, false).unwrap(), diagnose_safetensors(&path, true).unwrap());
     }
 }
