@@ -191,36 +191,51 @@ fn pytorch_bin_matches_transformers() -> Result<()> {
     Ok(())
 }
 
-/// A weight of a PyTorch checkpoint stored as int32 (here every tensor, the pickle's storage
-/// type edited) is named with its storage type. Before, candle skipped it with a bare "skipping"
-/// line and the load failed on "cannot find tensor" (an outside probe).
+/// A weight of a PyTorch checkpoint stored as int32 is named with its storage type. Before,
+/// candle skipped it with a bare "skipping" line and the load failed on "cannot find tensor" (an
+/// outside probe). A head stored so is never read, and the checkpoint still loads.
 #[test]
 fn pytorch_weights_stored_as_integers_are_named() -> Result<()> {
-    use std::io::{Read, Write};
-    let src = resaved("bert-mlm-bin").join("pytorch_model.bin");
     let dir = tempfile::tempdir()?;
-    let bin = dir.path().join("pytorch_model.bin");
-    let mut zin = zip::ZipArchive::new(std::fs::File::open(&src)?)?;
+    let query = "bert.encoder.layer.0.attention.self.query.weight";
+    let bin = int_storage_copy(&dir.path().join("query"), query)?;
+    let e = format!("{:#}", weights::load_encoder_tensors(&[bin], &Device::Cpu, 2).unwrap_err());
+    assert!(e.contains(&format!("tensor {query} is stored as IntStorage, not as floats")), "{e}");
+    let bin = int_storage_copy(&dir.path().join("head"), "cls.predictions.bias")?;
+    let loaded = weights::load_encoder_tensors(&[bin], &Device::Cpu, 2)?;
+    assert!(loaded.contains_key("encoder.layer.0.attention.self.query.weight"));
+    Ok(())
+}
+
+/// bert-mlm-bin's pytorch_model.bin in `dir` with the tensor `name` stored as IntStorage: its
+/// storage class in the pickle (protocol 2, read in sequence, so bytes may be inserted) becomes
+/// `torch.IntStorage` where the others keep the memoised `torch.FloatStorage`.
+fn int_storage_copy(dir: &std::path::Path, name: &str) -> Result<PathBuf> {
+    use std::io::{Read, Write};
+    std::fs::create_dir_all(dir)?;
+    let bin = dir.join("pytorch_model.bin");
+    let mut zin = zip::ZipArchive::new(std::fs::File::open(resaved("bert-mlm-bin").join("pytorch_model.bin"))?)?;
     let mut zout = zip::ZipWriter::new(std::fs::File::create(&bin)?);
     for i in 0..zin.len() {
         let mut f = zin.by_index(i)?;
-        let name = f.name()?.to_string();
+        let entry = f.name()?.to_string();
         let mut data = Vec::new();
         f.read_to_end(&mut data)?;
-        if name.ends_with("data.pkl") {
-            let at = data.windows(12).position(|w| w == b"FloatStorage").expect("a FloatStorage in the pickle");
-            data.splice(at..at + 12, b"IntStorage".iter().copied());
+        if entry.ends_with("data.pkl") {
+            let key = data.windows(name.len()).position(|w| w == name.as_bytes()).expect("the tensor's key");
+            // `((h\x04h\x05`: the storage tuple, whose class is memo 5 (FloatStorage).
+            let pat = b"((h\x04h\x05";
+            let at = key + data[key..].windows(pat.len()).position(|w| w == pat).expect("its storage tuple") + 4;
+            data.splice(at..at + 2, b"ctorch\nIntStorage\n".iter().copied());
         }
         zout.start_file(
-            name,
+            entry,
             zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored),
         )?;
         zout.write_all(&data)?;
     }
     zout.finish()?;
-    let e = format!("{:#}", weights::load_encoder_tensors(&[bin], &Device::Cpu, 2).unwrap_err());
-    assert!(e.contains("tensor bert.embeddings.LayerNorm.bias is stored as IntStorage, not as floats"), "{e}");
-    Ok(())
+    Ok(bin)
 }
 
 /// A sharded safetensors checkpoint as transformers' save_pretrained(max_shard_size=…) writes it.
