@@ -81,7 +81,9 @@ pub fn saved_kind(spec: &str) -> Result<Option<String>> {
     let k: Kind = serde_json::from_str(&text).with_context(|| format!("invalid {}", path.display()))?;
     // A transformer model's xsent.json (its prefix) names no kind; it sits beside config.json.
     // Without either, the folder's kind cannot be known, and "no config.json" would mislead.
-    if k.kind.is_none() && !path.with_file_name("config.json").exists() {
+    // (A Transformer in a subfolder has modules.json on top instead.)
+    if k.kind.is_none() && !path.with_file_name("config.json").exists() && !path.with_file_name("modules.json").exists()
+    {
         bail!(
             "{} names no \"kind\" and its folder has no config.json, so what model it holds is unknown: \
              xsent writes \"kind\": \"averaging\" (sp, word and trigram models) or \"disentangle\" there, \
@@ -103,6 +105,9 @@ mod tests {
         std::fs::write(d.path().join("xsent.json"), r#"{"prefix": "query: "}"#).unwrap();
         let e = format!("{:#}", saved_kind(spec).unwrap_err());
         assert!(e.contains("names no \"kind\" and its folder has no config.json"), "{e}");
+        std::fs::write(d.path().join("modules.json"), "[]").unwrap();
+        assert_eq!(saved_kind(spec).unwrap(), None, "a Transformer in a subfolder: modules.json on top");
+        std::fs::remove_file(d.path().join("modules.json")).unwrap();
         std::fs::write(d.path().join("config.json"), "{}").unwrap();
         assert_eq!(saved_kind(spec).unwrap(), None);
         std::fs::write(d.path().join("xsent.json"), r#"{"kind": "averaging"}"#).unwrap();

@@ -679,7 +679,10 @@ impl HubFailure {
 
 /// What an optional file sets, for messages.
 fn what_it_sets(file: &str) -> &'static str {
-    match file {
+    // A Transformer module's files may sit in its folder (0_Transformer/tokenizer_config.json);
+    // any other file in a folder is a Pooling config.
+    let base = file.rsplit('/').next().unwrap_or(file);
+    match if base == "config.json" { file } else { base } {
         "modules.json" => "the model's pipeline (pooling, Dense, normalisation)",
         "sentence_bert_config.json" => "the maximum length and lowercasing",
         "config_sentence_transformers.json" => "the default prompt",
@@ -791,7 +794,7 @@ impl HubRepo {
                     self.id,
                     self.revision_flag(),
                     // What to do with a local copy applies to the tokenizer only, here.
-                    if file == "tokenizer.json" { format!("\n{}.", how_to_get(file)) } else { String::new() }
+                    if file.ends_with("tokenizer.json") { format!("\n{}.", how_to_get("tokenizer.json")) } else { String::new() }
                 );
             }
             return Ok(None);
@@ -825,11 +828,12 @@ impl HubRepo {
         }
         if self.api.is_none() {
             bail!(
-                "none of the weight files of {} (revision {}) is in the hub cache {} and HF_HUB_OFFLINE is set; xsent reads {WEIGHT_FORMATS}.\n\
+                "none of the weight files of {} (revision {}){} is in the hub cache {} and HF_HUB_OFFLINE is set; xsent reads {WEIGHT_FORMATS}.\n\
                  Download them while online (run the same command without HF_HUB_OFFLINE, or `huggingface-cli download {}{}`), \
                  or pass a local model directory to --model.",
                 self.id,
                 self.revision,
+                if folder.is_empty() { String::new() } else { format!(" in {folder}") },
                 self.cache_dir.display(),
                 self.id,
                 self.revision_flag()
@@ -841,7 +845,7 @@ impl HubRepo {
              saved with save_pretrained(dir) and given to --model as that directory.",
             self.id,
             self.revision,
-            WEIGHT_FILES.join(", ")
+            WEIGHT_FILES.map(|w| format!("{folder}{w}")).join(", ")
         )
     }
 
