@@ -35,10 +35,14 @@ fn canonical_name(name: &str, prefix: &str) -> Option<String> {
     Some(rest)
 }
 
+/// The prefixes under which checkpoints store the encoder's tensors (none, or a masked-LM or
+/// task model's).
+const ENCODER_PREFIXES: [&str; 4] = ["", "bert.", "roberta.", "model."];
+
 /// The prefix under which the encoder's tensors are stored in this checkpoint.
 fn detect_prefix<'a, I: IntoIterator<Item = &'a String>>(names: I) -> Result<&'static str> {
     let names: Vec<&String> = names.into_iter().collect();
-    for prefix in ["", "bert.", "roberta.", "model."] {
+    for prefix in ENCODER_PREFIXES {
         let probe = format!("{prefix}embeddings.word_embeddings.weight");
         if names.iter().any(|n| **n == probe) {
             return Ok(prefix);
@@ -273,8 +277,7 @@ impl CheckpointFile {
         let mut unreadable = unreadable_pth_tensors(path);
         unreadable.sort();
         // Only the encoder's tensors matter: a head or buffer candle skips is never read.
-        let encoder_tensor =
-            |n: &str| ["", "bert.", "roberta.", "model."].iter().any(|p| canonical_name(n, p).is_some());
+        let encoder_tensor = |n: &str| ENCODER_PREFIXES.iter().any(|p| canonical_name(n, p).is_some());
         if let Some((name, why)) = unreadable.iter().find(|(n, _)| is_parameter_name(n) && encoder_tensor(n)) {
             bail!(
                 "{}: tensor {name} is stored as {why}, not as floats: xsent reads weights stored as float16, bfloat16, \
