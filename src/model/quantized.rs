@@ -270,8 +270,7 @@ pub fn load_int8(
                     if name.ends_with(".weight_scale") || name.ends_with(".input_smooth") {
                         check_positive(&v, "element").with_context(|| {
                             format!(
-                                "{}: tensor {name} (int8 scales and smoothing factors): the file is damaged; \
-                                 quantize the f32 source model again (its README.md names it)",
+                                "{}: tensor {name} (int8 scales and smoothing factors): the file is damaged; {REQUANTIZE}",
                                 path.display()
                             )
                         })?;
@@ -307,8 +306,7 @@ pub fn load_int8(
         // only "768 smoothing factors expected, got 384").
         let damaged = |what: String| {
             anyhow!(
-                "{}: the int8 weight {wname} is [{n}, {k}] but {what}: the file is damaged; quantize the f32 source model \
-                 again (its README.md names it)",
+                "{}: the int8 weight {wname} is [{n}, {k}] but {what}: the file is damaged; {REQUANTIZE}",
                 weights::describe(paths)
             )
         };
@@ -361,7 +359,7 @@ pub fn load_int8(
         };
         bail!(
             "{}: {o} belongs to the int8 weight {w}, which {stored}: every linear layer's weight of an int8 model is I8; \
-             the file is damaged or edited; quantize the f32 source model again (its README.md names it)",
+             the file is damaged or edited; {REQUANTIZE}",
             weights::describe(paths)
         );
     }
@@ -370,7 +368,7 @@ pub fn load_int8(
     if let Some(p) = missing {
         bail!(
             "{}: the int8 layer {p} has no smoothing factors {p}.input_smooth, which xsent quantize stores for it \
-             ({} of the {} int8 layers lack them): the file is damaged; quantize the f32 source model again (its README.md names it)",
+             ({} of the {} int8 layers lack them): the file is damaged; {REQUANTIZE}",
             weights::describe(paths),
             unsmoothed.len(),
             layers.len()
@@ -382,6 +380,9 @@ pub fn load_int8(
         .collect::<Result<HashMap<_, _>>>()?;
     Ok((tensors, dropped, layers))
 }
+
+/// What to do about a damaged int8 folder, in every message that finds one.
+const REQUANTIZE: &str = "quantize the f32 source model again (its README.md names it)";
 
 /// Whether a linear layer (its name without `.weight`) is one of a layer's two output
 /// projections (`attention.output.dense`, `output.dense`), which no LayerNorm feeds.
