@@ -204,6 +204,39 @@ fn pytorch_weights_stored_as_integers_are_named() -> Result<()> {
     let bin = int_storage_copy(&dir.path().join("head"), "cls.predictions.bias")?;
     let loaded = weights::load_encoder_tensors(&[bin], &Device::Cpu, 2)?;
     assert!(loaded.contains_key("encoder.layer.0.attention.self.query.weight"));
+    // A layer that `--layers 1` drops is never read, so its storage does not matter.
+    let bin = int_storage_copy(&dir.path().join("dropped"), "bert.encoder.layer.1.attention.self.query.weight")?;
+    assert!(format!("{:#}", weights::load_encoder_tensors(&[bin.clone()], &Device::Cpu, 2).unwrap_err())
+        .contains("is stored as IntStorage"));
+    let loaded = weights::load_encoder_tensors(&[bin], &Device::Cpu, 1)?;
+    assert!(loaded.contains_key("encoder.layer.0.attention.self.query.weight"));
+    assert!(!loaded.keys().any(|k| k.starts_with("encoder.layer.1.")));
+    Ok(())
+}
+
+/// A LayerNorm parameter under its old name (`gamma`, `beta`) stored as integers in safetensors
+/// is refused as a `.weight` is: casting it would give wrong vectors without a word.
+#[test]
+fn safetensors_parameters_stored_as_integers_are_named_under_old_names_too() -> Result<()> {
+    let path = common::fixtures().join("tiny-bert-mlm/model.safetensors");
+    let mut raw = candle_core::safetensors::load(&path, &Device::Cpu)?;
+    let ln = raw.keys().find(|k| k.ends_with("embeddings.LayerNorm.weight")).expect("a LayerNorm weight").clone();
+    let t = raw.remove(&ln).unwrap();
+    let dir = tempfile::tempdir()?;
+    for (suffix, dtype) in [("gamma", DType::I64), ("gamma", DType::F32), ("weight", DType::U8)] {
+        let mut edited = raw.clone();
+        let name = format!("{}.{suffix}", ln.strip_suffix(".weight").unwrap());
+        edited.insert(name.clone(), t.to_dtype(dtype)?);
+        let out = dir.path().join(format!("{suffix}-{dtype:?}.safetensors"));
+        candle_core::safetensors::save(&edited, &out)?;
+        let got = weights::load_encoder_tensors(&[out], &Device::Cpu, 2);
+        if dtype.is_float() {
+            assert!(got?.contains_key("embeddings.LayerNorm.weight"), "the old name is read");
+        } else {
+            let e = format!("{:#}", got.unwrap_err());
+            assert!(e.contains(&format!("tensor {name} of")) && e.contains("integers"), "{e}");
+        }
+    }
     Ok(())
 }
 

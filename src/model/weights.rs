@@ -71,7 +71,15 @@ pub fn load_encoder_tensors_noting(
     device: &Device,
     keep_layers: usize,
 ) -> Result<(HashMap<String, Tensor>, Vec<String>, Vec<String>)> {
-    let files = paths.iter().map(|p| CheckpointFile::open(p)).collect::<Result<Vec<_>>>()?;
+    // Only the encoder's parameters in the layers kept matter: a head, a buffer or a dropped
+    // layer's tensor candle cannot read is never read.
+    let needed = |n: &str| {
+        is_parameter_name(n)
+            && ENCODER_PREFIXES
+                .iter()
+                .any(|p| canonical_name(n, p).is_some_and(|c| layer_index(&c).is_none_or(|layer| layer < keep_layers)))
+    };
+    let files = paths.iter().map(|p| CheckpointFile::open(p, &needed)).collect::<Result<Vec<_>>>()?;
     let mut dropped = Vec::new();
     let prefix =
         detect_prefix(files.iter().flat_map(|f| f.names())).with_context(|| format!("in {}", describe(paths)))?;
@@ -113,12 +121,13 @@ pub fn load_encoder_tensors_noting(
     Ok((out, dropped, foreign))
 }
 
-/// Refuses a weight or bias (a name ending in `.weight` or `.bias`) stored as integers: a float
+/// Refuses a weight or bias (a name ending in `.weight` or `.bias`, or LayerNorm's old `.gamma`
+/// and `.beta`) stored as integers: a float
 /// parameter saved as I32 or U8 is a broken or foreign file (a quantised checkpoint of another
 /// tool, say), and casting it to f32 would give a model whose vectors are silently wrong. Integer
 /// buffers (`embeddings.position_ids`) pass.
 pub(crate) fn check_float_parameter(t: &Tensor, name: &str, path: &Path) -> Result<()> {
-    if !t.dtype().is_float() && (name.ends_with(".weight") || name.ends_with(".bias")) {
+    if !t.dtype().is_float() && is_parameter_name(name) {
         bail!(
             "tensor {name} of {} is stored as {:?} integers; xsent reads float weights (F32, F16, BF16, F64): \
              is this a quantised checkpoint of another tool? Use the model's float weights \
@@ -132,7 +141,7 @@ pub(crate) fn check_float_parameter(t: &Tensor, name: &str, path: &Path) -> Resu
 
 /// Every tensor of one weight file (safetensors, or PyTorch's `.bin`), as stored.
 pub fn read_weight_file(path: &Path) -> Result<HashMap<String, Tensor>> {
-    let file = CheckpointFile::open(path)?;
+    let file = CheckpointFile::open(path, &is_parameter_name)?;
     file.names().map(|n| Ok((n.clone(), file.get(n)?))).collect()
 }
 
@@ -267,7 +276,9 @@ enum CheckpointFile {
 }
 
 impl CheckpointFile {
-    fn open(path: &Path) -> Result<Self> {
+    /// Opens `path`; a tensor for which `needed(name)` holds that candle cannot read (stored as
+    /// integers) is refused by name.
+    fn open(path: &Path, needed: &dyn Fn(&str) -> bool) -> Result<Self> {
         if !is_pytorch_file(path) {
             return Ok(Self::Safetensors(load_safetensors(path, &Device::Cpu, "weights")?));
         }
@@ -276,9 +287,7 @@ impl CheckpointFile {
         // named here instead, before candle reads the file.
         let mut unreadable = unreadable_pth_tensors(path);
         unreadable.sort();
-        // Only the encoder's tensors matter: a head or buffer candle skips is never read.
-        let encoder_tensor = |n: &str| ENCODER_PREFIXES.iter().any(|p| canonical_name(n, p).is_some());
-        if let Some((name, why)) = unreadable.iter().find(|(n, _)| is_parameter_name(n) && encoder_tensor(n)) {
+        if let Some((name, why)) = unreadable.iter().find(|(n, _)| needed(n)) {
             bail!(
                 "{}: tensor {name} is stored as {why}, not as floats: xsent reads weights stored as float16, bfloat16, \
                  float32 or float64 (a weight stored as integers would give wrong vectors); save the model's float weights again",
