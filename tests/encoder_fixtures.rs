@@ -206,7 +206,7 @@ fn pytorch_weights_stored_as_integers_are_named() -> Result<()> {
     assert!(loaded.contains_key("encoder.layer.0.attention.self.query.weight"));
     // A layer that `--layers 1` drops is never read, so its storage does not matter.
     let bin = int_storage_copy(&dir.path().join("dropped"), "bert.encoder.layer.1.attention.self.query.weight")?;
-    assert!(format!("{:#}", weights::load_encoder_tensors(&[bin.clone()], &Device::Cpu, 2).unwrap_err())
+    assert!(format!("{:#}", weights::load_encoder_tensors(std::slice::from_ref(&bin), &Device::Cpu, 2).unwrap_err())
         .contains("is stored as IntStorage"));
     let loaded = weights::load_encoder_tensors(&[bin], &Device::Cpu, 1)?;
     assert!(loaded.contains_key("encoder.layer.0.attention.self.query.weight"));
