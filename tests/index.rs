@@ -212,6 +212,91 @@ fn index_errors_are_clear() {
     assert!(e.contains("--dim 4611686018427387904 is too large"), "{e}");
 }
 
+/// `path`'s index header edited by `edit` (its JSON as text), the lists after it kept.
+fn edit_index_header(path: &Path, to: &Path, edit: impl Fn(String) -> String) {
+    let raw = std::fs::read(path).unwrap();
+    let len = u64::from_le_bytes(raw[8..16].try_into().unwrap()) as usize;
+    let body = &raw[(16 + len).next_multiple_of(64)..];
+    let json = edit(String::from_utf8(raw[16..16 + len].to_vec()).unwrap());
+    let mut out = raw[..8].to_vec();
+    out.extend_from_slice(&(json.len() as u64).to_le_bytes());
+    out.extend_from_slice(json.as_bytes());
+    out.resize(out.len().next_multiple_of(64), 0);
+    out.extend_from_slice(body);
+    std::fs::write(to, out).unwrap();
+}
+
+/// Headers whose sizes overflow, or say 0 lists or 0 values, and vectors whose inner products
+/// would overflow float32: errors, where they panicked (capacity overflow, index out of range)
+/// or gave neighbours at similarity inf.
+#[test]
+fn damaged_headers_and_huge_vectors_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rows: Vec<f32> = (0..40 * 4).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
+    let good = tmp.path().join("good.npy");
+    write_npy(&good, &rows, 4);
+    let ivf = tmp.path().join("good.ivf");
+    ok(&xsent(&["index", "build", "--vectors", p(&good), "--nlist", "2", "-o", p(&ivf)]));
+    let out = tmp.path().join("o.ivf");
+    let knn = tmp.path().join("knn.npy");
+    let nlist0 = tmp.path().join("nlist0.ivf");
+    edit_index_header(&ivf, &nlist0, |j| j.replace("\"nlist\":2", "\"nlist\":0"));
+    let e = fail(&xsent(&["index", "build", "--vectors", p(&good), "--quantizer", p(&nlist0), "-o", p(&out)]));
+    assert!(e.contains("nlist0.ivf is not an xsent index") && e.contains("4 dimensions and 0 lists"), "{e}");
+    // dim × 4 wraps to a size the file could have.
+    let huge = tmp.path().join("huge.ivf");
+    edit_index_header(&ivf, &huge, |j| j.replace("\"dim\":4", "\"dim\":4611686018427387905"));
+    let e = fail(&xsent(&["index", "search", "--index", p(&huge), "--queries", p(&good), "-o", p(&knn)]));
+    assert!(e.contains("huge.ivf is not an xsent index") && e.contains("needs more than 2^64"), "{e}");
+    // A .npy of rows of no values.
+    let empty_rows = tmp.path().join("dim0.npy");
+    write_npy(&empty_rows, &[], 1);
+    let mut raw = std::fs::read(&empty_rows).unwrap();
+    let at = raw.windows(6).position(|w| w == b"(0, 1)").unwrap();
+    raw[at..at + 6].copy_from_slice(b"(3, 0)");
+    std::fs::write(&empty_rows, raw).unwrap();
+    let e = fail(&xsent(&["index", "build", "--vectors", p(&empty_rows), "-o", p(&out)]));
+    assert!(e.contains("dim0.npy: its header says rows of 0 values"), "{e}");
+    // Finite vectors whose squares overflow float32: named, in the build and as queries.
+    let mut big = rows.clone();
+    big[7 * 4 + 3] = 3e38;
+    let bad = tmp.path().join("big.npy");
+    write_npy(&bad, &big, 4);
+    let e = fail(&xsent(&["index", "build", "--vectors", p(&bad), "--nlist", "2", "-o", p(&out)]));
+    assert!(e.contains("big.npy: row 7 (counting from 0) has norm 3.000e38") && e.contains("at most 1e9"), "{e}");
+    let e = fail(&xsent(&["index", "search", "--index", p(&ivf), "--queries", p(&bad), "-o", p(&knn)]));
+    assert!(e.contains("big.npy: row 7 (counting from 0) has norm"), "{e}");
+    assert!(!out.exists() && !knn.exists());
+    // A neighbour file whose shape × 12 wraps to its body's length (0).
+    let mut h =
+        b"{'descr': [('id', '<u8'), ('sim', '<f4')], 'fortran_order': False, 'shape': (4611686018427387904, 1), }"
+            .to_vec();
+    h.resize((10 + h.len() + 1).next_multiple_of(64) - 11, b' ');
+    h.push(b'\n');
+    let mut lists = b"\x93NUMPY\x01\x00".to_vec();
+    lists.extend_from_slice(&(h.len() as u16).to_le_bytes());
+    lists.extend_from_slice(&h);
+    let wrap = tmp.path().join("wrap.knn.npy");
+    std::fs::write(&wrap, lists).unwrap();
+    let (src, tgt) = (tmp.path().join("s.txt"), tmp.path().join("t.txt"));
+    std::fs::write(&src, "a\nb\n").unwrap();
+    std::fs::write(&tgt, "c\nd\n").unwrap();
+    let e = fail(&xsent(&[
+        "mine",
+        "--src-file",
+        p(&src),
+        "--tgt-file",
+        p(&tgt),
+        "--src-knn",
+        p(&wrap),
+        "--tgt-knn",
+        p(&wrap),
+        "-o",
+        p(&tmp.path().join("pairs.tsv")),
+    ]));
+    assert!(e.contains("0 bytes of lists where its header says 4611686018427387904 × 1"), "{e}");
+}
+
 /// Pairs of a mine from `xsent index search` lists (probing every list: exact neighbours) are
 /// the exact mine's pairs, with the same scores to rounding; `mine --index` finds them too.
 #[test]

@@ -281,8 +281,9 @@ pub fn read_knn(paths: &[PathBuf]) -> Result<crate::index::Knn> {
             .collect::<Result<_>>()?;
         let [n, k] = dims[..] else { return Err(bad()) };
         let body = &raw[10 + hl..];
+        // Checked: a shape whose product wraps could match the body's length.
         ensure!(
-            body.len() == n * k * 12,
+            n.checked_mul(k).and_then(|nk| nk.checked_mul(12)) == Some(body.len()),
             "{}: {} bytes of lists where its header says {n} × {k}",
             path.display(),
             body.len()

@@ -135,7 +135,11 @@ fn split_empty(sums: &mut [f32], counts: &mut [usize], d: usize, n: usize, rng: 
 /// L2-normalise each row (a zero row stays zero).
 pub fn normalize_rows(x: &mut [f32], d: usize) {
     for row in x.chunks_exact_mut(d.max(1)) {
-        let norm = row.iter().map(|v| v * v).sum::<f32>().sqrt();
+        let mut norm = row.iter().map(|v| v * v).sum::<f32>().sqrt();
+        if norm.is_infinite() {
+            // A sum of many large vectors whose squares overflow float32; its norm does not.
+            norm = row.iter().map(|&v| v as f64 * v as f64).sum::<f64>().sqrt() as f32;
+        }
         if norm > 0.0 {
             row.iter_mut().for_each(|v| *v /= norm);
         }

@@ -593,6 +593,7 @@ impl Ivf {
         r.read_exact(&mut json)?;
         let meta: Meta = serde_json::from_slice(&json)?;
         ensure!(meta.xsent_index == 1, "index format {} is not known to this xsent", meta.xsent_index);
+        ensure!(meta.dim >= 1 && meta.nlist >= 1, "its header says {} dimensions and {} lists", meta.dim, meta.nlist);
         let used = 16 + len as usize;
         let mut pad = vec![0u8; used.next_multiple_of(64) - used];
         r.read_exact(&mut pad)?;
@@ -602,14 +603,22 @@ impl Ivf {
     fn read_from(r: &mut dyn Read, size: u64) -> Result<Self> {
         let (meta, used) = Self::read_header(r, size)?;
         let (d, nlist, n) = (meta.dim as u64, meta.nlist as u64, meta.rows);
-        let per = if meta.codec == Codec::F32 { 4 * d } else { d };
-        let codec_bytes = if meta.codec == Codec::Int8 { 8 * d } else { 0 };
-        let expect = used.next_multiple_of(64) as u64 + 4 * nlist * d + codec_bytes + 8 * (nlist + 1) + n * (8 + per);
+        // Checked: a header's sizes may be anything, and a product that wraps could match the file.
+        let expect = (|| {
+            let per = if meta.codec == Codec::F32 { d.checked_mul(4)? } else { d };
+            let codec_bytes = if meta.codec == Codec::Int8 { d.checked_mul(8)? } else { 0 };
+            (used.next_multiple_of(64) as u64)
+                .checked_add(nlist.checked_mul(d)?.checked_mul(4)?)?
+                .checked_add(codec_bytes)?
+                .checked_add(nlist.checked_add(1)?.checked_mul(8)?)?
+                .checked_add(n.checked_mul(per.checked_add(8)?)?)
+        })();
         ensure!(
-            size == expect,
-            "{size} bytes where its header ({} vectors of {d}, {nlist} lists, {:?}) needs {expect}",
+            expect == Some(size),
+            "{size} bytes where its header ({} vectors of {d}, {nlist} lists, {:?}) needs {}",
             n,
-            meta.codec
+            meta.codec,
+            expect.map_or("more than 2^64".to_string(), |e| e.to_string())
         );
         let centroids = read_f32s(r, (nlist * d) as usize)?;
         let int8 = if meta.codec == Codec::Int8 {

@@ -6,6 +6,10 @@ use anyhow::{bail, ensure, Context, Result};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
+/// The largest norm a vector of an index may have: inner products of two such vectors stay far
+/// inside float32's range.
+pub const MAX_NORM: f64 = 1e9;
+
 /// One file of rows.
 struct VectorFile {
     path: PathBuf,
@@ -30,6 +34,7 @@ impl VectorFile {
                 path.display(),
                 size - start.min(size)
             );
+            ensure!(d > 0, "{}: its header says rows of 0 values; an index needs vectors", path.display());
             if let Some(want) = dim {
                 ensure!(
                     want == d,
@@ -134,6 +139,18 @@ impl VectorSet {
                     local + (k / self.dim) as u64,
                     out[from + k],
                     k % self.dim
+                );
+            }
+            // Inner products are taken in f32: two vectors of norm up to MAX_NORM give at most
+            // 1e18, where larger ones could overflow to infinity (or NaN) without a word.
+            let norm2 = |row: &[f32]| row.iter().map(|&x| x as f64 * x as f64).sum::<f64>();
+            if let Some(r) = out[from..].chunks_exact(self.dim).position(|row| norm2(row) > MAX_NORM * MAX_NORM) {
+                bail!(
+                    "{}: row {} (counting from 0) has norm {:.3e}; an index needs vectors of norm at most {MAX_NORM:e} \
+                     (their inner products are computed in float32): scale or normalise the vectors",
+                    file.path.display(),
+                    local + r as u64,
+                    norm2(&out[from + r * self.dim..from + (r + 1) * self.dim]).sqrt()
                 );
             }
             at += take;
