@@ -129,8 +129,8 @@ pub fn scatter_png(path: &Path, panels: &[Panel], groups: &[String], panel_px: u
         root.fill(&WHITE)?;
         let (top, legend) = root.split_vertically(panel_px);
         for (area, panel) in top.split_evenly((1, panels.len())).iter().zip(panels) {
-            let (x0, x1) = bounds(panel.points.iter().map(|p| p.0));
-            let (y0, y1) = bounds(panel.points.iter().map(|p| p.1));
+            let (x0, x1) = bounds(&panel.title, panel.points.iter().map(|p| p.0))?;
+            let (y0, y1) = bounds(&panel.title, panel.points.iter().map(|p| p.1))?;
             let mut chart = ChartBuilder::on(area)
                 .caption(&panel.title, ("sans-serif", 18))
                 .margin(12)
@@ -164,18 +164,23 @@ pub fn scatter_png(path: &Path, panels: &[Panel], groups: &[String], panel_px: u
     Ok(())
 }
 
-/// The range of values with a 5% margin (a unit range around a single value).
-fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
+/// The range of values with a 5% margin (a unit range around a single value); an error naming
+/// `what` where the range is wider than float64 can hold (±1e308: plotters never ends on it).
+fn bounds(what: &str, values: impl Iterator<Item = f64>) -> std::result::Result<(f64, f64), String> {
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
     for v in values {
         lo = lo.min(v);
         hi = hi.max(v);
     }
     if !lo.is_finite() || !hi.is_finite() {
-        return (-1.0, 1.0);
+        return Ok((-1.0, 1.0));
     }
     let pad = ((hi - lo) * 0.05).max(1e-6);
-    (lo - pad, hi + pad)
+    let (a, b) = (lo - pad, hi + pad);
+    if !(b - a).is_finite() {
+        return Err(format!("{what}: its values, from {lo:e} to {hi:e}, lie too far apart to draw"));
+    }
+    Ok((a, b))
 }
 
 /// Sentences labelled by language, from `LANG=FILE` specs (one sentence per line, at most
@@ -298,8 +303,8 @@ pub fn curves_png(path: &Path, panels: &[Curves], runs: &[String], panel_px: u32
         root.fill(&WHITE)?;
         let (top, legend) = root.split_vertically(h);
         for (area, panel) in top.split_evenly((rows, cols)).iter().zip(panels) {
-            let (x0, x1) = bounds(panel.lines.iter().flatten().map(|p| p.0));
-            let (y0, y1) = bounds(panel.lines.iter().flatten().map(|p| p.1));
+            let (x0, x1) = bounds(&panel.title, panel.lines.iter().flatten().map(|p| p.0))?;
+            let (y0, y1) = bounds(&panel.title, panel.lines.iter().flatten().map(|p| p.1))?;
             let mut chart = ChartBuilder::on(area)
                 .caption(&panel.title, ("sans-serif", 18))
                 .margin(12)
@@ -406,6 +411,23 @@ mod tests {
         assert_eq!(h, 200 + 30 + 22);
         let too_many: Vec<String> = (0..21).map(|i| i.to_string()).collect();
         assert!(scatter_png(&path, &panels, &too_many, 100).is_err());
+    }
+
+    /// Values ±1e308 are finite, but their range is not: plotters looped for ever on it.
+    #[test]
+    fn ranges_too_wide_to_draw_are_refused() {
+        let e = bounds("loss", [1e308, -1e308].into_iter()).unwrap_err();
+        assert!(e.contains("loss: its values, from -1e308 to 1e308, lie too far apart to draw"), "{e}");
+        assert_eq!(bounds("x", [1.0].into_iter()).unwrap(), (1.0 - 1e-6, 1.0 + 1e-6));
+        assert_eq!(bounds("x", [0.0, 10.0].into_iter()).unwrap(), (-0.5, 10.5));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.png");
+        let curves = |lo: f64, hi: f64| {
+            vec![Curves { title: "loss".into(), lines: vec![vec![(1.0, lo), (2.0, hi)]], best: vec![None] }]
+        };
+        let e = curves_png(&path, &curves(-1e308, 1e308), &["run".into()], 200).unwrap_err().to_string();
+        assert!(e.contains("too far apart"), "{e}");
+        curves_png(&path, &curves(-1e300, 1e300), &["run".into()], 200).unwrap();
     }
 
     #[test]
