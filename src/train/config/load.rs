@@ -172,7 +172,19 @@ pub fn apply_set(root: &mut toml::Value, set: &str) -> Result<()> {
     };
     let key = key.trim();
     let parsed: toml::Value = match toml::from_str::<toml::Table>(&format!("v = {raw}")) {
+        // More than one key: the value held a line break and a second `key = value`.
+        Ok(t) if t.len() != 1 => {
+            bail!(
+                "--set {key}: the value {raw:?} is not one TOML value (it holds a line break); give one --set per key"
+            )
+        }
         Ok(mut t) => t.remove("v").expect("the key just written"),
+        // A number TOML does not read (`.5`, `1.`, an integer beyond i64) would become a string
+        // and be refused later as one, with no word about why.
+        Err(_) if looks_numeric(raw) => bail!(
+            "--set {key}={raw}: not a number TOML reads: a decimal point needs a digit on both sides (0.5, 1.0), \
+             integers go up to 9223372036854775807 and other numbers to about 1.8e308"
+        ),
         Err(_) => toml::Value::String(raw.to_string()),
     };
     let parts: Vec<&str> = key.split('.').collect();
@@ -185,6 +197,14 @@ pub fn apply_set(root: &mut toml::Value, set: &str) -> Result<()> {
         cur = match cur {
             toml::Value::Table(t) => {
                 if last {
+                    // `--set train={max_steps=5}` would drop every other key of [train].
+                    if parsed.is_table() && t.get(*part).is_some_and(toml::Value::is_table) {
+                        let first = parsed.as_table().and_then(|p| p.keys().next().cloned()).unwrap_or("KEY".into());
+                        bail!(
+                            "--set {key}={raw}: {key} is a section of the config, and this would replace all of it; \
+                             set its keys one by one (--set {key}.{first}=…)"
+                        );
+                    }
                     t.insert(part.to_string(), parsed);
                     return Ok(());
                 }
@@ -208,6 +228,15 @@ pub fn apply_set(root: &mut toml::Value, set: &str) -> Result<()> {
         };
     }
     unreachable!("the loop returns at the last key part")
+}
+
+/// Digits with a sign, point or exponent that Rust reads as a number (`.5`, `1.`, `1e400`), not
+/// a word such as `nan` or `Inf`.
+fn looks_numeric(raw: &str) -> bool {
+    let raw = raw.trim();
+    raw.bytes().any(|b| b.is_ascii_digit())
+        && raw.bytes().all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b))
+        && raw.parse::<f64>().is_ok()
 }
 
 /// `a.b.c`: remove the key, so that its default applies (an optional setting such as

@@ -605,6 +605,31 @@ mod tests {
         assert!(apply_set(&mut base(), "recipe.x=1").unwrap_err().to_string().contains("not a table"));
     }
 
+    /// Values that passed without a word: a second key after a line break (dropped), a number
+    /// TOML does not read (a string, refused later as one) and a section replaced whole.
+    #[test]
+    fn set_refuses_values_that_would_change_more_or_less_than_said() {
+        let e = apply_set(&mut base(), "train.seed=5\nbogus=9").unwrap_err().to_string();
+        assert!(e.contains("--set train.seed: the value") && e.contains("is not one TOML value"), "{e}");
+        for n in [".5", "1.", "18446744073709551615", "+.5e-3", "1e400"] {
+            let e = apply_set(&mut base(), &format!("optim.lr={n}")).unwrap_err().to_string();
+            assert!(e.contains(&format!("--set optim.lr={n}: not a number TOML reads")), "{e}");
+        }
+        // Words stay strings; TOML's own inf and nan stay numbers.
+        for (raw, string) in [("Inf", true), ("nan", false), ("inf", false), ("de", true), ("1e300", false)] {
+            let mut v = base();
+            apply_set(&mut v, &format!("distill.student_prefix={raw}")).unwrap();
+            assert_eq!(v["distill"]["student_prefix"].is_str(), string, "{raw}");
+        }
+        let e = apply_set(&mut base(), "train={max_steps=5}").unwrap_err().to_string();
+        assert!(e.contains("train is a section") && e.contains("--set train.max_steps=…"), "{e}");
+        // An inline table where there is none yet (a new section, or a list's entry) is fine.
+        let mut v = base();
+        apply_set(&mut v, "extra={a=1}").unwrap();
+        apply_set(&mut v, "data.sources=[{kind = \"tsv\", path = \"a.tsv\"}]").unwrap();
+        apply_set(&mut v, "data.sources.0={kind = \"tsv\", path = \"b.tsv\"}").unwrap();
+    }
+
     #[test]
     fn unset_removes_a_key_and_its_default_applies() {
         let mut v = base();
