@@ -403,6 +403,39 @@ fn sp_config_errors() {
     assert!(stderr(&o).contains("sp.dim") && stderr(&o).contains("cannot be allocated"), "{}", stderr(&o));
     let o = s.train("bad9", &["--set", "sp.dropout_kind=\"pieces\""]);
     assert!(!o.status.success() && stderr(&o).contains("dropout_kind"), "{}", stderr(&o));
+    // Epochs whose steps a u64 cannot count: wrapped to a run of 4 steps (or none, saving an
+    // untrained model as final/) before.
+    let o = s.train("bad10", &["--set", "train.max_steps=0", "--set", "train.epochs=4611686018427387905"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("train.epochs = 4611686018427387905 passes of"), "{}", stderr(&o));
+    assert!(!s.run("bad10/final").exists());
+}
+
+/// A run of 9e18 steps starts at once: the check of its mega-batches walked every micro-batch
+/// before the first step (seconds per 1e9, so for ever). `--stop-after 1` ends it after one step.
+#[test]
+fn a_very_long_run_starts_at_once() {
+    let s = setup("word");
+    let mut child = common::xsent()
+        .args(["train", "--config"])
+        .arg(&s.config)
+        .arg("--out")
+        .arg(s.run("long"))
+        .args(["--set", "train.max_steps=9000000000000000000", "--stop-after", "1"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(120) {
+            child.kill().unwrap();
+            panic!("a run of 9e18 steps did not get past its first step in 120 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(s.run("long/checkpoints/step-1").exists(), "{}", stderr(&o));
 }
 
 /// The same text gives the same unigram tokenizer.json every time (the `tokenizers` trainer

@@ -74,13 +74,19 @@ impl<'a> Trainer<'a> {
         Self { cfg, out: out.to_path_buf() }
     }
 
-    /// Total optimiser steps for `n` examples.
-    pub fn total_steps(cfg: &Config, n: usize) -> u64 {
+    /// Total optimiser steps for `n` examples; an error where `train.epochs` passes need more
+    /// steps than a u64 counts (the product wrapped to a few steps, or none).
+    pub fn total_steps(cfg: &Config, n: usize) -> Result<u64> {
         if cfg.train.max_steps > 0 {
-            return cfg.train.max_steps;
+            return Ok(cfg.train.max_steps);
         }
-        let per_step = cfg.train.batch_size * cfg.train.grad_accum;
-        cfg.train.epochs * (n as u64).div_ceil(per_step as u64)
+        let per_epoch = (n as u64).div_ceil((cfg.train.batch_size as u64).saturating_mul(cfg.train.grad_accum as u64));
+        cfg.train.epochs.checked_mul(per_epoch).with_context(|| {
+            format!(
+                "train.epochs = {} passes of {per_epoch} steps each are more steps than xsent counts; give fewer epochs",
+                cfg.train.epochs
+            )
+        })
     }
 
     /// Train. With `resume`, continue from the newest checkpoint in the run directory.
@@ -327,7 +333,7 @@ impl<'a> Trainer<'a> {
                 Some(crate::data::sts::read_scored_pairs(Path::new(path)).context("train.val_sts")?)
             }
         };
-        let total = Self::total_steps(cfg, n);
+        let total = Self::total_steps(cfg, n)?;
         if cfg.optim.warmup_steps > total {
             crate::errln!(
                 "xsent train: warning: optim.warmup_steps = {} is more than the {total} steps of this run, so the learning rate \
@@ -723,7 +729,16 @@ pub fn check_megabatches(recipe: &dyn Recipe, micro_batches: u64, batch_size: us
                 );
             }
         }
-        first += m as u64;
+        // Mega-batches keep their length until the next step of the anneal: jump there (one at
+        // a time, a run of 9e18 steps took for ever before its first step).
+        first = match recipe.plan() {
+            StepPlan::MegaBatch { anneal_rate, max } if anneal_rate > 0 && m < max.max(1) => {
+                let level_end = (m as u64).saturating_mul(anneal_rate);
+                first.saturating_add(level_end.saturating_sub(first).div_ceil(m as u64).max(1).saturating_mul(m as u64))
+            }
+            // Every later mega-batch has this length.
+            _ => break,
+        };
     }
     Ok(())
 }
