@@ -344,6 +344,13 @@ fn resume_refuses_what_would_drop_work_and_a_failed_start_can_be_restarted() {
     let o = s.train(&["--out", run.to_str().unwrap(), "--resume", "--set", "distill.student_layers=1"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("does not have") && stderr(&o).contains("layer.1."), "{}", stderr(&o));
+    // The checkpoint's state.json keeps what it was trained with: another batch size or seed
+    // is refused by name (it resumed silently, or was named as other data).
+    let o = s.train(&["--out", run.to_str().unwrap(), "--resume", "--set", "train.batch_size=4", "--set", "seed=9"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("state.json was trained with other values than this config gives"), "{e}");
+    assert!(e.contains("seed: 7 -> 9") && e.contains("train.batch_size: 8 -> 4") && !e.contains("data digest"), "{e}");
     std::fs::write(run.join("config.toml"), &saved).unwrap();
     // Fewer steps than the run has taken: nothing to train, so it is refused, not re-saved, and
     // the metrics are left as they were.

@@ -40,6 +40,11 @@ pub(crate) struct State {
     pub(crate) data_digest: Option<String>,
     #[serde(default)]
     pub(crate) examples: Option<usize>,
+    /// The config's values the checkpoint was trained with, but for the data
+    /// ([`crate::train::config::trained_with`]); None in checkpoints written before they were
+    /// recorded.
+    #[serde(default)]
+    pub(crate) trained_with: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// The newest checkpoint of a run directory, as it is (see [`resume_checkpoint`]).

@@ -99,7 +99,8 @@ impl<'a> Trainer<'a> {
         let mut opt = AdamW::new(&params, cfg.optim.adamw())?;
         opt.set_lr_scales(|name| recipe.lr_scale(name));
         let mut rng = Rng::seed_from_u64(cfg.seed);
-        let mut state = fresh_state(n, recipe.data_digest());
+        let trained_with = super::config::trained_with(cfg)?;
+        let mut state = fresh_state(n, recipe.data_digest(), &trained_with);
         let (best_metric, best_mode) = best_rule(cfg, recipe)?;
         std::fs::create_dir_all(&self.out)
             .with_context(|| format!("cannot create run directory {}", self.out.display()))?;
@@ -367,6 +368,30 @@ impl<'a> Trainer<'a> {
                 .parse::<u128>()
                 .with_context(|| format!("{}: bad rng_word_pos", state_file.display()))?,
         );
+        // Before the data: another seed or batch size would otherwise be named as other data.
+        let now = super::config::trained_with(self.cfg)?;
+        match &state.trained_with {
+            Some(was) => {
+                let keys: std::collections::BTreeSet<&String> = was.keys().chain(now.keys()).collect();
+                let none = "(unset)".to_string();
+                let differ: Vec<String> = keys
+                    .into_iter()
+                    .filter(|k| was.get(*k) != now.get(*k))
+                    .map(|k| format!("{k}: {} -> {}", was.get(k).unwrap_or(&none), now.get(k).unwrap_or(&none)))
+                    .collect();
+                if !differ.is_empty() {
+                    bail!(
+                        "--resume: {} was trained with other values than this config gives (the model, the recipe's settings, \
+                         the seed or the batch), checkpoint -> config:\n  {}\nresume with the values the run started with, \
+                         or start a new run with --out",
+                        state_file.display(),
+                        differ.join("\n  ")
+                    );
+                }
+            }
+            // Written before checkpoints recorded them: this config's from now on.
+            None => state.trained_with = Some(now),
+        }
         match (&state.data_digest, state.examples) {
             (Some(was), examples) if was != digest => bail!(
                 "--resume: {} was written for other training data than this config reads now ({} training examples then, {n} now; \
@@ -644,7 +669,7 @@ fn best_rule(cfg: &Config, recipe: &dyn Recipe) -> Result<(String, BestMode)> {
 }
 
 /// The state of a run that starts at step 0 on `n` examples of digest `digest`.
-fn fresh_state(n: usize, digest: &str) -> State {
+fn fresh_state(n: usize, digest: &str, trained_with: &std::collections::BTreeMap<String, String>) -> State {
     State {
         step: 0,
         epoch: 0,
@@ -659,6 +684,7 @@ fn fresh_state(n: usize, digest: &str) -> State {
         pending_validation: false,
         data_digest: Some(digest.to_string()),
         examples: Some(n),
+        trained_with: Some(trained_with.clone()),
     }
 }
 

@@ -508,11 +508,38 @@ impl Config {
 /// Schedule, optimiser, validation and checkpoint settings may change.
 pub fn changed_on_resume(saved: &Config, new: &Config) -> Result<Vec<String>> {
     let section = format!("{}.", saved.recipe.name());
-    differences_where(saved, new, |k| {
-        matches!(k, "recipe" | "seed" | "train.batch_size" | "train.grad_accum")
-            || k.starts_with("data.")
-            || (k.starts_with(&section) && !k.ends_with(".embed_batch_size"))
-    })
+    differences_where(saved, new, |k| k.starts_with("data.") || trained_with_key(k, &section))
+}
+
+/// Whether `key` (flat, `train.batch_size`) is one a checkpoint was trained with, other than
+/// the data's: `section` is the recipe's (`distill.`).
+fn trained_with_key(key: &str, section: &str) -> bool {
+    matches!(key, "recipe" | "seed" | "train.batch_size" | "train.grad_accum")
+        || (key.starts_with(section) && !key.ends_with(".embed_batch_size"))
+}
+
+/// The values a checkpoint was trained with, but for the data (whose digest the checkpoint
+/// keeps): `key = value` in key order, for its `state.json`. A `--resume` with a config that
+/// gives another value is refused, whichever file that config came from.
+pub fn trained_with(cfg: &Config) -> Result<std::collections::BTreeMap<String, String>> {
+    let section = format!("{}.", cfg.recipe.name());
+    let mut all = Default::default();
+    flat("", &toml::Value::try_from(cfg)?, &mut all);
+    all.retain(|k, _| trained_with_key(k, &section));
+    Ok(all)
+}
+
+fn flat(prefix: &str, v: &toml::Value, out: &mut std::collections::BTreeMap<String, String>) {
+    match v {
+        toml::Value::Table(t) => {
+            for (k, v) in t {
+                flat(&if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") }, v, out);
+            }
+        }
+        _ => {
+            out.insert(prefix.to_string(), v.to_string());
+        }
+    }
 }
 
 /// Every key whose value differs between two configs, as `key: first -> second`, in key order.
@@ -521,18 +548,6 @@ pub fn differences(a: &Config, b: &Config) -> Result<Vec<String>> {
 }
 
 fn differences_where(saved: &Config, new: &Config, keep: impl Fn(&str) -> bool) -> Result<Vec<String>> {
-    fn flat(prefix: &str, v: &toml::Value, out: &mut std::collections::BTreeMap<String, String>) {
-        match v {
-            toml::Value::Table(t) => {
-                for (k, v) in t {
-                    flat(&if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") }, v, out);
-                }
-            }
-            _ => {
-                out.insert(prefix.to_string(), v.to_string());
-            }
-        }
-    }
     let (mut a, mut b) = (Default::default(), Default::default());
     flat("", &toml::Value::try_from(saved)?, &mut a);
     flat("", &toml::Value::try_from(new)?, &mut b);
