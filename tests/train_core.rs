@@ -695,6 +695,53 @@ fn ctrl_c_finishes_the_step_checkpoints_and_exits_130() {
     assert!(run.join("final/model.safetensors").is_file());
 }
 
+/// A Ctrl-C after the last step's check (during the final validation) stops as after any
+/// step, with 130: it ran the validation and wrote final/ with exit 0 before. Depending on when
+/// the signal lands, the last step is checkpointed without final/ (a resume validates and
+/// writes it) or the validation under way is finished and saved; either way the exit is 130.
+#[test]
+fn ctrl_c_after_the_last_step_exits_130() {
+    let s = setup("");
+    // A validation set large enough that the final validation takes a while.
+    let big = s.dir.path().join("big.tsv");
+    let text: String = (0..20_000u64)
+        .map(|i| {
+            let (a, b, c) = (i % 60, (i / 60) % 60, (i / 3600) % 60);
+            format!("e{a} e{b} e{c} e{}\td{a} d{b} d{c}\n", i % 7)
+        })
+        .collect();
+    std::fs::write(&big, text).unwrap();
+    let run = s.run_dir("last");
+    let mut child = common::xsent()
+        .arg("train")
+        .arg("--config")
+        .arg(&s.config)
+        .args(["--out", run.to_str().unwrap(), "--set", "train.max_steps=2", "--set", "data.val_size=19000"])
+        .args(["--set", &format!("data.sources.0.path=\"{}\"", big.display()), "--set", "train.eval_at_start=false"])
+        .env("XSENT_CACHE", s.dir.path().join("cache"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while !std::fs::read_to_string(run.join("metrics.jsonl")).is_ok_and(|t| t.contains("\"step\":2,")) {
+        assert!(start.elapsed().as_secs() < 300, "no second step");
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before its last step was logged");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(run.join("checkpoints/step-2/state.json").is_file(), "{err}");
+    if run.join("final").exists() {
+        assert!(err.contains("interrupted during the final validation; the run is complete"), "{err}");
+    } else {
+        assert!(err.contains("stopped after step 2") && err.contains("--resume"), "{err}");
+        let o = s.resume(&run, &[]);
+        assert!(o.status.success() && run.join("final/model.safetensors").is_file(), "{}", stderr(&o));
+    }
+}
+
 #[test]
 fn ctrl_c_before_the_first_step_exits_at_once() {
     // Enough distinct sentences that the teacher's embeddings take a while (a fresh cache).

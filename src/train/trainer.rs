@@ -275,6 +275,14 @@ impl<'a> Trainer<'a> {
         if let Some(p) = profile {
             p.finish()?;
         }
+        let interrupted = || opts.interrupt.as_ref().is_some_and(|f| f.load(Ordering::SeqCst));
+        if outcome == Outcome::Finished && state.finished != Some(true) && interrupted() {
+            // After the last step's check, before the final validation: stop as after any step;
+            // --resume validates and writes final/.
+            state.rng_word_pos = rng.get_word_pos().to_string();
+            self.checkpoint(&params, &opt, &state)?;
+            outcome = Outcome::Interrupted;
+        }
         if outcome == Outcome::Interrupted {
             errln!(
                 "xsent train: stopped after step {}; checkpoint in {}; continue with --resume --out {}",
@@ -306,6 +314,11 @@ impl<'a> Trainer<'a> {
             );
         }
         errln!("xsent train: done after {} steps; model in {}", state.step, self.out.join("final").display());
+        if interrupted() {
+            // During the final validation: it was finished and saved, as a step is.
+            errln!("xsent train: interrupted during the final validation; the run is complete");
+            return Ok(Outcome::Interrupted);
+        }
         Ok(outcome)
     }
 
