@@ -1026,6 +1026,13 @@ fn a_resume_keeps_the_best_of_its_own_metric_and_steps() {
     let aside = run.join("best-step-4-before-resume");
     assert_eq!(best_step(&aside), 4, "moved aside, not deleted");
     assert_eq!(best_step(&run.join("best")), 4, "the replayed step 4 is this run's best");
+    // The same crash again (a requeued job preempted twice): the next free name, where it
+    // refused until the user moved a folder.
+    std::fs::remove_dir_all(run.join("checkpoints/step-4")).unwrap();
+    let o = s.resume(&run, &["--stop-after", "4"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(best_step(&run.join("best-step-4-before-resume.1")), 4);
+    assert_eq!(best_step(&aside), 4, "the first one kept");
     // Another metric: the best so far (mse_x100, lower is better) cannot be compared with it.
     let o = s.resume(
         &run,

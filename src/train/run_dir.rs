@@ -91,8 +91,8 @@ pub(crate) fn truncate_metrics(path: &Path, step: u64) -> Result<()> {
 /// On resume from a checkpoint older than `best/`, `best/` holds a model of steps after the
 /// checkpoint, which the resumed run replays (the same steps again, or others under a changed
 /// config) and scores against the checkpoint's best. So that `best/` never holds a model this
-/// run did not keep, it is moved aside to `best-step-N-before-resume/` (not deleted); a replay
-/// that scores as well writes it again.
+/// run did not keep, it is moved aside to `best-step-N-before-resume/` (not deleted; `.1`, `.2`
+/// after it where that exists); a replay that scores as well writes it again.
 pub(crate) fn set_aside_stale_best(out: &Path, step: u64) -> Result<()> {
     let best = out.join("best");
     let Ok(text) = std::fs::read_to_string(best.join("xsent-best.json")) else { return Ok(()) };
@@ -102,13 +102,9 @@ pub(crate) fn set_aside_stale_best(out: &Path, step: u64) -> Result<()> {
     if at <= step {
         return Ok(());
     }
-    let aside = out.join(format!("best-step-{at}-before-resume"));
-    anyhow::ensure!(
-        !aside.exists(),
-        "--resume: {} holds step {at}, after the checkpoint of step {step}, and {} exists already: move one of them away, then resume",
-        best.display(),
-        aside.display()
-    );
+    // A second resume past the same step (a requeued job preempted twice) takes the next free
+    // name: `.1`, `.2`, … (it refused before, so every retry failed).
+    let aside = super::checkpoint::free_name(out, &format!("best-step-{at}-before-resume"));
     std::fs::rename(&best, &aside).with_context(|| format!("cannot move {} to {}", best.display(), aside.display()))?;
     errln!(
         "xsent train: best/ held step {at}, after the checkpoint resumed (step {step}); moved to {} (the resumed run keeps its own best)",
