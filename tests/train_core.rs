@@ -407,6 +407,16 @@ fn resume_refuses_what_would_drop_work_and_a_failed_start_can_be_restarted() {
     assert!(stderr(&o).contains("starting it over"), "{}", stderr(&o));
     assert!(bad.join("final/model.safetensors").is_file());
     assert!(!std::fs::read_to_string(bad.join("config.toml")).unwrap().contains("nope"));
+    // A finished run whose checkpoints were removed: both commands say it is finished, where
+    // each sent the user to the other.
+    std::fs::remove_dir_all(bad.join("checkpoints")).unwrap();
+    let o = s.train(&["--out", bad.to_str().unwrap(), "--resume"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("the run is finished") && !stderr(&o).contains("start it over"), "{}", stderr(&o));
+    let o = s.train(&["--out", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("holds a finished run") && !stderr(&o).contains("--resume"), "{}", stderr(&o));
+    assert!(bad.join("final/model.safetensors").is_file());
     // A model kept by a validation before the first checkpoint is never deleted: the start-over
     // asks for it to be moved first.
     let kept = s.run_dir("kept");

@@ -107,6 +107,14 @@ fn run_locked(a: &Args, out: &std::path::Path, saved: &std::path::Path, wrote_co
             if !saved.is_file() {
                 bail!("--resume: {} does not exist; is {} a run directory?", saved.display(), out.display());
             }
+            if out.join("final").exists() {
+                bail!(
+                    "--resume: {} has no checkpoint to continue from, and its final/ holds the run's model: the run is finished \
+                     (its checkpoints were removed). Use {} as a model, or give --out a new directory for a new run",
+                    out.display(),
+                    out.join("final").display()
+                );
+            }
             bail!(
                 "--resume: {} has no checkpoint to continue from (the run stopped before its first one); \
                  start it over with --config FILE --out {}",

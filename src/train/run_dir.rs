@@ -191,8 +191,15 @@ pub fn clear_failed_start(out: &std::path::Path) -> Result<()> {
     // A replacement of best/, final/ or a checkpoint cut short by a crash is undone first, so
     // that none of them is mistaken for a leftover.
     restore_run(out)?;
-    if latest_checkpoint(out)?.is_some() || out.join("final").exists() {
+    if latest_checkpoint(out)?.is_some() {
         bail!("run directory {} already exists: pass --resume to continue it, or --out for a new run", out.display());
+    }
+    if out.join("final").exists() {
+        // Without checkpoints --resume has nothing to continue from: it would send the user back.
+        bail!(
+            "run directory {} holds a finished run (its final/ model) and no checkpoint: give --out a new directory for a new run",
+            out.display()
+        );
     }
     if out.join("best").exists() {
         // A validation before the first checkpoint kept a model: never delete it.
