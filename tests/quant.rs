@@ -969,3 +969,118 @@ fn quantize_refuses_an_output_inside_its_source_and_the_reverse() {
     assert!(e.contains("is inside the output directory"), "{e}");
     assert!(inner.join("model.safetensors").is_file(), "the source was touched");
 }
+
+/// A folder that appears at OUT while `xsent quantize` runs is kept, and quantize fails saying
+/// so (an outside probe: the user's folder was deleted, and of two quantizes to one new OUT
+/// without --force both said "wrote OUT", the second replacing the first). Deterministic: the
+/// run reads its `--calibration` text from a FIFO, which it opens only after its checks of OUT,
+/// so the test acts while the run waits on the FIFO, then lets it finish.
+#[cfg(unix)]
+#[test]
+fn a_folder_made_at_out_while_quantize_runs_is_kept() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tiny_bert(tmp.path(), "src", |_, _| {});
+    let fifo = tmp.path().join("calibration.fifo");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    // Quantize to `out` (int8, calibrated through the FIFO); `meanwhile` runs while it waits.
+    let raced = |out: &std::path::Path, args: &[&str], meanwhile: &dyn Fn()| -> std::process::Output {
+        let mut child = common::xsent()
+            .arg("quantize")
+            .arg(&src)
+            .arg(out)
+            .arg("--calibration")
+            .arg(&fifo)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Opening the FIFO to write returns once quantize opens it to read (past its checks).
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || tx.send(std::fs::OpenOptions::new().write(true).open(path).unwrap()));
+        let mut text = loop {
+            if let Ok(f) = rx.recv_timeout(std::time::Duration::from_millis(100)) {
+                break f;
+            }
+            if child.try_wait().unwrap().is_some() {
+                panic!(
+                    "quantize ended before it read the calibration text: {}",
+                    stderr(&child.wait_with_output().unwrap())
+                );
+            }
+        };
+        meanwhile();
+        text.write_all(b"house1 house2 house3\nhouse4 house5\n").unwrap();
+        drop(text);
+        child.wait_with_output().unwrap()
+    };
+    let failed_keeping = |o: &std::process::Output, out: &std::path::Path, want: &str| {
+        let e = stderr(o);
+        assert_eq!(o.status.code(), Some(1), "{e}");
+        assert!(e.contains(&format!("{} {want}", out.display())), "{e}");
+        assert!(e.contains("it was left as it is; the new model was not written"), "{e}");
+        assert!(!e.contains("xsent quantize: wrote"), "{e}");
+        for f in std::fs::read_dir(tmp.path()).unwrap() {
+            let f = f.unwrap().file_name().to_string_lossy().to_string();
+            assert!(!f.contains(".partial-") && !f.contains(".old-"), "quantize left {f} behind");
+        }
+    };
+
+    // A folder of the user's, made while quantize runs: kept, with its file.
+    let q4 = tmp.path().join("q4");
+    let o = raced(&q4, &[], &|| {
+        std::fs::create_dir(&q4).unwrap();
+        std::fs::write(q4.join("notes.txt"), "precious").unwrap();
+    });
+    failed_keeping(&o, &q4, "appeared while xsent quantize ran (another process made it)");
+    assert_eq!(std::fs::read_to_string(q4.join("notes.txt")).unwrap(), "precious");
+    assert_eq!(std::fs::read_dir(&q4).unwrap().count(), 1);
+    // An empty one too (a plain rename would replace it).
+    let empty = tmp.path().join("empty");
+    let o = raced(&empty, &[], &|| std::fs::create_dir(&empty).unwrap());
+    failed_keeping(&o, &empty, "appeared while xsent quantize ran");
+    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0);
+    // With --force, a folder that is not quantize's is kept too.
+    let forced = tmp.path().join("forced");
+    let o = raced(&forced, &["--force"], &|| {
+        std::fs::create_dir(&forced).unwrap();
+        std::fs::write(forced.join("notes.txt"), "precious").unwrap();
+    });
+    let want =
+        "was made or changed while xsent quantize ran (by another process) and is not a model directory written by";
+    failed_keeping(&o, &forced, want);
+    assert_eq!(std::fs::read_to_string(forced.join("notes.txt")).unwrap(), "precious");
+    // Two quantizes to one new OUT without --force: the one that finishes second fails, and
+    // OUT holds the first one's model (bf16), whole.
+    let q3 = tmp.path().join("q3");
+    let o = raced(&q3, &[], &|| {
+        let o = quantize_cmd(&src, &q3, &["--dtype", "bf16"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    });
+    failed_keeping(&o, &q3, "appeared while xsent quantize ran");
+    let dtype = |dir: &std::path::Path| -> String {
+        let config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+        config["quantization_config"]["dtype"].as_str().unwrap().to_string()
+    };
+    assert_eq!(dtype(&q3), "bf16");
+    common::embed_cli(&q3, &[], &["house1 house2"]);
+    // With --force, another quantize's output made meanwhile is replaced, as --force says.
+    let q5 = tmp.path().join("q5");
+    let o = raced(&q5, &["--force"], &|| {
+        let o = quantize_cmd(&src, &q5, &["--dtype", "bf16"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    });
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(dtype(&q5), "int8");
+    assert_eq!(
+        std::fs::read_dir(tmp.path())
+            .unwrap()
+            .filter(|f| f.as_ref().unwrap().file_name().to_string_lossy().starts_with('.'))
+            .count(),
+        0
+    );
+}

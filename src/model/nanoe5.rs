@@ -253,9 +253,23 @@ pub fn convert(bin: &Path, out: &Path, tokenizer: Option<&Path>) -> Result<Heade
         .map(|(k, (shape, v))| Ok((k, Tensor::from_vec(v, shape, &Device::Cpu)?)))
         .collect::<Result<_>>()?;
     // Written under a temporary name and moved into place whole: an interrupted conversion
-    // leaves no directory that looks like a model.
-    crate::io::atomic::write_new_dir(out, "xsent convert", |out| write_model(out, &h, &config, &map, tokenizer))?;
+    // leaves no directory that looks like a model. OUT is checked again right before the move:
+    // a folder that is not empty there now (made while this ran) is kept, and this fails.
+    crate::io::atomic::write_new_dir(out, "xsent convert", out_dir_replace(), |out| {
+        write_model(out, &h, &config, &map, tokenizer)
+    })?;
     Ok(h)
+}
+
+/// What the finished model may replace at OUT_DIR: an empty directory (checked again right
+/// before the move, so a folder filled, or a file made, while convert ran is kept).
+fn out_dir_replace() -> crate::io::atomic::Replace<'static> {
+    crate::io::atomic::Replace::Only { what: "an empty directory", check: &is_empty_dir }
+}
+
+/// Whether `dir` is an empty directory: the only folder that convert's OUT_DIR may be.
+fn is_empty_dir(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none())
 }
 
 /// `path` must be a regular file: a FIFO would block the read, a device (`/dev/zero`) would
@@ -477,6 +491,61 @@ mod tests {
         let err = format!("{:#}", convert(&bin, &file, None).unwrap_err());
         assert!(err.contains(&format!("OUT_DIR {} is a file", file.display())), "{err}");
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
+    }
+
+    /// OUT_DIR is checked again at the end, as convert's rule has it (new or empty): a folder
+    /// filled, or a file made, at OUT_DIR while the model was written is kept and the conversion
+    /// fails, leaving nothing of its own; an empty folder made meanwhile is replaced. (An
+    /// outside probe: quantize, which shares the final move, deleted such folders.)
+    #[test]
+    fn a_folder_filled_at_out_dir_while_converting_is_kept() {
+        type Meanwhile = fn(&Path);
+        let cases: [(Meanwhile, bool); 4] = [
+            (|out| std::fs::write(out, "a file").unwrap(), false),
+            (
+                |out| {
+                    std::fs::create_dir(out).unwrap();
+                    std::fs::write(out.join("notes.txt"), "precious").unwrap();
+                },
+                false,
+            ),
+            (|out| std::fs::write(out.join("notes.txt"), "precious").unwrap(), true),
+            (|out| std::fs::create_dir(out).unwrap(), false),
+        ];
+        for (i, (meanwhile, empty_at_start)) in cases.into_iter().enumerate() {
+            let dir = tempfile::tempdir().unwrap();
+            let out = dir.path().join("out");
+            if empty_at_start {
+                std::fs::create_dir(&out).unwrap();
+            }
+            let r = crate::io::atomic::write_new_dir(&out, "xsent convert", out_dir_replace(), |tmp| {
+                std::fs::write(tmp.join("config.json"), "{}")?;
+                meanwhile(&out);
+                Ok(())
+            });
+            let names: Vec<String> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into())
+                .collect();
+            assert_eq!(names, ["out"], "case {i}");
+            if i == 3 {
+                r.unwrap();
+                assert!(out.join("config.json").is_file(), "case {i}");
+                continue;
+            }
+            let e = format!("{:#}", r.unwrap_err());
+            assert!(
+                e.contains(
+                    "was made or changed while xsent convert ran (by another process) and is not an empty directory"
+                ),
+                "case {i}: {e}"
+            );
+            if out.is_dir() {
+                assert_eq!(std::fs::read_to_string(out.join("notes.txt")).unwrap(), "precious", "case {i}");
+            } else {
+                assert_eq!(std::fs::read_to_string(&out).unwrap(), "a file", "case {i}");
+            }
+        }
     }
 
     /// An E5S1 file of f32 tensors (no packed tokenizer, no normalisation map): header values

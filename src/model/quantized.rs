@@ -461,14 +461,7 @@ pub fn quantize(
         if !force {
             bail!("{} exists; pass --force to replace it, or choose another output directory", out.display());
         }
-        let is_ours = std::fs::read_to_string(out.join("config.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .is_some_and(|v| {
-                v.get("quantization_config").and_then(|q| q.get("quant_method")).and_then(|m| m.as_str())
-                    == Some(METHOD)
-            });
-        if !is_ours {
+        if !written_by_quantize(out) {
             bail!("{} exists and is not a model directory written by xsent quantize; --force replaces only those: remove it yourself or choose another output directory", out.display());
         }
     }
@@ -680,9 +673,30 @@ pub fn quantize(
         std::fs::write(tmp.join("README.md"), card)?;
         Ok(std::fs::metadata(&wpath)?.len())
     };
-    let bytes = crate::io::atomic::write_new_dir(out, "xsent quantize", write)?;
+    // Checked again right before the move: a folder made at OUT while this ran is kept (and this
+    // fails), and without --force nothing there is replaced.
+    let replace = if force {
+        crate::io::atomic::Replace::Only {
+            what: "a model directory written by xsent quantize",
+            check: &|d: &Path| written_by_quantize(d),
+        }
+    } else {
+        crate::io::atomic::Replace::Nothing
+    };
+    let bytes = crate::io::atomic::write_new_dir(out, "xsent quantize", replace, write)?;
     let source_bytes = files.weights.iter().filter_map(|w| std::fs::metadata(w).ok()).map(|m| m.len()).sum();
     Ok(Written { layers: names.len(), bytes, source_bytes })
+}
+
+/// Whether `dir` is a model directory written by `xsent quantize` (its config.json says so):
+/// the only folders `--force` replaces.
+fn written_by_quantize(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("config.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .is_some_and(|v| {
+            v.get("quantization_config").and_then(|q| q.get("quant_method")).and_then(|m| m.as_str()) == Some(METHOD)
+        })
 }
 
 /// `p` as an absolute path with links resolved, also when it does not exist yet: its nearest
