@@ -311,8 +311,10 @@ impl Manifest {
     }
 }
 
+/// The first 12 characters of a hash, as messages show it (an edited manifest may hold any
+/// text: cut at a character, not a byte).
 fn short(h: &str) -> &str {
-    &h[..h.len().min(12)]
+    h.char_indices().nth(12).map_or(h, |(at, _)| &h[..at])
 }
 
 /// What identifies one shard's run: a manifest that matches it is this run's.
@@ -500,7 +502,7 @@ pub fn manifests_for_merge(dir: &Path) -> Result<Vec<Manifest>> {
         );
         if m.output.format == "f32" {
             ensure!(
-                m.rows.checked_mul(m.output.dim as u64 * 4) == Some(m.output.bytes),
+                (m.output.dim as u64).checked_mul(4).and_then(|row| m.rows.checked_mul(row)) == Some(m.output.bytes),
                 "{}: {} rows of {} floats are not the {} bytes it records: run that shard again",
                 path.display(),
                 m.rows,
@@ -604,6 +606,16 @@ mod tests {
         assert!("0/0".parse::<ShardSpec>().unwrap_err().contains("at least 1"));
         assert!("x".parse::<ShardSpec>().unwrap_err().contains("give i/N"));
         assert_eq!(ShardSpec { index: 3, count: 8 }.stem(), "shard-00003-of-00008");
+    }
+
+    /// An edited manifest's hash of multi-byte characters is cut at a character (it panicked
+    /// at byte 12).
+    #[test]
+    fn short_hashes_cut_at_characters() {
+        assert_eq!(short("0123456789abcdef"), "0123456789ab");
+        assert_eq!(short("abc"), "abc");
+        let odd = format!("a{}", "é".repeat(20));
+        assert_eq!(short(&odd), format!("a{}", "é".repeat(11)));
     }
 
     /// Shards tile the file at line starts, each range starts on a span boundary's line, and
