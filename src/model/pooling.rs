@@ -129,8 +129,29 @@ impl Pooling {
 /// stays zero).
 #[inline]
 pub fn l2_normalize_row(row: &mut [f32]) {
-    let n = row.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+    let mut n = row.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+    if n.is_infinite() {
+        // Squares that overflow float32 (values above 1.8e19): the norm itself may not.
+        n = row.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt() as f32;
+    }
     row.iter_mut().for_each(|x| *x /= n);
+}
+
+/// [`l2_normalize`] for vectors that leave the device (inference): the same values where the
+/// squares fit float32; where a row's do not (values above 1.8e19, which made it all zeros),
+/// the row is first divided by its largest magnitude, which leaves its direction as it is.
+/// Not differentiable: the norms are read on the host.
+pub fn l2_normalize_exact(x: &Tensor) -> Result<Tensor> {
+    let x32 = if x.dtype() == DType::F32 { x.clone() } else { x.to_dtype(DType::F32)? };
+    let norm = x32.sqr()?.sum_keepdim(D::Minus1)?.sqrt()?;
+    let x32 = if norm.flatten_all()?.to_vec1::<f32>()?.iter().all(|n| n.is_finite()) {
+        x32.broadcast_div(&norm.clamp(1e-12, f64::INFINITY)?)?
+    } else {
+        let scaled = x32.broadcast_div(&x32.abs()?.max_keepdim(D::Minus1)?.clamp(f32::MIN_POSITIVE, f64::INFINITY)?)?;
+        let norm = scaled.sqr()?.sum_keepdim(D::Minus1)?.sqrt()?.clamp(1e-12, f64::INFINITY)?;
+        scaled.broadcast_div(&norm)?
+    };
+    Ok(x32.to_dtype(x.dtype())?)
 }
 
 /// Row-wise `x / max(‖x‖₂, 1e-12)` (as `torch.nn.functional.normalize`). Differentiable.
@@ -143,6 +164,23 @@ pub fn l2_normalize(x: &Tensor) -> Result<Tensor> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rows whose squares overflow float32 are normalised to their direction, not to zeros; other
+    /// rows give l2_normalize's values exactly.
+    #[test]
+    fn huge_rows_keep_their_direction() {
+        let rows = vec![3e30f32, -4e30, 0.0, 0.6, 0.8, 0.0, 0.0, 0.0, 0.0];
+        let x = Tensor::from_vec(rows.clone(), (3, 3), &candle_core::Device::Cpu).unwrap();
+        let got = l2_normalize_exact(&x).unwrap().to_vec2::<f32>().unwrap();
+        let near = |a: &[f32], b: [f32; 3]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-6);
+        assert!(near(&got[0], [0.6, -0.8, 0.0]), "{:?}", got[0]);
+        let plain = l2_normalize(&x).unwrap().to_vec2::<f32>().unwrap();
+        assert_eq!(plain[0], [0.0, -0.0, 0.0], "the overflow this mends");
+        assert_eq!(got[1..], plain[1..]);
+        let mut row = rows[..3].to_vec();
+        l2_normalize_row(&mut row);
+        assert!(near(&row, [0.6, -0.8, 0.0]), "{row:?}");
+    }
 
     #[test]
     fn st_pooling_configs() {

@@ -602,6 +602,21 @@ impl SentenceEncoder {
         }
     }
 
+    /// [`Self::pool`] for inference: rows too large for float32's squares are normalised too
+    /// ([`super::pooling::l2_normalize_exact`]), where they became zeros.
+    fn pool_exact(&self, hidden: &Tensor, batch: &Batch) -> Result<Tensor> {
+        let pooled = self.pooling.apply(hidden, &batch.attention_mask)?;
+        let pooled = match &self.dense {
+            Some(d) => d.forward(&pooled)?,
+            None => pooled,
+        };
+        if self.normalize {
+            super::pooling::l2_normalize_exact(&pooled)
+        } else {
+            Ok(pooled)
+        }
+    }
+
     /// Pooled vectors `[B, H]` before the Dense module and normalisation (inference), in input
     /// order: what a Dense module placed after pooling would see.
     pub fn embed_pooled<S: AsRef<str>>(&self, texts: &[S], batch_size: usize) -> Result<Vec<Vec<f32>>> {
@@ -669,7 +684,7 @@ impl SentenceEncoder {
         let run = |chunk: &[usize]| -> Result<Vec<Vec<f32>>> {
             let batch = self.collate(&chunk.iter().map(|&i| &items[i]).collect::<Vec<_>>())?;
             let hidden = self.hidden_states(&batch, &mut Mode::Infer)?;
-            let rows = self.pool(&hidden, &batch)?.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+            let rows = self.pool_exact(&hidden, &batch)?.to_dtype(DType::F32)?.to_vec2::<f32>()?;
             progress(chunk.len());
             Ok(rows)
         };
