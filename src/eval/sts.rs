@@ -58,8 +58,11 @@ pub fn evaluate(
                 format!("the model gave all {} pairs the same cosine ({})", sim.len(), sim[0])
             } else if set.gold.iter().all(|g| *g == set.gold[0]) {
                 format!("all {} gold scores are {}", set.gold.len(), set.gold[0])
-            } else {
+            } else if sim.iter().any(|c| !c.is_finite()) {
                 "a cosine is not a number (the model gave a NaN vector)".to_string()
+            } else {
+                let top = set.gold.iter().fold(0.0f64, |m, g| m.max(g.abs()));
+                format!("its gold scores (up to {top:e} in magnitude) lie too far apart to correlate in float64")
             };
             anyhow::bail!("STS set {}: the correlation is undefined: {why}", set.name);
         }
