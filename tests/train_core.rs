@@ -564,6 +564,21 @@ fn teacher_embeddings_are_cached() {
     let o = s.train(&["--out", s.run_dir("b").to_str().unwrap(), "--set", "train.max_steps=1"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("teacher embeddings from the cache"), "{}", stderr(&o));
+    // One flipped byte in the rows: found by the listing's checksum and embedded again (it was
+    // used, and changed the training without a word); the file written again holds the rows.
+    let mut bytes = std::fs::read(&files[0]).unwrap();
+    let last = bytes.len() - 3;
+    bytes[last] ^= 0x10;
+    std::fs::write(&files[0], &bytes).unwrap();
+    let o = s.train(&["--out", s.run_dir("b2").to_str().unwrap(), "--set", "train.max_steps=1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("does not match the checksum its listing records")
+            && stderr(&o).contains("teacher embeddings cached"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(common::load_f32(&files[0])["embeddings"], cached);
     // Other data, other key.
     let o = s.train(&[
         "--out",

@@ -18,6 +18,26 @@ struct Listing {
     /// [`encoder_hash`] of the encoder that embedded them.
     encoder: String,
     sentences: Vec<String>,
+    /// sha256 of the rows (float32, little-endian); None in listings written before it was
+    /// recorded. A file that does not match is embedded again: one flipped byte changed the
+    /// training without a word.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sha256: Option<String>,
+}
+
+/// sha256 of rows as the cache file stores them (float32, little-endian).
+fn rows_sha256(rows: &[f32]) -> String {
+    let mut h = Sha256::new();
+    for chunk in rows.chunks(16384) {
+        let bytes: Vec<u8> = chunk.iter().flat_map(|x| x.to_le_bytes()).collect();
+        h.update(&bytes);
+    }
+    format!("{:x}", h.finalize())
+}
+
+/// The listing beside a cache file, if it is readable.
+fn read_listing(path: &Path) -> Option<Listing> {
+    std::fs::read(path.with_extension("json")).ok().and_then(|b| serde_json::from_slice(&b).ok())
 }
 
 /// Embeddings of `sentences` by the frozen `enc`, from the cache when the same encoder with the
@@ -30,13 +50,19 @@ pub fn embeddings(enc: &SentenceEncoder, sentences: &[String], batch: usize, kin
     let dir = super::cache_dir().join(kind);
     let path = dir.join(format!("{key}.safetensors"));
     let dim = enc.dim();
-    if let Some(rows) = load_rows(&path, sentences.len(), dim) {
-        errln!("xsent train: {kind} embeddings from the cache {}", path.display());
-        if !path.with_extension("json").is_file() {
-            // Written before listings existed: list it now, so other sets can share its rows.
-            write_listing(&path, &encoder, sentences)?;
+    let listing = read_listing(&path);
+    match load_rows(&path, sentences.len(), dim, listing.as_ref().and_then(|l| l.sha256.as_deref())) {
+        Ok(Some(rows)) => {
+            errln!("xsent train: {kind} embeddings from the cache {}", path.display());
+            if listing.as_ref().is_none_or(|l| l.sha256.is_none()) {
+                // Written before listings (or their checksums) existed: list it now, so other
+                // sets can share its rows and a later change to it is found.
+                write_listing(&path, &encoder, sentences, &rows)?;
+            }
+            return Ok((rows, dim));
         }
-        return Ok((rows, dim));
+        Ok(None) => {}
+        Err(why) => errln!("xsent train: the cache file {} {why}: embedding again", path.display()),
     }
     let t0 = std::time::Instant::now();
     let mut flat = vec![0f32; sentences.len() * dim];
@@ -64,19 +90,25 @@ pub fn embeddings(enc: &SentenceEncoder, sentences: &[String], batch: usize, kin
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create the cache {}", dir.display()))?;
     let t = Tensor::from_vec(flat.clone(), (sentences.len(), dim), &Device::Cpu)?;
     crate::model::weights::save_tensors(&HashMap::from([("embeddings".to_string(), t)]), &path)?;
-    write_listing(&path, &encoder, sentences)?;
+    write_listing(&path, &encoder, sentences, &flat)?;
     errln!("xsent train: {kind} embeddings cached in {} ({:.1} s)", path.display(), t0.elapsed().as_secs_f64());
     Ok((flat, dim))
 }
 
-/// The rows of a cached file, if it is readable and has `n` rows of `dim`.
-fn load_rows(path: &Path, n: usize, dim: usize) -> Option<Vec<f32>> {
-    let t = candle_core::safetensors::load(path, &Device::Cpu).ok()?;
-    let e = t.get("embeddings")?;
-    if e.dims() != [n, dim] {
-        return None;
+/// The rows of a cached file, if it is readable and has `n` rows of `dim` (None: not cached, or
+/// cut short). An error says why a file that is there may not be used: its rows do not match
+/// the `sha256` of its listing, or hold values that are not finite.
+fn load_rows(path: &Path, n: usize, dim: usize, sha256: Option<&str>) -> Result<Option<Vec<f32>>, String> {
+    let Ok(t) = candle_core::safetensors::load(path, &Device::Cpu) else { return Ok(None) };
+    let Some(e) = t.get("embeddings").filter(|e| e.dims() == [n, dim]) else { return Ok(None) };
+    let Some(rows) = e.flatten_all().ok().and_then(|e| e.to_vec1::<f32>().ok()) else { return Ok(None) };
+    if sha256.is_some_and(|want| rows_sha256(&rows) != want) {
+        return Err("does not match the checksum its listing records (changed on disk)".into());
     }
-    e.flatten_all().ok()?.to_vec1().ok()
+    if let Some(i) = rows.iter().position(|x| !x.is_finite()) {
+        return Err(format!("holds {} in row {}", rows[i], i / dim.max(1)));
+    }
+    Ok(Some(rows))
 }
 
 /// Copy into `flat` the rows of `sentences` that a cached set of the same encoder holds;
@@ -98,8 +130,14 @@ fn fill_from_other_sets(dir: &Path, encoder: &str, sentences: &[String], dim: us
         if listing.encoder != encoder || !listing.sentences.iter().any(|s| want.contains_key(s.as_str())) {
             continue;
         }
-        let Some(rows) = load_rows(&json.with_extension("safetensors"), listing.sentences.len(), dim) else {
-            continue;
+        let file = json.with_extension("safetensors");
+        let rows = match load_rows(&file, listing.sentences.len(), dim, listing.sha256.as_deref()) {
+            Ok(Some(rows)) => rows,
+            Ok(None) => continue,
+            Err(why) => {
+                errln!("xsent train: the cache file {} {why}: not used", file.display());
+                continue;
+            }
         };
         for (r, s) in listing.sentences.iter().enumerate() {
             if let Some(targets) = want.remove(s.as_str()) {
@@ -115,10 +153,11 @@ fn fill_from_other_sets(dir: &Path, encoder: &str, sentences: &[String], dim: us
 }
 
 /// `<key>.json` beside the cache file `<key>.safetensors` (written atomically).
-fn write_listing(path: &Path, encoder: &str, sentences: &[String]) -> Result<()> {
+fn write_listing(path: &Path, encoder: &str, sentences: &[String], rows: &[f32]) -> Result<()> {
     let json = path.with_extension("json");
     let tmp = path.with_extension("json.tmp");
-    let listing = Listing { encoder: encoder.to_string(), sentences: sentences.to_vec() };
+    let listing =
+        Listing { encoder: encoder.to_string(), sentences: sentences.to_vec(), sha256: Some(rows_sha256(rows)) };
     std::fs::write(&tmp, serde_json::to_vec(&listing)?).with_context(|| format!("cannot write {}", tmp.display()))?;
     std::fs::rename(&tmp, &json).with_context(|| format!("cannot move {} into place", json.display()))
 }
