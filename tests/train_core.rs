@@ -473,6 +473,21 @@ fn a_damaged_run_directory_loses_nothing_and_says_what_to_do() {
     let aside = run.join("checkpoints/damaged-step-8");
     assert!(aside.join("params.safetensors").is_file() && aside.join("optimizer.safetensors").is_file());
     assert!(step8.join("state.json").is_file(), "step 8 trained again from step 4");
+    // Without checksums, a newest checkpoint whose files cannot be read is passed over the same
+    // way (it stopped the resume, leaving the sound step-4 unused).
+    std::fs::remove_file(step8.join("checksums.json")).unwrap();
+    let opt8 = step8.join("optimizer.safetensors");
+    let len = std::fs::metadata(&opt8).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&opt8).unwrap().set_len(len / 2).unwrap();
+    let o = s.train(&["--out", run.to_str().unwrap(), "--resume", "--stop-after", "8"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("checkpoint step-8 is damaged (optimizer.safetensors:")
+            && stderr(&o).contains("damaged-step-8.1")
+            && stderr(&o).contains("resumes from step-4"),
+        "{}",
+        stderr(&o)
+    );
     // Checkpoints without config.toml: --resume needs the config the run was started with,
     // then goes on and writes config.toml back.
     std::fs::remove_file(run.join("config.toml")).unwrap();

@@ -64,7 +64,9 @@ pub fn resume_checkpoint(out: &Path) -> Result<Option<PathBuf>> {
     for &n in steps.iter().rev() {
         let ckpt = dir.join(format!("step-{n}"));
         let mut old = false;
-        match super::checksums::problem(&ckpt, &CHECKPOINT_FILES, &mut old) {
+        // Without checksums (an older xsent's), a checkpoint whose files cannot be read is
+        // damaged as well: it is passed over for the one before.
+        match super::checksums::problem(&ckpt, &CHECKPOINT_FILES, &mut old).or_else(|| unreadable(&ckpt, old)) {
             Some(p) => bad.push((n, p)),
             None => {
                 for (b, why) in &bad {
@@ -97,6 +99,28 @@ pub fn resume_checkpoint(out: &Path) -> Result<Option<PathBuf>> {
         dir.display(),
         list.join("\n  ")
     )
+}
+
+/// For a checkpoint without checksums (`unverified`), what makes its files unreadable: a
+/// `state.json` that is not a trainer state, a safetensors file that is damaged (read from its
+/// header). None when they read, or when checksums vouched for them already.
+fn unreadable(ckpt: &Path, unverified: bool) -> Option<String> {
+    if !unverified {
+        return None;
+    }
+    let state = ckpt.join("state.json");
+    if let Err(e) = std::fs::read(&state)
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice::<State>(&b).map_err(|e| e.to_string()))
+    {
+        return Some(format!("state.json cannot be read: {e}"));
+    }
+    ["params.safetensors", "optimizer.safetensors"].iter().find_map(|f| {
+        if !ckpt.join(f).is_file() {
+            return Some(format!("{f} is missing"));
+        }
+        crate::model::weights::diagnose_safetensors(&ckpt.join(f), false).map(|why| format!("{f}: {why}"))
+    })
 }
 
 /// Write checkpoint `checkpoints/step-N/` of run directory `out` (atomically, checksums last),
