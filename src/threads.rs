@@ -13,6 +13,10 @@ use std::sync::OnceLock;
 
 static THREADS: OnceLock<usize> = OnceLock::new();
 
+/// The most worker threads xsent starts: a larger setting is a typo (spawning 100,000 threads
+/// fails, and a failed spawn panics).
+const MAX_THREADS: usize = 1024;
+
 fn from_env() -> usize {
     ["XSENT_THREADS", "RAYON_NUM_THREADS"]
         .iter()
@@ -22,6 +26,10 @@ fn from_env() -> usize {
             // Empty, or rayon's own 0 ("the default"): nothing to warn about.
             if n.is_none() && !v.trim().is_empty() && v.trim() != "0" {
                 errln!("xsent: {k}={v:?} is not a number of threads (1 or more); ignored");
+            }
+            if n.is_some_and(|n| n > MAX_THREADS) {
+                errln!("xsent: {k}={v} is more threads than xsent starts; using {MAX_THREADS}");
+                return Some(MAX_THREADS);
             }
             n
         })

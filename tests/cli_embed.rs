@@ -454,6 +454,24 @@ fn broken_model_directories_are_refused_with_the_file_named() {
         "{}",
         stderr(&out)
     );
+    // A thread count beyond what xsent starts (a failed spawn panics) is capped, with a word.
+    let mut child = common::xsent()
+        .args(["embed", "--model", ok.to_str().unwrap(), "--batch-size", "1"])
+        .env("XSENT_THREADS", "1000000")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"a\nb\nc\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 3);
+    assert!(
+        stderr(&out).contains("XSENT_THREADS=1000000 is more threads than xsent starts; using 1024"),
+        "{}",
+        stderr(&out)
+    );
     // A run directory of xsent train points to its model.
     let run = dir.path().join("run");
     std::fs::create_dir_all(&run).unwrap();
