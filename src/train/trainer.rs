@@ -314,7 +314,7 @@ impl<'a> Trainer<'a> {
             );
         }
         errln!("xsent train: done after {} steps; model in {}", state.step, self.out.join("final").display());
-        if interrupted() {
+        if outcome == Outcome::Finished && interrupted() {
             // During the final validation: it was finished and saved, as a step is.
             errln!("xsent train: interrupted during the final validation; the run is complete");
             return Ok(Outcome::Interrupted);
@@ -385,13 +385,7 @@ impl<'a> Trainer<'a> {
         let now = super::config::trained_with(self.cfg)?;
         match &state.trained_with {
             Some(was) => {
-                let keys: std::collections::BTreeSet<&String> = was.keys().chain(now.keys()).collect();
-                let none = "(unset)".to_string();
-                let differ: Vec<String> = keys
-                    .into_iter()
-                    .filter(|k| was.get(*k) != now.get(*k))
-                    .map(|k| format!("{k}: {} -> {}", was.get(k).unwrap_or(&none), now.get(k).unwrap_or(&none)))
-                    .collect();
+                let differ = super::config::trained_otherwise(was, &now);
                 if !differ.is_empty() {
                     bail!(
                         "--resume: {} was trained with other values than this config gives (the model, the recipe's settings, \

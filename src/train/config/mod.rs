@@ -519,14 +519,32 @@ fn trained_with_key(key: &str, section: &str) -> bool {
 }
 
 /// The values a checkpoint was trained with, but for the data (whose digest the checkpoint
-/// keeps): `key = value` in key order, for its `state.json`. A `--resume` with a config that
-/// gives another value is refused, whichever file that config came from.
+/// keeps) and for paths (models and files may move, or be spelt otherwise; the checkpoint's
+/// parameters are checked against the model's shapes): `key = value` in key order, for its
+/// `state.json`. A `--resume` with a config that gives another value is refused, whichever file
+/// that config came from.
 pub fn trained_with(cfg: &Config) -> Result<std::collections::BTreeMap<String, String>> {
     let section = format!("{}.", cfg.recipe.name());
     let mut all = Default::default();
     flat("", &toml::Value::try_from(cfg)?, &mut all);
-    all.retain(|k, _| trained_with_key(k, &section));
+    let mut c = cfg.clone();
+    let paths: Vec<String> = c.paths_mut().into_iter().map(|f| f.key).collect();
+    // A list of sources is one value here; it holds paths when any entry does.
+    let holds_path = |k: &str| paths.iter().any(|p| p == k || p.strip_prefix(k).is_some_and(|r| r.starts_with('.')));
+    all.retain(|k, _| trained_with_key(k, &section) && !holds_path(k));
     Ok(all)
+}
+
+/// The keys of `was` (a checkpoint's [`trained_with`]) that `now` gives otherwise, as
+/// `key: was -> now`. Keys a later xsent adds are not in `was` and not compared.
+pub fn trained_otherwise(
+    was: &std::collections::BTreeMap<String, String>,
+    now: &std::collections::BTreeMap<String, String>,
+) -> Vec<String> {
+    was.iter()
+        .filter(|(k, v)| now.get(*k) != Some(*v))
+        .map(|(k, v)| format!("{k}: {v} -> {}", now.get(k).map_or("(unset)", String::as_str)))
+        .collect()
 }
 
 fn flat(prefix: &str, v: &toml::Value, out: &mut std::collections::BTreeMap<String, String>) {
@@ -620,13 +638,44 @@ mod tests {
         assert!(apply_set(&mut base(), "recipe.x=1").unwrap_err().to_string().contains("not a table"));
     }
 
+    /// What a checkpoint keeps as trained with: the recipe's settings, seed and batch, not its
+    /// paths (a model moved, or spelt otherwise, is the same model: the parameters' shapes are
+    /// checked on load) nor schedule or data; keys a later xsent adds are not compared.
+    #[test]
+    fn trained_with_leaves_out_paths_and_compares_what_it_kept() {
+        let cfg = |sets: &[&str]| -> Config {
+            let mut v = base();
+            for s in sets {
+                apply_set(&mut v, s).unwrap();
+            }
+            v.try_into().unwrap()
+        };
+        let was = trained_with(&cfg(&[])).unwrap();
+        assert!(
+            was.contains_key("seed") && was.contains_key("train.batch_size") && was.contains_key("distill.max_length")
+        );
+        assert!(
+            !was.keys().any(|k| k == "distill.teacher" || k == "distill.student" || k.starts_with("data.")),
+            "{was:?}"
+        );
+        let moved = cfg(&["distill.teacher=\"../elsewhere/t\"", "optim.lr=0.5", "train.max_steps=9"]);
+        assert!(trained_otherwise(&was, &trained_with(&moved).unwrap()).is_empty());
+        let fit = cfg(&["distill.projection_fit_sources=[{kind = \"tsv\", path = \"fit.tsv\"}]"]);
+        assert!(!trained_with(&fit).unwrap().contains_key("distill.projection_fit_sources"), "a list holding paths");
+        let other = trained_with(&cfg(&["seed=9", "train.batch_size=4"])).unwrap();
+        assert_eq!(trained_otherwise(&was, &other), ["seed: 42 -> 9", "train.batch_size: 32 -> 4"]);
+        let mut newer = other.clone();
+        newer.insert("distill.a_later_key".into(), "1".into());
+        assert_eq!(trained_otherwise(&other, &newer), Vec::<String>::new());
+    }
+
     /// Values that passed without a word: a second key after a line break (dropped), a number
     /// TOML does not read (a string, refused later as one) and a section replaced whole.
     #[test]
     fn set_refuses_values_that_would_change_more_or_less_than_said() {
         let e = apply_set(&mut base(), "train.seed=5\nbogus=9").unwrap_err().to_string();
         assert!(e.contains("--set train.seed: the value") && e.contains("is not one TOML value"), "{e}");
-        for n in [".5", "1.", "18446744073709551615", "+.5e-3", "1e400"] {
+        for n in [".5", "1.", "18446744073709551615", "+.5e-3", "1e400", "007"] {
             let e = apply_set(&mut base(), &format!("optim.lr={n}")).unwrap_err().to_string();
             assert!(e.contains(&format!("--set optim.lr={n}: not a number TOML reads")), "{e}");
         }
@@ -636,6 +685,10 @@ mod tests {
             apply_set(&mut v, &format!("distill.student_prefix={raw}")).unwrap();
             assert_eq!(v["distill"]["student_prefix"].is_str(), string, "{raw}");
         }
+        // Quoted, such text is a string.
+        let mut v = base();
+        apply_set(&mut v, "distill.student_prefix=\"007\"").unwrap();
+        assert_eq!(v["distill"]["student_prefix"].as_str(), Some("007"));
         let e = apply_set(&mut base(), "train={max_steps=5}").unwrap_err().to_string();
         assert!(e.contains("train is a section") && e.contains("--set train.max_steps=…"), "{e}");
         // An inline table where there is none yet (a new section, or a list's entry) is fine.
