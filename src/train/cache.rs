@@ -56,8 +56,11 @@ pub fn embeddings(enc: &SentenceEncoder, sentences: &[String], batch: usize, kin
             errln!("xsent train: {kind} embeddings from the cache {}", path.display());
             if listing.as_ref().is_none_or(|l| l.sha256.is_none()) {
                 // Written before listings (or their checksums) existed: list it now, so other
-                // sets can share its rows and a later change to it is found.
-                write_listing(&path, &encoder, sentences, &rows)?;
+                // sets can share its rows and a later change to it is found. Only a saving: a
+                // cache this run may not write (another user's) is read all the same.
+                if let Err(e) = write_listing(&path, &encoder, sentences, &rows) {
+                    errln!("xsent train: note: cannot list {} in the cache: {e:#}", path.display());
+                }
             }
             return Ok((rows, dim));
         }
@@ -66,7 +69,7 @@ pub fn embeddings(enc: &SentenceEncoder, sentences: &[String], batch: usize, kin
     }
     let t0 = std::time::Instant::now();
     let mut flat = vec![0f32; sentences.len() * dim];
-    let missing = fill_from_other_sets(&dir, &encoder, sentences, dim, &mut flat);
+    let missing = fill_from_other_sets(&dir, &encoder, sentences, dim, &mut flat, &path);
     let todo: Vec<String> = missing.iter().map(|&i| sentences[i].clone()).collect();
     if todo.is_empty() {
         errln!("xsent train: {kind} embeddings of all {} sentences from other cached sets", sentences.len());
@@ -114,19 +117,26 @@ fn load_rows(path: &Path, n: usize, dim: usize, sha256: Option<&str>) -> Result<
 /// Copy into `flat` the rows of `sentences` that a cached set of the same encoder holds;
 /// returns the indices of the sentences none holds. An unreadable cache file is passed over
 /// (the cache only saves time).
-fn fill_from_other_sets(dir: &Path, encoder: &str, sentences: &[String], dim: usize, flat: &mut [f32]) -> Vec<usize> {
+fn fill_from_other_sets(
+    dir: &Path,
+    encoder: &str,
+    sentences: &[String],
+    dim: usize,
+    flat: &mut [f32],
+    own: &Path,
+) -> Vec<usize> {
     let mut want: HashMap<&str, Vec<usize>> = HashMap::new();
     for (i, s) in sentences.iter().enumerate() {
         want.entry(s.as_str()).or_default().push(i);
     }
     let listings = std::fs::read_dir(dir).into_iter().flatten().flatten().map(|e| e.path());
-    for json in listings.filter(|p| p.extension().is_some_and(|e| e == "json")) {
+    // This set's own file was tried (and found wanting) already.
+    let own = own.with_extension("json");
+    for json in listings.filter(|p| p.extension().is_some_and(|e| e == "json") && *p != own) {
         if want.is_empty() {
             break;
         }
-        let Some(listing) = std::fs::read(&json).ok().and_then(|b| serde_json::from_slice::<Listing>(&b).ok()) else {
-            continue;
-        };
+        let Some(listing) = read_listing(&json) else { continue };
         if listing.encoder != encoder || !listing.sentences.iter().any(|s| want.contains_key(s.as_str())) {
             continue;
         }
@@ -155,7 +165,8 @@ fn fill_from_other_sets(dir: &Path, encoder: &str, sentences: &[String], dim: us
 /// `<key>.json` beside the cache file `<key>.safetensors` (written atomically).
 fn write_listing(path: &Path, encoder: &str, sentences: &[String], rows: &[f32]) -> Result<()> {
     let json = path.with_extension("json");
-    let tmp = path.with_extension("json.tmp");
+    // Per process: runs sharing the cache may list the same set at once.
+    let tmp = path.with_extension(format!("json.tmp-{}", std::process::id()));
     let listing =
         Listing { encoder: encoder.to_string(), sentences: sentences.to_vec(), sha256: Some(rows_sha256(rows)) };
     std::fs::write(&tmp, serde_json::to_vec(&listing)?).with_context(|| format!("cannot write {}", tmp.display()))?;
