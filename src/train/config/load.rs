@@ -183,7 +183,8 @@ pub fn apply_set(root: &mut toml::Value, set: &str) -> Result<()> {
         // and be refused later as one, with no word about why.
         Err(_) if looks_numeric(raw) => bail!(
             "--set {key}={raw}: not a number TOML reads: a decimal point needs a digit on both sides (0.5, 1.0), \
-             integers go up to 9223372036854775807 and other numbers to about 1.8e308"
+             there are no leading zeros (7, not 007), integers go up to 9223372036854775807 and other numbers to \
+             about 1.8e308; text is quoted: --set '{key}=\"{raw}\"'"
         ),
         Err(_) => toml::Value::String(raw.to_string()),
     };
