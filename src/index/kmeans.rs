@@ -138,7 +138,7 @@ pub fn normalize_rows(x: &mut [f32], d: usize) {
         let mut norm = row.iter().map(|v| v * v).sum::<f32>().sqrt();
         if norm.is_infinite() {
             // A sum of many large vectors whose squares overflow float32; its norm does not.
-            norm = row.iter().map(|&v| v as f64 * v as f64).sum::<f64>().sqrt() as f32;
+            norm = crate::model::pooling::norm_f64(row) as f32;
         }
         if norm > 0.0 {
             row.iter_mut().for_each(|v| *v /= norm);

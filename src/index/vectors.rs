@@ -143,14 +143,14 @@ impl VectorSet {
             }
             // Inner products are taken in f32: two vectors of norm up to MAX_NORM give at most
             // 1e18, where larger ones could overflow to infinity (or NaN) without a word.
-            let norm2 = |row: &[f32]| row.iter().map(|&x| x as f64 * x as f64).sum::<f64>();
-            if let Some(r) = out[from..].chunks_exact(self.dim).position(|row| norm2(row) > MAX_NORM * MAX_NORM) {
+            let norm = crate::model::pooling::norm_f64;
+            if let Some(r) = out[from..].chunks_exact(self.dim).position(|row| norm(row) > MAX_NORM) {
                 bail!(
                     "{}: row {} (counting from 0) has norm {:.3e}; an index needs vectors of norm at most {MAX_NORM:e} \
                      (their inner products are computed in float32): scale or normalise the vectors",
                     file.path.display(),
                     local + r as u64,
-                    norm2(&out[from + r * self.dim..from + (r + 1) * self.dim]).sqrt()
+                    norm(&out[from + r * self.dim..from + (r + 1) * self.dim])
                 );
             }
             at += take;

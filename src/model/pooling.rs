@@ -132,9 +132,14 @@ pub fn l2_normalize_row(row: &mut [f32]) {
     let mut n = row.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
     if n.is_infinite() {
         // Squares that overflow float32 (values above 1.8e19): the norm itself may not.
-        n = row.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt() as f32;
+        n = norm_f64(row) as f32;
     }
     row.iter_mut().for_each(|x| *x /= n);
+}
+
+/// A row's L2 norm summed in float64: finite for any finite float32 row.
+pub fn norm_f64(row: &[f32]) -> f64 {
+    row.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt()
 }
 
 /// [`l2_normalize`] for vectors that leave the device (inference): the same values where the

@@ -590,28 +590,23 @@ impl SentenceEncoder {
 
     /// Pooled (and, if set, normalised) sentence vectors `[B, H]` of a batch.
     pub fn pool(&self, hidden: &Tensor, batch: &Batch) -> Result<Tensor> {
-        let pooled = self.pooling.apply(hidden, &batch.attention_mask)?;
-        let pooled = match &self.dense {
-            Some(d) => d.forward(&pooled)?,
-            None => pooled,
-        };
-        if self.normalize {
-            l2_normalize(&pooled)
-        } else {
-            Ok(pooled)
-        }
+        self.pool_with(hidden, batch, l2_normalize)
     }
 
     /// [`Self::pool`] for inference: rows too large for float32's squares are normalised too
     /// ([`super::pooling::l2_normalize_exact`]), where they became zeros.
     fn pool_exact(&self, hidden: &Tensor, batch: &Batch) -> Result<Tensor> {
+        self.pool_with(hidden, batch, super::pooling::l2_normalize_exact)
+    }
+
+    fn pool_with(&self, hidden: &Tensor, batch: &Batch, normalize: fn(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
         let pooled = self.pooling.apply(hidden, &batch.attention_mask)?;
         let pooled = match &self.dense {
             Some(d) => d.forward(&pooled)?,
             None => pooled,
         };
         if self.normalize {
-            super::pooling::l2_normalize_exact(&pooled)
+            normalize(&pooled)
         } else {
             Ok(pooled)
         }

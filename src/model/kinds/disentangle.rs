@@ -164,7 +164,7 @@ impl Heads {
         }
         let mut y = self.head(head).forward(&rows_tensor(rows, self.dim(), device)?)?;
         if normalize {
-            y = crate::model::pooling::l2_normalize(&y)?;
+            y = crate::model::pooling::l2_normalize_exact(&y)?;
         }
         Ok(y.to_vec2()?)
     }
