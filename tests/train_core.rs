@@ -744,7 +744,7 @@ fn ctrl_c_after_the_last_step_exits_130() {
     let s = setup("");
     // A validation set large enough that the final validation takes a while.
     let big = s.dir.path().join("big.tsv");
-    let text: String = (0..20_000u64)
+    let text: String = (0..40_000u64)
         .map(|i| {
             let (a, b, c) = (i % 60, (i / 60) % 60, (i / 3600) % 60);
             format!("e{a} e{b} e{c} e{}\td{a} d{b} d{c}\n", i % 7)
@@ -756,7 +756,7 @@ fn ctrl_c_after_the_last_step_exits_130() {
         .arg("train")
         .arg("--config")
         .arg(&s.config)
-        .args(["--out", run.to_str().unwrap(), "--set", "train.max_steps=2", "--set", "data.val_size=19000"])
+        .args(["--out", run.to_str().unwrap(), "--set", "train.max_steps=2", "--set", "data.val_size=38000"])
         .args(["--set", &format!("data.sources.0.path=\"{}\"", big.display()), "--set", "train.eval_at_start=false"])
         .env("XSENT_CACHE", s.dir.path().join("cache"))
         .stderr(Stdio::piped())
