@@ -351,6 +351,7 @@ fn resume_refuses_what_would_drop_work_and_a_failed_start_can_be_restarted() {
     let e = stderr(&o);
     assert!(e.contains("state.json was trained with other values than this config gives"), "{e}");
     assert!(e.contains("seed: 7 -> 9") && e.contains("train.batch_size: 8 -> 4") && !e.contains("data digest"), "{e}");
+    assert!(!e.contains("training pairs"), "refused before the data is read: {e}");
     std::fs::write(run.join("config.toml"), &saved).unwrap();
     // Fewer steps than the run has taken: nothing to train, so it is refused, not re-saved, and
     // the metrics are left as they were.

@@ -122,7 +122,7 @@ fn run_locked(a: &Args, out: &std::path::Path, saved: &std::path::Path, wrote_co
                 out.display()
             );
         }
-        if !saved.is_file() {
+        let cfg = if !saved.is_file() {
             // Checkpoints without the run's config: only the config it was started with can go on.
             let Some(c) = from else {
                 bail!(
@@ -164,7 +164,9 @@ fn run_locked(a: &Args, out: &std::path::Path, saved: &std::path::Path, wrote_co
                 }
             }
             cfg
-        }
+        };
+        train::checkpoint::refuse_other_training_early(&out, &cfg)?;
+        cfg
     } else {
         let Some(c) = from else { bail!("--config FILE is needed (or --resume to continue a run)") };
         let cfg = config::load_from(c, &a.unsets, &a.sets, false)?;

@@ -101,6 +101,41 @@ pub fn resume_checkpoint(out: &Path) -> Result<Option<PathBuf>> {
     )
 }
 
+/// Refuses a resume whose `cfg` gives other values than `was`, the [`State::trained_with`] of
+/// the checkpoint whose state is `state_file`, naming each.
+pub(crate) fn refuse_other_training(
+    state_file: &Path,
+    was: &std::collections::BTreeMap<String, String>,
+    cfg: &super::config::Config,
+) -> Result<()> {
+    let differ = super::config::trained_otherwise(was, &super::config::trained_with(cfg)?);
+    if !differ.is_empty() {
+        bail!(
+            "--resume: {} was trained with other values than this config gives (the model, the recipe's settings, \
+             the seed or the batch), checkpoint -> config:\n  {}\nresume with the values the run started with, \
+             or start a new run with --out",
+            state_file.display(),
+            differ.join("\n  ")
+        );
+    }
+    Ok(())
+}
+
+/// The same refusal before the run reads its data and embeds (which can take most of an hour):
+/// from the newest checkpoint's `state.json`, where it can be read. Where it cannot (a damaged
+/// checkpoint), the resume checks the checkpoint it falls back to.
+pub fn refuse_other_training_early(out: &Path, cfg: &super::config::Config) -> Result<()> {
+    let Some(ckpt) = latest_checkpoint(out)? else { return Ok(()) };
+    let file = ckpt.join("state.json");
+    let Some(state) = std::fs::read(&file).ok().and_then(|b| serde_json::from_slice::<State>(&b).ok()) else {
+        return Ok(());
+    };
+    match &state.trained_with {
+        Some(was) => refuse_other_training(&file, was, cfg),
+        None => Ok(()),
+    }
+}
+
 /// For a checkpoint without checksums (`unverified`), what makes its files unreadable: a
 /// `state.json` that is not a trainer state, a safetensors file that is damaged (read from its
 /// header). None when they read, or when checksums vouched for them already.

@@ -382,22 +382,10 @@ impl<'a> Trainer<'a> {
                 .with_context(|| format!("{}: bad rng_word_pos", state_file.display()))?,
         );
         // Before the data: another seed or batch size would otherwise be named as other data.
-        let now = super::config::trained_with(self.cfg)?;
         match &state.trained_with {
-            Some(was) => {
-                let differ = super::config::trained_otherwise(was, &now);
-                if !differ.is_empty() {
-                    bail!(
-                        "--resume: {} was trained with other values than this config gives (the model, the recipe's settings, \
-                         the seed or the batch), checkpoint -> config:\n  {}\nresume with the values the run started with, \
-                         or start a new run with --out",
-                        state_file.display(),
-                        differ.join("\n  ")
-                    );
-                }
-            }
+            Some(was) => super::checkpoint::refuse_other_training(&state_file, was, self.cfg)?,
             // Written before checkpoints recorded them: this config's from now on.
-            None => state.trained_with = Some(now),
+            None => state.trained_with = Some(super::config::trained_with(self.cfg)?),
         }
         match (&state.data_digest, state.examples) {
             (Some(was), examples) if was != digest => bail!(
