@@ -157,14 +157,7 @@ fn move_into_place(tmp: &Path, out: &Path, command: &str, replace: &Replace<'_>)
             }
             // No other process uses this name: what is checked here is what is removed below.
             if !may_replace(replace, &old) {
-                let mut e = taken_error(out, command, replace);
-                if let Err(back) = rename_noreplace(&old, out) {
-                    e = anyhow::anyhow!(
-                        "{e}. It could not be put back at {} ({back}): it is in {}",
-                        out.display(),
-                        old.display()
-                    );
-                }
+                let e = put_back(&old, out, taken_error(out, command, replace));
                 remove_tmp();
                 return Err(e);
             }
@@ -178,22 +171,14 @@ fn move_into_place(tmp: &Path, out: &Path, command: &str, replace: &Replace<'_>)
             // aside): it is kept, and the old folder stays aside if it cannot go back.
             let mut e = taken_error(out, command, &Replace::Nothing);
             if let Some(old) = &old {
-                if let Err(back) = rename_noreplace(old, out) {
-                    e = anyhow::anyhow!(
-                        "{e}. The folder that was at {} before could not be put back ({back}): it is in {}",
-                        out.display(),
-                        old.display()
-                    );
-                }
+                e = put_back(old, out, e);
             }
             remove_tmp();
             return Err(e);
         }
         let mut e = anyhow::Error::new(e).context(format!("cannot move {} to {}", tmp.display(), out.display()));
         if let Some(old) = &old {
-            if let Err(back) = rename_noreplace(old, out) {
-                e = e.context(format!("the old folder could not be put back: it is in {} ({back})", old.display()));
-            }
+            e = put_back(old, out, e);
         }
         return fail(e);
     }
@@ -206,6 +191,20 @@ fn move_into_place(tmp: &Path, out: &Path, command: &str, replace: &Replace<'_>)
         }
     }
     Ok(())
+}
+
+/// Put the folder moved aside to `old` back at `out` after a replacement failed with `e`
+/// (never over something that appeared there meanwhile); if it cannot go back, the error also
+/// says where it is.
+fn put_back(old: &Path, out: &Path, e: anyhow::Error) -> anyhow::Error {
+    match rename_noreplace(old, out) {
+        Ok(()) => e,
+        Err(back) => anyhow::anyhow!(
+            "{e:#}. The folder that was at {} before could not be put back ({back}): it is in {}",
+            out.display(),
+            old.display()
+        ),
+    }
 }
 
 /// Rename the folder `from` to `to` only if nothing is at `to`, not even an empty folder (a
