@@ -780,4 +780,37 @@ fn reports_are_written_whole_and_never_onto_inputs() {
     }
     assert_eq!(std::fs::read_to_string(&bench).unwrap(), "keep");
     assert_eq!(std::fs::read(&config).unwrap(), shown.stdout);
+
+    // A file the config names (its training data), a benchmark file of its own data.eval_dir and
+    // a file inside a folder it reads (an outside probe: the first two were overwritten).
+    let train = dir.path().join("train.tsv");
+    std::fs::write(&train, "Hallo.\tHello.\n").unwrap();
+    let eval_dir = dir.path().join("ev");
+    std::fs::create_dir_all(eval_dir.join("tatoeba")).unwrap();
+    let test_file = eval_dir.join("tatoeba/tatoeba.fra-eng.fra");
+    std::fs::write(&test_file, "keep").unwrap();
+    let xnli = dir.path().join("my-xnli");
+    std::fs::create_dir_all(&xnli).unwrap();
+    let sets = [
+        format!("data.sources=[{{kind=\"tsv\", path=\"{}\", src_lang=\"de\", tgt_lang=\"en\"}}]", train.display()),
+        format!("data.eval_dir=\"{}\"", eval_dir.display()),
+        format!("distill.projection_fit_sources.0.dir=\"{}\"", xnli.display()),
+    ];
+    for (json, want) in [
+        (train.clone(), "is the input file"),
+        (test_file.clone(), "among the benchmark and corpus files"),
+        (xnli.join("audit.json"), "distill.projection_fit_sources.0.dir of the config"),
+    ] {
+        let mut c = common::xsent();
+        c.env("XSENT_DATA", &data).args(["data", "audit", "--config"]).arg(&config);
+        for s in &sets {
+            c.args(["--set", s]);
+        }
+        let o = c.arg("--json").arg(&json).output().unwrap();
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{want}: {}", stderr(&o));
+    }
+    assert_eq!(std::fs::read_to_string(&train).unwrap(), "Hallo.\tHello.\n");
+    assert_eq!(std::fs::read_to_string(&test_file).unwrap(), "keep");
+    assert!(!xnli.join("audit.json").exists());
 }

@@ -57,15 +57,41 @@ pub fn run(c: Command) -> Result<()> {
 
 fn audit(a: AuditArgs) -> Result<()> {
     let config_path = config::find(&a.config)?;
+    let mut cfg = config::load_from(config_path, &[], &a.sets, false)?;
     if let Some(p) = &a.json {
-        // Before the work, as eval --report: never onto the config or a benchmark or corpus file.
-        let inputs: Vec<&Path> = match config_path {
-            config::ConfigFrom::File(f) | config::ConfigFrom::Run(f) => vec![f],
+        // Before the work, as eval --report: never onto the config, a file the config names (its
+        // training data, say), or a benchmark or corpus file, nor inside a folder it reads.
+        let mut inputs: Vec<PathBuf> = match config_path {
+            config::ConfigFrom::File(f) | config::ConfigFrom::Run(f) => vec![f.to_path_buf()],
             config::ConfigFrom::BuiltIn(_) => Vec::new(),
         };
+        let mut folders = Vec::new();
+        for f in cfg.paths_mut() {
+            let v = PathBuf::from(f.get());
+            if f.key == "data.eval_dir" {
+                // Its benchmark folders, as the data directory's below.
+                super::check_report(p, "--json", &[], Some(&v))?;
+            } else if v.is_dir() {
+                folders.push((f.key, v));
+            } else {
+                inputs.push(v);
+            }
+        }
+        let inputs: Vec<&Path> = inputs.iter().map(|p| p.as_path()).collect();
         super::check_report(p, "--json", &inputs, crate::data::data_dir(None).ok().as_deref())?;
+        let parent = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        if let Ok(parent) = parent.canonicalize() {
+            for (key, dir) in folders {
+                if dir.canonicalize().is_ok_and(|d| parent.starts_with(d)) {
+                    bail!(
+                        "--json {} is inside {} ({key} of the config), whose files the audit reads; write it elsewhere",
+                        p.display(),
+                        dir.display()
+                    );
+                }
+            }
+        }
     }
-    let cfg = config::load_from(config_path, &[], &a.sets, false)?;
     let t0 = std::time::Instant::now();
     let overlaps = crate::train::decontam::audit(&cfg)?;
     let seconds = t0.elapsed().as_secs_f64();
