@@ -99,6 +99,78 @@ fn tokenizer_train_round_trip() {
     }
 }
 
+/// What `tokenizer train` would replace wrongly is kept (an outside probe): a model's files
+/// through a link or under another name, a read-only file, and the earlier tokenizer when the
+/// new one cannot be written; a large corpus is sampled to `--max-sentences`, reproducibly.
+#[test]
+fn tokenizer_train_replaces_only_what_it_may() {
+    let dir = tempfile::tempdir().unwrap();
+    let text: String = corpus(300).iter().map(|(s, t)| format!("{s}\n{t}\n")).collect();
+    let input = dir.path().join("corpus.txt");
+    std::fs::write(&input, text).unwrap();
+    let train = |out: &Path, extra: &[&str]| {
+        common::xsent()
+            .args(["tokenizer", "train", "--vocab-size", "80", "--input"])
+            .arg(&input)
+            .arg("-o")
+            .arg(out)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let model = dir.path().join("model");
+    std::fs::create_dir_all(&model).unwrap();
+    std::fs::write(model.join("config.json"), "{}").unwrap();
+    std::fs::write(model.join("tokenizer.json"), "theirs").unwrap();
+    let link = dir.path().join("link.json");
+    std::os::unix::fs::symlink(model.join("tokenizer.json"), &link).unwrap();
+    for (out, want) in
+        [(link.clone(), "through a link to"), (model.join("config.json"), "whose config.json this would replace")]
+    {
+        let o = train(&out, &[]);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{want}: {}", stderr(&o));
+    }
+    assert_eq!(std::fs::read_to_string(model.join("tokenizer.json")).unwrap(), "theirs");
+    assert_eq!(std::fs::read_to_string(model.join("config.json")).unwrap(), "{}");
+    // A hard link to it is another name of one's own: written anew, the model's name untouched.
+    let hard = dir.path().join("hard.json");
+    std::fs::hard_link(model.join("tokenizer.json"), &hard).unwrap();
+    let o = train(&hard, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(model.join("tokenizer.json")).unwrap(), "theirs");
+    assert!(tokenizers::Tokenizer::from_file(&hard).is_ok());
+    // A read-only file is refused.
+    let ro = dir.path().join("ro.json");
+    std::fs::write(&ro, "read-only").unwrap();
+    let mut perm = std::fs::metadata(&ro).unwrap().permissions();
+    perm.set_readonly(true);
+    std::fs::set_permissions(&ro, perm).unwrap();
+    let o = train(&ro, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("is read-only"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&ro).unwrap(), "read-only");
+    // A write that fails (its temporary name is taken by a folder) keeps the earlier tokenizer.
+    let earlier = std::fs::read(&hard).unwrap();
+    std::fs::create_dir(dir.path().join(".hard.json.tmp")).unwrap();
+    let o = train(&hard, &["--lowercase"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot write"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&hard).unwrap(), earlier);
+    // Sampled to --max-sentences: said, and the same sample each time.
+    let sampled: Vec<Vec<u8>> = (0..2)
+        .map(|i| {
+            let out = dir.path().join(format!("sampled{i}.json"));
+            let o = train(&out, &["--max-sentences", "200"]);
+            assert!(o.status.success(), "{}", stderr(&o));
+            assert!(stderr(&o).contains("learning from 200 of the 600 lines"), "{}", stderr(&o));
+            std::fs::read(&out).unwrap()
+        })
+        .collect();
+    assert_eq!(sampled[0], sampled[1]);
+    assert_ne!(sampled[0], std::fs::read(&hard).unwrap(), "a sample of a third learns another vocabulary");
+}
+
 #[test]
 fn averaging_model_save_load_embed() {
     let dir = tempfile::tempdir().unwrap();

@@ -26,7 +26,14 @@ pub struct TrainArgs {
     /// Lowercase the text (NFKC is always applied).
     #[arg(long)]
     lowercase: bool,
+    /// Learn from at most this many lines: a uniform sample of them when the files hold more
+    /// (SentencePiece's `input_sentence_size`). Memory grows with this, not with the files.
+    #[arg(long, default_value_t = DEFAULT_MAX_SENTENCES)]
+    max_sentences: usize,
 }
+
+/// `--max-sentences`' default.
+pub const DEFAULT_MAX_SENTENCES: usize = 2_000_000;
 
 pub fn run(c: Command) -> Result<()> {
     match c {
@@ -50,38 +57,67 @@ pub fn run(c: Command) -> Result<()> {
             );
             // A model's tokenizer is part of the model, and a run's vocabulary part of the run
             // (a resume reloads it): a new vocabulary would silently change their vectors (the
-            // ids no longer match the embeddings they were trained with).
-            if path.file_name().is_some_and(|n| n == "tokenizer.json") && path.exists() {
-                let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-                // Absolute, so that `-o .` inside a run's vocab/ finds the run above it.
-                let dir = &std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+            // ids no longer match the embeddings they were trained with). Whatever its name, a
+            // file of a model directory is the model's; a link is judged by what it leads to
+            // (the write replaces the link itself, never its target).
+            if let Ok(target) = std::fs::canonicalize(&path) {
+                let dir = target.parent().unwrap_or(std::path::Path::new("/"));
                 let model = ["config.json", "xsent.json", "model.safetensors"].iter().find(|f| dir.join(f).is_file());
-                let run =
-                    dir.parent().map(|r| r.join("config.toml")).filter(|c| crate::train::run_dir::is_run_config(c));
+                let run = (target.file_name().is_some_and(|n| n == "tokenizer.json"))
+                    .then(|| dir.parent().map(|r| r.join("config.toml")))
+                    .flatten()
+                    .filter(|c| crate::train::run_dir::is_run_config(c));
+                let through = if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+                    format!(" (through a link to {})", target.display())
+                } else {
+                    String::new()
+                };
                 if let Some(f) = model {
                     anyhow::bail!(
-                        "-o {}: {} holds a model ({f}) whose tokenizer.json this would replace: give another path",
+                        "-o {}{through}: {} holds a model ({f}) whose {} this would replace: give another path",
                         a.output.display(),
-                        dir.display()
+                        dir.display(),
+                        target.file_name().unwrap_or_default().to_string_lossy()
                     );
                 }
                 if let Some(c) = run {
                     anyhow::bail!(
-                        "-o {}: {} is inside the run directory of {}, whose tokenizer.json this would replace: give another path",
+                        "-o {}{through}: {} is inside the run directory of {}, whose tokenizer.json this would replace: give another path",
                         a.output.display(),
                         dir.display(),
                         c.display()
                     );
                 }
             }
-            let lines = vocab::read_corpus(&a.input)?;
-            // The output's place is made once the corpus is read, before it is trained on.
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            crate::io::output::refuse_read_only(&path, &path, "-o", false)?;
+            // The folder the tokenizer goes into must be one, or be makeable: checked before
+            // the corpus is read, made only once the vocabulary is learned (an interrupted run
+            // leaves nothing).
+            let parent = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+            if let Some(file) = parent.ancestors().find(|d| !d.as_os_str().is_empty() && d.exists() && !d.is_dir()) {
+                anyhow::bail!("-o {}: {} is a file, not a folder", a.output.display(), file.display());
             }
-            let texts: Vec<&str> = lines.iter().map(String::as_str).collect();
+            let corpus = vocab::read_corpus(&a.input, a.max_sentences)?;
+            for (f, n) in &corpus.too_long {
+                errln!(
+                    "xsent tokenizer: {n} lines of {} are longer than {} bytes and left out (as SentencePiece)",
+                    f.display(),
+                    vocab::MAX_LINE_BYTES
+                );
+            }
+            if corpus.lines.len() < corpus.usable {
+                errln!(
+                    "xsent tokenizer: learning from {} of the {} lines, sampled uniformly (--max-sentences)",
+                    corpus.lines.len(),
+                    corpus.usable
+                );
+            }
+            let texts: Vec<&str> = corpus.lines.iter().map(String::as_str).collect();
             let tok = vocab::train_subword(&texts, a.model, a.vocab_size, a.lowercase)?;
-            tok.save(&path, true).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+            let json = tok.to_string(true).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+            std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+            crate::io::atomic::write_file_atomically(&path, json.as_bytes())
+                .with_context(|| format!("cannot write {}", path.display()))?;
             errln!(
                 "xsent tokenizer: {} vocabulary of {} pieces from {} lines written to {} ({:.1} s)",
                 match a.model {
@@ -89,7 +125,7 @@ pub fn run(c: Command) -> Result<()> {
                     SubwordModel::Bpe => "BPE",
                 },
                 tok.get_vocab_size(true),
-                lines.len(),
+                corpus.lines.len(),
                 path.display(),
                 t0.elapsed().as_secs_f64()
             );

@@ -98,6 +98,77 @@ pub fn read_lines(path: &Path) -> Result<Vec<String>> {
     Ok(lines)
 }
 
+/// Stream the lines of a UTF-8 text file (gzip-compressed when its name ends in `.gz`), as
+/// [`read_lines`] splits them, never holding more than one line of at most `max_bytes` bytes:
+/// `each(number, Some(line))` for each line (1-based numbers), `each(number, None)` for a line
+/// longer than `max_bytes` (not read into memory). Errors name the file (and the line that is
+/// not UTF-8).
+pub fn each_line(path: &Path, max_bytes: usize, mut each: impl FnMut(usize, Option<&str>) -> Result<()>) -> Result<()> {
+    use std::io::BufRead;
+    let gz = path.extension().is_some_and(|e| e == "gz");
+    let file = std::fs::File::open(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    let raw: Box<dyn std::io::Read> =
+        if gz { Box::new(flate2::read::MultiGzDecoder::new(std::io::BufReader::new(file))) } else { Box::new(file) };
+    let mut r = std::io::BufReader::with_capacity(1 << 16, raw);
+    let failed = |e: std::io::Error| {
+        if gz {
+            anyhow::anyhow!("{} is not valid gzip: {e}", path.display())
+        } else {
+            anyhow::anyhow!("cannot read {}: {e}", path.display())
+        }
+    };
+    // One more byte than `max_bytes` for a `\r` before the `\n`, and three for a first line's
+    // byte-order mark.
+    let keep = max_bytes.saturating_add(4);
+    let (mut line, mut too_long, mut number) = (Vec::new(), false, 0usize);
+    let mut emit = |line: &mut Vec<u8>, too_long: &mut bool, number: usize| -> Result<()> {
+        let mut bytes: &[u8] = line;
+        if number == 1 {
+            bytes = bytes.strip_prefix("\u{feff}".as_bytes()).unwrap_or(bytes);
+        }
+        bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+        let r = if *too_long || bytes.len() > max_bytes {
+            each(number, None)
+        } else {
+            match std::str::from_utf8(bytes) {
+                Ok(t) => each(number, Some(t)),
+                Err(_) => bail!("{}: line {number} is not valid UTF-8", path.display()),
+            }
+        };
+        line.clear();
+        *too_long = false;
+        r
+    };
+    loop {
+        let chunk = r.fill_buf().map_err(failed)?;
+        if chunk.is_empty() {
+            if !line.is_empty() || too_long {
+                number += 1;
+                emit(&mut line, &mut too_long, number)?;
+            }
+            return Ok(());
+        }
+        let (part, end) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (&chunk[..i], Some(i + 1)),
+            None => (chunk, None),
+        };
+        if !too_long {
+            if line.len() + part.len() > keep {
+                too_long = true;
+                line.clear();
+            } else {
+                line.extend_from_slice(part);
+            }
+        }
+        let used = end.unwrap_or(chunk.len());
+        r.consume(used);
+        if end.is_some() {
+            number += 1;
+            emit(&mut line, &mut too_long, number)?;
+        }
+    }
+}
+
 /// The lines (`\n` or `\r\n`; a leading byte-order mark dropped) of a file's bytes, which must be
 /// UTF-8: an error names `path` and the first line that is not. Empty for no bytes.
 pub fn text_lines(path: &Path, bytes: Vec<u8>) -> Result<Vec<String>> {
@@ -146,6 +217,37 @@ pub fn require_plain_or_gz(path: &Path, what: &str, expected: &str) -> Result<st
 
 #[cfg(test)]
 mod tests {
+    /// `each_line` splits as `read_lines` does (a BOM, `\r\n`, no final newline, blank lines),
+    /// plain or gzip, and gives a line longer than the bound as `None`.
+    #[test]
+    fn each_line_splits_as_read_lines_and_bounds_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let long = "x".repeat(200_000);
+        let text = format!("\u{feff}first\r\n\n  \n{long}\nfünf\r\n{}\nlast", "y".repeat(10));
+        let plain = dir.path().join("t.txt");
+        std::fs::write(&plain, &text).unwrap();
+        let gz = dir.path().join("t.txt.gz");
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut e, text.as_bytes()).unwrap();
+        std::fs::write(&gz, e.finish().unwrap()).unwrap();
+        let whole = super::read_lines(&plain).unwrap();
+        for path in [&plain, &gz] {
+            let mut got = Vec::new();
+            super::each_line(path, 10, |n, l| {
+                got.push((n, l.map(str::to_string)));
+                Ok(())
+            })
+            .unwrap();
+            let want: Vec<(usize, Option<String>)> =
+                whole.iter().enumerate().map(|(i, l)| (i + 1, (l.len() <= 10).then(|| l.clone()))).collect();
+            assert_eq!(got, want, "{}", path.display());
+            assert_eq!(got[4], (5, Some("fünf".to_string())));
+        }
+        std::fs::write(&plain, b"ok\n\xff\n").unwrap();
+        let e = super::each_line(&plain, 10, |_, _| Ok(())).unwrap_err().to_string();
+        assert!(e.contains("t.txt: line 2 is not valid UTF-8"), "{e}");
+    }
+
     #[test]
     fn group_distinct_keeps_first_appearance_order_and_every_position() {
         let (distinct, at) = super::group_distinct(["a", "b", "a", "c", "b"]);

@@ -307,21 +307,69 @@ pub fn train_trigrams(texts: &[&str], max: usize, lowercase: bool) -> Result<Vec
     Ok(all.into_iter().map(|(g, _)| g).collect())
 }
 
-/// Lines of the given files (`.gz` read through gzip), empty lines dropped.
-pub fn read_corpus(files: &[std::path::PathBuf]) -> Result<Vec<String>> {
-    let mut out = Vec::new();
+/// The text a vocabulary is learned from: the non-blank lines of some files, at most
+/// `max_sentences` of them.
+pub struct Corpus {
+    /// The lines kept, in the files' order.
+    pub lines: Vec<String>,
+    /// Non-blank lines of at most [`MAX_LINE_BYTES`] bytes in the files (more than `lines` when
+    /// they were sampled).
+    pub usable: usize,
+    /// Per file, the lines longer than [`MAX_LINE_BYTES`] bytes, left out.
+    pub too_long: Vec<(std::path::PathBuf, usize)>,
+}
+
+/// The non-blank lines of the given files (`.gz` read through gzip), streamed: lines longer
+/// than [`MAX_LINE_BYTES`] bytes are left out (as SentencePiece's `max_sentence_length`), and
+/// when more than `max_sentences` remain, a uniform sample of that many is kept (reservoir
+/// sampling with a fixed seed, in the files' order; as SentencePiece's `input_sentence_size`), so
+/// memory is bounded by `max_sentences` × [`MAX_LINE_BYTES`] whatever the files hold.
+pub fn read_corpus(files: &[std::path::PathBuf], max_sentences: usize) -> Result<Corpus> {
+    use rand::{Rng, SeedableRng};
+    anyhow::ensure!(max_sentences >= 1, "the number of sentences to learn from must be at least 1");
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x5e17_ece5);
+    let (mut kept, mut usable, mut too_long) = (Vec::<(usize, String)>::new(), 0usize, Vec::new());
     for f in files {
-        out.extend(crate::data::read_lines(f)?.into_iter().filter(|l| !l.trim().is_empty()));
+        let (mut lines, mut long) = (0usize, 0usize);
+        crate::data::each_line(f, MAX_LINE_BYTES, |_, line| {
+            lines += 1;
+            match line {
+                None => long += 1,
+                Some(t) if t.trim().is_empty() => {}
+                Some(t) => {
+                    if kept.len() < max_sentences {
+                        kept.push((usable, t.to_string()));
+                    } else {
+                        let j = rng.random_range(0..=usable);
+                        if j < max_sentences {
+                            kept[j] = (usable, t.to_string());
+                        }
+                    }
+                    usable += 1;
+                }
+            }
+            Ok(())
+        })?;
+        if lines == 0 {
+            bail!("{} is empty", f.display());
+        }
+        if long > 0 {
+            too_long.push((f.clone(), long));
+        }
     }
-    if out.is_empty() {
-        let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    let (has, names) = (if names.len() == 1 { "has" } else { "have" }, names.join(", "));
+    if usable == 0 && !too_long.is_empty() {
         bail!(
-            "no text to train on: {} {} no non-blank line",
-            names.join(", "),
-            if names.len() == 1 { "has" } else { "have" }
+            "cannot learn a vocabulary: every non-empty line of {names} is longer than {MAX_LINE_BYTES} bytes \
+             (split the text into sentences)"
         );
     }
-    Ok(out)
+    if usable == 0 {
+        bail!("no text to train on: {names} {has} no non-blank line");
+    }
+    kept.sort_unstable_by_key(|(i, _)| *i);
+    Ok(Corpus { lines: kept.into_iter().map(|(_, t)| t).collect(), usable, too_long })
 }
 
 #[cfg(test)]
