@@ -44,10 +44,23 @@ pub struct EvalSet {
     pub files: Vec<(PathBuf, Layout)>,
 }
 
-/// The sentence key: lower-cased, whitespace collapsed to single spaces, trimmed.
+/// The sentence key: NFKC (as the models' tokenizers normalise: a decomposed `é`, a full-width
+/// `Ａ` or a ligature `ﬁ` is the same text to them), lower-cased, whitespace collapsed to single
+/// spaces, trimmed.
 pub fn normalize(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for w in text.split_whitespace() {
+    use unicode_normalization::{is_nfkc, is_nfkc_quick, IsNormalized, UnicodeNormalization};
+    // Most text is in NFKC already (ASCII always is): checked without a copy.
+    let nfkc: std::borrow::Cow<str> = if text.is_ascii() {
+        text.into()
+    } else {
+        match is_nfkc_quick(text.chars()) {
+            IsNormalized::Yes => text.into(),
+            IsNormalized::Maybe if is_nfkc(text) => text.into(),
+            _ => text.nfkc().collect::<String>().into(),
+        }
+    };
+    let mut out = String::with_capacity(nfkc.len());
+    for w in nfkc.split_whitespace() {
         if !out.is_empty() {
             out.push(' ');
         }
@@ -223,10 +236,14 @@ impl Index {
         let mut per_set = vec![0usize; self.sets.len()];
         let mut sentences: Vec<std::collections::HashSet<&str>> = vec![Default::default(); self.sets.len()];
         let mut hit: Vec<u16> = Vec::new();
+        // Pairs often share their texts (DuEAM's XNLI pairs: each sentence in about 20), which
+        // are then one string in memory: normalised and looked up once.
+        let mut seen: std::collections::HashMap<(usize, usize), &[u16]> = Default::default();
         for (i, k) in keep.iter_mut().enumerate() {
             hit.clear();
             for t in texts(i) {
-                for &s in self.hits(t) {
+                let hits = *seen.entry((t.as_ptr() as usize, t.len())).or_insert_with(|| self.hits(t));
+                for &s in hits {
                     sentences[s as usize].insert(t);
                     if !hit.contains(&s) {
                         hit.push(s);
@@ -372,6 +389,10 @@ mod tests {
         assert_eq!(normalize("  A  dog\truns.\r"), "a dog runs.");
         assert_eq!(normalize("ÄÖÜ İ"), "äöü i̇");
         assert_eq!(normalize(" \t "), "");
+        // Canonical and compatibility forms: decomposed, full-width, a ligature, a no-break space.
+        assert_eq!(normalize("Dieu cre\u{301}a"), normalize("Dieu créa"));
+        assert_eq!(normalize("ＡＢＣ ﬁne"), "abc fine");
+        assert_eq!(normalize("a\u{a0}b"), "a b");
     }
 
     #[test]
