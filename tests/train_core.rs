@@ -1490,14 +1490,21 @@ fn training_pairs_in_evaluation_sets_are_dropped() {
     std::fs::create_dir_all(bench.join("sts/STS2017.eval.v1.1")).unwrap();
     std::fs::create_dir_all(bench.join("tatoeba")).unwrap();
     // Pair 0's source (upper-cased, spaces doubled: the same sentence normalised) in an STS
-    // track; pair 1's target in Tatoeba; pair 2's source in an eval_lines file.
+    // track; pair 1's target in Tatoeba, in full-width letters (the same text in NFKC, as the
+    // tokenizers see it); pair 2's source in an eval_lines file.
     let shout = pairs[0].0.to_uppercase().replace(' ', "  ");
     std::fs::write(
         bench.join("sts/STS2017.eval.v1.1/STS.input.track5.en-en.txt"),
         format!("{shout}\tsomething else\n"),
     )
     .unwrap();
-    std::fs::write(bench.join("tatoeba/tatoeba.deu-eng.deu"), format!("{}\n", pairs[1].1)).unwrap();
+    let wide: String = pairs[1]
+        .1
+        .chars()
+        .map(|c| if c.is_ascii_graphic() { char::from_u32(c as u32 + 0xfee0).unwrap() } else { c })
+        .collect();
+    assert_ne!(wide, pairs[1].1);
+    std::fs::write(bench.join("tatoeba/tatoeba.deu-eng.deu"), format!("{wide}\n")).unwrap();
     std::fs::write(bench.join("tatoeba/tatoeba.deu-eng.eng"), "unrelated\n").unwrap();
     let lines = s.dir.path().join("mine.txt");
     std::fs::write(&lines, format!("{}\n", pairs[2].0)).unwrap();
