@@ -8,6 +8,9 @@
 #     600 for e5's 512), 128 of them for MiniLM and 64 for e5, at --batch-size 64.
 # Each cell is the best wall time of --repeat runs and the largest peak RSS (GNU time's %M);
 # the vectors of every bound are checked to equal the unbounded run's within 1e-5.
+# "vs no bound" = the bound's seconds ÷ the unbounded run's (below 1: the bound is faster).
+# xsent alone; the output names the machine, the binary and this checkout's commit. A failed
+# run or a time that is not a number above 0 stops it (exit 1).
 #
 # usage: scripts/bench-batch-tokens.sh [--models e5|minilm|all] [--repeat N] [--bounds "A B C"]
 #
@@ -63,7 +66,10 @@ run() {
     for ((i = 0; i < repeat; i++)); do
         /usr/bin/time -f '%e %M' -o "$work/time" "$xsent" embed --model "$model" --input "$input" --batch-size "$batch" \
             --max-batch-tokens "$bound" --format f32 -o "$out" 2> "$work/log" || { cat "$work/log" >&2; die "xsent embed failed"; }
-        read -r s m < "$work/time"
+        s="" m=""
+        read -r s m < "$work/time" || true
+        bench_pos "xsent embed's seconds" "$s"
+        [[ "$m" =~ ^[0-9]+$ ]] || die "xsent embed's peak RSS is '$m', not a number"
         best="$(awk -v a="$best" -v b="$s" 'BEGIN { if (a == "" || b < a) print b; else print a }')"
         [ "$m" -gt "$peak" ] && peak="$m"
     done
@@ -84,7 +90,7 @@ EOF
 
 echo "## --max-batch-tokens: time and peak memory of xsent embed ($XSENT_THREADS threads)"
 echo
-bench_machine; echo
+bench_provenance "$xsent"
 echo "load average before: $(bench_load)"
 echo
 echo "| model | input | --batch-size | --max-batch-tokens | seconds (best of $repeat) | vs no bound | peak RSS MB | max abs diff |"
@@ -96,13 +102,18 @@ for k in "${keys[@]}"; do
     for spec in "tatoeba 64" "tatoeba 2048" "long-$k 64"; do
         read -r name batch <<<"$spec"
         input="$work/$name.txt"
-        read -r base_s base_mb < <(run "$dir" "$input" "$batch" 1000000 "$work/none.f32")
+        base_s="" base_mb=""
+        read -r base_s base_mb < <(run "$dir" "$input" "$batch" 1000000 "$work/none.f32") || true
+        bench_pos "$(model_name "$k") $name unbounded seconds" "$base_s"
         for bound in $bounds 1000000; do
             if [ "$bound" = 1000000 ]; then
                 s="$base_s"; mb="$base_mb"; diff=0; label="none (1000000)"
             else
-                read -r s mb < <(run "$dir" "$input" "$batch" "$bound" "$work/b.f32")
-                diff="$(maxdiff "$work/none.f32" "$work/b.f32")"
+                s="" mb=""
+                read -r s mb < <(run "$dir" "$input" "$batch" "$bound" "$work/b.f32") || true
+                bench_pos "$(model_name "$k") $name bound $bound seconds" "$s"
+                diff="$(maxdiff "$work/none.f32" "$work/b.f32")" || die "comparing the vectors of bound $bound failed"
+                bench_num "max abs diff of bound $bound" "$diff"
                 label="$bound"
             fi
             ratio="$(awk -v a="$s" -v b="$base_s" 'BEGIN { printf "%.2f", a / b }')"
@@ -112,4 +123,5 @@ for k in "${keys[@]}"; do
     done
 done
 echo
+echo "vs no bound: the bound's seconds ÷ the unbounded run's (below 1.00: the bound is faster)."
 echo "load average after: $(bench_load)"

@@ -14,10 +14,17 @@
 #   LAYERS  depths to measure (default 1 2 4 6)
 # Environment: XSENT_THREADS (default all cores), CARGO_TARGET_DIR, XSENT_BIN (an xsent binary to
 # time instead of building this checkout's: to compare two builds side by side).
+# It measures xsent alone; the "÷ 2-layer" columns are ratios within this run, and the paper's
+# ratios beside them come from a V100 (another machine): they compare shapes, not speeds. The
+# output names the machine, the binary and this checkout's commit. A failed run or a missing
+# step time stops it (exit 1).
 set -euo pipefail
 export LC_ALL=C.UTF-8
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$repo"
+# shellcheck source=lib/bench-common.sh
+. "$repo/scripts/lib/bench-common.sh"
+bench_name=bench-layers
 steps="${1:-40}"
 shift || true
 layers=("$@")
@@ -37,6 +44,8 @@ common=(--set "train.max_steps=$steps" --set train.eval_every=0 --set train.eval
         --set train.checkpoint_every=0 --set train.log_every=1 --set data.val_size=100)
 # One vocabulary for every depth (learned once, by the first run).
 tok=""
+bench_provenance "$bin"
+echo "threads: XSENT_THREADS=${XSENT_THREADS:-unset (all $(nproc) cores)}; load average: $(bench_load)"
 echo "cores: $(nproc); $steps steps per depth, the first $warmup untimed; batch 128 pairs"
 printf '| layers | parameters | peak RSS (MB) | s / step | min / 1,000 steps | RSS ÷ 2-layer | time ÷ 2-layer | paper M (MB) | paper T (min / 10k steps) | paper M ratio | paper T ratio |\n'
 printf '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n'
@@ -50,8 +59,10 @@ for n in "${layers[@]}"; do
   [ -n "$tok" ] || { tok="$tmp/tokenizer.json"; cp "$out/init/tokenizer.json" "$tok"; }
   rss[$n]=$(awk '{ printf "%.0f", $1 / 1024 }' "$tmp/rss$n")
   sps[$n]=$(grep '"step_s"' "$out/metrics.jsonl" | sed 's/.*"step_s":\([0-9.e-]*\).*/\1/' \
-    | awk -v w="$warmup" 'NR > w { s += $1; c++ } END { printf "%.4f", s / c }')
+    | awk -v w="$warmup" 'NR > w { s += $1; c++ } END { if (c) printf "%.4f", s / c }')
   params[$n]=$(grep -o '[0-9.]*M parameters' "$tmp/log$n" | head -n1 | sed 's/ parameters//')
+  bench_pos "the $n-layer run's mean step time" "${sps[$n]}"
+  bench_pos "the $n-layer run's peak RSS" "${rss[$n]}"
 done
 # Seed 001 Table 5 (en-fr, batch 128, one V100): layers → memory MB, minutes per 10,000 steps.
 declare -A pm=([1]=7135 [2]=11607 [3]=16804 [4]=21923 [6]=28024) pt=([1]=19 [2]=24 [3]=29 [4]=34 [6]=44)

@@ -13,10 +13,29 @@
 #   distill: loss MSE(student(en), T) + MSE(student(de), T), T the teacher's vectors of the
 #            English side, computed before the steps (xsent: distill.projection = "none").
 #   dueam:   L_A − 0.003·L_B on the learner's mean-pooled vectors (no Normalize); torch gets
-#            fixed WMDs, xsent computes its anchor's WMDs in the step on a first epoch, so its
-#            step is reported twice: whole, and without the anchor's time (the part torch does).
-# sentences/s = 2 × batch / median step time of the steps after the first 4 (warm-up); the
-# ratio xsent/torch has the target >= 0.8. Lines starting RESULT are read by gpu-check.sh.
+#            fixed random WMDs, xsent computes its anchor's WMDs in the step (a first epoch). The
+#            ratio is of the whole step (measured; torch does less work there). A rate without
+#            the anchor's share (the step's median less the median anchor time) is printed
+#            beside it, marked "derived, not measured": no step was timed without the anchor.
+# Both engines tokenise inside the timed step: xsent runs with train.ahead = false (otherwise
+# it tokenises the next step on a background thread, outside its step time), torch tokenises
+# in its step.
+# sentences/s = 2 × batch / median step time of steps 5..--steps (the first 4 warm up), the
+# same window on both sides. Ratio = xsent sent/s ÷ torch sent/s (above 1: xsent is faster; the
+# target is >= 0.8). Lines starting RESULT are read by gpu-check.sh.
+#
+# Not the same batches: xsent holds 8 pairs back for validation and draws shuffled batches of
+# the rest (each padded to its longest text); torch takes consecutive slices of --batch pairs
+# (each side padded to its longest). Which pairs share a batch, and so the padding, differs;
+# the printed header says so. CPU threads are not pinned on either side.
+#
+# Check (distill, f32 and bf16): both engines' step-1 loss on the same --batch pairs (the first
+# of the file) with dropout off, before any update, must agree within 1e-4 relative in f32 and
+# 2e-2 in bf16 (bf16's bound: gpu-check.sh allows 1e-2 between one engine's bf16 and f32, so
+# two engines may be 2e-2 apart). xsent: one more run with distill.dropout = 0 on a file of just
+# those pairs; torch: the same loss in eval mode before its timed steps. DuEAM has no loss check
+# (torch's WMDs are random). A row whose check or run fails prints no ratio, its RESULT line
+# ends in "false", the other rows still run, and the script exits 1.
 #
 # --ncu: instead, where each step's time goes. Both engines run the distill step twice under
 # Nsight Compute (`ncu`, kernel durations only), for --ncu-steps and twice that many steps; the
@@ -61,6 +80,8 @@ if [ "$ncu" = 1 ]; then
     # Both profiled runs read 2 × --ncu-steps batches; the timed runs --steps.
     [ "$steps" -ge $((2 * ncu_steps)) ] || steps=$((2 * ncu_steps))
 fi
+# Steps 1-4 warm up on both sides; the median needs at least one more.
+[ "$steps" -gt 4 ] || usage_error "--steps must be above 4 (the first 4 are warm-up; got $steps)"
 if [ "$dry" = 1 ]; then
     echo "bench-train-gpu: would train distill (f32, bf16) and dueam (f32) for $steps steps of $batch pairs on each engine"
     exit 0
@@ -124,8 +145,41 @@ src_lang = "en"
 tgt_lang = "de"
 $common
 EOF
-echo "GPU: $([ "$bdev" = cuda ] && nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n1 || echo "none: a rehearsal on the CPU"); batch $batch pairs, $steps steps, median of steps 5..$steps"
-printf '%-14s | %-30s | %12s | %12s | %7s\n' recipe "xsent" "xsent sent/s" "torch sent/s" ratio
+skip=4
+isnum() { [[ "$1" =~ ^[+-]?([0-9]+([.][0-9]*)?|[.][0-9]+)([eE][+-]?[0-9]+)?$ ]]; }
+ispos() { isnum "$1" && awk -v v="$1" 'BEGIN { exit !(v > 0) }'; }
+status=0
+# fail_row NAME WHY: a row without a ratio, its RESULT false, the script's status 1
+fail_row() {
+    local why="${2//|//}"
+    # gpu-check.sh reads RESULT lines with xargs, which quotes cannot pass.
+    why="${why//\'/}"; why="${why//\"/}"
+    printf '%-14s | %s\n' "$1" "FAILED: $why" | cut -c1-200
+    echo "RESULT train $1 step | failed: $(cut -c1-160 <<<"$why") | false"
+    say "$1: $2"
+    status=1
+}
+# The loss check's data: the first --batch pairs (torch's first batch), and one other pair
+# that only fills xsent's validation set (never scored: the run stops after step 1).
+head -n "$batch" "$tmp/pairs.tsv" >"$tmp/check.tsv"
+printf 'This sentence only fills the validation set.\tDieser Satz füllt nur die Validierungsmenge.\n' >"$tmp/check-val.tsv"
+# xsent_check_loss PREC TAG: xsent's step-1 loss on check.tsv with dropout off
+xsent_check_loss() {
+    local out="$tmp/check-$2"
+    "$xsent" train --config "$tmp/distill.toml" --out "$out" --stop-after 1 --set train.max_steps=2 \
+        --set "data.sources=[{kind=\"tsv\", path=\"$tmp/check.tsv\", src_lang=\"en\", tgt_lang=\"de\"}]" \
+        --set "data.val_sources=[{kind=\"tsv\", path=\"$tmp/check-val.tsv\", src_lang=\"en\", tgt_lang=\"de\"}]" \
+        --set distill.dropout=0.0 --set train.ahead=false --set train.eval_at_start=false \
+        --set "train.precision=\"$1\"" >"$tmp/check-$2.log" 2>&1 || { tail -n 3 "$tmp/check-$2.log" >&2; return 1; }
+    "$py" -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1]) if "\"loss\"" in l]; assert r and r[0]["step"] == 1; print(r[0]["loss"])' "$out/metrics.jsonl"
+}
+echo "GPU: $([ "$bdev" = cuda ] && nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -n1 || echo "none: a rehearsal on the CPU")"
+bench_provenance "$xsent"
+echo "batch $batch pairs, $steps steps; both engines: median of steps $((skip + 1))..$steps, tokenising inside the step (xsent: train.ahead = false)"
+echo "not the same batches: xsent draws shuffled batches (8 pairs held out), torch takes consecutive slices; the padding differs"
+echo "ratio = xsent sent/s ÷ torch sent/s (above 1.00x: xsent is faster); CPU threads not pinned on either side"
+echo "loss check: distill rows, both engines' step-1 loss on the first $batch pairs with dropout off; DuEAM: none (torch's WMDs are random)"
+printf '%-14s | %-42s | %12s | %12s | %7s\n' recipe "xsent" "xsent sent/s" "torch sent/s" ratio
 rows="distill:f32 dueam:f32 distill:bf16"
 # --ncu reads only the f32 distill run's step time: the other rows would spend its time limit.
 [ "$ncu" = 1 ] && rows="distill:f32"
@@ -134,42 +188,72 @@ for row in $rows; do
     # The f32 rows keep their names (train distill step) so that results compare across runs.
     name=$r tag=$r
     [ "$prec" = f32 ] || { name="$r $prec" tag="$r-$prec"; }
-    "$xsent" train --config "$tmp/$r.toml" --out "$tmp/run-$tag" --set "train.precision=\"$prec\"" >"$tmp/$tag.log" 2>&1 \
-        || { tail -n 5 "$tmp/$tag.log" >&2; die "xsent train $tag failed"; }
-    xj=$("$py" "$helper" xsent-sps --metrics "$tmp/run-$tag/metrics.jsonl" --skip 4) || die "no step times in xsent's metrics"
+    if ! "$xsent" train --config "$tmp/$r.toml" --out "$tmp/run-$tag" --set "train.precision=\"$prec\"" --set train.ahead=false >"$tmp/$tag.log" 2>&1; then
+        tail -n 5 "$tmp/$tag.log" >&2
+        fail_row "$name" "xsent train $tag failed: $(tail -n1 "$tmp/$tag.log")"
+        continue
+    fi
+    xj=$("$py" "$helper" xsent-sps --metrics "$tmp/run-$tag/metrics.jsonl" --skip "$skip") || { fail_row "$name" "no step times in xsent's metrics"; continue; }
     # XSENT_BENCH_KEEP=DIR keeps xsent's per-step times (forward_s, backward_s, optimizer_s).
     [ -n "${XSENT_BENCH_KEEP:-}" ] && cp "$tmp/run-$tag/metrics.jsonl" "$XSENT_BENCH_KEEP/bench-train-$tag-metrics.jsonl"
-    args=(--student "$student" --pairs "$tmp/pairs.tsv" --batch "$batch" --steps "$steps" --precision "$prec")
-    [ "$r" = distill ] && args+=(--teacher "$teacher")
-    tj=$("$py" "$helper" torch-train "$r" "${args[@]}") || die "torch $tag failed"
-    read -r xsps xstep tsps <<<"$("$py" -c 'import json,sys; x,t=json.loads(sys.argv[1]),json.loads(sys.argv[2]); print(x["sentences_per_s"], x["step_s"], t["sentences_per_s"])' "$xj" "$tj")"
+    args=(--student "$student" --pairs "$tmp/pairs.tsv" --batch "$batch" --steps "$steps" --precision "$prec" --skip "$skip")
+    [ "$r" = distill ] && args+=(--teacher "$teacher" --check-loss)
+    tj=$("$py" "$helper" torch-train "$r" "${args[@]}" 2>"$tmp/torch-$tag.err" | tail -n 1) \
+        || { tail -n 3 "$tmp/torch-$tag.err" >&2; fail_row "$name" "torch $tag failed: $(tail -n1 "$tmp/torch-$tag.err")"; continue; }
+    read -r xsps xstep tsps tcheck <<<"$("$py" -c 'import json,sys; x,t=json.loads(sys.argv[1]),json.loads(sys.argv[2]); print(x["sentences_per_s"], x["step_s"], t["sentences_per_s"], t.get("check_loss"))' "$xj" "$tj" 2>/dev/null)"
+    if ! ispos "$xsps" || ! ispos "$xstep" || ! ispos "$tsps"; then
+        fail_row "$name" "a step time is missing or not above 0 (xsent: $xj; torch: $tj)"
+        continue
+    fi
+    check=""
+    if [ "$r" = distill ]; then
+        tol=$([ "$prec" = f32 ] && echo 1e-4 || echo 2e-2)
+        if ! xcheck=$(xsent_check_loss "$prec" "$tag") || ! isnum "$xcheck" || ! isnum "$tcheck"; then
+            fail_row "$name" "the loss check did not run (xsent step-1 loss '${xcheck:-}', torch '$tcheck')"
+            continue
+        fi
+        rel=$("$py" -c "print(abs($xcheck - $tcheck) / max(abs($tcheck), 1e-12))")
+        if ! awk -v a="$rel" -v b="$tol" 'BEGIN { exit !(a <= b) }'; then
+            fail_row "$name" "step-1 loss with dropout off differs: xsent $xcheck, torch $tcheck (relative $(printf %.2g "$rel") > $tol); no ratio"
+            continue
+        fi
+        check=", step-1 loss within $(printf %.1g "$rel") of torch"
+    fi
     what="whole step"
+    derived=""
     if [ "$r" = dueam ]; then
-        # The anchor's share (its forward and the WMDs): in the step (anchor_ms_per_pair), and
-        # ahead of it (ahead_s: the next step's anchor forward and the wait for the solver).
-        anchor=$("$py" -c 'import json,statistics,sys; rows=[json.loads(l) for l in open(sys.argv[1]) if "\"loss\"" in l][4:]; print(statistics.median(r.get("anchor_ms_per_pair", 0.0) * int(sys.argv[2]) / 1e3 + r.get("ahead_s", 0.0) for r in rows))' "$tmp/run-$tag/metrics.jsonl" "$batch")
-        whole=$(printf %.0f "$xsps")
-        xsps=$("$py" -c "print(2 * $batch / max($xstep - $anchor, 1e-9))")
-        what="without the anchor ($whole whole)"
+        # The anchor's share (its forward and the WMDs), in the step (anchor_ms_per_pair; with
+        # train.ahead = false nothing is prepared ahead). Derived: the step's median less the
+        # anchor's median is not the median of any measured step.
+        anchor=$("$py" -c 'import json,statistics,sys; rows=[json.loads(l) for l in open(sys.argv[1]) if "\"loss\"" in l][int(sys.argv[3]):]; print(statistics.median(r.get("anchor_ms_per_pair", 0.0) * int(sys.argv[2]) / 1e3 + r.get("ahead_s", 0.0) for r in rows))' "$tmp/run-$tag/metrics.jsonl" "$batch" "$skip" 2>/dev/null)
+        if isnum "$anchor" && awk -v a="$xstep" -v b="$anchor" 'BEGIN { exit !(a - b > 0) }'; then
+            derived=$("$py" -c "print(round(2 * $batch / ($xstep - $anchor)))")
+            what="whole step (incl. the anchor)"
+        fi
     fi
     ratio=$("$py" -c "print($xsps / $tsps)")
     ok=$("$py" -c "print('true' if $ratio >= 0.8 else 'false')")
-    printf '%-14s | %-30s | %12.0f | %12.0f | %6.2fx\n' "$name" "$what" "$xsps" "$tsps" "$ratio"
-    echo "RESULT train $name step | xsent $(printf %.0f "$xsps") sent/s ($what), torch $(printf %.0f "$tsps"): $(printf %.2f "$ratio")x | $ok"
+    words=$(bench_rate_words "$ratio")
+    printf '%-14s | %-42s | %12.0f | %12.0f | %6.2fx\n' "$name" "$what" "$xsps" "$tsps" "$ratio"
+    [ -z "$derived" ] || printf '%-14s | %-42s | %12s | %12s | %7s\n' "" "without the anchor: derived, not measured" "$derived" "" ""
+    # The ratio first: gpu-check.sh's table shows a result's first 58 characters.
+    echo "RESULT train $name step | xsent $(printf %.2f "$ratio")x torch sent/s ($words): $(printf %.0f "$xsps") vs $(printf %.0f "$tsps") sent/s, $what$check${derived:+; $derived without the anchor: derived, not measured} | $ok"
 done
 
 if [ "$ncu" = 1 ]; then
     # Kernels and GPU time of one distill step, each engine (its unprofiled step time above).
-    xstep=$("$py" "$helper" xsent-sps --metrics "$tmp/run-distill/metrics.jsonl" --skip 4 | "$py" -c 'import json,sys; print(json.load(sys.stdin)["step_s"])')
+    xstep=$("$py" "$helper" xsent-sps --metrics "$tmp/run-distill/metrics.jsonl" --skip "$skip" | "$py" -c 'import json,sys; print(json.load(sys.stdin)["step_s"])') || die "no xsent distill step time for the profile"
     targs=(--student "$student" --teacher "$teacher" --pairs "$tmp/pairs.tsv" --batch "$batch")
-    tstep=$("$py" "$helper" torch-train distill "${targs[@]}" --steps "$steps" | "$py" -c 'import json,sys; print(json.load(sys.stdin)["step_s"])') || die "torch distill failed"
+    tstep=$("$py" "$helper" torch-train distill "${targs[@]}" --steps "$steps" --skip "$skip" | tail -n 1 | "$py" -c 'import json,sys; print(json.load(sys.stdin)["step_s"])') || die "torch distill failed"
+    ispos "$xstep" && ispos "$tstep" || die "a profile step time is not a number above 0 (xsent '$xstep', torch '$tstep')"
     for engine in xsent torch; do
         for k in "$ncu_steps" $((2 * ncu_steps)); do
             log="$tmp/ncu-$engine-$k.csv"
             if [ "$engine" = xsent ]; then
-                cmd=("$xsent" train --config "$tmp/distill.toml" --out "$tmp/ncu-run-$k" --set "train.max_steps=$k")
+                cmd=("$xsent" train --config "$tmp/distill.toml" --out "$tmp/ncu-run-$k" --set "train.max_steps=$k" --set train.ahead=false)
             else
-                cmd=("$py" "$helper" torch-train distill "${targs[@]}" --steps "$k")
+                # --skip 0: these runs are read by ncu, not timed (2 steps would leave no median).
+                cmd=("$py" "$helper" torch-train distill "${targs[@]}" --steps "$k" --skip 0)
             fi
             timeout 300 ncu --csv --metrics gpu__time_duration.sum --print-units base --log-file "$log" "${cmd[@]}" >"$tmp/ncu-$engine-$k.out" 2>&1 \
                 || { tail -n 3 "$tmp/ncu-$engine-$k.out" >&2; die "ncu $engine ($k steps) failed or ran past 300 s"; }
@@ -180,3 +264,4 @@ if [ "$ncu" = 1 ]; then
         echo "PROFILE distill $engine | $line"
     done
 fi
+exit "$status"

@@ -13,11 +13,16 @@
 # `--precision bf16` trains both builds with `train.precision = "bf16"` (bf16 training's ops).
 #
 # Prints per run the medians over steps 3.. of forward, backward and step seconds (metrics.jsonl),
-# then the new build's backward and step as a ratio of the base's. Needs a Python with
+# then the new build's backward and step time ÷ the base's, in words ("the new build's backward
+# takes 0.726x the base's time (faster)"; below 1: the new build is faster), and the machine, both
+# binaries and this checkout's commit. A failed run or a missing time stops it (exit 1). Needs a Python with
 # transformers to write the random model (XSENT_PYTHON; default the benchmarks' venv), XSENT_MODELS with
 # all-MiniLM-L6-v2 (its tokenizer, and the distillation teacher) and XSENT_DATA with xnli.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=lib/bench-common.sh
+. "$root/scripts/lib/bench-common.sh"
+bench_name=bench-train-host
 base="" new="$root/target/release/xsent" runs=3 steps=60 base_kernels=candle new_kernels=gpu precision=f32
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -56,7 +61,8 @@ PY
 sed -e "s#^student = .*#student = \"$work/bert\"#" -e 's#^student_prefix = .*#student_prefix = ""#' \
     -e 's#^projection_fit_size = .*#projection_fit_size = 500#' -e 's#^max_length = .*#max_length = 16#' \
     "$root/configs/distill-direct.toml" > "$work/distill.toml"
-echo "lscpu: $(lscpu | sed -n 's/^Model name: *//p'); cores $(nproc); load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+bench_provenance "$base" "$new"
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "base: $base (XSENT_KERNELS=$base_kernels); new: $new (XSENT_KERNELS=$new_kernels); train.precision $precision"
 one() { # BIN TAG KERNELS -> "forward backward step" medians
   rm -rf "$work/$2"
@@ -65,21 +71,34 @@ one() { # BIN TAG KERNELS -> "forward backward step" medians
     --set train.eval_at_start=false --unset train.val_sts --set train.checkpoint_every=0 \
     --set train.batch_size=4 --set train.shard_size=4 --set optim.warmup_steps=1 \
     --set train.precision="\"$precision\"" >/dev/null 2>"$work/$2.err" \
-    || { tail -5 "$work/$2.err" >&2; exit 1; }
+    || { tail -5 "$work/$2.err" >&2; die "xsent train ($2, $1) failed"; }
   python3 - "$work/$2/metrics.jsonl" <<'PY'
 import json, statistics as st, sys
 rows = [r for r in map(json.loads, open(sys.argv[1])) if "loss" in r and r["step"] >= 3]
+if not rows:
+    sys.exit(f"no steps from step 3 on in {sys.argv[1]}")
 print(" ".join(f"{st.median(r[k] for r in rows):.6f}" for k in ("forward_s", "backward_s", "step_s")))
 PY
 }
+# one's three medians, each a number above 0, or stop
+check3() { bench_pos "$1 forward" "$2"; bench_pos "$1 backward" "$3"; bench_pos "$1 step" "$4"; }
 declare -a bb nb bs ns
 for i in $(seq "$runs"); do
-  read -r f b s < <(one "$base" "base-$i" "$base_kernels"); echo "run $i base: forward ${f}s backward ${b}s step ${s}s"; bb+=("$b"); bs+=("$s")
-  read -r f b s < <(one "$new" "new-$i" "$new_kernels"); echo "run $i new:  forward ${f}s backward ${b}s step ${s}s"; nb+=("$b"); ns+=("$s")
+  f="" b="" s=""
+  read -r f b s < <(one "$base" "base-$i" "$base_kernels") || true; check3 "run $i base" "$f" "$b" "$s"
+  echo "run $i base: forward ${f}s backward ${b}s step ${s}s"; bb+=("$b"); bs+=("$s")
+  f="" b="" s=""
+  read -r f b s < <(one "$new" "new-$i" "$new_kernels") || true; check3 "run $i new" "$f" "$b" "$s"
+  echo "run $i new:  forward ${f}s backward ${b}s step ${s}s"; nb+=("$b"); ns+=("$s")
 done
 python3 - "${bb[*]}" "${nb[*]}" "${bs[*]}" "${ns[*]}" <<'PY'
 import statistics as st, sys
 bb, nb, bs, ns = ([float(x) for x in a.split()] for a in sys.argv[1:5])
-print(f"new/base, median of runs: backward {st.median(nb) / st.median(bb):.3f}, step {st.median(ns) / st.median(bs):.3f}")
+def words(r):
+    r = round(r, 3)
+    return "faster" if r < 1 else "slower" if r > 1 else "the same to 3 places"
+b, s = st.median(nb) / st.median(bb), st.median(ns) / st.median(bs)
+print(f"new/base, median of runs: backward {b:.3f}, step {s:.3f}")
+print(f"the new build's backward takes {b:.3f}x the base's time ({words(b)}), its step {s:.3f}x ({words(s)})")
 PY
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -15,6 +15,9 @@
 #             LayerNorm) update of every parameter (word embeddings included: ~118M),
 #             gradients cleared. Torch uses sentence_transformers' MSELoss (x2: it averages
 #             the two columns) and fused AdamW, as SentenceTransformerTrainer does.
+# Tokenising is inside the step on both sides: xsent runs with train.ahead = false (its
+# default, true, tokenises the next step's pairs on a third thread while the step runs, outside
+# its step time); torch tokenises in its step.
 # xsent's times come from its own metrics.jsonl (step_s, forward_s, backward_s,
 # optimizer_s); torch's are taken the same way around the same phases. Each engine runs
 # --steps steps (default 8); the reported time is the median of steps --skip+1..N (default
@@ -32,6 +35,11 @@
 # runs before the stop), and it stops with --stop-after N of N+1 steps (a checkpoint, no
 # validation). The torch side asserts the shapes itself. The lr is constant (no warm-up) in
 # both.
+#
+# Ratio: xsent's step time ÷ torch's (below 1: xsent is faster; the target is <= 1.0), printed
+# in words too ("xsent's step takes 0.69× torch's time (faster)"). The script stops (exit 1)
+# when an engine fails or a step time is missing, not a number or not above 0. It does not yet
+# compare the two engines' losses (dropout is on in both; loss@1 is printed for each).
 #
 # usage: scripts/bench-train.sh [--steps N] [--skip K] [--rounds R]
 #
@@ -62,6 +70,9 @@ set -euo pipefail
 export LC_ALL=C
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# bench_provenance (the machine and the build with the numbers); say/die are this script's, below.
+# shellcheck source=lib/bench-common.sh
+. "$root/scripts/lib/bench-common.sh"
 embed_helper="$root/scripts/bench_embed_torch.py"
 helper="$root/scripts/bench_train_torch.py"
 
@@ -144,7 +155,8 @@ pj="$("$py" "$helper" pick-pairs --xnli-dir "$xnli" --tokenizer "$student/tokeni
     --prefix "$prefix" --max-length "$max_length" --n "$batch" --out "$pairs" | tail -n 1)" \
     || die "could not pick $batch XNLI pairs of equal token length"
 json_field() { "$py" -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
-seq_len="$(json_field "$pj" length)"
+seq_len="$(json_field "$pj" length)" || die "no length in pick-pairs' output: $pj"
+[[ "$seq_len" =~ ^[1-9][0-9]*$ ]] || die "pick-pairs gave the length '$seq_len', not a positive integer"
 [ "$(wc -l < "$pairs")" -eq "$batch" ] || die "$pairs should hold $batch pairs"
 # xsent's validation set: one pair that is not among them (no validation runs).
 val_pairs="$work/val.tsv"
@@ -162,7 +174,7 @@ run_xsent() {  # round -> prints one JSON line (medians of xsent's metrics.jsonl
     local val="[{kind=\"tsv\", path=\"$val_pairs\", src_lang=\"en\", tgt_lang=\"de\"}]"
     local -a args=(train --config "$config" --out "$out" --stop-after "$steps"
         --set "train.max_steps=$((steps + 1))" --set "data.sources=$src" --set "data.val_sources=$val"
-        --set "train.batch_size=$batch" --set train.grad_accum=1 --set train.eval_at_start=false
+        --set "train.batch_size=$batch" --set train.grad_accum=1 --set train.ahead=false --set train.eval_at_start=false
         --set train.eval_every=0 --set train.checkpoint_every=0 --set train.log_every=1
         --set "distill.teacher=$teacher" --set "distill.student=$student"
         --set "distill.student_prefix=$prefix" --set "distill.max_length=$seq_len"
@@ -203,4 +215,5 @@ load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
 "$py" "$helper" report --batch "$batch" --length "$seq_len" --steps "$steps" --skip "$skip" \
     --threads "$threads" --cores "$cores_before" "$cores_after" \
     --load "$load_before" "$load_after" --nproc "$(nproc)" --pairs-info "$pj" \
-    --xsent "${xs[@]}" --torch "${ts[@]}" || die "could not write the report"
+    --xsent "${xs[@]}" --torch "${ts[@]}" || die "could not write the report (see above)"
+bench_provenance "$xsent"

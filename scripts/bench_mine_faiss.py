@@ -11,9 +11,19 @@ directions at once, and this is how LASER's mine_bitexts uses faiss.  The time
 covers building the two indexes (add) and the two searches, best of --repeat.
 
 With --xsent DIR (the --out directory of bench_knn: x2y_idx.npy, x2y_sim.npy,
-y2x_idx.npy, y2x_sim.npy) it also compares the neighbours: the fraction of
-queries whose best neighbour is the same, and, where it is not, whether the two
-choices are a tie (their cosines, recomputed in float64, within --tie-tol).
+y2x_idx.npy, y2x_sim.npy) it also compares all k neighbours of every query:
+  - top1_agree: the fraction of queries whose best neighbour is the same;
+  - recall_at_k: the mean share of xsent's k ids that faiss also lists, ties
+    allowed: an id faiss does not list counts when its float64 cosine is within
+    --tie-tol of faiss's k-th (or above it); recall_at_k_exact_ids counts
+    only ids that both list;
+  - topk_real_mismatch: queries where xsent's list is wrong beyond ties: at some
+    rank j, the cosine (recomputed in float64) of xsent's j-th neighbour differs
+    from that of faiss's j-th by more than --tie-tol, or xsent lists an id twice
+    (recall does not look for repeats: this does).
+    Near-equal candidates may swap places or cross the k-th place (float
+    rounding, different summation order); that is a tie, not a mismatch.
+  - top1_real_mismatch: the same test at rank 1 alone.
 
 Prints one JSON line.
 
@@ -116,33 +126,57 @@ def main():
     }
 
     if a.xsent:
-        total_q = total_same = total_tie = 0
+        total_q = total_same = total_real1 = total_realk = 0
+        recall_sum = recall_ids_sum = 0.0
         max_sim_diff = 0.0
         for name, q, t, f_idx, f_sim in (("x2y", x, y, x2y_idx, x2y_sim), ("y2x", y, x, y2x_idx, y2x_sim)):
             s_idx = np.load(f"{a.xsent}/{name}_idx.npy")
             s_sim = np.load(f"{a.xsent}/{name}_sim.npy")
-            if s_idx.shape != f_idx.shape:
+            if s_idx.shape != f_idx.shape or s_idx.ndim != 2:
                 sys.exit(f"bench_mine_faiss: xsent {name} has shape {s_idx.shape}, faiss {f_idx.shape}")
+            nq, k = s_idx.shape
+            if (s_idx < 0).any() or (s_idx >= t.shape[0]).any() or (f_idx < 0).any():
+                sys.exit(f"bench_mine_faiss: {name}: a neighbour id is out of range")
             same = s_idx[:, 0] == f_idx[:, 0]
-            diff = np.nonzero(~same)[0]
-            # Cosines of the two engines' picks, in float64: a mismatch between near-equal
-            # candidates is float rounding (different summation order), not an error.
-            qd = q[diff].astype(np.float64)
-            cs = np.einsum("ij,ij->i", qd, t[s_idx[diff, 0]].astype(np.float64))
-            cf = np.einsum("ij,ij->i", qd, t[f_idx[diff, 0]].astype(np.float64))
-            ties = int(np.sum(np.abs(cs - cf) <= a.tie_tol))
+            # Cosines of both engines' k picks, recomputed in float64, rank by rank, in chunks
+            # (100k queries x k x dim doubles would not fit at once). A pick that differs between
+            # near-equal candidates is float rounding (summation order), not an error.
+            bad1 = np.zeros(nq, dtype=bool)
+            badk = np.zeros(nq, dtype=bool)
+            hits = (s_idx[:, :, None] == f_idx[:, None, :]).any(axis=2)
+            hits_ties = hits.copy()
+            for lo in range(0, nq, 8192):
+                hi = min(nq, lo + 8192)
+                qd = q[lo:hi].astype(np.float64)
+                cs = np.einsum("ij,ikj->ik", qd, t[s_idx[lo:hi]].astype(np.float64))
+                cf = np.einsum("ij,ikj->ik", qd, t[f_idx[lo:hi]].astype(np.float64))
+                off = np.abs(cs - cf) > a.tie_tol
+                bad1[lo:hi] = off[:, 0]
+                badk[lo:hi] = off.any(axis=1)
+                hits_ties[lo:hi] |= cs >= cf[:, -1:] - a.tie_tol
+            srt = np.sort(s_idx, axis=1)
+            badk |= (srt[:, 1:] == srt[:, :-1]).any(axis=1)
             msd = float(np.max(np.abs(s_sim - f_sim))) if s_sim.size else 0.0
             out[f"top1_agree_{name}"] = float(same.mean()) if same.size else 1.0
-            out[f"top1_mismatch_{name}"] = int(diff.size)
-            out[f"top1_mismatch_tie_{name}"] = ties
+            out[f"top1_mismatch_{name}"] = int((~same).sum())
+            out[f"top1_mismatch_tie_{name}"] = int((~same).sum() - bad1.sum())
+            out[f"recall_at_k_{name}"] = float(hits_ties.mean()) if nq else 1.0
+            out[f"recall_at_k_exact_ids_{name}"] = float(hits.mean()) if nq else 1.0
+            out[f"topk_real_mismatch_{name}"] = int(badk.sum())
             out[f"max_sim_diff_{name}"] = msd
-            total_q += same.size
+            total_q += nq
             total_same += int(same.sum())
-            total_tie += ties
+            total_real1 += int(bad1.sum())
+            total_realk += int(badk.sum())
+            recall_sum += float(hits_ties.sum()) / k
+            recall_ids_sum += float(hits.sum()) / k
             max_sim_diff = max(max_sim_diff, msd)
         out["top1_agree"] = total_same / total_q if total_q else 1.0
         # Queries whose pick differs by more than a tie: a real disagreement.
-        out["top1_real_mismatch"] = total_q - total_same - total_tie
+        out["top1_real_mismatch"] = total_real1
+        out["recall_at_k"] = recall_sum / total_q if total_q else 1.0
+        out["recall_at_k_exact_ids"] = recall_ids_sum / total_q if total_q else 1.0
+        out["topk_real_mismatch"] = total_realk
         out["max_sim_diff"] = max_sim_diff
 
     print(json.dumps(out))

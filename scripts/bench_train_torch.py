@@ -310,9 +310,25 @@ def xsent_metrics(a):
 
 # --------------------------------------------------------------- report --
 
+def _valid(r, engine):
+    """Every phase time a finite number above 0, or stop: no ratio from a failed run."""
+    import math
+    for k in PHASES:
+        v = r.get(k)
+        if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            sys.exit(f"report: {engine}'s {k} is {v!r}, not a number above 0: no ratio from that run")
+    return r
+
+
+def _words(ratio):
+    """A time ratio in words: below 1, xsent takes less time."""
+    r = round(ratio, 2)
+    return "faster" if r < 1 else "slower" if r > 1 else "the same to 2 places"
+
+
 def report(a):
-    xs = [json.loads(s) for s in a.xsent]
-    ts = [json.loads(s) for s in a.torch]
+    xs = [_valid(json.loads(s), "xsent") for s in a.xsent]
+    ts = [_valid(json.loads(s), "torch") for s in a.torch]
     x = min(xs, key=lambda r: r["step_s"])
     t = min(ts, key=lambda r: r["step_s"])
     info = json.loads(a.pairs_info)
@@ -337,7 +353,7 @@ def report(a):
             name, r["step_s"], r["forward_s"], r["backward_s"], r["optimizer_s"], r["loss_first"], r["loss_last"]))
     ratio = {k: x[k] / t[k] for k in PHASES}
     print("%-18s | %7.2fx | %8.2fx | %9.2fx | %7.2fx |" % (
-        "ratio xsent/torch", ratio["step_s"], ratio["forward_s"], ratio["backward_s"], ratio["optimizer_s"]))
+        "xsent ÷ torch time", ratio["step_s"], ratio["forward_s"], ratio["backward_s"], ratio["optimizer_s"]))
     print()
     print(f"xsent step times (s): {x['step_s_all']}")
     print(f"torch step times (s): {t['step_s_all']}")
@@ -345,10 +361,11 @@ def report(a):
         print(f"medians per round: xsent {[round(r['step_s'], 3) for r in xs]}, "
               f"torch {[round(r['step_s'], 3) for r in ts]}")
     verdict = "met" if ratio["step_s"] <= 1.0 else "NOT met"
-    print(f"xsent {x['step_s']:.3f} s/step, torch {t['step_s']:.3f} s/step: ratio {ratio['step_s']:.2f}x "
-          f"(target <= 1.00x: {verdict})")
+    print(f"xsent {x['step_s']:.3f} s/step, torch {t['step_s']:.3f} s/step: xsent's step takes "
+          f"{ratio['step_s']:.2f}x torch's time ({_words(ratio['step_s'])}; target <= 1.00x: {verdict})")
     print()
-    print(f"forward = tokenise + forward + loss (both engines; torch tokenise alone {t.get('tokenize_s', 0):.3f} s); "
+    print(f"forward = tokenise + forward + loss (both engines: xsent with train.ahead = false, so it tokenises "
+          f"in its step; torch tokenise alone {t.get('tokenize_s', 0):.3f} s); "
           "backward = autograd; optim = global-norm clip + AdamW update + clearing the gradients.")
     print("xsent's forward and backward are thread-seconds summed over its shards (8 pairs each, run on "
           "separate cores), torch's are wall-clock with 2 intra-op threads: compare the step column.")

@@ -19,8 +19,12 @@ sentence-transformers as the GPU machine has them; numpy). Subcommands:
       sentence-transformers' encode on the GPU: sentences/s of the best repeat (model loaded
       and warmed up first), and the vectors.
   torch-train distill|dueam --student DIR [--teacher DIR] --pairs FILE --batch B --steps N [--precision f32|bf16]
+              [--skip K] [--check-loss]
       One training step of the recipe in torch on the GPU (fp32, the recipe's loss, fused AdamW,
-      clipping at 1.0): sentences/s over steps after the first two (JSON).
+      clipping at 1.0): sentences/s, the median over steps K+1..N (default K 2; bench-train-gpu.sh
+      passes xsent's window), JSON. --check-loss: also "check_loss", the loss of the first batch
+      (the file's first B pairs) with dropout off, before any update (bench-train-gpu.sh compares
+      it with xsent's step-1 loss with dropout off).
   xsent-sps --metrics FILE --skip K    sentences/s of xsent's steps after the first K (JSON)
   paper-config --paper TOML --model DIR --data DIR --out TOML
       A *-paper.toml for 50 steps on the data and models at hand (see gpu-check.sh).
@@ -266,16 +270,11 @@ def torch_train(a):
     ids = {id(p) for p in nd}
     opt = torch.optim.AdamW([{"params": [p for _, p in named if id(p) not in ids], "weight_decay": 0.01},
                              {"params": nd, "weight_decay": 0.0}], lr=2e-5, fused=DEV == "cuda")
-    student.train()
     wmd = torch.rand(a.batch, device=DEV) + 0.5
     mixed = (lambda: torch.autocast(device_type=DEV, dtype=torch.bfloat16)) if a.precision == "bf16" else contextlib.nullcontext
-    times = []
     b = a.batch
-    for step in range(a.steps):
-        at = (step * b) % max(1, len(pairs_) - b)
-        batch = pairs_[at: at + b]
-        _sync()
-        t0 = time.perf_counter()
+
+    def step_loss(at, batch):
         fs, ft = tokenize([p[0] for p in batch]), tokenize([p[1] for p in batch])
         fs = {k: v.to(DEV) if hasattr(v, "to") else v for k, v in fs.items()}
         ft = {k: v.to(DEV) if hasattr(v, "to") else v for k, v in ft.items()}
@@ -283,12 +282,27 @@ def torch_train(a):
             es, et = student(fs)["sentence_embedding"], student(ft)["sentence_embedding"]
             if a.recipe == "distill":
                 target = teacher_vecs[at: at + b]
-                loss = torch.nn.functional.mse_loss(es, target) + torch.nn.functional.mse_loss(et, target)
-            else:
-                d = ((es - et) ** 2).sum(1).add(1e-12).sqrt()
-                l_a = torch.exp(torch.abs(torch.exp(-d) - torch.exp(-wmd))).mean()
-                l_b = torch.nn.functional.cosine_similarity(es, et, dim=1, eps=1e-12).mean()
-                loss = l_a - 0.003 * l_b
+                return torch.nn.functional.mse_loss(es, target) + torch.nn.functional.mse_loss(et, target)
+            d = ((es - et) ** 2).sum(1).add(1e-12).sqrt()
+            l_a = torch.exp(torch.abs(torch.exp(-d) - torch.exp(-wmd))).mean()
+            l_b = torch.nn.functional.cosine_similarity(es, et, dim=1, eps=1e-12).mean()
+            return l_a - 0.003 * l_b
+
+    check_loss = None
+    if a.check_loss:
+        # The first batch's loss with dropout off (eval mode), before any update: what xsent's
+        # step 1 logs with its dropout set to 0 on the same pairs.
+        student.eval()
+        with torch.no_grad():
+            check_loss = float(step_loss(0, pairs_[:b]))
+    student.train()
+    times = []
+    for step in range(a.steps):
+        at = (step * b) % max(1, len(pairs_) - b)
+        batch = pairs_[at: at + b]
+        _sync()
+        t0 = time.perf_counter()
+        loss = step_loss(at, batch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
@@ -296,10 +310,13 @@ def torch_train(a):
         loss.item()
         _sync()
         times.append(time.perf_counter() - t0)
-    timed = times[2:] or times
+    timed = times[a.skip:]
+    if not timed:
+        sys.exit(f"torch-train: no steps after the first {a.skip} of {a.steps}")
     step_s = statistics.median(timed)
-    print(json.dumps({"engine": "torch", "recipe": a.recipe, "precision": a.precision, "batch_pairs": b, "steps": a.steps, "step_s": step_s,
-                      "sentences_per_s": 2 * b / step_s, "peak_mem_gib": _peak_gib()}))
+    print(json.dumps({"engine": "torch", "recipe": a.recipe, "precision": a.precision, "batch_pairs": b, "steps": a.steps,
+                      "timed_steps": [a.skip + 1, a.steps], "step_s": step_s,
+                      "sentences_per_s": 2 * b / step_s, "check_loss": check_loss, "peak_mem_gib": _peak_gib()}))
 
 
 def _ncu_kernels(path):
@@ -424,6 +441,7 @@ def main():
     x.add_argument("--teacher"); x.add_argument("--pairs", required=True); x.add_argument("--batch", type=int, default=32)
     x.add_argument("--steps", type=int, default=10); x.add_argument("--max-length", type=int, default=128)
     x.add_argument("--precision", choices=("f32", "bf16"), default="f32")
+    x.add_argument("--skip", type=int, default=2); x.add_argument("--check-loss", action="store_true")
     x = s.add_parser("paper-config"); x.add_argument("--paper", required=True); x.add_argument("--model", required=True)
     x.add_argument("--data", required=True); x.add_argument("--out", required=True); x.add_argument("--device", default="cuda")
     x = s.add_parser("table"); x.add_argument("--results", required=True)

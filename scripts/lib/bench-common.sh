@@ -11,8 +11,19 @@
 #   bench_best_seconds R CMD.. best wall time (s) of CMD over R runs; CMD's output goes to
 #                              $work/last.log, shown if it fails
 #   bench_json_field JSON KEY  one field of a JSON object (python3: no jq on every machine)
-#   bench_machine              "CPU: model; flags: …" (the flags that decide the kernels)
+#   bench_machine              one line: "CPU: model (family F, model M, stepping S); N CPUs, …;
+#                              flags: …" (the flags that decide the kernels)
+#   bench_provenance [BIN..]   what every bench script prints with its numbers: bench_machine's
+#                              line, each xsent binary's --version and sha256 (first 12 hex
+#                              digits), and `git rev-parse --short HEAD` of this checkout with
+#                              "+dirty" when tracked files have changes
 #   bench_load                 the load average (1, 5, 15 minutes)
+#   bench_num LABEL V / bench_pos LABEL V   die unless V is a number (bench_pos: above 0); for
+#                              every value parsed from an engine's output before it is used
+#   bench_rate_words R / bench_time_words R   "faster", "slower" or "the same to 2 places" for a
+#                              ratio R of xsent's rate to the peer's (above 1: faster) or of
+#                              xsent's time to the peer's (below 1: faster). Every script says its
+#                              ratio in words, e.g. "xsent 1.48× torch's sentences/s (faster)"
 #   bench_cos_below MIN        true when MIN, two engines' lowest cosine for one sentence, is
 #                              below $bench_min_cos (BENCH_MIN_COS, default 0.999): they did not
 #                              embed the same text the same way
@@ -31,9 +42,9 @@ bench_init() {
     venv="$cache/bench-venv"
 }
 
-say() { printf '%s: %s\n' "$bench_name" "$*" >&2; }
-die() { printf '%s: error: %s\n' "$bench_name" "$*" >&2; exit 1; }
-usage_error() { printf '%s: %s (try --help)\n' "$bench_name" "$*" >&2; exit 64; }
+say() { printf '%s: %s\n' "${bench_name:-bench}" "$*" >&2; }
+die() { printf '%s: error: %s\n' "${bench_name:-bench}" "$*" >&2; exit 1; }
+usage_error() { printf '%s: %s (try --help)\n' "${bench_name:-bench}" "$*" >&2; exit 64; }
 
 # The header comment of the script that sourced this file, up to its `set -` line.
 bench_help() {
@@ -107,11 +118,47 @@ bench_json_field() {
 }
 
 bench_machine() {
-    printf 'CPU: %s; flags: %s' "$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)" \
-        "$(grep -o -w -E 'avx2|fma|avx512f|avx512bw|avx512vl|avx512_vnni|avx_vnni|avx512_bf16|amx_int8|amx_bf16' /proc/cpuinfo | sort -u | paste -sd' ')"
+    local info field
+    info="$(LC_ALL=C lscpu 2>/dev/null)"
+    field() { sed -n "s/^$1: *//p" <<<"$info" | head -n 1; }
+    printf 'CPU: %s (family %s, model %s, stepping %s); %s CPUs, %s usable here (nproc); flags: %s' \
+        "$(field 'Model name')" "$(field 'CPU family')" "$(field 'Model')" "$(field 'Stepping')" \
+        "$(field 'CPU(s)')" "$(nproc)" \
+        "$(grep -o -w -E 'avx2|fma|avx512f|avx512bw|avx512vl|avx512_vnni|avx_vnni|avx512_bf16|amx[a-z0-9_]*' /proc/cpuinfo | sort -u | paste -sd' ')"
+    unset -f field
+}
+
+bench_provenance() {
+    local r b v sha head dirty
+    r="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+    bench_machine
+    echo
+    for b in "$@"; do
+        v="$("$b" --version 2>/dev/null | head -n 1)" || v=""
+        sha="$(sha256sum "$b" 2>/dev/null | cut -c1-12)" || sha=""
+        echo "binary: $b (${v:-no --version}; sha256 ${sha:-?})"
+    done
+    if head="$(git -C "$r" rev-parse --short HEAD 2>/dev/null)"; then
+        # --no-optional-locks: status reads the tree without refreshing .git/index.
+        dirty="$(git -C "$r" --no-optional-locks status --porcelain --untracked-files=no 2>/dev/null | head -n 1)"
+        echo "checkout: $r at $head${dirty:+"+dirty"}${XSENT_BIN:+" (XSENT_BIN given: the binary need not be this checkout's build)"}"
+    else
+        echo "checkout: $r (not a git checkout: commit unknown)"
+    fi
 }
 
 bench_load() { cut -d' ' -f1-3 /proc/loadavg; }
+
+bench_num() {
+    [[ "$2" =~ ^[+-]?([0-9]+([.][0-9]*)?|[.][0-9]+)([eE][+-]?[0-9]+)?$ ]] \
+        || die "$1: expected a number, got '$2' (the run above failed or printed something else)"
+}
+bench_pos() {
+    bench_num "$1" "$2"
+    awk -v v="$2" 'BEGIN { exit !(v > 0) }' || die "$1: expected a number above 0, got $2"
+}
+bench_rate_words() { awk -v r="$1" 'BEGIN { r = sprintf("%.2f", r) + 0; print (r > 1) ? "faster" : (r < 1) ? "slower" : "the same to 2 places" }'; }
+bench_time_words() { awk -v r="$1" 'BEGIN { r = sprintf("%.2f", r) + 0; print (r < 1) ? "faster" : (r > 1) ? "slower" : "the same to 2 places" }'; }
 
 bench_min_cos="${BENCH_MIN_COS:-0.999}"
 bench_cos_below() { awk -v a="$1" -v b="$bench_min_cos" 'BEGIN { exit !(a < b) }'; }
