@@ -53,6 +53,7 @@ impl MiningArgs {
         if i.index {
             ensure!(i.nprobe > 0, "--nprobe must be at least 1");
             ensure!(i.nlist != Some(0), "--nlist must be at least 1");
+            ensure!(i.index_sample != Some(0), "--index-sample must be at least 1");
         }
         let index = i.index.then_some(crate::index::mine::AnnParams {
             nlist: i.nlist,

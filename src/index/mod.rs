@@ -210,6 +210,7 @@ impl Quantizer {
         ensure!(n > 0, "no vectors to train an index on");
         let nlist = params.nlist.unwrap_or_else(|| default_nlist(n));
         ensure!(nlist >= 1, "--nlist must be at least 1");
+        ensure!(params.sample != Some(0), "the training sample (--sample, --index-sample) must be at least 1 vector");
         ensure!(
             nlist as u64 <= n,
             "--nlist {nlist} is more than the {n} vectors: give at most {n} (default 4 √n = {})",

@@ -163,6 +163,10 @@ fn bad_settings_are_clear_errors() {
     let e =
         Quantizer::train(&mut src, &BuildParams { nlist: Some(11), ..Default::default() }, 1).unwrap_err().to_string();
     assert!(e.contains("--nlist 11 is more than the 10 vectors"), "{e}");
+    let e = Quantizer::train(&mut src, &BuildParams { nlist: Some(2), sample: Some(0), ..Default::default() }, 1)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("must be at least 1 vector"), "{e}");
     let mut nan = x.clone();
     nan[5] = f32::NAN;
     let e =
