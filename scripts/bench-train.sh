@@ -38,8 +38,11 @@
 #
 # Ratio: xsent's step time ÷ torch's (below 1: xsent is faster; the target is <= 1.0), printed
 # in words too ("xsent's step takes 0.69× torch's time (faster)"). The script stops (exit 1)
-# when an engine fails or a step time is missing, not a number or not above 0. It does not yet
-# compare the two engines' losses (dropout is on in both; loss@1 is printed for each).
+# when an engine fails or a step time is missing, not a number or not above 0.
+# Same computation: before the timed runs, xsent runs one step with distill.dropout = 0 and its
+# step-1 loss is compared with torch's loss of the same batch in eval mode before any update
+# (the same model, teacher targets and lstsq Dense); they must agree within 1e-4 relative, or
+# the script stops (exit 2) without timing anything. The timed runs keep dropout on in both.
 #
 # usage: scripts/bench-train.sh [--steps N] [--skip K] [--rounds R]
 #
@@ -168,12 +171,15 @@ say "batch: $pj"
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 cores_before="$("$py" "$embed_helper" cpu-check)" || die "the core check failed"
 
-run_xsent() {  # round -> prints one JSON line (medians of xsent's metrics.jsonl)
-    local out="$work/xsent-run-$1" log="$work/xsent-$1.log"
+run_xsent() {  # round [extra --set args] -> prints one JSON line (medians of xsent's metrics.jsonl)
+    local round="$1"
+    shift
+    local out="$work/xsent-run-$round" log="$work/xsent-$round.log" n="$steps"
+    [ "$round" = check ] && n=1
     local src="[{kind=\"tsv\", path=\"$pairs\", src_lang=\"en\", tgt_lang=\"de\"}]"
     local val="[{kind=\"tsv\", path=\"$val_pairs\", src_lang=\"en\", tgt_lang=\"de\"}]"
-    local -a args=(train --config "$config" --out "$out" --stop-after "$steps"
-        --set "train.max_steps=$((steps + 1))" --set "data.sources=$src" --set "data.val_sources=$val"
+    local -a args=(train --config "$config" --out "$out" --stop-after "$n"
+        --set "train.max_steps=$((n + 1))" --set "data.sources=$src" --set "data.val_sources=$val"
         --set "train.batch_size=$batch" --set train.grad_accum=1 --set train.ahead=false --set train.eval_at_start=false
         --set train.eval_every=0 --set train.checkpoint_every=0 --set train.log_every=1
         --set "distill.teacher=$teacher" --set "distill.student=$student"
@@ -181,14 +187,18 @@ run_xsent() {  # round -> prints one JSON line (medians of xsent's metrics.jsonl
         --set distill.projection=lstsq --set distill.normalize=true
         --set "distill.projection_fit_size=$batch" --set optim.lr=5e-5
         --set optim.weight_decay=0.01 --set optim.max_grad_norm=1.0
-        --set optim.warmup_steps=0 --set optim.schedule=constant)
-    say "xsent round $1: xsent train, $steps steps"
+        --set optim.warmup_steps=0 --set optim.schedule=constant "$@")
+    say "xsent round $round: xsent train, $n steps"
     (cd "$root" && "$xsent" "${args[@]}") > "$log" 2>&1 || { cat "$log" >&2; die "xsent train failed (log above)"; }
     grep -q "xsent train: $batch training pairs, 1 validation pairs" "$log" \
         || { cat "$log" >&2; die "xsent did not train on exactly the $batch pairs of $pairs (log above)"; }
     [ -f "$out/metrics.jsonl" ] || die "xsent wrote no $out/metrics.jsonl"
-    "$py" "$helper" xsent-metrics --metrics "$out/metrics.jsonl" --steps "$steps" --skip "$skip" \
-        || die "could not read xsent's step times from $out/metrics.jsonl"
+    if [ "$round" = check ]; then
+        cp "$out/metrics.jsonl" "$work/check-metrics.jsonl"
+    else
+        "$py" "$helper" xsent-metrics --metrics "$out/metrics.jsonl" --steps "$steps" --skip "$skip" \
+            || die "could not read xsent's step times from $out/metrics.jsonl"
+    fi
     rm -rf "$out"
 }
 run_torch() {
@@ -200,6 +210,7 @@ run_torch() {
 
 xs=()
 ts=()
+check=()
 for ((r = 1; r <= rounds; r++)); do
     j="$(run_xsent "$r")" || exit 1
     say "xsent round $r: $j"
@@ -207,6 +218,15 @@ for ((r = 1; r <= rounds; r++)); do
     j="$(run_torch "$r")" || die "the torch benchmark failed (see above)"
     say "torch round $r: $j"
     ts+=("$j")
+    if [ "$r" = 1 ]; then
+        # The same computation, before any ratio: xsent's step-1 loss with dropout off against
+        # torch's loss of the batch in eval mode before its first update (in torch round 1's JSON).
+        run_xsent check --set distill.dropout=0.0 > /dev/null || exit 1
+        c="$("$py" "$helper" check-loss --metrics "$work/check-metrics.jsonl" --torch "$j")" \
+            || { say "loss check failed (above): no ratio"; exit 2; }
+        read -r -a check <<< "$c"
+        say "loss check (dropout off, before any update): xsent ${check[0]}, torch ${check[1]}, relative ${check[2]}"
+    fi
 done
 
 cores_after="$("$py" "$embed_helper" cpu-check)" || die "the core check failed"
@@ -215,5 +235,5 @@ load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
 "$py" "$helper" report --batch "$batch" --length "$seq_len" --steps "$steps" --skip "$skip" \
     --threads "$threads" --cores "$cores_before" "$cores_after" \
     --load "$load_before" "$load_after" --nproc "$(nproc)" --pairs-info "$pj" \
-    --xsent "${xs[@]}" --torch "${ts[@]}" || die "could not write the report (see above)"
+    --xsent "${xs[@]}" --torch "${ts[@]}" --check-loss "${check[@]}" || die "could not write the report (see above)"
 bench_provenance "$xsent"

@@ -262,7 +262,7 @@ def bench(a):
 
     out = summarise(rows, a.skip)
     out.update({
-        "engine": "torch", "torch": torch.__version__,
+        "engine": "torch", "torch": torch.__version__, "loss_eval": want_loss,
         "sentence_transformers": sentence_transformers.__version__,
         "threads": torch.get_num_threads(), "adamw": a.adamw, "pairs": n, "shapes": shapes, "padding_tokens": pad_tokens,
         "params": n_params, "teacher_s": round(teacher_s, 3), "lstsq_s": round(fit_s, 3),
@@ -306,6 +306,28 @@ def xsent_metrics(a):
     out = summarise(rows, a.skip)
     out["engine"] = "xsent"
     print(json.dumps(out))
+
+
+def check_loss(a):
+    """xsent's step-1 loss (a run with dropout off) against torch's loss of the same batch with
+    dropout off before any update ("loss_eval"): prints "XSENT TORCH REL"; exit 2 when REL is
+    above the tolerance (the engines did not compute the same thing)."""
+    import math
+    xl = None
+    with open(a.metrics, encoding="utf-8") as f:
+        for line in f:
+            r = json.loads(line) if line.strip() else {}
+            if r.get("step") == 1 and "loss" in r:
+                xl = float(r["loss"])
+    tl = json.loads(a.torch).get("loss_eval")
+    if xl is None or not isinstance(tl, (int, float)) or not all(map(math.isfinite, (xl, tl))) or tl <= 0:
+        sys.exit(f"check-loss: no step-1 loss in {a.metrics} ({xl}) or no torch loss_eval ({tl})")
+    rel = abs(xl - tl) / abs(tl)
+    print(f"{xl!r} {tl!r} {rel!r}")
+    if rel > a.tolerance:
+        print(f"check-loss: the loss with dropout off differs: xsent {xl}, torch {tl}, relative {rel:.2g} > "
+              f"{a.tolerance}: the engines did not compute the same step", file=sys.stderr)
+        sys.exit(2)
 
 
 # --------------------------------------------------------------- report --
@@ -373,6 +395,11 @@ def report(a):
           f"{t['adamw']}; torch attention: {t['attn']}; dropout on (train mode) in both.")
     print("loss@k: the step's training loss; the engines differ by dropout noise only (same data, teacher, "
           "lstsq-initialised Dense, constant lr 5e-5 from step 1).")
+    if a.check_loss:
+        xl, tl, rel = a.check_loss
+        print(f"same computation: the loss of the batch before any update with dropout off, xsent {xl:.9g} "
+              f"(step 1 of a run with distill.dropout = 0), torch {tl:.9g} (eval mode): relative difference "
+              f"{rel:.2g} (at most 1e-4, checked before the timed runs)")
     flag = "  <-- fewer than 2 cores free: timings unreliable" if cores < 1.8 else ""
     print(f"machine: nproc {a.nproc}; cores free (busy-loop check) before {a.cores[0]}, after {a.cores[1]}{flag}; "
           f"load average (1/5/15 min) before {a.load[0]}, after {a.load[1]}")
@@ -418,8 +445,14 @@ def main():
     r.add_argument("--load", nargs=2, required=True)
     r.add_argument("--nproc", required=True)
     r.add_argument("--pairs-info", required=True)
+    r.add_argument("--check-loss", nargs=3, type=float, metavar=("XSENT", "TORCH", "REL"))
+    c = sub.add_parser("check-loss")
+    c.add_argument("--metrics", required=True)
+    c.add_argument("--torch", required=True)
+    c.add_argument("--tolerance", type=float, default=1e-4)
     a = p.parse_args()
-    {"pick-pairs": pick_pairs, "bench": bench, "xsent-metrics": xsent_metrics, "report": report}[a.cmd](a)
+    {"pick-pairs": pick_pairs, "bench": bench, "xsent-metrics": xsent_metrics, "report": report,
+     "check-loss": check_loss}[a.cmd](a)
 
 
 if __name__ == "__main__":
