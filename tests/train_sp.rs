@@ -124,15 +124,32 @@ fn tokenizer_train_replaces_only_what_it_may() {
     std::fs::write(model.join("tokenizer.json"), "theirs").unwrap();
     let link = dir.path().join("link.json");
     std::os::unix::fs::symlink(model.join("tokenizer.json"), &link).unwrap();
-    for (out, want) in
-        [(link.clone(), "through a link to"), (model.join("config.json"), "whose config.json this would replace")]
-    {
+    // A hub snapshot: the model's files are links into blobs/ (the review: the check looked only
+    // where the link led, and replaced the snapshot's tokenizer).
+    let blobs = dir.path().join("blobs");
+    let snapshot = dir.path().join("snapshot");
+    std::fs::create_dir_all(&blobs).unwrap();
+    std::fs::create_dir_all(&snapshot).unwrap();
+    for (name, text) in [("config.json", "{}"), ("tokenizer.json", "the snapshot's")] {
+        std::fs::write(blobs.join(format!("blob-{name}")), text).unwrap();
+        std::os::unix::fs::symlink(blobs.join(format!("blob-{name}")), snapshot.join(name)).unwrap();
+    }
+    for (out, want) in [
+        (link.clone(), "(a link to"),
+        (model.join("config.json"), "whose config.json this would replace"),
+        (snapshot.clone(), "holds a model (config.json) whose tokenizer.json"),
+        (snapshot.join("tokenizer_config.json"), "whose tokenizer_config.json this would replace"),
+    ] {
         let o = train(&out, &[]);
         assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
         assert!(stderr(&o).contains(want), "{want}: {}", stderr(&o));
     }
     assert_eq!(std::fs::read_to_string(model.join("tokenizer.json")).unwrap(), "theirs");
     assert_eq!(std::fs::read_to_string(model.join("config.json")).unwrap(), "{}");
+    assert_eq!(std::fs::read_to_string(snapshot.join("tokenizer.json")).unwrap(), "the snapshot's");
+    assert!(std::fs::symlink_metadata(snapshot.join("tokenizer.json")).unwrap().file_type().is_symlink());
+    let o = train(&snapshot, &["--max-sentences", "0"]);
+    assert!(stderr(&o).contains("--max-sentences"), "{}", stderr(&o));
     // A hard link to it is another name of one's own: written anew, the model's name untouched.
     let hard = dir.path().join("hard.json");
     std::fs::hard_link(model.join("tokenizer.json"), &hard).unwrap();

@@ -28,12 +28,29 @@ pub struct TrainArgs {
     lowercase: bool,
     /// Learn from at most this many lines: a uniform sample of them when the files hold more
     /// (SentencePiece's `input_sentence_size`). Memory grows with this, not with the files.
-    #[arg(long, default_value_t = DEFAULT_MAX_SENTENCES)]
-    max_sentences: usize,
+    #[arg(long, default_value_t = DEFAULT_MAX_SENTENCES, value_parser = clap::value_parser!(u64).range(1..))]
+    max_sentences: u64,
 }
 
+/// The `.json` files a model directory keeps by name (Hugging Face, sentence-transformers,
+/// xsent): `tokenizer train` never writes one of them in a model directory.
+const MODEL_FILES: &[&str] = &[
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "generation_config.json",
+    "model.safetensors.index.json",
+    "modules.json",
+    "sentence_bert_config.json",
+    "config_sentence_transformers.json",
+    "xsent.json",
+];
+
 /// `--max-sentences`' default.
-pub const DEFAULT_MAX_SENTENCES: usize = 2_000_000;
+pub const DEFAULT_MAX_SENTENCES: u64 = 2_000_000;
 
 pub fn run(c: Command) -> Result<()> {
     match c {
@@ -57,30 +74,36 @@ pub fn run(c: Command) -> Result<()> {
             );
             // A model's tokenizer is part of the model, and a run's vocabulary part of the run
             // (a resume reloads it): a new vocabulary would silently change their vectors (the
-            // ids no longer match the embeddings they were trained with). Whatever its name, a
-            // file of a model directory is the model's; a link is judged by what it leads to
-            // (the write replaces the link itself, never its target).
-            if let Ok(target) = std::fs::canonicalize(&path) {
-                let dir = target.parent().unwrap_or(std::path::Path::new("/"));
+            // ids no longer match the embeddings they were trained with). So is any file a model
+            // directory keeps by name. The output is judged where its name is (a hub snapshot's
+            // files are links into blobs/) and, for a link, where it leads (the write replaces
+            // the link itself, never its target).
+            let named_in = path
+                .parent()
+                .map(|d| if d.as_os_str().is_empty() { std::path::Path::new(".") } else { d })
+                .and_then(|d| std::fs::canonicalize(d).ok())
+                .zip(path.file_name().map(|n| n.to_os_string()));
+            let target = std::fs::canonicalize(&path)
+                .ok()
+                .and_then(|t| Some((t.parent()?.to_path_buf(), t.file_name()?.to_os_string())))
+                .filter(|_| std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()));
+            for (dir, name, through) in named_in
+                .map(|(d, n)| (d, n, String::new()))
+                .into_iter()
+                .chain(target.map(|(d, n)| (d.clone(), n.clone(), format!(" (a link to {})", d.join(&n).display()))))
+            {
                 let model = ["config.json", "xsent.json", "model.safetensors"].iter().find(|f| dir.join(f).is_file());
-                let run = (target.file_name().is_some_and(|n| n == "tokenizer.json"))
-                    .then(|| dir.parent().map(|r| r.join("config.toml")))
-                    .flatten()
-                    .filter(|c| crate::train::run_dir::is_run_config(c));
-                let through = if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
-                    format!(" (through a link to {})", target.display())
-                } else {
-                    String::new()
-                };
-                if let Some(f) = model {
+                if let Some(f) = model.filter(|_| MODEL_FILES.iter().any(|m| name == *m)) {
                     anyhow::bail!(
                         "-o {}{through}: {} holds a model ({f}) whose {} this would replace: give another path",
                         a.output.display(),
                         dir.display(),
-                        target.file_name().unwrap_or_default().to_string_lossy()
+                        name.to_string_lossy()
                     );
                 }
-                if let Some(c) = run {
+                let run =
+                    dir.parent().map(|r| r.join("config.toml")).filter(|c| crate::train::run_dir::is_run_config(c));
+                if let Some(c) = run.filter(|_| name == "tokenizer.json") {
                     anyhow::bail!(
                         "-o {}{through}: {} is inside the run directory of {}, whose tokenizer.json this would replace: give another path",
                         a.output.display(),
@@ -97,7 +120,7 @@ pub fn run(c: Command) -> Result<()> {
             if let Some(file) = parent.ancestors().find(|d| !d.as_os_str().is_empty() && d.exists() && !d.is_dir()) {
                 anyhow::bail!("-o {}: {} is a file, not a folder", a.output.display(), file.display());
             }
-            let corpus = vocab::read_corpus(&a.input, a.max_sentences)?;
+            let corpus = vocab::read_corpus(&a.input, usize::try_from(a.max_sentences).unwrap_or(usize::MAX))?;
             for (f, n) in &corpus.too_long {
                 errln!(
                     "xsent tokenizer: {n} lines of {} are longer than {} bytes and left out (as SentencePiece)",
