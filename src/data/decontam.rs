@@ -230,19 +230,31 @@ impl Index {
 
     /// Count, for a list of texts (e.g. both sides of training pairs), which of them are in
     /// which set, and return a keep flag per item: an item is dropped when any of its texts is
-    /// in a set. `texts(i)` gives item i's texts.
-    pub fn check<'a>(&self, what: &str, n: usize, texts: impl Fn(usize) -> [&'a str; 2]) -> (Vec<bool>, Overlap) {
+    /// in a set. `texts(i)` gives item i's texts; `shared`: items share their texts (one string
+    /// in memory each, as DuEAM's XNLI pairs: each sentence in about 20), so each distinct
+    /// string is normalised and looked up once.
+    pub fn check<'a>(
+        &self,
+        what: &str,
+        n: usize,
+        shared: bool,
+        texts: impl Fn(usize) -> [&'a str; 2],
+    ) -> (Vec<bool>, Overlap) {
         let mut keep = vec![true; n];
         let mut per_set = vec![0usize; self.sets.len()];
         let mut sentences: Vec<std::collections::HashSet<&str>> = vec![Default::default(); self.sets.len()];
         let mut hit: Vec<u16> = Vec::new();
-        // Pairs often share their texts (DuEAM's XNLI pairs: each sentence in about 20), which
-        // are then one string in memory: normalised and looked up once.
+        // Keyed by where the text is: within this call every text is borrowed, so one place
+        // holds one text.
         let mut seen: std::collections::HashMap<(usize, usize), &[u16]> = Default::default();
         for (i, k) in keep.iter_mut().enumerate() {
             hit.clear();
             for t in texts(i) {
-                let hits = *seen.entry((t.as_ptr() as usize, t.len())).or_insert_with(|| self.hits(t));
+                let hits = if shared {
+                    *seen.entry((t.as_ptr() as usize, t.len())).or_insert_with(|| self.hits(t))
+                } else {
+                    self.hits(t)
+                };
                 for &s in hits {
                     sentences[s as usize].insert(t);
                     if !hit.contains(&s) {
@@ -275,7 +287,7 @@ impl Index {
 
     /// Drop the pairs with a side in an evaluation set; the overlap counted per set.
     pub fn filter_pairs(&self, what: &str, pairs: Vec<Pair>) -> (Vec<Pair>, Overlap) {
-        let (keep, overlap) = self.check(what, pairs.len(), |i| [pairs[i].src.as_str(), pairs[i].tgt.as_str()]);
+        let (keep, overlap) = self.check(what, pairs.len(), false, |i| [pairs[i].src.as_str(), pairs[i].tgt.as_str()]);
         let kept = pairs.into_iter().zip(keep).filter(|(_, k)| *k).map(|(p, _)| p).collect();
         (kept, overlap)
     }
@@ -422,5 +434,14 @@ mod tests {
         assert_eq!((row("lines").pairs, row("lines").sentences, row("lines").set_sentences), (2, 2, 2));
         assert_eq!((row("scored").pairs, row("scored").set_sentences), (2, 2));
         assert!(o.summary().contains("3 of 4 pairs of data.sources dropped"), "{}", o.summary());
+        // Texts shared between items (one string each, as DuEAM's pairs): the same counts,
+        // looked up once per string.
+        let texts = ["Two dogs run.", "A house.", "a man is playing a guitar.", "Ein Haus."];
+        let items = [[0, 1], [1, 3], [2, 0], [3, 1], [0, 0]];
+        let of = |i: usize| [texts[items[i][0]], texts[items[i][1]]];
+        let (keep, shared) = index.check("shared", items.len(), true, of);
+        assert_eq!(keep, [false, true, false, true, false]);
+        let (keep_each, each) = index.check("shared", items.len(), false, of);
+        assert_eq!((keep_each, serde_json::to_string(&each).unwrap()), (keep, serde_json::to_string(&shared).unwrap()));
     }
 }

@@ -112,39 +112,67 @@ pub fn each_line(path: &Path, max_bytes: usize, mut each: impl FnMut(usize, Opti
     let mut r = std::io::BufReader::with_capacity(1 << 16, raw);
     let failed = |e: std::io::Error| {
         if gz {
-            anyhow::anyhow!("{} is not valid gzip: {e}", path.display())
+            anyhow::anyhow!("{} is not valid gzip (or cannot be read): {e}", path.display())
         } else {
             anyhow::anyhow!("cannot read {}: {e}", path.display())
         }
     };
-    // One more byte than `max_bytes` for a `\r` before the `\n`, and three for a first line's
+    // Two more bytes than `max_bytes` for `\r`s before the `\n`, and three for a first line's
     // byte-order mark.
-    let keep = max_bytes.saturating_add(4);
-    let (mut line, mut too_long, mut number) = (Vec::new(), false, 0usize);
-    let mut emit = |line: &mut Vec<u8>, too_long: &mut bool, number: usize| -> Result<()> {
+    let keep = max_bytes.saturating_add(5);
+    // A line too long to keep is still checked to be UTF-8, as it streams past: `carry` holds
+    // an incomplete character at the end of what was checked (at most 3 bytes).
+    struct Skipped {
+        carry: Vec<u8>,
+        valid: bool,
+    }
+    impl Skipped {
+        fn check(&mut self, part: &[u8]) {
+            let joined;
+            let data: &[u8] = if self.carry.is_empty() {
+                part
+            } else {
+                joined = [self.carry.as_slice(), part].concat();
+                &joined
+            };
+            match std::str::from_utf8(data) {
+                Ok(_) => self.carry.clear(),
+                Err(e) if e.error_len().is_none() => self.carry = data[e.valid_up_to()..].to_vec(),
+                Err(_) => self.valid = false,
+            }
+        }
+    }
+    let (mut line, mut skipped, mut number) = (Vec::new(), None::<Skipped>, 0usize);
+    // `newline`: the line ended with `\n`. As `read_lines`: `str::lines` takes `\n` or `\r\n`
+    // off, then one `\r` more is taken off.
+    let mut emit = |line: &mut Vec<u8>, skipped: &mut Option<Skipped>, number: usize, newline: bool| -> Result<()> {
         let mut bytes: &[u8] = line;
         if number == 1 {
             bytes = bytes.strip_prefix("\u{feff}".as_bytes()).unwrap_or(bytes);
         }
-        bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
-        let r = if *too_long || bytes.len() > max_bytes {
-            each(number, None)
-        } else {
-            match std::str::from_utf8(bytes) {
-                Ok(t) => each(number, Some(t)),
-                Err(_) => bail!("{}: line {number} is not valid UTF-8", path.display()),
+        for _ in 0..if newline { 2 } else { 1 } {
+            bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+        }
+        let r = match skipped.take() {
+            Some(s) if !s.valid || !s.carry.is_empty() => {
+                bail!("{}: line {number} is not valid UTF-8", path.display())
             }
+            Some(_) => each(number, None),
+            None => match std::str::from_utf8(bytes) {
+                Err(_) => bail!("{}: line {number} is not valid UTF-8", path.display()),
+                Ok(_) if bytes.len() > max_bytes => each(number, None),
+                Ok(t) => each(number, Some(t)),
+            },
         };
         line.clear();
-        *too_long = false;
         r
     };
     loop {
         let chunk = r.fill_buf().map_err(failed)?;
         if chunk.is_empty() {
-            if !line.is_empty() || too_long {
+            if !line.is_empty() || skipped.is_some() {
                 number += 1;
-                emit(&mut line, &mut too_long, number)?;
+                emit(&mut line, &mut skipped, number, false)?;
             }
             return Ok(());
         }
@@ -152,19 +180,22 @@ pub fn each_line(path: &Path, max_bytes: usize, mut each: impl FnMut(usize, Opti
             Some(i) => (&chunk[..i], Some(i + 1)),
             None => (chunk, None),
         };
-        if !too_long {
-            if line.len() + part.len() > keep {
-                too_long = true;
+        match &mut skipped {
+            Some(s) => s.check(part),
+            None if line.len() + part.len() > keep => {
+                let mut s = Skipped { carry: Vec::new(), valid: true };
+                s.check(&line);
+                s.check(part);
+                skipped = Some(s);
                 line.clear();
-            } else {
-                line.extend_from_slice(part);
             }
+            None => line.extend_from_slice(part),
         }
         let used = end.unwrap_or(chunk.len());
         r.consume(used);
         if end.is_some() {
             number += 1;
-            emit(&mut line, &mut too_long, number)?;
+            emit(&mut line, &mut skipped, number, true)?;
         }
     }
 }
@@ -223,7 +254,7 @@ mod tests {
     fn each_line_splits_as_read_lines_and_bounds_lines() {
         let dir = tempfile::tempdir().unwrap();
         let long = "x".repeat(200_000);
-        let text = format!("\u{feff}first\r\n\n  \n{long}\nfünf\r\n{}\nlast", "y".repeat(10));
+        let text = format!("\u{feff}first\r\n\n  \n{long}\nfünf\r\n{}\ntwo\r\r\nlast\r", "y".repeat(10));
         let plain = dir.path().join("t.txt");
         std::fs::write(&plain, &text).unwrap();
         let gz = dir.path().join("t.txt.gz");
@@ -246,6 +277,29 @@ mod tests {
         std::fs::write(&plain, b"ok\n\xff\n").unwrap();
         let e = super::each_line(&plain, 10, |_, _| Ok(())).unwrap_err().to_string();
         assert!(e.contains("t.txt: line 2 is not valid UTF-8"), "{e}");
+        // In a line too long to keep, too: a bad byte far in, and a character cut at the end.
+        let mut bad = b"ok\n".to_vec();
+        bad.extend(std::iter::repeat_n(b'x', 100_000));
+        bad.push(0xff);
+        bad.extend(std::iter::repeat_n(b'x', 100_000));
+        bad.extend_from_slice(b"\nok\n");
+        let mut cut = "ü".repeat(50_000).into_bytes();
+        cut.push(0xc3);
+        for (name, bytes) in [("bad", bad), ("cut", cut)] {
+            std::fs::write(&plain, &bytes).unwrap();
+            let e = super::each_line(&plain, 10, |_, _| Ok(())).unwrap_err().to_string();
+            assert!(e.contains("is not valid UTF-8"), "{name}: {e}");
+            assert!(super::read_lines(&plain).is_err(), "{name}");
+        }
+        // Multi-byte characters across the reader's 64 KiB chunks are no error.
+        std::fs::write(&plain, "ü".repeat(100_000) + "\nok").unwrap();
+        let mut got = Vec::new();
+        super::each_line(&plain, 10, |n, l| {
+            got.push((n, l.map(str::to_string)));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(got, [(1, None), (2, Some("ok".to_string()))]);
     }
 
     #[test]

@@ -48,7 +48,7 @@ impl Decontam {
     /// Drop the pairs of a DuEAM pair set with a side in an evaluation set.
     pub fn pair_set(&mut self, what: &str, mut data: PairSet) -> PairSet {
         let Some(index) = &self.index else { return data };
-        let (keep, o) = index.check(what, data.len(), |i| {
+        let (keep, o) = index.check(what, data.len(), true, |i| {
             let (a, b) = data.pair(i);
             [a, b]
         });
@@ -210,7 +210,7 @@ pub fn audit(cfg: &Config) -> Result<Vec<Overlap>> {
                 crate::data::xnli::unsup_pairs(&dc.xnli_dir, &dc.splits, &dc.langs, dc.unsup_pairs, cfg.seed)?
             }
         };
-        let (_, o) = all.check("dueam.xnli_dir", data.len(), |i| {
+        let (_, o) = all.check("dueam.xnli_dir", data.len(), true, |i| {
             let (a, b) = data.pair(i);
             [a, b]
         });

@@ -389,6 +389,28 @@ mod tests {
         assert_eq!(u, [" äß", "äß "]);
     }
 
+    /// More lines than `max_sentences`: a uniform sample, in the files' order, the same each
+    /// time; blank and too-long lines are not counted.
+    #[test]
+    fn a_large_corpus_is_sampled_uniformly_and_reproducibly() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.txt"), dir.path().join("b.txt"));
+        let line = |i: usize| format!("line {i}\n");
+        std::fs::write(&a, (0..500).map(line).collect::<String>() + "\n   \n" + &"x".repeat(5000)).unwrap();
+        std::fs::write(&b, (500..1000).map(line).collect::<String>()).unwrap();
+        let files = [a.clone(), b.clone()];
+        let c = read_corpus(&files, 100).unwrap();
+        assert_eq!((c.lines.len(), c.usable), (100, 1000));
+        assert_eq!(c.too_long, [(a.clone(), 1)]);
+        let at: Vec<usize> = c.lines.iter().map(|l| l[5..].parse().unwrap()).collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "in the files' order: {at:?}");
+        assert!(at.iter().filter(|&&i| i >= 500).count() > 30, "both files sampled: {at:?}");
+        let mean = at.iter().sum::<usize>() as f64 / at.len() as f64;
+        assert!((400.0..600.0).contains(&mean), "uniform: mean index {mean}");
+        assert_eq!(read_corpus(&files, 100).unwrap().lines, c.lines);
+        assert_eq!(read_corpus(&files, 1000).unwrap().lines.len(), 1000);
+    }
+
     #[test]
     fn very_long_lines_are_left_out_of_vocabulary_learning() {
         // 200,000 characters and no space: the unigram trainer aborts the process on it (stack
