@@ -39,10 +39,11 @@
 # Ratio: xsent's step time ÷ torch's (below 1: xsent is faster; the target is <= 1.0), printed
 # in words too ("xsent's step takes 0.69× torch's time (faster)"). The script stops (exit 1)
 # when an engine fails or a step time is missing, not a number or not above 0.
-# Same computation: before the timed runs, xsent runs one step with distill.dropout = 0 and its
-# step-1 loss is compared with torch's loss of the same batch in eval mode before any update
-# (the same model, teacher targets and lstsq Dense); they must agree within 1e-4 relative, or
-# the script stops (exit 2) without timing anything. The timed runs keep dropout on in both.
+# Same computation: after round 1 (torch's JSON carries its loss of the batch in eval mode
+# before any update), xsent runs one step with distill.dropout = 0 and its step-1 loss is
+# compared with that (the same model, teacher targets and lstsq Dense); they must agree within
+# 1e-4 relative, or the script stops before any ratio: exit 2 when they differ, 1 when a loss is
+# missing. The timed runs keep dropout on in both.
 #
 # usage: scripts/bench-train.sh [--steps N] [--skip K] [--rounds R]
 #
@@ -222,8 +223,9 @@ for ((r = 1; r <= rounds; r++)); do
         # The same computation, before any ratio: xsent's step-1 loss with dropout off against
         # torch's loss of the batch in eval mode before its first update (in torch round 1's JSON).
         run_xsent check --set distill.dropout=0.0 > /dev/null || exit 1
-        c="$("$py" "$helper" check-loss --metrics "$work/check-metrics.jsonl" --torch "$j")" \
-            || { say "loss check failed (above): no ratio"; exit 2; }
+        rc=0
+        c="$("$py" "$helper" check-loss --metrics "$work/check-metrics.jsonl" --torch "$j")" || rc=$?
+        [ "$rc" = 0 ] || { say "loss check failed (above): no ratio"; exit "$rc"; }
         read -r -a check <<< "$c"
         say "loss check (dropout off, before any update): xsent ${check[0]}, torch ${check[1]}, relative ${check[2]}"
     fi

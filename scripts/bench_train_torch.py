@@ -399,7 +399,7 @@ def report(a):
         xl, tl, rel = a.check_loss
         print(f"same computation: the loss of the batch before any update with dropout off, xsent {xl:.9g} "
               f"(step 1 of a run with distill.dropout = 0), torch {tl:.9g} (eval mode): relative difference "
-              f"{rel:.2g} (at most 1e-4, checked before the timed runs)")
+              f"{rel:.2g} (at most 1e-4, checked after round 1, before any ratio)")
     flag = "  <-- fewer than 2 cores free: timings unreliable" if cores < 1.8 else ""
     print(f"machine: nproc {a.nproc}; cores free (busy-loop check) before {a.cores[0]}, after {a.cores[1]}{flag}; "
           f"load average (1/5/15 min) before {a.load[0]}, after {a.load[1]}")

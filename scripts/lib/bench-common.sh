@@ -123,7 +123,7 @@ bench_machine() {
     field() { sed -n "s/^$1: *//p" <<<"$info" | head -n 1; }
     printf 'CPU: %s (family %s, model %s, stepping %s); %s CPUs, %s usable here (nproc); flags: %s' \
         "$(field 'Model name')" "$(field 'CPU family')" "$(field 'Model')" "$(field 'Stepping')" \
-        "$(field 'CPU(s)')" "$(nproc)" \
+        "$(field 'CPU(s)')" "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" \
         "$(grep -o -w -E 'avx2|fma|avx512f|avx512bw|avx512vl|avx512_vnni|avx_vnni|avx512_bf16|amx[a-z0-9_]*' /proc/cpuinfo | sort -u | paste -sd' ')"
     unset -f field
 }

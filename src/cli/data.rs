@@ -84,7 +84,7 @@ fn audit(a: AuditArgs) -> Result<()> {
             for (key, dir) in folders {
                 if dir.canonicalize().is_ok_and(|d| parent.starts_with(d)) {
                     bail!(
-                        "--json {} is inside {} ({key} of the config), whose files the audit reads; write it elsewhere",
+                        "--json {} is inside {} ({key} of the config): write it elsewhere",
                         p.display(),
                         dir.display()
                     );
