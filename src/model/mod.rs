@@ -6,7 +6,6 @@ pub mod dense;
 pub mod dropout;
 pub mod embedder;
 pub mod encoder;
-pub mod hub;
 pub mod kernels;
 pub mod kinds;
 pub mod load;
