@@ -9,7 +9,9 @@
 # length, but sentence-transformers cuts fixed batches of 64, while xsent ends a batch early
 # (at most 64 texts) when padding would pass 10 % of its real tokens or the batch would pass
 # --max-batch-tokens (8192). xsent therefore computes fewer padded tokens; that is part of
-# its rate (docs/benchmarks.md gives the size for these sentences).
+# its rate. A control separates the two: torch also runs its forward (tokenising included) on
+# xsent's batches, and the output gives both batchings' padding and xsent's rate against that
+# control (kernels and threads alone).
 #
 # Ratio: xsent's sentences/s ÷ torch's (above 1: xsent is faster), printed in words too.
 # The script stops (exit 1) when a side fails, a parsed value is not a number, or the
@@ -116,7 +118,7 @@ for k in "${keys[@]}"; do
     say "$name: sentence-transformers"
     tj="$("$py" "$helper" bench --model "$dir" --input "$input" --max-seq-length "$maxlen" \
         --prefix "$prefix" --batch-size "$batch" --threads "$threads" --repeat "$repeat" \
-        --out "$work/$k.torch.npy" | tail -n 1)" || die "torch benchmark failed for $name"
+        --out "$work/$k.torch.npy" --control | tail -n 1)" || die "torch benchmark failed for $name"
     cores_after="$("$py" "$helper" cpu-check)" || die "the core check failed"
     cj="$("$py" "$helper" compare --torch "$work/$k.torch.npy" --xsent "$work/$k.xsent.f32")" \
         || die "could not compare the vectors for $name"
@@ -150,6 +152,18 @@ for k in "${keys[@]}"; do
     fi
     rows+=("$row")
     lines+=("$line")
+    # The control: torch's forward on xsent's batches, so that kernels and threads are compared
+    # apart from the batching.
+    ctl_sps="$(bench_json_field "$tj" control_sent_per_s)" || die "cannot read torch's control rate for $name from: $tj"
+    ctl_cos="$(bench_json_field "$tj" control_min_cos_to_encode)" || die "no control cosine for $name in: $tj"
+    pad_x="$(bench_json_field "$tj" padding_pct_xsent_batching)" || die "no padding figure for $name in: $tj"
+    pad_st="$(bench_json_field "$tj" padding_pct_encode)" || die "no padding figure for $name in: $tj"
+    bench_pos "$name: torch control sent/s" "$ctl_sps"
+    bench_num "$name: control cosine" "$ctl_cos"
+    awk -v c="$ctl_cos" 'BEGIN { exit !(c >= 0.9999) }' \
+        || die "$name: torch on xsent's batching gave other vectors than encode() (min cosine $ctl_cos): no control"
+    ctl_ratio="$(awk -v n="$n" -v ta="$t_all" -v t1="$t_one" -v ts="$ctl_sps" 'BEGIN { printf "%.2f", (n - 1) / (ta - t1) / ts }')"
+    lines+=("$name: control: torch on xsent's batching $ctl_sps sent/s (padding $pad_x % of real tokens, encode()'s $pad_st %); xsent excl. load ${ctl_ratio}× that ($(bench_rate_words "$ctl_ratio"): kernels and threads alone)")
 done
 
 torch_v="$(cut -d' ' -f1 "$venv/.bench-ready")"
@@ -170,6 +184,7 @@ echo
 echo "xsent whole cmd: $n / wall time of one 'xsent embed' process (start, model load, tokenise, embed, write)."
 echo "xsent excl. load: $((n - 1)) / (wall time for $n lines - wall time for 1 line)."
 echo "torch encode: $n / time of model.encode() only (model loaded, one warm-up encode done first)."
+echo "control: torch tokenises and runs its forward on xsent's batches (same rule), best of $repeat, vectors checked against encode()'s."
 echo "ratio = xsent sent/s ÷ torch sent/s (above 1.00: xsent is faster); min cosine = lowest cosine between the two engines' vectors for one sentence."
 echo "cores = CPU the machine gave 2 busy processes around this model's runs (2.00 = two free cores)."
 exit "$status"

@@ -242,7 +242,8 @@ def bench(a):
         best = dt if best is None else min(best, dt)
     vecs = np.ascontiguousarray(vecs, dtype=np.float32)
     np.save(a.out, vecs)
-    print(json.dumps({
+    control = xsent_batching_control(a, model, sents, vecs) if a.control else {}
+    print(json.dumps({**control,
         "engine": "torch", "torch": torch.__version__,
         "sentence_transformers": __import__("sentence_transformers").__version__,
         "threads": torch.get_num_threads(), "n": len(sents), "dim": int(vecs.shape[1]),
@@ -252,6 +253,72 @@ def bench(a):
         "load_s": round(load_s, 3), "encode_s": round(best, 4),
         "sent_per_s": round(len(sents) / best, 2),
     }))
+
+
+def length_batches(lens, batch_size, max_tokens):
+    """xsent's batching (src/model/sentence.rs::length_batches), over lengths sorted longest
+    first: at most batch_size texts and max_tokens tokens padded, and a batch ends early when
+    the next text would make its padding more than 10 % of its real tokens."""
+    out, start, real = [], 0, 0
+    for i, n_tok in enumerate(lens):
+        n = i - start
+        if n > 0 and (n == batch_size or lens[start] * (n + 1) > max_tokens
+                      or 10 * lens[start] * (n + 1) > 11 * (real + n_tok)):
+            out.append((start, i))
+            start, real = i, 0
+        real += n_tok
+    if start < len(lens):
+        out.append((start, len(lens)))
+    return out
+
+
+def xsent_batching_control(a, model, sents, st_vecs):
+    """The control row: torch's forward on xsent's batches (texts sorted by token count, cut
+    where padding would pass 10 %, at most --batch-size and 8,192 tokens), tokenising included,
+    best of --repeat; so the ratio to it is kernels and threading alone, and the ratio to
+    encode() adds the batching. Also the padding of both batchings (sentence-transformers':
+    sorted by characters, fixed batches), and the lowest cosine to encode()'s vectors."""
+    import numpy as np
+    import torch
+    tok = model[0].tokenizer
+    texts = [a.prefix + x for x in sents]
+    ids = tok(texts, truncation=True, max_length=model.max_seq_length)["input_ids"]
+    lens = [len(x) for x in ids]
+
+    def run():
+        enc = tok(texts, truncation=True, max_length=model.max_seq_length)
+        order = sorted(range(len(texts)), key=lambda i: -len(enc["input_ids"][i]))
+        ls = [len(enc["input_ids"][i]) for i in order]
+        out = np.zeros((len(texts), st_vecs.shape[1]), dtype=np.float32)
+        with torch.inference_mode():
+            for b0, b1 in length_batches(ls, a.batch_size, 8192):
+                rows = order[b0:b1]
+                feats = tok.pad({k: [enc[k][i] for i in rows] for k in enc.keys()}, return_tensors="pt")
+                emb = model(dict(feats))["sentence_embedding"]
+                emb = torch.nn.functional.normalize(emb, dim=-1)
+                out[rows] = emb.float().numpy()
+        return out
+
+    run()  # warm-up
+    best, vecs = None, None
+    for _ in range(max(1, a.repeat)):
+        t0 = time.perf_counter()
+        vecs = run()
+        dt = time.perf_counter() - t0
+        best = dt if best is None else min(best, dt)
+    cos = float(np.min(np.sum(vecs * st_vecs, axis=1)))
+    order = sorted(range(len(texts)), key=lambda i: -lens[i])
+    ls = [lens[i] for i in order]
+    xb = length_batches(ls, a.batch_size, 8192)
+    x_pad = sum(ls[b0] * (b1 - b0) for b0, b1 in xb) - sum(ls)
+    st_order = sorted(range(len(sents)), key=lambda i: -len(texts[i]))  # encode(): by characters
+    st_pad = sum(max(lens[i] for i in st_order[j:j + a.batch_size]) * len(st_order[j:j + a.batch_size])
+                 for j in range(0, len(st_order), a.batch_size)) - sum(lens)
+    return {"control_encode_s": round(best, 4), "control_sent_per_s": round(len(sents) / best, 2),
+            "control_min_cos_to_encode": round(cos, 7), "control_batches": len(xb),
+            "padding_pct_xsent_batching": round(100 * x_pad / sum(lens), 2),
+            "padding_pct_encode": round(100 * st_pad / sum(lens), 2),
+            "encode_batches": (len(sents) + a.batch_size - 1) // a.batch_size}
 
 
 def _spin(q):
@@ -314,6 +381,8 @@ def main():
     b.add_argument("--threads", type=int, default=2)
     b.add_argument("--repeat", type=int, default=1)
     b.add_argument("--out", required=True)
+    b.add_argument("--control", action="store_true",
+                   help="also time torch's forward on xsent's batching (xsent_batching_control)")
     k = sub.add_parser("cpu-check")
     k.add_argument("--procs", type=int, default=2)
     c = sub.add_parser("compare")
