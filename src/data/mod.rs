@@ -84,14 +84,11 @@ pub fn drop_blank(lines: Vec<String>) -> (Vec<String>, usize) {
 /// Read a UTF-8 text file (gzip-compressed when its name ends in `.gz`) into lines (`\n` or
 /// `\r\n`; a leading byte-order mark dropped), with errors that name the file.
 pub fn read_lines(path: &Path) -> Result<Vec<String>> {
-    let mut bytes = std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
-    if path.extension().is_some_and(|e| e == "gz") {
-        let mut out = Vec::new();
-        std::io::Read::read_to_end(&mut flate2::read::MultiGzDecoder::new(&bytes[..]), &mut out)
-            .map_err(|e| anyhow::anyhow!("{} is not valid gzip: {e}", path.display()))?;
-        bytes = out;
-    }
-    let lines = text_lines(path, bytes)?;
+    let mut lines = Vec::new();
+    each_line(path, usize::MAX, |_, line| {
+        lines.push(line.unwrap_or_default().to_string());
+        Ok(())
+    })?;
     if lines.is_empty() {
         bail!("{} is empty", path.display());
     }
@@ -103,12 +100,24 @@ pub fn read_lines(path: &Path) -> Result<Vec<String>> {
 /// `each(number, Some(line))` for each line (1-based numbers), `each(number, None)` for a line
 /// longer than `max_bytes` (not read into memory). Errors name the file (and the line that is
 /// not UTF-8).
-pub fn each_line(path: &Path, max_bytes: usize, mut each: impl FnMut(usize, Option<&str>) -> Result<()>) -> Result<()> {
-    use std::io::BufRead;
+pub fn each_line(path: &Path, max_bytes: usize, each: impl FnMut(usize, Option<&str>) -> Result<()>) -> Result<()> {
     let gz = path.extension().is_some_and(|e| e == "gz");
     let file = std::fs::File::open(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
     let raw: Box<dyn std::io::Read> =
         if gz { Box::new(flate2::read::MultiGzDecoder::new(std::io::BufReader::new(file))) } else { Box::new(file) };
+    lines_of(path, raw, gz, max_bytes, each)
+}
+
+/// [`each_line`] over the bytes `raw` gives (decompressed already); `path` and `gz` are for
+/// the messages.
+fn lines_of(
+    path: &Path,
+    raw: impl std::io::Read,
+    gz: bool,
+    max_bytes: usize,
+    mut each: impl FnMut(usize, Option<&str>) -> Result<()>,
+) -> Result<()> {
+    use std::io::BufRead;
     let mut r = std::io::BufReader::with_capacity(1 << 16, raw);
     let failed = |e: std::io::Error| {
         if gz {
@@ -170,7 +179,9 @@ pub fn each_line(path: &Path, max_bytes: usize, mut each: impl FnMut(usize, Opti
     loop {
         let chunk = r.fill_buf().map_err(failed)?;
         if chunk.is_empty() {
-            if !line.is_empty() || skipped.is_some() {
+            // A file of only a byte-order mark has no line.
+            let only_bom = number == 0 && line == "\u{feff}".as_bytes();
+            if (!line.is_empty() && !only_bom) || skipped.is_some() {
                 number += 1;
                 emit(&mut line, &mut skipped, number, false)?;
             }
@@ -203,17 +214,12 @@ pub fn each_line(path: &Path, max_bytes: usize, mut each: impl FnMut(usize, Opti
 /// The lines (`\n` or `\r\n`; a leading byte-order mark dropped) of a file's bytes, which must be
 /// UTF-8: an error names `path` and the first line that is not. Empty for no bytes.
 pub fn text_lines(path: &Path, bytes: Vec<u8>) -> Result<Vec<String>> {
-    let text = match String::from_utf8(bytes) {
-        Ok(t) => t,
-        Err(e) => {
-            let at = e.utf8_error().valid_up_to();
-            let line = e.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1;
-            bail!("{}: line {line} is not valid UTF-8", path.display())
-        }
-    };
-    // A UTF-8 byte-order mark (as some Windows editors write) is no part of the first line.
-    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-    Ok(text.lines().map(|l| l.strip_suffix('\r').unwrap_or(l).to_string()).collect())
+    let mut lines = Vec::new();
+    lines_of(path, &bytes[..], false, usize::MAX, |_, line| {
+        lines.push(line.unwrap_or_default().to_string());
+        Ok(())
+    })?;
+    Ok(lines)
 }
 
 /// Fail unless `path` is a file: "`what` file PATH is missing; `expected`" (or "is not a
@@ -261,7 +267,12 @@ mod tests {
         let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         std::io::Write::write_all(&mut e, text.as_bytes()).unwrap();
         std::fs::write(&gz, e.finish().unwrap()).unwrap();
-        let whole = super::read_lines(&plain).unwrap();
+        // As `str::lines` splits (then one `\r` more off), after the byte-order mark.
+        let y = "y".repeat(10);
+        let whole: Vec<&str> = vec!["first", "", "  ", &long, "fünf", &y, "two", "last"];
+        assert_eq!(super::read_lines(&plain).unwrap(), whole);
+        assert_eq!(super::read_lines(&gz).unwrap(), whole);
+        assert_eq!(super::text_lines(&plain, text.clone().into_bytes()).unwrap(), whole);
         for path in [&plain, &gz] {
             let mut got = Vec::new();
             super::each_line(path, 10, |n, l| {
@@ -270,7 +281,7 @@ mod tests {
             })
             .unwrap();
             let want: Vec<(usize, Option<String>)> =
-                whole.iter().enumerate().map(|(i, l)| (i + 1, (l.len() <= 10).then(|| l.clone()))).collect();
+                whole.iter().enumerate().map(|(i, l)| (i + 1, (l.len() <= 10).then(|| l.to_string()))).collect();
             assert_eq!(got, want, "{}", path.display());
             assert_eq!(got[4], (5, Some("fünf".to_string())));
         }
@@ -291,6 +302,12 @@ mod tests {
             assert!(e.contains("is not valid UTF-8"), "{name}: {e}");
             assert!(super::read_lines(&plain).is_err(), "{name}");
         }
+        // A file of only a byte-order mark is empty; an invalid byte in memory names its line.
+        std::fs::write(&plain, "\u{feff}").unwrap();
+        assert!(super::read_lines(&plain).unwrap_err().to_string().contains("is empty"));
+        assert!(super::text_lines(&plain, b"\xef\xbb\xbf".to_vec()).unwrap().is_empty());
+        let e = super::text_lines(&plain, b"a\nb\n\xff".to_vec()).unwrap_err().to_string();
+        assert!(e.contains("t.txt: line 3 is not valid UTF-8"), "{e}");
         // Multi-byte characters across the reader's 64 KiB chunks are no error.
         std::fs::write(&plain, "ü".repeat(100_000) + "\nok").unwrap();
         let mut got = Vec::new();
