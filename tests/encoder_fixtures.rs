@@ -151,7 +151,7 @@ fn resaved(dir: &str) -> PathBuf {
 
 /// The shards a checkpoint's index lists, as paths.
 fn shards(index: &std::path::Path) -> Result<Vec<PathBuf>> {
-    let names = xsent::model::source::shard_names(index)?;
+    let names = xsent::model::files::shard_names(index)?;
     Ok(names.iter().map(|n| index.parent().unwrap().join(n)).collect())
 }
 

@@ -96,7 +96,7 @@ fn a_transformer_module_in_a_subfolder_resolves_from_the_hub_cache() {
     let modules = std::fs::read_to_string(common::model("multilingual-e5-small").join("modules.json")).unwrap();
     std::fs::write(snap.join("modules.json"), modules.replacen(r#""path": """#, r#""path": "0_Transformer""#, 1))
         .unwrap();
-    let files = xsent::model::source::resolve_hub("org/old", hub.path(), true).unwrap();
+    let files = xsent::model::hub::resolve_hub("org/old", hub.path(), true).unwrap();
     assert!(files.config.ends_with("0_Transformer/config.json"), "{:?}", files.config);
     assert_eq!(files.dir(), snap);
     let out = embed_stdout("org/old", &[("HF_HUB_CACHE", hub.path())], true);
@@ -124,7 +124,7 @@ fn offline_cache_miss_names_the_file_and_what_to_do() {
 fn offline_cache_miss_hint_keeps_the_revision() {
     let hub = tempfile::tempdir().unwrap();
     make_cache(hub.path(), "org/partial", "v1.0", &["config.json", "model.safetensors"]);
-    let err = xsent::model::source::resolve_hub("org/partial@v1.0", hub.path(), true).unwrap_err().to_string();
+    let err = xsent::model::hub::resolve_hub("org/partial@v1.0", hub.path(), true).unwrap_err().to_string();
     assert!(err.contains("`huggingface-cli download org/partial --revision v1.0`"), "{err}");
 }
 
@@ -135,7 +135,7 @@ fn a_commit_hash_revision_resolves_offline_from_its_snapshot() {
     let hub = tempfile::tempdir().unwrap();
     make_cache(hub.path(), "org/name", "main", &ALL);
     assert!(!hub.path().join(format!("models--org--name/refs/{COMMIT}")).exists());
-    let files = xsent::model::source::resolve_hub(&format!("org/name@{COMMIT}"), hub.path(), true).unwrap();
+    let files = xsent::model::hub::resolve_hub(&format!("org/name@{COMMIT}"), hub.path(), true).unwrap();
     assert_eq!(files.weights.len(), 1);
     assert!(
         files.weights[0].ends_with(format!("snapshots/{COMMIT}/model.safetensors")),
@@ -146,8 +146,7 @@ fn a_commit_hash_revision_resolves_offline_from_its_snapshot() {
     assert_eq!(files.declares_normalize, Some(true), "modules.json of the snapshot (e5's, with Normalize) was read");
     // Another commit is not in the cache: the hint names it.
     let other = "fedcba9876543210fedcba9876543210fedcba98";
-    let err =
-        xsent::model::source::resolve_hub(&format!("org/name@{other}"), hub.path(), true).unwrap_err().to_string();
+    let err = xsent::model::hub::resolve_hub(&format!("org/name@{other}"), hub.path(), true).unwrap_err().to_string();
     assert!(
         err.contains(&format!("config.json of org/name (revision {other})"))
             && err.contains(&format!("--revision {other}")),
@@ -159,7 +158,7 @@ fn a_commit_hash_revision_resolves_offline_from_its_snapshot() {
 fn library_resolution_reads_snapshot_paths() {
     let hub = tempfile::tempdir().unwrap();
     make_cache(hub.path(), "org/name", "main", &ALL);
-    let files = xsent::model::source::resolve_hub("org/name", hub.path(), true).unwrap();
+    let files = xsent::model::hub::resolve_hub("org/name", hub.path(), true).unwrap();
     assert!(files.weights[0].ends_with(format!("snapshots/{COMMIT}/model.safetensors")));
     assert!(files.pooling.as_ref().unwrap().ends_with("1_Pooling/config.json"));
     assert!(files.st_config.is_none(), "sentence_bert_config.json was not in this cache");
@@ -179,7 +178,7 @@ fn a_hub_models_default_prompt_is_read_from_the_cache() {
         root.join("snapshots").join(COMMIT).join("config_sentence_transformers.json"),
     )
     .unwrap();
-    let files = xsent::model::source::resolve_hub("org/prompted", hub.path(), true).unwrap();
+    let files = xsent::model::hub::resolve_hub("org/prompted", hub.path(), true).unwrap();
     assert!(files.st_model_config.as_ref().unwrap().ends_with("config_sentence_transformers.json"));
     let enc = xsent::SentenceEncoder::from_files(files, &xsent::model::LoadOptions::default()).unwrap();
     assert_eq!(enc.prefix, "query: ");

@@ -275,7 +275,7 @@ fn is_empty_dir(dir: &Path) -> bool {
 /// `path` must be a regular file: a FIFO would block the read, a device (`/dev/zero`) would
 /// fill memory.
 fn file_to_read(path: &Path, what: &str) -> Result<()> {
-    match super::source::regular_file(path) {
+    match super::files::regular_file(path) {
         Ok(true) => Ok(()),
         Ok(false) => bail!("{what} {} does not exist", path.display()),
         Err(e) => Err(e.context(format!("{what} must be a file"))),

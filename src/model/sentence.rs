@@ -5,8 +5,9 @@ use super::config::EncoderConfig;
 use super::dense::Dense;
 use super::embedder::{Embedded, Embedder};
 use super::encoder::{Encoder, Mode};
+use super::files::ModelFiles;
 use super::pooling::{l2_normalize, Pooling};
-use super::source::{self, ModelFiles};
+use super::source;
 use super::weights::{self, Params};
 use anyhow::{anyhow, bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
@@ -929,7 +930,7 @@ pub fn write_st_files(dir: &Path, pooling: Pooling, dim: usize, st: &StFiles) ->
 /// `model_max_length` of a `tokenizer_config.json` (`None` without the file or the key, or
 /// with transformers' "no limit" stand-in, a number of 1e29 or more).
 fn read_model_max_length(path: &Path) -> Result<Option<usize>> {
-    let Some(text) = super::source::read_side_file(path)? else { return Ok(None) };
+    let Some(text) = super::files::read_side_file(path)? else { return Ok(None) };
     let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("invalid {}", path.display()))?;
     match &v["model_max_length"] {
         serde_json::Value::Null => Ok(None),

@@ -26,7 +26,7 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
 /// A JSON file beside `vocab`, if there is one.
 fn beside(vocab: &Path, name: &str) -> Result<Option<Value>> {
     let path = vocab.with_file_name(name);
-    let Some(text) = super::source::read_side_file(&path)? else { return Ok(None) };
+    let Some(text) = super::files::read_side_file(&path)? else { return Ok(None) };
     let v = serde_json::from_str(&text).map_err(|e| anyhow!("{} is not valid JSON: {e}", path.display()))?;
     Ok(Some(v))
 }
