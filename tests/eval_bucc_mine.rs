@@ -631,3 +631,62 @@ fn reports_and_outputs_never_replace_an_input_or_a_benchmark_file() {
         "{err}"
     );
 }
+
+/// `--compare` is read once, before the model loads: a report given through a FIFO (as
+/// `<(cat r.json)` does) is not waited on a second time (it blocked forever), and a bad report
+/// stops `eval xsr --multi30k` before any work (it was read only after the evaluation).
+#[test]
+fn the_compared_report_is_read_once_before_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let words: Vec<String> = (0..10).map(|i| format!("w{i}")).collect();
+    let model = common::tiny_model("tiny-bert", dir.path(), &words);
+    let p = |name: &str| dir.path().join(name);
+    std::fs::write(p("pairs.tsv"), "w1\tw1\t5\nw1\tw2\t1\nw3\tw4\t2\n").unwrap();
+    let sts = |extra: &[&std::ffi::OsStr]| {
+        let mut c = common::xsent();
+        c.arg("eval").arg("sts").arg("--model").arg(&model).arg("--pairs").arg(p("pairs.tsv")).args(extra);
+        c
+    };
+    let report = p("r.json");
+    let o = sts(&["--report".as_ref(), report.as_os_str()]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read(&report).unwrap();
+
+    let fifo = p("cmp.fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let writer = {
+        let fifo = fifo.clone();
+        // One writer, once: a second read of the FIFO would wait for ever.
+        std::thread::spawn(move || std::fs::write(fifo, text).unwrap())
+    };
+    let mut child = sts(&["--compare".as_ref(), fifo.as_os_str()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            child.kill().unwrap();
+            panic!("eval sts --compare FIFO did not finish in 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    writer.join().unwrap();
+    let o = child.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("## Compared with"), "{out}");
+
+    // A bad report stops the Multi30k preset before the model loads (here a model that does
+    // not exist, which would be the first error otherwise).
+    std::fs::write(p("bad.json"), "{").unwrap();
+    let o = common::xsent()
+        .args(["eval", "xsr", "--multi30k", "--model", "/nonexistent/model", "--compare"])
+        .arg(p("bad.json"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("is not a report of xsent eval --report"), "{err}");
+}

@@ -311,14 +311,14 @@ fn single<D>(
     task: impl FnOnce(&dyn crate::model::Embedder, D) -> Result<Outcome>,
 ) -> Result<()> {
     let dir = crate::data::data_dir(a.data_dir.as_deref())?;
-    check(a, &[], Some(&dir))?;
+    let compared = check(a, &[], Some(&dir))?;
     let data = read()?;
-    loaded(a, |enc| task(enc, data))
+    loaded(a, compared, |enc| task(enc, data))
 }
 
 /// The checks every task makes before any work: batch size, --langs given twice, and the report
-/// path against the task's input files and data directory.
-fn check(a: &Args, inputs: &[&Path], data_dir: Option<&Path>) -> Result<()> {
+/// path against the task's input files and data directory; and the `--compare` report, read.
+fn check(a: &Args, inputs: &[&Path], data_dir: Option<&Path>) -> Result<Option<Compared>> {
     super::check_batch_size(a.batch_size)?;
     ensure!(
         !a.langs.iter().any(|l| l.trim().is_empty()),
@@ -334,28 +334,40 @@ fn check(a: &Args, inputs: &[&Path], data_dir: Option<&Path>) -> Result<()> {
         let inputs: Vec<&Path> = inputs.iter().copied().chain(a.compare.as_deref()).collect();
         super::check_report(r, "--report", &inputs, data_dir)?;
     }
-    if let Some(c) = &a.compare {
-        Report::read(c)?;
-    }
-    Ok(())
+    read_compared(a.compare.as_deref())
 }
 
 /// Load the model, run one task, print its table and write its report.
-fn loaded(a: &Args, task: impl FnOnce(&dyn crate::model::Embedder) -> Result<Outcome>) -> Result<()> {
+fn loaded(
+    a: &Args,
+    compared: Option<Compared>,
+    task: impl FnOnce(&dyn crate::model::Embedder) -> Result<Outcome>,
+) -> Result<()> {
     let start = Instant::now();
     let enc = a.model.load_noting_cuts()?;
     let mut o = task(&enc)?;
     enc.say("xsent eval", "texts");
     out!("{}", o.table);
-    compare_with(a.compare.as_deref(), &o.results, &mut o.extra)?;
+    compare_with(compared.as_ref(), &o.results, &mut o.extra)?;
     write_report(&a.model, a.report.as_deref(), enc.prefix(), start, o.results, o.extra)
+}
+
+/// The report `--compare` names and what it holds, read once before any work (a bad report is
+/// reported before the model loads, and a FIFO is read once, not waited on a second time).
+struct Compared {
+    path: PathBuf,
+    report: Report,
+}
+
+fn read_compared(path: Option<&Path>) -> Result<Option<Compared>> {
+    path.map(|p| Ok(Compared { path: p.to_path_buf(), report: Report::read(p)? })).transpose()
 }
 
 /// `--compare`: print the paired differences against another report and keep them in this
 /// run's report (`extra.compare`).
-fn compare_with(path: Option<&Path>, results: &[Entry], extra: &mut Option<serde_json::Value>) -> Result<()> {
-    let Some(path) = path else { return Ok(()) };
-    let (table, json) = crate::eval::report::compare(results, &Report::read(path)?, path)?;
+fn compare_with(compared: Option<&Compared>, results: &[Entry], extra: &mut Option<serde_json::Value>) -> Result<()> {
+    let Some(Compared { path, report }) = compared else { return Ok(()) };
+    let (table, json) = crate::eval::report::compare(results, report, path)?;
     out!("\n## Compared with {}\n\n{table}", path.display());
     extra.get_or_insert_with(|| serde_json::json!({}))["compare"] = json;
     Ok(())
@@ -368,10 +380,10 @@ fn sts(s: StsArgs) -> Result<()> {
     }
     let inputs: Vec<&Path> = s.pairs.iter().map(PathBuf::as_path).collect();
     // The benchmark folders stay protected when a data directory is known, though none is read.
-    check(a, &inputs, crate::data::data_dir(a.data_dir.as_deref()).ok().as_deref())?;
+    let compared = check(a, &inputs, crate::data::data_dir(a.data_dir.as_deref()).ok().as_deref())?;
     // Read every file before the model loads: a bad file is reported at once.
     let sets = s.pairs.iter().map(|p| crate::data::sts::read_scored_pairs(p)).collect::<Result<Vec<_>>>()?;
-    loaded(a, |enc| scored_pairs_task(enc, &sets, &s.pairs, a.batch_size))
+    loaded(a, compared, |enc| scored_pairs_task(enc, &sets, &s.pairs, a.batch_size))
 }
 
 /// `--pairs`: one row per file, no published columns.
@@ -451,7 +463,8 @@ fn xsr(a: XsrArgs) -> Result<()> {
             let compared: Vec<&Path> = a.compare.as_deref().into_iter().collect();
             super::check_report(r, "--report", &compared, Some(&crate::data::data_dir(a.data_dir.as_deref())?))?;
         }
-        return xsr_multi30k(&a);
+        let compared = read_compared(a.compare.as_deref())?;
+        return xsr_multi30k(&a, compared);
     }
     // (clap's `requires` cannot express this: a flag counts as present through its default.)
     ensure!(
@@ -468,9 +481,7 @@ fn xsr(a: XsrArgs) -> Result<()> {
         // The benchmark folders stay protected when a data directory is known (XSENT_DATA).
         super::check_report(r, "--report", &inputs, crate::data::data_dir(None).ok().as_deref())?;
     }
-    if let Some(c) = &a.compare {
-        Report::read(c)?;
-    }
+    let compared = read_compared(a.compare.as_deref())?;
     let mut src = crate::data::read_lines(src_path)?;
     let mut tgt = crate::data::read_lines(tgt_path)?;
     ensure!(
@@ -525,12 +536,12 @@ fn xsr(a: XsrArgs) -> Result<()> {
         items: Some(items),
     }];
     let mut extra = None;
-    compare_with(a.compare.as_deref(), &results, &mut extra)?;
+    compare_with(compared.as_ref(), &results, &mut extra)?;
     write_report(&a.model, a.report.as_deref(), enc.prefix(), start, results, extra)
 }
 
 /// The Multi30k preset: every direction's files are read (and checked) before the model loads.
-fn xsr_multi30k(a: &XsrArgs) -> Result<()> {
+fn xsr_multi30k(a: &XsrArgs, compared: Option<Compared>) -> Result<()> {
     use crate::eval::xsr;
     let start = Instant::now();
     let dir = crate::data::set_dir(&crate::data::data_dir(a.data_dir.as_deref())?, "parallel/multi30k", "multi30k")?;
@@ -562,6 +573,6 @@ fn xsr_multi30k(a: &XsrArgs) -> Result<()> {
     let mean_ci = crate::eval::bootstrap::mean_interval(&scores.iter().map(|s| &s.items).collect::<Vec<_>>());
     let mut extra =
         Some(serde_json::json!({"mean_p_at_1": mean, "mean_p_at_1_ci95": mean_ci, "directions": scores.len()}));
-    compare_with(a.compare.as_deref(), &results, &mut extra)?;
+    compare_with(compared.as_ref(), &results, &mut extra)?;
     write_report(&a.model, a.report.as_deref(), enc.prefix(), start, results, extra)
 }
