@@ -1084,3 +1084,68 @@ fn a_folder_made_at_out_while_quantize_runs_is_kept() {
         0
     );
 }
+
+/// `--force` replaces a folder quantize wrote only while it holds nothing else: a report or notes
+/// put there since are kept, and named (an outside probe: `--force` deleted them without a word,
+/// since only config.json was looked at). The files a run wrote are listed in its config.json.
+#[test]
+fn force_keeps_files_quantize_did_not_write() {
+    let tmp = tempfile::tempdir().unwrap();
+    let words: Vec<String> = (0..10).map(|i| format!("house{i}")).collect();
+    let src = common::tiny_model("tiny-bert", tmp.path(), &words);
+    let out = tmp.path().join("q8");
+    let o = quantize_cmd(&src, &out, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let config = |dir: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap()
+    };
+    let listed: Vec<String> = config(&out)["quantization_config"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().to_string())
+        .collect();
+    let mut present: Vec<String> =
+        std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
+    present.sort();
+    assert_eq!(listed, present, "the list names every file written, and only those");
+    // Written as it is, the folder is replaced.
+    let o = quantize_cmd(&src, &out, &["--force", "--dtype", "bf16"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(config(&out)["quantization_config"]["dtype"], "bf16");
+    // With a report of the user's in it, it is not.
+    std::fs::create_dir(out.join("eval")).unwrap();
+    std::fs::write(out.join("eval/report.json"), "mine").unwrap();
+    let o = quantize_cmd(&src, &out, &["--force"]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("holds 1 file(s) that xsent quantize did not write: eval/report.json"), "{e}");
+    assert_eq!(std::fs::read_to_string(out.join("eval/report.json")).unwrap(), "mine");
+    assert_eq!(config(&out)["quantization_config"]["dtype"], "bf16");
+    // A folder without the list (an older xsent's) cannot be judged: kept too.
+    std::fs::remove_dir_all(out.join("eval")).unwrap();
+    let mut c = config(&out);
+    c["quantization_config"].as_object_mut().unwrap().remove("files");
+    std::fs::write(out.join("config.json"), serde_json::to_string(&c).unwrap()).unwrap();
+    let o = quantize_cmd(&src, &out, &["--force"]);
+    assert!(stderr(&o).contains("kept no list of its files"), "{}", stderr(&o));
+    assert!(out.join("model.safetensors").is_file());
+
+    // Calibration: lines the tokenizer empties (NUL bytes) are no sentences; a text of a few
+    // sentences is taken with a warning (the probe: one line cost 0.27 of the lowest cosine).
+    let nul = tmp.path().join("nul.txt");
+    std::fs::write(&nul, "\0\0\0\n").unwrap();
+    // (MiniLM's tokenizer drops NUL bytes; the tiny model's turns them into [UNK].)
+    let minilm = common::model("all-MiniLM-L6-v2");
+    let o = quantize_cmd(&minilm, &tmp.path().join("c1"), &["--calibration", nul.to_str().unwrap()]);
+    assert!(stderr(&o).contains("has no sentences with a token once tokenised (1 lines"), "{}", stderr(&o));
+    assert!(!tmp.path().join("c1").exists());
+    let few = tmp.path().join("few.txt");
+    std::fs::write(&few, "house1 house2\nhouse3\n").unwrap();
+    let o = quantize_cmd(&src, &tmp.path().join("c2"), &["--calibration", few.to_str().unwrap()]);
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    assert!(e.contains("warning: the calibration text") && e.contains("has only 2 sentences (3 tokens)"), "{e}");
+    let card = std::fs::read_to_string(tmp.path().join("c2/README.md")).unwrap();
+    assert!(card.contains("2 sentences (3 tokens) of"), "{card}");
+}

@@ -19,7 +19,8 @@ pub struct Args {
     /// English sentences.
     #[arg(long, value_name = "FILE")]
     pub calibration: Option<PathBuf>,
-    /// Replace OUT if it is a model directory an earlier `xsent quantize` wrote.
+    /// Replace OUT if it is a model directory an earlier `xsent quantize` wrote and holds only
+    /// the files that run wrote (its config.json lists them).
     #[arg(long)]
     pub force: bool,
 }
