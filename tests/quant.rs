@@ -1149,3 +1149,56 @@ fn force_keeps_files_quantize_did_not_write() {
     let card = std::fs::read_to_string(tmp.path().join("c2/README.md")).unwrap();
     assert!(card.contains("2 sentences (3 tokens) of"), "{card}");
 }
+
+/// Ctrl-C while quantize writes OUT removes its temporary folder (an outside probe: a hidden
+/// `.OUT.partial-PID` of up to 470 MB was left for ever), and an OUT that ends in `.` or `..`
+/// is refused before any work (it failed after the work, and `a/..` made a folder `a`).
+#[test]
+fn interrupted_quantize_leaves_no_partial_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = common::model("multilingual-e5-small");
+    let out = tmp.path().join("q");
+    let partial = || {
+        std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".partial-"))
+            .collect::<Vec<_>>()
+    };
+    let mut child = common::xsent()
+        .arg("quantize")
+        .arg(&src)
+        .arg(&out)
+        .args(["--dtype", "bf16"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    // The folder appears once the model is read; its 236 MB take a while to write and sync.
+    while partial().is_empty() {
+        assert!(start.elapsed().as_secs() < 120, "no temporary folder appeared");
+        assert!(child.try_wait().unwrap().is_none(), "quantize ended before it was interrupted");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let killed = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    if status.success() {
+        // It ended before the signal came: OUT is whole, and still nothing is left beside it.
+        assert!(out.join("model.safetensors").is_file());
+    } else {
+        assert_eq!(status.code(), Some(130));
+        assert!(!out.exists());
+    }
+    assert_eq!(partial(), Vec::<String>::new());
+
+    let small = tiny_bert(tmp.path(), "small", |_, _| {});
+    std::fs::create_dir(tmp.path().join("empty")).unwrap();
+    for bad in ["empty/.", "a/.."] {
+        let o = common::xsent().current_dir(tmp.path()).arg("quantize").arg(&small).arg(bad).output().unwrap();
+        let e = stderr(&o);
+        assert!(!o.status.success() && e.contains("ends in `.` or `..`"), "{bad}: {e}");
+    }
+    assert!(!tmp.path().join("a").exists(), "a/.. made a folder a");
+    assert_eq!(std::fs::read_dir(tmp.path().join("empty")).unwrap().count(), 0);
+}

@@ -72,18 +72,25 @@ pub fn write_new_dir<T>(
     replace: Replace<'_>,
     write: impl FnOnce(&Path) -> Result<T>,
 ) -> Result<T> {
+    check_dir_name(out)?;
     let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
     let tmp = hidden_sibling(out, "partial");
+    remove_stale_partials(out, command);
     if tmp.exists() {
         // Left by a process of this id that was killed: no other one can hold it now.
         std::fs::remove_dir_all(&tmp).with_context(|| format!("cannot remove the leftover {}", tmp.display()))?;
     }
+    // Ctrl-C (SIGTERM, SIGHUP) removes the folder until it is moved into place.
+    super::output::remove_on_interrupt(&tmp)?;
     std::fs::create_dir(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
     let written = write(&tmp).and_then(|v| {
         sync_tree(&tmp).with_context(|| format!("cannot sync {} to disk", tmp.display()))?;
         Ok(v)
     });
+    // Held while the folder is moved (and an old one removed): an interruption waits for the
+    // move to end, so it never stops with the old folder aside and the new one not in place.
+    let _held = super::output::unregister(&tmp);
     match written {
         Ok(v) => move_into_place(&tmp, out, command, &replace).map(|()| v),
         Err(e) => {
@@ -93,14 +100,80 @@ pub fn write_new_dir<T>(
     }
 }
 
-/// `.NAME.TAG-PID` beside `out`: where the new model is written, or the old one is moved aside.
+/// Refuse an output folder whose path ends in `.` or `..` (`dir/.`, `.`, `a/..`): the new folder
+/// is written beside `out` and renamed to it, which such a name cannot take (an outside probe:
+/// each failed only after all the work, with a false "another process changed it", and `a/..`
+/// made a folder `a`). Callers check it before their work; [`write_new_dir`] checks it again.
+pub fn check_dir_name(out: &Path) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = out.as_os_str().as_bytes();
+    let trimmed = bytes.iter().rposition(|&b| b != b'/').map_or(&bytes[..0], |i| &bytes[..=i]);
+    let last = trimmed.rsplit(|&b| b == b'/').next().unwrap_or_default();
+    if trimmed.is_empty() || last == b"." || last == b".." {
+        anyhow::bail!(
+            "the output directory {} ends in `.` or `..` (or is `/`): give the folder's own name, e.g. {}",
+            out.display(),
+            std::path::absolute(out)
+                .ok()
+                .and_then(|a| {
+                    let mut n = PathBuf::new();
+                    for c in a.components() {
+                        match c {
+                            std::path::Component::ParentDir => {
+                                n.pop();
+                            }
+                            std::path::Component::CurDir => {}
+                            c => n.push(c),
+                        }
+                    }
+                    (n.parent().is_some()).then(|| n.display().to_string())
+                })
+                .unwrap_or_else(|| "../model".to_string())
+        );
+    }
+    Ok(())
+}
+
+/// `.NAME.TAG-PID-HOST` beside `out`: where the new model is written, or the old one is moved
+/// aside.
 fn hidden_sibling(out: &Path, tag: &str) -> PathBuf {
     let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     parent.join(format!(
-        ".{}.{tag}-{}",
+        ".{}.{tag}-{}-{}",
         out.file_name().and_then(|n| n.to_str()).unwrap_or("model"),
-        std::process::id()
+        std::process::id(),
+        super::host()
     ))
+}
+
+/// Remove the `.NAME.partial-PID-HOST` folders beside `out` left by processes of this machine that
+/// are gone (killed with `kill -9`, or by the OOM killer, when no handler runs), saying so; a
+/// folder of a process that still runs, or of another machine, is left. Best effort: without
+/// /proc nothing is removed. A folder moved aside (`.NAME.old-…`) holds the user's earlier
+/// model and is never removed here.
+fn remove_stale_partials(out: &Path, command: &str) {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let parent = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let Some(name) = out.file_name().and_then(|n| n.to_str()) else { return };
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
+    let (prefix, host) = (format!(".{name}.partial-"), format!("-{}", super::host()));
+    for e in entries.flatten() {
+        let file = e.file_name();
+        let Some(pid) = file.to_str().and_then(|f| f.strip_prefix(&prefix)).and_then(|r| r.strip_suffix(&host)) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_err() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if e.file_type().is_ok_and(|t| t.is_dir()) && std::fs::remove_dir_all(e.path()).is_ok() {
+            crate::errln!(
+                "{command}: removed {}, the unfinished output of xsent process {pid}, which is gone",
+                e.path().display()
+            );
+        }
+    }
 }
 
 /// Whether `replace` lets the folder at `dir` be replaced (a link never is).
@@ -300,6 +373,43 @@ pub fn write_file_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An output folder named by `.` or `..` is refused; other names pass.
+    #[test]
+    fn output_folders_ending_in_dots_are_refused() {
+        for bad in ["dir/.", ".", "./", "a/..", "..", "/", "dir/./", "x/../"] {
+            let e = check_dir_name(Path::new(bad)).unwrap_err().to_string();
+            assert!(e.contains("ends in `.` or `..`") && e.contains("give the folder's own name"), "{bad}: {e}");
+        }
+        for good in ["dir", "dir/", "./dir", "../dir", "a/../b", ".hidden", "a/.b", "..x"] {
+            check_dir_name(Path::new(good)).unwrap();
+        }
+    }
+
+    /// A `.NAME.partial-PID-HOST` folder of a process that is gone is removed before a new
+    /// write to NAME; one of a live process, another machine's, and a folder moved aside
+    /// (`.NAME.old-…`) are left.
+    #[test]
+    fn stale_partial_folders_of_gone_processes_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = super::super::host();
+        let me = std::process::id();
+        let gone = 4_000_000_000u32; // above any pid_max
+        let names = [
+            format!(".m.partial-{gone}-{host}"),
+            format!(".m.partial-{me}-{host}"),
+            format!(".m.partial-{gone}-another-host"),
+            format!(".m.old-{gone}-{host}"),
+            format!(".other.partial-{gone}-{host}"),
+        ];
+        for n in &names {
+            std::fs::create_dir(dir.path().join(n)).unwrap();
+            std::fs::write(dir.path().join(n).join("model.safetensors"), "x").unwrap();
+        }
+        remove_stale_partials(&dir.path().join("m"), "test");
+        let left: Vec<bool> = names.iter().map(|n| dir.path().join(n).exists()).collect();
+        assert_eq!(left, [false, true, true, true, true]);
+    }
 
     /// The finished folder replaces an old one; a move that fails takes the new folder away and
     /// puts the old one back, so no `.NAME.partial-PID` (nor `.NAME.old-PID`) is left.

@@ -27,7 +27,7 @@ fn pending() -> std::sync::MutexGuard<'static, Vec<std::path::PathBuf>> {
 }
 
 /// Take `tmp` off the Ctrl-C list, returning the lock for the caller to hold while it moves the file.
-fn unregister(tmp: &std::path::Path) -> std::sync::MutexGuard<'static, Vec<std::path::PathBuf>> {
+pub(crate) fn unregister(tmp: &std::path::Path) -> std::sync::MutexGuard<'static, Vec<std::path::PathBuf>> {
     let mut p = pending();
     p.retain(|f| f != tmp);
     p
@@ -43,7 +43,10 @@ pub(crate) fn interrupt_handler() -> anyhow::Result<()> {
             ctrlc::set_handler(|| {
                 let files = pending();
                 for tmp in files.iter() {
-                    let _ = std::fs::remove_file(tmp);
+                    // A temporary folder ([`super::atomic::write_new_dir`]) or file.
+                    if std::fs::remove_file(tmp).is_err() {
+                        let _ = std::fs::remove_dir_all(tmp);
+                    }
                 }
                 // Rows being passed to a pipe or terminal are let through whole.
                 if !crate::whole_rows::close_gate() {
@@ -58,6 +61,14 @@ pub(crate) fn interrupt_handler() -> anyhow::Result<()> {
         })
         .clone()
         .map_err(|e| anyhow::anyhow!("cannot set the Ctrl-C handler: {e}"))
+}
+
+/// Remove the temporary file or folder `tmp` if the process is interrupted (installing the
+/// handler on first use), until [`unregister`] takes it off.
+pub(crate) fn remove_on_interrupt(tmp: &std::path::Path) -> anyhow::Result<()> {
+    interrupt_handler()?;
+    pending().push(tmp.to_path_buf());
+    Ok(())
 }
 
 /// How the temporary files of outputs begin: `.xsent-out-PID-HOST.RANDOM`.

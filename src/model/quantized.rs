@@ -456,6 +456,7 @@ pub fn quantize(
              or move the files of {p}/ into the model's folder and set that module's \"path\" to \"\" in modules.json"
         );
     }
+    crate::io::atomic::check_dir_name(out)?;
     let src_dir = files.dir();
     let (o, s) = (resolved(out), resolved(&src_dir));
     if o == s {
