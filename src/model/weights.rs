@@ -324,12 +324,36 @@ impl CheckpointFile {
     fn get(&self, name: &str) -> Result<Tensor> {
         match self {
             Self::Safetensors(t) => Ok(t[name].clone()),
-            Self::Pytorch { path, tensors, .. } => tensors
-                .get(name)
-                .with_context(|| format!("cannot read tensor {name} of {}", path.display()))?
-                .with_context(|| format!("tensor {name} of {} is not stored where its index says", path.display())),
+            Self::Pytorch { path, tensors, .. } => {
+                if let Some(info) = tensors.tensor_infos().get(name) {
+                    strided_view_check(path, name, &info.layout)?;
+                }
+                tensors
+                    .get(name)
+                    .with_context(|| format!("cannot read tensor {name} of {}", path.display()))?
+                    .with_context(|| format!("tensor {name} of {} is not stored where its index says", path.display()))
+            }
         }
     }
+}
+
+/// Refuses a tensor of a PyTorch checkpoint that is a strided view (`big[:, ::2]`): torch.save
+/// stores a view as its storage and strides, which candle does not read (it said only "cannot
+/// retrieve non-contiguous tensors Layout { … }", an outside probe). A tensor stored whole, with
+/// an offset into its storage, or transposed (Fortran order) is read.
+fn strided_view_check(path: &Path, name: &str, layout: &candle_core::Layout) -> Result<()> {
+    if layout.is_contiguous() || layout.is_fortran_contiguous() {
+        return Ok(());
+    }
+    bail!(
+        "{}: tensor {name} is a strided view (shape {:?}, strides {:?} into a larger storage), as torch.save stores a \
+         slice such as w[:, ::2] without copying it; xsent reads tensors stored whole: load the model in transformers and \
+         save it again with save_pretrained(dir, safe_serialization=True), which writes model.safetensors, or call \
+         .contiguous() on such tensors before torch.save",
+        path.display(),
+        layout.dims(),
+        layout.stride()
+    )
 }
 
 /// Whether a tensor name is a learned parameter's (a weight or bias, LayerNorm's old names too),
@@ -519,6 +543,82 @@ fn umask() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// (name, storage key, storage size, offset, size, stride) of one tensor of [`torch_zip`].
+    type PthEntry<'a> = (&'a str, &'a str, usize, usize, &'a [usize], &'a [usize]);
+
+    /// A protocol-2 pickle of a state dict as torch.save writes it, in a zip at `path`: per
+    /// tensor a [`PthEntry`], float32 storages under `archive/data/KEY` holding 0, 1, 2, ….
+    fn torch_zip(path: &Path, tensors: &[PthEntry]) {
+        use std::io::Write;
+        let mut p = b"\x80\x02}(".to_vec();
+        let unicode = |p: &mut Vec<u8>, s: &str| {
+            p.push(b'X');
+            p.extend((s.len() as u32).to_le_bytes());
+            p.extend(s.as_bytes());
+        };
+        let int = |p: &mut Vec<u8>, v: usize| p.extend([b'K', v as u8]);
+        for &(name, key, storage, offset, size, stride) in tensors {
+            unicode(&mut p, name);
+            p.extend(b"ctorch._utils\n_rebuild_tensor_v2\n((");
+            unicode(&mut p, "storage");
+            p.extend(b"ctorch\nFloatStorage\n");
+            unicode(&mut p, key);
+            unicode(&mut p, "cpu");
+            int(&mut p, storage);
+            p.extend(b"tQ");
+            int(&mut p, offset);
+            for dims in [size, stride] {
+                p.push(b'(');
+                dims.iter().for_each(|&d| int(&mut p, d));
+                p.push(b't');
+            }
+            p.extend(b"\x89ccollections\nOrderedDict\n)RtR");
+        }
+        p.extend(b"u.");
+        let mut zip = zip::ZipWriter::new(std::fs::File::create(path).unwrap());
+        let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+        zip.start_file("archive/data.pkl", opts).unwrap();
+        zip.write_all(&p).unwrap();
+        for &(_, key, storage, ..) in tensors {
+            zip.start_file(format!("archive/data/{key}"), opts).unwrap();
+            let data: Vec<u8> = (0..storage).flat_map(|i| (i as f32).to_le_bytes()).collect();
+            zip.write_all(&data).unwrap();
+        }
+        zip.finish().unwrap();
+    }
+
+    /// A strided view stored by torch.save (`big[:, ::2]`) is refused by file and tensor, with
+    /// what to do; before, candle's "cannot retrieve non-contiguous tensors Layout { … }" was all
+    /// (an outside probe). An offset view and a transposed tensor read their values.
+    #[test]
+    fn a_strided_view_in_a_pytorch_checkpoint_is_named_with_a_way_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pytorch_model.bin");
+        torch_zip(
+            &path,
+            &[
+                ("strided.weight", "0", 8, 0, &[2, 2], &[4, 2]),
+                ("offset.weight", "1", 6, 2, &[2, 2], &[2, 1]),
+                ("transposed.weight", "2", 6, 0, &[2, 3], &[1, 2]),
+            ],
+        );
+        let file = CheckpointFile::open(&path, &|_| true).unwrap();
+        let e = format!("{:#}", file.get("strided.weight").unwrap_err());
+        assert!(
+            e.contains(&format!(
+                "{}: tensor strided.weight is a strided view (shape [2, 2], strides [4, 2]",
+                path.display()
+            )) && e.contains("save_pretrained(dir, safe_serialization=True)")
+                && e.contains(".contiguous()"),
+            "{e}"
+        );
+        assert!(!e.contains("Layout"), "{e}");
+        let got = file.get("offset.weight").unwrap().to_vec2::<f32>().unwrap();
+        assert_eq!(got, [[2.0, 3.0], [4.0, 5.0]]);
+        let got = file.get("transposed.weight").unwrap().to_vec2::<f32>().unwrap();
+        assert_eq!(got, [[0.0, 2.0, 4.0], [1.0, 3.0, 5.0]]);
+    }
 
     /// Saved weights get the mode any new file gets (the crate's temporary file is 0600).
     #[test]
