@@ -690,3 +690,67 @@ fn the_compared_report_is_read_once_before_the_model() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("is not a report of xsent eval --report"), "{err}");
 }
+
+/// A report records the model options, the commit and every data file with its sha256 and
+/// whether it is the pinned benchmark file; an edited benchmark file is warned about, and
+/// `--compare` refuses a report made on other data (an outside probe: 300 edited Tatoeba lines
+/// were scored without a word, and compared with a report of the real files they showed a
+/// "significant" difference for one and the same model).
+#[test]
+fn reports_record_their_data_and_settings_and_edited_benchmarks_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let words: Vec<String> = (0..10).map(|i| format!("w{i}")).collect();
+    let model = common::tiny_model("tiny-bert", dir.path(), &words);
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(data.join("tatoeba")).unwrap();
+    for side in ["deu", "eng"] {
+        let name = format!("tatoeba/tatoeba.deu-eng.{side}");
+        std::fs::copy(common::data().join(&name), data.join(&name)).unwrap();
+    }
+    let eval = |report: &std::path::Path, extra: &[&str]| {
+        common::xsent()
+            .args(["eval", "tatoeba", "--langs", "deu", "--layers", "1", "--model"])
+            .arg(&model)
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("--report")
+            .arg(report)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let read =
+        |p: &std::path::Path| -> serde_json::Value { serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap() };
+    let first = dir.path().join("r1.json");
+    let o = eval(&first, &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && !err.contains("warning"), "{err}");
+    let r = read(&first);
+    assert_eq!(r["settings"]["layers"], 1);
+    assert_eq!(r["settings"]["dtype"], serde_json::Value::Null);
+    assert!(r["commit"].is_string(), "{r}");
+    let files = r["data"].as_array().unwrap();
+    assert_eq!(files.len(), 2, "{files:?}");
+    assert_eq!(files[0]["path"], "tatoeba/tatoeba.deu-eng.deu");
+    assert_eq!(files[0]["pinned"], true);
+    assert_eq!(files[0]["sha256"].as_str().unwrap().len(), 64);
+
+    // One line edited: scored, with a warning naming the file, and recorded as not pinned.
+    let deu = data.join("tatoeba/tatoeba.deu-eng.deu");
+    let text = std::fs::read_to_string(&deu).unwrap().replacen('\n', " xxx\n", 1);
+    std::fs::write(&deu, text).unwrap();
+    let second = dir.path().join("r2.json");
+    let o = eval(&second, &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("tatoeba.deu-eng.deu is not the file xsent pins for its benchmark"), "{err}");
+    assert_eq!(read(&second)["data"][0]["pinned"], false);
+    // Compared with the report of the pinned file: refused before the model loads.
+    let o = eval(&dir.path().join("r3.json"), &["--compare", first.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("that report was made on other data: tatoeba/tatoeba.deu-eng.deu"),
+        "{err}"
+    );
+    assert!(!dir.path().join("r3.json").exists());
+}

@@ -1,6 +1,7 @@
 use super::mine::MiningArgs;
 use super::ModelArgs;
 use crate::clock::utc_now;
+use crate::data::provenance::DataFile;
 use crate::eval::bucc;
 use crate::eval::report::{Entry, Report};
 use crate::model::Embedder;
@@ -121,12 +122,16 @@ fn write_report(
     start: Instant,
     results: Vec<Entry>,
     extra: Option<serde_json::Value>,
+    data: Vec<DataFile>,
 ) -> Result<()> {
     let Some(path) = path else { return Ok(()) };
     Report {
         model: model.spec()?,
         prefix: prefix.into(),
         xsent_version: crate::VERSION.into(),
+        commit: option_env!("XSENT_GIT_COMMIT").map(str::to_string),
+        settings: Some(model.recorded()),
+        data,
         date: utc_now(),
         seconds: start.elapsed().as_secs_f64(),
         results,
@@ -305,7 +310,7 @@ fn bucc_task(enc: &dyn crate::model::Embedder, b: &BuccArgs, data: &[BuccPair]) 
 
 /// Check the arguments and the data directory, read the task's data (so a missing file or an
 /// unknown language is reported before the model loads), then [`loaded`].
-fn single<D>(
+fn single<D: ReadFiles>(
     a: &Args,
     read: impl FnOnce() -> Result<D>,
     task: impl FnOnce(&dyn crate::model::Embedder, D) -> Result<Outcome>,
@@ -313,7 +318,8 @@ fn single<D>(
     let dir = crate::data::data_dir(a.data_dir.as_deref())?;
     let compared = check(a, &[], Some(&dir))?;
     let data = read()?;
-    loaded(a, compared, |enc| task(enc, data))
+    let files = described(Some(&dir), &data.files(), "xsent eval", compared.as_ref())?;
+    loaded(a, compared, files, |enc| task(enc, data))
 }
 
 /// The checks every task makes before any work: batch size, --langs given twice, and the report
@@ -341,6 +347,7 @@ fn check(a: &Args, inputs: &[&Path], data_dir: Option<&Path>) -> Result<Option<C
 fn loaded(
     a: &Args,
     compared: Option<Compared>,
+    data: Vec<DataFile>,
     task: impl FnOnce(&dyn crate::model::Embedder) -> Result<Outcome>,
 ) -> Result<()> {
     let start = Instant::now();
@@ -349,7 +356,62 @@ fn loaded(
     enc.say("xsent eval", "texts");
     out!("{}", o.table);
     compare_with(compared.as_ref(), &o.results, &mut o.extra)?;
-    write_report(&a.model, a.report.as_deref(), enc.prefix(), start, o.results, o.extra)
+    write_report(&a.model, a.report.as_deref(), enc.prefix(), start, o.results, o.extra, data)
+}
+
+/// The data files a task read, as a report records them ([`crate::data::provenance`]); a
+/// benchmark file that is not the pinned one is warned about, and a `--compare` report that read
+/// one of these files with other content is refused (its differences would be the data's).
+fn described(
+    data_dir: Option<&Path>,
+    files: &[PathBuf],
+    command: &str,
+    compared: Option<&Compared>,
+) -> Result<Vec<DataFile>> {
+    use crate::data::provenance;
+    let described = provenance::describe(data_dir, files)?;
+    for w in provenance::warnings(&described, data_dir) {
+        errln!("{command}: warning: {w}");
+    }
+    if let Some(c) = compared {
+        let differ = provenance::differences(&described, &c.report.data);
+        ensure!(
+            differ.is_empty(),
+            "--compare {}: that report was made on other data: {}; paired differences would measure the data, not the models",
+            c.path.display(),
+            differ.join(", ")
+        );
+    }
+    Ok(described)
+}
+
+/// The files a task's data was read from.
+trait ReadFiles {
+    fn files(&self) -> Vec<PathBuf>;
+}
+
+impl ReadFiles for Vec<crate::data::sts::StsSet> {
+    fn files(&self) -> Vec<PathBuf> {
+        self.iter().flat_map(|s| s.files.iter().cloned()).collect()
+    }
+}
+
+impl ReadFiles for Vec<crate::data::tatoeba::TatoebaSet> {
+    fn files(&self) -> Vec<PathBuf> {
+        self.iter().flat_map(|s| s.files.iter().cloned()).collect()
+    }
+}
+
+impl ReadFiles for Vec<BuccPair> {
+    fn files(&self) -> Vec<PathBuf> {
+        self.iter().flat_map(|p| p.train.iter().chain([&p.test]).flat_map(|s| s.files.iter().cloned())).collect()
+    }
+}
+
+impl<A: ReadFiles, B: ReadFiles, C: ReadFiles> ReadFiles for (A, B, C) {
+    fn files(&self) -> Vec<PathBuf> {
+        [self.0.files(), self.1.files(), self.2.files()].concat()
+    }
 }
 
 /// The report `--compare` names and what it holds, read once before any work (a bad report is
@@ -383,7 +445,13 @@ fn sts(s: StsArgs) -> Result<()> {
     let compared = check(a, &inputs, crate::data::data_dir(a.data_dir.as_deref()).ok().as_deref())?;
     // Read every file before the model loads: a bad file is reported at once.
     let sets = s.pairs.iter().map(|p| crate::data::sts::read_scored_pairs(p)).collect::<Result<Vec<_>>>()?;
-    loaded(a, compared, |enc| scored_pairs_task(enc, &sets, &s.pairs, a.batch_size))
+    let files = described(
+        crate::data::data_dir(a.data_dir.as_deref()).ok().as_deref(),
+        &sets.files(),
+        "xsent eval sts",
+        compared.as_ref(),
+    )?;
+    loaded(a, compared, files, |enc| scored_pairs_task(enc, &sets, &s.pairs, a.batch_size))
 }
 
 /// `--pairs`: one row per file, no published columns.
@@ -513,6 +581,8 @@ fn xsr(a: XsrArgs) -> Result<()> {
         }
         distractors.extend(lines);
     }
+    let read: Vec<PathBuf> = [src_path, tgt_path].into_iter().chain(&a.distractors).cloned().collect();
+    let data = described(crate::data::data_dir(None).ok().as_deref(), &read, "xsent eval xsr", compared.as_ref())?;
     let enc = a.model.load_noting_cuts()?;
     let (items, candidates) = crate::eval::xsr::p_at_1(&enc, &src, &tgt, &distractors, a.batch_size)?;
     enc.say("xsent eval xsr", "texts");
@@ -537,7 +607,7 @@ fn xsr(a: XsrArgs) -> Result<()> {
     }];
     let mut extra = None;
     compare_with(compared.as_ref(), &results, &mut extra)?;
-    write_report(&a.model, a.report.as_deref(), enc.prefix(), start, results, extra)
+    write_report(&a.model, a.report.as_deref(), enc.prefix(), start, results, extra, data)
 }
 
 /// The Multi30k preset: every direction's files are read (and checked) before the model loads.
@@ -554,6 +624,9 @@ fn xsr_multi30k(a: &XsrArgs, compared: Option<Compared>) -> Result<()> {
         ensure!(!directions[..i].contains(d), "--langs lists {d} twice; give each direction once");
     }
     let sets = directions.iter().map(|d| xsr::read_multi30k(&dir, d)).collect::<Result<Vec<_>>>()?;
+    let root = crate::data::data_dir(a.data_dir.as_deref())?;
+    let read: Vec<PathBuf> = sets.iter().flat_map(|s| s.files.iter().cloned()).collect();
+    let data = described(Some(&root), &read, "xsent eval xsr", compared.as_ref())?;
     let enc = a.model.load_noting_cuts()?;
     let scores = xsr::evaluate_multi30k(&enc, &sets, a.batch_size)?;
     enc.say("xsent eval xsr", "texts");
@@ -574,5 +647,5 @@ fn xsr_multi30k(a: &XsrArgs, compared: Option<Compared>) -> Result<()> {
     let mut extra =
         Some(serde_json::json!({"mean_p_at_1": mean, "mean_p_at_1_ci95": mean_ci, "directions": scores.len()}));
     compare_with(compared.as_ref(), &results, &mut extra)?;
-    write_report(&a.model, a.report.as_deref(), enc.prefix(), start, results, extra)
+    write_report(&a.model, a.report.as_deref(), enc.prefix(), start, results, extra, data)
 }

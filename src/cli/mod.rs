@@ -154,6 +154,24 @@ impl ModelArgs {
         Ok(dir.display().to_string())
     }
 
+    /// These options as a report records them: each flag's value, null where the model's own
+    /// setting (or xsent's default) was used.
+    pub fn recorded(&self) -> serde_json::Value {
+        serde_json::json!({
+            "dtype": self.dtype,
+            "pooling": self.pooling,
+            "max_length": self.max_length,
+            "layers": self.layers,
+            "normalize": if self.normalize { Some(true) } else if self.no_normalize { Some(false) } else { None },
+            "prompt_name": self.prompt_name,
+            "head": self.head,
+            "device": self.device,
+            "max_batch_tokens": self.max_batch_tokens,
+            "max_line_bytes": self.max_line_bytes,
+            "allow_unused_weights": self.allow_unused_weights,
+        })
+    }
+
     /// The load options these flags give.
     pub fn options(&self) -> anyhow::Result<crate::model::LoadOptions> {
         Ok(crate::model::LoadOptions {

@@ -17,6 +17,8 @@ pub struct BuccSplit {
     pub tgt: Vec<String>,
     /// Gold pairs as (source index, target index).
     pub gold: Vec<(usize, usize)>,
+    /// The files read (for reports: which data, with its digest).
+    pub files: Vec<std::path::PathBuf>,
 }
 
 /// Every `(pair, split)` with a gold file `{pair}.{split}.gold` (or `.gold.gz`) in `dir`, sorted,
@@ -61,8 +63,9 @@ pub fn splits(dir: &Path, pair: &str) -> Result<Vec<String>> {
     Ok(out)
 }
 
-fn read_side(path: &Path, expected: &str) -> Result<(Vec<String>, Vec<String>)> {
+fn read_side(path: &Path, expected: &str, files: &mut Vec<std::path::PathBuf>) -> Result<(Vec<String>, Vec<String>)> {
     let path = &require_plain_or_gz(path, "BUCC", expected)?;
+    files.push(path.clone());
     let mut ids = Vec::new();
     let mut sents = Vec::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
@@ -89,12 +92,14 @@ pub fn read(dir: &Path, pair: &str, split: &str) -> Result<BuccSplit> {
         "split {split} of {pair} needs {pair}.{split}.{xx} and {pair}.{split}.{en} (`id<TAB>sentence` lines) and {pair}.{split}.gold (`{xx}-id<TAB>{en}-id` lines) in {}",
         dir.display()
     );
-    let (src_ids, src) = read_side(&dir.join(format!("{pair}.{split}.{xx}")), &expected)?;
-    let (tgt_ids, tgt) = read_side(&dir.join(format!("{pair}.{split}.{en}")), &expected)?;
+    let mut files = Vec::new();
+    let (src_ids, src) = read_side(&dir.join(format!("{pair}.{split}.{xx}")), &expected, &mut files)?;
+    let (tgt_ids, tgt) = read_side(&dir.join(format!("{pair}.{split}.{en}")), &expected, &mut files)?;
     let index =
         |ids: &[String]| -> HashMap<String, usize> { ids.iter().enumerate().map(|(i, s)| (s.clone(), i)).collect() };
     let (si, ti) = (index(&src_ids), index(&tgt_ids));
     let gold_path = require_plain_or_gz(&dir.join(format!("{pair}.{split}.gold")), "BUCC", &expected)?;
+    files.push(gold_path.clone());
     let mut gold = Vec::new();
     for (n, l) in read_lines(&gold_path)?.into_iter().enumerate() {
         let Some((a, b)) = l.split_once('\t') else {
@@ -105,5 +110,5 @@ pub fn read(dir: &Path, pair: &str, split: &str) -> Result<BuccSplit> {
         };
         gold.push((i, j));
     }
-    Ok(BuccSplit { pair: pair.into(), split: split.into(), src_ids, src, tgt_ids, tgt, gold })
+    Ok(BuccSplit { pair: pair.into(), split: split.into(), src_ids, src, tgt_ids, tgt, gold, files })
 }

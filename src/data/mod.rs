@@ -4,6 +4,7 @@ pub mod bitext;
 pub mod bucc;
 pub mod decontam;
 pub mod fetch;
+pub mod provenance;
 pub mod registry;
 pub mod sts;
 pub mod tatoeba;

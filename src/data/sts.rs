@@ -12,6 +12,8 @@ pub struct StsSet {
     pub name: String,
     pub pairs: Vec<(String, String)>,
     pub gold: Vec<f64>,
+    /// The files read (for reports: which data, with its digest).
+    pub files: Vec<std::path::PathBuf>,
 }
 
 /// (set name, file stem of tracks 1-5).
@@ -63,7 +65,8 @@ pub fn read_sts2017(sts_dir: &Path, only: &[String]) -> Result<Vec<StsSet>> {
                 scores.len()
             );
         }
-        let mut set = StsSet { name: name.into(), pairs: Vec::new(), gold: Vec::new() };
+        let mut set =
+            StsSet { name: name.into(), pairs: Vec::new(), gold: Vec::new(), files: vec![input.clone(), gold.clone()] };
         for (i, (l, g)) in lines.iter().zip(&scores).enumerate() {
             let Some((a, b)) = l.split_once('\t') else {
                 bail!("{}:{}: expected `sentence1<TAB>sentence2`", input.display(), i + 1)
@@ -80,7 +83,7 @@ pub fn read_sts2017(sts_dir: &Path, only: &[String]) -> Result<Vec<StsSet>> {
             "STS 2017 en-de",
             "expected STS2017.en-de.txt with `en<TAB>de<TAB>score` lines",
         )?;
-        let mut set = StsSet { name: "en-de".into(), pairs: Vec::new(), gold: Vec::new() };
+        let mut set = StsSet { name: "en-de".into(), pairs: Vec::new(), gold: Vec::new(), files: vec![path.clone()] };
         for (i, l) in read_lines(&path)?.iter().enumerate() {
             let f: Vec<&str> = l.split('\t').collect();
             if f.len() != 3 {
@@ -129,7 +132,7 @@ pub fn read_scored_pairs(path: &Path) -> Result<StsSet> {
         "expected the STS benchmark's csv layout or `sentence1<TAB>sentence2<TAB>score` lines",
     )?;
     let name = path.file_stem().map(|s| s.to_string_lossy().to_string()).unwrap_or_default();
-    let mut set = StsSet { name, pairs: Vec::new(), gold: Vec::new() };
+    let mut set = StsSet { name, pairs: Vec::new(), gold: Vec::new(), files: vec![path.to_path_buf()] };
     for (i, l) in read_lines(path)?.iter().enumerate() {
         if l.trim().is_empty() {
             continue;

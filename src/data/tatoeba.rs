@@ -11,6 +11,8 @@ pub struct TatoebaSet {
     pub lang: String,
     pub xx: Vec<String>,
     pub eng: Vec<String>,
+    /// The files read (for reports: which data, with its digest).
+    pub files: Vec<std::path::PathBuf>,
 }
 
 /// Codes of every language with a file in `dir` (`tatoeba.xxx-eng.xxx` or `tatoeba.xxx-eng.eng`,
@@ -75,7 +77,7 @@ pub fn read(dir: &Path, lang: &str) -> Result<TatoebaSet> {
             );
         }
     }
-    Ok(TatoebaSet { lang: lang.to_string(), xx, eng })
+    Ok(TatoebaSet { lang: lang.to_string(), xx, eng, files: vec![xx_path, eng_path] })
 }
 
 #[cfg(test)]

@@ -23,6 +23,16 @@ pub struct Report {
     pub model: String,
     pub prefix: String,
     pub xsent_version: String,
+    /// The git commit xsent was built from, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// The model options of the run (`--dtype`, `--pooling`, `--max-length`, `--layers`, …; null
+    /// where the model's own setting was used), so that two runs of one model can be told apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<serde_json::Value>,
+    /// The data files read, with their sha256 and whether each is the pinned benchmark file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub data: Vec<crate::data::provenance::DataFile>,
     pub date: String,
     pub seconds: f64,
     pub results: Vec<Entry>,
@@ -31,9 +41,20 @@ pub struct Report {
 }
 
 impl Report {
+    /// Write the report as JSON, gzip-compressed when `path` ends in `.gz` (as [`Self::read`]
+    /// reads it, and as the run records keep reports).
     pub fn write(&self, path: &Path) -> Result<()> {
+        let text = serde_json::to_string_pretty(self)? + "\n";
+        let bytes = if path.extension().is_some_and(|e| e == "gz") {
+            use std::io::Write;
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            gz.write_all(text.as_bytes())?;
+            gz.finish()?
+        } else {
+            text.into_bytes()
+        };
         // Through a temporary file and a rename: a failed write (a full disk) keeps the earlier report.
-        crate::io::atomic::write_file_atomically(path, (serde_json::to_string_pretty(self)? + "\n").as_bytes())
+        crate::io::atomic::write_file_atomically(path, &bytes)
             .with_context(|| format!("cannot write report {}", path.display()))
     }
 
@@ -140,6 +161,9 @@ mod tests {
             model: "m".into(),
             prefix: String::new(),
             xsent_version: "0".into(),
+            commit: None,
+            settings: None,
+            data: Vec::new(),
             date: String::new(),
             seconds: 0.0,
             results: vec![entry(gold)],
@@ -147,6 +171,11 @@ mod tests {
         };
         report(vec![1.0, 2.0, 3.0]).write(&path).unwrap();
         assert!(Report::read(&path).is_ok());
+        // A `.gz` name is written gzip-compressed (it was plain JSON under that name), and read back.
+        let gz = path.with_extension("json.gz");
+        report(vec![1.0, 2.0, 3.0]).write(&gz).unwrap();
+        assert_eq!(&std::fs::read(&gz).unwrap()[..2], [0x1f, 0x8b]);
+        assert_eq!(Report::read(&gz).unwrap().results.len(), 1);
         report(vec![1.0, 2.0]).write(&path).unwrap();
         let e = format!("{:#}", Report::read(&path).unwrap_err());
         assert!(e.contains("the items of sts test en-en are damaged") && e.contains("3 similarities but 2"), "{e}");

@@ -119,6 +119,7 @@ mod tests {
             lang: "xxx".into(),
             xx: vec!["a".into(), "b".into(), "c".into()],
             eng: vec!["A".into(), "B".into(), "C".into()],
+            files: Vec::new(),
         };
         let v = |x: &[f32]| x.to_vec();
         let vecs: HashMap<String, Vec<f32>> = [

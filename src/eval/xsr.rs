@@ -74,6 +74,8 @@ pub struct Multi30kSet {
     pub tgt: String,
     pub queries: Vec<String>,
     pub candidates: Vec<String>,
+    /// The files read (for reports: which data, with its digest).
+    pub files: Vec<PathBuf>,
 }
 
 impl Multi30kSet {
@@ -157,7 +159,8 @@ pub fn read_multi30k(dir: &Path, direction: &str) -> Result<Multi30kSet> {
         );
         candidates.extend(lines);
     }
-    Ok(Multi30kSet { src, tgt, queries, candidates })
+    let files = std::iter::once(query_path).chain(candidate_paths).collect();
+    Ok(Multi30kSet { src, tgt, queries, candidates, files })
 }
 
 fn list(langs: &[String]) -> String {

@@ -1,0 +1,113 @@
+//! Which data an evaluation read: each file with its sha256, and whether it is the file xsent
+//! pins for its benchmark ([`super::registry`]). Reports keep the list, so that two reports can
+//! be told apart by their data and `--compare` refuses reports of other data; a benchmark file
+//! that is not the pinned one is warned about, since its scores are not the benchmark's (an
+//! outside probe: 300 edited Tatoeba lines were scored without a word, and `--compare` against
+//! a report of the real files showed a "significant" difference for the same model).
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// One file an evaluation read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DataFile {
+    /// Its path: relative to the data directory for the benchmark files there, else as given.
+    pub path: String,
+    pub sha256: String,
+    /// `true`: the pinned file of its benchmark; `false`: a benchmark file with other content;
+    /// absent: a file the registry does not list (the user's own, `--pairs`, `--src`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<bool>,
+}
+
+/// The files `files` (each once, in order), described against the registry: a path under
+/// `data_dir` is looked up by its path there.
+pub fn describe(data_dir: Option<&Path>, files: &[PathBuf]) -> Result<Vec<DataFile>> {
+    let mut out: Vec<DataFile> = Vec::new();
+    for f in files {
+        let rel = data_dir.and_then(|d| f.strip_prefix(d).ok()).and_then(|r| r.to_str()).map(str::to_string);
+        let path = rel.clone().unwrap_or_else(|| f.display().to_string());
+        if out.iter().any(|d| d.path == path) {
+            continue;
+        }
+        let sha256 = crate::io::digest::sha256_file(f)?;
+        let pinned = rel.as_deref().and_then(pinned_sha256).map(|want| want == sha256);
+        out.push(DataFile { path, sha256, pinned });
+    }
+    Ok(out)
+}
+
+/// The sha256 the registry pins for the file at `rel` in the data directory.
+fn pinned_sha256(rel: &str) -> Option<&'static str> {
+    super::registry::SETS.iter().flat_map(|s| s.files).find(|f| f.path == rel).map(|f| f.sha256)
+}
+
+/// A warning for each benchmark file that is not the pinned one.
+pub fn warnings(files: &[DataFile], data_dir: Option<&Path>) -> Vec<String> {
+    files
+        .iter()
+        .filter(|f| f.pinned == Some(false))
+        .map(|f| {
+            let full = data_dir.map_or_else(|| PathBuf::from(&f.path), |d| d.join(&f.path));
+            format!(
+                "{} is not the file xsent pins for its benchmark (sha256 {}, pinned {}): its scores are not the benchmark's, \
+                 nor comparable with published numbers or with reports of the pinned file; `xsent data fetch` restores it",
+                full.display(),
+                &f.sha256[..12],
+                pinned_sha256(&f.path).map_or("?", |s| &s[..12])
+            )
+        })
+        .collect()
+}
+
+/// The files two reports both read with different content, as `path (sha256 a… here, b… there)`.
+pub fn differences(this: &[DataFile], other: &[DataFile]) -> Vec<String> {
+    this.iter()
+        .filter_map(|a| {
+            let b = other.iter().find(|b| b.path == a.path)?;
+            (a.sha256 != b.sha256)
+                .then(|| format!("{} (sha256 {}… here, {}… there)", a.path, &a.sha256[..12], &b.sha256[..12]))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pinned file is recognised by its path in the data directory and its digest; edited, it
+    /// is not, and is warned about; a file outside the registry is neither.
+    #[test]
+    fn benchmark_files_are_checked_against_the_pins() {
+        let set = super::super::registry::find("tatoeba").unwrap();
+        let pinned = &set.files[0];
+        let dir = tempfile::tempdir().unwrap();
+        // The shared data, as the integration tests find it (XSENT_DATA, else ../shared/data).
+        let data = std::env::var_os("XSENT_DATA")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data"));
+        let real = data.join(pinned.path);
+        assert!(real.is_file(), "{} not found (set XSENT_DATA)", real.display());
+        let copy = dir.path().join(pinned.path);
+        std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+        std::fs::copy(&real, &copy).unwrap();
+        let own = dir.path().join("mine.txt");
+        std::fs::write(&own, "a\n").unwrap();
+        let d = describe(Some(dir.path()), &[copy.clone(), own.clone(), copy.clone()]).unwrap();
+        assert_eq!(d.len(), 2, "each file once");
+        assert_eq!((d[0].path.as_str(), d[0].pinned), (pinned.path, Some(true)));
+        assert_eq!(d[1].pinned, None);
+        assert!(warnings(&d, Some(dir.path())).is_empty());
+        let mut text = std::fs::read(&copy).unwrap();
+        text[0] ^= 1;
+        std::fs::write(&copy, text).unwrap();
+        let edited = describe(Some(dir.path()), std::slice::from_ref(&copy)).unwrap();
+        assert_eq!(edited[0].pinned, Some(false));
+        let w = warnings(&edited, Some(dir.path()));
+        assert!(w.len() == 1 && w[0].contains("is not the file xsent pins"), "{w:?}");
+        let diff = differences(&edited, &d);
+        assert!(diff.len() == 1 && diff[0].starts_with(pinned.path), "{diff:?}");
+        assert!(differences(&d, &d).is_empty());
+    }
+}
