@@ -223,6 +223,9 @@ fn run_locked(a: &Args, out: &std::path::Path, saved: &std::path::Path, wrote_co
     })
 }
 
+/// The config keys of models a recipe trains (the others are frozen, and may be quantised).
+const TRAINED: [&str; 2] = ["distill.student", "dueam.learner"];
+
 /// `--check`: print the resolved config on stdout, and on stderr each path it names with
 /// whether it exists; an error when one does not.
 fn check(from: config::ConfigFrom, a: &Args) -> Result<i32> {
@@ -233,6 +236,15 @@ fn check(from: config::ConfigFrom, a: &Args) -> Result<i32> {
         let v = f.get();
         let p = std::path::Path::new(&v);
         let state = match f.kind {
+            config::PathKind::Model if p.is_dir() && TRAINED.contains(&f.key.as_str()) => {
+                match crate::model::quantized::refuse_for_training(&v) {
+                    Ok(()) => "model directory",
+                    Err(e) => {
+                        missing.push(format!("{} = {v}: {e:#}", f.key));
+                        "CANNOT BE TRAINED"
+                    }
+                }
+            }
             config::PathKind::Model if p.is_dir() => "model directory",
             config::PathKind::Model if !p.is_absolute() => "hub id (not checked: the hub is asked when the run starts)",
             config::PathKind::File if p.is_dir() => "folder",
@@ -246,7 +258,7 @@ fn check(from: config::ConfigFrom, a: &Args) -> Result<i32> {
     }
     if !missing.is_empty() {
         bail!(
-            "{}: {} of its paths do not exist:\n  {}\n(benchmark data: `xsent data fetch`; models: scripts/setup.sh; \
+            "{}: {} of its paths do not exist or cannot serve:\n  {}\n(benchmark data: `xsent data fetch`; models: scripts/setup.sh; \
              paths of your own: edit the config or --set KEY=PATH)",
             from.name(),
             missing.len(),

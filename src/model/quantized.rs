@@ -83,6 +83,24 @@ pub fn saved_asymmetric(raw: &serde_json::Value, config: &Path) -> Result<bool> 
     }
 }
 
+/// Refuse, before any work, a model to be trained (a student, a learner) that `xsent quantize`
+/// wrote: loading it trainable fails, and in a recipe that load came only after minutes of work
+/// (an outside probe: distill's teacher pass, 125 s, then the refusal; `train --check` passed
+/// it). A hub id not in a local directory is checked when it loads.
+pub fn refuse_for_training(spec: &str) -> Result<()> {
+    let config = crate::model::source::local_dir(spec).join("config.json");
+    if !config.is_file() {
+        return Ok(());
+    }
+    let raw: serde_json::Value = match std::fs::read_to_string(&config).ok().and_then(|t| serde_json::from_str(&t).ok())
+    {
+        Some(v) => v,
+        // An unreadable config is reported by the load, with its own message.
+        None => return Ok(()),
+    };
+    effective_dtype(saved_dtype(&raw, &config)?, None, true, spec).map(|_| ())
+}
+
 /// The dtype to run a model stored in `saved` with, given `--dtype requested`.
 pub fn effective_dtype(saved: Option<Dtype>, requested: Option<Dtype>, trainable: bool, spec: &str) -> Result<Dtype> {
     let Some(s) = saved else { return Ok(requested.unwrap_or_default()) };

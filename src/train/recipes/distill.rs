@@ -106,6 +106,8 @@ impl Distill {
             teacher_sentences.iter().enumerate().map(|(i, s)| (s.as_str(), i)).collect();
         let device = crate::device::parse_device(&cfg.train.device)?;
         let mut teacher_normalized = None;
+        // Before the teacher's pass: a student that cannot be trained is refused at once.
+        crate::model::quantized::refuse_for_training(&dc.student).with_context(|| format!("student {}", dc.student))?;
         let teacher = if dc.uses_teacher() {
             let teacher_opts = LoadOptions {
                 device: device.clone(),

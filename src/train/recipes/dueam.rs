@@ -105,6 +105,8 @@ struct DueamAhead {
 impl Dueam {
     pub fn new(cfg: &Config, dc: &DueamConfig) -> Result<Self> {
         dc.validate()?;
+        // Before the pairs are built: a learner that cannot be trained is refused at once.
+        crate::model::quantized::refuse_for_training(&dc.learner).with_context(|| format!("learner {}", dc.learner))?;
         let t0 = Instant::now();
         let data = match dc.pairs {
             PairKind::Weak => weak_pairs(&dc.xnli_dir, &dc.splits, &dc.langs, dc.cross_lingual),
