@@ -679,6 +679,45 @@ fn the_compared_report_is_read_once_before_the_model() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(out.contains("## Compared with"), "{out}");
 
+    // Files of one's own through pipes (`--src <(…)`) are read once: the report records them
+    // without a digest instead of opening them again (which would wait for ever).
+    let (src, tgt) = (p("src.fifo"), p("tgt.fifo"));
+    for f in [&src, &tgt] {
+        assert!(std::process::Command::new("mkfifo").arg(f).status().unwrap().success());
+    }
+    let writers: Vec<_> = [(src.clone(), "w1 w2\nw3\n"), (tgt.clone(), "w2 w1\nw3\n")]
+        .into_iter()
+        .map(|(f, text)| std::thread::spawn(move || std::fs::write(f, text).unwrap()))
+        .collect();
+    let xsr_report = p("xsr.json");
+    let mut child = common::xsent()
+        .args(["eval", "xsr", "--model"])
+        .arg(&model)
+        .arg("--src")
+        .arg(&src)
+        .arg("--tgt")
+        .arg(&tgt)
+        .arg("--report")
+        .arg(&xsr_report)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            child.kill().unwrap();
+            panic!("eval xsr --src FIFO did not finish in 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    writers.into_iter().for_each(|w| w.join().unwrap());
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&xsr_report).unwrap()).unwrap();
+    assert_eq!(r["data"].as_array().unwrap().len(), 2);
+    assert!(r["data"][0].get("sha256").is_none(), "{r}");
+
     // A bad report stops the Multi30k preset before the model loads (here a model that does
     // not exist, which would be the first error otherwise).
     std::fs::write(p("bad.json"), "{").unwrap();
@@ -728,7 +767,8 @@ fn reports_record_their_data_and_settings_and_edited_benchmarks_are_named() {
     let r = read(&first);
     assert_eq!(r["settings"]["layers"], 1);
     assert_eq!(r["settings"]["dtype"], serde_json::Value::Null);
-    assert!(r["commit"].is_string(), "{r}");
+    // The commit build.rs found (none outside a git checkout).
+    assert_eq!(r["commit"].as_str(), option_env!("XSENT_GIT_COMMIT"), "{r}");
     let files = r["data"].as_array().unwrap();
     assert_eq!(files.len(), 2, "{files:?}");
     assert_eq!(files[0]["path"], "tatoeba/tatoeba.deu-eng.deu");

@@ -908,7 +908,7 @@ fn quantize_copies_files_and_real_folders_only() {
 
 /// An OUT that is a symlink (dangling, or to a directory) is refused before anything is
 /// written; before, a dangling one failed at the final rename and left the whole model in
-/// `.OUT.partial-PID`.
+/// `.OUT.partial-PID-HOST`.
 #[cfg(unix)]
 #[test]
 fn quantize_refuses_an_out_that_is_a_symlink() {

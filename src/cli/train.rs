@@ -235,15 +235,14 @@ fn check(from: config::ConfigFrom, a: &Args) -> Result<i32> {
     for f in cfg.paths_mut() {
         let v = f.get();
         let p = std::path::Path::new(&v);
+        // A model to train is looked for as the run loads it (a bare name in the models folder too).
+        let untrainable = (f.kind == config::PathKind::Model && TRAINED.contains(&f.key.as_str()))
+            .then(|| crate::model::quantized::refuse_for_training(&v).err())
+            .flatten();
         let state = match f.kind {
-            config::PathKind::Model if p.is_dir() && TRAINED.contains(&f.key.as_str()) => {
-                match crate::model::quantized::refuse_for_training(&v) {
-                    Ok(()) => "model directory",
-                    Err(e) => {
-                        missing.push(format!("{} = {v}: {e:#}", f.key));
-                        "CANNOT BE TRAINED"
-                    }
-                }
+            _ if let Some(e) = &untrainable => {
+                missing.push(format!("{} = {v}: {e:#}", f.key));
+                "CANNOT BE TRAINED"
             }
             config::PathKind::Model if p.is_dir() => "model directory",
             config::PathKind::Model if !p.is_absolute() => "hub id (not checked: the hub is asked when the run starts)",

@@ -14,28 +14,46 @@ use std::path::{Path, PathBuf};
 pub struct DataFile {
     /// Its path: relative to the data directory for the benchmark files there, else as given.
     pub path: String,
-    pub sha256: String,
+    /// Absent for what is not a regular file (a pipe, `<(cat a.txt)`): it was read once, as the
+    /// data, and cannot be read again to be hashed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
     /// `true`: the pinned file of its benchmark; `false`: a benchmark file with other content;
     /// absent: a file the registry does not list (the user's own, `--pairs`, `--src`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pinned: Option<bool>,
 }
 
-/// The files `files` (each once, in order), described against the registry: a path under
-/// `data_dir` is looked up by its path there.
+/// The files `files` (each once, in order), described against the registry: a file under
+/// `data_dir` (links and `..` resolved on both sides) is looked up by its path there.
 pub fn describe(data_dir: Option<&Path>, files: &[PathBuf]) -> Result<Vec<DataFile>> {
+    let root = data_dir.and_then(|d| d.canonicalize().ok());
     let mut out: Vec<DataFile> = Vec::new();
     for f in files {
-        let rel = data_dir.and_then(|d| f.strip_prefix(d).ok()).and_then(|r| r.to_str()).map(str::to_string);
+        let rel = root
+            .as_deref()
+            .zip(f.canonicalize().ok())
+            .and_then(|(d, f)| f.strip_prefix(d).ok().and_then(|r| r.to_str()).map(str::to_string));
         let path = rel.clone().unwrap_or_else(|| f.display().to_string());
         if out.iter().any(|d| d.path == path) {
             continue;
         }
-        let sha256 = crate::io::digest::sha256_file(f)?;
-        let pinned = rel.as_deref().and_then(pinned_sha256).map(|want| want == sha256);
+        let sha256 = match std::fs::metadata(f) {
+            Ok(m) if m.is_file() => Some(crate::io::digest::sha256_file(f)?),
+            _ => None,
+        };
+        let pinned = match (rel.as_deref().and_then(pinned_sha256), &sha256) {
+            (Some(want), Some(got)) => Some(want == got),
+            _ => None,
+        };
         out.push(DataFile { path, sha256, pinned });
     }
     Ok(out)
+}
+
+/// The first 12 characters of a digest, for messages (a report's may be anything).
+fn short(sha: &str) -> &str {
+    sha.char_indices().nth(12).map_or(sha, |(i, _)| &sha[..i])
 }
 
 /// The sha256 the registry pins for the file at `rel` in the data directory.
@@ -54,8 +72,8 @@ pub fn warnings(files: &[DataFile], data_dir: Option<&Path>) -> Vec<String> {
                 "{} is not the file xsent pins for its benchmark (sha256 {}, pinned {}): its scores are not the benchmark's, \
                  nor comparable with published numbers or with reports of the pinned file; `xsent data fetch` restores it",
                 full.display(),
-                &f.sha256[..12],
-                pinned_sha256(&f.path).map_or("?", |s| &s[..12])
+                short(f.sha256.as_deref().unwrap_or("?")),
+                pinned_sha256(&f.path).map_or("?", short)
             )
         })
         .collect()
@@ -66,8 +84,8 @@ pub fn differences(this: &[DataFile], other: &[DataFile]) -> Vec<String> {
     this.iter()
         .filter_map(|a| {
             let b = other.iter().find(|b| b.path == a.path)?;
-            (a.sha256 != b.sha256)
-                .then(|| format!("{} (sha256 {}… here, {}… there)", a.path, &a.sha256[..12], &b.sha256[..12]))
+            let (x, y) = (a.sha256.as_deref()?, b.sha256.as_deref()?);
+            (x != y).then(|| format!("{} (sha256 {}… here, {}… there)", a.path, short(x), short(y)))
         })
         .collect()
 }
@@ -109,5 +127,20 @@ mod tests {
         let diff = differences(&edited, &d);
         assert!(diff.len() == 1 && diff[0].starts_with(pinned.path), "{diff:?}");
         assert!(differences(&d, &d).is_empty());
+        // A report's digest may be anything: short or not ASCII, it is shown, not sliced.
+        let odd = vec![DataFile { path: pinned.path.into(), sha256: Some("é".into()), pinned: None }];
+        assert!(differences(&edited, &odd)[0].contains("é… there"));
+        // The data directory given through a link and `..`: the file is still found as pinned.
+        std::fs::write(&copy, std::fs::read(&real).unwrap()).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(dir.path(), &link).unwrap();
+        std::fs::create_dir(dir.path().join("x")).unwrap();
+        let via = link.join("x/..").join(pinned.path);
+        assert_eq!(describe(Some(&link), std::slice::from_ref(&via)).unwrap()[0].pinned, Some(true));
+        // A pipe is not read a second time: recorded without a digest.
+        let fifo = dir.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let p = describe(None, &[fifo]).unwrap();
+        assert_eq!((p[0].sha256.as_deref(), p[0].pinned), (None, None));
     }
 }
