@@ -61,7 +61,7 @@ pub enum Replace<'a> {
 }
 
 /// Write a new directory `out` for `command` (`xsent quantize`, `xsent convert`): into
-/// `.NAME.partial-PID` beside it, synced, then moved into place, replacing what is at `out` only
+/// `.NAME.partial-PID-HOST` beside it, synced, then moved into place, replacing what is at `out` only
 /// if `replace` allows it (checked again right before the move; the move itself replaces
 /// nothing, so a folder that appears at `out` in between is kept too). The hidden names carry the
 /// process id, so no folder of the user's or of another run is touched.
@@ -272,11 +272,12 @@ fn move_into_place(tmp: &Path, out: &Path, command: &str, replace: &Replace<'_>)
 fn put_back(old: &Path, out: &Path, e: anyhow::Error) -> anyhow::Error {
     match rename_noreplace(old, out) {
         Ok(()) => e,
-        Err(back) => anyhow::anyhow!(
-            "{e:#}. The folder that was at {} before could not be put back ({back}): it is in {}",
+        // The first error stays in the chain (its causes, and what callers may look for).
+        Err(back) => e.context(format!(
+            "the folder that was at {} before could not be put back ({back}): it is in {}",
             out.display(),
             old.display()
-        ),
+        )),
     }
 }
 
@@ -373,6 +374,29 @@ pub fn write_file_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A folder that cannot be put back is named with where it is, and the error that made it
+    /// be put back stays in the chain as itself (it was flattened into one message).
+    #[test]
+    fn a_folder_that_cannot_go_back_is_named_and_the_first_error_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let (old, out) = (dir.path().join(".m.old-1"), dir.path().join("m"));
+        std::fs::create_dir(&old).unwrap();
+        std::fs::create_dir(&out).unwrap();
+        let first = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "the first error");
+        let e = put_back(&old, &out, anyhow::Error::new(first).context("moving"));
+        let shown = format!("{e:#}");
+        assert!(shown.contains("could not be put back") && shown.contains(".m.old-1"), "{shown}");
+        assert!(e
+            .chain()
+            .any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.to_string() == "the first error")));
+        assert!(old.is_dir(), "left where it is");
+        // Nothing at `out`: it goes back, and the error is the first one alone.
+        std::fs::remove_dir(&out).unwrap();
+        let e = put_back(&old, &out, anyhow::anyhow!("first"));
+        assert_eq!(format!("{e:#}"), "first");
+        assert!(out.is_dir() && !old.exists());
+    }
 
     /// An output folder named by `.` or `..` is refused; other names pass.
     #[test]
