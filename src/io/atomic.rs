@@ -115,19 +115,8 @@ pub fn check_dir_name(out: &Path) -> Result<()> {
             out.display(),
             std::path::absolute(out)
                 .ok()
-                .and_then(|a| {
-                    let mut n = PathBuf::new();
-                    for c in a.components() {
-                        match c {
-                            std::path::Component::ParentDir => {
-                                n.pop();
-                            }
-                            std::path::Component::CurDir => {}
-                            c => n.push(c),
-                        }
-                    }
-                    (n.parent().is_some()).then(|| n.display().to_string())
-                })
+                .map(|a| super::lexical_clean(&a))
+                .and_then(|n| n.parent().is_some().then(|| n.display().to_string()))
                 .unwrap_or_else(|| "../model".to_string())
         );
     }
@@ -164,7 +153,7 @@ fn remove_stale_partials(out: &Path, command: &str) {
         let Some(pid) = file.to_str().and_then(|f| f.strip_prefix(&prefix)).and_then(|r| r.strip_suffix(&host)) else {
             continue;
         };
-        if pid.parse::<u32>().is_err() || Path::new(&format!("/proc/{pid}")).exists() {
+        if !super::process_gone(pid) {
             continue;
         }
         if e.file_type().is_ok_and(|t| t.is_dir()) && std::fs::remove_dir_all(e.path()).is_ok() {

@@ -88,7 +88,7 @@ fn remove_stale_temporaries(dir: &std::path::Path) {
         let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(TEMP_PREFIX)) else { continue };
         let Some((pid, rest)) = rest.split_once('-') else { continue };
         let Some((their_host, _)) = rest.rsplit_once('.') else { continue };
-        if their_host != host || pid.parse::<u32>().is_err() || std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        if their_host != host || !super::process_gone(pid) {
             continue;
         }
         if std::fs::remove_file(e.path()).is_ok() {

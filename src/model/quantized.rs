@@ -851,17 +851,7 @@ fn resolved(p: &Path) -> PathBuf {
         out.push(c);
     }
     // absolute() keeps `..`; canonicalize() took those of the existing part.
-    let mut clean = PathBuf::new();
-    for c in out.components() {
-        match c {
-            std::path::Component::ParentDir => {
-                clean.pop();
-            }
-            std::path::Component::CurDir => {}
-            c => clean.push(c),
-        }
-    }
-    clean
+    crate::io::lexical_clean(&out)
 }
 
 use crate::io::digest::sha256_file;
