@@ -632,6 +632,20 @@ fn reports_and_outputs_never_replace_an_input_or_a_benchmark_file() {
     );
 }
 
+/// The output of `child`, killed and failed if it has not ended within 60 s (a second read of a
+/// FIFO waits for ever).
+fn finish_within_a_minute(mut child: std::process::Child, what: &str) -> std::process::Output {
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            child.kill().unwrap();
+            panic!("{what} did not finish in 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
 /// `--compare` is read once, before the model loads: a report given through a FIFO (as
 /// `<(cat r.json)` does) is not waited on a second time (it blocked forever), and a bad report
 /// stops `eval xsr --multi30k` before any work (it was read only after the evaluation).
@@ -660,21 +674,13 @@ fn the_compared_report_is_read_once_before_the_model() {
         // One writer, once: a second read of the FIFO would wait for ever.
         std::thread::spawn(move || std::fs::write(fifo, text).unwrap())
     };
-    let mut child = sts(&["--compare".as_ref(), fifo.as_os_str()])
+    let child = sts(&["--compare".as_ref(), fifo.as_os_str()])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let start = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > std::time::Duration::from_secs(60) {
-            child.kill().unwrap();
-            panic!("eval sts --compare FIFO did not finish in 60 s");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let o = finish_within_a_minute(child, "eval sts --compare FIFO");
     writer.join().unwrap();
-    let o = child.wait_with_output().unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(out.contains("## Compared with"), "{out}");
@@ -690,7 +696,7 @@ fn the_compared_report_is_read_once_before_the_model() {
         .map(|(f, text)| std::thread::spawn(move || std::fs::write(f, text).unwrap()))
         .collect();
     let xsr_report = p("xsr.json");
-    let mut child = common::xsent()
+    let child = common::xsent()
         .args(["eval", "xsr", "--model"])
         .arg(&model)
         .arg("--src")
@@ -703,16 +709,8 @@ fn the_compared_report_is_read_once_before_the_model() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let start = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > std::time::Duration::from_secs(60) {
-            child.kill().unwrap();
-            panic!("eval xsr --src FIFO did not finish in 60 s");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let o = finish_within_a_minute(child, "eval xsr --src FIFO");
     writers.into_iter().for_each(|w| w.join().unwrap());
-    let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&xsr_report).unwrap()).unwrap();
     assert_eq!(r["data"].as_array().unwrap().len(), 2);
