@@ -22,22 +22,45 @@ fn main() {
     let nvcc = std::env::var("NVCC").unwrap_or_else(|_| "nvcc".into());
     let cap = std::env::var("CUDA_COMPUTE_CAP").ok().filter(|c| !c.trim().is_empty()).unwrap_or_else(|| "75".into());
     let cap = cap.trim().trim_start_matches("sm_").trim_start_matches("compute_").to_string();
+    // The build script reruns on any change under src/ (for the commit's "+dirty" below), so a
+    // kernel is compiled again only when its source, nvcc or the target changed since its PTX.
+    let args = |ptx: &PathBuf, src: &str| -> Vec<String> {
+        vec![
+            "--ptx".into(),
+            "-O3".into(),
+            "-fmad=false".into(),
+            "-std=c++17".into(),
+            format!("-arch=compute_{cap}"),
+            "-o".into(),
+            ptx.display().to_string(),
+            src.into(),
+        ]
+    };
     for name in ["adamw", "dropout", "gelu", "heads", "layer_norm", "linear", "softmax"] {
         let src = format!("src/gpu/{name}.cu");
         let ptx = out.join(format!("{name}.ptx"));
+        let stamp = out.join(format!("{name}.ptx.args"));
+        let line = format!("{nvcc} {}", args(&ptx, &src).join(" "));
+        let modified = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        let current = std::fs::read_to_string(&stamp).is_ok_and(|s| s == line)
+            && matches!((modified(&ptx), modified(std::path::Path::new(&src))), (Some(p), Some(s)) if p >= s);
+        if current {
+            continue;
+        }
         // -fmad=false: no fused multiply-adds, so the kernels round as the CPU code does.
         let status = Command::new(&nvcc)
-            .args(["--ptx", "-O3", "-fmad=false", "-std=c++17", &format!("-arch=compute_{cap}"), "-o"])
-            .arg(&ptx)
-            .arg(&src)
+            .args(args(&ptx, &src))
             .status()
             .unwrap_or_else(|e| panic!("cannot run {nvcc} to compile {src} ({e}): --features cuda needs the CUDA toolkit; scripts/build-cuda.sh fetches one"));
         assert!(status.success(), "{nvcc} failed on {src}");
+        std::fs::write(&stamp, line).unwrap_or_else(|e| panic!("cannot write {} ({e})", stamp.display()));
     }
 }
 
 /// `XSENT_GIT_COMMIT`: the commit xsent is built from (for the model cards `xsent quantize`
-/// writes), rebuilt when HEAD moves; nothing when git or the repository is missing.
+/// writes and the reports `xsent eval` writes), with "+dirty" when tracked files differ from it
+/// in what the binary is built from (src/, build.rs, Cargo.toml, Cargo.lock); rebuilt when HEAD
+/// moves or one of those changes; nothing when git or the repository is missing.
 fn git_commit() {
     let git = |args: &[&str]| {
         Command::new("git")
@@ -48,7 +71,16 @@ fn git_commit() {
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
     };
     let Some(commit) = git(&["rev-parse", "HEAD"]) else { return };
-    println!("cargo::rustc-env=XSENT_GIT_COMMIT={commit}");
+    // Tracked files only (an untracked file is compiled only when a tracked one names it), and
+    // only those the binary is made of: an edited README does not make another binary.
+    let built_from = ["src", "build.rs", "Cargo.toml", "Cargo.lock"];
+    let mut status = vec!["--no-optional-locks", "status", "--porcelain", "--untracked-files=no", "--"];
+    status.extend(built_from);
+    let dirty = git(&status).is_some_and(|s| !s.is_empty());
+    println!("cargo::rustc-env=XSENT_GIT_COMMIT={commit}{}", if dirty { "+dirty" } else { "" });
+    for path in built_from {
+        println!("cargo::rerun-if-changed={path}");
+    }
     if let Some(head) = git(&["rev-parse", "--git-path", "HEAD"]) {
         println!("cargo::rerun-if-changed={head}");
     }
