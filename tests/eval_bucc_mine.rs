@@ -767,6 +767,23 @@ fn reports_record_their_data_and_settings_and_edited_benchmarks_are_named() {
     assert_eq!(r["settings"]["dtype"], serde_json::Value::Null);
     // The commit build.rs found (none outside a git checkout).
     assert_eq!(r["commit"].as_str(), option_env!("XSENT_GIT_COMMIT"), "{r}");
+    // The model's files, each with its size and a digest equal to one computed here.
+    let loaded = r["model_files"].as_array().unwrap();
+    for name in ["config.json", "model.safetensors", "tokenizer.json"] {
+        let path = std::path::Path::new(&model).join(name);
+        let entry = loaded
+            .iter()
+            .find(|f| f["path"].as_str().is_some_and(|p| std::path::Path::new(p) == path))
+            .unwrap_or_else(|| panic!("{name} is not in {loaded:?}"));
+        let bytes = std::fs::read(&path).unwrap();
+        let want: String =
+            sha2::Digest::finalize(sha2::Digest::chain_update(<sha2::Sha256 as sha2::Digest>::new(), &bytes))
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+        assert_eq!(entry["sha256"].as_str(), Some(want.as_str()), "{name}");
+        assert_eq!(entry["bytes"].as_u64(), Some(bytes.len() as u64), "{name}");
+    }
     let files = r["data"].as_array().unwrap();
     assert_eq!(files.len(), 2, "{files:?}");
     assert_eq!(files[0]["path"], "tatoeba/tatoeba.deu-eng.deu");

@@ -134,6 +134,10 @@ impl Embedder for NotingCuts {
     fn max_length(&self) -> Option<usize> {
         self.inner.max_length()
     }
+
+    fn files(&self) -> Vec<std::path::PathBuf> {
+        self.inner.files()
+    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,6 @@ use crate::clock::utc_now;
 use crate::data::provenance::DataFile;
 use crate::eval::bucc;
 use crate::eval::report::{Entry, Report};
-use crate::model::Embedder;
 use anyhow::{bail, ensure, Result};
 use clap::ValueEnum;
 use std::path::{Path, PathBuf};
@@ -118,22 +117,25 @@ pub fn run(task: Task) -> Result<()> {
 fn write_report(
     model: &ModelArgs,
     path: Option<&Path>,
-    prefix: &str,
+    enc: &dyn crate::model::Embedder,
     start: Instant,
     results: Vec<Entry>,
     extra: Option<serde_json::Value>,
     data: Vec<DataFile>,
 ) -> Result<()> {
     let Some(path) = path else { return Ok(()) };
+    // The evaluation's time, without the hashing below.
+    let seconds = start.elapsed().as_secs_f64();
     Report {
         model: model.spec()?,
-        prefix: prefix.into(),
+        prefix: enc.prefix().into(),
         xsent_version: crate::VERSION.into(),
         commit: option_env!("XSENT_GIT_COMMIT").map(str::to_string),
         settings: Some(model.recorded()),
+        model_files: crate::eval::report::ModelFile::describe(&enc.files())?,
         data,
         date: utc_now(),
-        seconds: start.elapsed().as_secs_f64(),
+        seconds,
         results,
         extra,
     }
@@ -356,7 +358,7 @@ fn loaded(
     enc.say("xsent eval", "texts");
     out!("{}", o.table);
     compare_with(compared.as_ref(), &o.results, &mut o.extra)?;
-    write_report(&a.model, a.report.as_deref(), enc.prefix(), start, o.results, o.extra, data)
+    write_report(&a.model, a.report.as_deref(), &enc, start, o.results, o.extra, data)
 }
 
 /// The data files a task read, as a report records them ([`crate::data::provenance`]); a
@@ -607,7 +609,7 @@ fn xsr(a: XsrArgs) -> Result<()> {
     }];
     let mut extra = None;
     compare_with(compared.as_ref(), &results, &mut extra)?;
-    write_report(&a.model, a.report.as_deref(), enc.prefix(), start, results, extra, data)
+    write_report(&a.model, a.report.as_deref(), &enc, start, results, extra, data)
 }
 
 /// The Multi30k preset: every direction's files are read (and checked) before the model loads.
@@ -647,5 +649,5 @@ fn xsr_multi30k(a: &XsrArgs, compared: Option<Compared>) -> Result<()> {
     let mut extra =
         Some(serde_json::json!({"mean_p_at_1": mean, "mean_p_at_1_ci95": mean_ci, "directions": scores.len()}));
     compare_with(compared.as_ref(), &results, &mut extra)?;
-    write_report(&a.model, a.report.as_deref(), enc.prefix(), start, results, extra, data)
+    write_report(&a.model, a.report.as_deref(), &enc, start, results, extra, data)
 }

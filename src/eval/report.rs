@@ -17,6 +17,27 @@ pub struct Entry {
     pub items: Option<super::bootstrap::Items>,
 }
 
+/// One file a model was loaded from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelFile {
+    pub path: String,
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+impl ModelFile {
+    /// The files with their sizes and digests (read in a stream: about a second per GB).
+    pub fn describe(files: &[std::path::PathBuf]) -> Result<Vec<Self>> {
+        files
+            .iter()
+            .map(|f| {
+                let (sha256, bytes) = crate::io::digest::sha256_file_len(f)?;
+                Ok(Self { path: f.display().to_string(), bytes, sha256 })
+            })
+            .collect()
+    }
+}
+
 /// A whole run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
@@ -30,6 +51,10 @@ pub struct Report {
     /// where the model's own setting was used), so that two runs of one model can be told apart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settings: Option<serde_json::Value>,
+    /// The files the model was loaded from (config, weights, tokenizer, modules), with their
+    /// sizes and sha256: which weights a score belongs to, whatever the model's name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub model_files: Vec<ModelFile>,
     /// The data files read, with their sha256 and whether each is the pinned benchmark file.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub data: Vec<crate::data::provenance::DataFile>,
@@ -163,6 +188,7 @@ mod tests {
             xsent_version: "0".into(),
             commit: None,
             settings: None,
+            model_files: Vec::new(),
             data: Vec::new(),
             date: String::new(),
             seconds: 0.0,

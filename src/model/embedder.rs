@@ -26,6 +26,11 @@ pub trait Embedder: Send + Sync {
     fn max_length(&self) -> Option<usize> {
         None
     }
+    /// The files the model was loaded from (reports record their digests); empty for a model
+    /// that lives in memory only (one being trained).
+    fn files(&self) -> Vec<std::path::PathBuf> {
+        Vec::new()
+    }
 }
 
 impl dyn Embedder + '_ {

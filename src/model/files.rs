@@ -38,6 +38,26 @@ pub struct ModelFiles {
 }
 
 impl ModelFiles {
+    /// Every file of the model that loading reads (for the digests a report records): config,
+    /// weights, tokenizer (and the `tokenizer_config.json` beside it), the sentence-transformers
+    /// files and a Dense module's config and weights; each once, those that exist.
+    pub fn read_files(&self) -> Vec<PathBuf> {
+        let mut files = vec![self.config.clone()];
+        files.extend(self.weights.iter().cloned());
+        files.push(self.tokenizer.clone());
+        files.push(self.tokenizer.with_file_name("tokenizer_config.json"));
+        files.push(self.dir().join("modules.json"));
+        files.extend(
+            [&self.pooling, &self.st_config, &self.st_model_config, &self.xsent].into_iter().flatten().cloned(),
+        );
+        if let Some(d) = &self.dense {
+            files.extend(["config.json", "model.safetensors", "pytorch_model.bin"].map(|f| d.join(f)));
+        }
+        let mut seen = std::collections::HashSet::new();
+        files.retain(|f| f.is_file() && seen.insert(f.clone()));
+        files
+    }
+
     /// The model's folder: the one holding `config.json`, or the folder above the Transformer
     /// module's when `modules.json` puts it in a subfolder.
     pub fn dir(&self) -> PathBuf {

@@ -1031,6 +1031,10 @@ impl Embedder for SentenceEncoder {
     fn max_length(&self) -> Option<usize> {
         Some(self.max_length)
     }
+
+    fn files(&self) -> Vec<std::path::PathBuf> {
+        self.files.read_files()
+    }
 }
 
 #[cfg(test)]

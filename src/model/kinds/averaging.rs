@@ -310,6 +310,8 @@ pub struct AveragingModel {
     /// Bytes of a text (its prefix included) averaged at most: a longer one is cut there first
     /// and counts as truncated (`--max-line-bytes`, [`crate::model::sentence::DEFAULT_MAX_TEXT_BYTES`]).
     pub max_text_bytes: usize,
+    /// The files it was loaded from (xsent.json, the table, the vocabulary).
+    pub files: Vec<std::path::PathBuf>,
 }
 
 impl AveragingModel {
@@ -398,7 +400,9 @@ impl AveragingModel {
         }
         let table: Vec<f32> = t.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?;
         let max_text_bytes = max_text_bytes.max(1);
-        Ok(Self { meta, segmenter, table, normalize, prefix: prefix.unwrap_or("").to_string(), max_text_bytes })
+        let vocabulary = dir.join(if meta.units == Units::Trigram { "trigrams.txt" } else { "tokenizer.json" });
+        let files = vec![mp, ep, vocabulary];
+        Ok(Self { meta, segmenter, table, normalize, prefix: prefix.unwrap_or("").to_string(), max_text_bytes, files })
     }
 
     /// Sentence vectors of texts, flattened `[n, dim]`, and which texts were cut at
@@ -427,6 +431,10 @@ impl Embedder for AveragingModel {
 
     fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    fn files(&self) -> Vec<std::path::PathBuf> {
+        self.files.clone()
     }
 }
 

@@ -227,6 +227,8 @@ pub struct DisentangledEncoder {
     pub languages: Vec<String>,
     /// L2-normalise the head's output.
     pub normalize: bool,
+    /// The files it was loaded from: its own, then the base encoder's.
+    pub files: Vec<std::path::PathBuf>,
 }
 
 impl DisentangledEncoder {
@@ -285,7 +287,9 @@ impl DisentangledEncoder {
             heads.langid.weight.dim(0)?,
             saved.languages.len()
         );
-        Ok(Self { base, heads, head, languages: saved.languages, normalize: opts.normalize.unwrap_or(true) })
+        let mut files = vec![json, wpath];
+        files.extend(base.files.read_files());
+        Ok(Self { base, heads, head, languages: saved.languages, normalize: opts.normalize.unwrap_or(true), files })
     }
 
     /// Base embeddings, meaning and language embeddings of texts, and the predicted language of
@@ -333,6 +337,10 @@ impl Embedder for DisentangledEncoder {
 
     fn max_length(&self) -> Option<usize> {
         Some(self.base.max_length)
+    }
+
+    fn files(&self) -> Vec<std::path::PathBuf> {
+        self.files.clone()
     }
 }
 
