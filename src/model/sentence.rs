@@ -6,77 +6,55 @@ use super::dense::Dense;
 use super::embedder::{Embedded, Embedder};
 use super::encoder::{Encoder, Mode};
 use super::files::ModelFiles;
+pub use super::options::{LoadOptions, DEFAULT_MAX_BATCH_TOKENS, DEFAULT_MAX_TEXT_BYTES};
 use super::pooling::{l2_normalize, Pooling};
 use super::source;
+use super::st_modules::{write_st_files, StFiles};
 use super::weights::{self, Params};
 use anyhow::{anyhow, bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use std::path::Path;
-use tokenizers::normalizers::{Lowercase, NormalizerWrapper, Sequence as NormalizerSequence};
-use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
+use tokenizers::Tokenizer;
 
-/// How to load a model. `None` fields come from the model directory.
-#[derive(Debug, Clone)]
-pub struct LoadOptions {
-    pub device: Device,
-    /// Keep only the first N transformer layers.
-    pub layers: Option<usize>,
-    pub pooling: Option<Pooling>,
-    pub prefix: Option<String>,
-    /// Use the prompt of this name in the model's `config_sentence_transformers.json` as the
-    /// prefix (sentence-transformers' `prompt_name`); not together with `prefix`.
-    pub prompt_name: Option<String>,
-    pub max_length: Option<usize>,
-    /// L2-normalise the embeddings; `None`: as sentence-transformers runs the model, i.e. when
-    /// its `modules.json` lists a Normalize module, and for a model without a `modules.json`.
-    pub normalize: Option<bool>,
-    /// Load the weights as trainable variables.
-    pub trainable: bool,
-    /// Load weights that hold tensors the model does not use (more layers than config.json
-    /// says, say); otherwise that is an error naming them.
-    pub allow_unused_weights: bool,
-    /// At most this many tokens in one batch, padding included ([`DEFAULT_MAX_BATCH_TOKENS`]).
-    pub max_batch_tokens: usize,
-    /// Bytes of a text tokenised at most ([`DEFAULT_MAX_TEXT_BYTES`]): a longer text is cut there
-    /// first and counts as truncated.
-    pub max_text_bytes: usize,
-    /// Element type of the linear layers at inference (`None`: f32, or the model's own
-    /// quantisation; see [`super::quant`]).
-    pub dtype: Option<super::quant::Dtype>,
-}
-
-/// Default of [`LoadOptions::max_batch_tokens`] (`--max-batch-tokens`): a batch's activations
-/// take about 4 × tokens × (2·heads·length + 10·hidden + 2·intermediate) bytes (docs/reliability.md),
-/// 0.6 GB per worker for e5-small at 512 tokens. Sentences of usual length never reach it at
-/// the default 64 per batch.
-pub const DEFAULT_MAX_BATCH_TOKENS: usize = 8192;
-
-/// Default of [`LoadOptions::max_text_bytes`] (`--max-line-bytes`): 1 MiB. Tokenising takes up to
-/// about 270 bytes of memory per byte of text (measured: ASCII punctuation without spaces on
-/// MiniLM's tokenizer, each byte a word of its own; spaceless CJK about 100),
-/// and a text that is not mostly characters the tokenizer drops reaches the 512 tokens of the
-/// longest models long before (WordPiece's worst case, 512 words of over 100 characters, each an
-/// unknown token, is 207 KB).
-pub const DEFAULT_MAX_TEXT_BYTES: usize = 1 << 20;
-
-impl Default for LoadOptions {
-    fn default() -> Self {
-        Self {
-            device: Device::Cpu,
-            layers: None,
-            pooling: None,
-            prefix: None,
-            prompt_name: None,
-            max_length: None,
-            normalize: None,
-            trainable: false,
-            allow_unused_weights: false,
-            max_batch_tokens: DEFAULT_MAX_BATCH_TOKENS,
-            max_text_bytes: DEFAULT_MAX_TEXT_BYTES,
-            dtype: None,
-        }
+/// Refuse weights that hold tensors the model does not use: layers past config.json's (unless
+/// `--layers` leaves them out on purpose: `layers_chosen`), tensors the encoder does not have,
+/// and `foreign` ones that are neither the encoder's nor a known head's.
+fn refuse_unused(
+    files: &ModelFiles,
+    config: &EncoderConfig,
+    tensors: &std::collections::HashMap<String, Tensor>,
+    dropped: Vec<String>,
+    foreign: Vec<String>,
+    layers_chosen: bool,
+) -> Result<()> {
+    // Layers that --layers leaves out on purpose are not unused.
+    let mut unused = if layers_chosen { Vec::new() } else { dropped };
+    unused.extend(super::encoder::unused_tensors(tensors, config));
+    let not_encoder = match foreign.first() {
+        Some(first) => format!(
+            " ({} of them neither the encoder's nor a known head's, e.g. {first}: a damaged or foreign file?)",
+            foreign.len()
+        ),
+        None => String::new(),
+    };
+    unused.extend(foreign);
+    if !unused.is_empty() {
+        bail!(
+            "{} holds {} tensor(s) that the model {} describes does not use: {}{not_encoder}. config.json does not describe these \
+             weights (use the model's own config.json){}; or load them anyway with --allow-unused-weights",
+            super::weights::describe(&files.weights),
+            unused.len(),
+            files.config.display(),
+            summarize_names(&unused),
+            if unused.iter().any(|n| weights::layer_index(n).is_some_and(|l| l >= config.num_hidden_layers)) {
+                format!(", or run only the first {} layers on purpose with --layers {}", config.num_hidden_layers, config.num_hidden_layers)
+            } else {
+                String::new()
+            }
+        );
     }
+    Ok(())
 }
 
 /// Tensor names for a message: the layers they belong to as ranges (`encoder.layer.6-11.*`),
@@ -102,14 +80,6 @@ fn summarize_names(names: &[String]) -> String {
         parts.push(format!("and {} more", others.len() - 5));
     }
     parts.join(", ")
-}
-
-/// `xsent.json` of a model an earlier xsent trained: its prefix, applied when it is loaded. (Models
-/// saved now keep the prefix as sentence-transformers' default prompt, which xsent reads too.)
-#[derive(Debug, Clone, Default, serde::Deserialize)]
-struct SavedSettings {
-    #[serde(default)]
-    pub prefix: Option<String>,
 }
 
 /// Largest batch [`SentenceEncoder::forward`] pads together.
@@ -252,32 +222,7 @@ impl SentenceEncoder {
         });
         let (tensors, dropped, foreign, stored_int8) = tensors?;
         if !opts.allow_unused_weights {
-            // Layers that --layers leaves out on purpose are not unused.
-            let mut unused = if opts.layers.is_some() { Vec::new() } else { dropped };
-            unused.extend(super::encoder::unused_tensors(&tensors, &config));
-            let not_encoder = match foreign.first() {
-                Some(first) => format!(
-                    " ({} of them neither the encoder's nor a known head's, e.g. {first}: a damaged or foreign file?)",
-                    foreign.len()
-                ),
-                None => String::new(),
-            };
-            unused.extend(foreign);
-            if !unused.is_empty() {
-                bail!(
-                    "{} holds {} tensor(s) that the model {} describes does not use: {}{not_encoder}. config.json does not describe these \
-                     weights (use the model's own config.json){}; or load them anyway with --allow-unused-weights",
-                    super::weights::describe(&files.weights),
-                    unused.len(),
-                    files.config.display(),
-                    summarize_names(&unused),
-                    if unused.iter().any(|n| weights::layer_index(n).is_some_and(|l| l >= config.num_hidden_layers)) {
-                        format!(", or run only the first {} layers on purpose with --layers {}", config.num_hidden_layers, config.num_hidden_layers)
-                    } else {
-                        String::new()
-                    }
-                );
-            }
+            refuse_unused(&files, &config, &tensors, dropped, foreign, opts.layers.is_some())?;
         }
         let (tensors, params) = if opts.trainable {
             let (t, p) = Params::from_tensors(tensors)?;
@@ -302,163 +247,23 @@ impl SentenceEncoder {
         }
 
         let mut tokenizer = tokenizer?;
-        let pad_id = tokenizer
-            .get_padding()
-            .map(|p| p.pad_id)
-            .or_else(|| ["<pad>", "[PAD]"].iter().find_map(|t| tokenizer.token_to_id(t)))
-            .unwrap_or(config.pad_id());
-        tokenizer.with_padding(None);
-        if pad_id as usize >= config.vocab_size {
-            bail!(
-                "{}: the padding token id is {pad_id}, but the model has only {} token embeddings (vocab_size in {}): \
-                 fix pad_id in the tokenizer's padding settings",
-                files.tokenizer.display(),
-                config.vocab_size,
-                files.config.display()
-            );
-        }
-        if let Some((token, id)) = tokenizer.get_vocab(true).into_iter().max_by_key(|(_, id)| *id) {
-            if id as usize >= config.vocab_size {
-                bail!(
-                    "{} gives token {} the id {id}, but the model has only {} token embeddings (vocab_size in {}): \
-                     the tokenizer does not belong to this model",
-                    files.tokenizer.display(),
-                    super::embedder::shown(&token),
-                    config.vocab_size,
-                    files.config.display()
-                );
-            }
-        }
-
-        // The ids the post-processor adds ([CLS], </s>, …) are not in the vocabulary it was
-        // given, so they are checked apart (an outside probe: an id past the embeddings failed
-        // mid-embed naming no file, and u32::MAX embedded without a word).
-        let specials = tokenizer.encode("", true).map_err(|e| {
-            anyhow::anyhow!("{}: cannot add the special tokens to a text: {e}", files.tokenizer.display())
-        })?;
-        if let Some(i) = specials.get_ids().iter().position(|&id| id as usize >= config.vocab_size) {
-            bail!(
-                "{}: its post-processor adds the special token {:?} with the id {}, but the model has only {} token embeddings \
-                 (vocab_size in {}): fix the id in the post_processor section",
-                files.tokenizer.display(),
-                specials.get_tokens()[i],
-                specials.get_ids()[i],
-                config.vocab_size,
-                files.config.display()
-            );
-        }
-
-        let saved: SavedSettings = match &files.xsent {
-            Some(p) => serde_json::from_str(&std::fs::read_to_string(p)?)
-                .with_context(|| format!("invalid {}", p.display()))?,
-            None => SavedSettings::default(),
-        };
-        // Whether the model's own pooling config leaves a prompt's tokens out of the pooling.
-        let (pooling, pools_prompt) = match (opts.pooling, &files.pooling) {
-            (Some(p), _) => (p, true),
-            (None, Some(path)) => Pooling::from_st_config(path, config.hidden_size)?,
-            (None, None) => (Pooling::Mean, true),
-        };
-        let (st_max_length, lowercase) = read_st_config(files.st_config.as_deref())?;
-        if lowercase {
-            // As sentence-transformers does: a Lowercase normaliser first, unless there is one.
-            let current = tokenizer.get_normalizer().cloned();
-            let steps: Vec<NormalizerWrapper> = match current {
-                Some(NormalizerWrapper::Sequence(seq)) => seq.into_iter().collect(),
-                Some(n) => vec![n],
-                None => vec![],
-            };
-            if !steps.iter().any(|n| matches!(n, NormalizerWrapper::Lowercase(_))) {
-                let steps = std::iter::once(NormalizerWrapper::Lowercase(Lowercase)).chain(steps).collect();
-                tokenizer
-                    .with_normalizer(Some(NormalizerWrapper::Sequence(NormalizerSequence::new(steps))))
-                    .map_err(|e| anyhow!("cannot add lowercasing to {}: {e}", files.tokenizer.display()))?;
-            }
-        }
-        // Without a max_seq_length, sentence-transformers takes the tokenizer's
-        // model_max_length (tokenizer_config.json beside tokenizer.json) up to the model's
-        // positions; without either, xsent takes the positions, at most 512.
-        let model_max = match read_model_max_length(&files.tokenizer.with_file_name("tokenizer_config.json"))? {
-            Some(n) => n.min(config.max_positions()),
-            None => config.max_positions().min(512),
-        };
-        let max_length = match opts.max_length {
-            Some(n) => {
-                if n < 2 || n > config.max_positions() {
-                    bail!(
-                        "a maximum length of {n} tokens (--max-length, or max_length in a training config): this model takes 2..={}",
-                        config.max_positions()
-                    );
-                }
-                n
-            }
-            None => st_max_length.unwrap_or(model_max).min(config.max_positions()),
-        };
-        // tokenizers stops tokenising a text once it reaches the truncation length, so a text
-        // cut exactly there keeps no overflowing part. With special tokens (added after the cut,
-        // which leaves room for them) a cut text always overflows; without them, tokenise one
-        // token further and cut here, so that every cut is seen (and reported).
-        let specials = tokenizer.get_post_processor().map_or(0, |p| tokenizers::PostProcessor::added_tokens(p, false));
-        tokenizer
-            .with_truncation(Some(TruncationParams {
-                max_length: if specials == 0 { max_length + 1 } else { max_length },
-                strategy: TruncationStrategy::LongestFirst,
-                stride: 0,
-                direction: TruncationDirection::Right,
-            }))
-            .map_err(|e| anyhow!("cannot set truncation on {}: {e}", files.tokenizer.display()))?;
-        let st_prompts = files.st_model_config.as_deref();
-        let (prefix, from) = match (opts.prefix.clone(), opts.prompt_name.as_deref(), saved.prefix) {
-            (Some(_), Some(_), _) => bail!("give a prefix or a prompt name, not both"),
-            (Some(p), None, _) => (p, "the prefix given"),
-            (None, Some(name), _) => {
-                (st_prompt(st_prompts, Some(name))?.unwrap_or_default(), "the prompt --prompt-name names")
-            }
-            (None, None, Some(p)) => (p, "xsent.json's prefix"),
-            (None, None, None) => (st_prompt(st_prompts, None)?.unwrap_or_default(), "the model's default prompt"),
-        };
-        // sentence-transformers applies any prompt that is not empty, whitespace included.
-        if !pools_prompt && !prefix.is_empty() {
-            bail!(
-                "{}: include_prompt is false (sentence-transformers leaves the prompt's tokens out of the pooling), \
-                 but xsent pools the prefix's tokens too, so with {from}, {prefix:?}, it would not give this model's \
-                 vectors; embed without it (--prefix \"\", and no --prompt-name), or choose the pooling (--pooling) to pool \
-                 every token on purpose",
-                files.pooling.as_ref().map_or(String::new(), |p| p.display().to_string())
-            );
-        }
-        let mut dense = match &files.dense {
-            Some(dir) => Some(Dense::load(dir, &opts.device)?),
-            None => None,
-        };
-        if let Some(d) = &dense {
-            if d.in_dim() != config.hidden_size {
-                bail!(
-                    "Dense module {} takes {} inputs but the encoder gives {}",
-                    files.dense.as_ref().unwrap().display(),
-                    d.in_dim(),
-                    config.hidden_size
-                );
-            }
-        }
-        let dense_params = match (&mut dense, opts.trainable) {
-            (Some(d), true) => Some(d.make_trainable()?),
-            _ => None,
-        };
+        let pad_id = super::tokenizer_setup::check_ids(&mut tokenizer, &files.tokenizer, &config, &files.config)?;
+        let st = super::st_modules::resolve(&files, &config, opts)?;
+        super::tokenizer_setup::fit(&mut tokenizer, &files.tokenizer, st.lowercase, st.max_length)?;
         let mut me = Self {
             encoder,
             config,
             files,
-            pooling,
-            dense,
-            prefix,
-            max_length,
+            pooling: st.pooling,
+            dense: st.dense,
+            prefix: st.prefix,
+            max_length: st.max_length,
             normalize: opts.normalize.or(declares_normalize).unwrap_or(true),
             max_batch_tokens: opts.max_batch_tokens.max(1),
             max_text_bytes: opts.max_text_bytes.max(1),
-            lowercase,
+            lowercase: st.lowercase,
             params,
-            dense_params,
+            dense_params: st.dense_params,
             tokenizer: std::sync::Arc::new(tokenizer),
             pad_id,
             device: opts.device.clone(),
@@ -841,130 +646,6 @@ impl SentenceEncoder {
         std::fs::write(dir.join("config_sentence_transformers.json"), serde_json::to_string_pretty(&prompts)?)?;
         Ok(())
     }
-}
-
-/// A prompt of a sentence-transformers `config_sentence_transformers.json`: the one named, or
-/// (`name` None) the default one, `prompts[default_prompt_name]`, which `SentenceTransformer.encode`
-/// prepends to every text. As in sentence-transformers, `query` and `document` always exist
-/// (empty unless set, with or without the file) and a null prompt is empty. None: no default
-/// prompt.
-fn st_prompt(path: Option<&Path>, name: Option<&str>) -> Result<Option<String>> {
-    let v: serde_json::Value = match path {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-            serde_json::from_str(&text).with_context(|| format!("invalid {}", path.display()))?
-        }
-        None => serde_json::json!({}),
-    };
-    let file = path
-        .map_or_else(|| "the model (no config_sentence_transformers.json)".to_string(), |p| p.display().to_string());
-    if !matches!(v["prompts"], serde_json::Value::Object(_) | serde_json::Value::Null) {
-        bail!("{file}: \"prompts\" is {}; expected an object of prompt names to texts (or leave it out)", v["prompts"]);
-    }
-    let name = match (name, &v["default_prompt_name"]) {
-        (Some(n), _) => n,
-        (None, serde_json::Value::Null) => return Ok(None),
-        (None, serde_json::Value::String(n)) => n.as_str(),
-        (None, other) => {
-            bail!("{file}: default_prompt_name is {other}; expected the name of one of its prompts, or null")
-        }
-    };
-    match v["prompts"].get(name) {
-        Some(serde_json::Value::String(prompt)) => Ok(Some(prompt.clone())),
-        Some(serde_json::Value::Null) => Ok(Some(String::new())),
-        None if name == "query" || name == "document" => Ok(Some(String::new())),
-        Some(other) => bail!("{file}: the prompt {name:?} is {other}, not text"),
-        None => {
-            let mut names: Vec<&str> =
-                v["prompts"].as_object().map(|m| m.keys().map(String::as_str).collect()).unwrap_or_default();
-            names.extend(["query", "document"]);
-            names.sort_unstable();
-            names.dedup();
-            bail!("{file}: there is no prompt named {name:?}; its prompts are {}", names.join(", "))
-        }
-    }
-}
-
-/// The settings [`write_st_files`] records besides the pooling.
-pub struct StFiles {
-    /// `max_seq_length` of sentence_bert_config.json.
-    pub max_seq_length: usize,
-    /// `do_lower_case` of sentence_bert_config.json.
-    pub lowercase: bool,
-    /// A Normalize module at the end.
-    pub normalize: bool,
-    /// A Dense module after the pooling, in `2_Dense`.
-    pub dense: bool,
-}
-
-/// Write sentence-transformers' modules.json, 1_Pooling/config.json and sentence_bert_config.json
-/// (`dim` is the encoder's hidden size).
-pub fn write_st_files(dir: &Path, pooling: Pooling, dim: usize, st: &StFiles) -> Result<()> {
-    std::fs::create_dir_all(dir.join("1_Pooling"))?;
-    let mut modules = vec![
-        serde_json::json!({"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}),
-        serde_json::json!({"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}),
-    ];
-    if st.dense {
-        modules.push(
-            serde_json::json!({"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"}),
-        );
-    }
-    if st.normalize {
-        let (idx, path) = (modules.len(), format!("{}_Normalize", modules.len()));
-        std::fs::create_dir_all(dir.join(&path))?;
-        modules.push(serde_json::json!({"idx": idx, "name": idx.to_string(), "path": path, "type": "sentence_transformers.models.Normalize"}));
-    }
-    std::fs::write(dir.join("modules.json"), serde_json::to_string_pretty(&modules)?)?;
-    std::fs::write(dir.join("1_Pooling/config.json"), serde_json::to_string_pretty(&pooling.st_config(dim))?)?;
-    std::fs::write(
-        dir.join("sentence_bert_config.json"),
-        serde_json::to_string_pretty(
-            &serde_json::json!({"max_seq_length": st.max_seq_length, "do_lower_case": st.lowercase}),
-        )?,
-    )?;
-    Ok(())
-}
-
-/// What xsent uses of `sentence_bert_config.json`: `max_seq_length` (if set) and `do_lower_case`.
-/// `model_max_length` of a `tokenizer_config.json` (`None` without the file or the key, or
-/// with transformers' "no limit" stand-in, a number of 1e29 or more).
-fn read_model_max_length(path: &Path) -> Result<Option<usize>> {
-    let Some(text) = super::files::read_side_file(path)? else { return Ok(None) };
-    let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("invalid {}", path.display()))?;
-    match &v["model_max_length"] {
-        serde_json::Value::Null => Ok(None),
-        m => match m.as_f64() {
-            Some(x) if x >= 1e29 => Ok(None),
-            Some(x) if x >= 2.0 && x.fract() == 0.0 => Ok(Some(x as usize)),
-            _ => bail!(
-                "{}: model_max_length is {m}; expected a number of tokens of at least 2 (or remove the key)",
-                path.display()
-            ),
-        },
-    }
-}
-
-fn read_st_config(path: Option<&Path>) -> Result<(Option<usize>, bool)> {
-    let Some(path) = path else { return Ok((None, false)) };
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("invalid {}", path.display()))?;
-    let max_seq_length = match &v["max_seq_length"] {
-        serde_json::Value::Null => None,
-        m => match m.as_u64() {
-            Some(n) if n >= 2 => Some(n as usize),
-            _ => bail!(
-                "{}: max_seq_length is {m}; expected a number of tokens of at least 2 (or remove the key)",
-                path.display()
-            ),
-        },
-    };
-    let lowercase = match &v["do_lower_case"] {
-        serde_json::Value::Null => false,
-        serde_json::Value::Bool(b) => *b,
-        other => bail!("{}: do_lower_case is {other}; expected true or false", path.display()),
-    };
-    Ok((max_seq_length, lowercase))
 }
 
 /// Batches over lengths sorted longest first: at most `batch_size` texts and `max_tokens` tokens
