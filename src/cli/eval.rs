@@ -392,21 +392,27 @@ trait ReadFiles {
     fn files(&self) -> Vec<PathBuf>;
 }
 
-impl ReadFiles for Vec<crate::data::sts::StsSet> {
+impl ReadFiles for crate::data::sts::StsSet {
     fn files(&self) -> Vec<PathBuf> {
-        self.iter().flat_map(|s| s.files.iter().cloned()).collect()
+        self.files.clone()
     }
 }
 
-impl ReadFiles for Vec<crate::data::tatoeba::TatoebaSet> {
+impl ReadFiles for crate::data::tatoeba::TatoebaSet {
     fn files(&self) -> Vec<PathBuf> {
-        self.iter().flat_map(|s| s.files.iter().cloned()).collect()
+        self.files.clone()
     }
 }
 
-impl ReadFiles for Vec<BuccPair> {
+impl ReadFiles for BuccPair {
     fn files(&self) -> Vec<PathBuf> {
-        self.iter().flat_map(|p| p.train.iter().chain([&p.test]).flat_map(|s| s.files.iter().cloned())).collect()
+        self.train.iter().chain([&self.test]).flat_map(|s| s.files.iter().cloned()).collect()
+    }
+}
+
+impl<T: ReadFiles> ReadFiles for Vec<T> {
+    fn files(&self) -> Vec<PathBuf> {
+        self.iter().flat_map(ReadFiles::files).collect()
     }
 }
 
