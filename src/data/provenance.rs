@@ -25,15 +25,13 @@ pub struct DataFile {
 }
 
 /// The files `files` (each once, in order), described against the registry: a file under
-/// `data_dir` (links and `..` resolved on both sides) is looked up by its path there.
+/// `data_dir` is looked up by its path there: as written (so that a benchmark folder that is a
+/// link to elsewhere, as data directories assembled from shared storage have, is still the
+/// benchmark's), else with links and `..` resolved on both sides.
 pub fn describe(data_dir: Option<&Path>, files: &[PathBuf]) -> Result<Vec<DataFile>> {
-    let root = data_dir.and_then(|d| d.canonicalize().ok());
     let mut out: Vec<DataFile> = Vec::new();
     for f in files {
-        let rel = root
-            .as_deref()
-            .zip(f.canonicalize().ok())
-            .and_then(|(d, f)| f.strip_prefix(d).ok().and_then(|r| r.to_str()).map(str::to_string));
+        let rel = data_dir.and_then(|d| relative_to(d, f));
         let path = rel.clone().unwrap_or_else(|| f.display().to_string());
         if out.iter().any(|d| d.path == path) {
             continue;
@@ -49,6 +47,17 @@ pub fn describe(data_dir: Option<&Path>, files: &[PathBuf]) -> Result<Vec<DataFi
         out.push(DataFile { path, sha256, pinned });
     }
     Ok(out)
+}
+
+/// `file`'s path inside `dir`: lexically (both made absolute, `.` and `..` taken away), else
+/// with links resolved on both sides.
+fn relative_to(dir: &Path, file: &Path) -> Option<String> {
+    let absolute =
+        |p: &Path| crate::io::lexical_clean(&std::env::current_dir().map(|c| c.join(p)).unwrap_or_else(|_| p.into()));
+    let inside = |d: &Path, f: &Path| f.strip_prefix(d).ok().and_then(|r| r.to_str()).map(str::to_string);
+    inside(&absolute(dir), &absolute(file))
+        .or_else(|| inside(&dir.canonicalize().ok()?, &file.canonicalize().ok()?))
+        .filter(|r| !r.is_empty())
 }
 
 /// The first 12 characters of a digest, for messages (a report's may be anything).
@@ -137,6 +146,24 @@ mod tests {
         std::fs::create_dir(dir.path().join("x")).unwrap();
         let via = link.join("x/..").join(pinned.path);
         assert_eq!(describe(Some(&link), std::slice::from_ref(&via)).unwrap()[0].pinned, Some(true));
+        // A benchmark folder that is a link to elsewhere (an outside probe: the pin check was
+        // lost, and with it the warning and --compare's refusal): still named by its path in
+        // the data directory, and pinned.
+        let (assembled, shared) = (dir.path().join("assembled"), dir.path().join("shared"));
+        let top = Path::new(pinned.path).components().next().unwrap().as_os_str();
+        let inner = Path::new(pinned.path).strip_prefix(top).unwrap();
+        std::fs::create_dir_all(shared.join(inner).parent().unwrap()).unwrap();
+        std::fs::copy(&real, shared.join(inner)).unwrap();
+        std::fs::create_dir(&assembled).unwrap();
+        std::os::unix::fs::symlink(&shared, assembled.join(top)).unwrap();
+        let linked = describe(Some(&assembled), &[assembled.join(pinned.path)]).unwrap();
+        assert_eq!((linked[0].path.as_str(), linked[0].pinned), (pinned.path, Some(true)));
+        let mut text = std::fs::read(shared.join(inner)).unwrap();
+        text[0] ^= 1;
+        std::fs::write(shared.join(inner), text).unwrap();
+        let linked = describe(Some(&assembled), &[assembled.join(pinned.path)]).unwrap();
+        assert_eq!((linked[0].path.as_str(), linked[0].pinned), (pinned.path, Some(false)));
+        assert_eq!(warnings(&linked, Some(&assembled)).len(), 1);
         // A pipe is not read a second time: recorded without a digest.
         let fifo = dir.path().join("fifo");
         assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
