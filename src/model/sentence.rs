@@ -82,6 +82,9 @@ fn summarize_names(names: &[String]) -> String {
     parts.join(", ")
 }
 
+/// Texts [`TextTokenizer::tokenize`] hands the tokenizer at a time.
+const TOKENIZE_WINDOW: usize = 4096;
+
 /// Largest batch [`SentenceEncoder::forward`] pads together.
 pub const FORWARD_CHUNK: usize = 16;
 
@@ -142,8 +145,15 @@ pub struct TextTokenizer {
 impl TextTokenizer {
     /// [`SentenceEncoder::tokenize`].
     pub fn tokenize<S: AsRef<str>>(&self, texts: &[S]) -> Result<Vec<Encoded>> {
-        let (encs, capped) = self.encode_all(texts)?;
-        Ok(encs.iter().zip(capped).map(|(e, c)| self.encoded(e, c)).collect())
+        // A tokenizer's encoding holds tokens, offsets and masks besides the ids: made for a
+        // whole training corpus at once they took memory in proportion to it (an outside probe:
+        // 3 GB for a million pairs). Made a window at a time, only the ids stay.
+        let mut out = Vec::with_capacity(texts.len());
+        for window in texts.chunks(TOKENIZE_WINDOW) {
+            let (encs, capped) = self.encode_all(window)?;
+            out.extend(encs.iter().zip(capped).map(|(e, c)| self.encoded(e, c)));
+        }
+        Ok(out)
     }
 
     /// What the tokenizer sees of `text`: `prefix + text` with surrounding whitespace stripped,

@@ -93,6 +93,7 @@ pub fn embeddings(enc: &SentenceEncoder, sentences: &[String], batch: usize, kin
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create the cache {}", dir.display()))?;
     let t = Tensor::from_vec(flat.clone(), (sentences.len(), dim), &Device::Cpu)?;
     crate::model::weights::save_tensors(&HashMap::from([("embeddings".to_string(), t)]), &path)?;
+    // (The tensor, a copy of `flat`, is gone here.)
     write_listing(&path, &encoder, sentences, &flat)?;
     errln!("xsent train: {kind} embeddings cached in {} ({:.1} s)", path.display(), t0.elapsed().as_secs_f64());
     Ok((flat, dim))
