@@ -246,11 +246,20 @@ fn check(from: config::ConfigFrom, a: &Args) -> Result<i32> {
             }
             config::PathKind::Model if p.is_dir() => "model directory",
             config::PathKind::Model if !p.is_absolute() => "hub id (not checked: the hub is asked when the run starts)",
-            config::PathKind::File if p.is_dir() => "folder",
-            config::PathKind::File if p.is_file() => "file",
+            config::PathKind::File => match file_state(p, wants_folder(&f.key)) {
+                Ok(state) => state,
+                Err(MISSING) => {
+                    missing.push(format!("{} = {v}", f.key));
+                    MISSING
+                }
+                Err(why) => {
+                    missing.push(format!("{} = {v}: {why}", f.key));
+                    why
+                }
+            },
             _ => {
                 missing.push(format!("{} = {v}", f.key));
-                "MISSING"
+                MISSING
             }
         };
         errln!("xsent train --check: {} = {v}: {state}", f.key);
@@ -266,4 +275,111 @@ fn check(from: config::ConfigFrom, a: &Args) -> Result<i32> {
     }
     errln!("xsent train --check: {}: recipe {}, every path exists", from.name(), cfg.recipe);
     Ok(0)
+}
+
+/// What `--check` says of a path that does not exist.
+const MISSING: &str = "MISSING";
+
+/// Whether a file-or-folder key of a config names a folder: an xnli source's `dir`,
+/// `data.eval_dir`, `dueam.xnli_dir`. Every other such key names a file.
+fn wants_folder(key: &str) -> bool {
+    key.ends_with(".dir") || key.ends_with("_dir")
+}
+
+/// What `--check` says of `p`, a key's file (or folder, with `folder`): `Ok` with what is there
+/// when it can serve, else `Err` with why not ([`MISSING`] when nothing is there). Judged by
+/// metadata alone: a named pipe is not opened, which would wait for its writer. A file key takes
+/// anything the run can read as a file: a regular file, a named pipe, a device.
+fn file_state(p: &std::path::Path, folder: bool) -> std::result::Result<&'static str, &'static str> {
+    let Ok(meta) = std::fs::metadata(p) else { return Err(MISSING) };
+    let t = meta.file_type();
+    match (folder, t.is_dir()) {
+        (true, true) => Ok("folder"),
+        (true, false) => Err("not a folder; a folder is needed"),
+        (false, true) => Err("a folder; a file is needed"),
+        (false, false) if t.is_file() => Ok("file"),
+        (false, false) => special_file(t),
+    }
+}
+
+/// [`file_state`] of something that is neither a regular file nor a folder.
+#[cfg(unix)]
+fn special_file(t: std::fs::FileType) -> std::result::Result<&'static str, &'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_fifo() {
+        Ok("named pipe (FIFO; read when the run starts)")
+    } else if t.is_char_device() || t.is_block_device() {
+        Ok("device")
+    } else {
+        Err("a socket; a file is needed")
+    }
+}
+
+#[cfg(not(unix))]
+fn special_file(_: std::fs::FileType) -> std::result::Result<&'static str, &'static str> {
+    Ok("file")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file key takes a regular file, a named pipe or a device, and refuses a folder; a folder
+    /// key takes a folder only. Nothing there is MISSING.
+    #[test]
+    fn check_tells_files_from_folders() {
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("pairs.tsv");
+        std::fs::write(&file, "a\tb\n").unwrap();
+        let folder = d.path().join("adir.tsv");
+        std::fs::create_dir(&folder).unwrap();
+        assert_eq!(file_state(&file, false), Ok("file"));
+        assert_eq!(file_state(&folder, false), Err("a folder; a file is needed"));
+        assert_eq!(file_state(&folder, true), Ok("folder"));
+        assert_eq!(file_state(&file, true), Err("not a folder; a folder is needed"));
+        assert_eq!(file_state(&d.path().join("none.tsv"), false), Err(MISSING));
+        assert_eq!(file_state(&d.path().join("none"), true), Err(MISSING));
+        #[cfg(unix)]
+        {
+            // A named pipe with no writer: judged without opening it (that would block).
+            let fifo = d.path().join("fifo.tsv");
+            let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+            assert!(made.success());
+            assert_eq!(file_state(&fifo, false), Ok("named pipe (FIFO; read when the run starts)"));
+            assert_eq!(file_state(&fifo, true), Err("not a folder; a folder is needed"));
+            assert_eq!(file_state(std::path::Path::new("/dev/null"), false), Ok("device"));
+        }
+    }
+
+    /// The keys that name folders, as `Config::paths_mut` lists them; the others name files.
+    #[test]
+    fn folder_keys() {
+        let d = tempfile::tempdir().unwrap();
+        // Every file-or-folder key: the folders' values start with D, the files' with f.
+        let distill = "recipe = \"distill\"\n[train]\nmax_steps = 5\nval_sts = \"f-sts.csv\"\n\
+            [distill]\nteacher = \"t\"\nstudent = \"s\"\n\
+            [[distill.projection_fit_sources]]\nkind = \"xnli\"\ndir = \"D-proj\"\nlangs = [\"de\"]\n\
+            [data]\neval_dir = \"D-eval\"\neval_pairs = [\"f-pairs.tsv\"]\neval_lines = [\"f-lines.txt\"]\n\
+            [[data.sources]]\nkind = \"tsv\"\npath = \"f.tsv\"\n\
+            [[data.sources]]\nkind = \"aligned\"\nsrc = \"f-a\"\ntgt = \"f-b\"\n\
+            [[data.sources]]\nkind = \"xnli\"\ndir = \"D-xnli\"\nlangs = [\"de\"]\n\
+            [[data.val_sources]]\nkind = \"xnli\"\ndir = \"D-val\"\nlangs = [\"de\"]\n";
+        let dueam = "recipe = \"dueam\"\n[train]\nmax_steps = 5\n\
+            [dueam]\nanchor = \"a\"\nlearner = \"l\"\npairs = \"weak\"\nxnli_dir = \"D-dueam\"\nlangs = [\"en\", \"de\"]\n\
+            [[dueam.val_sources]]\nkind = \"tsv\"\npath = \"f-val.tsv\"\n";
+        let mut seen = 0;
+        for (name, text) in [("distill.toml", distill), ("dueam.toml", dueam)] {
+            let file = d.path().join(name);
+            std::fs::write(&file, text).unwrap();
+            let mut cfg = config::load(&file, &[]).unwrap();
+            for f in cfg.paths_mut().into_iter().filter(|f| f.kind == config::PathKind::File) {
+                let v = f.get();
+                let folder = std::path::Path::new(&v).file_name().unwrap().to_string_lossy().starts_with('D');
+                assert_eq!(wants_folder(&f.key), folder, "{} = {v}", f.key);
+                seen += 1;
+            }
+        }
+        assert_eq!(seen, 12);
+        assert!(!wants_folder("lightweight.tokenizer") && !wants_folder("sp.tokenizer"));
+    }
 }

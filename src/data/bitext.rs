@@ -238,14 +238,21 @@ impl Source {
 
     /// Read the pairs of this source.
     pub fn read(&self) -> Result<Vec<Pair>> {
+        self.read_counted().map(|(pairs, _)| pairs)
+    }
+
+    /// [`Source::read`], and for `tsv` and `aligned` how many lines were read and skipped.
+    pub fn read_counted(&self) -> Result<(Vec<Pair>, Option<LineCounts>)> {
         self.check()?;
         let lang = |l: &Option<String>, d: &str| l.clone().unwrap_or_else(|| d.to_string());
-        let mut pairs = match self {
+        let (mut pairs, counts) = match self {
             Source::Tsv { path, src_lang, tgt_lang, .. } => {
-                read_tsv_pairs(path, &lang(src_lang, "src"), &lang(tgt_lang, "tgt"))?
+                let (p, c) = tsv_pairs(path, &lang(src_lang, "src"), &lang(tgt_lang, "tgt"))?;
+                (p, Some(c))
             }
             Source::Aligned { src, tgt, src_lang, tgt_lang, .. } => {
-                read_aligned(src, tgt, &lang(src_lang, "src"), &lang(tgt_lang, "tgt"))?
+                let (p, c) = aligned_pairs(src, tgt, &lang(src_lang, "src"), &lang(tgt_lang, "tgt"))?;
+                (p, Some(c))
             }
             Source::Xnli { dir, langs, splits, pivot, .. } => {
                 let mut all = Vec::new();
@@ -263,17 +270,47 @@ impl Source {
                         splits
                     );
                 }
-                all
+                (all, None)
             }
         };
         if let Some(n) = self.max_pairs() {
             pairs.truncate(n);
         }
-        Ok(pairs)
+        Ok((pairs, counts))
+    }
+
+    /// The files it reads, for messages: `path`, `src, tgt`, or `dir`.
+    pub fn files(&self) -> String {
+        match self {
+            Source::Tsv { path, .. } => path.display().to_string(),
+            Source::Aligned { src, tgt, .. } => format!("{}, {}", src.display(), tgt.display()),
+            Source::Xnli { dir, .. } => dir.display().to_string(),
+        }
     }
 }
 
+/// The lines of a `tsv` source's file (or an `aligned` source's line pairs), and how many of
+/// them gave no pair (blank, or a side empty).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LineCounts {
+    pub lines: usize,
+    pub skipped: usize,
+}
+
+/// The line a run prints for source `name` (`data.sources[0]`) when lines were skipped.
+pub fn skipped_note(name: &str, source: &Source, counts: LineCounts) -> Option<String> {
+    (counts.skipped > 0).then(|| {
+        format!(
+            "{name} ({}): {} of {} lines skipped (blank, or a side empty)",
+            source.files(),
+            counts.skipped,
+            counts.lines
+        )
+    })
+}
+
 /// Read every source, dropping exact duplicate pairs (XNLI repeats each premise three times).
+/// A `tsv` or `aligned` source with lines skipped gets a line on stderr that counts them.
 pub fn read_sources(sources: &[Source], key: &str) -> Result<Vec<Pair>> {
     if sources.is_empty() {
         bail!("no data in {key}: add [[{key}]] to the config (kind = \"tsv\", \"aligned\" or \"xnli\")");
@@ -281,7 +318,12 @@ pub fn read_sources(sources: &[Source], key: &str) -> Result<Vec<Pair>> {
     let mut seen = HashSet::new();
     let mut out = Vec::new();
     for (i, s) in sources.iter().enumerate() {
-        for p in s.read().with_context(|| format!("{key}[{i}]"))? {
+        let name = format!("{key}[{i}]");
+        let (pairs, counts) = s.read_counted().with_context(|| name.clone())?;
+        if let Some(note) = counts.and_then(|c| skipped_note(&name, s, c)) {
+            errln!("{}: {note}", crate::log::command());
+        }
+        for p in pairs {
             if seen.insert((p.src.clone(), p.tgt.clone())) {
                 out.push(p);
             }
@@ -293,9 +335,17 @@ pub fn read_sources(sources: &[Source], key: &str) -> Result<Vec<Pair>> {
 /// `src<TAB>tgt[<TAB>…]` lines. Empty lines, and pairs with an empty side (as in
 /// [`read_aligned`]), are skipped; a line without a tab is an error.
 pub fn read_tsv_pairs(path: &Path, src_lang: &str, tgt_lang: &str) -> Result<Vec<Pair>> {
+    tsv_pairs(path, src_lang, tgt_lang).map(|(pairs, _)| pairs)
+}
+
+/// [`read_tsv_pairs`], and how many lines were read and skipped.
+fn tsv_pairs(path: &Path, src_lang: &str, tgt_lang: &str) -> Result<(Vec<Pair>, LineCounts)> {
     let mut out = Vec::new();
-    for (i, line) in read_lines(path)?.iter().enumerate() {
+    let lines = read_lines(path)?;
+    let mut counts = LineCounts { lines: lines.len(), skipped: 0 };
+    for (i, line) in lines.iter().enumerate() {
         if line.trim().is_empty() {
+            counts.skipped += 1;
             continue;
         }
         let mut cols = line.split('\t');
@@ -303,6 +353,7 @@ pub fn read_tsv_pairs(path: &Path, src_lang: &str, tgt_lang: &str) -> Result<Vec
             bail!("{}: line {} has no tab; expected `source<TAB>target`", path.display(), i + 1);
         };
         if a.trim().is_empty() || b.trim().is_empty() {
+            counts.skipped += 1;
             continue;
         }
         out.push(Pair { src: a.to_string(), tgt: b.to_string(), src_lang: src_lang.into(), tgt_lang: tgt_lang.into() });
@@ -310,11 +361,16 @@ pub fn read_tsv_pairs(path: &Path, src_lang: &str, tgt_lang: &str) -> Result<Vec
     if out.is_empty() {
         bail!("{} has no pairs", path.display());
     }
-    Ok(out)
+    Ok((out, counts))
 }
 
 /// Two line-aligned files. Pairs where either side is empty are skipped.
 pub fn read_aligned(src: &Path, tgt: &Path, src_lang: &str, tgt_lang: &str) -> Result<Vec<Pair>> {
+    aligned_pairs(src, tgt, src_lang, tgt_lang).map(|(pairs, _)| pairs)
+}
+
+/// [`read_aligned`], and how many line pairs were read and skipped.
+fn aligned_pairs(src: &Path, tgt: &Path, src_lang: &str, tgt_lang: &str) -> Result<(Vec<Pair>, LineCounts)> {
     let a = read_lines(src)?;
     let b = read_lines(tgt)?;
     if a.len() != b.len() {
@@ -326,6 +382,7 @@ pub fn read_aligned(src: &Path, tgt: &Path, src_lang: &str, tgt_lang: &str) -> R
             b.len()
         );
     }
+    let lines = a.len();
     let out: Vec<Pair> = a
         .into_iter()
         .zip(b)
@@ -335,36 +392,64 @@ pub fn read_aligned(src: &Path, tgt: &Path, src_lang: &str, tgt_lang: &str) -> R
     if out.is_empty() {
         bail!("{} and {} have no pairs (no line where both files have text)", src.display(), tgt.display());
     }
-    Ok(out)
+    let skipped = lines - out.len();
+    Ok((out, LineCounts { lines, skipped }))
 }
 
-/// The premise/hypothesis columns of one XNLI file.
-fn xnli_rows(path: &Path) -> Result<Vec<(String, String)>> {
-    if !path.is_file() {
+/// A line of an XNLI file that holds no row: empty or whitespace, without a tab.
+fn blank_row(line: &str) -> bool {
+    !line.contains('\t') && line.trim().is_empty()
+}
+
+/// The file read for `path` (`path.gz` when only that exists; `path` when both do) and its
+/// premise/hypothesis columns. Blank lines at its end are left out; one elsewhere is an error,
+/// since rows are matched across the language files by line.
+fn xnli_rows(path: &Path) -> Result<(PathBuf, Vec<(String, String)>)> {
+    let Some(file) = super::plain_or_gz(path) else {
         bail!(
-            "{} does not exist: the XNLI directory should hold {{split}}-{{lang}}.tsv files (e.g. dev-de.tsv, test-de.tsv)",
+            "{} does not exist (nor {}.gz): the XNLI directory should hold {{split}}-{{lang}}.tsv files, \
+             or .tsv.gz ones (e.g. dev-de.tsv, test-de.tsv.gz)",
+            path.display(),
             path.display()
         );
+    };
+    let mut lines = read_lines(&file)?;
+    while lines.last().is_some_and(|l| blank_row(l)) {
+        lines.pop();
     }
-    read_lines(path)?
+    let rows = lines
         .into_iter()
         .enumerate()
         .map(|(i, l)| {
+            if blank_row(&l) {
+                bail!(
+                    "{}: line {} is blank; XNLI rows are matched across the language files by line, so a blank line \
+                     cannot be skipped: remove the line if it is extra, or restore the row it replaced",
+                    file.display(),
+                    i + 1
+                );
+            }
             let mut c = l.split('\t');
             match (c.next(), c.next()) {
                 (Some(p), Some(h)) => Ok((p.to_string(), h.to_string())),
                 _ => {
-                    bail!("{}: line {} has no tab; expected premise<TAB>hypothesis[<TAB>label]", path.display(), i + 1)
+                    bail!("{}: line {} has no tab; expected premise<TAB>hypothesis[<TAB>label]", file.display(), i + 1)
                 }
             }
         })
-        .collect()
+        .collect::<Result<_>>()?;
+    Ok((file, rows))
 }
 
-/// Rows of `{split}-{lang}.tsv` in every language given, checked to have the same count.
+/// Rows of `{split}-{lang}.tsv` (or `.tsv.gz`) in every language given, checked to have the
+/// same count.
 pub fn xnli_parallel_rows(dir: &Path, split: &str, langs: &[&str]) -> Result<Vec<Vec<(String, String)>>> {
-    let files: Vec<PathBuf> = langs.iter().map(|l| dir.join(format!("{split}-{l}.tsv"))).collect();
-    let rows: Vec<Vec<(String, String)>> = files.iter().map(|f| xnli_rows(f)).collect::<Result<_>>()?;
+    let (files, rows): (Vec<PathBuf>, Vec<Vec<(String, String)>>) = langs
+        .iter()
+        .map(|l| xnli_rows(&dir.join(format!("{split}-{l}.tsv"))))
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .unzip();
     for (f, r) in files.iter().zip(&rows).skip(1) {
         if r.len() != rows[0].len() {
             bail!(
@@ -482,6 +567,122 @@ mod tests {
             let e = format!("{:#}", read_sources(&[bad], "data.sources").unwrap_err());
             assert!(e.contains(want), "{e}");
         }
+    }
+
+    fn write_gz(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        let mut enc = flate2::write::GzEncoder::new(std::fs::File::create(&p).unwrap(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut enc, text.as_bytes()).unwrap();
+        enc.finish().unwrap();
+        p
+    }
+
+    fn xnli_source(dir: &Path, langs: &[&str]) -> Source {
+        Source::Xnli {
+            dir: dir.to_path_buf(),
+            splits: vec!["dev".into()],
+            pivot: "en".into(),
+            langs: langs.iter().map(|s| s.to_string()).collect(),
+            max_pairs: None,
+        }
+    }
+
+    /// An XNLI file may be kept as `{split}-{lang}.tsv.gz`; with both forms there the plain one
+    /// is read. A missing file's error says that `.tsv.gz` is taken too.
+    #[test]
+    fn xnli_files_may_be_gzip_compressed() {
+        let d = tempfile::tempdir().unwrap();
+        let (en, de) = ("P1\tH1\tneutral\nP2\tH2\tneutral\n", "p1\th1\tneutral\np2\th2\tneutral\n");
+        write(d.path(), "dev-en.tsv", en);
+        write(d.path(), "dev-de.tsv", de);
+        let plain = read_sources(&[xnli_source(d.path(), &["de"])], "data.sources").unwrap();
+        assert_eq!(plain.len(), 4);
+        let g = tempfile::tempdir().unwrap();
+        write_gz(g.path(), "dev-en.tsv.gz", en);
+        write(g.path(), "dev-de.tsv", de); // one plain, one compressed
+        assert_eq!(read_sources(&[xnli_source(g.path(), &["de"])], "data.sources").unwrap(), plain);
+        assert_eq!(xnli_parallel_rows(g.path(), "dev", &["en", "de"]).unwrap()[0][1], ("P2".into(), "H2".into()));
+        // Both forms: the plain file is read.
+        write_gz(g.path(), "dev-de.tsv.gz", "x\ty\tneutral\n");
+        assert_eq!(read_sources(&[xnli_source(g.path(), &["de"])], "data.sources").unwrap(), plain);
+        // A row count mismatch names the file read.
+        write_gz(g.path(), "dev-fr.tsv.gz", "q1\tg1\tneutral\n");
+        let e = format!("{:#}", read_sources(&[xnli_source(g.path(), &["fr"])], "data.sources").unwrap_err());
+        assert!(e.contains("dev-en.tsv.gz has 2 rows") && e.contains("dev-fr.tsv.gz has 1"), "{e}");
+        let e = format!("{:#}", read_sources(&[xnli_source(g.path(), &["es"])], "data.sources").unwrap_err());
+        assert!(e.contains("dev-es.tsv does not exist (nor ") && e.contains("dev-es.tsv.gz)"), "{e}");
+        assert!(e.contains("or .tsv.gz ones"), "{e}");
+    }
+
+    /// Blank lines at the end of an XNLI file are left out; one elsewhere is an error that names
+    /// it and says why it cannot be skipped.
+    #[test]
+    fn xnli_blank_lines_end_a_file_or_are_an_error() {
+        let d = tempfile::tempdir().unwrap();
+        write(d.path(), "dev-en.tsv", "P1\tH1\tneutral\nP2\tH2\tneutral\n\n \n");
+        write(d.path(), "dev-de.tsv", "p1\th1\tneutral\np2\th2\tneutral\n");
+        let rows = xnli_parallel_rows(d.path(), "dev", &["en", "de"]).unwrap();
+        assert_eq!((rows[0].len(), rows[1].len()), (2, 2));
+        assert_eq!(read_sources(&[xnli_source(d.path(), &["de"])], "data.sources").unwrap().len(), 4);
+        // A row of empty columns (tabs only) is still a row.
+        write(d.path(), "dev-sw.tsv", "\t\tneutral\np\th\tneutral\n\t\n");
+        let e = format!("{:#}", xnli_parallel_rows(d.path(), "dev", &["en", "sw"]).unwrap_err());
+        assert!(e.contains("dev-sw.tsv has 3"), "{e}");
+        // Blank in the middle: an error naming the line.
+        write(d.path(), "dev-de.tsv", "p1\th1\tneutral\n  \np2\th2\tneutral\n");
+        let e = format!("{:#}", read_sources(&[xnli_source(d.path(), &["de"])], "data.sources").unwrap_err());
+        assert!(e.contains("dev-de.tsv: line 2 is blank"), "{e}");
+        assert!(e.contains("matched across the language files by line") && e.contains("cannot be skipped"), "{e}");
+        // A line with text but no tab is still "no tab".
+        write(d.path(), "dev-de.tsv", "p1\th1\tneutral\nno tab\n");
+        let e = format!("{:#}", read_sources(&[xnli_source(d.path(), &["de"])], "data.sources").unwrap_err());
+        assert!(e.contains("dev-de.tsv: line 2 has no tab"), "{e}");
+    }
+
+    /// `tsv` and `aligned` sources count the lines they skip (blank, or a side empty); the note
+    /// names the source, its files and both counts, and there is none when nothing was skipped.
+    #[test]
+    fn skipped_lines_are_counted() {
+        let d = tempfile::tempdir().unwrap();
+        let tsv = write(d.path(), "p.tsv", "a\tA\n\n   \n\t\nx\t\n\ty\n \t \nb\tB\textra\n");
+        let src = Source::Tsv { path: tsv.clone(), src_lang: None, tgt_lang: None, max_pairs: Some(1) };
+        let (pairs, counts) = src.read_counted().unwrap();
+        assert_eq!(pairs.len(), 1, "max_pairs cuts the pairs, not the counts");
+        assert_eq!(counts, Some(LineCounts { lines: 8, skipped: 6 }));
+        assert_eq!(
+            skipped_note("data.sources[0]", &src, counts.unwrap()).unwrap(),
+            format!("data.sources[0] ({}): 6 of 8 lines skipped (blank, or a side empty)", tsv.display())
+        );
+        let a = write(d.path(), "a.txt", "x\n\ny\nz\n");
+        let b = write(d.path(), "b.txt", "X\nY\n \nZ\n");
+        let al = Source::Aligned { src: a.clone(), tgt: b.clone(), src_lang: None, tgt_lang: None, max_pairs: None };
+        let (pairs, counts) = al.read_counted().unwrap();
+        assert_eq!((pairs.len(), counts), (2, Some(LineCounts { lines: 4, skipped: 2 })));
+        let note = skipped_note("data.val_sources[1]", &al, counts.unwrap()).unwrap();
+        assert_eq!(
+            note,
+            format!(
+                "data.val_sources[1] ({}, {}): 2 of 4 lines skipped (blank, or a side empty)",
+                a.display(),
+                b.display()
+            )
+        );
+        // Nothing skipped: no note. XNLI sources are not counted.
+        let clean = Source::Tsv {
+            path: write(d.path(), "c.tsv", "a\tA\nb\tB\n"),
+            src_lang: None,
+            tgt_lang: None,
+            max_pairs: None,
+        };
+        let (_, counts) = clean.read_counted().unwrap();
+        assert_eq!(counts, Some(LineCounts { lines: 2, skipped: 0 }));
+        assert!(skipped_note("data.sources[0]", &clean, counts.unwrap()).is_none());
+        write(d.path(), "dev-en.tsv", "P\tH\n");
+        write(d.path(), "dev-de.tsv", "p\th\n");
+        assert_eq!(xnli_source(d.path(), &["de"]).read_counted().unwrap().1, None);
+        // The pairs read are those `read` gives, in order.
+        assert_eq!(src.read().unwrap(), src.read_counted().unwrap().0);
+        assert_eq!(read_tsv_pairs(&tsv, "src", "tgt").unwrap().len(), 2);
     }
 
     /// A source as a config writes it: a missing key or a key of another kind is an error that

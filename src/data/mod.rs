@@ -100,7 +100,7 @@ pub fn read_lines(path: &Path) -> Result<Vec<String>> {
 /// [`read_lines`] splits them, never holding more than one line of at most `max_bytes` bytes:
 /// `each(number, Some(line))` for each line (1-based numbers), `each(number, None)` for a line
 /// longer than `max_bytes` (not read into memory). Errors name the file (and the line that is
-/// not UTF-8).
+/// not UTF-8, with a hint when a file not named `.gz` starts as gzip does).
 pub fn each_line(path: &Path, max_bytes: usize, each: impl FnMut(usize, Option<&str>) -> Result<()>) -> Result<()> {
     let gz = path.extension().is_some_and(|e| e == "gz");
     let file = std::fs::File::open(path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
@@ -108,6 +108,9 @@ pub fn each_line(path: &Path, max_bytes: usize, each: impl FnMut(usize, Option<&
         if gz { Box::new(flate2::read::MultiGzDecoder::new(std::io::BufReader::new(file))) } else { Box::new(file) };
     lines_of(path, raw, gz, max_bytes, each)
 }
+
+/// The first two bytes of a gzip stream.
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
 /// [`each_line`] over the bytes `raw` gives (decompressed already); `path` and `gz` are for
 /// the messages.
@@ -153,38 +156,53 @@ fn lines_of(
         }
     }
     let (mut line, mut skipped, mut number) = (Vec::new(), None::<Skipped>, 0usize);
+    // The first two bytes, for a hint when a gzip file's name lacks `.gz`.
+    let mut head: Vec<u8> = Vec::with_capacity(2);
+    let not_utf8 = |head: &[u8], number: usize| {
+        let hint = if !gz && head == GZIP_MAGIC {
+            format!(
+                "; it looks gzip-compressed (it starts with the bytes 1f 8b): name it {}.gz to have it read through gzip",
+                path.display()
+            )
+        } else {
+            String::new()
+        };
+        anyhow::anyhow!("{}: line {number} is not valid UTF-8{hint}", path.display())
+    };
     // `newline`: the line ended with `\n`. As `read_lines`: `str::lines` takes `\n` or `\r\n`
     // off, then one `\r` more is taken off.
-    let mut emit = |line: &mut Vec<u8>, skipped: &mut Option<Skipped>, number: usize, newline: bool| -> Result<()> {
-        let mut bytes: &[u8] = line;
-        if number == 1 {
-            bytes = bytes.strip_prefix("\u{feff}".as_bytes()).unwrap_or(bytes);
-        }
-        for _ in 0..if newline { 2 } else { 1 } {
-            bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
-        }
-        let r = match skipped.take() {
-            Some(s) if !s.valid || !s.carry.is_empty() => {
-                bail!("{}: line {number} is not valid UTF-8", path.display())
+    let mut emit =
+        |line: &mut Vec<u8>, skipped: &mut Option<Skipped>, head: &[u8], number: usize, newline: bool| -> Result<()> {
+            let mut bytes: &[u8] = line;
+            if number == 1 {
+                bytes = bytes.strip_prefix("\u{feff}".as_bytes()).unwrap_or(bytes);
             }
-            Some(_) => each(number, None),
-            None => match std::str::from_utf8(bytes) {
-                Err(_) => bail!("{}: line {number} is not valid UTF-8", path.display()),
-                Ok(_) if bytes.len() > max_bytes => each(number, None),
-                Ok(t) => each(number, Some(t)),
-            },
+            for _ in 0..if newline { 2 } else { 1 } {
+                bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+            }
+            let r = match skipped.take() {
+                Some(s) if !s.valid || !s.carry.is_empty() => return Err(not_utf8(head, number)),
+                Some(_) => each(number, None),
+                None => match std::str::from_utf8(bytes) {
+                    Err(_) => return Err(not_utf8(head, number)),
+                    Ok(_) if bytes.len() > max_bytes => each(number, None),
+                    Ok(t) => each(number, Some(t)),
+                },
+            };
+            line.clear();
+            r
         };
-        line.clear();
-        r
-    };
     loop {
         let chunk = r.fill_buf().map_err(failed)?;
+        if head.len() < 2 {
+            head.extend(chunk.iter().take(2 - head.len()));
+        }
         if chunk.is_empty() {
             // A file of only a byte-order mark has no line.
             let only_bom = number == 0 && line == "\u{feff}".as_bytes();
             if (!line.is_empty() && !only_bom) || skipped.is_some() {
                 number += 1;
-                emit(&mut line, &mut skipped, number, false)?;
+                emit(&mut line, &mut skipped, &head, number, false)?;
             }
             return Ok(());
         }
@@ -207,7 +225,7 @@ fn lines_of(
         r.consume(used);
         if end.is_some() {
             number += 1;
-            emit(&mut line, &mut skipped, number, true)?;
+            emit(&mut line, &mut skipped, &head, number, true)?;
         }
     }
 }
@@ -318,6 +336,38 @@ mod tests {
         })
         .unwrap();
         assert_eq!(got, [(1, None), (2, Some("ok".to_string()))]);
+    }
+
+    /// Gzip bytes under a name without `.gz` are not UTF-8; the error says they look
+    /// gzip-compressed and how to have them read. Other bad bytes, or a `.gz` name, get no hint.
+    #[test]
+    fn gzip_bytes_without_a_gz_name_get_a_hint() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut e, b"a\tb\nc\td\n").unwrap();
+        let gz = e.finish().unwrap();
+        assert_eq!(gz[..2], [0x1f, 0x8b]);
+        let p = dir.path().join("pairs.tsv");
+        std::fs::write(&p, &gz).unwrap();
+        let e = super::read_lines(&p).unwrap_err().to_string();
+        assert!(e.contains("pairs.tsv: line 1 is not valid UTF-8; it looks gzip-compressed"), "{e}");
+        assert!(e.contains(&format!("name it {}.gz", p.display())), "{e}");
+        // So does a first line too long to keep, and the bytes given in memory.
+        let e = super::each_line(&p, 1, |_, _| Ok(())).unwrap_err().to_string();
+        assert!(e.contains("looks gzip-compressed"), "{e}");
+        let e = super::text_lines(&p, gz.clone()).unwrap_err().to_string();
+        assert!(e.contains("looks gzip-compressed"), "{e}");
+        // Named `.gz`, the same bytes read.
+        let named = dir.path().join("pairs.tsv.gz");
+        std::fs::write(&named, &gz).unwrap();
+        assert_eq!(super::read_lines(&named).unwrap(), ["a\tb", "c\td"]);
+        // Other bytes that are not UTF-8: no hint.
+        std::fs::write(&p, b"\x1f\x8a\n").unwrap();
+        let e = super::read_lines(&p).unwrap_err().to_string();
+        assert!(e.ends_with("line 1 is not valid UTF-8"), "{e}");
+        std::fs::write(&p, b"ok\n\x1f\x8b\n").unwrap();
+        let e = super::read_lines(&p).unwrap_err().to_string();
+        assert!(e.ends_with("line 2 is not valid UTF-8"), "{e}");
     }
 
     #[test]

@@ -99,7 +99,7 @@ fn check_langs(langs: &[String], splits: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Weakly supervised pairs from `{split}-{lang}.tsv` of `dir`: monolingual premise–hypothesis
+/// Weakly supervised pairs from `{split}-{lang}.tsv` (or `.tsv.gz`) of `dir`: monolingual premise–hypothesis
 /// pairs of every language, and with `cross_lingual` the premise of language A with the
 /// hypothesis of language B for every ordered pair of different languages. Rows with an empty
 /// premise or hypothesis are skipped; exact duplicate pairs are kept once, monolingual if any of
@@ -326,6 +326,26 @@ mod tests {
         }
         assert!(u.pairs.iter().any(|&(a, b)| [a, b].iter().any(|&k| u.sentences[k as usize] == "H")
             && [a, b].iter().any(|&k| is_de(&u.sentences[k as usize]))));
+    }
+
+    /// DuEAM reads `{split}-{lang}.tsv.gz` as `.tsv`, and leaves out blank lines at a file's end.
+    #[test]
+    fn dueam_reads_gzip_files_and_ends_blank_lines() {
+        use std::io::Write;
+        let d = fixture();
+        let plain = weak_pairs(d.path(), &langs(&["dev"]), &langs(&["en", "de"]), true).unwrap();
+        let g = tempfile::tempdir().unwrap();
+        for l in ["en", "de"] {
+            let text = std::fs::read_to_string(d.path().join(format!("dev-{l}.tsv"))).unwrap() + "\n \n";
+            let f = std::fs::File::create(g.path().join(format!("dev-{l}.tsv.gz"))).unwrap();
+            let mut enc = flate2::write::GzEncoder::new(f, flate2::Compression::fast());
+            enc.write_all(text.as_bytes()).unwrap();
+            enc.finish().unwrap();
+        }
+        let gz = weak_pairs(g.path(), &langs(&["dev"]), &langs(&["en", "de"]), true).unwrap();
+        assert_eq!((gz.pairs, gz.mono, gz.sentences), (plain.pairs, plain.mono, plain.sentences));
+        let u = unsup_pairs(g.path(), &langs(&["dev"]), &langs(&["en", "de"]), 20, 1).unwrap();
+        assert_eq!(u.pairs, unsup_pairs(d.path(), &langs(&["dev"]), &langs(&["en", "de"]), 20, 1).unwrap().pairs);
     }
 
     #[test]
