@@ -831,3 +831,34 @@ fn post_processor_ids_past_the_embeddings_are_refused() {
         );
     }
 }
+
+#[test]
+fn texts_tokenised_in_several_windows_keep_their_order_and_cut_flags() {
+    // `--batch-size 256` reads 8,192 lines a window, which the tokenizer gets 4,096 at a time;
+    // `--batch-size 32` reads 1,024, one tokenizer call each. Same rows, same count of cut lines.
+    let dir = tempfile::tempdir().unwrap();
+    let words: Vec<String> = (0..10).map(|i| format!("w{i}")).collect();
+    let model = common::tiny_model("tiny-bert", dir.path(), &words);
+    // 5,000 distinct lines of 1 to 4 words; those of 3 or more words are cut at 4 tokens.
+    let lines: Vec<String> = (0..5000usize)
+        .map(|i| {
+            let n = 1 + i % 4;
+            (0..n).map(|k| format!("w{}", (i / 4usize.pow(k as u32) + k) % 10)).collect::<Vec<_>>().join(" ")
+        })
+        .collect();
+    let cut = lines.iter().filter(|l| l.split(' ').count() >= 3).count();
+    let input = lines.join("\n") + "\n";
+    let run = |batch: &str| {
+        let out =
+            embed(&["--model", model.to_str().unwrap(), "--max-length", "4", "--batch-size", batch], input.as_bytes());
+        assert!(out.status.success(), "{}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains(&format!("{cut} of 5000 lines were longer than 4 tokens")), "{batch}: {err}");
+        rows(&out)
+    };
+    let (big, small) = (run("256"), run("32"));
+    assert_eq!((big.len(), small.len()), (5000, 5000));
+    for (i, (a, b)) in big.iter().zip(&small).enumerate() {
+        assert!(a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-5), "line {}: {a:?} vs {b:?}", i + 1);
+    }
+}
