@@ -22,8 +22,9 @@ fn main() {
     let nvcc = std::env::var("NVCC").unwrap_or_else(|_| "nvcc".into());
     let cap = std::env::var("CUDA_COMPUTE_CAP").ok().filter(|c| !c.trim().is_empty()).unwrap_or_else(|| "75".into());
     let cap = cap.trim().trim_start_matches("sm_").trim_start_matches("compute_").to_string();
-    // The build script reruns on any change under src/ (for the commit's "+dirty" below), so a
-    // kernel is compiled again only when its source, nvcc or the target changed since its PTX.
+    // The build script reruns on any change under src/ (for the commit's "+dirty" below), so the
+    // kernels are compiled again only when a file of src/gpu (a kernel or a header they include),
+    // nvcc (its path or version) or the target changed since their PTX.
     let args = |ptx: &PathBuf, src: &str| -> Vec<String> {
         vec![
             "--ptx".into(),
@@ -36,17 +37,26 @@ fn main() {
             src.into(),
         ]
     };
+    let version = Command::new(&nvcc)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let modified = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let newest_source =
+        std::fs::read_dir("src/gpu").map(|d| d.flatten().filter_map(|e| modified(&e.path())).max()).ok().flatten();
     for name in ["adamw", "dropout", "gelu", "heads", "layer_norm", "linear", "softmax"] {
         let src = format!("src/gpu/{name}.cu");
         let ptx = out.join(format!("{name}.ptx"));
         let stamp = out.join(format!("{name}.ptx.args"));
-        let line = format!("{nvcc} {}", args(&ptx, &src).join(" "));
-        let modified = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        let line = format!("{version}\n{nvcc} {}", args(&ptx, &src).join(" "));
         let current = std::fs::read_to_string(&stamp).is_ok_and(|s| s == line)
-            && matches!((modified(&ptx), modified(std::path::Path::new(&src))), (Some(p), Some(s)) if p >= s);
+            && matches!((modified(&ptx), newest_source), (Some(p), Some(s)) if p >= s);
         if current {
             continue;
         }
+        // The stamp goes first: a compile that fails or is killed leaves none, so it runs again.
+        let _ = std::fs::remove_file(&stamp);
         // -fmad=false: no fused multiply-adds, so the kernels round as the CPU code does.
         let status = Command::new(&nvcc)
             .args(args(&ptx, &src))
@@ -59,8 +69,9 @@ fn main() {
 
 /// `XSENT_GIT_COMMIT`: the commit xsent is built from (for the model cards `xsent quantize`
 /// writes and the reports `xsent eval` writes), with "+dirty" when tracked files differ from it
-/// in what the binary is built from (src/, build.rs, Cargo.toml, Cargo.lock); rebuilt when HEAD
-/// moves or one of those changes; nothing when git or the repository is missing.
+/// in what the binary is built from (src/, the files it includes from assets/ and configs/, the
+/// patched candle in vendor/, build.rs, Cargo.toml, Cargo.lock); rebuilt when HEAD moves or one
+/// of those changes; nothing when git or the repository is missing.
 fn git_commit() {
     let git = |args: &[&str]| {
         Command::new("git")
@@ -73,7 +84,7 @@ fn git_commit() {
     let Some(commit) = git(&["rev-parse", "HEAD"]) else { return };
     // Tracked files only (an untracked file is compiled only when a tracked one names it), and
     // only those the binary is made of: an edited README does not make another binary.
-    let built_from = ["src", "build.rs", "Cargo.toml", "Cargo.lock"];
+    let built_from = ["src", "assets", "configs", "vendor", "build.rs", "Cargo.toml", "Cargo.lock"];
     let mut status = vec!["--no-optional-locks", "status", "--porcelain", "--untracked-files=no", "--"];
     status.extend(built_from);
     let dirty = git(&status).is_some_and(|s| !s.is_empty());
