@@ -3,7 +3,7 @@ use super::ModelArgs;
 use crate::clock::utc_now;
 use crate::data::provenance::DataFile;
 use crate::eval::bucc;
-use crate::eval::report::{Entry, Report};
+use crate::eval::report::{Entry, ModelFile, Report};
 use anyhow::{bail, ensure, Result};
 use clap::ValueEnum;
 use std::path::{Path, PathBuf};
@@ -114,17 +114,28 @@ pub fn run(task: Task) -> Result<()> {
     }
 }
 
+/// The model's files with their digests when a report is to be written, taken right after the
+/// model loaded (so that they are the files it read, and an unreadable one fails the run before
+/// the evaluation).
+fn hashed_model_files(report: Option<&Path>, enc: &dyn crate::model::Embedder) -> Result<Vec<ModelFile>> {
+    match report {
+        Some(_) => ModelFile::describe(&enc.files()),
+        None => Ok(Vec::new()),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn write_report(
     model: &ModelArgs,
     path: Option<&Path>,
     enc: &dyn crate::model::Embedder,
+    model_files: Vec<ModelFile>,
     start: Instant,
     results: Vec<Entry>,
     extra: Option<serde_json::Value>,
     data: Vec<DataFile>,
 ) -> Result<()> {
     let Some(path) = path else { return Ok(()) };
-    // The evaluation's time, without the hashing below.
     let seconds = start.elapsed().as_secs_f64();
     Report {
         model: model.spec()?,
@@ -132,7 +143,7 @@ fn write_report(
         xsent_version: crate::VERSION.into(),
         commit: option_env!("XSENT_GIT_COMMIT").map(str::to_string),
         settings: Some(model.recorded()),
-        model_files: crate::eval::report::ModelFile::describe(&enc.files())?,
+        model_files,
         data,
         date: utc_now(),
         seconds,
@@ -354,11 +365,12 @@ fn loaded(
 ) -> Result<()> {
     let start = Instant::now();
     let enc = a.model.load_noting_cuts()?;
+    let model_files = hashed_model_files(a.report.as_deref(), &enc)?;
     let mut o = task(&enc)?;
     enc.say("xsent eval", "texts");
     out!("{}", o.table);
     compare_with(compared.as_ref(), &o.results, &mut o.extra)?;
-    write_report(&a.model, a.report.as_deref(), &enc, start, o.results, o.extra, data)
+    write_report(&a.model, a.report.as_deref(), &enc, model_files, start, o.results, o.extra, data)
 }
 
 /// The data files a task read, as a report records them ([`crate::data::provenance`]); a
@@ -592,6 +604,7 @@ fn xsr(a: XsrArgs) -> Result<()> {
     let read: Vec<PathBuf> = [src_path, tgt_path].into_iter().chain(&a.distractors).cloned().collect();
     let data = described(crate::data::data_dir(None).ok().as_deref(), &read, "xsent eval xsr", compared.as_ref())?;
     let enc = a.model.load_noting_cuts()?;
+    let model_files = hashed_model_files(a.report.as_deref(), &enc)?;
     let (items, candidates) = crate::eval::xsr::p_at_1(&enc, &src, &tgt, &distractors, a.batch_size)?;
     enc.say("xsent eval xsr", "texts");
     let (p1, ci) = (items.scores(None)[0], crate::eval::bootstrap::intervals(&items)[0]);
@@ -615,7 +628,7 @@ fn xsr(a: XsrArgs) -> Result<()> {
     }];
     let mut extra = None;
     compare_with(compared.as_ref(), &results, &mut extra)?;
-    write_report(&a.model, a.report.as_deref(), &enc, start, results, extra, data)
+    write_report(&a.model, a.report.as_deref(), &enc, model_files, start, results, extra, data)
 }
 
 /// The Multi30k preset: every direction's files are read (and checked) before the model loads.
@@ -636,6 +649,7 @@ fn xsr_multi30k(a: &XsrArgs, compared: Option<Compared>) -> Result<()> {
     let read: Vec<PathBuf> = sets.iter().flat_map(|s| s.files.iter().cloned()).collect();
     let data = described(Some(&root), &read, "xsent eval xsr", compared.as_ref())?;
     let enc = a.model.load_noting_cuts()?;
+    let model_files = hashed_model_files(a.report.as_deref(), &enc)?;
     let scores = xsr::evaluate_multi30k(&enc, &sets, a.batch_size)?;
     enc.say("xsent eval xsr", "texts");
     out!("{}", xsr::multi30k_markdown(&scores));
@@ -655,5 +669,5 @@ fn xsr_multi30k(a: &XsrArgs, compared: Option<Compared>) -> Result<()> {
     let mut extra =
         Some(serde_json::json!({"mean_p_at_1": mean, "mean_p_at_1_ci95": mean_ci, "directions": scores.len()}));
     compare_with(compared.as_ref(), &results, &mut extra)?;
-    write_report(&a.model, a.report.as_deref(), &enc, start, results, extra, data)
+    write_report(&a.model, a.report.as_deref(), &enc, model_files, start, results, extra, data)
 }

@@ -43,15 +43,30 @@ impl ModelFiles {
     /// files and a Dense module's config and weights; each once, those that exist.
     pub fn read_files(&self) -> Vec<PathBuf> {
         let mut files = vec![self.config.clone()];
+        if self.weights.len() > 1 {
+            // Shards: the index that lists them too.
+            let dir = self.weights[0].parent().map(Path::to_path_buf).unwrap_or_default();
+            files.extend(
+                WEIGHT_FILES.iter().filter(|f| f.ends_with(".index.json")).map(|f| dir.join(f)).find(|p| p.is_file()),
+            );
+        }
         files.extend(self.weights.iter().cloned());
         files.push(self.tokenizer.clone());
         files.push(self.tokenizer.with_file_name("tokenizer_config.json"));
+        if super::wordpiece::is_vocab_file(&self.tokenizer) {
+            // A WordPiece vocab.txt's special tokens come from these.
+            files.extend(["special_tokens_map.json", "added_tokens.json"].map(|f| self.tokenizer.with_file_name(f)));
+        }
         files.push(self.dir().join("modules.json"));
         files.extend(
             [&self.pooling, &self.st_config, &self.st_model_config, &self.xsent].into_iter().flatten().cloned(),
         );
         if let Some(d) = &self.dense {
-            files.extend(["config.json", "model.safetensors", "pytorch_model.bin"].map(|f| d.join(f)));
+            files.push(d.join("config.json"));
+            // The one Dense::load reads.
+            files.extend(
+                ["model.safetensors", "pytorch_model.bin"].map(|f| d.join(f)).into_iter().find(|p| p.is_file()),
+            );
         }
         let mut seen = std::collections::HashSet::new();
         files.retain(|f| f.is_file() && seen.insert(f.clone()));
@@ -491,6 +506,69 @@ pub(crate) fn pipeline(modules: Option<&Path>) -> Result<Pipeline> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a report hashes: the files loading reads, each once; not a second Dense weights
+    /// file, nor a WordPiece side file beside a tokenizer.json (an outside review).
+    #[test]
+    fn read_files_lists_what_loading_reads() {
+        let d = tempfile::tempdir().unwrap();
+        let p = |f: &str| d.path().join(f);
+        for f in [
+            "config.json",
+            "model.safetensors.index.json",
+            "a.safetensors",
+            "b.safetensors",
+            "vocab.txt",
+            "tokenizer_config.json",
+            "special_tokens_map.json",
+            "modules.json",
+            "2_Dense/config.json",
+            "2_Dense/model.safetensors",
+            "2_Dense/pytorch_model.bin",
+        ] {
+            std::fs::create_dir_all(p(f).parent().unwrap()).unwrap();
+            std::fs::write(p(f), f).unwrap();
+        }
+        let mut files = ModelFiles {
+            spec: "m".into(),
+            config: p("config.json"),
+            weights: vec![p("a.safetensors"), p("b.safetensors")],
+            tokenizer: p("vocab.txt"),
+            pooling: None,
+            st_config: None,
+            st_model_config: None,
+            xsent: None,
+            dense: Some(p("2_Dense")),
+            declares_normalize: Some(true),
+            transformer_path: None,
+        };
+        let names = |f: &ModelFiles| -> Vec<String> {
+            f.read_files().iter().map(|x| x.strip_prefix(d.path()).unwrap().display().to_string()).collect()
+        };
+        assert_eq!(
+            names(&files),
+            [
+                "config.json",
+                "model.safetensors.index.json",
+                "a.safetensors",
+                "b.safetensors",
+                "vocab.txt",
+                "tokenizer_config.json",
+                "special_tokens_map.json",
+                "modules.json",
+                "2_Dense/config.json",
+                "2_Dense/model.safetensors"
+            ]
+        );
+        std::fs::write(p("tokenizer.json"), "{}").unwrap();
+        files.tokenizer = p("tokenizer.json");
+        files.weights = vec![p("a.safetensors")];
+        assert!(
+            !names(&files).iter().any(|n| n == "special_tokens_map.json" || n.ends_with("index.json")),
+            "{:?}",
+            names(&files)
+        );
+    }
 
     /// A model file that is a folder, a FIFO, a device or a link leading nowhere is named as
     /// such (an outside probe: each was "has no config.json" or "has no weights"; a FIFO would
