@@ -572,16 +572,18 @@ impl SentenceEncoder {
 
     /// How many token vectors [`Self::token_embeddings`] gives for each text (tokenising only).
     pub fn token_counts<S: AsRef<str>>(&self, texts: &[S], skip_special: bool) -> Result<Vec<usize>> {
-        let (encs, _) = self.encode_all(texts)?;
-        Ok(encs
-            .iter()
-            .map(|e| {
+        // A window at a time, as TextTokenizer::tokenize (DuEAM counts a whole corpus).
+        let mut out = Vec::with_capacity(texts.len());
+        for window in texts.chunks(TOKENIZE_WINDOW) {
+            let (encs, _) = self.encode_all(window)?;
+            out.extend(encs.iter().map(|e| {
                 self.sentence_tokens(e, e.get_ids().len().min(self.max_length), skip_special)
                     .iter()
                     .filter(|k| **k)
                     .count()
-            })
-            .collect())
+            }));
+        }
+        Ok(out)
     }
 
     /// Which of the first `n` tokens belong to the text itself: not the prefix's (an
