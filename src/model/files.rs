@@ -53,7 +53,7 @@ impl ModelFiles {
         files.extend(self.weights.iter().cloned());
         files.push(self.tokenizer.clone());
         files.push(self.tokenizer.with_file_name("tokenizer_config.json"));
-        if super::wordpiece::is_vocab_file(&self.tokenizer) {
+        if self.tokenizer.file_name().is_some_and(|n| n == "vocab.txt") {
             // A WordPiece vocab.txt's special tokens come from these.
             files.extend(["special_tokens_map.json", "added_tokens.json"].map(|f| self.tokenizer.with_file_name(f)));
         }
