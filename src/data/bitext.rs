@@ -315,7 +315,8 @@ pub fn read_sources(sources: &[Source], key: &str) -> Result<Vec<Pair>> {
     if sources.is_empty() {
         bail!("no data in {key}: add [[{key}]] to the config (kind = \"tsv\", \"aligned\" or \"xnli\")");
     }
-    let mut seen = HashSet::new();
+    // A 128-bit digest per pair, not a copy of its text (that doubled the memory the pairs take).
+    let mut seen: HashSet<[u8; 16]> = HashSet::new();
     let mut out = Vec::new();
     for (i, s) in sources.iter().enumerate() {
         let name = format!("{key}[{i}]");
@@ -324,12 +325,25 @@ pub fn read_sources(sources: &[Source], key: &str) -> Result<Vec<Pair>> {
             errln!("{}: {note}", crate::log::command());
         }
         for p in pairs {
-            if seen.insert((p.src.clone(), p.tgt.clone())) {
+            if seen.insert(pair_key(&p.src, &p.tgt)) {
                 out.push(p);
             }
         }
     }
     Ok(out)
+}
+
+/// What [`read_sources`] tells pairs apart by: the first 16 bytes of the sha256 of the pair (the
+/// source side's length first, so that no two pairs give the same bytes).
+fn pair_key(src: &str, tgt: &str) -> [u8; 16] {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    h.update((src.len() as u64).to_le_bytes());
+    h.update(src.as_bytes());
+    h.update(tgt.as_bytes());
+    let mut key = [0u8; 16];
+    key.copy_from_slice(&h.finalize()[..16]);
+    key
 }
 
 /// `src<TAB>tgt[<TAB>…]` lines. Empty lines, and pairs with an empty side (as in
@@ -340,23 +354,29 @@ pub fn read_tsv_pairs(path: &Path, src_lang: &str, tgt_lang: &str) -> Result<Vec
 
 /// [`read_tsv_pairs`], and how many lines were read and skipped.
 fn tsv_pairs(path: &Path, src_lang: &str, tgt_lang: &str) -> Result<(Vec<Pair>, LineCounts)> {
+    // Streamed: only the pairs are kept, not the file's lines besides them.
     let mut out = Vec::new();
-    let lines = read_lines(path)?;
-    let mut counts = LineCounts { lines: lines.len(), skipped: 0 };
-    for (i, line) in lines.iter().enumerate() {
+    let mut counts = LineCounts { lines: 0, skipped: 0 };
+    super::each_line(path, usize::MAX, |n, line| {
+        let line = line.unwrap_or_default();
+        counts.lines += 1;
         if line.trim().is_empty() {
             counts.skipped += 1;
-            continue;
+            return Ok(());
         }
         let mut cols = line.split('\t');
         let (Some(a), Some(b)) = (cols.next(), cols.next()) else {
-            bail!("{}: line {} has no tab; expected `source<TAB>target`", path.display(), i + 1);
+            bail!("{}: line {n} has no tab; expected `source<TAB>target`", path.display());
         };
         if a.trim().is_empty() || b.trim().is_empty() {
             counts.skipped += 1;
-            continue;
+            return Ok(());
         }
         out.push(Pair { src: a.to_string(), tgt: b.to_string(), src_lang: src_lang.into(), tgt_lang: tgt_lang.into() });
+        Ok(())
+    })?;
+    if counts.lines == 0 {
+        bail!("{} is empty", path.display());
     }
     if out.is_empty() {
         bail!("{} has no pairs", path.display());
